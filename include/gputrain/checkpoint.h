@@ -1,0 +1,54 @@
+/* checkpoint.h - safetensors checkpoints that Python's safetensors and PyTorch read directly.
+ *
+ * File: 8-byte little-endian header length, a JSON header, then raw little-endian float32 data.
+ * Tensors carry the model's PyTorch names and layouts (c1.weight O x I x kH x kW, f1.weight
+ * out x in); optimizer state follows as "optim.<state>.<tensor>" (state: momentum_buffer, exp_avg,
+ * exp_avg_sq, as torch.optim names them). "__metadata__" (string values, as the format requires)
+ * holds format, model_spec, model, mode, epoch, step, samples, updates, seed, data_fingerprint,
+ * optimizer, and "crc32.<tensor>" for every tensor.
+ *
+ * A save writes a temporary file in the same folder, fsyncs it, renames it over the target and
+ * fsyncs the folder, so at any instant the path holds the old checkpoint or the new one, whole.
+ * Loading checks every length, offset and CRC before a byte reaches the caller. */
+#ifndef GT_CHECKPOINT_H
+#define GT_CHECKPOINT_H
+
+#include "gputrain/model.h"
+#include "gputrain/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gt_ckpt_meta {
+    char model_spec[GT_SPECLEN];
+    char model[32];
+    char mode[16];
+    char optimizer[16];       /* "sgd" or "adam": which state tensors are present */
+    int in_c, in_h, in_w, nclasses;
+    uint32_t epoch;           /* completed epochs */
+    uint64_t step;            /* steps completed inside the current epoch (per-worker clock) */
+    uint64_t samples;         /* samples trained on since the start */
+    uint64_t updates;         /* optimizer updates applied (Adam's t) */
+    uint64_t seed;
+    uint32_t data_fingerprint;
+} gt_ckpt_meta;
+
+/* Writes a checkpoint atomically. state: gt_optim_nstate(optim) arrays of m->nparams (may be 0).
+ * keep > 0: the previous checkpoint is kept as PATH.1 (PATH.1 moves to PATH.2, ... up to PATH.keep)
+ * by hard link before the rename, so PATH itself never goes missing. */
+int gt_ckpt_save(const char *path, const gt_model *m, const float *params, float *const *state,
+                 int nstate, const gt_ckpt_meta *meta, int keep, gt_err *e);
+
+/* Reads only the metadata (enough to rebuild the model). */
+int gt_ckpt_read_meta(const char *path, gt_ckpt_meta *meta, gt_err *e);
+
+/* Loads the parameters of m (names, shapes and CRCs must match) and, when state is non-NULL and
+ * nstate > 0, the optimizer state (its absence is an error then). */
+int gt_ckpt_load(const char *path, const gt_model *m, float *params, float *const *state,
+                 int nstate, gt_ckpt_meta *meta, gt_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,31 @@
+/* cli.h - the strict command line: every malformed, out-of-range or repeated value is refused with
+ * one line naming the flag and the value. */
+#ifndef GT_CLI_H
+#define GT_CLI_H
+
+#include "gputrain/config.h"
+#include <getopt.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Parses argv (argv[0] is the program; an optional first word "train" or "eval" picks the command).
+ * Returns 0 on success, 1 when --help or --version was printed to out (caller exits 0), -1 with a
+ * one-line message in e otherwise. */
+int gt_cli_parse(int argc, char **argv, gt_config *c, FILE *out, gt_err *e);
+
+/* The long options, ending with a zeroed entry (tests check --help covers each). */
+extern const struct option gt_cli_options[];
+
+/* Prints the help text, every option with its default. */
+void gt_cli_usage(FILE *out);
+
+/* Parses a device list for --gpus: "0,1,3", "all", "cpu:N". Exposed for tests. */
+int gt_cli_parse_gpus(const char *s, gt_config *c, gt_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,53 @@
+/* common.h - error reporting, aligned memory, clocks and random numbers shared by every module.
+ *
+ * Errors travel upward as a gt_err filled by gt_fail(): each function that can fail returns 0 on
+ * success or -1 with a one-line message naming the file, flag or value that was wrong. Only the
+ * command line (src/main.c) decides to print and exit. */
+#ifndef GT_COMMON_H
+#define GT_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GT_ERRLEN 512
+#define GT_CACHELINE 64
+
+typedef struct gt_err {
+    char msg[GT_ERRLEN]; /* one line, no trailing newline */
+} gt_err;
+
+/* Formats a message into e (if non-NULL) and returns -1, so callers can `return gt_fail(...)`. */
+int gt_fail(gt_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* 64-byte aligned, zero-filled allocation; NULL on failure or when bytes is 0. */
+void *gt_alloc(size_t bytes);
+void gt_free(void *p);
+
+/* Monotonic wall clock in seconds. */
+double gt_now(void);
+
+/* Seeded sequential generator (splitmix64 seeding, xoshiro128+-style output); used for
+ * initialisation and permutations on the host only. */
+typedef struct gt_rng {
+    uint64_t s[2];
+} gt_rng;
+void gt_rng_seed(gt_rng *r, uint64_t seed);
+uint64_t gt_rng_u64(gt_rng *r);
+uint32_t gt_rng_below(gt_rng *r, uint32_t n); /* uniform in [0, n), unbiased */
+double gt_rng_uniform(gt_rng *r);             /* uniform in [0, 1) */
+double gt_rng_normal(gt_rng *r);              /* standard normal */
+
+/* Fills perm[0..n) with a permutation of 0..n-1 that depends only on (seed, epoch). */
+void gt_permutation(uint32_t *perm, uint32_t n, uint64_t seed, uint32_t epoch);
+
+/* CRC-32 (zlib polynomial) of a buffer, chained through crc. */
+uint32_t gt_crc32(uint32_t crc, const void *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,78 @@
+/* config.h - everything a run is told on the command line, with defaults. src/cli.c fills it;
+ * src/train.c and src/main.c read it. */
+#ifndef GT_CONFIG_H
+#define GT_CONFIG_H
+
+#include "gputrain/optim.h"
+#include "gputrain/data.h"
+#include "gputrain/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GT_MAX_WORKERS 64
+
+typedef enum gt_mode {
+    GT_MODE_HOGWILD = 0, /* asynchronous pushes under stripe locks (--stripes 0: no locks) */
+    GT_MODE_SYNC,        /* one aggregated update per step, all workers on the same parameters */
+    GT_MODE_SSP,         /* aggregated per clock, a worker at most --staleness clocks ahead */
+    GT_MODE_LOCAL,       /* local replicas averaged every --sync-every steps */
+    GT_MODE_ALLREDUCE,   /* NCCL all-reduce between GPUs (GPU only) */
+} gt_mode;
+
+typedef enum gt_balance { GT_BALANCE_DYNAMIC = 0, GT_BALANCE_STATIC } gt_balance;
+typedef enum gt_on_nan { GT_NAN_STOP = 0, GT_NAN_SKIP } gt_on_nan;
+typedef enum gt_command { GT_CMD_TRAIN = 0, GT_CMD_EVAL } gt_command;
+
+typedef struct gt_config {
+    gt_command command;
+    /* devices: either CPU workers or a list of GPU ordinals */
+    int cpu_workers;              /* > 0 for --gpus cpu:N */
+    int ngpus;                    /* > 0 for a GPU list */
+    int gpus[GT_MAX_WORKERS];
+    int gpus_all;                 /* --gpus all: resolved when devices are opened */
+    int gpus_given;               /* --gpus was on the command line (else: all GPUs, or cpu:1 without) */
+
+    char model[GT_SPECLEN];       /* built-in name, spec text or @file */
+    char data[GT_PATHLEN];        /* "" = default search */
+    uint32_t train_samples;       /* 0 = all */
+    int epochs;
+    int batch;                    /* per worker, in every mode */
+    gt_optim_cfg optim;
+    uint64_t seed;
+
+    gt_mode mode;
+    int stripes;                  /* 0 = lock-free Hogwild */
+    int staleness;                /* ssp */
+    int sync_every;               /* local */
+    gt_balance balance;
+    int eval_every;               /* steps (per worker clock); 0 = end of each epoch only */
+
+    char log_path[GT_PATHLEN];    /* JSONL, "" = none */
+    int log_steps;                /* also log every step's loss (for exact-resume checks) */
+    int progress;                 /* -1 auto (terminal), 0 off, 1 on */
+    int quiet;
+
+    /* checkpoints and faults */
+    char checkpoint[GT_PATHLEN];  /* "" = none */
+    int checkpoint_every;         /* in units below; 0 = only at the end */
+    int checkpoint_every_steps;   /* 1: checkpoint_every counts steps, 0: epochs */
+    int keep;                     /* older checkpoints kept beside the newest */
+    char resume[GT_PATHLEN];
+    char init[GT_PATHLEN];
+    gt_on_nan on_nan;
+    int inject_worker, inject_step; /* --inject-fault WORKER:STEP, -1 = none */
+    double stall_timeout;         /* seconds, 0 = off */
+
+    /* GPU options */
+    int tf32;
+    int data_on_gpu;
+} gt_config;
+
+void gt_config_defaults(gt_config *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

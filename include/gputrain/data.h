@@ -1,0 +1,55 @@
+/* data.h - datasets: IDX files (.gz or plain) and image folders, held as uint8 in memory.
+ *
+ * Images stay uint8, sample-major, each sample channel-major (C x H x W), so a worker can hand a
+ * slice to a GPU as raw bytes; the model's input step normalises them (x / 255). Every header
+ * field is validated before anything is allocated from it. */
+#ifndef GT_DATA_H
+#define GT_DATA_H
+
+#include "gputrain/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GT_PATHLEN 1024
+#define GT_MAX_CLASSES 1000
+
+typedef struct gt_dataset {
+    uint32_t n;       /* samples */
+    int c, h, w;      /* channels, height, width of every sample */
+    int nclasses;     /* labels are in [0, nclasses) */
+    uint8_t *images;  /* n * c * h * w bytes, gt_alloc'd */
+    uint8_t *labels;  /* n bytes, gt_alloc'd */
+} gt_dataset;
+
+typedef struct gt_data {
+    gt_dataset train, test;
+    char dir[GT_PATHLEN];        /* where it was loaded from */
+    char format[16];             /* "idx" or "folder" */
+    char class_names[GT_MAX_CLASSES][32]; /* folder datasets: the class folder names; idx: "0".."9" */
+    uint32_t fingerprint;        /* CRC-32 over train+test images and labels: ties checkpoints to data */
+} gt_data;
+
+/* Loads a dataset. dir may be NULL: then datasets/fashion-mnist, then
+ * /usr/share/datasets/fashion-mnist are tried. A folder with the four Fashion-MNIST/MNIST IDX files
+ * (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-...) loads as IDX; a folder
+ * with train/<class>/ and test/<class>/ subfolders of PNG/JPEG/BMP images loads as an image folder.
+ * train_limit > 0 keeps only the first train_limit training samples. */
+int gt_data_load(const char *dir, uint32_t train_limit, gt_data *out, gt_err *e);
+void gt_data_free(gt_data *d);
+
+/* One IDX file: images (magic 0x00000803, rank 3) or labels (0x00000801, rank 1). The byte count
+ * must match the header exactly. Exposed for tests. */
+int gt_idx_load_images(const char *path, uint32_t *n, int *h, int *w, uint8_t **pixels, gt_err *e);
+int gt_idx_load_labels(const char *path, uint32_t *n, uint8_t **labels, gt_err *e);
+
+/* Image-folder dataset ROOT/<split>/<class>/<file>; every image must share one size and channel
+ * count (1 or 3; grey-with-alpha and RGBA are reduced to 1 and 3). */
+int gt_folder_load(const char *root, const char *split, gt_dataset *out,
+                   char (*class_names)[32], int *nclasses, gt_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

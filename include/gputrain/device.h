@@ -1,0 +1,72 @@
+/* device.h - what a worker computes on: the CPU reference or one GPU, behind one small table of
+ * operations, so the worker loop (src/train.c) is the same for both.
+ *
+ * A device holds its own copy of the parameters. The worker pulls the store into d->params (host
+ * memory: plain for the CPU, pinned for a GPU), calls load_params, runs train_step, which leaves
+ * the mean gradient in d->grad (host memory, pinned for a GPU), and pushes d->grad to the store. */
+#ifndef GT_DEVICE_H
+#define GT_DEVICE_H
+
+#include "gputrain/layers.h"
+#include "gputrain/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gt_device gt_device;
+
+typedef struct gt_step_out {
+    double loss_sum;  /* summed loss over the batch */
+    int correct;      /* argmax hits */
+} gt_step_out;
+
+typedef struct gt_device_ops {
+    /* d->params holds fresh parameters: make the device compute with them. */
+    int (*load_params)(gt_device *d, gt_err *e);
+    /* Forward and backward of one batch on the loaded parameters; the gradient of the mean loss
+     * lands in d->grad. */
+    int (*train_step)(gt_device *d, const gt_batch *b, gt_step_out *out, gt_err *e);
+    /* Loss and hits over samples [lo, hi) of ds on the loaded parameters (no dropout). */
+    int (*evaluate)(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32_t hi, gt_step_out *out,
+                    gt_err *e);
+    /* Optional (NULL if absent): start moving the batch that train_step will get next (same
+     * idx pointer contents must stay valid until then), so the copy overlaps the current step. */
+    int (*prefetch)(gt_device *d, const gt_batch *next, gt_err *e);
+    /* Optional (NULL if absent): one optimizer update of the device's own parameters with its
+     * gradient, for local replicas; the result must also be left in d->params. */
+    int (*local_update)(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st, gt_err *e);
+    void (*close)(gt_device *d);
+} gt_device_ops;
+
+struct gt_device {
+    const gt_device_ops *ops;
+    char name[64];       /* "cpu:0", "gpu:2 (NVIDIA H100 80GB HBM3)" */
+    int ordinal;         /* GPU ordinal, or the CPU worker index */
+    const gt_model *model;
+    int max_batch;
+    float *params;       /* nparams, host */
+    float *grad;         /* nparams, host */
+    void *impl;          /* backend state */
+};
+
+/* The CPU backend. */
+int gt_cpu_device_open(gt_device **out, const gt_model *m, int max_batch, int index, gt_err *e);
+
+/* The CUDA backend (cuda/); returns -1 with a message when built without CUDA. */
+int gt_cuda_device_count(void);
+int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int ordinal, int tf32,
+                        gt_err *e);
+/* Pinned host memory where CUDA exists (cudaHostAlloc portable), gt_alloc otherwise. */
+void *gt_host_alloc(size_t bytes);
+void gt_host_free(void *p);
+/* Pins an existing buffer (the dataset) for DMA where CUDA exists; no-op otherwise. */
+void gt_host_register(void *p, size_t bytes);
+void gt_host_unregister(void *p);
+
+void gt_device_close(gt_device *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

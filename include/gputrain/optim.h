@@ -1,0 +1,67 @@
+/* optim.h - optimizers with PyTorch semantics, applied to any contiguous range of parameters so
+ * the parameter store can run them stripe by stripe.
+ *
+ * SGD:  g += wd*p; buf = mom*buf + g (buf starts at 0, so the first buf = g); g = nesterov ? g + mom*buf : buf;
+ *       p -= lr*g                                          (torch.optim.SGD, dampening 0)
+ * Adam: g += wd*p; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
+ *       p -= (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps)      (torch.optim.Adam, bc = 1 - beta^t)
+ * The learning rate follows the schedule as a function of training progress measured in epochs
+ * (samples seen / training-set size), so it means the same in every mode and worker count. */
+#ifndef GT_OPTIM_H
+#define GT_OPTIM_H
+
+#include "gputrain/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum gt_opt_kind { GT_OPT_SGD = 0, GT_OPT_ADAM } gt_opt_kind;
+typedef enum gt_sched_kind { GT_SCHED_CONSTANT = 0, GT_SCHED_STEP, GT_SCHED_COSINE } gt_sched_kind;
+
+typedef struct gt_optim_cfg {
+    gt_opt_kind kind;
+    float lr;             /* base learning rate */
+    float momentum;       /* SGD momentum, 0 = none */
+    int nesterov;         /* SGD Nesterov momentum */
+    float weight_decay;   /* L2, added to the gradient */
+    float beta1, beta2, eps; /* Adam */
+    gt_sched_kind schedule;
+    float warmup_epochs;  /* linear warm-up from 0 over this many epochs, then the schedule */
+    float step_epochs;    /* step schedule: multiply by gamma every step_epochs */
+    float gamma;
+    float total_epochs;   /* cosine: decays to 0 at this point */
+} gt_optim_cfg;
+
+/* Scalars for one update. */
+typedef struct gt_optim_step {
+    float lr;         /* learning rate for this update */
+    float bc1, bc2;   /* Adam bias corrections 1 - beta^t */
+} gt_optim_step;
+
+void gt_optim_defaults(gt_optim_cfg *c);  /* SGD lr 0.05 momentum 0.9, constant; Adam betas 0.9/0.999, eps 1e-8 */
+
+/* How many state arrays (each nparams floats) the optimizer keeps: 0, 1 (momentum) or 2 (Adam). */
+int gt_optim_nstate(const gt_optim_cfg *c);
+
+/* Learning rate at a point of training (epochs, may be fractional). */
+float gt_optim_lr(const gt_optim_cfg *c, double epoch);
+
+/* Scalars for update number t (1-based) at the given progress. */
+gt_optim_step gt_optim_prepare(const gt_optim_cfg *c, uint64_t t, double epoch);
+
+/* Applies one update to p[0..n) with gradient g*gscale; s0, s1 are the state arrays (momentum
+ * buffer, or Adam m and v, zero at the start), NULL where unused. */
+void gt_optim_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
+                    float gscale, float *s0, float *s1, size_t n);
+
+/* The same arithmetic with every access to p, s0 and s1 a relaxed atomic load or store, for the
+ * lock-free Hogwild store: concurrent updates may interleave element by element (an update can be
+ * lost), but no value is torn and there is no undefined behaviour. */
+void gt_optim_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
+                            const float *g, float gscale, float *s0, float *s1, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

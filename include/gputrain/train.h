@@ -1,0 +1,76 @@
+/* train.h - a training run: workers (one pthread per device) around one parameter store, in the
+ * mode the configuration names, with evaluation, telemetry, logging, checkpoints and faults. */
+#ifndef GT_TRAIN_H
+#define GT_TRAIN_H
+
+#include "gputrain/config.h"
+#include "gputrain/device.h"
+#include "gputrain/model.h"
+#include "gputrain/ps.h"
+#include "gputrain/checkpoint.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gt_eval_point {
+    uint32_t epoch;       /* 1-based epoch the point belongs to */
+    uint64_t step;        /* global optimizer updates */
+    uint64_t samples;
+    double wall_s;
+    double train_loss, train_acc; /* since the previous point */
+    double test_loss, test_acc;
+} gt_eval_point;
+
+typedef struct gt_worker_stats {
+    uint64_t steps, samples;
+    double busy_s;        /* time from its first to its last step */
+    double wait_s;        /* barriers and staleness gates */
+    int failed;           /* left the run */
+    char error[GT_ERRLEN];
+} gt_worker_stats;
+
+typedef struct gt_run_result {
+    int npoints;
+    gt_eval_point points[4096];   /* every evaluation, in order */
+    double wall_s;                /* whole training time, evaluation excluded where it overlaps */
+    double samples_per_s;
+    uint64_t samples;
+    int nworkers;
+    gt_worker_stats workers[GT_MAX_WORKERS];
+    uint64_t stale_max;
+    double stale_mean, stale_p99;
+    double lock_wait_share, barrier_wait_share;
+    uint64_t clock_spread_max;    /* ssp: largest gap between fastest and slowest worker clock */
+    uint64_t skipped_nonfinite;
+    int interrupted;              /* signal number that stopped the run, 0 if none */
+    char checkpoint_written[GT_PATHLEN];
+    double final_test_acc, final_test_loss;
+} gt_run_result;
+
+/* Where a run starts: fresh (epoch 0, no state) or from a checkpoint. */
+typedef struct gt_start {
+    const float *params;          /* initial parameters */
+    float *const *state;          /* optimizer state arrays to start from, or NULL (zeros) */
+    int nstate;
+    const gt_ckpt_meta *resumed;  /* non-NULL when resuming: epoch, step, samples, updates */
+} gt_start;
+
+/* Trains model on data with the devices (one worker each) as cfg says; evaluator is a device of
+ * its own that the calling thread evaluates snapshots on while the workers go on. Returns 0, or -1 with e
+ * set (every worker failed, a checkpoint that could not be written, a non-finite loss under
+ * --on-nan stop); an interrupted run returns 0 with res->interrupted set. */
+int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *data,
+                 gt_device **devices, int ndevices, gt_device *evaluator, const gt_start *start,
+                 gt_run_result *res, gt_err *e);
+
+/* Signal handling for a run: the first SIGINT/SIGTERM asks the run to stop after the current
+ * step (and write its checkpoint); a second one exits at once. */
+void gt_train_install_signals(void);
+/* The signal that stopped the last run, or 0. */
+int gt_train_stop_signal(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,17 @@
+/* cuda_stub.c - the CUDA entry points of device.h for builds without a CUDA toolkit: no GPUs,
+ * and host memory that is simply aligned. */
+#include "gputrain/device.h"
+
+int gt_cuda_device_count(void) { return 0; }
+
+int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int ordinal, int tf32,
+                        gt_err *e)
+{
+    *out = NULL;
+    return gt_fail(e, "--gpus: GPU %d requested, but this gputrain was built without CUDA", ordinal);
+}
+
+void *gt_host_alloc(size_t bytes) { return gt_alloc(bytes); }
+void gt_host_free(void *p) { gt_free(p); }
+void gt_host_register(void *p, size_t bytes) {}
+void gt_host_unregister(void *p) {}

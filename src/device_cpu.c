@@ -1,0 +1,104 @@
+/* device_cpu.c - the CPU backend behind the device table: one gt_cpu_net per worker thread.
+ *
+ * It is the reference every GPU op is checked against, so it does nothing clever: load_params is
+ * free (the worker pulls straight into d->params), train_step is gt_cpu_net_step. */
+#include "gputrain/device.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define GT_EVAL_CHUNK 1024
+
+typedef struct cpu_impl {
+    gt_cpu_net net;
+    uint32_t *eval_idx;
+} cpu_impl;
+
+static int cpu_load_params(gt_device *d, gt_err *e) { return 0; }
+
+static int cpu_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt_err *e)
+{
+    cpu_impl *c = d->impl;
+    if (b->n < 1 || b->n > d->max_batch)
+        return gt_fail(e, "%s: batch of %d samples (buffers hold %d)", d->name, b->n, d->max_batch);
+    out->loss_sum = gt_cpu_net_step(&c->net, d->params, b, 1, d->grad, &out->correct);
+    return 0;
+}
+
+static int cpu_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32_t hi,
+                        gt_step_out *out, gt_err *e)
+{
+    cpu_impl *c = d->impl;
+    out->loss_sum = 0;
+    out->correct = 0;
+    for (uint32_t s = lo; s < hi; s += GT_EVAL_CHUNK) {
+        uint32_t n = hi - s < GT_EVAL_CHUNK ? hi - s : GT_EVAL_CHUNK;
+        for (uint32_t i = 0; i < n; i++)
+            c->eval_idx[i] = s + i;
+        gt_batch b = {.ds = ds, .idx = c->eval_idx, .n = (int)n};
+        int hits = 0;
+        out->loss_sum += gt_cpu_net_step(&c->net, d->params, &b, 0, NULL, &hits);
+        out->correct += hits;
+    }
+    return 0;
+}
+
+static void cpu_close(gt_device *d)
+{
+    cpu_impl *c = d->impl;
+    if (c) {
+        gt_cpu_net_destroy(&c->net);
+        gt_free(c->eval_idx);
+        free(c);
+    }
+    gt_free(d->params);
+    gt_free(d->grad);
+    free(d);
+}
+
+static const gt_device_ops cpu_ops = {
+    .load_params = cpu_load_params,
+    .train_step = cpu_train_step,
+    .evaluate = cpu_evaluate,
+    .prefetch = NULL,
+    .local_update = NULL,
+    .close = cpu_close,
+};
+
+int gt_cpu_device_open(gt_device **out, const gt_model *m, int max_batch, int index, gt_err *e)
+{
+    *out = NULL;
+    gt_device *d = calloc(1, sizeof *d);
+    cpu_impl *c = calloc(1, sizeof *c);
+    if (!d || !c) {
+        free(d);
+        free(c);
+        return gt_fail(e, "cpu:%d: out of memory", index);
+    }
+    d->ops = &cpu_ops;
+    d->impl = c;
+    d->ordinal = index;
+    d->model = m;
+    d->max_batch = max_batch;
+    snprintf(d->name, sizeof d->name, "cpu:%d", index);
+    int net_batch = max_batch > GT_EVAL_CHUNK ? max_batch : GT_EVAL_CHUNK;
+    d->params = gt_alloc(m->nparams * sizeof(float));
+    d->grad = gt_alloc(m->nparams * sizeof(float));
+    c->eval_idx = gt_alloc(GT_EVAL_CHUNK * sizeof(uint32_t));
+    if (!d->params || !d->grad || !c->eval_idx) {
+        cpu_close(d);
+        return gt_fail(e, "cpu:%d: out of memory for %zu parameters", index, m->nparams);
+    }
+    if (gt_cpu_net_create(&c->net, m, net_batch, e) != 0) {
+        cpu_close(d);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+void gt_device_close(gt_device *d)
+{
+    if (d)
+        d->ops->close(d);
+}

@@ -1,0 +1,235 @@
+/* main.c - the gputrain command: parse, load data, build the model, open the devices, train or
+ * evaluate, report. The only place that prints an error and chooses the exit code. */
+#include "gputrain/checkpoint.h"
+#include "gputrain/cli.h"
+#include "gputrain/train.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *mode_names[] = {"hogwild", "sync", "ssp", "local", "allreduce"};
+
+static int die(const gt_err *e)
+{
+    fprintf(stderr, "gputrain: %s\n", e->msg);
+    return 1;
+}
+
+/* Opens one device per worker, and the evaluator (a device of its own on the first GPU, or the
+ * CPU). */
+static int open_devices(const gt_config *c, const gt_model *m, gt_device **devs, int *ndevs,
+                        gt_device **evaluator, gt_err *e)
+{
+    gt_config cfg = *c;
+    int have = gt_cuda_device_count();
+    if (cfg.cpu_workers == 0 && (cfg.gpus_all || !cfg.gpus_given)) {
+        if (have == 0 && cfg.gpus_given)
+            return gt_fail(e, "--gpus: 'all' asked for GPUs, but none was found");
+        if (have == 0)
+            cfg.cpu_workers = 1;
+        cfg.ngpus = have < GT_MAX_WORKERS ? have : GT_MAX_WORKERS;
+        for (int i = 0; i < cfg.ngpus; i++)
+            cfg.gpus[i] = i;
+    }
+    *ndevs = 0;
+    if (cfg.cpu_workers > 0) {
+        for (int i = 0; i < cfg.cpu_workers; i++) {
+            if (gt_cpu_device_open(&devs[i], m, cfg.batch, i, e) != 0)
+                return -1;
+            *ndevs = i + 1;
+        }
+        return gt_cpu_device_open(evaluator, m, cfg.batch, cfg.cpu_workers, e);
+    }
+    for (int i = 0; i < cfg.ngpus; i++) {
+        if (gt_cuda_device_open(&devs[i], m, cfg.batch, cfg.gpus[i], cfg.tf32, e) != 0)
+            return -1;
+        *ndevs = i + 1;
+    }
+    return gt_cuda_device_open(evaluator, m, cfg.batch, cfg.gpus[0], cfg.tf32, e);
+}
+
+static void close_devices(gt_device **devs, int n, gt_device *evaluator)
+{
+    for (int i = 0; i < n; i++)
+        gt_device_close(devs[i]);
+    gt_device_close(evaluator);
+}
+
+static void print_summary(const gt_config *c, const gt_run_result *res, gt_device **devs)
+{
+    if (c->quiet)
+        return;
+    printf("done: %s, %d worker%s, %llu samples in %.2f s: %.0f samples/s, test acc %.4f\n",
+           mode_names[c->mode], res->nworkers, res->nworkers == 1 ? "" : "s",
+           (unsigned long long)res->samples, res->wall_s, res->samples_per_s, res->final_test_acc);
+    for (int i = 0; i < res->nworkers; i++) {
+        const gt_worker_stats *s = &res->workers[i];
+        printf("  worker %d %-28s %7llu steps %9.0f samples/s  waited %5.1f%%%s%s\n", i,
+               devs[i]->name, (unsigned long long)s->steps,
+               s->busy_s > 0 ? s->samples / s->busy_s : 0.0,
+               res->wall_s > 0 ? 100 * s->wait_s / res->wall_s : 0.0, s->failed ? "  FAILED: " : "",
+               s->failed ? s->error : "");
+    }
+    printf("  staleness max %llu mean %.2f p99 %.0f; lock wait %.2f%%, barrier wait %.2f%% of worker time",
+           (unsigned long long)res->stale_max, res->stale_mean, res->stale_p99,
+           100 * res->lock_wait_share, 100 * res->barrier_wait_share);
+    if (c->mode == GT_MODE_SSP)
+        printf("; clock spread max %llu", (unsigned long long)res->clock_spread_max);
+    if (res->skipped_nonfinite)
+        printf("; %llu non-finite gradients skipped", (unsigned long long)res->skipped_nonfinite);
+    printf("\n");
+    if (res->checkpoint_written[0])
+        printf("checkpoint: %s\n", res->checkpoint_written);
+}
+
+/* The model a checkpoint was written for, on this data. */
+static int model_from_checkpoint(const char *path, const gt_data *d, gt_model *m, gt_ckpt_meta *meta,
+                                 gt_err *e)
+{
+    if (gt_ckpt_read_meta(path, meta, e) != 0)
+        return -1;
+    if (meta->in_c != d->train.c || meta->in_h != d->train.h || meta->in_w != d->train.w ||
+        meta->nclasses != d->train.nclasses)
+        return gt_fail(e, "%s: checkpoint is for %dx%dx%d inputs and %d classes, the data has %dx%dx%d and %d",
+                       path, meta->in_c, meta->in_h, meta->in_w, meta->nclasses, d->train.c,
+                       d->train.h, d->train.w, d->train.nclasses);
+    return gt_model_build(meta->model_spec, d->train.c, d->train.h, d->train.w, d->train.nclasses, m, e);
+}
+
+static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
+{
+    gt_model m;
+    gt_ckpt_meta meta;
+    if (model_from_checkpoint(c->checkpoint, d, &m, &meta, e) != 0)
+        return -1;
+    gt_device *devs[GT_MAX_WORKERS] = {0}, *ev = NULL;
+    int n = 0;
+    int rc = open_devices(c, &m, devs, &n, &ev, e);
+    if (rc == 0)
+        rc = gt_ckpt_load(c->checkpoint, &m, ev->params, NULL, 0, &meta, e);
+    gt_step_out o = {0};
+    if (rc == 0)
+        rc = ev->ops->load_params(ev, e);
+    if (rc == 0)
+        rc = ev->ops->evaluate(ev, &d->test, 0, d->test.n, &o, e);
+    if (rc == 0)
+        printf("%s: model %s, epoch %u, on %s: test loss %.4f acc %.4f (%d/%u)\n", c->checkpoint,
+               m.name, meta.epoch, ev->name, o.loss_sum / d->test.n, (double)o.correct / d->test.n,
+               o.correct, d->test.n);
+    close_devices(devs, n, ev);
+    return rc;
+}
+
+static const char *optim_name(const gt_config *c) { return c->optim.kind == GT_OPT_ADAM ? "adam" : "sgd"; }
+
+/* Initial parameters and optimizer state: fresh, --init weights, or a --resume checkpoint. */
+static int load_start(const gt_config *c, const gt_model *m, const gt_data *d, float *params,
+                      float **state, int nstate, gt_ckpt_meta *meta, int *resumed, gt_err *e)
+{
+    *resumed = 0;
+    if (c->resume[0]) {
+        if (gt_ckpt_read_meta(c->resume, meta, e) != 0)
+            return -1;
+        if (strcmp(meta->optimizer, optim_name(c)) != 0)
+            return gt_fail(e, "--resume: %s was trained with --optimizer %s, this run uses %s",
+                           c->resume, meta->optimizer, optim_name(c));
+        if (meta->data_fingerprint != d->fingerprint)
+            return gt_fail(e, "--resume: %s was trained on other data (fingerprint %08x, this data %08x)",
+                           c->resume, meta->data_fingerprint, d->fingerprint);
+        if (gt_ckpt_load(c->resume, m, params, state, nstate, meta, e) != 0)
+            return -1;
+        *resumed = 1;
+        return 0;
+    }
+    if (c->init[0]) {
+        gt_ckpt_meta tmp;
+        return gt_ckpt_load(c->init, m, params, NULL, 0, &tmp, e);
+    }
+    gt_model_init_params(m, params, c->seed);
+    return 0;
+}
+
+static int cmd_train(const gt_config *c, const gt_data *d, gt_run_result *res, int *interrupted,
+                     gt_err *e)
+{
+    gt_model m;
+    if (gt_model_build(c->model, d->train.c, d->train.h, d->train.w, d->train.nclasses, &m, e) != 0)
+        return -1;
+    int nstate = gt_optim_nstate(&c->optim);
+    float *params = gt_alloc(m.nparams * sizeof(float));
+    float *state[2] = {NULL, NULL};
+    for (int i = 0; i < nstate; i++)
+        state[i] = gt_alloc(m.nparams * sizeof(float));
+    if (!params || (nstate > 0 && !state[0]) || (nstate > 1 && !state[1])) {
+        gt_free(params);
+        gt_free(state[0]);
+        gt_free(state[1]);
+        return gt_fail(e, "out of memory for %zu parameters", m.nparams);
+    }
+    gt_ckpt_meta meta;
+    int resumed = 0;
+    gt_device *devs[GT_MAX_WORKERS] = {0}, *ev = NULL;
+    int n = 0;
+    int rc = load_start(c, &m, d, params, state, nstate, &meta, &resumed, e);
+    if (rc == 0)
+        rc = open_devices(c, &m, devs, &n, &ev, e);
+    if (rc == 0) {
+        if (!c->quiet)
+            printf("gputrain: %s (%zu parameters) on %s, %s%s, %d worker%s x batch %d, %u train / %u test samples (%s)\n",
+                   m.name, m.nparams, d->dir, mode_names[c->mode],
+                   c->mode == GT_MODE_HOGWILD && c->stripes == 0 ? " lock-free" : "", n,
+                   n == 1 ? "" : "s", c->batch, d->train.n, d->test.n, devs[0]->name);
+        if (resumed && !c->quiet)
+            printf("resuming %s at epoch %u step %llu\n", c->resume, meta.epoch,
+                   (unsigned long long)meta.step);
+        gt_start start = {.params = params, .state = state, .nstate = nstate,
+                          .resumed = resumed ? &meta : NULL};
+        gt_train_install_signals();
+        rc = gt_train_run(c, &m, d, devs, n, ev, &start, res, e);
+        if (rc == 0)
+            print_summary(c, res, devs);
+        *interrupted = res->interrupted;
+        if (rc == 0 && res->interrupted && !c->quiet)
+            printf("interrupted by signal %d%s%s\n", res->interrupted,
+                   res->checkpoint_written[0] ? "; state saved to " : "", res->checkpoint_written);
+    }
+    close_devices(devs, n, ev);
+    gt_free(params);
+    gt_free(state[0]);
+    gt_free(state[1]);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    gt_config c;
+    gt_err e = {{0}};
+    int pr = gt_cli_parse(argc, argv, &c, stdout, &e);
+    if (pr == 1)
+        return 0;
+    if (pr != 0) {
+        fprintf(stderr, "gputrain: %s (see gputrain --help)\n", e.msg);
+        return 2;
+    }
+    gt_data data;
+    if (gt_data_load(c.data[0] ? c.data : NULL, c.train_samples, &data, &e) != 0)
+        return die(&e);
+    gt_host_register(data.train.images, (size_t)data.train.n * data.train.c * data.train.h * data.train.w);
+    int rc, interrupted = 0;
+    if (c.command == GT_CMD_EVAL) {
+        rc = cmd_eval(&c, &data, &e);
+    } else {
+        gt_run_result *res = calloc(1, sizeof *res);
+        rc = res ? cmd_train(&c, &data, res, &interrupted, &e) : gt_fail(&e, "out of memory");
+        free(res);
+    }
+    gt_host_unregister(data.train.images);
+    gt_data_free(&data);
+    if (rc != 0)
+        return die(&e);
+    if (interrupted)
+        return 128 + interrupted;
+    return 0;
+}

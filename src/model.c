@@ -1,0 +1,580 @@
+/* model.c - builds a gt_model from a built-in name, a spec text or "@FILE", and initialises it.
+ *
+ * Building runs in three passes over the spec: parse each token into a layer (checking every
+ * number), infer shapes and place the parameters in the flat array (checking that the map never
+ * shrinks below 1x1 and that sizes stay bounded), then write the canonical spec back so that a
+ * checkpoint's model_spec rebuilds exactly this model. Every error is one line naming the token. */
+#include "gputrain/model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MODEL_MAX_WIDTH 65536          /* channels or features of one layer */
+#define MODEL_MAX_KERNEL 64
+#define MODEL_MAX_COUNT 2147483647ull  /* parameters in all, and elements of one activation */
+#define MODEL_MAX_FILE 65536           /* bytes of an @FILE spec */
+#define MODEL_MAX_TOKEN 64             /* characters of one token */
+#define MODEL_MAX_FIELDS 4             /* conv:OUT:K:PAD */
+
+typedef struct model_builtin {
+    const char *name;
+    const char *spec;
+} model_builtin;
+
+static const model_builtin model_builtins[] = {
+    {"lenet5", "conv:6:5 relu avgpool:2 conv:16:5 relu avgpool:2 fc:120 relu fc:84 relu fc:10"},
+    {"lenet5-classic", "init:xavier conv:6:5:2 sigmoid avgpool:2 conv:16:5 sigmoid avgpool:2 "
+                       "fc:120 sigmoid fc:84 sigmoid fc:10"},
+    {"mlp", "fc:256 relu fc:128 relu fc:10"},
+    {"cnn-wide", "conv:32:5:2 relu maxpool:2 conv:64:5:2 relu maxpool:2 fc:1024 relu dropout:0.4 "
+                 "fc:10"},
+};
+
+/* Where the text being parsed came from, and each layer's token as written, for messages. */
+typedef struct model_parse {
+    const char *where;  /* "--model" or "--model: FILE" */
+    const char *tok[GT_MAX_LAYERS];
+    int toklen[GT_MAX_LAYERS];
+    int init_seen;
+} model_parse;
+
+/* A token split at ':' into its name and up to three numbers. */
+typedef struct token_fields {
+    int n;              /* fields present, name included; MODEL_MAX_FIELDS + 1 for too many */
+    const char *f[MODEL_MAX_FIELDS];
+    int len[MODEL_MAX_FIELDS];
+} token_fields;
+
+const char *gt_model_builtin_spec(const char *name)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < sizeof model_builtins / sizeof *model_builtins; i++)
+        if (strcmp(model_builtins[i].name, name) == 0)
+            return model_builtins[i].spec;
+    return NULL;
+}
+
+/* "--model: layer N 'TOKEN': message" for the layer at idx. */
+static int __attribute__((format(printf, 4, 5)))
+token_fail(gt_err *e, const model_parse *ps, int idx, const char *fmt, ...)
+{
+    char msg[GT_ERRLEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return gt_fail(e, "%s: layer %d '%.*s': %s", ps->where, idx + 1, ps->toklen[idx], ps->tok[idx],
+                   msg);
+}
+
+static void split_fields(const char *s, int len, token_fields *t)
+{
+    int start = 0;
+    t->n = 0;
+    for (int i = 0; i <= len; i++) {
+        if (i < len && s[i] != ':')
+            continue;
+        if (t->n == MODEL_MAX_FIELDS) {
+            t->n++;
+            return;
+        }
+        t->f[t->n] = s + start;
+        t->len[t->n] = i - start;
+        t->n++;
+        start = i + 1;
+    }
+}
+
+static int field_is(const token_fields *t, int i, const char *word)
+{
+    return (int)strlen(word) == t->len[i] && memcmp(t->f[i], word, (size_t)t->len[i]) == 0;
+}
+
+/* Field i as a decimal integer in [lo, hi]: digits only, no sign, spaces or trailing junk. */
+static int field_int(const token_fields *t, int i, int lo, int hi, int *out)
+{
+    long v = 0;
+    if (t->len[i] == 0)
+        return -1;
+    for (int j = 0; j < t->len[i]; j++) {
+        char c = t->f[i][j];
+        if (c < '0' || c > '9')
+            return -1;
+        v = v * 10 + (c - '0');
+        if (v > hi)
+            return -1;
+    }
+    if (v < lo)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Field i as a dropout probability 0 <= P < 1, all of it a decimal number. */
+static int field_prob(const token_fields *t, int i, float *out)
+{
+    char buf[MODEL_MAX_TOKEN + 1], *end;
+    const char *s = t->f[i];
+    if (t->len[i] == 0 || (s[0] != '.' && (s[0] < '0' || s[0] > '9')))
+        return -1;
+    memcpy(buf, s, (size_t)t->len[i]);
+    buf[t->len[i]] = 0;
+    errno = 0;
+    float p = strtof(buf, &end);
+    if (*end || errno || !(p >= 0.0f && p < 1.0f))
+        return -1;
+    *out = p;
+    return 0;
+}
+
+static int parse_conv(const token_fields *t, gt_layer *l, const model_parse *ps, int idx,
+                      gt_err *e)
+{
+    if (t->n != 3 && t->n != 4)
+        return token_fail(e, ps, idx, "expected conv:OUT:K or conv:OUT:K:PAD");
+    if (field_int(t, 1, 1, MODEL_MAX_WIDTH, &l->out_c))
+        return token_fail(e, ps, idx, "bad output channels '%.*s' (1..%d)", t->len[1], t->f[1],
+                          MODEL_MAX_WIDTH);
+    if (field_int(t, 2, 1, MODEL_MAX_KERNEL, &l->k))
+        return token_fail(e, ps, idx, "bad kernel size '%.*s' (1..%d)", t->len[2], t->f[2],
+                          MODEL_MAX_KERNEL);
+    if (t->n == 4 && field_int(t, 3, 0, MODEL_MAX_KERNEL, &l->pad))
+        return token_fail(e, ps, idx, "bad padding '%.*s' (0..%d)", t->len[3], t->f[3], l->k - 1);
+    if (l->pad >= l->k)
+        return token_fail(e, ps, idx, "padding %d must be smaller than the kernel size %d", l->pad,
+                          l->k);
+    l->kind = GT_CONV;
+    return 0;
+}
+
+static int parse_pool(const token_fields *t, gt_layer *l, const model_parse *ps, int idx,
+                      gt_err *e)
+{
+    int avg = field_is(t, 0, "avgpool");
+    if (t->n != 2)
+        return token_fail(e, ps, idx, "expected %s:K", avg ? "avgpool" : "maxpool");
+    if (field_int(t, 1, 1, MODEL_MAX_KERNEL, &l->k))
+        return token_fail(e, ps, idx, "bad pool size '%.*s' (1..%d)", t->len[1], t->f[1],
+                          MODEL_MAX_KERNEL);
+    l->kind = avg ? GT_AVGPOOL : GT_MAXPOOL;
+    return 0;
+}
+
+/* The layer token at idx into l's kind and hyper-parameters. */
+static int parse_layer(gt_layer *l, const model_parse *ps, int idx, gt_err *e)
+{
+    static const struct {
+        const char *word;
+        gt_layer_kind kind;
+    } acts[] = {{"relu", GT_RELU}, {"sigmoid", GT_SIGMOID}, {"tanh", GT_TANH}};
+    token_fields t;
+    split_fields(ps->tok[idx], ps->toklen[idx], &t);
+    if (t.n > MODEL_MAX_FIELDS)
+        return token_fail(e, ps, idx, "too many ':' fields");
+    if (field_is(&t, 0, "conv"))
+        return parse_conv(&t, l, ps, idx, e);
+    if (field_is(&t, 0, "avgpool") || field_is(&t, 0, "maxpool"))
+        return parse_pool(&t, l, ps, idx, e);
+    if (field_is(&t, 0, "fc")) {
+        if (t.n != 2)
+            return token_fail(e, ps, idx, "expected fc:OUT");
+        if (field_int(&t, 1, 1, MODEL_MAX_WIDTH, &l->out_c))
+            return token_fail(e, ps, idx, "bad output features '%.*s' (1..%d)", t.len[1], t.f[1],
+                              MODEL_MAX_WIDTH);
+        l->kind = GT_LINEAR;
+        return 0;
+    }
+    if (field_is(&t, 0, "dropout")) {
+        if (t.n != 2)
+            return token_fail(e, ps, idx, "expected dropout:P");
+        if (field_prob(&t, 1, &l->p))
+            return token_fail(e, ps, idx, "bad dropout probability '%.*s' (0 <= P < 1)",
+                              t.len[1], t.f[1]);
+        l->kind = GT_DROPOUT;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) {
+        if (!field_is(&t, 0, acts[i].word))
+            continue;
+        if (t.n != 1)
+            return token_fail(e, ps, idx, "%s takes no parameters", acts[i].word);
+        l->kind = acts[i].kind;
+        return 0;
+    }
+    return token_fail(e, ps, idx, "unknown layer (conv fc avgpool maxpool relu sigmoid tanh "
+                                  "dropout init; built-in models: lenet5 lenet5-classic mlp "
+                                  "cnn-wide)");
+}
+
+static int parse_init(const char *s, int len, gt_model *m, model_parse *ps, gt_err *e)
+{
+    token_fields t;
+    split_fields(s, len, &t);
+    if (ps->init_seen)
+        return gt_fail(e, "%s: '%.*s': init given twice", ps->where, len, s);
+    if (t.n == 2 && field_is(&t, 1, "torch"))
+        m->init = GT_INIT_TORCH;
+    else if (t.n == 2 && field_is(&t, 1, "xavier"))
+        m->init = GT_INIT_XAVIER;
+    else
+        return gt_fail(e, "%s: '%.*s': unknown init (init:torch or init:xavier)", ps->where, len,
+                       s);
+    ps->init_seen = 1;
+    return 0;
+}
+
+static int is_separator(char c)
+{
+    return c == ' ' || c == ',' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/* Tokenises text[0..len) into m->layers (kinds and hyper-parameters only) and m->init. */
+static int model_parse_spec(const char *text, size_t len, gt_model *m, model_parse *ps, gt_err *e)
+{
+    size_t i = 0;
+    while (i < len) {
+        if (is_separator(text[i])) {
+            i++;
+            continue;
+        }
+        if (text[i] == '#') {
+            while (i < len && text[i] != '\n')
+                i++;
+            continue;
+        }
+        const char *tok = text + i;
+        size_t n = 0;
+        while (i < len && !is_separator(text[i]) && text[i] != '#')
+            i++, n++;
+        if (n > MODEL_MAX_TOKEN)
+            return gt_fail(e, "%s: token '%.*s...' is longer than %d characters", ps->where,
+                           MODEL_MAX_TOKEN, tok, MODEL_MAX_TOKEN);
+        if (n >= 5 && memcmp(tok, "init:", 5) == 0) {
+            if (parse_init(tok, (int)n, m, ps, e))
+                return -1;
+            continue;
+        }
+        if (m->nlayers == GT_MAX_LAYERS)
+            return gt_fail(e, "%s: layer %d '%.*s': more than %d layers", ps->where,
+                           m->nlayers + 1, (int)n, tok, GT_MAX_LAYERS);
+        ps->tok[m->nlayers] = tok;
+        ps->toklen[m->nlayers] = (int)n;
+        if (parse_layer(&m->layers[m->nlayers], ps, m->nlayers, e))
+            return -1;
+        m->nlayers++;
+    }
+    if (m->nlayers == 0)
+        return gt_fail(e, "%s: empty model spec (no layers)", ps->where);
+    return 0;
+}
+
+static void model_add_tensor(gt_model *m, const char *layer, const char *what, size_t offset,
+                             int rank, const int *shape, size_t len)
+{
+    gt_tensor_info *t = &m->tensors[m->ntensors++];
+    snprintf(t->name, sizeof t->name, "%s.%s", layer, what);
+    t->offset = offset;
+    t->rank = rank;
+    for (int i = 0; i < rank; i++)
+        t->shape[i] = shape[i];
+    t->len = len;
+}
+
+/* Gives layer l (shapes already set) its name, weight and bias ranges and tensors. */
+static void model_place_params(gt_model *m, gt_layer *l, unsigned char *nconv,
+                               unsigned char *nfc)
+{
+    int conv = l->kind == GT_CONV;
+    unsigned char number = conv ? ++*nconv : ++*nfc; /* at most GT_MAX_LAYERS */
+    snprintf(l->name, sizeof l->name, "%c%hhu", conv ? 'c' : 'f', number);
+    l->w_off = m->nparams;
+    l->b_len = (size_t)l->out_c;
+    if (conv) {
+        l->w_len = (size_t)l->out_c * (size_t)l->in_c * (size_t)l->k * (size_t)l->k;
+        int shape[4] = {l->out_c, l->in_c, l->k, l->k};
+        model_add_tensor(m, l->name, "weight", l->w_off, 4, shape, l->w_len);
+    } else {
+        l->w_len = (size_t)l->out_c * l->in_len;
+        int shape[2] = {l->out_c, (int)l->in_len};
+        model_add_tensor(m, l->name, "weight", l->w_off, 2, shape, l->w_len);
+    }
+    l->b_off = l->w_off + l->w_len;
+    model_add_tensor(m, l->name, "bias", l->b_off, 1, &l->out_c, l->b_len);
+    m->nparams = l->b_off + l->b_len;
+}
+
+/* The output shape of l from its input shape, in long long so that nothing overflows. */
+static void layer_out_shape(const gt_layer *l, long long out[3])
+{
+    out[0] = l->in_c;
+    out[1] = l->in_h;
+    out[2] = l->in_w;
+    switch (l->kind) {
+    case GT_CONV:
+        out[0] = l->out_c;
+        out[1] = (long long)l->in_h + 2 * l->pad - l->k + 1;
+        out[2] = (long long)l->in_w + 2 * l->pad - l->k + 1;
+        break;
+    case GT_LINEAR:
+        out[0] = l->out_c;
+        out[1] = out[2] = 1;
+        break;
+    case GT_AVGPOOL:
+    case GT_MAXPOOL:
+        out[1] = l->in_h / l->k;
+        out[2] = l->in_w / l->k;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Fills every layer's shapes, lengths and parameter ranges, the tensors, nparams and max_act. */
+static int model_infer_shapes(gt_model *m, const model_parse *ps, gt_err *e)
+{
+    int c = m->in_c, h = m->in_h, w = m->in_w;
+    unsigned char nconv = 0, nfc = 0;
+    m->max_act = (size_t)c * (size_t)h * (size_t)w;
+    for (int i = 0; i < m->nlayers; i++) {
+        gt_layer *l = &m->layers[i];
+        l->in_c = c;
+        l->in_h = h;
+        l->in_w = w;
+        l->in_len = (size_t)c * (size_t)h * (size_t)w;
+        long long out[3];
+        layer_out_shape(l, out);
+        if (out[1] < 1 || out[2] < 1)
+            return token_fail(e, ps, i, "output %lldx%lldx%lld from input %dx%dx%d is "
+                              "smaller than 1x1", out[0], out[1], out[2], c, h, w);
+        /* Each factor is below 2^32, so two bounded products cannot overflow. */
+        unsigned long long plane = (unsigned long long)out[1] * (unsigned long long)out[2];
+        unsigned long long out_len = plane * (unsigned long long)out[0];
+        if (plane > MODEL_MAX_COUNT || out_len > MODEL_MAX_COUNT)
+            return token_fail(e, ps, i, "output %lldx%lldx%lld has more than %llu "
+                              "elements", out[0], out[1], out[2], MODEL_MAX_COUNT);
+        l->out_c = c = (int)out[0];
+        l->out_h = h = (int)out[1];
+        l->out_w = w = (int)out[2];
+        l->out_len = (size_t)out_len;
+        if (l->out_len > m->max_act)
+            m->max_act = l->out_len;
+        if (l->kind != GT_CONV && l->kind != GT_LINEAR)
+            continue;
+        model_place_params(m, l, &nconv, &nfc);
+        if (m->nparams > MODEL_MAX_COUNT)
+            return token_fail(e, ps, i, "the model reaches %zu parameters (limit %llu)",
+                              m->nparams, MODEL_MAX_COUNT);
+    }
+    return 0;
+}
+
+static int model_check_output(const gt_model *m, const model_parse *ps, gt_err *e)
+{
+    int last = m->nlayers - 1;
+    const gt_layer *l = &m->layers[last];
+    if (l->kind != GT_LINEAR)
+        return token_fail(e, ps, last, "the last layer must be fc:%d (the dataset has %d classes)",
+                          m->nclasses, m->nclasses);
+    if (l->out_c != m->nclasses)
+        return token_fail(e, ps, last, "the last layer has %d outputs but the dataset has %d "
+                          "classes", l->out_c, m->nclasses);
+    return 0;
+}
+
+/* The shortest decimal that reads back as exactly p. */
+static void format_prob(float p, char *buf, size_t size)
+{
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(buf, size, "%.*g", digits, (double)p);
+        if (strtof(buf, NULL) == p)
+            return;
+    }
+}
+
+/* The canonical token of l: every field explicit, the shortest exact dropout probability. */
+static void layer_format(const gt_layer *l, char *buf, size_t size)
+{
+    char prob[32];
+    switch (l->kind) {
+    case GT_CONV:
+        snprintf(buf, size, "conv:%d:%d:%d", l->out_c, l->k, l->pad);
+        return;
+    case GT_LINEAR:
+        snprintf(buf, size, "fc:%d", l->out_c);
+        return;
+    case GT_AVGPOOL:
+    case GT_MAXPOOL:
+        snprintf(buf, size, "%s:%d", l->kind == GT_AVGPOOL ? "avgpool" : "maxpool", l->k);
+        return;
+    case GT_RELU:
+    case GT_SIGMOID:
+    case GT_TANH:
+        snprintf(buf, size, "%s",
+                 l->kind == GT_RELU ? "relu" : l->kind == GT_SIGMOID ? "sigmoid" : "tanh");
+        return;
+    case GT_DROPOUT:
+        format_prob(l->p, prob, sizeof prob);
+        snprintf(buf, size, "dropout:%s", prob);
+        return;
+    }
+}
+
+/* Appends a token to m->spec after a space; -1 when it does not fit. */
+static int spec_append(gt_model *m, size_t *pos, const char *tok)
+{
+    size_t n = strlen(tok), sep = *pos > 0;
+    if (*pos + sep + n >= sizeof m->spec)
+        return -1;
+    if (sep)
+        m->spec[(*pos)++] = ' ';
+    memcpy(m->spec + *pos, tok, n + 1);
+    *pos += n;
+    return 0;
+}
+
+/* m->spec: the init token first, then each layer's canonical token, single spaces. */
+static int model_write_spec(gt_model *m, const char *where, gt_err *e)
+{
+    char tok[64];
+    size_t pos = 0;
+    int rc = spec_append(m, &pos, m->init == GT_INIT_XAVIER ? "init:xavier" : "init:torch");
+    for (int i = 0; rc == 0 && i < m->nlayers; i++) {
+        layer_format(&m->layers[i], tok, sizeof tok);
+        rc = spec_append(m, &pos, tok);
+    }
+    if (rc)
+        return gt_fail(e, "%s: the canonical spec is longer than %zu characters", where,
+                       sizeof m->spec - 1);
+    return 0;
+}
+
+/* Reads "@FILE" into a NUL-terminated heap buffer (freed by the caller). */
+static char *model_read_file(const char *path, size_t *len, gt_err *e)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        gt_fail(e, "--model: cannot open spec file '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = malloc(MODEL_MAX_FILE + 1);
+    if (!buf) {
+        fclose(f);
+        gt_fail(e, "--model: out of memory reading '%s'", path);
+        return NULL;
+    }
+    size_t n = fread(buf, 1, MODEL_MAX_FILE + 1, f);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad || n > MODEL_MAX_FILE || memchr(buf, 0, n)) {
+        gt_fail(e, "--model: spec file '%s': %s", path,
+                bad ? "read error" : n > MODEL_MAX_FILE ? "too large (over 64 KiB)"
+                                                        : "not a text file");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+static int model_check_inputs(const char *name_or_spec, int in_c, int in_h, int in_w,
+                              int nclasses, gt_err *e)
+{
+    if (!name_or_spec)
+        return gt_fail(e, "--model: no model given");
+    if (in_c < 1 || in_h < 1 || in_w < 1 ||
+        (unsigned long long)in_c * (unsigned long long)in_h * (unsigned long long)in_w >
+            MODEL_MAX_COUNT)
+        return gt_fail(e, "--model: bad input shape %dx%dx%d", in_c, in_h, in_w);
+    if (nclasses < 1 || nclasses > MODEL_MAX_WIDTH)
+        return gt_fail(e, "--model: bad class count %d (1..%d)", nclasses, MODEL_MAX_WIDTH);
+    return 0;
+}
+
+int gt_model_build(const char *name_or_spec, int in_c, int in_h, int in_w, int nclasses,
+                   gt_model *m, gt_err *e)
+{
+    if (model_check_inputs(name_or_spec, in_c, in_h, in_w, nclasses, e))
+        return -1;
+    memset(m, 0, sizeof *m);
+    m->in_c = in_c;
+    m->in_h = in_h;
+    m->in_w = in_w;
+    m->nclasses = nclasses;
+    m->init = GT_INIT_TORCH;
+
+    model_parse ps = {.where = "--model"};
+    char where[GT_ERRLEN / 2];
+    const char *text = gt_model_builtin_spec(name_or_spec);
+    int builtin = text != NULL;
+    char *file = NULL;
+    size_t len = 0;
+    if (!builtin && name_or_spec[0] == '@') {
+        file = model_read_file(name_or_spec + 1, &len, e);
+        if (!file)
+            return -1;
+        snprintf(where, sizeof where, "--model: %s", name_or_spec + 1);
+        ps.where = where;
+        text = file;
+    } else {
+        text = builtin ? text : name_or_spec;
+        len = strlen(text);
+    }
+    snprintf(m->name, sizeof m->name, "%s", builtin ? name_or_spec : "custom");
+
+    int rc = model_parse_spec(text, len, m, &ps, e);
+    /* A built-in's output width follows the dataset, so it runs on any class count. */
+    if (rc == 0 && builtin)
+        m->layers[m->nlayers - 1].out_c = nclasses;
+    if (rc == 0)
+        rc = model_infer_shapes(m, &ps, e);
+    if (rc == 0)
+        rc = model_check_output(m, &ps, e);
+    if (rc == 0)
+        rc = model_write_spec(m, ps.where, e);
+    free(file);
+    return rc;
+}
+
+static void fill_uniform(gt_rng *r, float *x, size_t n, double bound)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(bound * (2.0 * gt_rng_uniform(r) - 1.0));
+}
+
+void gt_model_init_params(const gt_model *m, float *params, uint64_t seed)
+{
+    gt_rng r;
+    gt_rng_seed(&r, seed);
+    for (int i = 0; i < m->nlayers; i++) {
+        const gt_layer *l = &m->layers[i];
+        if (l->kind != GT_CONV && l->kind != GT_LINEAR)
+            continue;
+        int conv = l->kind == GT_CONV;
+        double kk = conv ? (double)l->k * l->k : 1.0;
+        double fan_in = conv ? l->in_c * kk : (double)l->in_len, fan_out = l->out_c * kk;
+        if (m->init == GT_INIT_XAVIER) {
+            fill_uniform(&r, params + l->w_off, l->w_len, sqrt(6.0 / (fan_in + fan_out)));
+            memset(params + l->b_off, 0, l->b_len * sizeof *params);
+        } else {
+            /* kaiming_uniform(a=sqrt(5)) reduces to the bias's bound 1/sqrt(fan_in). */
+            fill_uniform(&r, params + l->w_off, l->w_len, 1.0 / sqrt(fan_in));
+            fill_uniform(&r, params + l->b_off, l->b_len, 1.0 / sqrt(fan_in));
+        }
+    }
+}
+
+const gt_tensor_info *gt_model_tensor(const gt_model *m, const char *name)
+{
+    if (!name)
+        return NULL;
+    for (int i = 0; i < m->ntensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0)
+            return &m->tensors[i];
+    return NULL;
+}

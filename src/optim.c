@@ -1,0 +1,224 @@
+/* optim.c - SGD and Adam with torch.optim semantics, and the learning-rate schedule.
+ *
+ * The per-element arithmetic lives in small inline functions shared by the plain loops (one tight,
+ * vectorisable loop per optimizer kind, used under stripe locks) and the relaxed-atomic loops (the
+ * lock-free Hogwild store), so both give the same bits. Each step rounds where PyTorch's tensor
+ * ops round (mul, then add; addcmul as (value*a)*b; addcdiv as (value*a)/b), which is why floating
+ * contraction into FMA is turned off for this file: a fused multiply-add would round once where
+ * PyTorch rounds twice, and could differ between the two loop forms. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "gputrain/optim.h"
+
+#include <math.h>
+
+void gt_optim_defaults(gt_optim_cfg *c)
+{
+    *c = (gt_optim_cfg){
+        .kind = GT_OPT_SGD,
+        .lr = 0.05f,
+        .momentum = 0.9f,
+        .nesterov = 0,
+        .weight_decay = 0.0f,
+        .beta1 = 0.9f,
+        .beta2 = 0.999f,
+        .eps = 1e-8f,
+        .schedule = GT_SCHED_CONSTANT,
+        .warmup_epochs = 0.0f,
+        .step_epochs = 0.0f,
+        .gamma = 0.1f,
+        .total_epochs = 10.0f,
+    };
+}
+
+int gt_optim_nstate(const gt_optim_cfg *c)
+{
+    if (c->kind == GT_OPT_ADAM)
+        return 2;
+    return c->momentum != 0.0f ? 1 : 0;
+}
+
+float gt_optim_lr(const gt_optim_cfg *c, double epoch)
+{
+    double lr = c->lr, warmup = c->warmup_epochs;
+    if (epoch < 0.0)
+        epoch = 0.0;
+    if (epoch < warmup)
+        return (float)(lr * epoch / warmup);
+    switch (c->schedule) {
+    case GT_SCHED_STEP:
+        if (c->step_epochs > 0.0f)
+            lr *= pow(c->gamma, floor(epoch / c->step_epochs));
+        break;
+    case GT_SCHED_COSINE: {
+        double span = (double)c->total_epochs - warmup;
+        double frac = span > 0.0 ? (epoch - warmup) / span : 1.0;
+        lr *= 0.5 * (1.0 + cos(M_PI * fmin(1.0, frac)));
+        break;
+    }
+    case GT_SCHED_CONSTANT:
+        break;
+    }
+    return (float)lr;
+}
+
+gt_optim_step gt_optim_prepare(const gt_optim_cfg *c, uint64_t t, double epoch)
+{
+    /* t counts from 1; t = 0 would make Adam divide by a zero bias correction. */
+    double steps = t ? (double)t : 1.0;
+    gt_optim_step st = {
+        .lr = gt_optim_lr(c, epoch),
+        .bc1 = (float)(1.0 - pow(c->beta1, steps)),
+        .bc2 = (float)(1.0 - pow(c->beta2, steps)),
+    };
+    return st;
+}
+
+/* Per-update constants, derived once so every loop sees identical values. */
+typedef struct optim_consts {
+    float lr, mom, wd;
+    float b1, one_b1, b2, one_b2, eps;
+    float step_size, bc2_sqrt; /* Adam: lr / bc1 and sqrt(bc2) */
+} optim_consts;
+
+static optim_consts optim_consts_make(const gt_optim_cfg *c, const gt_optim_step *st)
+{
+    optim_consts k = {
+        .lr = st->lr,
+        .mom = c->momentum,
+        .wd = c->weight_decay,
+        .b1 = c->beta1,
+        .one_b1 = 1.0f - c->beta1,
+        .b2 = c->beta2,
+        .one_b2 = 1.0f - c->beta2,
+        .eps = c->eps,
+        .step_size = (float)((double)st->lr / (double)st->bc1),
+        .bc2_sqrt = (float)sqrt((double)st->bc2),
+    };
+    return k;
+}
+
+/* grad = g*gscale, then grad.add(param, alpha=wd) as torch does only when wd != 0. */
+static inline float optim_grad(float g, float gscale, float p, float wd)
+{
+    float gi = g * gscale;
+    return wd != 0.0f ? gi + wd * p : gi;
+}
+
+/* buf.mul_(momentum).add_(grad) */
+static inline float optim_momentum(float buf, float g, float mom) { return mom * buf + g; }
+
+static inline float optim_adam_m(float m, float g, const optim_consts *k)
+{
+    return k->b1 * m + k->one_b1 * g;
+}
+
+static inline float optim_adam_v(float v, float g, const optim_consts *k)
+{
+    return k->b2 * v + (k->one_b2 * g) * g;
+}
+
+/* param.addcdiv_(m, sqrt(v)/sqrt(bc2) + eps, value=-lr/bc1) */
+static inline float optim_adam_p(float p, float m, float v, const optim_consts *k)
+{
+    float denom = sqrtf(v) / k->bc2_sqrt + k->eps;
+    return p - (k->step_size * m) / denom;
+}
+
+static void optim_sgd(const optim_consts *k, float *restrict p, const float *restrict g,
+                      float gscale, size_t n)
+{
+    const float lr = k->lr, wd = k->wd;
+    for (size_t i = 0; i < n; i++)
+        p[i] = p[i] - lr * optim_grad(g[i], gscale, p[i], wd);
+}
+
+static void optim_sgd_momentum(const optim_consts *k, float *restrict p, const float *restrict g,
+                               float gscale, float *restrict buf, size_t n)
+{
+    const float lr = k->lr, wd = k->wd, mom = k->mom;
+    for (size_t i = 0; i < n; i++) {
+        float b = optim_momentum(buf[i], optim_grad(g[i], gscale, p[i], wd), mom);
+        buf[i] = b;
+        p[i] = p[i] - lr * b;
+    }
+}
+
+static void optim_sgd_nesterov(const optim_consts *k, float *restrict p, const float *restrict g,
+                               float gscale, float *restrict buf, size_t n)
+{
+    const float lr = k->lr, wd = k->wd, mom = k->mom;
+    for (size_t i = 0; i < n; i++) {
+        float gi = optim_grad(g[i], gscale, p[i], wd);
+        float b = optim_momentum(buf[i], gi, mom);
+        buf[i] = b;
+        p[i] = p[i] - lr * (gi + mom * b);
+    }
+}
+
+static void optim_adam(const optim_consts *k, float *restrict p, const float *restrict g,
+                       float gscale, float *restrict m, float *restrict v, size_t n)
+{
+    const float wd = k->wd;
+    for (size_t i = 0; i < n; i++) {
+        float gi = optim_grad(g[i], gscale, p[i], wd);
+        float mi = optim_adam_m(m[i], gi, k);
+        float vi = optim_adam_v(v[i], gi, k);
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = optim_adam_p(p[i], mi, vi, k);
+    }
+}
+
+void gt_optim_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
+                    float gscale, float *s0, float *s1, size_t n)
+{
+    optim_consts k = optim_consts_make(c, st);
+    if (c->kind == GT_OPT_ADAM)
+        optim_adam(&k, p, g, gscale, s0, s1, n);
+    else if (c->momentum == 0.0f)
+        optim_sgd(&k, p, g, gscale, n);
+    else if (c->nesterov)
+        optim_sgd_nesterov(&k, p, g, gscale, s0, n);
+    else
+        optim_sgd_momentum(&k, p, g, gscale, s0, n);
+}
+
+static inline float load_relaxed(float *x)
+{
+    float v;
+    __atomic_load(x, &v, __ATOMIC_RELAXED);
+    return v;
+}
+
+static inline void store_relaxed(float *x, float v) { __atomic_store(x, &v, __ATOMIC_RELAXED); }
+
+void gt_optim_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
+                            const float *g, float gscale, float *s0, float *s1, size_t n)
+{
+    optim_consts k = optim_consts_make(c, st);
+    int adam = c->kind == GT_OPT_ADAM;
+    int momentum = !adam && c->momentum != 0.0f;
+    int nesterov = momentum && c->nesterov;
+    for (size_t i = 0; i < n; i++) {
+        float pi = load_relaxed(&p[i]);
+        float gi = optim_grad(g[i], gscale, pi, k.wd);
+        if (adam) {
+            float mi = optim_adam_m(load_relaxed(&s0[i]), gi, &k);
+            float vi = optim_adam_v(load_relaxed(&s1[i]), gi, &k);
+            store_relaxed(&s0[i], mi);
+            store_relaxed(&s1[i], vi);
+            store_relaxed(&p[i], optim_adam_p(pi, mi, vi, &k));
+        } else if (momentum) {
+            float b = optim_momentum(load_relaxed(&s0[i]), gi, k.mom);
+            store_relaxed(&s0[i], b);
+            store_relaxed(&p[i], pi - k.lr * (nesterov ? gi + k.mom * b : b));
+        } else {
+            store_relaxed(&p[i], pi - k.lr * gi);
+        }
+    }
+}

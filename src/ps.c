@@ -1,0 +1,222 @@
+/* ps.c - the parameter store: flat parameters and optimizer state in pinned host memory, split
+ * into cache-line-aligned stripes, each with a lock and a version counter.
+ *
+ * Workers never hold more than one stripe lock, so there is no lock order to get wrong. A push
+ * walks the stripes starting at one that depends on the worker, so W workers pushing at once
+ * start in different places and mostly never meet. Lock waits are timed only when a trylock
+ * fails, so an uncontended store pays no clock reads. */
+#include "gputrain/ps.h"
+#include "gputrain/device.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#define GT_FLOATS_PER_LINE (GT_CACHELINE / sizeof(float))
+
+int gt_ps_default_stripes(size_t n)
+{
+    size_t s = n / 4096; /* 16 KiB of floats each */
+    if (s < 1)
+        s = 1;
+    if (s > 256)
+        s = 256;
+    return (int)s;
+}
+
+static void ps_layout_stripes(gt_ps *ps)
+{
+    size_t lines = (ps->n + GT_FLOATS_PER_LINE - 1) / GT_FLOATS_PER_LINE;
+    for (int s = 0; s < ps->nranges; s++) {
+        size_t lo = lines * (size_t)s / (size_t)ps->nranges * GT_FLOATS_PER_LINE;
+        size_t hi = lines * (size_t)(s + 1) / (size_t)ps->nranges * GT_FLOATS_PER_LINE;
+        ps->stripes[s].lo = lo < ps->n ? lo : ps->n;
+        ps->stripes[s].hi = hi < ps->n ? hi : ps->n;
+    }
+}
+
+int gt_ps_init(gt_ps *ps, size_t n, int nstripes, const gt_optim_cfg *optim, gt_err *e)
+{
+    memset(ps, 0, sizeof *ps);
+    if (n == 0)
+        return gt_fail(e, "parameter store: model has no parameters");
+    size_t lines = (n + GT_FLOATS_PER_LINE - 1) / GT_FLOATS_PER_LINE;
+    if (nstripes < 0)
+        nstripes = gt_ps_default_stripes(n);
+    if ((size_t)nstripes > lines)
+        return gt_fail(e, "--stripes: %d is more than the %zu cache lines of the %zu parameters",
+                       nstripes, lines, n);
+    ps->n = n;
+    ps->optim = *optim;
+    ps->nstripes = nstripes;
+    /* Lock-free mode still walks ranges, so workers start in different places; it just takes no
+     * lock. */
+    ps->nranges = nstripes > 0 ? nstripes : gt_ps_default_stripes(n);
+    ps->nstate = gt_optim_nstate(optim);
+    ps->params = gt_host_alloc(n * sizeof(float));
+    for (int i = 0; i < ps->nstate; i++)
+        ps->state[i] = gt_host_alloc(n * sizeof(float));
+    ps->stripes = gt_alloc((size_t)ps->nranges * sizeof(gt_stripe));
+    if (!ps->params || !ps->stripes || (ps->nstate > 0 && !ps->state[0]) ||
+        (ps->nstate > 1 && !ps->state[1])) {
+        gt_ps_free(ps);
+        return gt_fail(e, "parameter store: out of memory for %zu parameters", n);
+    }
+    memset(ps->params, 0, n * sizeof(float));
+    for (int i = 0; i < ps->nstate; i++)
+        memset(ps->state[i], 0, n * sizeof(float));
+    for (int s = 0; s < ps->nranges; s++) {
+        pthread_mutex_init(&ps->stripes[s].lock, NULL);
+        atomic_init(&ps->stripes[s].version, 0);
+    }
+    ps_layout_stripes(ps);
+    return 0;
+}
+
+void gt_ps_free(gt_ps *ps)
+{
+    if (ps->stripes)
+        for (int s = 0; s < ps->nranges; s++)
+            pthread_mutex_destroy(&ps->stripes[s].lock);
+    gt_free(ps->stripes);
+    gt_host_free(ps->params);
+    for (int i = 0; i < 2; i++)
+        gt_host_free(ps->state[i]);
+    memset(ps, 0, sizeof *ps);
+}
+
+static uint64_t ns_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void ps_lock(gt_ps *ps, gt_stripe *st)
+{
+    if (pthread_mutex_trylock(&st->lock) == 0)
+        return;
+    uint64_t t0 = ns_now();
+    pthread_mutex_lock(&st->lock);
+    atomic_fetch_add_explicit(&ps->lock_wait_ns, ns_now() - t0, memory_order_relaxed);
+}
+
+static void relaxed_copy(float *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        __atomic_load(&src[i], &dst[i], __ATOMIC_RELAXED);
+}
+
+void gt_ps_pull(gt_ps *ps, float *dst, uint64_t *ver)
+{
+    for (int s = 0; s < ps->nranges; s++) {
+        gt_stripe *st = &ps->stripes[s];
+        if (ps->nstripes == 0) {
+            if (ver)
+                ver[s] = atomic_load_explicit(&st->version, memory_order_acquire);
+            relaxed_copy(dst + st->lo, ps->params + st->lo, st->hi - st->lo);
+            continue;
+        }
+        ps_lock(ps, st);
+        if (ver)
+            ver[s] = atomic_load_explicit(&st->version, memory_order_relaxed);
+        memcpy(dst + st->lo, ps->params + st->lo, (st->hi - st->lo) * sizeof(float));
+        pthread_mutex_unlock(&st->lock);
+    }
+}
+
+static void ps_record_staleness(gt_ps *ps, uint64_t stale)
+{
+    atomic_fetch_add_explicit(&ps->stale_hist[stale < GT_STALE_BINS - 1 ? stale : GT_STALE_BINS - 1],
+                              1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ps->stale_sum, stale, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ps->stale_count, 1, memory_order_relaxed);
+    uint64_t m = atomic_load_explicit(&ps->stale_max, memory_order_relaxed);
+    while (stale > m &&
+           !atomic_compare_exchange_weak_explicit(&ps->stale_max, &m, stale, memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
+
+void gt_ps_note_staleness(gt_ps *ps, uint64_t stale) { ps_record_staleness(ps, stale); }
+
+/* One stripe's update; the caller holds its lock (or runs lock-free). */
+static void ps_apply_range(gt_ps *ps, const gt_stripe *st, const float *g, float gscale,
+                           const gt_optim_step *step)
+{
+    size_t lo = st->lo, len = st->hi - st->lo;
+    float *s0 = ps->state[0] ? ps->state[0] + lo : NULL;
+    float *s1 = ps->state[1] ? ps->state[1] + lo : NULL;
+    if (ps->nstripes == 0)
+        gt_optim_apply_relaxed(&ps->optim, step, ps->params + lo, g + lo, gscale, s0, s1, len);
+    else
+        gt_optim_apply(&ps->optim, step, ps->params + lo, g + lo, gscale, s0, s1, len);
+}
+
+uint64_t gt_ps_push(gt_ps *ps, int worker, int nworkers, const float *g, float gscale,
+                    const uint64_t *ver, double epoch)
+{
+    uint64_t t = atomic_fetch_add_explicit(&ps->updates, 1, memory_order_relaxed) + 1;
+    gt_optim_step step = gt_optim_prepare(&ps->optim, t, epoch);
+    int start = nworkers > 0 ? (int)((int64_t)worker * ps->nranges / nworkers) : 0;
+    uint64_t stale = 0;
+    for (int i = 0; i < ps->nranges; i++) {
+        gt_stripe *st = &ps->stripes[(start + i) % ps->nranges];
+        if (ps->nstripes > 0)
+            ps_lock(ps, st);
+        uint64_t v = atomic_fetch_add_explicit(&st->version, 1, memory_order_acq_rel);
+        if (ver) {
+            uint64_t d = v - ver[st - ps->stripes];
+            if (d > stale)
+                stale = d;
+        }
+        ps_apply_range(ps, st, g, gscale, &step);
+        if (ps->nstripes > 0)
+            pthread_mutex_unlock(&st->lock);
+    }
+    if (ver)
+        ps_record_staleness(ps, stale);
+    return stale;
+}
+
+void gt_ps_apply_stripes(gt_ps *ps, int s_lo, int s_hi, const float *g, float gscale, uint64_t t,
+                         double epoch)
+{
+    gt_optim_step step = gt_optim_prepare(&ps->optim, t, epoch);
+    for (int s = s_lo; s < s_hi; s++) {
+        gt_stripe *st = &ps->stripes[s];
+        if (ps->nstripes > 0)
+            ps_lock(ps, st);
+        atomic_fetch_add_explicit(&st->version, 1, memory_order_acq_rel);
+        ps_apply_range(ps, st, g, gscale, &step);
+        if (ps->nstripes > 0)
+            pthread_mutex_unlock(&st->lock);
+    }
+}
+
+void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src)
+{
+    for (int s = s_lo; s < s_hi; s++) {
+        gt_stripe *st = &ps->stripes[s];
+        if (ps->nstripes > 0)
+            ps_lock(ps, st);
+        atomic_fetch_add_explicit(&st->version, 1, memory_order_acq_rel);
+        if (ps->nstripes > 0)
+            memcpy(ps->params + st->lo, src + st->lo, (st->hi - st->lo) * sizeof(float));
+        else
+            for (size_t i = st->lo; i < st->hi; i++)
+                __atomic_store(&ps->params[i], (float *)&src[i], __ATOMIC_RELAXED);
+        if (ps->nstripes > 0)
+            pthread_mutex_unlock(&st->lock);
+    }
+}
+
+int gt_all_finite(const float *g, size_t n)
+{
+    /* x - x is 0 for finite x and NaN otherwise; the sum stays 0 unless something was not finite,
+     * and the loop vectorises. */
+    float acc = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        acc += g[i] - g[i];
+    return acc == 0.0f;
+}

@@ -1,0 +1,524 @@
+/* test_cli.c - the command line: every good form sets the right fields, every bad one is refused
+ * with one line naming the flag and the value, and --help covers every option and mode. */
+#include "gputrain/model.h" /* GT_SPECLEN, which config.h uses */
+#include "gputrain/cli.h"
+#include "test_util.h"
+
+#include <getopt.h>
+
+/* The parser's option table, exported by src/cli.c for this test. */
+
+#define MAXARGS 16
+
+/* Runs gt_cli_parse on "gputrain" followed by words (NULL-terminated), on writable copies. */
+static int parse_words(const char *const *words, gt_config *c, gt_err *e, FILE *out)
+{
+    char *argv[MAXARGS + 2];
+    int argc = 0;
+    argv[argc++] = strdup("gputrain");
+    for (int i = 0; i < MAXARGS && words[i]; i++)
+        argv[argc++] = strdup(words[i]);
+    argv[argc] = NULL;
+    e->msg[0] = 0;
+    int rc = gt_cli_parse(argc, argv, c, out, e);
+    for (int i = 0; i < argc; i++)
+        free(argv[i]);
+    return rc;
+}
+
+/* The configuration field named name, as a double; NAN for an unknown name. */
+static double field(const gt_config *c, const char *name)
+{
+    static const char *names[] = {
+        "command", "cpu_workers", "ngpus", "gpu0", "gpu1", "gpu2", "gpus_all", "gpus_given",
+        "train_samples", "epochs", "batch", "kind", "lr", "momentum", "nesterov", "weight_decay",
+        "beta1", "beta2", "eps", "schedule", "warmup", "step_epochs", "gamma", "total_epochs",
+        "seed", "mode", "stripes", "staleness", "sync_every", "balance", "eval_every", "progress",
+        "quiet", "checkpoint_every", "checkpoint_every_steps", "keep", "on_nan", "inject_worker",
+        "inject_step", "stall_timeout", "tf32", "data_on_gpu", "log_steps"};
+    const gt_optim_cfg *o = &c->optim;
+    double v[] = {
+        c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
+        c->gpus_given, c->train_samples, c->epochs, c->batch, o->kind, o->lr, o->momentum,
+        o->nesterov, o->weight_decay, o->beta1, o->beta2, o->eps, o->schedule, o->warmup_epochs,
+        o->step_epochs, o->gamma, o->total_epochs, (double)c->seed, c->mode, c->stripes,
+        c->staleness, c->sync_every, c->balance, c->eval_every, c->progress, c->quiet,
+        c->checkpoint_every, c->checkpoint_every_steps, c->keep, c->on_nan, c->inject_worker,
+        c->inject_step, c->stall_timeout, c->tf32, c->data_on_gpu, c->log_steps};
+    _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (strcmp(names[i], name) == 0)
+            return v[i];
+    return NAN;
+}
+
+static const char *string_field(const gt_config *c, const char *name)
+{
+    if (strcmp(name, "model") == 0) return c->model;
+    if (strcmp(name, "data") == 0) return c->data;
+    if (strcmp(name, "log") == 0) return c->log_path;
+    if (strcmp(name, "checkpoint") == 0) return c->checkpoint;
+    if (strcmp(name, "resume") == 0) return c->resume;
+    if (strcmp(name, "init") == 0) return c->init;
+    return NULL;
+}
+
+typedef struct good_case {
+    const char *args[MAXARGS];
+    const char *field;  /* a numeric field (see field()) or a string field (see string_field()) */
+    double value;
+    const char *text;   /* expected value of a string field, NULL for numeric ones */
+} good_case;
+
+static const good_case GOOD[] = {
+    {{NULL}, "command", GT_CMD_TRAIN, NULL},
+    {{NULL}, "epochs", 10, NULL},
+    {{NULL}, "batch", 64, NULL},
+    {{NULL}, "lr", 0.05, NULL},
+    {{NULL}, "momentum", 0.9, NULL},
+    {{NULL}, "kind", GT_OPT_SGD, NULL},
+    {{NULL}, "schedule", GT_SCHED_CONSTANT, NULL},
+    {{NULL}, "total_epochs", 10, NULL},
+    {{NULL}, "seed", 1, NULL},
+    {{NULL}, "mode", GT_MODE_HOGWILD, NULL},
+    {{NULL}, "stripes", -1, NULL},
+    {{NULL}, "staleness", 2, NULL},
+    {{NULL}, "sync_every", 4, NULL},
+    {{NULL}, "balance", GT_BALANCE_DYNAMIC, NULL},
+    {{NULL}, "eval_every", 0, NULL},
+    {{NULL}, "gpus_given", 0, NULL},
+    {{NULL}, "gpus_all", 1, NULL},
+    {{NULL}, "cpu_workers", 0, NULL},
+    {{NULL}, "progress", -1, NULL},
+    {{NULL}, "inject_worker", -1, NULL},
+    {{NULL}, "inject_step", -1, NULL},
+    {{NULL}, "keep", 0, NULL},
+    {{NULL}, "train_samples", 0, NULL},
+    {{NULL}, "on_nan", GT_NAN_STOP, NULL},
+    {{NULL}, "stall_timeout", 0, NULL},
+    {{NULL}, "model", 0, "lenet5"},
+    {{NULL}, "data", 0, ""},
+    {{NULL}, "checkpoint", 0, ""},
+    {{"train"}, "command", GT_CMD_TRAIN, NULL},
+    {{"train", "--epochs", "3"}, "epochs", 3, NULL},
+    {{"eval", "--checkpoint", "m.st"}, "command", GT_CMD_EVAL, NULL},
+    {{"eval", "--checkpoint", "m.st", "--batch", "256"}, "batch", 256, NULL},
+    {{"--gpus", "0,1,3"}, "ngpus", 3, NULL},
+    {{"--gpus", "0,1,3"}, "gpu0", 0, NULL},
+    {{"--gpus", "0,1,3"}, "gpu1", 1, NULL},
+    {{"--gpus", "0,1,3"}, "gpu2", 3, NULL},
+    {{"--gpus", "0,1,3"}, "gpus_all", 0, NULL},
+    {{"--gpus", "0,1,3"}, "gpus_given", 1, NULL},
+    {{"--gpus", "0,1,3"}, "cpu_workers", 0, NULL},
+    {{"--gpus=2"}, "gpu0", 2, NULL},
+    {{"--gpus=2"}, "ngpus", 1, NULL},
+    {{"--gpus", "all"}, "gpus_all", 1, NULL},
+    {{"--gpus", "all"}, "gpus_given", 1, NULL},
+    {{"--gpus", "all"}, "ngpus", 0, NULL},
+    {{"--gpus", "cpu:4"}, "cpu_workers", 4, NULL},
+    {{"--gpus", "cpu:4"}, "gpus_all", 0, NULL},
+    {{"--gpus", "cpu:4"}, "ngpus", 0, NULL},
+    {{"--gpus", "cpu:64"}, "cpu_workers", 64, NULL},
+    {{"--mode", "sync"}, "mode", GT_MODE_SYNC, NULL},
+    {{"--mode", "ssp"}, "mode", GT_MODE_SSP, NULL},
+    {{"--mode", "local"}, "mode", GT_MODE_LOCAL, NULL},
+    {{"--mode", "allreduce"}, "mode", GT_MODE_ALLREDUCE, NULL},
+    {{"--mode", "hogwild"}, "mode", GT_MODE_HOGWILD, NULL},
+    {{"--stripes", "0"}, "stripes", 0, NULL},
+    {{"--stripes", "65536"}, "stripes", 65536, NULL},
+    {{"--staleness", "0"}, "staleness", 0, NULL},
+    {{"--staleness", "1000000"}, "staleness", 1000000, NULL},
+    {{"--sync-every", "1"}, "sync_every", 1, NULL},
+    {{"--sync-every", "1000000"}, "sync_every", 1000000, NULL},
+    {{"--balance", "static"}, "balance", GT_BALANCE_STATIC, NULL},
+    {{"--balance", "dynamic"}, "balance", GT_BALANCE_DYNAMIC, NULL},
+    {{"--tf32"}, "tf32", 1, NULL},
+    {{"--data-on-gpu"}, "data_on_gpu", 1, NULL},
+    {{"--model", "mlp"}, "model", 0, "mlp"},
+    {{"--model", "@net.txt"}, "model", 0, "@net.txt"},
+    {{"--data", "/tmp/fm"}, "data", 0, "/tmp/fm"},
+    {{"--train-samples", "1000"}, "train_samples", 1000, NULL},
+    {{"--train-samples", "4294967295"}, "train_samples", 4294967295.0, NULL},
+    {{"--batch", "1"}, "batch", 1, NULL},
+    {{"--batch=65536"}, "batch", 65536, NULL},
+    {{"--epochs", "100000"}, "epochs", 100000, NULL},
+    {{"--epochs", "7"}, "total_epochs", 7, NULL},
+    {{"--epochs", "007"}, "epochs", 7, NULL},
+    {{"--seed", "0"}, "seed", 0, NULL},
+    {{"--seed", "123456789"}, "seed", 123456789, NULL},
+    {{"--eval-every", "100"}, "eval_every", 100, NULL},
+    {{"--optimizer", "adam"}, "kind", GT_OPT_ADAM, NULL},
+    {{"--optimizer", "adam"}, "lr", 0.05, NULL},
+    {{"--optimizer", "sgd"}, "kind", GT_OPT_SGD, NULL},
+    {{"--lr", "1e-3"}, "lr", 1e-3, NULL},
+    {{"--lr", "0.5"}, "lr", 0.5, NULL},
+    {{"--momentum", "0"}, "momentum", 0, NULL},
+    {{"--momentum", "0.99"}, "momentum", 0.99, NULL},
+    {{"--nesterov"}, "nesterov", 1, NULL},
+    {{"--weight-decay", "5e-4"}, "weight_decay", 5e-4, NULL},
+    {{"--weight-decay", "0"}, "weight_decay", 0, NULL},
+    {{"--beta1", "0"}, "beta1", 0, NULL},
+    {{"--beta2", "0.98"}, "beta2", 0.98, NULL},
+    {{"--eps", "1e-6"}, "eps", 1e-6, NULL},
+    {{"--schedule", "step"}, "schedule", GT_SCHED_STEP, NULL},
+    {{"--schedule", "cosine"}, "schedule", GT_SCHED_COSINE, NULL},
+    {{"--schedule", "constant"}, "schedule", GT_SCHED_CONSTANT, NULL},
+    {{"--warmup", "0.5"}, "warmup", 0.5, NULL},
+    {{"--warmup", "0"}, "warmup", 0, NULL},
+    {{"--step-epochs", "2.5"}, "step_epochs", 2.5, NULL},
+    {{"--gamma", "1"}, "gamma", 1, NULL},
+    {{"--gamma", "0.5"}, "gamma", 0.5, NULL},
+    {{"--checkpoint", "a.st"}, "checkpoint", 0, "a.st"},
+    {{"--checkpoint-every", "2"}, "checkpoint_every", 2, NULL},
+    {{"--checkpoint-every", "2"}, "checkpoint_every_steps", 0, NULL},
+    {{"--checkpoint-every", "500s"}, "checkpoint_every", 500, NULL},
+    {{"--checkpoint-every", "500s"}, "checkpoint_every_steps", 1, NULL},
+    {{"--keep", "1000"}, "keep", 1000, NULL},
+    {{"--keep", "0"}, "keep", 0, NULL},
+    {{"--resume", "r.st"}, "resume", 0, "r.st"},
+    {{"--init", "i.st"}, "init", 0, "i.st"},
+    {{"--on-nan", "skip"}, "on_nan", GT_NAN_SKIP, NULL},
+    {{"--on-nan", "stop"}, "on_nan", GT_NAN_STOP, NULL},
+    {{"--inject-fault", "1:20"}, "inject_worker", 1, NULL},
+    {{"--inject-fault", "1:20"}, "inject_step", 20, NULL},
+    {{"--inject-fault", "0:0"}, "inject_step", 0, NULL},
+    {{"--stall-timeout", "2.5"}, "stall_timeout", 2.5, NULL},
+    {{"--log", "run.jsonl"}, "log", 0, "run.jsonl"},
+    {{"--progress"}, "progress", 1, NULL},
+    {{"--no-progress"}, "progress", 0, NULL},
+    {{"--quiet"}, "quiet", 1, NULL},
+    {{"--log-steps"}, "log_steps", 1, NULL},
+    {{"--epochs", "2", "--"}, "epochs", 2, NULL},
+    {{"--mode", "ssp", "--staleness", "3", "--gpus", "cpu:2", "--batch", "32"}, "staleness", 3,
+     NULL},
+    {{"--mode", "ssp", "--staleness", "3", "--gpus", "cpu:2", "--batch", "32"}, "batch", 32, NULL},
+};
+
+typedef struct bad_case {
+    const char *args[MAXARGS];
+    const char *flag;   /* the message must contain both */
+    const char *value;
+} bad_case;
+
+static const bad_case BAD[] = {
+    {{"--gpus", ""}, "--gpus", "''"},
+    {{"--gpus", "0,,1"}, "--gpus", "'0,,1'"},
+    {{"--gpus", ",1"}, "--gpus", "',1'"},
+    {{"--gpus", "0,"}, "--gpus", "'0,'"},
+    {{"--gpus", "0,0"}, "--gpus", "GPU 0 listed twice"},
+    {{"--gpus", "2,1,2"}, "--gpus", "GPU 2 listed twice"},
+    {{"--gpus", "-1"}, "--gpus", "'-1'"},
+    {{"--gpus", "abc"}, "--gpus", "'abc'"},
+    {{"--gpus", "0,1x"}, "--gpus", "'1x'"},
+    {{"--gpus", " 1"}, "--gpus", "' 1'"},
+    {{"--gpus", "1024"}, "--gpus", "1024"},
+    {{"--gpus", "ALL"}, "--gpus", "'ALL'"},
+    {{"--gpus", "cpu:0"}, "--gpus", "cpu:0 is out of range"},
+    {{"--gpus", "cpu:abc"}, "--gpus", "'cpu:abc'"},
+    {{"--gpus", "cpu:"}, "--gpus", "'cpu:'"},
+    {{"--gpus", "cpu:65"}, "--gpus", "cpu:65"},
+    {{"--gpus", "cpu:2x"}, "--gpus", "'cpu:2x'"},
+    {{"--batch", "0"}, "--batch", "0 is out of range (1..65536)"},
+    {{"--batch", "65537"}, "--batch", "65537"},
+    {{"--batch", ""}, "--batch", "'' is not a whole number"},
+    {{"--batch"}, "--batch", "needs a value"},
+    {{"--batch", " 5"}, "--batch", "' 5'"},
+    {{"--batch", "5.0"}, "--batch", "'5.0'"},
+    {{"--batch", "0x10"}, "--batch", "'0x10'"},
+    {{"--batch", "+5"}, "--batch", "'+5'"},
+    {{"--batch", "-5"}, "--batch", "-5"},
+    {{"--batch", "12abc"}, "--batch", "'12abc' is not a whole number"},
+    {{"--epochs", "12abc"}, "--epochs", "'12abc'"},
+    {{"--epochs", "0"}, "--epochs", "0 is out of range"},
+    {{"--epochs", "100001"}, "--epochs", "100001"},
+    {{"--epochs", "99999999999999999999"}, "--epochs", "99999999999999999999"},
+    {{"--epochs", "1", "--epochs", "2"}, "--epochs", "given twice"},
+    {{"--lr", "nan"}, "--lr", "'nan' must be a finite number > 0"},
+    {{"--lr", "inf"}, "--lr", "'inf'"},
+    {{"--lr", "1e999"}, "--lr", "'1e999'"},
+    {{"--lr", "1e39"}, "--lr", "'1e39'"},
+    {{"--lr", "0"}, "--lr", "'0'"},
+    {{"--lr", "-0.1"}, "--lr", "'-0.1'"},
+    {{"--lr", "abc"}, "--lr", "'abc' is not a number"},
+    {{"--lr", ""}, "--lr", "''"},
+    {{"--lr", " 0.1"}, "--lr", "' 0.1'"},
+    {{"--lr", "0.1 "}, "--lr", "'0.1 '"},
+    {{"--momentum", "1"}, "--momentum", "'1'"},
+    {{"--momentum", "-0.1"}, "--momentum", "'-0.1'"},
+    {{"--momentum", "0.99999999999"}, "--momentum", "'0.99999999999'"},
+    {{"--weight-decay", "-1"}, "--weight-decay", "'-1'"},
+    {{"--beta1", "1"}, "--beta1", "'1'"},
+    {{"--beta2", "-0.5"}, "--beta2", "'-0.5'"},
+    {{"--eps", "0"}, "--eps", "'0'"},
+    {{"--gamma", "0"}, "--gamma", "'0'"},
+    {{"--gamma", "1.5"}, "--gamma", "'1.5'"},
+    {{"--warmup", "-1"}, "--warmup", "'-1'"},
+    {{"--step-epochs", "0"}, "--step-epochs", "'0'"},
+    {{"--seed", "-1"}, "--seed", "'-1'"},
+    {{"--seed", "1.5"}, "--seed", "'1.5'"},
+    {{"--seed", "18446744073709551616"}, "--seed", "18446744073709551616"},
+    {{"--train-samples", "0"}, "--train-samples", "0 is out of range"},
+    {{"--train-samples", "4294967296"}, "--train-samples", "4294967296"},
+    {{"--stripes", "-1"}, "--stripes", "-1 is out of range (0..65536)"},
+    {{"--stripes", "65537"}, "--stripes", "65537"},
+    {{"--staleness", "-1"}, "--staleness", "-1"},
+    {{"--staleness", "1000001"}, "--staleness", "1000001"},
+    {{"--sync-every", "0"}, "--sync-every", "0 is out of range"},
+    {{"--eval-every", "-1"}, "--eval-every", "-1"},
+    {{"--mode", "foo"}, "--mode", "'foo' is not one of hogwild, sync, ssp, local, allreduce"},
+    {{"--mode", "Sync"}, "--mode", "'Sync'"},
+    {{"--mode", ""}, "--mode", "''"},
+    {{"--balance", "fair"}, "--balance", "'fair' is not one of dynamic, static"},
+    {{"--optimizer", "rmsprop"}, "--optimizer", "'rmsprop' is not one of sgd, adam"},
+    {{"--schedule", "linear"}, "--schedule", "'linear' is not one of constant, step, cosine"},
+    {{"--on-nan", "ignore"}, "--on-nan", "'ignore' is not one of stop, skip"},
+    {{"--checkpoint-every", "0"}, "--checkpoint-every", "0 is out of range"},
+    {{"--checkpoint-every", "0s"}, "--checkpoint-every", "0s"},
+    {{"--checkpoint-every", "3x"}, "--checkpoint-every", "'3x'"},
+    {{"--checkpoint-every", "s"}, "--checkpoint-every", "'s'"},
+    {{"--checkpoint-every", "3ss"}, "--checkpoint-every", "'3ss'"},
+    {{"--checkpoint-every", "-1"}, "--checkpoint-every", "'-1'"},
+    {{"--checkpoint-every", "99999999999"}, "--checkpoint-every", "99999999999"},
+    {{"--keep", "1001"}, "--keep", "1001"},
+    {{"--keep", "-1"}, "--keep", "-1"},
+    {{"--inject-fault", "1"}, "--inject-fault", "'1'"},
+    {{"--inject-fault", "1:"}, "--inject-fault", "'1:'"},
+    {{"--inject-fault", ":1"}, "--inject-fault", "':1'"},
+    {{"--inject-fault", "1:2:3"}, "--inject-fault", "'1:2:3'"},
+    {{"--inject-fault", "-1:2"}, "--inject-fault", "'-1:2'"},
+    {{"--inject-fault", "a:b"}, "--inject-fault", "'a:b'"},
+    {{"--inject-fault", "64:1"}, "--inject-fault", "64:1"},
+    {{"--stall-timeout", "0"}, "--stall-timeout", "'0'"},
+    {{"--stall-timeout", "nan"}, "--stall-timeout", "'nan'"},
+    {{"--stall-timeout", "inf"}, "--stall-timeout", "'inf'"},
+    {{"--resume", "a", "--init", "b"}, "--resume 'a'", "--init 'b'"},
+    {{"--model", ""}, "--model", "''"},
+    {{"--data", ""}, "--data", "''"},
+    {{"--log", ""}, "--log", "''"},
+    {{"--checkpoint", ""}, "--checkpoint", "''"},
+    {{"--unknown"}, "unknown option", "'--unknown'"},
+    {{"--foo=3"}, "unknown option", "'--foo=3'"},
+    {{"--epo", "3"}, "unknown option", "'--epo'"},
+    {{"--s", "3"}, "unknown option", "'--s'"},
+    {{"-x"}, "unknown option", "'-x'"},
+    {{"-gpus", "0,1"}, "unknown option", "'-gpus'"},
+    {{"--nesterov=1"}, "--nesterov", "'--nesterov=1'"},
+    {{"--nesterov", "--nesterov"}, "--nesterov", "given twice"},
+    {{"--batch", "8", "--batch=8"}, "--batch", "given twice"},
+    {{"--progress", "--no-progress"}, "--progress", "--no-progress"},
+    {{"eval"}, "eval", "--checkpoint PATH is required"},
+    {{"eval", "--data", "x"}, "eval", "--checkpoint PATH is required"},
+    {{"x"}, "unexpected argument", "'x'"},
+    {{"--epochs", "2", "x"}, "unexpected argument", "'x'"},
+    {{"train", "eval"}, "unexpected argument", "'eval'"},
+    {{"--epochs", "2", "--", "x"}, "unexpected argument", "'x'"},
+    {{"--epochs", "2", "--", "--batch", "3"}, "unexpected argument", "'--batch'"},
+};
+
+static void test_good_forms(void)
+{
+    for (size_t i = 0; i < sizeof GOOD / sizeof *GOOD; i++) {
+        const good_case *t = &GOOD[i];
+        gt_config c;
+        gt_err e;
+        int rc = parse_words(t->args, &c, &e, stdout);
+        CHECK_MSG(rc == 0, "good case %zu (%s): rc %d: %s", i, t->field, rc, e.msg);
+        if (rc != 0)
+            continue;
+        if (t->text) {
+            const char *s = string_field(&c, t->field);
+            CHECK_MSG(s && strcmp(s, t->text) == 0, "good case %zu: %s is '%s', expected '%s'", i,
+                      t->field, s ? s : "(no such field)", t->text);
+        } else {
+            double v = field(&c, t->field);
+            CHECK_MSG(fabs(v - t->value) <= 1e-6 * fmax(1.0, fabs(t->value)),
+                      "good case %zu: %s is %.9g, expected %.9g", i, t->field, v, t->value);
+        }
+    }
+}
+
+static void test_bad_forms(void)
+{
+    for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) {
+        const bad_case *t = &BAD[i];
+        gt_config c;
+        gt_err e;
+        int rc = parse_words(t->args, &c, &e, stdout);
+        CHECK_MSG(rc == -1, "bad case %zu (%s %s): rc %d", i, t->flag, t->value, rc);
+        CHECK_MSG(strstr(e.msg, t->flag) && strstr(e.msg, t->value),
+                  "bad case %zu: message \"%s\" lacks \"%s\" or \"%s\"", i, e.msg, t->flag,
+                  t->value);
+        CHECK_MSG(!strchr(e.msg, '\n'), "bad case %zu: message has a newline", i);
+    }
+}
+
+/* Every option must be exercised by some good case, so none is left untested. */
+static void test_every_option_has_a_good_case(void)
+{
+    for (const struct option *o = gt_cli_options; o->name; o++) {
+        if (strcmp(o->name, "help") == 0 || strcmp(o->name, "version") == 0)
+            continue;
+        char flag[64], prefix[64];
+        snprintf(flag, sizeof flag, "--%s", o->name);
+        snprintf(prefix, sizeof prefix, "--%s=", o->name);
+        int found = 0;
+        for (size_t i = 0; i < sizeof GOOD / sizeof *GOOD && !found; i++)
+            for (int a = 0; a < MAXARGS && GOOD[i].args[a] && !found; a++)
+                found = strcmp(GOOD[i].args[a], flag) == 0 ||
+                        strncmp(GOOD[i].args[a], prefix, strlen(prefix)) == 0;
+        CHECK_MSG(found, "no good case uses %s", flag);
+    }
+}
+
+static void test_gpu_list_limits(void)
+{
+    gt_config c;
+    gt_err e;
+    char list[1024] = "";
+    for (int i = 0; i < GT_MAX_WORKERS; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? "," : "", i);
+    gt_config_defaults(&c);
+    CHECK(gt_cli_parse_gpus(list, &c, &e) == 0);
+    CHECK(c.ngpus == GT_MAX_WORKERS && c.gpus[GT_MAX_WORKERS - 1] == GT_MAX_WORKERS - 1);
+
+    snprintf(list + strlen(list), sizeof list - strlen(list), ",%d", GT_MAX_WORKERS);
+    gt_config_defaults(&c);
+    CHECK(gt_cli_parse_gpus(list, &c, &e) == -1);
+    CHECK(strstr(e.msg, "--gpus") && strstr(e.msg, "more than"));
+    CHECK(c.ngpus == 0 && c.gpus_given == 0); /* a refused list leaves the config alone */
+
+    gt_config_defaults(&c);
+    CHECK(gt_cli_parse_gpus("0,1", &c, &e) == 0 && c.ngpus == 2);
+    CHECK(gt_cli_parse_gpus("cpu:3", &c, &e) == 0 && c.ngpus == 0 && c.cpu_workers == 3);
+    CHECK(gt_cli_parse_gpus("all", &c, &e) == 0 && c.cpu_workers == 0 && c.gpus_all == 1);
+}
+
+static void test_long_strings(void)
+{
+    static char spec[GT_SPECLEN + 1], path[GT_PATHLEN + 1];
+    gt_config c;
+    gt_err e;
+    memset(spec, 'x', GT_SPECLEN - 1);
+    const char *fits[] = {"--model", spec, NULL};
+    CHECK(parse_words(fits, &c, &e, stdout) == 0 && strlen(c.model) == GT_SPECLEN - 1);
+    spec[GT_SPECLEN - 1] = 'x';
+    const char *too_long[] = {"--model", spec, NULL};
+    CHECK(parse_words(too_long, &c, &e, stdout) == -1 && strstr(e.msg, "--model") &&
+          strstr(e.msg, "xxxx"));
+    memset(path, 'p', GT_PATHLEN);
+    const char *long_path[] = {"--checkpoint", path, NULL};
+    CHECK(parse_words(long_path, &c, &e, stdout) == -1 && strstr(e.msg, "--checkpoint"));
+}
+
+static void test_seed_range(void)
+{
+    gt_config c;
+    gt_err e;
+    const char *max[] = {"--seed", "18446744073709551615", NULL};
+    CHECK(parse_words(max, &c, &e, stdout) == 0 && c.seed == UINT64_MAX);
+}
+
+/* The text of an option's entry in the help: from its line to the next option line. */
+static int help_entry(const char *help, const char *name, char *entry, size_t cap)
+{
+    char key[64];
+    int n = snprintf(key, sizeof key, "\n  --%s", name);
+    for (const char *p = strstr(help, key); p; p = strstr(p + 1, key)) {
+        char next = p[n];
+        if (next != ' ' && next != '\n')
+            continue;
+        const char *end = strstr(p + n, "\n  --");
+        const char *blank = strstr(p + n, "\n\n");
+        if (!end || (blank && blank < end))
+            end = blank ? blank : p + strlen(p);
+        snprintf(entry, cap, "%.*s", (int)(end - p), p);
+        return 0;
+    }
+    return -1;
+}
+
+static void test_help(void)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    gt_config c;
+    gt_err e;
+    const char *help[] = {"--help", NULL};
+    CHECK(parse_words(help, &c, &e, out) == 1);
+    fclose(out);
+    for (const struct option *o = gt_cli_options; o->name; o++) {
+        char entry[2048];
+        CHECK_MSG(help_entry(text, o->name, entry, sizeof entry) == 0, "--help lacks --%s",
+                  o->name);
+        if (o->has_arg == no_argument && (strcmp(o->name, "help") == 0 ||
+                                          strcmp(o->name, "version") == 0))
+            continue;
+        CHECK_MSG(strstr(entry, "default"), "--help gives no default for --%s", o->name);
+    }
+    const char *words[] = {"hogwild", "sync", "ssp", "local", "allreduce", "lock-free",
+                           "Devices and modes", "Model and data", "Optimisation",
+                           "Checkpoints and faults", "Output", "16 KiB"};
+    for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+        CHECK_MSG(strstr(text, words[i]), "--help does not mention %s", words[i]);
+    free(text);
+
+    text = NULL;
+    out = open_memstream(&text, &len);
+    const char *short_help[] = {"-h", NULL};
+    CHECK(parse_words(short_help, &c, &e, out) == 1);
+    fclose(out);
+    CHECK(len > 1000 && strstr(text, "Usage: gputrain"));
+    free(text);
+}
+
+static void test_version_and_order(void)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    gt_config c;
+    gt_err e;
+    const char *version[] = {"--version", NULL};
+    CHECK(parse_words(version, &c, &e, out) == 1);
+    fclose(out);
+    CHECK(strncmp(text, "gputrain ", 9) == 0 && len > 10 && text[len - 1] == '\n');
+    free(text);
+
+    /* options are read in order: help before a bad option wins, after one loses */
+    out = open_memstream(&text, &len);
+    const char *help_first[] = {"--help", "--bogus", NULL};
+    CHECK(parse_words(help_first, &c, &e, out) == 1);
+    const char *bad_first[] = {"--bogus", "--help", NULL};
+    CHECK(parse_words(bad_first, &c, &e, out) == -1 && strstr(e.msg, "--bogus"));
+    fclose(out);
+    free(text);
+}
+
+/* A second parse starts from the defaults, not from what the first one set. */
+static void test_repeated_parses(void)
+{
+    gt_config c;
+    gt_err e;
+    const char *first[] = {"--epochs", "3", "--nesterov", "--gpus", "0,1", NULL};
+    CHECK(parse_words(first, &c, &e, stdout) == 0 && c.epochs == 3 && c.optim.nesterov == 1);
+    const char *second[] = {"--batch", "8", NULL};
+    CHECK(parse_words(second, &c, &e, stdout) == 0);
+    CHECK(c.epochs == 10 && c.optim.nesterov == 0 && c.batch == 8 && c.ngpus == 0 &&
+          c.gpus_given == 0);
+    CHECK(gt_cli_parse(1, (char *[]){"gputrain", NULL}, &c, stdout, &e) == 0 && c.batch == 64);
+}
+
+int main(void)
+{
+    test_good_forms();
+    test_bad_forms();
+    test_every_option_has_a_good_case();
+    test_gpu_list_limits();
+    test_long_strings();
+    test_seed_range();
+    test_help();
+    test_version_and_order();
+    test_repeated_parses();
+    TEST_DONE();
+}

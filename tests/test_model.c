@@ -1,0 +1,379 @@
+/* test_model.c - built-in models against the PyTorch reference layouts, spec parsing and its
+ * canonical round trip, @FILE specs, seeded initialisation, and every kind of bad spec. */
+#include "gputrain/model.h"
+#include "test_util.h"
+
+#include <unistd.h>
+
+static size_t conv_params(size_t o, size_t i, size_t k) { return o * i * k * k + o; }
+static size_t fc_params(size_t out, size_t in) { return out * in + out; }
+
+typedef struct want_tensor {
+    const char *name;
+    int rank;
+    int shape[4];
+} want_tensor;
+
+/* Names, shapes, gap-free offsets and the layers' own ranges agree with the expected tensors. */
+static void check_tensors(const gt_model *m, const want_tensor *want, int n)
+{
+    CHECK(m->ntensors == n);
+    size_t off = 0;
+    for (int i = 0; i < n && i < m->ntensors; i++) {
+        const gt_tensor_info *t = &m->tensors[i];
+        size_t len = 1;
+        CHECK_MSG(strcmp(t->name, want[i].name) == 0, "tensor %d is %s, want %s", i, t->name,
+                  want[i].name);
+        CHECK_MSG(t->rank == want[i].rank, "%s rank %d", t->name, t->rank);
+        for (int d = 0; d < want[i].rank; d++) {
+            CHECK_MSG(t->shape[d] == want[i].shape[d], "%s dim %d is %d, want %d", t->name, d,
+                      t->shape[d], want[i].shape[d]);
+            len *= (size_t)want[i].shape[d];
+        }
+        CHECK_MSG(t->len == len && t->offset == off, "%s len %zu offset %zu", t->name, t->len,
+                  t->offset);
+        CHECK(gt_model_tensor(m, want[i].name) == t);
+        off += len;
+    }
+    CHECK(m->nparams == off);
+    int ti = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        const gt_layer *l = &m->layers[i];
+        CHECK(l->in_len == (size_t)l->in_c * l->in_h * l->in_w);
+        CHECK(l->out_len == (size_t)l->out_c * l->out_h * l->out_w);
+        if (i > 0)
+            CHECK(l->in_c == l[-1].out_c && l->in_h == l[-1].out_h && l->in_w == l[-1].out_w);
+        if (l->kind != GT_CONV && l->kind != GT_LINEAR) {
+            CHECK(l->name[0] == 0 && l->w_len == 0 && l->b_len == 0);
+            continue;
+        }
+        CHECK(ti + 1 < m->ntensors);
+        if (ti + 1 >= m->ntensors)
+            return;
+        CHECK(l->w_off == m->tensors[ti].offset && l->w_len == m->tensors[ti].len);
+        CHECK(l->b_off == m->tensors[ti + 1].offset && l->b_len == m->tensors[ti + 1].len);
+        ti += 2;
+    }
+}
+
+static void test_lenet5(void)
+{
+    gt_model m;
+    gt_err e = {{0}};
+    CHECK(gt_model_build("lenet5", 1, 28, 28, 10, &m, &e) == 0);
+    CHECK(m.nparams == 44426);
+    CHECK(strcmp(m.name, "lenet5") == 0);
+    CHECK(strcmp(m.spec, "init:torch conv:6:5:0 relu avgpool:2 conv:16:5:0 relu avgpool:2 fc:120 "
+                         "relu fc:84 relu fc:10") == 0);
+    CHECK(m.init == GT_INIT_TORCH && m.nlayers == 11 && m.nclasses == 10);
+    const want_tensor want[] = {
+        {"c1.weight", 4, {6, 1, 5, 5}}, {"c1.bias", 1, {6}},   {"c2.weight", 4, {16, 6, 5, 5}},
+        {"c2.bias", 1, {16}},           {"f1.weight", 2, {120, 256}}, {"f1.bias", 1, {120}},
+        {"f2.weight", 2, {84, 120}},    {"f2.bias", 1, {84}},  {"f3.weight", 2, {10, 84}},
+        {"f3.bias", 1, {10}},
+    };
+    check_tensors(&m, want, 10);
+    const gt_layer *l = m.layers;
+    CHECK(l[0].kind == GT_CONV && strcmp(l[0].name, "c1") == 0 && l[0].k == 5 && l[0].pad == 0);
+    CHECK(l[0].out_c == 6 && l[0].out_h == 24 && l[0].out_w == 24);
+    CHECK(l[2].kind == GT_AVGPOOL && l[2].k == 2 && l[2].out_h == 12);
+    CHECK(l[3].out_c == 16 && l[3].out_h == 8 && strcmp(l[3].name, "c2") == 0);
+    CHECK(l[6].kind == GT_LINEAR && l[6].in_len == 256 && l[6].out_c == 120 && l[6].out_h == 1);
+    CHECK(l[8].kind == GT_LINEAR && strcmp(l[8].name, "f2") == 0 && l[9].kind == GT_RELU);
+    CHECK(strcmp(l[10].name, "f3") == 0 && l[10].out_len == 10);
+    CHECK(m.max_act == 6 * 24 * 24);
+    CHECK(gt_model_tensor(&m, "f4.weight") == NULL && gt_model_tensor(&m, NULL) == NULL);
+
+    /* A built-in follows the dataset's shape and class count. */
+    CHECK(gt_model_build("lenet5", 3, 32, 32, 7, &m, &e) == 0);
+    const want_tensor want2[] = {
+        {"c1.weight", 4, {6, 3, 5, 5}}, {"c1.bias", 1, {6}},   {"c2.weight", 4, {16, 6, 5, 5}},
+        {"c2.bias", 1, {16}},           {"f1.weight", 2, {120, 400}}, {"f1.bias", 1, {120}},
+        {"f2.weight", 2, {84, 120}},    {"f2.bias", 1, {84}},  {"f3.weight", 2, {7, 84}},
+        {"f3.bias", 1, {7}},
+    };
+    check_tensors(&m, want2, 10);
+    CHECK(strstr(m.spec, " fc:7") != NULL && m.max_act == 6 * 28 * 28);
+}
+
+static void test_other_builtins(void)
+{
+    gt_model m;
+    gt_err e = {{0}};
+    CHECK(gt_model_build("lenet5-classic", 1, 28, 28, 10, &m, &e) == 0);
+    CHECK(m.init == GT_INIT_XAVIER && strcmp(m.name, "lenet5-classic") == 0);
+    CHECK(strncmp(m.spec, "init:xavier conv:6:5:2 sigmoid avgpool:2 conv:16:5:0 sigmoid", 60) == 0);
+    /* 28 -pad 2-> 28 -> 14 -> 10 -> 5: 16*5*5 = 400 features */
+    CHECK(m.nparams == conv_params(6, 1, 5) + conv_params(16, 6, 5) + fc_params(120, 400) +
+                           fc_params(84, 120) + fc_params(10, 84));
+    CHECK(m.layers[0].out_h == 28 && m.layers[1].kind == GT_SIGMOID);
+    CHECK(m.max_act == 6 * 28 * 28);
+
+    CHECK(gt_model_build("mlp", 1, 28, 28, 10, &m, &e) == 0);
+    CHECK(m.nparams == fc_params(256, 784) + fc_params(128, 256) + fc_params(10, 128));
+    const want_tensor mlp[] = {
+        {"f1.weight", 2, {256, 784}}, {"f1.bias", 1, {256}}, {"f2.weight", 2, {128, 256}},
+        {"f2.bias", 1, {128}},        {"f3.weight", 2, {10, 128}}, {"f3.bias", 1, {10}},
+    };
+    check_tensors(&m, mlp, 6);
+    CHECK(m.max_act == 784);
+
+    CHECK(gt_model_build("cnn-wide", 1, 28, 28, 10, &m, &e) == 0);
+    /* 28 -pad 2-> 28 -> 14 -pad 2-> 14 -> 7: 64*7*7 = 3136 features */
+    CHECK(m.nparams == conv_params(32, 1, 5) + conv_params(64, 32, 5) + fc_params(1024, 3136) +
+                           fc_params(10, 1024));
+    const want_tensor wide[] = {
+        {"c1.weight", 4, {32, 1, 5, 5}}, {"c1.bias", 1, {32}},  {"c2.weight", 4, {64, 32, 5, 5}},
+        {"c2.bias", 1, {64}},            {"f1.weight", 2, {1024, 3136}}, {"f1.bias", 1, {1024}},
+        {"f2.weight", 2, {10, 1024}},    {"f2.bias", 1, {10}},
+    };
+    check_tensors(&m, wide, 8);
+    CHECK(m.layers[2].kind == GT_MAXPOOL && m.layers[8].kind == GT_DROPOUT);
+    CHECK(m.layers[8].p == 0.4f && strstr(m.spec, " dropout:0.4 fc:10") != NULL);
+    CHECK(m.max_act == 32 * 28 * 28);
+
+    CHECK(gt_model_builtin_spec("mlp") && strcmp(gt_model_builtin_spec("mlp"),
+                                                  "fc:256 relu fc:128 relu fc:10") == 0);
+    CHECK(gt_model_builtin_spec("lenet") == NULL && gt_model_builtin_spec(NULL) == NULL);
+}
+
+/* Same layers, tensors and sizes; the name may differ (a rebuilt spec is "custom"). */
+static int same_model(const gt_model *a, const gt_model *b)
+{
+    return a->nlayers == b->nlayers && a->ntensors == b->ntensors && a->init == b->init &&
+           a->nparams == b->nparams && a->max_act == b->max_act &&
+           memcmp(a->layers, b->layers, sizeof a->layers) == 0 &&
+           memcmp(a->tensors, b->tensors, sizeof a->tensors) == 0 && strcmp(a->spec, b->spec) == 0;
+}
+
+static void test_round_trip(void)
+{
+    const char *specs[] = {
+        "lenet5", "lenet5-classic", "mlp", "cnn-wide",
+        ("conv:8:3:1,tanh,maxpool:2\n# a comment, with: colons\nconv:4:3 relu # more\n"
+         "dropout:0.25 fc:33 sigmoid dropout:0 fc:10"),
+        "  fc:10  init:xavier ",
+        "avgpool:1 fc:16 conv:4:1 dropout:.1 fc:010",
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+        gt_model a, b;
+        gt_err e = {{0}};
+        CHECK_MSG(gt_model_build(specs[i], 1, 28, 28, 10, &a, &e) == 0, "%s: %s", specs[i], e.msg);
+        CHECK_MSG(gt_model_build(a.spec, 1, 28, 28, 10, &b, &e) == 0, "%s: %s", a.spec, e.msg);
+        CHECK_MSG(same_model(&a, &b), "%s does not rebuild the same model", a.spec);
+        CHECK(strcmp(b.name, "custom") == 0);
+        CHECK(strchr(a.spec, '#') == NULL && strstr(a.spec, "  ") == NULL);
+        CHECK(strncmp(a.spec, "init:", 5) == 0);
+    }
+    gt_model m;
+    gt_err e = {{0}};
+    CHECK(gt_model_build(specs[4], 1, 28, 28, 10, &m, &e) == 0);
+    CHECK(strcmp(m.spec, "init:torch conv:8:3:1 tanh maxpool:2 conv:4:3:0 relu dropout:0.25 "
+                         "fc:33 sigmoid dropout:0 fc:10") == 0);
+    CHECK(strcmp(m.name, "custom") == 0 && m.layers[5].p == 0.25f);
+    CHECK(gt_model_build(specs[5], 1, 28, 28, 10, &m, &e) == 0);
+    CHECK(strcmp(m.spec, "init:xavier fc:10") == 0 && m.init == GT_INIT_XAVIER);
+
+    /* Exactly GT_MAX_LAYERS layers is allowed. */
+    char spec[512] = "";
+    for (int i = 0; i < GT_MAX_LAYERS - 1; i++)
+        strcat(spec, "relu ");
+    strcat(spec, "fc:10");
+    CHECK(gt_model_build(spec, 1, 28, 28, 10, &m, &e) == 0 && m.nlayers == GT_MAX_LAYERS);
+}
+
+static void test_spec_file(void)
+{
+    char path[] = "/tmp/gt_test_model_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    const char *text = "# LeNet by hand\nconv:6:5, relu, avgpool:2\nconv:16:5 relu avgpool:2\n"
+                       "fc:120 relu fc:84 relu\nfc:10\n";
+    CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    close(fd);
+    char arg[64];
+    snprintf(arg, sizeof arg, "@%s", path);
+    gt_model a, b;
+    gt_err e = {{0}};
+    CHECK_MSG(gt_model_build(arg, 1, 28, 28, 10, &a, &e) == 0, "%s", e.msg);
+    CHECK(gt_model_build("lenet5", 1, 28, 28, 10, &b, &e) == 0);
+    CHECK(strcmp(a.name, "custom") == 0 && a.nparams == 44426);
+    CHECK(strcmp(a.spec, b.spec) == 0 && memcmp(a.tensors, b.tensors, sizeof a.tensors) == 0);
+
+    /* Errors inside the file name the file and the token. */
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs("conv:6:5\nconv:6:q fc:10\n", f);
+        fclose(f);
+    }
+    CHECK(gt_model_build(arg, 1, 28, 28, 10, &a, &e) == -1);
+    CHECK_MSG(strstr(e.msg, path) && strstr(e.msg, "layer 2 'conv:6:q'"), "%s", e.msg);
+    unlink(path);
+    CHECK(gt_model_build(arg, 1, 28, 28, 10, &a, &e) == -1);
+    CHECK_MSG(strstr(e.msg, path) != NULL, "%s", e.msg);
+}
+
+static void check_bounds(const gt_model *m, const float *w, int xavier)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        const gt_layer *l = &m->layers[i];
+        if (l->kind != GT_CONV && l->kind != GT_LINEAR)
+            continue;
+        double kk = l->kind == GT_CONV ? l->k * l->k : 1;
+        double fan_in = l->kind == GT_CONV ? l->in_c * kk : (double)l->in_len;
+        double fan_out = l->out_c * kk;
+        double wb = xavier ? sqrt(6 / (fan_in + fan_out)) : 1 / sqrt(fan_in);
+        double bb = xavier ? 0 : 1 / sqrt(fan_in), wmax = 0, bmax = 0, wsum = 0;
+        for (size_t j = 0; j < l->w_len; j++) {
+            wmax = fmax(wmax, fabs(w[l->w_off + j]));
+            wsum += w[l->w_off + j];
+        }
+        for (size_t j = 0; j < l->b_len; j++)
+            bmax = fmax(bmax, fabs(w[l->b_off + j]));
+        CHECK_MSG(wmax <= wb * (1 + 1e-6) && wmax > 0.9 * wb, "%s weight max %g, bound %g",
+                  l->name, wmax, wb);
+        CHECK_MSG(fabs(wsum / l->w_len) < 0.2 * wb, "%s weight mean %g", l->name, wsum / l->w_len);
+        if (xavier)
+            CHECK_MSG(bmax == 0, "%s bias not zero", l->name);
+        else
+            CHECK_MSG(bmax <= bb * (1 + 1e-6) && bmax > 0.2 * bb, "%s bias max %g, bound %g",
+                      l->name, bmax, bb);
+    }
+}
+
+static void test_init(void)
+{
+    const char *names[] = {"lenet5", "lenet5-classic"};
+    for (int k = 0; k < 2; k++) {
+        gt_model m;
+        gt_err e = {{0}};
+        CHECK(gt_model_build(names[k], 1, 28, 28, 10, &m, &e) == 0);
+        float *a = calloc(m.nparams, sizeof *a), *b = calloc(m.nparams, sizeof *b);
+        CHECK(a && b);
+        if (!a || !b) {
+            free(a);
+            free(b);
+            return;
+        }
+        gt_model_init_params(&m, a, 42);
+        gt_model_init_params(&m, b, 42);
+        CHECK(memcmp(a, b, m.nparams * sizeof *a) == 0);
+        check_bounds(&m, a, k == 1);
+        gt_model_init_params(&m, b, 43);
+        size_t same = 0;
+        for (size_t i = 0; i < m.nparams; i++)
+            same += a[i] == b[i];
+        /* Only xavier's zero biases may coincide. */
+        CHECK_MSG(same <= (k == 1 ? 6 + 16 + 120 + 84 + 10 : 0), "%zu values equal", same);
+        free(a);
+        free(b);
+    }
+}
+
+typedef struct bad_case {
+    const char *spec;
+    const char *want[2]; /* substrings the message must hold */
+} bad_case;
+
+static void test_bad_specs(void)
+{
+    static char many[512], longtok[128], too_long[160];
+    for (int i = 0; i < GT_MAX_LAYERS; i++)
+        strcat(many, "relu ");
+    strcat(many, "fc:10");
+    snprintf(longtok, sizeof longtok, "fc:%070d", 10);
+    snprintf(too_long, sizeof too_long, "%s relu", longtok);
+    const bad_case cases[] = {
+        {"conv:6:5 relu foo fc:10", {"layer 3 'foo'", "unknown layer"}},
+        {"lenet", {"'lenet'", "built-in models"}},
+        {"conv:6:5 relu conv:6:x fc:10", {"--model: layer 3 'conv:6:x'", "bad kernel size 'x'"}},
+        {"conv:6:5x fc:10", {"'conv:6:5x'", "kernel"}},
+        {"conv:6x:5 fc:10", {"'conv:6x:5'", "output channels '6x'"}},
+        {"conv:0:5 fc:10", {"'conv:0:5'", "output channels '0'"}},
+        {"conv:65537:5 fc:10", {"'conv:65537:5'", "65536"}},
+        {"conv:+6:5 fc:10", {"'conv:+6:5'", "'+6'"}},
+        {"conv:6:0 fc:10", {"'conv:6:0'", "kernel"}},
+        {"conv:6:65 fc:10", {"'conv:6:65'", "kernel"}},
+        {"conv:6:5:5 fc:10", {"'conv:6:5:5'", "padding 5"}},
+        {"conv:6:5:-1 fc:10", {"'conv:6:5:-1'", "padding '-1'"}},
+        {"conv:6:5:1y fc:10", {"'conv:6:5:1y'", "padding"}},
+        {"conv:6 fc:10", {"'conv:6'", "conv:OUT:K"}},
+        {"conv:6:5:1:1 fc:10", {"'conv:6:5:1:1'", "fields"}},
+        {"conv:6:5: fc:10", {"'conv:6:5:'", "padding ''"}},
+        {"fc:", {"'fc:'", "output features"}},
+        {"fc:10.0", {"'fc:10.0'", "'10.0'"}},
+        {"fc:1e1", {"'fc:1e1'", "'1e1'"}},
+        {"fc:-10", {"'fc:-10'", "'-10'"}},
+        {"fc:10:2", {"'fc:10:2'", "fc:OUT"}},
+        {"fc", {"'fc'", "fc:OUT"}},
+        {"fc:99999999999999999999", {"'fc:99999999999999999999'", "output features"}},
+        {"avgpool:0 fc:10", {"'avgpool:0'", "pool size"}},
+        {"maxpool:2.5 fc:10", {"'maxpool:2.5'", "pool size '2.5'"}},
+        {"maxpool fc:10", {"'maxpool'", "maxpool:K"}},
+        {"dropout:1 fc:10", {"'dropout:1'", "dropout probability"}},
+        {"dropout:-0.1 fc:10", {"'dropout:-0.1'", "dropout probability"}},
+        {"dropout:0.5x fc:10", {"'dropout:0.5x'", "'0.5x'"}},
+        {"dropout:nan fc:10", {"'dropout:nan'", "dropout probability"}},
+        {"dropout:0.999999999 fc:10", {"'dropout:0.999999999'", "dropout probability"}},
+        {"dropout fc:10", {"'dropout'", "dropout:P"}},
+        {"relu:1 fc:10", {"'relu:1'", "no parameters"}},
+        {"sigmoid: fc:10", {"'sigmoid:'", "no parameters"}},
+        {"init:he fc:10", {"'init:he'", "init:xavier"}},
+        {"init: fc:10", {"'init:'", "unknown init"}},
+        {"init:torch fc:10 init:xavier", {"'init:xavier'", "twice"}},
+        {"conv:6:29 fc:10", {"layer 1 'conv:6:29'", "6x0x0"}},
+        {"conv:6:5:2 avgpool:2 avgpool:2 avgpool:2 avgpool:2 avgpool:2 fc:10",
+         {"layer 6 'avgpool:2'", "6x1x1"}},
+        {"avgpool:29 fc:10", {"'avgpool:29'", "smaller than 1x1"}},
+        {"fc:10 relu", {"layer 2 'relu'", "last layer must be fc:10"}},
+        {"conv:10:1", {"'conv:10:1'", "last layer"}},
+        {"fc:84 relu fc:5", {"'fc:5'", "5 outputs but the dataset has 10 classes"}},
+        {many, {"layer 33 'fc:10'", "more than 32 layers"}},
+        {"", {"--model", "empty"}},
+        {"  ,, # just a comment\n\n", {"--model", "empty"}},
+        {"init:xavier", {"--model", "empty"}},
+        {"fc:65536 fc:65536 fc:10", {"layer 2 'fc:65536'", "parameters"}},
+        {too_long, {"'fc:000000", "longer than 64"}},
+        {"@/nonexistent/gt_spec.txt", {"/nonexistent/gt_spec.txt", "--model"}},
+        {"@", {"--model", "spec file"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        gt_model m;
+        gt_err e = {{0}};
+        int rc = gt_model_build(cases[i].spec, 1, 28, 28, 10, &m, &e);
+        CHECK_MSG(rc == -1, "'%s' was accepted", cases[i].spec);
+        if (rc != -1)
+            continue;
+        CHECK_MSG(strncmp(e.msg, "--model", 7) == 0 && !strchr(e.msg, '\n'), "%s", e.msg);
+        for (int k = 0; k < 2; k++)
+            CHECK_MSG(strstr(e.msg, cases[i].want[k]) != NULL, "'%s': message '%s' lacks '%s'",
+                      cases[i].spec, e.msg, cases[i].want[k]);
+    }
+
+    /* One activation beyond 2^31 elements, bad input shapes and class counts. */
+    gt_model m;
+    gt_err e = {{0}};
+    CHECK(gt_model_build("conv:65536:1 fc:10", 1, 512, 512, 10, &m, &e) == -1);
+    CHECK_MSG(strstr(e.msg, "'conv:65536:1'") && strstr(e.msg, "elements"), "%s", e.msg);
+    CHECK(gt_model_build("lenet5", 0, 28, 28, 10, &m, &e) == -1 && strstr(e.msg, "0x28x28"));
+    CHECK(gt_model_build("lenet5", 1, 28, -1, 10, &m, &e) == -1 && strstr(e.msg, "1x28x-1"));
+    CHECK(gt_model_build("lenet5", 1, 28, 28, 0, &m, &e) == -1 && strstr(e.msg, "class"));
+    CHECK(gt_model_build(NULL, 1, 28, 28, 10, &m, &e) == -1);
+    /* lenet5 cannot shrink a 8x8 image to its 4x4 second pooling stage. */
+    CHECK(gt_model_build("lenet5", 1, 8, 8, 10, &m, &e) == -1);
+    CHECK_MSG(strstr(e.msg, "'conv:16:5'") != NULL, "%s", e.msg);
+}
+
+int main(void)
+{
+    test_lenet5();
+    test_other_builtins();
+    test_round_trip();
+    test_spec_file();
+    test_init();
+    test_bad_specs();
+    TEST_DONE();
+}

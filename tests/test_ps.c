@@ -1,0 +1,210 @@
+/* test_ps.c - the parameter store: no lost update under concurrent pushes for several stripe
+ * counts, stripe layout, versions and staleness, pulls, and refused configurations. Runs under
+ * ThreadSanitizer in CI. */
+#include "gputrain/ps.h"
+#include "test_util.h"
+
+#include <pthread.h>
+
+#define NPARAM 5003 /* not a multiple of a cache line, on purpose */
+#define PUSHES 200
+#define THREADS 4
+
+typedef struct pusher {
+    gt_ps *ps;
+    int index;
+    float *grad;
+    float *pulled;
+    uint64_t *ver;
+} pusher;
+
+static void *push_loop(void *arg)
+{
+    pusher *p = arg;
+    for (int k = 0; k < PUSHES; k++) {
+        gt_ps_pull(p->ps, p->pulled, p->ver);
+        gt_ps_push(p->ps, p->index, THREADS, p->grad, 1.0f, p->ver, 0.0);
+    }
+    return NULL;
+}
+
+static gt_optim_cfg plain_sgd(void)
+{
+    gt_optim_cfg c;
+    gt_optim_defaults(&c);
+    c.lr = 1.0f;
+    c.momentum = 0.0f;
+    return c;
+}
+
+/* Every thread pushes gradient (index+1) * (1 + i % 3) PUSHES times with plain SGD at lr 1; the
+ * store must end at exactly minus the sum (small integers are exact in float). */
+static void test_no_lost_update(int stripes)
+{
+    gt_optim_cfg c = plain_sgd();
+    gt_ps ps;
+    gt_err e;
+    CHECK(gt_ps_init(&ps, NPARAM, stripes, &c, &e) == 0);
+    pusher p[THREADS];
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        p[i].ps = &ps;
+        p[i].index = i;
+        p[i].grad = gt_alloc(NPARAM * sizeof(float));
+        p[i].pulled = gt_alloc(NPARAM * sizeof(float));
+        p[i].ver = calloc((size_t)ps.nranges, sizeof(uint64_t));
+        for (int k = 0; k < NPARAM; k++)
+            p[i].grad[k] = (float)((i + 1) * (1 + k % 3));
+        pthread_create(&t[i], NULL, push_loop, &p[i]);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    int wrong = 0;
+    for (int k = 0; k < NPARAM; k++) {
+        double expect = 0;
+        for (int i = 0; i < THREADS; i++)
+            expect -= (double)PUSHES * (i + 1) * (1 + k % 3);
+        wrong += ps.params[k] != (float)expect;
+    }
+    CHECK_MSG(wrong == 0, "stripes %d: %d of %d parameters lost updates", stripes, wrong, NPARAM);
+    CHECK(atomic_load(&ps.updates) == THREADS * PUSHES);
+    for (int s = 0; s < ps.nranges; s++)
+        CHECK(atomic_load(&ps.stripes[s].version) == THREADS * PUSHES);
+    CHECK(atomic_load(&ps.stale_count) == THREADS * PUSHES);
+    CHECK(atomic_load(&ps.stale_max) <= (uint64_t)(THREADS - 1) * PUSHES);
+    for (int i = 0; i < THREADS; i++) {
+        gt_free(p[i].grad);
+        gt_free(p[i].pulled);
+        free(p[i].ver);
+    }
+    gt_ps_free(&ps);
+}
+
+/* Lock-free mode may lose updates by design, but must be free of data races (TSan) and every
+ * parameter must end between 0 and the lock-protected result. */
+static void test_lock_free_bounds(void)
+{
+    gt_optim_cfg c = plain_sgd();
+    gt_ps ps;
+    gt_err e;
+    CHECK(gt_ps_init(&ps, NPARAM, 0, &c, &e) == 0);
+    CHECK(ps.nstripes == 0 && ps.nranges >= 1);
+    pusher p[THREADS];
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        p[i] = (pusher){&ps, i, gt_alloc(NPARAM * sizeof(float)), gt_alloc(NPARAM * sizeof(float)),
+                        calloc((size_t)ps.nranges, sizeof(uint64_t))};
+        for (int k = 0; k < NPARAM; k++)
+            p[i].grad[k] = 1.0f;
+        pthread_create(&t[i], NULL, push_loop, &p[i]);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(t[i], NULL);
+    int out = 0;
+    for (int k = 0; k < NPARAM; k++)
+        out += !(ps.params[k] <= -PUSHES && ps.params[k] >= -(float)THREADS * PUSHES);
+    CHECK_MSG(out == 0, "%d parameters outside [-%d, -%d]", out, THREADS * PUSHES, PUSHES);
+    for (int i = 0; i < THREADS; i++) {
+        gt_free(p[i].grad);
+        gt_free(p[i].pulled);
+        free(p[i].ver);
+    }
+    gt_ps_free(&ps);
+}
+
+static void test_layout(void)
+{
+    gt_optim_cfg c = plain_sgd();
+    gt_err e;
+    int counts[] = {1, 2, 3, 7, 16, 100, 313};
+    for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
+        gt_ps ps;
+        CHECK(gt_ps_init(&ps, NPARAM, counts[i], &c, &e) == 0);
+        CHECK(ps.nranges == counts[i]);
+        CHECK(ps.stripes[0].lo == 0 && ps.stripes[ps.nranges - 1].hi == NPARAM);
+        for (int s = 0; s < ps.nranges; s++) {
+            CHECK(ps.stripes[s].lo % 16 == 0);
+            CHECK(ps.stripes[s].hi > ps.stripes[s].lo);
+            if (s > 0)
+                CHECK(ps.stripes[s].lo == ps.stripes[s - 1].hi);
+        }
+        CHECK(((uintptr_t)ps.params % GT_CACHELINE) == 0);
+        gt_ps_free(&ps);
+    }
+    CHECK(gt_ps_default_stripes(44426) >= 4);
+    CHECK(gt_ps_default_stripes(10) == 1);
+    gt_ps ps;
+    CHECK(gt_ps_init(&ps, 100, 50, &c, &e) != 0);
+    CHECK(strstr(e.msg, "--stripes") && strstr(e.msg, "50"));
+    CHECK(gt_ps_init(&ps, 0, 1, &c, &e) != 0);
+}
+
+/* Versions and staleness: a gradient computed before another push is 1 stale on every stripe. */
+static void test_staleness(void)
+{
+    gt_optim_cfg c = plain_sgd();
+    gt_ps ps;
+    gt_err e;
+    CHECK(gt_ps_init(&ps, NPARAM, 4, &c, &e) == 0);
+    float *g = gt_alloc(NPARAM * sizeof(float)), *buf = gt_alloc(NPARAM * sizeof(float));
+    uint64_t va[4], vb[4];
+    for (int k = 0; k < NPARAM; k++)
+        g[k] = 0.5f;
+    gt_ps_pull(&ps, buf, va);
+    gt_ps_pull(&ps, buf, vb);
+    CHECK(gt_ps_push(&ps, 0, 2, g, 1.0f, va, 0.0) == 0);
+    CHECK(gt_ps_push(&ps, 1, 2, g, 1.0f, vb, 0.0) == 1);
+    gt_ps_pull(&ps, buf, va);
+    CHECK(va[0] == 2 && va[3] == 2);
+    CHECK(buf[0] == -1.0f && buf[NPARAM - 1] == -1.0f);
+    CHECK(atomic_load(&ps.stale_hist[0]) == 1 && atomic_load(&ps.stale_hist[1]) == 1);
+    /* gscale and apply_stripes touch only their stripes */
+    gt_ps_apply_stripes(&ps, 1, 2, g, 2.0f, 3, 0.0);
+    gt_ps_pull(&ps, buf, NULL);
+    CHECK(buf[ps.stripes[0].lo] == -1.0f);
+    CHECK(buf[ps.stripes[1].lo] == -2.0f);
+    CHECK(buf[ps.stripes[2].lo] == -1.0f);
+    gt_ps_store_stripes(&ps, 3, 4, g);
+    gt_ps_pull(&ps, buf, NULL);
+    CHECK(buf[NPARAM - 1] == 0.5f && buf[ps.stripes[2].lo] == -1.0f);
+    CHECK(gt_all_finite(g, NPARAM));
+    g[77] = NAN;
+    CHECK(!gt_all_finite(g, NPARAM));
+    g[77] = INFINITY;
+    CHECK(!gt_all_finite(g, NPARAM));
+    gt_free(g);
+    gt_free(buf);
+    gt_ps_free(&ps);
+}
+
+/* Momentum state lives in the store and is updated with the parameters. */
+static void test_momentum_state(void)
+{
+    gt_optim_cfg c = plain_sgd();
+    c.momentum = 0.5f;
+    c.lr = 0.25f;
+    gt_ps ps;
+    gt_err e;
+    CHECK(gt_ps_init(&ps, 64, 2, &c, &e) == 0);
+    CHECK(ps.nstate == 1 && ps.state[0]);
+    float g[64];
+    for (int k = 0; k < 64; k++)
+        g[k] = 1.0f;
+    gt_ps_push(&ps, 0, 1, g, 1.0f, NULL, 0.0);
+    gt_ps_push(&ps, 0, 1, g, 1.0f, NULL, 0.0);
+    CHECK(ps.state[0][5] == 1.5f);            /* buf: 1, then 0.5*1 + 1 */
+    CHECK(ps.params[5] == -(0.25f + 0.375f)); /* p -= lr*buf twice */
+    gt_ps_free(&ps);
+}
+
+int main(void)
+{
+    int stripes[] = {1, 3, 16, -1};
+    for (size_t i = 0; i < sizeof stripes / sizeof *stripes; i++)
+        test_no_lost_update(stripes[i]);
+    test_lock_free_bounds();
+    test_layout();
+    test_staleness();
+    test_momentum_state();
+    TEST_DONE();
+}

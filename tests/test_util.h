@@ -1,0 +1,78 @@
+/* test_util.h - the few helpers every C test uses: checks that report file and line, the skip
+ * exit code ctest understands, and the location of the Fashion-MNIST files. */
+#ifndef GT_TEST_UTIL_H
+#define GT_TEST_UTIL_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GT_SKIP 77
+
+static int gt_test_failures;
+
+#define CHECK(cond)                                                                          \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);         \
+            gt_test_failures++;                                                              \
+        }                                                                                    \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                                 \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);         \
+            fprintf(stderr, __VA_ARGS__);                                                    \
+            fputc('\n', stderr);                                                             \
+            gt_test_failures++;                                                              \
+        }                                                                                    \
+    } while (0)
+
+/* |a - b| <= tol * max(1, |a|, |b|) */
+#define CHECK_CLOSE(a, b, tol)                                                               \
+    do {                                                                                     \
+        double a_ = (a), b_ = (b), s_ = fmax(1.0, fmax(fabs(a_), fabs(b_)));                \
+        if (!(fabs(a_ - b_) <= (tol) * s_)) {                                                \
+            fprintf(stderr, "%s:%d: %s = %.9g vs %s = %.9g (tol %g)\n", __FILE__, __LINE__, \
+                    #a, a_, #b, b_, (double)(tol));                                          \
+            gt_test_failures++;                                                              \
+        }                                                                                    \
+    } while (0)
+
+#define TEST_DONE()                                                                          \
+    do {                                                                                     \
+        if (gt_test_failures) {                                                              \
+            fprintf(stderr, "%d check(s) failed\n", gt_test_failures);                       \
+            return 1;                                                                        \
+        }                                                                                    \
+        printf("ok\n");                                                                      \
+        return 0;                                                                            \
+    } while (0)
+
+/* The Fashion-MNIST folder, or NULL when it is not on this machine. */
+static inline const char *gt_test_fmnist_dir(void)
+{
+    static const char *dirs[] = {"datasets/fashion-mnist", "/usr/share/datasets/fashion-mnist"};
+    static char buf[1024];
+    const char *src = getenv("GT_SOURCE_DIR");
+    const char *env = getenv("GT_DATA");
+    if (env && *env)
+        return env;
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+        if (dirs[i][0] != '/' && src)
+            snprintf(buf, sizeof buf, "%s/%s/train-images-idx3-ubyte.gz", src, dirs[i]);
+        else
+            snprintf(buf, sizeof buf, "%s/train-images-idx3-ubyte.gz", dirs[i]);
+        FILE *f = fopen(buf, "rb");
+        if (f) {
+            fclose(f);
+            *strrchr(buf, '/') = 0;
+            return buf;
+        }
+    }
+    return NULL;
+}
+
+#endif
