@@ -1,0 +1,723 @@
+/* data.c - loads a dataset into memory as uint8: MNIST-style IDX files (gzip or plain) or an image
+ * folder ROOT/<split>/<class>/<image> decoded with stb_image.
+ *
+ * Every file is treated as hostile. Header fields are checked against fixed limits before anything
+ * is allocated from them, the payload must be exactly as long as the header says, and the payload
+ * buffer grows with the bytes actually read, so a header that lies about its size costs at most
+ * IDX_FIRST_BUFFER bytes before it is caught. gt_data_load picks the format from what the folder
+ * holds, checks that train and test agree, applies --train-samples and computes the fingerprint
+ * that ties a checkpoint to its data. */
+#include "gputrain/data.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define STB_IMAGE_IMPLEMENTATION
+#define STBI_ONLY_PNG
+#define STBI_ONLY_JPEG
+#define STBI_ONLY_BMP
+#include <stb_image.h>
+
+#define DATA_MAX_SAMPLES 100000000u
+#define DATA_MAX_SIDE 4096u
+#define DATA_MAX_BYTES (8ull << 30)
+#define IDX_READ_CHUNK (1u << 20)
+#define IDX_FIRST_BUFFER ((size_t)64 << 20)
+/* IDX files carry no class count; MNIST and Fashion-MNIST both have ten. */
+#define IDX_CLASSES 10
+
+/* ---- IDX files ------------------------------------------------------------------------------ */
+
+typedef struct idx_stream {
+    const char *path;
+    FILE *plain; /* exactly one of plain and gz is open */
+    gzFile gz;
+} idx_stream;
+
+/* Gzip is recognised by its magic bytes, not the name, so a gunzipped file keeping its .gz name
+ * (or the reverse) still loads. */
+static int idx_open(idx_stream *s, const char *path, gt_err *e)
+{
+    memset(s, 0, sizeof *s);
+    s->path = path;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return gt_fail(e, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return gt_fail(e, "%s: not a regular file", path);
+    }
+    unsigned char magic[2];
+    if (pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+        s->gz = gzdopen(fd, "rb");
+        if (s->gz)
+            gzbuffer(s->gz, 1u << 17);
+    } else {
+        s->plain = fdopen(fd, "rb");
+    }
+    if (!s->gz && !s->plain) {
+        close(fd);
+        return gt_fail(e, "%s: cannot open: out of memory", path);
+    }
+    return 0;
+}
+
+static void idx_close(idx_stream *s)
+{
+    if (s->gz)
+        gzclose(s->gz);
+    if (s->plain)
+        fclose(s->plain);
+    s->gz = NULL;
+    s->plain = NULL;
+}
+
+/* zlib prefixes its messages with the stream's name ("<fd:3>: "), which means nothing to a user. */
+static const char *idx_gz_reason(gzFile gz)
+{
+    int err;
+    const char *msg = gzerror(gz, &err);
+    const char *sep = strstr(msg, ": ");
+    if (err == Z_ERRNO)
+        return strerror(errno);
+    return sep ? sep + 2 : msg;
+}
+
+/* Reads up to len bytes, fewer only at the end of the file. Returns the count, or -1 with e set. */
+static long long idx_read(idx_stream *s, void *buf, size_t len, gt_err *e)
+{
+    size_t got = 0;
+    while (got < len) {
+        unsigned want = len - got > IDX_READ_CHUNK ? IDX_READ_CHUNK : (unsigned)(len - got);
+        if (s->gz) {
+            int r = gzread(s->gz, (char *)buf + got, want);
+            if (r <= 0) {
+                int err;
+                gzerror(s->gz, &err);
+                if (r < 0 || err != Z_OK)
+                    return gt_fail(e, "%s: corrupt gzip stream (%s)", s->path,
+                                   idx_gz_reason(s->gz));
+                break;
+            }
+            got += (size_t)r;
+        } else {
+            size_t r = fread((char *)buf + got, 1, want, s->plain);
+            got += r;
+            if (r < want) {
+                if (ferror(s->plain))
+                    return gt_fail(e, "%s: read error: %s", s->path, strerror(errno));
+                break;
+            }
+        }
+    }
+    return (long long)got;
+}
+
+static uint32_t idx_be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Reads the magic (unsigned byte data of the given rank) and the rank dimensions, all > 0. */
+static int idx_read_header(idx_stream *s, int rank, const char *kind, uint32_t *dims, gt_err *e)
+{
+    unsigned char hdr[4];
+    const uint32_t want = 0x800u | (uint32_t)rank;
+    long long got = idx_read(s, hdr, 4, e);
+    if (got < 0)
+        return -1;
+    if (got == 0)
+        return gt_fail(e, "%s: empty file (expected an IDX %s header)", s->path, kind);
+    if (got < 4)
+        return gt_fail(e, "%s: truncated header (%lld of 4 magic bytes)", s->path, got);
+    uint32_t magic = idx_be32(hdr);
+    if ((magic & 0xffffff00u) == 0x800u && magic != want)
+        return gt_fail(e, "%s: bad magic 0x%08x (expected 0x%08x for %s): rank %u, not %d", s->path,
+                       magic, want, kind, magic & 0xffu, rank);
+    if (magic != want)
+        return gt_fail(e, "%s: bad magic 0x%08x (expected 0x%08x for %s)", s->path, magic, want,
+                       kind);
+    for (int i = 0; i < rank; i++) {
+        got = idx_read(s, hdr, 4, e);
+        if (got < 0)
+            return -1;
+        if (got < 4)
+            return gt_fail(e, "%s: truncated header (ends inside dimension %d of %d)", s->path,
+                           i + 1, rank);
+        dims[i] = idx_be32(hdr);
+        if (dims[i] == 0)
+            return gt_fail(e, "%s: dimension %d of the %s header is 0", s->path, i + 1, kind);
+    }
+    if (dims[0] > DATA_MAX_SAMPLES)
+        return gt_fail(e, "%s: header claims %u %s (limit %u)", s->path, dims[0], kind,
+                       DATA_MAX_SAMPLES);
+    return 0;
+}
+
+/* Allocates a buffer of min(cap * 2, want) bytes holding the first used bytes of *buf. */
+static int idx_grow(uint8_t **buf, size_t *cap, size_t used, size_t want)
+{
+    size_t next = *cap > want / 2 ? want : *cap * 2;
+    uint8_t *bigger = gt_alloc(next);
+    if (!bigger)
+        return -1;
+    memcpy(bigger, *buf, used);
+    gt_free(*buf);
+    *buf = bigger;
+    *cap = next;
+    return 0;
+}
+
+/* Counts what is left in the stream; a well-formed file has nothing after its payload. */
+static long long idx_count_rest(idx_stream *s, gt_err *e)
+{
+    unsigned char scratch[16384];
+    long long total = 0, r;
+    while ((r = idx_read(s, scratch, sizeof scratch, e)) > 0)
+        total += r;
+    return r < 0 ? -1 : total;
+}
+
+/* Reads exactly want bytes of payload and insists on the end of the file after them. */
+static int idx_read_payload(idx_stream *s, size_t want, const char *what, uint8_t **out, gt_err *e)
+{
+    size_t cap = want < IDX_FIRST_BUFFER ? want : IDX_FIRST_BUFFER, got = 0;
+    uint8_t *buf = gt_alloc(cap);
+    if (!buf)
+        return gt_fail(e, "%s: out of memory reading %zu bytes of %s", s->path, cap, what);
+    for (;;) {
+        long long r = idx_read(s, buf + got, cap - got, e);
+        if (r < 0)
+            goto fail;
+        got += (size_t)r;
+        if (got < cap) {
+            gt_fail(e, "%s: truncated: the header declares %zu bytes of %s but only %zu follow",
+                    s->path, want, what, got);
+            goto fail;
+        }
+        if (got == want)
+            break;
+        if (idx_grow(&buf, &cap, got, want) != 0) {
+            gt_fail(e, "%s: out of memory reading %zu bytes of %s", s->path, want, what);
+            goto fail;
+        }
+    }
+    long long rest = idx_count_rest(s, e);
+    if (rest < 0)
+        goto fail;
+    if (rest > 0) {
+        gt_fail(e, "%s: %lld trailing byte(s) after the %zu bytes of %s the header declares",
+                s->path, rest, want, what);
+        goto fail;
+    }
+    *out = buf;
+    return 0;
+fail:
+    gt_free(buf);
+    return -1;
+}
+
+static int idx_check_image_dims(const char *path, const uint32_t *d, gt_err *e)
+{
+    if (d[1] > DATA_MAX_SIDE || d[2] > DATA_MAX_SIDE)
+        return gt_fail(e, "%s: header claims %ux%u pixels per image (limit %ux%u)", path, d[1],
+                       d[2], DATA_MAX_SIDE, DATA_MAX_SIDE);
+    unsigned long long bytes = (unsigned long long)d[0] * d[1] * d[2];
+    if (bytes >= DATA_MAX_BYTES || bytes > SIZE_MAX)
+        return gt_fail(e, "%s: header claims %u images of %ux%u = %llu bytes (limit 8 GiB)", path,
+                       d[0], d[1], d[2], bytes);
+    return 0;
+}
+
+int gt_idx_load_images(const char *path, uint32_t *n, int *h, int *w, uint8_t **pixels, gt_err *e)
+{
+    idx_stream s;
+    uint32_t d[3] = {0};
+    uint8_t *buf = NULL;
+    if (idx_open(&s, path, e) != 0)
+        return -1;
+    int rc = idx_read_header(&s, 3, "images", d, e);
+    if (rc == 0)
+        rc = idx_check_image_dims(path, d, e);
+    if (rc == 0)
+        rc = idx_read_payload(&s, (size_t)d[0] * d[1] * d[2], "pixels", &buf, e);
+    idx_close(&s);
+    if (rc != 0)
+        return -1;
+    *n = d[0];
+    *h = (int)d[1];
+    *w = (int)d[2];
+    *pixels = buf;
+    return 0;
+}
+
+int gt_idx_load_labels(const char *path, uint32_t *n, uint8_t **labels, gt_err *e)
+{
+    idx_stream s;
+    uint32_t d[1] = {0};
+    uint8_t *buf = NULL;
+    if (idx_open(&s, path, e) != 0)
+        return -1;
+    int rc = idx_read_header(&s, 1, "labels", d, e);
+    if (rc == 0)
+        rc = idx_read_payload(&s, d[0], "labels", &buf, e);
+    idx_close(&s);
+    if (rc != 0)
+        return -1;
+    *n = d[0];
+    *labels = buf;
+    return 0;
+}
+
+/* ---- image folders -------------------------------------------------------------------------- */
+
+typedef struct name_list {
+    char **names;
+    size_t n, cap;
+} name_list;
+
+static void names_free(name_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->names[i]);
+    free(l->names);
+    memset(l, 0, sizeof *l);
+}
+
+static int names_push(name_list *l, const char *name)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        char **grown = realloc(l->names, cap * sizeof *grown);
+        if (!grown)
+            return -1;
+        l->names = grown;
+        l->cap = cap;
+    }
+    if (!(l->names[l->n] = strdup(name)))
+        return -1;
+    l->n++;
+    return 0;
+}
+
+static int names_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int path_join(char *dst, const char *a, const char *b, gt_err *e)
+{
+    int len = snprintf(dst, GT_PATHLEN, "%s/%s", a, b);
+    if (len < 0 || len >= GT_PATHLEN)
+        return gt_fail(e, "%s/%s: path longer than %d bytes", a, b, GT_PATHLEN - 1);
+    return 0;
+}
+
+static int path_is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Lists a folder, skipping hidden entries, sorted bytewise so the order (and so the labels and the
+ * fingerprint) never depends on the file system or the locale. */
+static int dir_list(const char *path, name_list *out, gt_err *e)
+{
+    DIR *d = opendir(path);
+    if (!d)
+        return gt_fail(e, "%s: cannot open folder: %s", path, strerror(errno));
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        if (ent->d_name[0] == '.')
+            continue;
+        if (names_push(out, ent->d_name) != 0) {
+            closedir(d);
+            return gt_fail(e, "%s: out of memory listing the folder", path);
+        }
+    }
+    closedir(d);
+    if (out->n > 1)
+        qsort(out->names, out->n, sizeof *out->names, names_cmp);
+    return 0;
+}
+
+static int folder_list_classes(const char *split_dir, name_list *classes, gt_err *e)
+{
+    char path[GT_PATHLEN];
+    if (dir_list(split_dir, classes, e) != 0)
+        return -1;
+    if (classes->n == 0)
+        return gt_fail(e, "%s: no class folders", split_dir);
+    if (classes->n > GT_MAX_CLASSES)
+        return gt_fail(e, "%s: %zu class folders (limit %d)", split_dir, classes->n,
+                       GT_MAX_CLASSES);
+    for (size_t k = 0; k < classes->n; k++) {
+        if (path_join(path, split_dir, classes->names[k], e) != 0)
+            return -1;
+        if (!path_is_dir(path))
+            return gt_fail(e, "%s: not a folder (%s should hold only class folders)", path,
+                           split_dir);
+        if (strlen(classes->names[k]) > 31)
+            return gt_fail(e, "%s: class name is %zu characters (limit 31)", path,
+                           strlen(classes->names[k]));
+    }
+    return 0;
+}
+
+/* Appends the full path of every file in one class folder; an empty class is an error. */
+static int folder_list_class(const char *class_dir, name_list *files, gt_err *e)
+{
+    char path[GT_PATHLEN];
+    name_list in_class = {0};
+    int rc = dir_list(class_dir, &in_class, e);
+    if (rc == 0 && in_class.n == 0)
+        rc = gt_fail(e, "%s: empty class folder", class_dir);
+    for (size_t i = 0; rc == 0 && i < in_class.n; i++) {
+        rc = path_join(path, class_dir, in_class.names[i], e);
+        if (rc == 0 && names_push(files, path) != 0)
+            rc = gt_fail(e, "%s: out of memory listing the images", class_dir);
+    }
+    names_free(&in_class);
+    return rc;
+}
+
+/* Collects every image path, class by class; ends[k] is one past class k's last file. */
+static int folder_list_files(const char *split_dir, const name_list *classes, name_list *files,
+                             uint32_t *ends, gt_err *e)
+{
+    char class_dir[GT_PATHLEN];
+    for (size_t k = 0; k < classes->n; k++) {
+        if (path_join(class_dir, split_dir, classes->names[k], e) != 0 ||
+            folder_list_class(class_dir, files, e) != 0)
+            return -1;
+        if (files->n > DATA_MAX_SAMPLES)
+            return gt_fail(e, "%s: more than %u images", split_dir, DATA_MAX_SAMPLES);
+        ends[k] = (uint32_t)files->n;
+    }
+    return 0;
+}
+
+/* Width, height and the channels we keep (alpha dropped: grey+alpha -> 1, RGBA -> 3). */
+static int folder_probe(const char *path, int *w, int *h, int *c, gt_err *e)
+{
+    int comp;
+    if (path_is_dir(path))
+        return gt_fail(e, "%s: a folder inside a class folder (expected image files)", path);
+    if (!stbi_info(path, w, h, &comp))
+        return gt_fail(e, "%s: not an image stb_image can read (%s)", path, stbi_failure_reason());
+    *c = comp <= 2 ? 1 : 3;
+    if (*w <= 0 || *h <= 0 || *w > (int)DATA_MAX_SIDE || *h > (int)DATA_MAX_SIDE)
+        return gt_fail(e, "%s: %dx%d pixels (limit %ux%u)", path, *w, *h, DATA_MAX_SIDE,
+                       DATA_MAX_SIDE);
+    return 0;
+}
+
+/* Decodes one image into dst as C x H x W; the caller has checked that it is w x h. */
+static int folder_decode_chw(const char *path, int w, int h, int c, uint8_t *dst, gt_err *e)
+{
+    int fw, fh, comp;
+    unsigned char *px = stbi_load(path, &fw, &fh, &comp, c);
+    if (!px)
+        return gt_fail(e, "%s: cannot decode: %s", path, stbi_failure_reason());
+    if (fw != w || fh != h) {
+        stbi_image_free(px);
+        return gt_fail(e, "%s: decoded as %dx%d, expected %dx%d", path, fw, fh, w, h);
+    }
+    size_t plane = (size_t)w * h;
+    for (int ch = 0; ch < c; ch++)
+        for (size_t i = 0; i < plane; i++)
+            dst[ch * plane + i] = px[i * c + ch];
+    stbi_image_free(px);
+    return 0;
+}
+
+/* Decodes every file into out; the first image sets the size all the others must share. */
+static int folder_fill(const name_list *files, const uint32_t *ends, size_t nclasses,
+                       gt_dataset *out, gt_err *e)
+{
+    int w, h, c;
+    const char *first = files->names[0];
+    if (folder_probe(first, &w, &h, &c, e) != 0)
+        return -1;
+    size_t per = (size_t)c * h * w;
+    unsigned long long bytes = (unsigned long long)files->n * per;
+    if (bytes >= DATA_MAX_BYTES)
+        return gt_fail(e, "%s: %zu images of %dx%dx%d = %llu bytes (limit 8 GiB)", first, files->n,
+                       c, h, w, bytes);
+    out->images = gt_alloc(bytes);
+    out->labels = gt_alloc(files->n);
+    if (!out->images || !out->labels)
+        return gt_fail(e, "%s: out of memory for %llu bytes of images", first, bytes);
+    out->n = (uint32_t)files->n;
+    out->c = c;
+    out->h = h;
+    out->w = w;
+    out->nclasses = (int)nclasses;
+    size_t k = 0;
+    for (size_t i = 0; i < files->n; i++) {
+        int fw, fh, fc;
+        const char *path = files->names[i];
+        if (folder_probe(path, &fw, &fh, &fc, e) != 0)
+            return -1;
+        if (fw != w || fh != h || fc != c)
+            return gt_fail(e,
+                           "%s: %dx%d with %d channel(s), but the first image %s is %dx%d with %d",
+                           path, fw, fh, fc, first, w, h, c);
+        if (folder_decode_chw(path, w, h, c, out->images + i * per, e) != 0)
+            return -1;
+        while (i >= ends[k])
+            k++;
+        out->labels[i] = (uint8_t)k;
+    }
+    return 0;
+}
+
+int gt_folder_load(const char *root, const char *split, gt_dataset *out, char (*class_names)[32],
+                   int *nclasses, gt_err *e)
+{
+    char split_dir[GT_PATHLEN];
+    name_list classes = {0}, files = {0};
+    uint32_t *ends = NULL;
+    int rc = -1;
+    memset(out, 0, sizeof *out);
+    if (path_join(split_dir, root, split, e) != 0 ||
+        folder_list_classes(split_dir, &classes, e) != 0)
+        goto done;
+    if (classes.n > 256) {
+        gt_fail(e, "%s: %zu classes, but labels are stored as bytes (limit 256)", split_dir,
+                classes.n);
+        goto done;
+    }
+    ends = calloc(classes.n, sizeof *ends);
+    if (!ends) {
+        gt_fail(e, "%s: out of memory", split_dir);
+        goto done;
+    }
+    if (folder_list_files(split_dir, &classes, &files, ends, e) != 0 ||
+        folder_fill(&files, ends, classes.n, out, e) != 0)
+        goto done;
+    for (size_t k = 0; k < classes.n; k++)
+        snprintf(class_names[k], 32, "%s", classes.names[k]);
+    *nclasses = (int)classes.n;
+    rc = 0;
+done:
+    if (rc != 0) {
+        gt_free(out->images);
+        gt_free(out->labels);
+        memset(out, 0, sizeof *out);
+    }
+    free(ends);
+    names_free(&classes);
+    names_free(&files);
+    return rc;
+}
+
+/* ---- whole datasets ------------------------------------------------------------------------- */
+
+enum { DATA_NONE, DATA_IDX, DATA_FOLDER };
+
+static const char *const idx_names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                         "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+
+/* Fills path with dir/name.gz or dir/name, whichever exists (.gz first): 1, else 0. */
+static int idx_find(const char *dir, const char *name, char *path, gt_err *e)
+{
+    struct stat st;
+    if (snprintf(path, GT_PATHLEN, "%s/%s.gz", dir, name) >= GT_PATHLEN)
+        return gt_fail(e, "%s/%s.gz: path longer than %d bytes", dir, name, GT_PATHLEN - 1);
+    if (stat(path, &st) == 0)
+        return 1;
+    snprintf(path, GT_PATHLEN, "%s/%s", dir, name);
+    return stat(path, &st) == 0 ? 1 : 0;
+}
+
+/* Any one IDX file makes it an IDX folder, so a half-finished download is reported as such. */
+static int data_detect(const char *dir)
+{
+    char path[GT_PATHLEN];
+    for (int i = 0; i < 4; i++)
+        if (idx_find(dir, idx_names[i], path, NULL) == 1)
+            return DATA_IDX;
+    if (path_join(path, dir, "train", NULL) == 0 && path_is_dir(path))
+        return DATA_FOLDER;
+    return DATA_NONE;
+}
+
+static int data_load_idx_split(const char *images, const char *labels, gt_dataset *ds, gt_err *e)
+{
+    uint32_t nlabels;
+    if (gt_idx_load_images(images, &ds->n, &ds->h, &ds->w, &ds->images, e) != 0 ||
+        gt_idx_load_labels(labels, &nlabels, &ds->labels, e) != 0)
+        return -1;
+    ds->c = 1;
+    ds->nclasses = IDX_CLASSES;
+    if (nlabels != ds->n)
+        return gt_fail(e, "%s holds %u images but %s holds %u labels", images, ds->n, labels,
+                       nlabels);
+    for (uint32_t i = 0; i < nlabels; i++)
+        if (ds->labels[i] >= IDX_CLASSES)
+            return gt_fail(e, "%s: label at index %u is %u (expected 0..%d)", labels, i,
+                           ds->labels[i], IDX_CLASSES - 1);
+    return 0;
+}
+
+static int data_load_idx(const char *dir, gt_data *out, gt_err *e)
+{
+    char paths[4][GT_PATHLEN];
+    for (int i = 0; i < 4; i++) {
+        int found = idx_find(dir, idx_names[i], paths[i], e);
+        if (found < 0)
+            return -1;
+        if (!found)
+            return gt_fail(e, "%s/%s[.gz]: missing (an IDX dataset needs all four files)", dir,
+                           idx_names[i]);
+    }
+    if (data_load_idx_split(paths[0], paths[1], &out->train, e) != 0 ||
+        data_load_idx_split(paths[2], paths[3], &out->test, e) != 0)
+        return -1;
+    if (out->train.h != out->test.h || out->train.w != out->test.w)
+        return gt_fail(e, "%s holds %dx%d images but %s holds %dx%d", paths[0], out->train.h,
+                       out->train.w, paths[2], out->test.h, out->test.w);
+    for (int k = 0; k < IDX_CLASSES; k++)
+        snprintf(out->class_names[k], sizeof out->class_names[k], "%d", k);
+    return 0;
+}
+
+static int data_check_classes(const char *dir, const gt_data *d, char (*test_names)[32], int ntest,
+                              gt_err *e)
+{
+    if (ntest != d->train.nclasses)
+        return gt_fail(e, "%s/test has %d class folders but %s/train has %d", dir, ntest, dir,
+                       d->train.nclasses);
+    for (int k = 0; k < ntest; k++)
+        if (strcmp(test_names[k], d->class_names[k]) != 0)
+            return gt_fail(e, "%s/test: class %d is '%s' but in %s/train it is '%s'", dir, k,
+                           test_names[k], dir, d->class_names[k]);
+    return 0;
+}
+
+static int data_load_folder(const char *dir, gt_data *out, gt_err *e)
+{
+    int ntrain, ntest;
+    char(*test_names)[32] = calloc(GT_MAX_CLASSES, sizeof *test_names);
+    if (!test_names)
+        return gt_fail(e, "%s: out of memory", dir);
+    int rc = -1;
+    if (gt_folder_load(dir, "train", &out->train, out->class_names, &ntrain, e) == 0 &&
+        gt_folder_load(dir, "test", &out->test, test_names, &ntest, e) == 0 &&
+        data_check_classes(dir, out, test_names, ntest, e) == 0)
+        rc = 0;
+    free(test_names);
+    if (rc != 0)
+        return -1;
+    const gt_dataset *a = &out->train, *b = &out->test;
+    if (a->c != b->c || a->h != b->h || a->w != b->w)
+        return gt_fail(e,
+                       "%s/train holds %dx%d images with %d channel(s) but %s/test holds %dx%d "
+                       "with %d",
+                       dir, a->w, a->h, a->c, dir, b->w, b->h, b->c);
+    return 0;
+}
+
+/* Keeps the first limit samples, copied into buffers of the right size so nothing pins or copies
+ * the unused tail later. */
+static int data_apply_limit(const char *dir, gt_dataset *ds, uint32_t limit, gt_err *e)
+{
+    if (limit == 0 || limit == ds->n)
+        return 0;
+    if (limit > ds->n)
+        return gt_fail(e, "--train-samples %u is more than the %u training samples in %s", limit,
+                       ds->n, dir);
+    size_t per = (size_t)ds->c * ds->h * ds->w;
+    uint8_t *images = gt_alloc(limit * per), *labels = gt_alloc(limit);
+    if (!images || !labels) {
+        gt_free(images);
+        gt_free(labels);
+        return gt_fail(e, "%s: out of memory keeping %u training samples", dir, limit);
+    }
+    memcpy(images, ds->images, limit * per);
+    memcpy(labels, ds->labels, limit);
+    gt_free(ds->images);
+    gt_free(ds->labels);
+    ds->images = images;
+    ds->labels = labels;
+    ds->n = limit;
+    return 0;
+}
+
+static uint32_t data_fingerprint(const gt_data *d)
+{
+    const gt_dataset *splits[2] = {&d->train, &d->test};
+    uint32_t crc = 0;
+    for (int i = 0; i < 2; i++) {
+        const gt_dataset *s = splits[i];
+        crc = gt_crc32(crc, s->images, (size_t)s->n * s->c * s->h * s->w);
+        crc = gt_crc32(crc, s->labels, s->n);
+    }
+    return crc;
+}
+
+static int data_load_dir(const char *dir, uint32_t train_limit, gt_data *out, gt_err *e)
+{
+    if (!path_is_dir(dir))
+        return gt_fail(e,
+                       "%s: not a folder (--data wants a folder of IDX files or train/ and "
+                       "test/ image folders)",
+                       dir);
+    int format = data_detect(dir);
+    if (format == DATA_NONE)
+        return gt_fail(e,
+                       "%s: holds neither train-images-idx3-ubyte[.gz] and the other IDX files "
+                       "nor train/ and test/ image folders",
+                       dir);
+    if (snprintf(out->dir, sizeof out->dir, "%s", dir) >= (int)sizeof out->dir)
+        return gt_fail(e, "%s: path longer than %d bytes", dir, GT_PATHLEN - 1);
+    snprintf(out->format, sizeof out->format, "%s", format == DATA_IDX ? "idx" : "folder");
+    int rc = format == DATA_IDX ? data_load_idx(dir, out, e) : data_load_folder(dir, out, e);
+    if (rc == 0)
+        rc = data_apply_limit(dir, &out->train, train_limit, e);
+    if (rc == 0)
+        out->fingerprint = data_fingerprint(out);
+    return rc;
+}
+
+int gt_data_load(const char *dir, uint32_t train_limit, gt_data *out, gt_err *e)
+{
+    static const char *const defaults[] = {"datasets/fashion-mnist",
+                                           "/usr/share/datasets/fashion-mnist"};
+    memset(out, 0, sizeof *out);
+    if (dir && !*dir)
+        dir = NULL; /* the config's "" means the default search too */
+    for (size_t i = 0; !dir && i < sizeof defaults / sizeof *defaults; i++)
+        if (data_detect(defaults[i]) != DATA_NONE)
+            dir = defaults[i];
+    if (!dir)
+        return gt_fail(e,
+                       "no dataset found: tried %s and %s; run datasets/fetch-fashion-mnist.sh "
+                       "or pass --data",
+                       defaults[0], defaults[1]);
+    if (data_load_dir(dir, train_limit, out, e) != 0) {
+        gt_data_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+void gt_data_free(gt_data *d)
+{
+    if (!d)
+        return;
+    gt_free(d->train.images);
+    gt_free(d->train.labels);
+    gt_free(d->test.images);
+    gt_free(d->test.labels);
+    memset(d, 0, sizeof *d);
+}

@@ -1,0 +1,626 @@
+/* test_data.c - dataset loading: synthetic IDX files (gzip and plain) and PNG folders load with the
+ * right values, every kind of damage is refused with a message naming the file, and Fashion-MNIST,
+ * where installed, loads with its known shape and class balance. */
+#define _GNU_SOURCE /* nftw */
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#include <stb_image_write.h>
+
+#include "gputrain/data.h"
+#include "test_util.h"
+
+#include <ftw.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define SYSTEM_FMNIST "/usr/share/datasets/fashion-mnist"
+
+static char tmp_root[64];
+
+/* Path of rel inside the temp folder, in one of a few rotating buffers: fine for arguments, but
+ * a path kept across calls is copied into a local array first. */
+static const char *tp(const char *rel)
+{
+    static char bufs[8][1024];
+    static int next;
+    char *b = bufs[next++ % 8];
+    snprintf(b, sizeof bufs[0], "%s/%s", tmp_root, rel);
+    return b;
+}
+
+/* ---- writing synthetic files ---------------------------------------------------------------- */
+
+static uint8_t pixel_at(uint32_t i, uint32_t y, uint32_t x)
+{
+    return (uint8_t)(i * 37 + y * 5 + x * 11 + 1);
+}
+static uint8_t label_at(uint32_t i)
+{
+    return (uint8_t)(i * 3 % 10);
+}
+
+typedef struct blob {
+    uint8_t *p;
+    size_t n, cap;
+} blob;
+
+static void blob_put(blob *b, const void *src, size_t n)
+{
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2;
+        b->p = realloc(b->p, b->cap);
+        if (!b->p)
+            abort();
+    }
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+
+static void blob_be32(blob *b, uint32_t v)
+{
+    uint8_t be[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
+    blob_put(b, be, 4);
+}
+
+static void write_file(const char *path, int gz, const void *buf, size_t len)
+{
+    int ok;
+    if (gz) {
+        gzFile g = gzopen(path, "wb");
+        ok = g && (len == 0 || gzwrite(g, buf, (unsigned)len) == (int)len);
+        ok = g && gzclose(g) == Z_OK && ok;
+    } else {
+        FILE *f = fopen(path, "wb");
+        ok = f && fwrite(buf, 1, len, f) == len;
+        ok = f && fclose(f) == 0 && ok;
+    }
+    CHECK_MSG(ok, "cannot write %s", path);
+}
+
+/* n x h x w pattern pixels; extra < 0 cuts the payload short, extra > 0 appends bytes. */
+static void write_images(const char *path, int gz, uint32_t magic, uint32_t n, uint32_t h,
+                         uint32_t w, long extra)
+{
+    blob b = {0};
+    blob_be32(&b, magic);
+    blob_be32(&b, n);
+    blob_be32(&b, h);
+    blob_be32(&b, w);
+    long total = (long)n * h * w + extra;
+    for (long k = 0; k < total; k++) {
+        uint32_t i = (uint32_t)(k / (h * w)), rest = (uint32_t)(k % (h * w));
+        uint8_t v = pixel_at(i, rest / w, rest % w);
+        blob_put(&b, &v, 1);
+    }
+    write_file(path, gz, b.p, b.n);
+    free(b.p);
+}
+
+/* A label file of n pattern labels; bad_index >= 0 gets bad_value instead. */
+static void write_labels(const char *path, int gz, uint32_t n, long extra, long bad_index,
+                         uint8_t bad_value)
+{
+    blob b = {0};
+    blob_be32(&b, 0x801);
+    blob_be32(&b, n);
+    for (long i = 0; i < (long)n + extra; i++) {
+        uint8_t v = i == bad_index ? bad_value : label_at((uint32_t)i);
+        blob_put(&b, &v, 1);
+    }
+    write_file(path, gz, b.p, b.n);
+    free(b.p);
+}
+
+/* Raw header words only, for headers whose payload would be absurd. */
+static void write_header(const char *path, const uint32_t *words, int count)
+{
+    blob b = {0};
+    for (int i = 0; i < count; i++)
+        blob_be32(&b, words[i]);
+    write_file(path, 0, b.p, b.n);
+    free(b.p);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void remove_tree(const char *path)
+{
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void make_dir(const char *path)
+{
+    CHECK_MSG(mkdir(path, 0755) == 0, "mkdir %s", path);
+}
+
+/* A call must fail with a message naming the file (its last path component) and saying what. */
+#define CHECK_REFUSED(call, file, what)                                                            \
+    do {                                                                                           \
+        gt_err e_ = {{0}};                                                                         \
+        const char *base_ = strrchr(file, '/') ? strrchr(file, '/') + 1 : (file);                  \
+        int rc_ = (call);                                                                          \
+        CHECK_MSG(rc_ == -1, "%s accepted", #call);                                                \
+        CHECK_MSG(strstr(e_.msg, base_) != NULL, "message '%s' lacks '%s'", e_.msg, base_);        \
+        CHECK_MSG(strstr(e_.msg, what) != NULL, "message '%s' lacks '%s'", e_.msg, what);          \
+    } while (0)
+
+/* ---- single IDX files ----------------------------------------------------------------------- */
+
+static void check_images_file(const char *path, uint32_t n, uint32_t h, uint32_t w)
+{
+    uint32_t got_n = 0;
+    int got_h = 0, got_w = 0;
+    uint8_t *px = NULL;
+    gt_err e = {{0}};
+    int rc = gt_idx_load_images(path, &got_n, &got_h, &got_w, &px, &e);
+    CHECK_MSG(rc == 0, "%s", e.msg);
+    if (rc != 0)
+        return;
+    CHECK(got_n == n && got_h == (int)h && got_w == (int)w);
+    int bad = 0;
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t y = 0; y < h; y++)
+            for (uint32_t x = 0; x < w; x++)
+                bad += px[(i * h + y) * w + x] != pixel_at(i, y, x);
+    CHECK_MSG(bad == 0, "%s: %d wrong pixels", path, bad);
+    gt_free(px);
+}
+
+static void test_idx_good(void)
+{
+    for (int gz = 0; gz < 2; gz++) {
+        const char *img = tp(gz ? "good-images.gz" : "good-images");
+        const char *lab = tp(gz ? "good-labels.gz" : "good-labels");
+        write_images(img, gz, 0x803, 5, 3, 4, 0);
+        write_labels(lab, gz, 7, 0, -1, 0);
+        check_images_file(img, 5, 3, 4);
+        uint32_t n = 0;
+        uint8_t *labels = NULL;
+        gt_err e = {{0}};
+        CHECK_MSG(gt_idx_load_labels(lab, &n, &labels, &e) == 0, "%s", e.msg);
+        CHECK(n == 7);
+        for (uint32_t i = 0; labels && i < n; i++)
+            CHECK(labels[i] == label_at(i));
+        gt_free(labels);
+    }
+    /* Gzip is told by its magic bytes, not by the name. */
+    write_images(tp("gzip-without-suffix"), 1, 0x803, 2, 2, 2, 0);
+    write_images(tp("plain-with-suffix.gz"), 0, 0x803, 2, 2, 2, 0);
+    check_images_file(tp("gzip-without-suffix"), 2, 2, 2);
+    check_images_file(tp("plain-with-suffix.gz"), 2, 2, 2);
+}
+
+static void test_idx_damage(void)
+{
+    uint32_t n;
+    int h, w;
+    uint8_t *buf = NULL;
+    char f[1024];
+    snprintf(f, sizeof f, "%s", tp("damaged"));
+#define LOAD_IMAGES gt_idx_load_images(f, &n, &h, &w, &buf, &e_)
+#define LOAD_LABELS gt_idx_load_labels(f, &n, &buf, &e_)
+
+    write_images(f, 0, 0xd03, 2, 3, 3, 0);
+    CHECK_REFUSED(LOAD_IMAGES, f, "bad magic 0x00000d03");
+    write_labels(f, 1, 4, 0, -1, 0);
+    CHECK_REFUSED(LOAD_IMAGES, f, "bad magic 0x00000801 (expected 0x00000803 for images)");
+    write_images(f, 0, 0x803, 2, 3, 3, 0);
+    CHECK_REFUSED(LOAD_LABELS, f, "bad magic 0x00000803");
+    write_header(f, (const uint32_t[]){0x802, 2, 9}, 3);
+    CHECK_REFUSED(LOAD_IMAGES, f, "rank 2, not 3");
+    write_header(f, (const uint32_t[]){0x12345678}, 1);
+    CHECK_REFUSED(LOAD_IMAGES, f, "bad magic 0x12345678");
+
+    write_images(f, 0, 0x803, 0, 3, 3, 0);
+    CHECK_REFUSED(LOAD_IMAGES, f, "dimension 1");
+    write_images(f, 1, 0x803, 2, 3, 0, 0);
+    CHECK_REFUSED(LOAD_IMAGES, f, "dimension 3");
+    write_labels(f, 0, 0, 0, -1, 0);
+    CHECK_REFUSED(LOAD_LABELS, f, "is 0");
+
+    /* Absurd headers must be refused before any allocation: under ASan a multi-GiB request would
+     * abort the test. */
+    write_header(f, (const uint32_t[]){0x803, 0xffffffffu, 28, 28}, 4);
+    CHECK_REFUSED(LOAD_IMAGES, f, "4294967295 images (limit");
+    write_header(f, (const uint32_t[]){0x803, 10, 28, 70000}, 4);
+    CHECK_REFUSED(LOAD_IMAGES, f, "28x70000 pixels per image (limit");
+    write_header(f, (const uint32_t[]){0x803, 100000000, 4096, 4096}, 4);
+    CHECK_REFUSED(LOAD_IMAGES, f, "(limit 8 GiB)");
+    write_header(f, (const uint32_t[]){0x801, 0xfffffff0u}, 2);
+    CHECK_REFUSED(LOAD_LABELS, f, "labels (limit");
+    /* Within the limits but far beyond the data: the payload buffer grows with what is read. */
+    write_header(f, (const uint32_t[]){0x803, 10000000, 28, 28}, 4);
+    CHECK_REFUSED(LOAD_IMAGES, f, "truncated");
+
+    for (int gz = 0; gz < 2; gz++) {
+        write_images(f, gz, 0x803, 3, 2, 2, -1);
+        CHECK_REFUSED(LOAD_IMAGES, f,
+                      "truncated: the header declares 12 bytes of pixels but only 11");
+        write_images(f, gz, 0x803, 3, 2, 2, 3);
+        CHECK_REFUSED(LOAD_IMAGES, f, "3 trailing byte(s)");
+        write_labels(f, gz, 5, -2, -1, 0);
+        CHECK_REFUSED(LOAD_LABELS, f, "truncated");
+        write_labels(f, gz, 5, 1, -1, 0);
+        CHECK_REFUSED(LOAD_LABELS, f, "1 trailing byte(s)");
+        write_file(f, gz, "\0\0\x08\x03\0\0", 6);
+        CHECK_REFUSED(LOAD_IMAGES, f, "truncated header");
+        write_file(f, gz, "", 0);
+        CHECK_REFUSED(LOAD_IMAGES, f, "empty file");
+    }
+    CHECK_REFUSED(gt_idx_load_images(tp("no-such-file"), &n, &h, &w, &buf, &e_), "no-such-file",
+                  "cannot open");
+
+    /* A gzip stream with a damaged middle, and one cut short. */
+    write_images(f, 1, 0x803, 20, 16, 16, 0);
+    FILE *fp = fopen(f, "r+b");
+    long size = 0;
+    if (fp && fseek(fp, 0, SEEK_END) == 0 && (size = ftell(fp)) > 64) {
+        uint8_t junk[8] = {0xde, 0xad, 0xbe, 0xef, 0x55, 0xaa, 0x00, 0xff};
+        fseek(fp, size / 2, SEEK_SET);
+        fwrite(junk, 1, sizeof junk, fp);
+    }
+    CHECK(fp && size > 64);
+    if (fp)
+        fclose(fp);
+    CHECK_REFUSED(LOAD_IMAGES, f, "corrupt gzip stream");
+    write_images(f, 1, 0x803, 20, 16, 16, 0);
+    CHECK(truncate(f, size / 2) == 0);
+    CHECK_REFUSED(LOAD_IMAGES, f, "corrupt gzip stream");
+#undef LOAD_IMAGES
+#undef LOAD_LABELS
+}
+
+/* ---- IDX datasets --------------------------------------------------------------------------- */
+
+typedef struct idx_layout {
+    uint32_t ntrain, ntrain_labels, ntest, test_h;
+    long bad_label_index;
+} idx_layout;
+
+static const idx_layout good_layout = {6, 6, 4, 3, -1};
+
+/* Writes the four files into dir (train gzip, test plain), replacing what was there. */
+static void write_idx_dir(const char *dir, idx_layout l)
+{
+    char path[1024];
+    remove_tree(dir);
+    make_dir(dir);
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", dir);
+    write_images(path, 1, 0x803, l.ntrain, 3, 4, 0);
+    snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte.gz", dir);
+    write_labels(path, 1, l.ntrain_labels, 0, l.bad_label_index, 10);
+    snprintf(path, sizeof path, "%s/t10k-images-idx3-ubyte", dir);
+    write_images(path, 0, 0x803, l.ntest, l.test_h, 4, 0);
+    snprintf(path, sizeof path, "%s/t10k-labels-idx1-ubyte", dir);
+    write_labels(path, 0, l.ntest, 0, -1, 0);
+}
+
+/* The fingerprint recomputed from the pattern, with zlib directly rather than gt_crc32. */
+static uint32_t expected_fingerprint(uint32_t ntrain, uint32_t ntest, uint32_t h, uint32_t w)
+{
+    uLong crc = crc32(0L, Z_NULL, 0);
+    uint32_t counts[2] = {ntrain, ntest};
+    for (int s = 0; s < 2; s++) {
+        for (uint32_t i = 0; i < counts[s]; i++)
+            for (uint32_t p = 0; p < h * w; p++) {
+                uint8_t v = pixel_at(i, p / w, p % w);
+                crc = crc32(crc, &v, 1);
+            }
+        for (uint32_t i = 0; i < counts[s]; i++) {
+            uint8_t v = label_at(i);
+            crc = crc32(crc, &v, 1);
+        }
+    }
+    return (uint32_t)crc;
+}
+
+static void test_idx_dataset(void)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tp("idx"));
+    gt_data d;
+    gt_err e = {{0}};
+    write_idx_dir(dir, good_layout);
+    CHECK_MSG(gt_data_load(dir, 0, &d, &e) == 0, "%s", e.msg);
+    CHECK(strcmp(d.format, "idx") == 0 && strcmp(d.dir, dir) == 0);
+    CHECK(d.train.n == 6 && d.test.n == 4);
+    CHECK(d.train.c == 1 && d.train.h == 3 && d.train.w == 4 && d.test.h == 3 && d.test.w == 4);
+    CHECK(d.train.nclasses == 10 && d.test.nclasses == 10);
+    CHECK(strcmp(d.class_names[0], "0") == 0 && strcmp(d.class_names[9], "9") == 0);
+    for (uint32_t i = 0; d.train.labels && i < d.train.n; i++)
+        CHECK(d.train.labels[i] == label_at(i));
+    CHECK(d.test.images && d.test.images[3 * 12 + 5] == pixel_at(3, 1, 1));
+    CHECK(d.fingerprint == expected_fingerprint(6, 4, 3, 4));
+    uint32_t full_fingerprint = d.fingerprint;
+    gt_data_free(&d);
+    CHECK(d.train.images == NULL && d.train.n == 0 && d.fingerprint == 0);
+
+    CHECK_MSG(gt_data_load(dir, 3, &d, &e) == 0, "%s", e.msg);
+    CHECK(d.train.n == 3 && d.test.n == 4);
+    CHECK(d.fingerprint == expected_fingerprint(3, 4, 3, 4) && d.fingerprint != full_fingerprint);
+    gt_data_free(&d);
+    CHECK_REFUSED(gt_data_load(dir, 7, &d, &e_), dir, "--train-samples 7 is more than the 6");
+
+    idx_layout bad_label = good_layout;
+    bad_label.bad_label_index = 2;
+    write_idx_dir(dir, bad_label);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "train-labels-idx1-ubyte.gz",
+                  "label at index 2 is 10");
+
+    idx_layout few_labels = good_layout;
+    few_labels.ntrain_labels = 5;
+    write_idx_dir(dir, few_labels);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "train-images-idx3-ubyte.gz", "6 images");
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "train-labels-idx1-ubyte.gz", "5 labels");
+
+    idx_layout taller_test = good_layout;
+    taller_test.test_h = 5;
+    write_idx_dir(dir, taller_test);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "train-images-idx3-ubyte.gz", "3x4");
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "t10k-images-idx3-ubyte", "5x4");
+
+    write_idx_dir(dir, good_layout);
+    CHECK(remove(tp("idx/t10k-labels-idx1-ubyte")) == 0);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "t10k-labels-idx1-ubyte", "missing");
+    write_file(tp("idx/t10k-labels-idx1-ubyte"), 0, "", 0);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "t10k-labels-idx1-ubyte", "empty file");
+
+    CHECK_REFUSED(gt_data_load(tp("nowhere"), 0, &d, &e_), "nowhere", "not a folder");
+    make_dir(tp("nothing"));
+    CHECK_REFUSED(gt_data_load(tp("nothing"), 0, &d, &e_), "nothing", "holds neither");
+    CHECK(d.train.images == NULL && d.test.images == NULL);
+}
+
+/* With no folder given, datasets/fashion-mnist under the working directory comes first. */
+static void test_default_search(void)
+{
+    char cwd[1024];
+    gt_data d;
+    gt_err e = {{0}};
+    if (!getcwd(cwd, sizeof cwd) || chdir(tmp_root) != 0) {
+        CHECK(!"cannot enter the temp folder");
+        return;
+    }
+    make_dir("datasets");
+    write_idx_dir("datasets/fashion-mnist", good_layout);
+    CHECK_MSG(gt_data_load(NULL, 0, &d, &e) == 0, "%s", e.msg);
+    CHECK(strcmp(d.dir, "datasets/fashion-mnist") == 0 && d.train.n == 6);
+    gt_data_free(&d);
+
+    /* An empty local folder is passed over for the system copy, or the error lists both. */
+    remove_tree("datasets/fashion-mnist");
+    make_dir("datasets/fashion-mnist");
+    int rc = gt_data_load(NULL, 6000, &d, &e);
+    if (access(SYSTEM_FMNIST "/train-images-idx3-ubyte.gz", R_OK) == 0) {
+        CHECK_MSG(rc == 0, "%s", e.msg);
+        CHECK(strcmp(d.dir, SYSTEM_FMNIST) == 0 && d.train.n == 6000 && d.test.n == 10000);
+    } else {
+        CHECK(rc == -1 && strstr(e.msg, "datasets/fashion-mnist") && strstr(e.msg, SYSTEM_FMNIST));
+    }
+    gt_data_free(&d);
+    CHECK(chdir(cwd) == 0);
+}
+
+/* ---- image folders -------------------------------------------------------------------------- */
+
+#define IMG_W 5
+#define IMG_H 3
+
+static uint8_t img_value(int id, int y, int x, int ch)
+{
+    return (uint8_t)(id * 50 + y * 7 + x * 3 + ch * 17);
+}
+
+/* A PNG of the pattern for image id with comp channels (the alpha channel, if any, is 128). */
+static void write_png(const char *path, int id, int w, int h, int comp)
+{
+    uint8_t px[64 * 64 * 4];
+    int colours = comp == 2 || comp == 4 ? comp - 1 : comp;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int ch = 0; ch < comp; ch++)
+                px[(y * w + x) * comp + ch] = ch < colours ? img_value(id, y, x, ch) : 128;
+    CHECK_MSG(stbi_write_png(path, w, h, comp, px, w * comp) != 0, "cannot write %s", path);
+}
+
+typedef struct png_spec {
+    const char *rel; /* inside the root */
+    int id, comp;
+} png_spec;
+
+static void write_tree(const char *root, const char *const *dirs, int ndirs, const png_spec *pngs,
+                       int npngs)
+{
+    char path[1024];
+    remove_tree(root);
+    make_dir(root);
+    for (int i = 0; i < ndirs; i++) {
+        snprintf(path, sizeof path, "%s/%s", root, dirs[i]);
+        make_dir(path);
+    }
+    for (int i = 0; i < npngs; i++) {
+        snprintf(path, sizeof path, "%s/%s", root, pngs[i].rel);
+        write_png(path, pngs[i].id, IMG_W, IMG_H, pngs[i].comp);
+    }
+}
+
+/* Sample k must be image id[k] with label[k], c channels, laid out C x H x W. */
+static void check_samples(const gt_dataset *ds, int c, const int *ids, const int *labels,
+                          uint32_t n)
+{
+    CHECK(ds->n == n && ds->c == c && ds->h == IMG_H && ds->w == IMG_W);
+    if (ds->n != n || ds->c != c || ds->h != IMG_H || ds->w != IMG_W)
+        return;
+    int bad = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        CHECK_MSG(ds->labels[k] == labels[k], "sample %u: label %u, expected %d", k, ds->labels[k],
+                  labels[k]);
+        for (int ch = 0; ch < c; ch++)
+            for (int y = 0; y < IMG_H; y++)
+                for (int x = 0; x < IMG_W; x++)
+                    bad += ds->images[(((size_t)k * c + ch) * IMG_H + y) * IMG_W + x] !=
+                           img_value(ids[k], y, x, ch);
+    }
+    CHECK_MSG(bad == 0, "%d wrong pixels", bad);
+}
+
+static void test_folder_grey(void)
+{
+    char root[1024];
+    snprintf(root, sizeof root, "%s", tp("grey"));
+    static const char *const dirs[] = {"train",     "test",     "train/cat", "train/ant",
+                                       "train/bee", "test/ant", "test/bee",  "test/cat"};
+    /* Written out of order: classes and files are sorted by name. bee/m.png is grey + alpha. */
+    static const png_spec pngs[] = {
+        {"train/cat/only.png", 1, 1}, {"train/ant/z.png", 2, 1}, {"train/ant/a.png", 3, 1},
+        {"train/bee/m.png", 4, 2},    {"train/bee/b.png", 5, 1}, {"train/bee/x.png", 6, 1},
+        {"test/ant/t.png", 7, 1},     {"test/bee/t.png", 8, 1},  {"test/cat/t.png", 9, 1}};
+    write_tree(root, dirs, 8, pngs, 9);
+    write_file(tp("grey/train/bee/.DS_Store"), 0, "junk", 4); /* hidden: skipped */
+
+    gt_dataset ds;
+    char names[GT_MAX_CLASSES][32];
+    int nclasses = 0;
+    gt_err e = {{0}};
+    CHECK_MSG(gt_folder_load(root, "train", &ds, names, &nclasses, &e) == 0, "%s", e.msg);
+    CHECK(nclasses == 3 && ds.nclasses == 3);
+    CHECK(strcmp(names[0], "ant") == 0 && strcmp(names[1], "bee") == 0 &&
+          strcmp(names[2], "cat") == 0);
+    check_samples(&ds, 1, (const int[]){3, 2, 5, 4, 6, 1}, (const int[]){0, 0, 1, 1, 1, 2}, 6);
+    gt_free(ds.images);
+    gt_free(ds.labels);
+
+    gt_data d;
+    CHECK_MSG(gt_data_load(root, 0, &d, &e) == 0, "%s", e.msg);
+    CHECK(strcmp(d.format, "folder") == 0 && strcmp(d.class_names[2], "cat") == 0);
+    CHECK(d.train.n == 6 && d.test.n == 3 && d.train.nclasses == 3);
+    check_samples(&d.test, 1, (const int[]){7, 8, 9}, (const int[]){0, 1, 2}, 3);
+    CHECK(d.fingerprint != 0);
+    gt_data_free(&d);
+
+    const char *odd = tp("grey/train/ant/c.png");
+    write_png(odd, 10, IMG_W - 1, IMG_H, 1);
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), odd, "4x3");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), "a.png", "5x3");
+    write_png(odd, 10, IMG_W, IMG_H, 3);
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), odd, "3 channel");
+    remove(odd);
+
+    const char *text = tp("grey/train/bee/notes.txt");
+    write_file(text, 0, "not an image\n", 13);
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), text, "not an image");
+    remove(text);
+
+    make_dir(tp("grey/train/dog"));
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), "train/dog",
+                  "empty class folder");
+    write_png(tp("grey/train/dog/d.png"), 11, IMG_W, IMG_H, 1);
+    CHECK_REFUSED(gt_data_load(root, 0, &d, &e_), "test", "has 3 class folders");
+    write_png(tp("grey/test/cow.png"), 12, IMG_W, IMG_H, 1);
+    CHECK_REFUSED(gt_data_load(root, 0, &d, &e_), "test/cow.png", "not a folder");
+    remove(tp("grey/test/cow.png"));
+    make_dir(tp("grey/test/cow"));
+    write_png(tp("grey/test/cow/d.png"), 12, IMG_W, IMG_H, 1);
+    CHECK_REFUSED(gt_data_load(root, 0, &d, &e_), "test", "class 3 is 'cow'");
+
+    char longname[64];
+    snprintf(longname, sizeof longname, "grey/train/%032d", 7);
+    make_dir(tp(longname));
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), longname,
+                  "32 characters");
+
+    make_dir(tp("bare"));
+    make_dir(tp("bare/train"));
+    CHECK_REFUSED(gt_folder_load(tp("bare"), "train", &ds, names, &nclasses, &e_), "bare/train",
+                  "no class folders");
+    CHECK(ds.images == NULL && ds.n == 0);
+}
+
+static void test_folder_rgb(void)
+{
+    char root[1024];
+    snprintf(root, sizeof root, "%s", tp("rgb"));
+    static const char *const dirs[] = {"train", "test", "train/y", "train/x", "test/x", "test/y"};
+    /* y/0.png is RGBA: the alpha channel is dropped. */
+    static const png_spec pngs[] = {{"train/y/0.png", 1, 4},
+                                    {"train/x/1.png", 2, 3},
+                                    {"train/y/2.png", 3, 3},
+                                    {"test/x/a.png", 4, 3},
+                                    {"test/y/a.png", 5, 3}};
+    write_tree(root, dirs, 6, pngs, 5);
+
+    gt_data d;
+    gt_err e = {{0}};
+    CHECK_MSG(gt_data_load(root, 0, &d, &e) == 0, "%s", e.msg);
+    CHECK(strcmp(d.class_names[0], "x") == 0 && strcmp(d.class_names[1], "y") == 0);
+    check_samples(&d.train, 3, (const int[]){2, 1, 3}, (const int[]){0, 1, 1}, 3);
+    check_samples(&d.test, 3, (const int[]){4, 5}, (const int[]){0, 1}, 2);
+    /* One pixel by hand: sample 1, blue channel, row 2, column 4. */
+    if (d.train.images)
+        CHECK(d.train.images[1 * 3 * IMG_H * IMG_W + 2 * IMG_H * IMG_W + 2 * IMG_W + 4] ==
+              (uint8_t)(1 * 50 + 2 * 7 + 4 * 3 + 2 * 17));
+    gt_data_free(&d);
+
+    /* Train and test must share the image size. */
+    write_png(tp("rgb/test/x/a.png"), 4, IMG_W + 1, IMG_H, 3);
+    write_png(tp("rgb/test/y/a.png"), 5, IMG_W + 1, IMG_H, 3);
+    CHECK_REFUSED(gt_data_load(root, 0, &d, &e_), "rgb/test", "6x3");
+}
+
+/* ---- Fashion-MNIST -------------------------------------------------------------------------- */
+
+static void test_fashion_mnist(void)
+{
+    const char *dir = gt_test_fmnist_dir();
+    if (!dir) {
+        printf("Fashion-MNIST not found: skipping its checks\n");
+        return;
+    }
+    gt_data d;
+    gt_err e = {{0}};
+    CHECK_MSG(gt_data_load(dir, 0, &d, &e) == 0, "%s", e.msg);
+    CHECK(d.train.n == 60000 && d.test.n == 10000);
+    CHECK(d.train.c == 1 && d.train.h == 28 && d.train.w == 28 && d.test.h == 28 && d.test.w == 28);
+    CHECK(d.train.nclasses == 10 && strcmp(d.format, "idx") == 0);
+    uint32_t train_hist[10] = {0}, test_hist[10] = {0};
+    for (uint32_t i = 0; d.train.labels && i < d.train.n; i++)
+        train_hist[d.train.labels[i] % 10]++;
+    for (uint32_t i = 0; d.test.labels && i < d.test.n; i++)
+        test_hist[d.test.labels[i] % 10]++;
+    for (int k = 0; k < 10; k++) {
+        CHECK_MSG(test_hist[k] == 1000, "test class %d has %u samples", k, test_hist[k]);
+        CHECK_MSG(train_hist[k] == 6000, "train class %d has %u samples", k, train_hist[k]);
+    }
+
+    gt_data part;
+    CHECK_MSG(gt_data_load(dir, 6000, &part, &e) == 0, "%s", e.msg);
+    CHECK(part.train.n == 6000 && part.test.n == 10000 && part.fingerprint != d.fingerprint);
+    if (part.train.images && d.train.images)
+        CHECK(memcmp(part.train.images, d.train.images, 6000 * 784) == 0 &&
+              memcmp(part.train.labels, d.train.labels, 6000) == 0);
+    gt_data_free(&part);
+    gt_data_free(&d);
+}
+
+int main(void)
+{
+    snprintf(tmp_root, sizeof tmp_root, "/tmp/gt_test_data_XXXXXX");
+    if (!mkdtemp(tmp_root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_idx_good();
+    test_idx_damage();
+    test_idx_dataset();
+    test_folder_grey();
+    test_folder_rgb();
+    test_default_search();
+    test_fashion_mnist();
+    remove_tree(tmp_root);
+    TEST_DONE();
+}
