@@ -4,8 +4,12 @@
 #include "gputrain/cli.h"
 #include "gputrain/train.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,6 +126,21 @@ static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
     return rc;
 }
 
+/* A checkpoint the user asked for must be writable before hours of training go into it: create
+ * and remove a file beside it. */
+static int check_checkpoint_path(const char *path, gt_err *e)
+{
+    char probe[GT_PATHLEN + 32], dir[GT_PATHLEN];
+    snprintf(dir, sizeof dir, "%s", path);
+    snprintf(probe, sizeof probe, "%s/.gputrain-probe.%d", dirname(dir), (int)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0)
+        return gt_fail(e, "--checkpoint: cannot write beside '%s': %s", path, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
 static const char *optim_name(const gt_config *c) { return c->optim.kind == GT_OPT_ADAM ? "adam" : "sgd"; }
 
 /* Initial parameters and optimizer state: fresh, --init weights, or a --resume checkpoint. */
@@ -172,7 +191,9 @@ static int cmd_train(const gt_config *c, const gt_data *d, gt_run_result *res, i
     int resumed = 0;
     gt_device *devs[GT_MAX_WORKERS] = {0}, *ev = NULL;
     int n = 0;
-    int rc = load_start(c, &m, d, params, state, nstate, &meta, &resumed, e);
+    int rc = c->checkpoint[0] ? check_checkpoint_path(c->checkpoint, e) : 0;
+    if (rc == 0)
+        rc = load_start(c, &m, d, params, state, nstate, &meta, &resumed, e);
     if (rc == 0)
         rc = open_devices(c, &m, devs, &n, &ev, e);
     if (rc == 0) {

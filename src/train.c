@@ -92,8 +92,10 @@ typedef struct run {
     /* clocked modes */
     uint32_t clocks;           /* clocks per epoch */
     uint64_t start_clock;      /* resumed runs start the first epoch here */
-    int R;                     /* ring of clock slots: staleness + 1 */
-    float *slots;              /* R * W * n */
+    int R;                     /* clocks in flight: ssp staleness + 1, local --sync-every, sync 1 */
+    int nslots;                /* gradient slot rings: R, or 1 for local (replicas to average) */
+    float *slots;              /* nslots * W * n */
+    uint64_t local_done;       /* local: clocks done when the averaging in progress began */
     uint64_t *claimed, *deposited; /* per ring slot: bit per share */
     uint64_t *slot_read_clock; /* per ring slot: lowest applied count its gradients were read at */
     uint64_t applied;          /* clocks applied this epoch */
@@ -328,7 +330,8 @@ static void run_barrier(run *r, worker *w, leader_fn fn)
 static void worker_leave_locked(run *r, worker *w, const char *why)
 {
     atomic_store(&w->alive, 0);
-    snprintf(w->error, sizeof w->error, "%s", why);
+    if (why != w->error)
+        snprintf(w->error, sizeof w->error, "%s", why);
     r->nlive--;
     fprintf(stderr, "gputrain: warning: worker %d (%s) left the run: %s\n", w->index, w->dev->name,
             why);
@@ -487,7 +490,7 @@ static void hogwild_epoch(run *r, worker *w)
 
 static float *slot_of(run *r, uint64_t clock, int share)
 {
-    return r->slots + ((size_t)(clock % (uint64_t)r->R) * (size_t)r->W + (size_t)share) * r->n;
+    return r->slots + ((size_t)(clock % (uint64_t)r->nslots) * (size_t)r->W + (size_t)share) * r->n;
 }
 
 static uint64_t full_mask(const run *r)
@@ -512,6 +515,9 @@ static int claim_share_locked(run *r, worker *w, uint64_t upto, uint64_t *clock_
     }
     return -1;
 }
+
+static int claim_and_compute(run *r, worker *w, uint64_t upto);
+static int shares_complete_locked(run *r, uint64_t from, uint64_t upto);
 
 static void gather_share(run *r, uint64_t clock, int share, gt_batch *b)
 {
@@ -573,8 +579,7 @@ static int clocked_share(run *r, worker *w, uint64_t clock, int share)
     worker_mark_time(w);
     pthread_mutex_lock(&r->mu);
     account_step_locked(r, w, &o, b.n);
-    if (slot)
-        r->deposited[clock % (uint64_t)r->R] |= 1ull << share;
+    r->deposited[clock % (uint64_t)r->R] |= 1ull << share;
     pthread_mutex_unlock(&r->mu);
     return 0;
 }
@@ -637,18 +642,11 @@ static int sync_clock(run *r, worker *w, uint64_t c)
     if (worker_pull(r, w) != 0)
         return -1;
     for (;;) {
-        uint64_t cc;
-        pthread_mutex_lock(&r->mu);
-        int share = claim_share_locked(r, w, c, &cc);
-        pthread_mutex_unlock(&r->mu);
-        if (share >= 0) {
-            if (clocked_share(r, w, c, share) != 0)
-                return -1;
-            continue;
-        }
+        if (claim_and_compute(r, w, c) != 0)
+            return -1;
         run_barrier(r, w, NULL);
         pthread_mutex_lock(&r->mu);
-        int complete = r->deposited[c % (uint64_t)r->R] == full_mask(r);
+        int complete = shares_complete_locked(r, c, c);
         int halt = r->halt;
         pthread_mutex_unlock(&r->mu);
         if (complete)
@@ -683,7 +681,7 @@ static uint64_t slowest_clock_locked(run *r)
  * store holds, deposit; whoever completes the oldest clock applies it. */
 static int ssp_clock(run *r, worker *w, uint64_t c)
 {
-    uint64_t s = (uint64_t)r->cfg->staleness;
+    uint64_t s = (uint64_t)r->R - 1; /* --staleness, capped by the clocks the slots hold */
     double t = gt_now();
     pthread_mutex_lock(&r->mu);
     while (!r->halt && r->applied + s < c)
@@ -701,18 +699,8 @@ static int ssp_clock(run *r, worker *w, uint64_t c)
     if (r->applied < *read_at)
         *read_at = r->applied;
     pthread_mutex_unlock(&r->mu);
-    if (worker_pull(r, w) != 0)
+    if (worker_pull(r, w) != 0 || claim_and_compute(r, w, c) != 0)
         return -1;
-    for (;;) {
-        uint64_t cc;
-        pthread_mutex_lock(&r->mu);
-        int share = claim_share_locked(r, w, c, &cc);
-        pthread_mutex_unlock(&r->mu);
-        if (share < 0)
-            break;
-        if (clocked_share(r, w, cc, share) != 0)
-            return -1;
-    }
     pthread_mutex_lock(&r->mu);
     w->clock = c + 1;
     ssp_apply_ready_locked(r);
@@ -724,9 +712,36 @@ static int ssp_clock(run *r, worker *w, uint64_t c)
     return 0;
 }
 
+/* Claims and computes shares of clocks up to `upto` until none is left. */
+static int claim_and_compute(run *r, worker *w, uint64_t upto)
+{
+    for (;;) {
+        uint64_t cc;
+        pthread_mutex_lock(&r->mu);
+        int share = claim_share_locked(r, w, upto, &cc);
+        pthread_mutex_unlock(&r->mu);
+        if (share < 0)
+            return 0;
+        if (clocked_share(r, w, cc, share) != 0)
+            return -1;
+    }
+}
+
+/* Whether every share of clocks [from, upto] is in. Caller holds r->mu. */
+static int shares_complete_locked(run *r, uint64_t from, uint64_t upto)
+{
+    for (uint64_t c = from; c <= upto; c++)
+        if (r->deposited[c % (uint64_t)r->R] != full_mask(r))
+            return 0;
+    return 1;
+}
+
 /* local mode: after the second averaging barrier the store holds the average. */
 static void local_average_leader(run *r)
 {
+    for (uint64_t c = r->applied; c < r->local_done; c++)
+        r->claimed[c % (uint64_t)r->R] = r->deposited[c % (uint64_t)r->R] = 0;
+    r->applied = r->local_done;
     atomic_store(&r->ps.updates, (uint64_t)r->epoch * r->clocks + r->applied);
     maybe_post_due_locked(r, r->applied, (uint64_t)r->epoch * r->clocks + r->applied);
     if (atomic_load(&g_stop_signal))
@@ -734,15 +749,28 @@ static void local_average_leader(run *r)
 }
 
 /* Averages the live replicas into the store, stripes split across the live workers, and pulls
- * the average back. Optimizer state stays with each replica, as in Darknet. */
-static int local_average(run *r, worker *w, uint64_t clocks_done)
+ * the average back. First every share of the interval must be in: a share a failed worker left is
+ * trained by a survivor. Optimizer state stays with each replica, as in Darknet. */
+static int local_average(run *r, worker *w, uint64_t upto)
 {
+    for (;;) {
+        if (claim_and_compute(r, w, upto) != 0)
+            return -1;
+        run_barrier(r, w, NULL);
+        pthread_mutex_lock(&r->mu);
+        int complete = shares_complete_locked(r, r->applied, upto), halt = r->halt;
+        r->local_done = upto + 1;
+        pthread_mutex_unlock(&r->mu);
+        if (complete)
+            break;
+        if (halt)
+            return 0;
+    }
     memcpy(slot_of(r, 0, w->index), w->dev->params, r->n * sizeof(float));
     run_barrier(r, w, NULL);
     int nlive;
     pthread_mutex_lock(&r->mu);
     int rank = live_rank_locked(r, w, &nlive);
-    r->applied = clocks_done;
     pthread_mutex_unlock(&r->mu);
     int s_lo = (int)((int64_t)r->ps.nranges * rank / nlive);
     int s_hi = (int)((int64_t)r->ps.nranges * (rank + 1) / nlive);
@@ -761,27 +789,25 @@ static int local_average(run *r, worker *w, uint64_t clocks_done)
     return worker_pull(r, w);
 }
 
-/* One clock of local mode: a local step on the worker's own share, and on the share of any failed
- * worker it adopts (failed worker k goes to the live worker of rank k mod live). */
+/* One clock of local mode: a local step on the worker's own share of the clock, and on shares a
+ * failed worker left in this averaging interval. */
 static int local_clock(run *r, worker *w, uint64_t c)
 {
-    int nlive;
-    pthread_mutex_lock(&r->mu);
-    int rank = live_rank_locked(r, w, &nlive);
-    pthread_mutex_unlock(&r->mu);
-    if (clocked_share(r, w, c, w->index) != 0)
+    if (claim_and_compute(r, w, c) != 0)
         return -1;
-    for (int s = 0; s < r->W; s++)
-        if (!atomic_load(&r->workers[s].alive) && s % nlive == rank &&
-            clocked_share(r, w, c, s) != 0)
-            return -1;
     if ((c + 1) % (uint64_t)r->cfg->sync_every == 0 || c + 1 == r->clocks)
-        return local_average(r, w, c + 1);
+        return local_average(r, w, c);
     return 0;
 }
 
 static void clocked_epoch(run *r, worker *w, uint64_t first_clock)
 {
+    if (r->cfg->mode == GT_MODE_LOCAL && worker_pull(r, w) != 0) {
+        pthread_mutex_lock(&r->mu);
+        worker_leave_locked(r, w, w->error);
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
     for (uint64_t c = first_clock; c < r->clocks; c++) {
         pthread_mutex_lock(&r->mu);
         int halt = r->halt;
@@ -1131,9 +1157,14 @@ static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_da
     if (is_clocked(r)) {
         r->R = cfg->mode == GT_MODE_SSP ? cfg->staleness + 1 : 1;
         if (r->R > 64)
-            r->R = 64; /* claim masks cover at most 64 clocks in flight; more staleness is moot */
-        size_t slots = (size_t)r->R * (size_t)r->W * r->n;
-        if (slots / r->n != (size_t)r->R * (size_t)r->W)
+            r->R = 64; /* more staleness than 64 clocks in flight is moot, and costs memory */
+        r->nslots = r->R;
+        if (cfg->mode == GT_MODE_LOCAL) {
+            r->R = cfg->sync_every < (int)r->clocks ? cfg->sync_every : (int)r->clocks;
+            r->nslots = 1;
+        }
+        size_t slots = (size_t)r->nslots * (size_t)r->W * r->n;
+        if (slots / r->n != (size_t)r->nslots * (size_t)r->W)
             return gt_fail(e, "--staleness: %d needs too much memory", cfg->staleness);
         r->slots = gt_host_alloc(slots * sizeof(float));
         r->claimed = calloc((size_t)r->R, sizeof(uint64_t));

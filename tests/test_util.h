@@ -10,7 +10,7 @@
 
 #define GT_SKIP 77
 
-static int gt_test_failures;
+static int gt_test_failures __attribute__((unused));
 
 #define CHECK(cond)                                                                          \
     do {                                                                                     \

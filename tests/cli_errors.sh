@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# cli_errors.sh - every bad flag, bad file and damaged input gets one line naming it and a nonzero
+# exit, never a crash.
+. "$(dirname "$0")/cli_lib.sh"
+DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
+
+expect_error "--gpus" "0,,1" -- --gpus 0,,1
+expect_error "--gpus" "GPU 0" -- --gpus 0,0
+expect_error "--batch" "0" -- --batch 0
+expect_error "--lr" "nan" -- --lr nan
+expect_error "--epochs" "12abc" -- --epochs 12abc
+expect_error "--foo" -- --foo
+expect_error "--stripes" "-1" -- --stripes -1
+expect_error "--staleness" "-1" -- --staleness -1
+expect_error "--sync-every" "0" -- --sync-every 0
+expect_error "--mode" "bogus" -- --mode bogus
+expect_error "--epochs" "twice" -- --epochs 1 --epochs 2
+expect_error "--model" "conv:6:x" -- --data "$DATA" --model "conv:6:x relu fc:10"
+expect_error "--model" "nosuchmodel" -- --data "$DATA" --model nosuchmodel
+expect_error "$TMP/nowhere" -- --data "$TMP/nowhere"
+expect_error "--train-samples" "70000" -- --data "$DATA" --train-samples 70000
+expect_error "--gpus" "cpu:0" -- --gpus cpu:0
+
+# damaged data: a truncated copy of the test labels
+mkdir -p "$TMP/bad"
+cp "$DATA"/*.gz "$TMP/bad/"
+gzip -dc "$DATA/t10k-labels-idx1-ubyte.gz" | head -c 5000 | gzip >"$TMP/bad/t10k-labels-idx1-ubyte.gz"
+expect_error "t10k-labels-idx1-ubyte" "truncated" -- --data "$TMP/bad" --gpus cpu:1 --epochs 1
+
+# the log and checkpoint paths are checked before a long run
+expect_error "--log" "$TMP/no/such/dir/log.jsonl" -- --data "$DATA" --gpus cpu:1 --train-samples 200 --epochs 1 --log "$TMP/no/such/dir/log.jsonl"
+touch "$TMP/file"
+expect_error "--checkpoint" "$TMP/file/ck.safetensors" -- --data "$DATA" --gpus cpu:1 --train-samples 200 --epochs 1 --checkpoint "$TMP/file/ck.safetensors"
+
+# checkpoints that are not what they claim
+echo "hello" >"$TMP/text.safetensors"
+expect_error "$TMP/text.safetensors" -- eval --data "$DATA" --gpus cpu:1 --checkpoint "$TMP/text.safetensors"
+expect_error "$TMP/missing.safetensors" -- eval --data "$DATA" --gpus cpu:1 --checkpoint "$TMP/missing.safetensors"
+expect_error "--resume" "--init" -- --resume a --init b
+expect_error "allreduce" -- --data "$DATA" --gpus cpu:2 --mode allreduce --train-samples 200 --epochs 1
+
+finish

@@ -1,0 +1,257 @@
+/* test_modes.c - the training modes on CPU workers, end to end through gt_train_run:
+ * sync over W workers equals one worker at W times the batch, ssp honours its staleness bound and
+ * at 0 equals sync, every mode learns, failed workers hand their data to the survivors, and
+ * non-finite losses stop the run or are skipped. Runs under ThreadSanitizer in CI (GT_QUICK=1
+ * shrinks the runs there). */
+#include "gputrain/cli.h"
+#include "gputrain/train.h"
+#include "test_util.h"
+
+#include <unistd.h>
+
+static gt_data g_data;
+static int g_quick;
+
+typedef struct outcome {
+    int rc;
+    char err[GT_ERRLEN];
+    gt_run_result *res;
+    double step_loss[64]; /* mean loss of each of the first steps (clocks), from --log-steps */
+    int nsteps;
+} outcome;
+
+static void base_config(gt_config *c, const char *mode, int workers, int batch)
+{
+    gt_config_defaults(c);
+    snprintf(c->model, sizeof c->model, "lenet5");
+    c->cpu_workers = workers;
+    c->batch = batch;
+    c->epochs = 1;
+    c->quiet = 1;
+    c->progress = 0;
+    const char *names[] = {"hogwild", "sync", "ssp", "local"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(mode, names[i]) == 0)
+            c->mode = (gt_mode)i;
+}
+
+/* Sums the per-share step losses of the log into per-clock means (shares of one clock average). */
+static void read_step_losses(const char *path, outcome *o, int workers)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    double sum[64] = {0};
+    int cnt[64] = {0};
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned step;
+        double loss;
+        const char *p = strstr(line, "\"type\":\"step\"");
+        if (!p)
+            continue;
+        const char *s = strstr(line, "\"step\":"), *l = strstr(line, "\"loss\":");
+        if (s && l && sscanf(s, "\"step\":%u", &step) == 1 && sscanf(l, "\"loss\":%lf", &loss) == 1 &&
+            step < 64) {
+            sum[step] += loss;
+            cnt[step]++;
+        }
+    }
+    if (f)
+        fclose(f);
+    o->nsteps = 0;
+    for (int i = 0; i < 64 && cnt[i] == workers; i++)
+        o->step_loss[o->nsteps++] = sum[i] / workers;
+}
+
+static outcome train(gt_config *c)
+{
+    outcome o = {0};
+    gt_err e = {{0}};
+    gt_model m;
+    char log[] = "/tmp/gt_modes_XXXXXX";
+    int fd = mkstemp(log);
+    close(fd);
+    snprintf(c->log_path, sizeof c->log_path, "%s", log);
+    c->log_steps = 1;
+    o.res = calloc(1, sizeof *o.res);
+    CHECK(gt_model_build(c->model, 1, 28, 28, 10, &m, &e) == 0);
+    float *params = gt_alloc(m.nparams * sizeof(float));
+    gt_model_init_params(&m, params, c->seed);
+    gt_device *devs[8], *ev;
+    for (int i = 0; i < c->cpu_workers; i++)
+        CHECK(gt_cpu_device_open(&devs[i], &m, c->batch, i, &e) == 0);
+    CHECK(gt_cpu_device_open(&ev, &m, c->batch, 99, &e) == 0);
+    gt_start start = {.params = params};
+    o.rc = gt_train_run(c, &m, &g_data, devs, c->cpu_workers, ev, &start, o.res, &e);
+    snprintf(o.err, sizeof o.err, "%s", e.msg);
+    for (int i = 0; i < c->cpu_workers; i++)
+        gt_device_close(devs[i]);
+    gt_device_close(ev);
+    gt_free(params);
+    read_step_losses(log, &o, c->cpu_workers);
+    unlink(log);
+    return o;
+}
+
+/* Sync with 2 workers at batch 32 computes what 1 worker at batch 64 computes. */
+static void test_sync_equivalence(void)
+{
+    gt_config a, b;
+    base_config(&a, "sync", 1, 64);
+    base_config(&b, "sync", 2, 32);
+    a.optim.momentum = b.optim.momentum = 0.9f;
+    outcome oa = train(&a), ob = train(&b);
+    CHECK(oa.rc == 0 && ob.rc == 0);
+    int steps = g_quick ? 10 : 40;
+    CHECK_MSG(oa.nsteps >= steps && ob.nsteps >= steps, "%d and %d steps logged", oa.nsteps, ob.nsteps);
+    for (int i = 0; i < steps && i < oa.nsteps && i < ob.nsteps; i++)
+        CHECK_MSG(fabs(oa.step_loss[i] - ob.step_loss[i]) <= 1e-4 * fabs(oa.step_loss[i]),
+                  "step %d: 1x64 loss %.9g, 2x32 loss %.9g", i, oa.step_loss[i], ob.step_loss[i]);
+    CHECK(oa.res->samples == ob.res->samples);
+    CHECK(ob.res->stale_max == 0);
+    free(oa.res);
+    free(ob.res);
+}
+
+/* SSP never lets the workers' clocks spread more than s; at s = 0 it computes what sync does, bit
+ * for bit (gradients are summed in share order in both). */
+static void test_ssp(void)
+{
+    int bounds[] = {0, 1, 3};
+    for (int i = 0; i < 3; i++) {
+        gt_config c;
+        base_config(&c, "ssp", 3, 32);
+        c.staleness = bounds[i];
+        outcome o = train(&c);
+        CHECK(o.rc == 0);
+        CHECK_MSG(o.res->clock_spread_max <= (uint64_t)bounds[i], "staleness %d: spread %llu",
+                  bounds[i], (unsigned long long)o.res->clock_spread_max);
+        CHECK(o.res->stale_max <= (uint64_t)bounds[i]);
+        free(o.res);
+    }
+    gt_config s, p;
+    base_config(&s, "sync", 2, 32);
+    base_config(&p, "ssp", 2, 32);
+    p.staleness = 0;
+    outcome os = train(&s), op = train(&p);
+    CHECK(os.rc == 0 && op.rc == 0);
+    CHECK(os.nsteps > 10 && os.nsteps == op.nsteps);
+    for (int i = 0; i < os.nsteps && i < op.nsteps; i++)
+        CHECK_MSG(os.step_loss[i] == op.step_loss[i], "step %d: sync %.9g ssp(0) %.9g", i,
+                  os.step_loss[i], op.step_loss[i]);
+    CHECK(os.res->final_test_acc == op.res->final_test_acc);
+    CHECK(os.res->final_test_loss == op.res->final_test_loss);
+    free(os.res);
+    free(op.res);
+}
+
+/* Every mode learns: lenet5 on 2 CPU workers, one epoch of the loaded samples. */
+static void test_every_mode_learns(void)
+{
+    const char *modes[] = {"hogwild", "hogwild-lockfree", "hogwild-static", "sync", "ssp", "local"};
+    for (int i = 0; i < 6; i++) {
+        gt_config c;
+        base_config(&c, strncmp(modes[i], "hogwild", 7) == 0 ? "hogwild" : modes[i], 2, 32);
+        c.optim.kind = GT_OPT_ADAM;
+        c.optim.lr = 2e-3f;
+        if (strcmp(modes[i], "hogwild-lockfree") == 0)
+            c.stripes = 0;
+        if (strcmp(modes[i], "hogwild-static") == 0)
+            c.balance = GT_BALANCE_STATIC;
+        outcome o = train(&c);
+        double need = g_quick ? 0.4 : 0.70;
+        CHECK_MSG(o.rc == 0, "%s: %s", modes[i], o.err);
+        CHECK_MSG(o.res->final_test_acc >= need, "%s: test accuracy %.4f < %.2f", modes[i],
+                  o.res->final_test_acc, need);
+        CHECK(o.res->npoints == 1);
+        CHECK(o.res->workers[0].steps > 0 && o.res->workers[1].steps > 0);
+        printf("%-17s acc %.4f  %6.0f samples/s\n", modes[i], o.res->final_test_acc, o.res->samples_per_s);
+        free(o.res);
+    }
+}
+
+/* A failed worker leaves; the survivors train on its data; when all fail the run fails. */
+static void test_faults(void)
+{
+    const char *modes[] = {"hogwild", "sync", "ssp", "local"};
+    int workers[] = {2, 4};
+    for (int wi = 0; wi < 2; wi++)
+        for (int i = 0; i < 4; i++) {
+            gt_config c, ref;
+            base_config(&c, modes[i], workers[wi], 16);
+            base_config(&ref, modes[i], workers[wi], 16);
+            c.inject_worker = 1;
+            c.inject_step = 3;
+            outcome o = train(&c), r = train(&ref);
+            CHECK_MSG(o.rc == 0, "%s x%d: %s", modes[i], workers[wi], o.err);
+            CHECK(o.res->workers[1].failed && strstr(o.res->workers[1].error, "injected"));
+            CHECK(o.res->workers[1].steps == 3);
+            CHECK(!o.res->workers[0].failed);
+            /* Every sample the reference run trained on was trained on here too, except, in
+             * hogwild, at most the failed worker's in-flight batch, which is re-queued. */
+            CHECK_MSG(o.res->samples == r.res->samples, "%s x%d: %llu samples, reference %llu",
+                      modes[i], workers[wi], (unsigned long long)o.res->samples,
+                      (unsigned long long)r.res->samples);
+            CHECK(o.res->npoints == 1);
+            free(o.res);
+            free(r.res);
+        }
+    gt_config c;
+    base_config(&c, "sync", 1, 16);
+    c.inject_worker = 0;
+    c.inject_step = 2;
+    outcome o = train(&c);
+    CHECK(o.rc != 0 && strstr(o.err, "every worker failed") && strstr(o.err, "injected"));
+    free(o.res);
+}
+
+/* A diverging run stops with the step and worker named; --on-nan skip drops and counts. */
+static void test_nan(void)
+{
+    gt_config c;
+    base_config(&c, "hogwild", 2, 32);
+    c.optim.lr = 1e30f;
+    outcome o = train(&c);
+    CHECK(o.rc != 0);
+    CHECK_MSG(strstr(o.err, "non-finite") && strstr(o.err, "worker") && strstr(o.err, "step"), "%s", o.err);
+    free(o.res);
+    base_config(&c, "sync", 2, 32);
+    c.optim.lr = 1e30f;
+    c.on_nan = GT_NAN_SKIP;
+    o = train(&c);
+    CHECK(o.rc == 0);
+    CHECK(o.res->skipped_nonfinite > 0);
+    free(o.res);
+}
+
+static void test_allreduce_refused(void)
+{
+    gt_config c;
+    base_config(&c, "sync", 2, 32);
+    c.mode = GT_MODE_ALLREDUCE;
+    outcome o = train(&c);
+    CHECK(o.rc != 0 && strstr(o.err, "allreduce"));
+    free(o.res);
+}
+
+int main(void)
+{
+    const char *dir = gt_test_fmnist_dir();
+    if (!dir) {
+        printf("skipped: Fashion-MNIST not found\n");
+        return GT_SKIP;
+    }
+    g_quick = getenv("GT_QUICK") && atoi(getenv("GT_QUICK"));
+    gt_err e;
+    if (gt_data_load(dir, g_quick ? 2000 : 6000, &g_data, &e) != 0) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    test_allreduce_refused();
+    test_sync_equivalence();
+    test_ssp();
+    test_every_mode_learns();
+    test_faults();
+    test_nan();
+    gt_data_free(&g_data);
+    TEST_DONE();
+}

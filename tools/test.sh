@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# test.sh - install what is missing, build, and run every test: the normal build (with CUDA when a
+# toolkit is present; GPU tests report skipped without a GPU), the whole suite under
+# AddressSanitizer + UndefinedBehaviorSanitizer, and the store, mode and checkpoint tests under
+# ThreadSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. tools/deps.sh
+gt_install_deps
+jobs=$(nproc)
+
+echo "== build and test (release)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs" >/dev/null
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGT_CUDA=OFF -DGT_SANITIZE=address >/dev/null
+cmake --build build-asan -j"$jobs" >/dev/null
+GT_QUICK=1 ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+echo "== ThreadSanitizer (store, workers, modes, faults)"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGT_CUDA=OFF -DGT_SANITIZE=thread >/dev/null
+cmake --build build-tsan -j"$jobs" >/dev/null
+GT_QUICK=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    ctest --test-dir build-tsan --output-on-failure -j"$jobs" -R 'test_ps|test_modes|cli_signals'
