@@ -15,3 +15,10 @@ void *gt_host_alloc(size_t bytes) { return gt_alloc(bytes); }
 void gt_host_free(void *p) { gt_free(p); }
 void gt_host_register(void *p, size_t bytes) {}
 void gt_host_unregister(void *p) {}
+
+int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_err *e)
+{
+    return gt_fail(e, "--mode allreduce: this gputrain was built without CUDA and NCCL");
+}
+
+void gt_cuda_allreduce_abort(void) {}

@@ -169,6 +169,8 @@ static void run_fail_locked(run *r, const char *msg)
         r->failed = 1;
         snprintf(r->error, sizeof r->error, "%s", msg);
     }
+    if (r->cfg->mode == GT_MODE_ALLREDUCE)
+        gt_cuda_allreduce_abort(); /* workers may be waiting on each other inside NCCL */
     r->halt = 1;
     pthread_cond_broadcast(&r->cv);
 }
@@ -364,7 +366,7 @@ static int worker_compute(run *r, worker *w, const gt_batch *b, gt_step_out *o, 
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
     }
-    if (isfinite(o->loss_sum) && gt_all_finite(w->dev->grad, r->n))
+    if (isfinite(o->loss_sum) && (w->dev->keep_grad || gt_all_finite(w->dev->grad, r->n)))
         return 0;
     char msg[GT_ERRLEN];
     snprintf(msg, sizeof msg, "non-finite %s at epoch %u step %llu on worker %d (%s)",
@@ -800,6 +802,67 @@ static int local_clock(run *r, worker *w, uint64_t c)
     return 0;
 }
 
+/* allreduce: worker 0 brings the replica's parameters and optimizer state into the store, where
+ * evaluation and checkpoints read them. The other workers never touch the store. */
+static int allreduce_publish(run *r, worker *w)
+{
+    gt_err e = {{0}};
+    if (w->dev->ops->get_params(w->dev, r->ps.state[0], r->ps.state[1], &e) != 0) {
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    gt_ps_store_stripes(&r->ps, 0, r->ps.nranges, w->dev->params);
+    return 0;
+}
+
+/* The stop check of allreduce: every worker must leave at the same clock or the others would wait
+ * in the all-reduce forever, so a signal is acted on at a barrier every 64 clocks. */
+static void allreduce_stop_leader(run *r)
+{
+    if (atomic_load(&g_stop_signal))
+        r->halt = 1;
+}
+
+/* One clock of allreduce: the worker's share, the gradient summed over the GPUs by NCCL and one
+ * optimizer update of every replica on its own GPU. No host traffic but the loss. */
+static int allreduce_clock(run *r, worker *w, uint64_t c)
+{
+    gt_batch b;
+    gt_step_out o = {0};
+    gt_err e = {{0}};
+    gather_share(r, c, w->index, &b);
+    if (worker_compute(r, w, &b, &o, c) < 0)
+        return -1;
+    uint64_t t = (uint64_t)r->epoch * r->clocks + c + 1;
+    gt_optim_step st = gt_optim_prepare(&r->cfg->optim, t, run_progress_epochs(r, atomic_load(&r->samples_total)));
+    if (w->dev->ops->reduce_update(w->dev, &r->cfg->optim, &st, 1.0f / (float)r->W, &e) != 0) {
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    log_step(r, w, c, o.loss_sum, b.n);
+    worker_mark_time(w);
+    pthread_mutex_lock(&r->mu);
+    account_step_locked(r, w, &o, b.n);
+    if (w->index == 0) {
+        atomic_store(&r->ps.updates, t);
+        uint64_t total = (uint64_t)r->epoch * r->clocks + c + 1;
+        int due = (r->next_eval && atomic_load(&r->samples_total) >= r->next_eval) ||
+                  (r->next_ckpt && total >= r->next_ckpt);
+        if (due) {
+            pthread_mutex_unlock(&r->mu);
+            if (allreduce_publish(r, w) != 0)
+                return -1;
+            pthread_mutex_lock(&r->mu);
+            r->applied = c + 1;
+            maybe_post_due_locked(r, c + 1, total);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (c % 64 == 63)
+        run_barrier(r, w, allreduce_stop_leader);
+    return 0;
+}
+
 static void clocked_epoch(run *r, worker *w, uint64_t first_clock)
 {
     if (r->cfg->mode == GT_MODE_LOCAL && worker_pull(r, w) != 0) {
@@ -808,25 +871,44 @@ static void clocked_epoch(run *r, worker *w, uint64_t first_clock)
         pthread_mutex_unlock(&r->mu);
         return;
     }
-    for (uint64_t c = first_clock; c < r->clocks; c++) {
+    uint64_t done = first_clock;
+    for (uint64_t c = first_clock; c < r->clocks; c++, done = c) {
         pthread_mutex_lock(&r->mu);
         int halt = r->halt;
         pthread_mutex_unlock(&r->mu);
         if (halt)
-            return;
+            break;
         int rc;
         if (r->cfg->mode == GT_MODE_SYNC)
             rc = sync_clock(r, w, c);
+        else if (r->cfg->mode == GT_MODE_ALLREDUCE)
+            rc = allreduce_clock(r, w, c);
         else if (r->cfg->mode == GT_MODE_SSP)
             rc = ssp_clock(r, w, c);
         else
             rc = local_clock(r, w, c);
         if (rc != 0) {
             pthread_mutex_lock(&r->mu);
+            if (r->cfg->mode == GT_MODE_ALLREDUCE) {
+                /* Replicas cannot go on without one of them: end the run, and release the GPUs
+                 * that wait for this one in the all-reduce. */
+                char msg[GT_ERRLEN];
+                snprintf(msg, sizeof msg, "worker %d (%.60s): %.400s", w->index, w->dev->name, w->error);
+                run_fail_locked(r, msg);
+            }
             worker_leave_locked(r, w, w->error);
             pthread_mutex_unlock(&r->mu);
             return;
         }
+    }
+    if (r->cfg->mode == GT_MODE_ALLREDUCE && w->index == 0) {
+        /* Where the replicas stand, for the epoch's evaluation or an interrupted run's checkpoint. */
+        int rc = allreduce_publish(r, w);
+        pthread_mutex_lock(&r->mu);
+        if (rc != 0)
+            run_fail_locked(r, w->error);
+        r->applied = done;
+        pthread_mutex_unlock(&r->mu);
     }
     if (r->cfg->mode == GT_MODE_SSP) {
         /* Drain: help finish shares of clocks that are still open, then wait for all applies. */
@@ -908,6 +990,25 @@ static void *worker_main(void *arg)
     worker *w = arg;
     run *r = w->run;
     atomic_store(&w->last_progress_ns, now_ns());
+    if (r->cfg->mode == GT_MODE_ALLREDUCE) {
+        /* Every replica starts from the store: parameters and (resumed) optimizer state. */
+        gt_err e = {{0}};
+        w->dev->keep_grad = 1;
+        if (worker_pull(r, w) != 0 ||
+            w->dev->ops->set_state(w->dev, r->ps.state[0], r->ps.state[1], &e) != 0) {
+            if (e.msg[0])
+                snprintf(w->error, sizeof w->error, "%s", e.msg);
+            pthread_mutex_lock(&r->mu);
+            char msg[GT_ERRLEN];
+            snprintf(msg, sizeof msg, "worker %d (%.60s): %.400s", w->index, w->dev->name, w->error);
+            run_fail_locked(r, msg);
+            worker_leave_locked(r, w, w->error);
+            r->done++;
+            pthread_cond_broadcast(&r->cv);
+            pthread_mutex_unlock(&r->mu);
+            return NULL;
+        }
+    }
     for (;;) {
         pthread_mutex_lock(&r->mu);
         int stop = r->halt || r->epoch >= (uint32_t)r->cfg->epochs;
@@ -1095,7 +1196,7 @@ static int supervise(run *r, gt_run_result *res, gt_err *e)
         }
         if (r->done == r->W)
             break;
-        if (atomic_load(&g_stop_signal) && !r->halt) {
+        if (atomic_load(&g_stop_signal) && !r->halt && r->cfg->mode != GT_MODE_ALLREDUCE) {
             r->halt = 1;
             pthread_cond_broadcast(&r->cv);
         }
@@ -1136,9 +1237,17 @@ static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_da
     r->evaluator = evaluator;
     if (ndevices < 1 || ndevices > GT_MAX_WORKERS)
         return gt_fail(e, "--gpus: %d workers (1..%d supported)", ndevices, GT_MAX_WORKERS);
-    if (cfg->mode == GT_MODE_ALLREDUCE)
-        return gt_fail(e, "--mode allreduce: needs GPUs and NCCL, which this run does not have "
-                          "(use sync for the same math on CPU workers)");
+    if (cfg->mode == GT_MODE_ALLREDUCE) {
+        for (int i = 0; i < ndevices; i++)
+            if (!devices[i]->ops->reduce_update)
+                return gt_fail(e, "--mode allreduce: needs GPUs and NCCL; %s has no all-reduce "
+                                  "(use --mode sync for the same math)", devices[i]->name);
+        if (cfg->on_nan == GT_NAN_SKIP)
+            return gt_fail(e, "--on-nan skip: not available with --mode allreduce, where every GPU "
+                              "must take the same step");
+        if (gt_cuda_allreduce_init(devices, ndevices, &cfg->optim, e) != 0)
+            return -1;
+    }
     uint64_t per_clock = (uint64_t)r->W * (uint64_t)r->batch;
     if (is_clocked(r) ? per_clock > r->ntrain : (uint64_t)r->batch * (cfg->balance == GT_BALANCE_STATIC ? r->W : 1) > r->ntrain)
         return gt_fail(e, "--batch: %d x %d workers is more than the %u training samples", r->batch,

@@ -36,6 +36,17 @@ typedef struct gt_device_ops {
     /* Optional (NULL if absent): one optimizer update of the device's own parameters with its
      * gradient, for local replicas; the result must also be left in d->params. */
     int (*local_update)(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st, gt_err *e);
+    /* The allreduce mode (optional, NULL where unsupported; the CUDA backend with NCCL): after a
+     * train_step with d->keep_grad set, sum the gradient over every device of the communicator
+     * (gt_cuda_allreduce_init) and apply one optimizer update, gradient scaled by gscale, to the
+     * device's own parameters and optimizer state. Replicas stay bit-identical. */
+    int (*reduce_update)(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st, float gscale,
+                         gt_err *e);
+    /* Copies the device's parameters into d->params and its optimizer state into s0/s1 (NULL:
+     * skip), for evaluation and checkpoints. */
+    int (*get_params)(gt_device *d, float *s0, float *s1, gt_err *e);
+    /* Sets the device's optimizer state from host arrays (NULL: zeros), when a run resumes. */
+    int (*set_state)(gt_device *d, const float *s0, const float *s1, gt_err *e);
     void (*close)(gt_device *d);
 } gt_device_ops;
 
@@ -47,6 +58,7 @@ struct gt_device {
     int max_batch;
     float *params;       /* nparams, host */
     float *grad;         /* nparams, host */
+    int keep_grad;       /* train_step leaves the gradient on the device (allreduce mode) */
     void *impl;          /* backend state */
 };
 
@@ -57,6 +69,13 @@ int gt_cpu_device_open(gt_device **out, const gt_model *m, int max_batch, int in
 int gt_cuda_device_count(void);
 int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int ordinal, int tf32,
                         gt_err *e);
+/* Creates one NCCL communicator per device (all CUDA devices of this run, in order) and the device
+ * optimizer state the allreduce mode needs; -1 with a message when NCCL is not available. */
+int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_err *e);
+/* Makes every pending and later all-reduce of this process return an error instead of waiting
+ * (a worker failed, or the run is ending): the abort path that keeps a lost GPU from hanging the
+ * others. */
+void gt_cuda_allreduce_abort(void);
 /* Pinned host memory where CUDA exists (cudaHostAlloc portable), gt_alloc otherwise. */
 void *gt_host_alloc(size_t bytes);
 void gt_host_free(void *p);
