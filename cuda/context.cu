@@ -1,0 +1,174 @@
+/* context.cu - one GPU as the other CUDA files see it: its stream, cuDNN and cuBLAS handles and
+ * workspace (gt_cuda_ctx), how a failed call becomes a one-line error, how many GPUs there are,
+ * and pinned host memory, which falls back to plain memory where there is no GPU. */
+#include "gt_cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int gt_cuda_fail(gt_err *e, const char *gpu, const char *call, const char *what,
+                 const char *file, int line)
+{
+    const char *paren = strchr(call, '(');
+    int call_len = paren ? (int)(paren - call) : (int)strlen(call);
+    const char *base = strrchr(file, '/');
+    return gt_fail(e, "%s: %.*s failed: %s (%s:%d)", gpu, call_len, call, what,
+                   base ? base + 1 : file, line);
+}
+
+int gt_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+void *gt_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (bytes == 0)
+        return NULL;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        return gt_alloc(bytes);
+    }
+    /* Callers rely on gt_alloc's zero fill (optimizer state starts at zero). */
+    memset(p, 0, bytes);
+    return p;
+}
+
+void gt_host_free(void *p)
+{
+    unsigned int flags;
+    if (!p)
+        return;
+    if (cudaHostGetFlags(&flags, p) == cudaSuccess) {
+        cudaFreeHost(p);
+        return;
+    }
+    cudaGetLastError();
+    gt_free(p);
+}
+
+void gt_host_register(void *p, size_t bytes)
+{
+    if (p && bytes && cudaHostRegister(p, bytes, cudaHostRegisterPortable) != cudaSuccess)
+        cudaGetLastError();
+}
+
+void gt_host_unregister(void *p)
+{
+    if (p && cudaHostUnregister(p) != cudaSuccess)
+        cudaGetLastError();
+}
+
+int gt_cuda_malloc(gt_cuda_ctx *c, void **p, size_t bytes, gt_err *e)
+{
+    cudaError_t st = cudaMalloc(p, bytes ? bytes : 1);
+    if (st != cudaSuccess) {
+        *p = NULL;
+        return gt_fail(e, "%s: cudaMalloc of %zu bytes failed: %s", c->name, bytes,
+                       cudaGetErrorString(st));
+    }
+    return 0;
+}
+
+int gt_cuda_ctx_set_workspace(gt_cuda_ctx *c, size_t bytes, gt_err *e)
+{
+    if (c->ws) {
+        GT_CUDA_CHECK(c->name, e, cudaFree(c->ws));
+        c->ws = NULL;
+        c->ws_bytes = 0;
+    }
+    if (bytes == 0)
+        return 0;
+    if (gt_cuda_malloc(c, &c->ws, bytes, e))
+        return -1;
+    c->ws_bytes = bytes;
+    return 0;
+}
+
+/* Selects the device and makes sure its context comes up, with a message that names it. */
+static int ctx_init_device(gt_cuda_ctx *c, int ordinal, gt_err *e)
+{
+    int count = 0;
+    cudaError_t st = cudaGetDeviceCount(&count);
+    if (st != cudaSuccess) {
+        cudaGetLastError();
+        return gt_fail(e, "--gpus: GPU %d does not exist (no usable CUDA device: %s)", ordinal,
+                       cudaGetErrorString(st));
+    }
+    if (ordinal < 0 || ordinal >= count)
+        return gt_fail(e, "--gpus: GPU %d does not exist (this machine has %d)", ordinal, count);
+    cudaDeviceProp prop;
+    st = cudaGetDeviceProperties(&prop, ordinal);
+    if (st != cudaSuccess)
+        return gt_fail(e, "--gpus: GPU %d failed to initialise: cudaGetDeviceProperties: %s",
+                       ordinal, cudaGetErrorString(st));
+    snprintf(c->name, sizeof c->name, "gpu:%d (%.40s)", ordinal, prop.name);
+    st = cudaSetDevice(ordinal);
+    if (st == cudaSuccess)
+        st = cudaFree(0);
+    if (st != cudaSuccess)
+        return gt_fail(e, "--gpus: GPU %d (%s) failed to initialise: %s", ordinal, prop.name,
+                       cudaGetErrorString(st));
+    return 0;
+}
+
+static int ctx_create_handles(gt_cuda_ctx *c, gt_err *e)
+{
+    GT_CUDA_CHECK(c->name, e, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    GT_CUDNN_CHECK(c->name, e, cudnnCreate(&c->cudnn));
+    GT_CUDNN_CHECK(c->name, e, cudnnSetStream(c->cudnn, c->stream));
+    GT_CUBLAS_CHECK(c->name, e, cublasCreate(&c->cublas));
+    GT_CUBLAS_CHECK(c->name, e, cublasSetStream(c->cublas, c->stream));
+    GT_CUBLAS_CHECK(c->name, e,
+                    cublasSetMathMode(c->cublas, c->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                         : CUBLAS_DEFAULT_MATH));
+    if (gt_cuda_malloc(c, &c->cublas_ws, GT_CUDA_CUBLAS_WS, e))
+        return -1;
+    GT_CUBLAS_CHECK(c->name, e, cublasSetWorkspace(c->cublas, c->cublas_ws, GT_CUDA_CUBLAS_WS));
+    return 0;
+}
+
+int gt_cuda_ctx_open(gt_cuda_ctx **out, int ordinal, int tf32, gt_err *e)
+{
+    *out = NULL;
+    gt_cuda_ctx *c = (gt_cuda_ctx *)calloc(1, sizeof *c);
+    if (!c)
+        return gt_fail(e, "--gpus: GPU %d: out of host memory", ordinal);
+    c->ordinal = ordinal;
+    c->tf32 = tf32;
+    if (ctx_init_device(c, ordinal, e) || ctx_create_handles(c, e)) {
+        gt_cuda_ctx_close(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+/* Teardown reports nothing: a handle that fails to go away leaves nothing to act on. */
+void gt_cuda_ctx_close(gt_cuda_ctx *c)
+{
+    if (!c)
+        return;
+    if (c->stream) {
+        cudaSetDevice(c->ordinal);
+        cudaStreamSynchronize(c->stream);
+        if (c->cublas)
+            cublasDestroy(c->cublas);
+        if (c->cudnn)
+            cudnnDestroy(c->cudnn);
+        if (c->cublas_ws)
+            cudaFree(c->cublas_ws);
+        if (c->ws)
+            cudaFree(c->ws);
+        cudaStreamDestroy(c->stream);
+        cudaGetLastError();
+    }
+    free(c);
+}

@@ -1,0 +1,206 @@
+/* kernels.cu - the small GPU ops cuDNN and cuBLAS do not cover: the uint8 input step, linear
+ * bias add and bias gradient, dropout, and softmax cross-entropy with its gradient.
+ *
+ * Each mirrors its CPU twin in src/layers.c operation for operation where that is cheap (the
+ * same float expressions for dropout and normalisation, so they match bit for bit; double
+ * log-sum-exp for the loss), and each launcher checks the launch. */
+#include "gt_cuda.h"
+
+#include "gputrain/counter_rng.h"
+
+#include <limits.h>
+#include <math.h>
+
+enum { BLOCK = 256, MAX_BLOCKS = 4096, XENT_THREADS = 256, XENT_WARPS = XENT_THREADS / 32 };
+
+static unsigned grid_for(size_t len)
+{
+    size_t blocks = (len + BLOCK - 1) / BLOCK;
+    return (unsigned)(blocks < (size_t)MAX_BLOCKS ? blocks : (size_t)MAX_BLOCKS);
+}
+
+#define GRID_STRIDE(i, len)                                                                  \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (len);                \
+         i += (size_t)gridDim.x * blockDim.x)
+
+__global__ static void normalize_kernel(const uint8_t *src, float *dst, size_t len)
+{
+    GRID_STRIDE(i, len)
+    dst[i] = (float)src[i] / 255.0f;
+}
+
+int gt_cuda_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_t len, gt_err *e)
+{
+    if (len == 0)
+        return 0;
+    normalize_kernel<<<grid_for(len), BLOCK, 0, c->stream>>>(src, dst, len);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+__global__ static void bias_add_kernel(float *y, const float *b, size_t total, int len)
+{
+    GRID_STRIDE(i, total)
+    y[i] += b[i % (size_t)len];
+}
+
+int gt_cuda_bias_add(gt_cuda_ctx *c, float *y, const float *b, int n, int len, gt_err *e)
+{
+    size_t total = (size_t)n * len;
+    if (total == 0)
+        return 0;
+    bias_add_kernel<<<grid_for(total), BLOCK, 0, c->stream>>>(y, b, total, len);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+/* One thread per column, rows in order: the same additions in the same order as the CPU. */
+__global__ static void bias_grad_kernel(const float *dy, float *db, int n, int len)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= len)
+        return;
+    float acc = db[j];
+    for (int r = 0; r < n; r++)
+        acc += dy[(size_t)r * len + j];
+    db[j] = acc;
+}
+
+int gt_cuda_bias_grad(gt_cuda_ctx *c, const float *dy, float *db, int n, int len, gt_err *e)
+{
+    if (n == 0 || len == 0)
+        return 0;
+    bias_grad_kernel<<<(len + BLOCK - 1) / BLOCK, BLOCK, 0, c->stream>>>(dy, db, n, len);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+__global__ static void dropout_forward_kernel(const float *x, float *y, uint8_t *mask, size_t total,
+                                              size_t len, float p, float scale, uint64_t seed,
+                                              uint32_t epoch, const uint32_t *ids, uint32_t layer)
+{
+    GRID_STRIDE(i, total)
+    {
+        size_t sample = i / len, j = i % len;
+        uint64_t key = gt_dropout_key(seed, epoch, ids[sample], layer);
+        uint8_t keep = gt_counter_uniform(key, (uint32_t)j) >= p;
+        mask[i] = keep;
+        y[i] = keep ? x[i] * scale : 0.0f;
+    }
+}
+
+int gt_cuda_dropout_forward(gt_cuda_ctx *c, const float *x, float *y, uint8_t *mask, int n,
+                            size_t len, float p, uint64_t seed, uint32_t epoch,
+                            const uint32_t *ids, uint32_t layer, gt_err *e)
+{
+    size_t total = (size_t)n * len;
+    if (total == 0)
+        return 0;
+    float scale = 1.0f / (1.0f - p); /* computed on the host exactly as the CPU does */
+    dropout_forward_kernel<<<grid_for(total), BLOCK, 0, c->stream>>>(x, y, mask, total, len, p,
+                                                                     scale, seed, epoch, ids,
+                                                                     layer);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+__global__ static void dropout_backward_kernel(const float *dy, const uint8_t *mask, float *dx,
+                                               size_t total, float scale)
+{
+    GRID_STRIDE(i, total)
+    dx[i] = mask[i] ? dy[i] * scale : 0.0f;
+}
+
+int gt_cuda_dropout_backward(gt_cuda_ctx *c, const float *dy, const uint8_t *mask, float *dx,
+                             size_t n_len, float p, gt_err *e)
+{
+    if (n_len == 0)
+        return 0;
+    float scale = 1.0f / (1.0f - p);
+    dropout_backward_kernel<<<grid_for(n_len), BLOCK, 0, c->stream>>>(dy, mask, dx, n_len, scale);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+/* The first maximum of a row across a warp: each lane holds the first maximum of its strided
+ * elements (index k when it has none); ties go to the smaller index, as in the CPU scan. */
+__device__ static void warp_argmax(float *m, int *arg)
+{
+    for (int off = 16; off > 0; off >>= 1) {
+        float om = __shfl_xor_sync(0xffffffffu, *m, off);
+        int oa = __shfl_xor_sync(0xffffffffu, *arg, off);
+        if (oa != INT_MAX && (*arg == INT_MAX || om > *m || (om == *m && oa < *arg))) {
+            *m = om;
+            *arg = oa;
+        }
+    }
+}
+
+__device__ static double warp_sum(double v)
+{
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+/* One block; warp w takes rows w, w + XENT_WARPS, ...; per-warp sums are added in warp order,
+ * so the result does not depend on scheduling. */
+__global__ static void softmax_xent_kernel(const float *logits, const uint8_t *labels, int n,
+                                           int k, float scale, float *dlogits,
+                                           gt_cuda_result *res)
+{
+    __shared__ double warp_loss[XENT_WARPS];
+    __shared__ int warp_hits[XENT_WARPS];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double loss = 0;
+    int hits = 0;
+    for (int r = warp; r < n; r += XENT_WARPS) {
+        const float *z = logits + (size_t)r * k;
+        float m = 0;
+        int arg = INT_MAX;
+        for (int j = lane; j < k; j += 32)
+            if (arg == INT_MAX || z[j] > m) {
+                m = z[j];
+                arg = j;
+            }
+        warp_argmax(&m, &arg);
+        double zmax = m, sum = 0;
+        for (int j = lane; j < k; j += 32)
+            sum += exp((double)z[j] - zmax);
+        sum = warp_sum(sum);
+        int label = labels[r];
+        if (lane == 0) {
+            loss += log(sum) - ((label < k ? (double)z[label] : (double)NAN) - zmax);
+            hits += arg == label;
+        }
+        if (!dlogits)
+            continue;
+        float *d = dlogits + (size_t)r * k;
+        for (int j = lane; j < k; j += 32) {
+            double prob = exp((double)z[j] - zmax) / sum;
+            d[j] = (float)((prob - (j == label)) * scale);
+        }
+    }
+    if (lane == 0) {
+        warp_loss[warp] = loss;
+        warp_hits[warp] = hits;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 0; w < XENT_WARPS; w++) {
+            res->loss_sum += warp_loss[w];
+            res->correct += warp_hits[w];
+        }
+    }
+}
+
+int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t *labels, int n,
+                         int k, float scale, float *dlogits, gt_cuda_result *res, gt_err *e)
+{
+    if (n == 0 || k == 0)
+        return 0;
+    softmax_xent_kernel<<<1, XENT_THREADS, 0, c->stream>>>(logits, labels, n, k, scale, dlogits,
+                                                           res);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}

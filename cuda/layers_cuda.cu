@@ -1,0 +1,515 @@
+/* layers_cuda.cu - the GPU version of each layer of src/layers.c, with the same semantics and
+ * layouts: convolution, pooling and activations through cuDNN (NCHW float), linear through
+ * cuBLAS, dropout through kernels.cu.
+ *
+ * A gt_cuda_layer holds the descriptors of one layer; they are rewritten only when the batch
+ * size changes (a short last batch, an evaluation chunk). Convolution algorithms are chosen once
+ * at start-up by timing them; if a later batch size needs more workspace than was allocated,
+ * cuDNN's heuristics pick others that fit, so a step never allocates. */
+#include "gt_cuda.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const float one = 1.0f, zero = 0.0f;
+
+static int layer_fail(gt_cuda_ctx *c, const gt_cuda_layer *cl, gt_err *e, const char *what)
+{
+    return gt_fail(e, "%s: layer %u (%s): %s", c->name, cl->index,
+                   cl->L.name[0] ? cl->L.name : "unnamed", what);
+}
+
+static int tensor_set(gt_cuda_ctx *c, cudnnTensorDescriptor_t d, int n, int ch, int h, int w,
+                      gt_err *e)
+{
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, ch, h, w));
+    return 0;
+}
+
+/* ---- choosing convolution algorithms --------------------------------------------------------- */
+
+/* Winograd transforms trade accuracy for speed: on an H200 the non-fused backward-filter one
+ * was ~1e-4 off the CPU reference where every other algorithm was ~1e-7. */
+static bool conv_winograd(cudnnConvolutionFwdAlgo_t a)
+{
+    return a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+           a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+static bool conv_winograd(cudnnConvolutionBwdDataAlgo_t a)
+{
+    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+static bool conv_winograd(cudnnConvolutionBwdFilterAlgo_t a)
+{
+    return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD ||
+           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
+/* The first (fastest) result that ran and fits limit, deterministic when asked; without TF32,
+ * one that keeps fp32 accuracy (no tensor cores, no Winograd). -1 if none. */
+template <typename Perf>
+static int conv_pick(const Perf *perf, int got, size_t limit, int deterministic, int tf32)
+{
+    for (int i = 0; i < got; i++) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > limit)
+            continue;
+        if (deterministic && perf[i].determinism != CUDNN_DETERMINISTIC)
+            continue;
+        if (!tf32 && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
+                      perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||
+                      conv_winograd(perf[i].algo)))
+            continue;
+        return i;
+    }
+    return -1;
+}
+
+/* Takes the best result for one direction; backward prefers deterministic algorithms so that
+ * parity tests and reruns are stable, and settles for any that works. */
+template <typename Perf, typename Algo>
+static int conv_take(gt_cuda_ctx *c, gt_cuda_layer *cl, const Perf *perf, int got, size_t limit,
+                     int deterministic, cudnnConvolutionDescriptor_t conv, Algo *algo,
+                     size_t *need, const char *direction, gt_err *e)
+{
+    int i = conv_pick(perf, got, limit, deterministic, c->tf32);
+    if (i < 0 && deterministic)
+        i = conv_pick(perf, got, limit, 0, c->tf32);
+    if (i < 0) {
+        char what[160];
+        snprintf(what, sizeof what,
+                 "no %s convolution algorithm runs in %zu bytes of workspace at batch %d",
+                 direction, limit, cl->n);
+        return layer_fail(c, cl, e, what);
+    }
+    *algo = perf[i].algo;
+    if (perf[i].memory > *need)
+        *need = perf[i].memory;
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnSetConvolutionMathType(conv, c->tf32 ? perf[i].mathType : CUDNN_FMA_MATH));
+    return 0;
+}
+
+static int conv_set_batch_desc(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    return tensor_set(c, cl->x_desc, n, L->in_c, L->in_h, L->in_w, e) ||
+           tensor_set(c, cl->y_desc, n, L->out_c, L->out_h, L->out_w, e);
+}
+
+/* Workspace the chosen algorithms need at the current descriptors; -1 if one of them cannot
+ * run there at all. */
+static int conv_ws_size(gt_cuda_ctx *c, gt_cuda_layer *cl, size_t *bytes)
+{
+    size_t fwd = 0, filter = 0, data = 0;
+    if (cudnnGetConvolutionForwardWorkspaceSize(c->cudnn, cl->x_desc, cl->w_desc, cl->conv_fwd,
+                                                cl->y_desc, cl->fwd_algo, &fwd) !=
+            CUDNN_STATUS_SUCCESS ||
+        cudnnGetConvolutionBackwardFilterWorkspaceSize(c->cudnn, cl->x_desc, cl->y_desc,
+                                                       cl->conv_bwd_filter, cl->w_desc,
+                                                       cl->bwd_filter_algo, &filter) !=
+            CUDNN_STATUS_SUCCESS ||
+        (cl->need_dx &&
+         cudnnGetConvolutionBackwardDataWorkspaceSize(c->cudnn, cl->w_desc, cl->y_desc,
+                                                      cl->conv_bwd_data, cl->x_desc,
+                                                      cl->bwd_data_algo, &data) !=
+             CUDNN_STATUS_SUCCESS))
+        return -1;
+    *bytes = fwd > filter ? fwd : filter;
+    *bytes = data > *bytes ? data : *bytes;
+    return 0;
+}
+
+/* Chooses by cuDNN's heuristics at the current descriptors, within limit bytes of workspace:
+ * for a batch size whose timed algorithms do not fit the workspace there is. */
+static int conv_pick_within(gt_cuda_ctx *c, gt_cuda_layer *cl, size_t limit, size_t *need,
+                            gt_err *e)
+{
+    cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int got = 0;
+    *need = 0;
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnGetConvolutionForwardAlgorithm_v7(
+                       c->cudnn, cl->x_desc, cl->w_desc, cl->conv_fwd, cl->y_desc,
+                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fwd));
+    if (conv_take(c, cl, fwd, got, limit, 0, cl->conv_fwd, &cl->fwd_algo, need, "forward", e))
+        return -1;
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                       c->cudnn, cl->x_desc, cl->y_desc, cl->conv_bwd_filter, cl->w_desc,
+                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filter));
+    if (conv_take(c, cl, filter, got, limit, 1, cl->conv_bwd_filter, &cl->bwd_filter_algo, need,
+                  "backward-filter", e))
+        return -1;
+    if (!cl->need_dx)
+        return 0;
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                       c->cudnn, cl->w_desc, cl->y_desc, cl->conv_bwd_data, cl->x_desc,
+                       CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data));
+    return conv_take(c, cl, data, got, limit, 1, cl->conv_bwd_data, &cl->bwd_data_algo, need,
+                     "backward-data", e);
+}
+
+/* Times every algorithm on real buffers and takes the fastest allowed one: on an H200 this
+ * found backward-filter algorithms 2-3x faster than the heuristics' first choice for a
+ * one-channel input. Timing noise can make two runs choose differently; all allowed
+ * algorithms agree with the CPU to ~1e-7, not bit for bit. */
+static int conv_find(gt_cuda_ctx *c, gt_cuda_layer *cl, const float *x, const float *w, float *y,
+                     float *dx, float *dw, size_t *need, gt_err *e)
+{
+    cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int got = 0;
+    *need = 0;
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnFindConvolutionForwardAlgorithmEx(
+                       c->cudnn, cl->x_desc, x, cl->w_desc, w, cl->conv_fwd, cl->y_desc, y,
+                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fwd, c->ws, c->ws_bytes));
+    if (conv_take(c, cl, fwd, got, c->ws_bytes, 0, cl->conv_fwd, &cl->fwd_algo, need, "forward",
+                  e))
+        return -1;
+    /* y stands in for dy: only its shape matters while timing. */
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                       c->cudnn, cl->x_desc, x, cl->y_desc, y, cl->conv_bwd_filter, cl->w_desc, dw,
+                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filter, c->ws,
+                       c->ws_bytes));
+    if (conv_take(c, cl, filter, got, c->ws_bytes, 1, cl->conv_bwd_filter, &cl->bwd_filter_algo,
+                  need, "backward-filter", e))
+        return -1;
+    if (!dx)
+        return 0;
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnFindConvolutionBackwardDataAlgorithmEx(
+                       c->cudnn, cl->w_desc, w, cl->y_desc, y, cl->conv_bwd_data, cl->x_desc, dx,
+                       CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data, c->ws, c->ws_bytes));
+    return conv_take(c, cl, data, got, c->ws_bytes, 1, cl->conv_bwd_data, &cl->bwd_data_algo,
+                     need, "backward-data", e);
+}
+
+int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max,
+                               const float *x, const float *w, float *y, float *dx, float *dw,
+                               size_t *ws_need, gt_err *e)
+{
+    size_t need = 0, need_max = 0;
+    cl->planned = 0;
+    cl->need_dx = dx != NULL;
+    cl->n = 0;
+    if (conv_set_batch_desc(c, cl, n, e))
+        return -1;
+    cl->n = n;
+    if (conv_find(c, cl, x, w, y, dx, dw, &need, e))
+        return -1;
+    cl->planned = 1;
+    /* Cover the largest batch too where these algorithms run there within the search
+     * workspace; otherwise that batch falls back to heuristics within the final workspace. */
+    if (n_max != n && conv_set_batch_desc(c, cl, n_max, e) == 0 &&
+        conv_ws_size(c, cl, &need_max) == 0 && need_max <= c->ws_bytes && need_max > need)
+        need = need_max;
+    cl->n = 0; /* the next use sets its batch and checks the final workspace */
+    *ws_need = need;
+    return 0;
+}
+
+/* ---- descriptors ----------------------------------------------------------------------------- */
+
+static int layer_set_batch(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    size_t need = 0;
+    if (cl->n == n)
+        return 0;
+    cl->n = 0;
+    switch (L->kind) {
+    case GT_CONV:
+        if (conv_set_batch_desc(c, cl, n, e))
+            return -1;
+        cl->n = n;
+        if (cl->planned && (conv_ws_size(c, cl, &need) != 0 || need > c->ws_bytes) &&
+            conv_pick_within(c, cl, c->ws_bytes, &need, e)) {
+            cl->n = 0;
+            return -1;
+        }
+        return 0;
+    case GT_AVGPOOL:
+    case GT_MAXPOOL:
+        if (tensor_set(c, cl->x_desc, n, L->in_c, L->in_h, L->in_w, e) ||
+            tensor_set(c, cl->y_desc, n, L->out_c, L->out_h, L->out_w, e))
+            return -1;
+        break;
+    case GT_RELU:
+    case GT_SIGMOID:
+    case GT_TANH:
+        if (tensor_set(c, cl->x_desc, n, L->in_c, L->in_h, L->in_w, e))
+            return -1;
+        break;
+    default:
+        break;
+    }
+    cl->n = n;
+    return 0;
+}
+
+static int conv_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    cudnnMathType_t math = c->tf32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION : CUDNN_FMA_MATH;
+    cudnnConvolutionDescriptor_t *convs[3] = {&cl->conv_fwd, &cl->conv_bwd_data,
+                                              &cl->conv_bwd_filter};
+    GT_CUDNN_CHECK(c->name, e, cudnnCreateTensorDescriptor(&cl->x_desc));
+    GT_CUDNN_CHECK(c->name, e, cudnnCreateTensorDescriptor(&cl->y_desc));
+    GT_CUDNN_CHECK(c->name, e, cudnnCreateTensorDescriptor(&cl->bias_desc));
+    GT_CUDNN_CHECK(c->name, e, cudnnCreateFilterDescriptor(&cl->w_desc));
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnSetFilter4dDescriptor(cl->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                              L->out_c, L->in_c, L->k, L->k));
+    if (tensor_set(c, cl->bias_desc, 1, L->out_c, 1, 1, e))
+        return -1;
+    for (int i = 0; i < 3; i++) {
+        GT_CUDNN_CHECK(c->name, e, cudnnCreateConvolutionDescriptor(convs[i]));
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnSetConvolution2dDescriptor(*convs[i], L->pad, L->pad, 1, 1, 1, 1,
+                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+        GT_CUDNN_CHECK(c->name, e, cudnnSetConvolutionMathType(*convs[i], math));
+    }
+    int on, oc, oh, ow;
+    if (tensor_set(c, cl->x_desc, 1, L->in_c, L->in_h, L->in_w, e))
+        return -1;
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnGetConvolution2dForwardOutputDim(cl->conv_fwd, cl->x_desc, cl->w_desc,
+                                                         &on, &oc, &oh, &ow));
+    if (oc != L->out_c || oh != L->out_h || ow != L->out_w)
+        return layer_fail(c, cl, e, "cuDNN's convolution output shape differs from the model's");
+    return 0;
+}
+
+static int pool_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    cudnnPoolingMode_t mode =
+        L->kind == GT_MAXPOOL ? CUDNN_POOLING_MAX : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+    GT_CUDNN_CHECK(c->name, e, cudnnCreateTensorDescriptor(&cl->x_desc));
+    GT_CUDNN_CHECK(c->name, e, cudnnCreateTensorDescriptor(&cl->y_desc));
+    GT_CUDNN_CHECK(c->name, e, cudnnCreatePoolingDescriptor(&cl->pool_desc));
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnSetPooling2dDescriptor(cl->pool_desc, mode, CUDNN_PROPAGATE_NAN, L->k,
+                                               L->k, 0, 0, L->k, L->k));
+    int on, oc, oh, ow;
+    if (tensor_set(c, cl->x_desc, 1, L->in_c, L->in_h, L->in_w, e))
+        return -1;
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnGetPooling2dForwardOutputDim(cl->pool_desc, cl->x_desc, &on, &oc, &oh,
+                                                     &ow));
+    if (oc != L->out_c || oh != L->out_h || ow != L->out_w)
+        return layer_fail(c, cl, e, "cuDNN's pooling output shape differs from the model's");
+    return 0;
+}
+
+static int act_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
+{
+    cudnnActivationMode_t mode = cl->L.kind == GT_RELU      ? CUDNN_ACTIVATION_RELU
+                                 : cl->L.kind == GT_SIGMOID ? CUDNN_ACTIVATION_SIGMOID
+                                                            : CUDNN_ACTIVATION_TANH;
+    GT_CUDNN_CHECK(c->name, e, cudnnCreateTensorDescriptor(&cl->x_desc));
+    GT_CUDNN_CHECK(c->name, e, cudnnCreateActivationDescriptor(&cl->act_desc));
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnSetActivationDescriptor(cl->act_desc, mode, CUDNN_PROPAGATE_NAN, 0.0));
+    return 0;
+}
+
+int gt_cuda_layer_init(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_layer *L, uint32_t index,
+                       gt_err *e)
+{
+    memset(cl, 0, sizeof *cl);
+    cl->L = *L;
+    cl->index = index;
+    switch (L->kind) {
+    case GT_CONV:
+        return conv_init(c, cl, e);
+    case GT_AVGPOOL:
+    case GT_MAXPOOL:
+        return pool_init(c, cl, e);
+    case GT_RELU:
+    case GT_SIGMOID:
+    case GT_TANH:
+        return act_init(c, cl, e);
+    case GT_LINEAR:
+    case GT_DROPOUT:
+        return 0;
+    }
+    return layer_fail(c, cl, e, "unknown layer kind");
+}
+
+void gt_cuda_layer_destroy(gt_cuda_layer *cl)
+{
+    if (cl->x_desc)
+        cudnnDestroyTensorDescriptor(cl->x_desc);
+    if (cl->y_desc)
+        cudnnDestroyTensorDescriptor(cl->y_desc);
+    if (cl->bias_desc)
+        cudnnDestroyTensorDescriptor(cl->bias_desc);
+    if (cl->w_desc)
+        cudnnDestroyFilterDescriptor(cl->w_desc);
+    if (cl->conv_fwd)
+        cudnnDestroyConvolutionDescriptor(cl->conv_fwd);
+    if (cl->conv_bwd_data)
+        cudnnDestroyConvolutionDescriptor(cl->conv_bwd_data);
+    if (cl->conv_bwd_filter)
+        cudnnDestroyConvolutionDescriptor(cl->conv_bwd_filter);
+    if (cl->pool_desc)
+        cudnnDestroyPoolingDescriptor(cl->pool_desc);
+    if (cl->act_desc)
+        cudnnDestroyActivationDescriptor(cl->act_desc);
+    memset(cl, 0, sizeof *cl);
+}
+
+/* ---- forward and backward -------------------------------------------------------------------- */
+
+static int conv_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p, const float *x,
+                        float *y, gt_err *e)
+{
+    if (!cl->planned)
+        return layer_fail(c, cl, e, "convolution algorithms were never chosen");
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnConvolutionForward(c->cudnn, &one, cl->x_desc, x, cl->w_desc,
+                                           p->params + cl->L.w_off, cl->conv_fwd, cl->fwd_algo,
+                                           c->ws, c->ws_bytes, &zero, cl->y_desc, y));
+    if (cl->L.b_len)
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnAddTensor(c->cudnn, &one, cl->bias_desc, p->params + cl->L.b_off,
+                                      &one, cl->y_desc, y));
+    return 0;
+}
+
+/* Row-major y[n][out] = x[n][in] W[out][in]^T is column-major y^T = W^T' x^T: cuBLAS sees W as
+ * an in x out matrix and transposes it. */
+static int linear_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
+                          const float *x, float *y, gt_err *e)
+{
+    int in = (int)cl->L.in_len, out = (int)cl->L.out_len;
+    GT_CUBLAS_CHECK(c->name, e,
+                    cublasSgemm(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, p->n, in, &one,
+                                p->params + cl->L.w_off, in, x, in, &zero, y, out));
+    if (cl->L.b_len)
+        return gt_cuda_bias_add(c, y, p->params + cl->L.b_off, p->n, out, e);
+    return 0;
+}
+
+int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
+                          const float *x, float *y, gt_err *e)
+{
+    if (layer_set_batch(c, cl, p->n, e))
+        return -1;
+    switch (cl->L.kind) {
+    case GT_CONV:
+        return conv_forward(c, cl, p, x, y, e);
+    case GT_LINEAR:
+        return linear_forward(c, cl, p, x, y, e);
+    case GT_AVGPOOL:
+    case GT_MAXPOOL:
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnPoolingForward(c->cudnn, cl->pool_desc, &one, cl->x_desc, x, &zero,
+                                           cl->y_desc, y));
+        return 0;
+    case GT_RELU:
+    case GT_SIGMOID:
+    case GT_TANH:
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnActivationForward(c->cudnn, cl->act_desc, &one, cl->x_desc, x, &zero,
+                                              cl->x_desc, y));
+        return 0;
+    case GT_DROPOUT:
+        return gt_cuda_dropout_forward(c, x, y, p->mask, p->n, cl->L.out_len, cl->L.p, p->seed,
+                                       p->epoch, p->ids, cl->index, e);
+    }
+    return layer_fail(c, cl, e, "unknown layer kind");
+}
+
+static int conv_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
+                         const float *x, const float *dy, float *dx, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    if (!cl->planned || (dx && !cl->need_dx))
+        return layer_fail(c, cl, e, "convolution backward algorithms were never chosen");
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnConvolutionBackwardFilter(c->cudnn, &one, cl->x_desc, x, cl->y_desc, dy,
+                                                  cl->conv_bwd_filter, cl->bwd_filter_algo, c->ws,
+                                                  c->ws_bytes, &one, cl->w_desc,
+                                                  p->grad + L->w_off));
+    if (L->b_len)
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnConvolutionBackwardBias(c->cudnn, &one, cl->y_desc, dy, &one,
+                                                    cl->bias_desc, p->grad + L->b_off));
+    if (dx)
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnConvolutionBackwardData(c->cudnn, &one, cl->w_desc,
+                                                    p->params + L->w_off, cl->y_desc, dy,
+                                                    cl->conv_bwd_data, cl->bwd_data_algo, c->ws,
+                                                    c->ws_bytes, &zero, cl->x_desc, dx));
+    return 0;
+}
+
+/* dW[out][in] += dy^T x is column-major dW^T (in x out) += x^T dy; dx[n][in] = dy W is
+ * column-major dx^T (in x n) = W^T dy^T. */
+static int linear_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
+                           const float *x, const float *dy, float *dx, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    int in = (int)L->in_len, out = (int)L->out_len;
+    GT_CUBLAS_CHECK(c->name, e,
+                    cublasSgemm(c->cublas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, p->n, &one, x, in,
+                                dy, out, &one, p->grad + L->w_off, in));
+    if (L->b_len && gt_cuda_bias_grad(c, dy, p->grad + L->b_off, p->n, out, e))
+        return -1;
+    if (dx)
+        GT_CUBLAS_CHECK(c->name, e,
+                        cublasSgemm(c->cublas, CUBLAS_OP_N, CUBLAS_OP_N, in, p->n, out, &one,
+                                    p->params + L->w_off, in, dy, out, &zero, dx, in));
+    return 0;
+}
+
+int gt_cuda_layer_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
+                           const float *x, const float *y, const float *dy, float *dx,
+                           gt_err *e)
+{
+    if (layer_set_batch(c, cl, p->n, e))
+        return -1;
+    switch (cl->L.kind) {
+    case GT_CONV:
+        return conv_backward(c, cl, p, x, dy, dx, e);
+    case GT_LINEAR:
+        return linear_backward(c, cl, p, x, dy, dx, e);
+    default:
+        break;
+    }
+    if (!dx)
+        return 0;
+    switch (cl->L.kind) {
+    case GT_AVGPOOL:
+    case GT_MAXPOOL:
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnPoolingBackward(c->cudnn, cl->pool_desc, &one, cl->y_desc, y,
+                                            cl->y_desc, dy, cl->x_desc, x, &zero, cl->x_desc,
+                                            dx));
+        return 0;
+    case GT_RELU:
+    case GT_SIGMOID:
+    case GT_TANH:
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnActivationBackward(c->cudnn, cl->act_desc, &one, cl->x_desc, y,
+                                               cl->x_desc, dy, cl->x_desc, x, &zero, cl->x_desc,
+                                               dx));
+        return 0;
+    case GT_DROPOUT:
+        return gt_cuda_dropout_backward(c, dy, p->mask, dx, (size_t)p->n * cl->L.out_len,
+                                        cl->L.p, e);
+    default:
+        break;
+    }
+    return layer_fail(c, cl, e, "unknown layer kind");
+}

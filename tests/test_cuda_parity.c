@@ -1,0 +1,519 @@
+/* test_cuda_parity.c - every CUDA op against its CPU twin in src/layers.c on random inputs, then
+ * whole training steps (loss, hits and every gradient tensor) and evaluations of lenet5 and
+ * cnn-wide against gt_cpu_net_step, and the error for a GPU that does not exist. Skipped (77)
+ * when built without CUDA or run where no GPU is visible. */
+#include "gputrain/device.h"
+#include "gputrain/layers.h"
+#include "gputrain/model.h"
+#include "test_util.h"
+
+#ifdef GT_HAVE_CUDA
+#include "../cuda/gt_cuda.h"
+
+#define TOL 1e-4
+
+/* ||gpu - cpu|| / ||cpu|| (the absolute norm when cpu is all zero). */
+static double rel_err(const float *gpu, const float *cpu, size_t len)
+{
+    double diff = 0, ref = 0;
+    for (size_t i = 0; i < len; i++) {
+        double d = (double)gpu[i] - cpu[i];
+        diff += d * d;
+        ref += (double)cpu[i] * cpu[i];
+    }
+    return ref > 0 ? sqrt(diff / ref) : sqrt(diff);
+}
+
+#define CHECK_REL(gpu, cpu, len, what)                                                       \
+    do {                                                                                     \
+        double err_ = rel_err((gpu), (cpu), (len));                                          \
+        CHECK_MSG(err_ <= TOL, "%s: relative error %.3g", (what), err_);                     \
+    } while (0)
+
+static float *rand_floats(gt_rng *r, size_t n, float lo, float hi)
+{
+    float *p = gt_alloc(n * sizeof *p);
+    for (size_t i = 0; p && i < n; i++)
+        p[i] = lo + (hi - lo) * (float)gt_rng_uniform(r);
+    return p;
+}
+
+static float *copy_floats(const float *src, size_t n)
+{
+    float *p = gt_alloc(n * sizeof *p);
+    if (p)
+        memcpy(p, src, n * sizeof *p);
+    return p;
+}
+
+/* What was added on top of a starting value: backward accumulates into parameter gradients. */
+static void subtract(float *a, const float *start, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        a[i] -= start[i];
+}
+
+static void test_conv(gt_cuda_ctx *c, gt_rng *r, int n, int ch, int h, int w, int o, int k,
+                      int pad, int with_dx)
+{
+    int oh = h + 2 * pad - k + 1, ow = w + 2 * pad - k + 1;
+    size_t xl = (size_t)n * ch * h * w, yl = (size_t)n * o * oh * ow, wl = (size_t)o * ch * k * k;
+    float *x = rand_floats(r, xl, -1, 1), *wt = rand_floats(r, wl, -0.5f, 0.5f);
+    float *b = rand_floats(r, o, -1, 1), *dy = rand_floats(r, yl, -1, 1);
+    float *dw0 = rand_floats(r, wl, -1, 1), *db0 = rand_floats(r, o, -1, 1);
+    float *y_cpu = gt_alloc(yl * 4), *y_gpu = gt_alloc(yl * 4);
+    float *dx_cpu = gt_alloc(xl * 4), *dx_gpu = gt_alloc(xl * 4);
+    float *dw_cpu = copy_floats(dw0, wl), *dw_gpu = copy_floats(dw0, wl);
+    float *db_cpu = copy_floats(db0, o), *db_gpu = copy_floats(db0, o);
+    float *col = gt_alloc(gt_conv2d_col_len(ch, k, oh, ow) * 4);
+    gt_err e = {""};
+    char what[64];
+    gt_conv2d_forward(x, n, ch, h, w, wt, b, o, k, pad, y_cpu, col);
+    gt_conv2d_backward(x, dy, n, ch, h, w, wt, o, k, pad, with_dx ? dx_cpu : NULL, dw_cpu, db_cpu,
+                       col);
+    int rc = gt_cuda_test_conv2d(c, x, n, ch, h, w, wt, b, o, k, pad, dy, y_gpu,
+                                 with_dx ? dx_gpu : NULL, dw_gpu, db_gpu, &e);
+    CHECK_MSG(rc == 0, "conv: %s", e.msg);
+    subtract(dw_cpu, dw0, wl);
+    subtract(dw_gpu, dw0, wl);
+    subtract(db_cpu, db0, o);
+    subtract(db_gpu, db0, o);
+    snprintf(what, sizeof what, "conv k%d pad%d forward", k, pad);
+    CHECK_REL(y_gpu, y_cpu, yl, what);
+    snprintf(what, sizeof what, "conv k%d pad%d weight grad", k, pad);
+    CHECK_REL(dw_gpu, dw_cpu, wl, what);
+    snprintf(what, sizeof what, "conv k%d pad%d bias grad", k, pad);
+    CHECK_REL(db_gpu, db_cpu, o, what);
+    if (with_dx) {
+        snprintf(what, sizeof what, "conv k%d pad%d input grad", k, pad);
+        CHECK_REL(dx_gpu, dx_cpu, xl, what);
+    }
+    float *bufs[] = {x, wt, b, dy, dw0, db0, y_cpu, y_gpu, dx_cpu, dx_gpu, dw_cpu, dw_gpu,
+                     db_cpu, db_gpu, col};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        gt_free(bufs[i]);
+}
+
+static void test_linear(gt_cuda_ctx *c, gt_rng *r, int n, int in, int out)
+{
+    size_t xl = (size_t)n * in, yl = (size_t)n * out, wl = (size_t)out * in;
+    float *x = rand_floats(r, xl, -1, 1), *wt = rand_floats(r, wl, -0.5f, 0.5f);
+    float *b = rand_floats(r, out, -1, 1), *dy = rand_floats(r, yl, -1, 1);
+    float *dw0 = rand_floats(r, wl, -1, 1), *db0 = rand_floats(r, out, -1, 1);
+    float *y_cpu = gt_alloc(yl * 4), *y_gpu = gt_alloc(yl * 4);
+    float *dx_cpu = gt_alloc(xl * 4), *dx_gpu = gt_alloc(xl * 4);
+    float *dw_cpu = copy_floats(dw0, wl), *dw_gpu = copy_floats(dw0, wl);
+    float *db_cpu = copy_floats(db0, out), *db_gpu = copy_floats(db0, out);
+    gt_err e = {""};
+    gt_linear_forward(x, n, in, wt, b, out, y_cpu);
+    gt_linear_backward(x, dy, n, in, wt, out, dx_cpu, dw_cpu, db_cpu);
+    int rc = gt_cuda_test_linear(c, x, n, in, wt, b, out, dy, y_gpu, dx_gpu, dw_gpu, db_gpu, &e);
+    CHECK_MSG(rc == 0, "linear: %s", e.msg);
+    subtract(dw_cpu, dw0, wl);
+    subtract(dw_gpu, dw0, wl);
+    subtract(db_cpu, db0, out);
+    subtract(db_gpu, db0, out);
+    CHECK_REL(y_gpu, y_cpu, yl, "linear forward");
+    CHECK_REL(dx_gpu, dx_cpu, xl, "linear input grad");
+    CHECK_REL(dw_gpu, dw_cpu, wl, "linear weight grad");
+    CHECK_REL(db_gpu, db_cpu, out, "linear bias grad");
+    float *bufs[] = {x, wt, b, dy, dw0, db0, y_cpu, y_gpu, dx_cpu, dx_gpu, dw_cpu, dw_gpu,
+                     db_cpu, db_gpu};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        gt_free(bufs[i]);
+}
+
+static void test_pool(gt_cuda_ctx *c, gt_rng *r, gt_layer_kind kind, int n, int ch, int h, int w,
+                      int k)
+{
+    size_t xl = (size_t)n * ch * h * w, yl = (size_t)n * ch * (h / k) * (w / k);
+    float *x = rand_floats(r, xl, -1, 1), *dy = rand_floats(r, yl, -1, 1);
+    float *y_cpu = gt_alloc(yl * 4), *y_gpu = gt_alloc(yl * 4);
+    float *dx_cpu = gt_alloc(xl * 4), *dx_gpu = gt_alloc(xl * 4);
+    int32_t *arg = gt_alloc(yl * sizeof *arg);
+    gt_err e = {""};
+    const char *name = kind == GT_MAXPOOL ? "maxpool" : "avgpool";
+    char what[64];
+    if (kind == GT_MAXPOOL) {
+        gt_maxpool_forward(x, n, ch, h, w, k, y_cpu, arg);
+        gt_maxpool_backward(dy, arg, n, ch, h, w, k, dx_cpu);
+    } else {
+        gt_avgpool_forward(x, n, ch, h, w, k, y_cpu);
+        gt_avgpool_backward(dy, n, ch, h, w, k, dx_cpu);
+    }
+    int rc = gt_cuda_test_pool(c, kind, x, n, ch, h, w, k, dy, y_gpu, dx_gpu, &e);
+    CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
+    snprintf(what, sizeof what, "%s %dx%d k%d forward", name, h, w, k);
+    CHECK_REL(y_gpu, y_cpu, yl, what);
+    snprintf(what, sizeof what, "%s %dx%d k%d input grad", name, h, w, k);
+    CHECK_REL(dx_gpu, dx_cpu, xl, what);
+    gt_free(x);
+    gt_free(dy);
+    gt_free(y_cpu);
+    gt_free(y_gpu);
+    gt_free(dx_cpu);
+    gt_free(dx_gpu);
+    gt_free(arg);
+}
+
+static void test_act(gt_cuda_ctx *c, gt_rng *r, gt_layer_kind kind, const char *name)
+{
+    size_t len = 1000;
+    float *x = rand_floats(r, len, -4, 4), *dy = rand_floats(r, len, -1, 1);
+    float *y_cpu = gt_alloc(len * 4), *y_gpu = gt_alloc(len * 4);
+    float *dx_cpu = gt_alloc(len * 4), *dx_gpu = gt_alloc(len * 4);
+    gt_err e = {""};
+    char what[64];
+    gt_act_forward(kind, x, y_cpu, len);
+    gt_act_backward(kind, y_cpu, dy, dx_cpu, len);
+    int rc = gt_cuda_test_act(c, kind, x, dy, len, y_gpu, dx_gpu, &e);
+    CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
+    snprintf(what, sizeof what, "%s forward", name);
+    CHECK_REL(y_gpu, y_cpu, len, what);
+    snprintf(what, sizeof what, "%s input grad", name);
+    CHECK_REL(dx_gpu, dx_cpu, len, what);
+    gt_free(x);
+    gt_free(dy);
+    gt_free(y_cpu);
+    gt_free(y_gpu);
+    gt_free(dx_cpu);
+    gt_free(dx_gpu);
+}
+
+/* Dropout must agree bit for bit: the same counter-based mask and the same float products. */
+static void test_dropout(gt_cuda_ctx *c, gt_rng *r)
+{
+    enum { N = 5, LEN = 333 };
+    uint32_t ids[N];
+    for (int i = 0; i < N; i++)
+        ids[i] = gt_rng_below(r, 60000);
+    size_t total = (size_t)N * LEN;
+    float *x = rand_floats(r, total, -2, 2), *dy = rand_floats(r, total, -1, 1);
+    float *y_cpu = gt_alloc(total * 4), *y_gpu = gt_alloc(total * 4);
+    float *dx_cpu = gt_alloc(total * 4), *dx_gpu = gt_alloc(total * 4);
+    uint8_t *m_cpu = gt_alloc(total), *m_gpu = gt_alloc(total);
+    gt_err e = {""};
+    float p = 0.3f;
+    gt_dropout_forward(x, y_cpu, m_cpu, N, LEN, p, 0xfeedbeefull, 7, ids, 9);
+    gt_dropout_backward(dy, m_cpu, dx_cpu, total, p);
+    int rc = gt_cuda_test_dropout(c, x, dy, N, LEN, p, 0xfeedbeefull, 7, ids, 9, y_gpu, m_gpu,
+                                  dx_gpu, &e);
+    CHECK_MSG(rc == 0, "dropout: %s", e.msg);
+    size_t kept = 0;
+    for (size_t i = 0; i < total; i++)
+        kept += m_cpu[i];
+    CHECK(kept > total / 2 && kept < total);
+    CHECK(memcmp(m_gpu, m_cpu, total) == 0);
+    CHECK(memcmp(y_gpu, y_cpu, total * 4) == 0);
+    CHECK(memcmp(dx_gpu, dx_cpu, total * 4) == 0);
+    gt_free(x);
+    gt_free(dy);
+    gt_free(y_cpu);
+    gt_free(y_gpu);
+    gt_free(dx_cpu);
+    gt_free(dx_gpu);
+    gt_free(m_cpu);
+    gt_free(m_gpu);
+}
+
+/* Rows 0 and 1 hold ties (the first maximum wins, as in the CPU scan; row 1's label is the
+ * second maximum, so it is a miss); the rest are random. */
+static void test_xent(gt_cuda_ctx *c, gt_rng *r, int n, int k)
+{
+    size_t len = (size_t)n * k;
+    float *z = rand_floats(r, len, -5, 5);
+    uint8_t *labels = gt_alloc((size_t)n);
+    float *d_cpu = gt_alloc(len * 4), *d_gpu = gt_alloc(len * 4);
+    for (int i = 0; i < n; i++)
+        labels[i] = (uint8_t)gt_rng_below(r, (uint32_t)(k < 256 ? k : 256));
+    for (int j = 0; j < k; j++)
+        z[j] = 1.0f;
+    labels[0] = 0;
+    z[k + 1] = z[k + k - 1] = 9.0f;
+    labels[1] = (uint8_t)(k - 1 < 255 ? k - 1 : 255);
+    z[k + labels[1]] = 9.0f;
+    int hits_cpu = 0, hits_gpu = -1;
+    double loss_gpu = 0;
+    gt_err e = {""};
+    char what[64];
+    double loss_cpu = gt_softmax_xent(z, labels, n, k, 1.0f / (float)n, d_cpu, &hits_cpu);
+    int rc = gt_cuda_test_softmax_xent(c, z, labels, n, k, 1.0f / (float)n, d_gpu, &loss_gpu,
+                                       &hits_gpu, &e);
+    CHECK_MSG(rc == 0, "softmax xent: %s", e.msg);
+    CHECK_CLOSE(loss_gpu, loss_cpu, TOL);
+    CHECK_MSG(hits_gpu == hits_cpu, "softmax xent %dx%d: %d hits on the GPU, %d on the CPU", n, k,
+              hits_gpu, hits_cpu);
+    snprintf(what, sizeof what, "softmax xent %dx%d gradient", n, k);
+    CHECK_REL(d_gpu, d_cpu, len, what);
+    gt_free(z);
+    gt_free(labels);
+    gt_free(d_cpu);
+    gt_free(d_gpu);
+}
+
+static void test_normalize(gt_cuda_ctx *c, gt_rng *r)
+{
+    enum { LEN = 1000 };
+    uint8_t src[LEN];
+    float cpu[LEN], gpu[LEN];
+    gt_err e = {""};
+    for (int i = 0; i < LEN; i++)
+        src[i] = (uint8_t)gt_rng_below(r, 256);
+    src[0] = 0;
+    src[1] = 255;
+    gt_input_normalize(src, cpu, LEN);
+    int rc = gt_cuda_test_normalize(c, src, gpu, LEN, &e);
+    CHECK_MSG(rc == 0, "normalize: %s", e.msg);
+    CHECK_REL(gpu, cpu, LEN, "normalize");
+}
+
+static void test_layers(gt_rng *r)
+{
+    gt_cuda_ctx *c = NULL;
+    gt_err e = {""};
+    int rc = gt_cuda_ctx_open(&c, 0, 0, &e);
+    CHECK_MSG(rc == 0, "context: %s", e.msg);
+    if (rc)
+        return;
+    test_conv(c, r, 3, 2, 9, 8, 4, 3, 0, 1);
+    test_conv(c, r, 2, 3, 7, 7, 5, 5, 2, 1);
+    test_conv(c, r, 4, 1, 12, 12, 6, 5, 0, 0);
+    test_linear(c, r, 5, 37, 13);
+    test_linear(c, r, 64, 400, 120);
+    test_pool(c, r, GT_AVGPOOL, 2, 3, 8, 8, 2);
+    test_pool(c, r, GT_AVGPOOL, 2, 3, 7, 9, 2);
+    test_pool(c, r, GT_MAXPOOL, 2, 3, 8, 8, 2);
+    test_pool(c, r, GT_MAXPOOL, 2, 3, 7, 9, 3);
+    test_act(c, r, GT_RELU, "relu");
+    test_act(c, r, GT_SIGMOID, "sigmoid");
+    test_act(c, r, GT_TANH, "tanh");
+    test_dropout(c, r);
+    test_xent(c, r, 37, 10);
+    test_xent(c, r, 20, 300);
+    test_normalize(c, r);
+    gt_cuda_ctx_close(c);
+}
+
+/* ---- whole networks -------------------------------------------------------------------------- */
+
+static void make_dataset(gt_dataset *ds, gt_rng *r, uint32_t n)
+{
+    memset(ds, 0, sizeof *ds);
+    ds->n = n;
+    ds->c = 1;
+    ds->h = ds->w = 28;
+    ds->nclasses = 10;
+    ds->images = gt_alloc((size_t)n * 28 * 28);
+    ds->labels = gt_alloc(n);
+    for (size_t i = 0; i < (size_t)n * 28 * 28; i++)
+        ds->images[i] = (uint8_t)gt_rng_below(r, 256);
+    for (uint32_t i = 0; i < n; i++)
+        ds->labels[i] = (uint8_t)gt_rng_below(r, 10);
+}
+
+static void make_batch(gt_batch *b, uint32_t *idx, int n, const gt_dataset *ds, gt_rng *r)
+{
+    for (int i = 0; i < n; i++)
+        idx[i] = gt_rng_below(r, ds->n);
+    b->ds = ds;
+    b->idx = idx;
+    b->n = n;
+    b->epoch = 3;
+    b->seed = 0x5eedull;
+}
+
+static void step_compare(gt_device *d, gt_cpu_net *net, const float *params, const gt_batch *b,
+                         float *grad_cpu, const char *what)
+{
+    const gt_model *m = d->model;
+    gt_step_out out = {0, -1};
+    gt_err e = {""};
+    int hits_cpu = 0;
+    double loss_cpu = gt_cpu_net_step(net, params, b, 1, grad_cpu, &hits_cpu);
+    int rc = d->ops->train_step(d, b, &out, &e);
+    CHECK_MSG(rc == 0, "%s: %s", what, e.msg);
+    if (rc)
+        return;
+    CHECK_MSG(fabs(out.loss_sum - loss_cpu) <= TOL * fabs(loss_cpu),
+              "%s: loss %.9g on the GPU, %.9g on the CPU", what, out.loss_sum, loss_cpu);
+    CHECK_MSG(out.correct == hits_cpu, "%s: %d hits on the GPU, %d on the CPU", what,
+              out.correct, hits_cpu);
+    for (int t = 0; t < m->ntensors; t++) {
+        const gt_tensor_info *ti = &m->tensors[t];
+        char name[96];
+        snprintf(name, sizeof name, "%s: gradient %s", what, ti->name);
+        CHECK_REL(d->grad + ti->offset, grad_cpu + ti->offset, ti->len, name);
+    }
+}
+
+static void eval_compare(gt_device *d, gt_cpu_net *net, const float *params,
+                         const gt_dataset *ds, uint32_t lo, uint32_t n, const char *what)
+{
+    uint32_t *idx = gt_alloc(n * sizeof *idx);
+    for (uint32_t i = 0; i < n; i++)
+        idx[i] = lo + i;
+    gt_batch b = {ds, idx, (int)n, 0, 0};
+    int hits_cpu = 0;
+    double loss_cpu = gt_cpu_net_step(net, params, &b, 0, NULL, &hits_cpu);
+    gt_step_out out = {0, -1};
+    gt_err e = {""};
+    int rc = d->ops->evaluate(d, ds, lo, lo + n, &out, &e);
+    CHECK_MSG(rc == 0, "%s: %s", what, e.msg);
+    CHECK_MSG(fabs(out.loss_sum - loss_cpu) <= TOL * fabs(loss_cpu),
+              "%s: loss %.9g on the GPU, %.9g on the CPU", what, out.loss_sum, loss_cpu);
+    CHECK_MSG(out.correct == hits_cpu, "%s: %d hits on the GPU, %d on the CPU", what,
+              out.correct, hits_cpu);
+    gt_free(idx);
+}
+
+/* Three steps: a full batch, a short one staged by prefetch, and a full one that was not the
+ * prefetched batch while another prefetch is pending; then an evaluation of eval_n samples. */
+static void test_model(const char *name, int max_batch, uint32_t eval_n, const gt_dataset *ds,
+                       gt_rng *r)
+{
+    gt_model m;
+    gt_cpu_net net;
+    gt_device *d = NULL;
+    gt_err e = {""};
+    char what[64];
+    int rc = gt_model_build(name, 1, 28, 28, 10, &m, &e);
+    CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
+    if (rc)
+        return;
+    float *params = gt_alloc(m.nparams * sizeof *params);
+    float *grad_cpu = gt_alloc(m.nparams * sizeof *grad_cpu);
+    gt_model_init_params(&m, params, 11);
+    int cpu_batch = (int)eval_n > max_batch ? (int)eval_n : max_batch;
+    rc = gt_cpu_net_create(&net, &m, cpu_batch, &e);
+    CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
+    if (rc == 0) {
+        rc = gt_cuda_device_open(&d, &m, max_batch, 0, 0, &e);
+        CHECK_MSG(rc == 0, "%s: open: %s", name, e.msg);
+    }
+    if (rc == 0) {
+        CHECK(strncmp(d->name, "gpu:0 (", 7) == 0);
+        memcpy(d->params, params, m.nparams * sizeof *params);
+        rc = d->ops->load_params(d, &e);
+        CHECK_MSG(rc == 0, "%s: load_params: %s", name, e.msg);
+    }
+    if (rc == 0) {
+        uint32_t idx1[256], idx2[256], idx3[256];
+        gt_batch b1, b2, b3;
+        make_batch(&b1, idx1, max_batch, ds, r);
+        make_batch(&b2, idx2, max_batch / 2 + 1, ds, r);
+        make_batch(&b3, idx3, max_batch, ds, r);
+        snprintf(what, sizeof what, "%s step 1", name);
+        step_compare(d, &net, params, &b1, grad_cpu, what);
+        rc = d->ops->prefetch(d, &b2, &e);
+        CHECK_MSG(rc == 0, "%s: prefetch: %s", name, e.msg);
+        snprintf(what, sizeof what, "%s prefetched short step", name);
+        step_compare(d, &net, params, &b2, grad_cpu, what);
+        rc = d->ops->prefetch(d, &b3, &e);
+        CHECK_MSG(rc == 0, "%s: prefetch: %s", name, e.msg);
+        snprintf(what, sizeof what, "%s step beside a prefetch", name);
+        step_compare(d, &net, params, &b1, grad_cpu, what);
+        snprintf(what, sizeof what, "%s step of the prefetched batch", name);
+        step_compare(d, &net, params, &b3, grad_cpu, what);
+        snprintf(what, sizeof what, "%s evaluate", name);
+        eval_compare(d, &net, params, ds, 7, eval_n, what);
+    }
+    gt_device_close(d);
+    gt_cpu_net_destroy(&net);
+    gt_free(params);
+    gt_free(grad_cpu);
+}
+
+/* TF32 tensor cores keep 10 mantissa bits: the step must run and land near the fp32 one. */
+static void test_tf32(const gt_dataset *ds, gt_rng *r)
+{
+    gt_model m;
+    gt_cpu_net net;
+    gt_device *d = NULL;
+    gt_err e = {""};
+    uint32_t idx[32];
+    gt_batch b;
+    int hits_cpu = 0;
+    CHECK(gt_model_build("lenet5", 1, 28, 28, 10, &m, &e) == 0);
+    float *params = gt_alloc(m.nparams * sizeof *params);
+    float *grad_cpu = gt_alloc(m.nparams * sizeof *grad_cpu);
+    gt_model_init_params(&m, params, 12);
+    make_batch(&b, idx, 32, ds, r);
+    CHECK(gt_cpu_net_create(&net, &m, 32, &e) == 0);
+    double loss_cpu = gt_cpu_net_step(&net, params, &b, 1, grad_cpu, &hits_cpu);
+    int rc = gt_cuda_device_open(&d, &m, 32, 0, 1, &e);
+    CHECK_MSG(rc == 0, "tf32 open: %s", e.msg);
+    if (rc == 0) {
+        gt_step_out out = {0, -1};
+        memcpy(d->params, params, m.nparams * sizeof *params);
+        rc = d->ops->load_params(d, &e) || d->ops->train_step(d, &b, &out, &e);
+        CHECK_MSG(rc == 0, "tf32 step: %s", e.msg);
+        CHECK_MSG(fabs(out.loss_sum - loss_cpu) <= 1e-2 * fabs(loss_cpu),
+                  "tf32: loss %.9g on the GPU, %.9g on the CPU", out.loss_sum, loss_cpu);
+        double err = rel_err(d->grad, grad_cpu, m.nparams);
+        CHECK_MSG(err <= 2e-2, "tf32: gradient relative error %.3g", err);
+    }
+    gt_device_close(d);
+    gt_cpu_net_destroy(&net);
+    gt_free(params);
+    gt_free(grad_cpu);
+}
+
+static void test_missing_gpu(int count)
+{
+    gt_model m;
+    gt_device unset, *d = &unset;
+    gt_err e = {""};
+    char want[32];
+    CHECK(gt_model_build("lenet5", 1, 28, 28, 10, &m, &e) == 0);
+    int rc = gt_cuda_device_open(&d, &m, 8, count, 0, &e);
+    CHECK(rc == -1);
+    CHECK(d == NULL);
+    snprintf(want, sizeof want, "GPU %d", count);
+    CHECK_MSG(strstr(e.msg, want) != NULL, "message '%s' does not name %s", e.msg, want);
+}
+
+static void test_host_memory(void)
+{
+    enum { BYTES = 1 << 16 };
+    uint8_t *p = gt_host_alloc(BYTES);
+    CHECK(p != NULL);
+    size_t nonzero = 0;
+    for (size_t i = 0; p && i < BYTES; i++)
+        nonzero += p[i] != 0;
+    CHECK(nonzero == 0);
+    gt_host_free(p);
+    uint8_t *q = gt_alloc(BYTES);
+    gt_host_register(q, BYTES);
+    memset(q, 1, BYTES);
+    gt_host_unregister(q);
+    gt_free(q);
+}
+#endif
+
+int main(void)
+{
+#ifndef GT_HAVE_CUDA
+    printf("skipped: no GPU (built without CUDA)\n");
+    return GT_SKIP;
+#else
+    int count = gt_cuda_device_count();
+    if (count == 0) {
+        printf("skipped: no GPU\n");
+        return GT_SKIP;
+    }
+    gt_rng r;
+    gt_dataset ds;
+    gt_rng_seed(&r, 20261126);
+    test_host_memory();
+    test_layers(&r);
+    make_dataset(&ds, &r, 1200);
+    test_model("lenet5", 32, 1100, &ds, &r);
+    test_model("lenet5-classic", 16, 50, &ds, &r);
+    test_model("cnn-wide", 8, 40, &ds, &r);
+    test_tf32(&ds, &r);
+    test_missing_gpu(count);
+    gt_free(ds.images);
+    gt_free(ds.labels);
+    TEST_DONE();
+#endif
+}
