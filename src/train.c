@@ -117,6 +117,7 @@ typedef struct run {
     job jobs[MAX_JOBS];
     int njobs;
     int done;
+    double t_done;             /* when the last worker finished: training wall time ends here */
     double barrier_wait_s;
     FILE *log;
     pthread_mutex_t log_mu;
@@ -255,8 +256,12 @@ static void maybe_post_due_locked(run *r, uint64_t step_in_epoch, uint64_t clock
 {
     int kinds = 0;
     uint64_t samples = atomic_load(&r->samples_total);
+    uint64_t per_epoch = is_clocked(r) ? r->clocks
+                         : r->cfg->balance == GT_BALANCE_DYNAMIC ? r->nbatches
+                                                                 : r->ntrain / (uint32_t)r->W / (uint32_t)r->batch;
     if (r->next_eval && samples >= r->next_eval) {
-        kinds |= JOB_EVAL;
+        if (step_in_epoch < per_epoch) /* at the epoch's end its own evaluation follows */
+            kinds |= JOB_EVAL;
         uint64_t every = (uint64_t)r->cfg->eval_every * (uint64_t)r->batch * (uint64_t)r->W;
         while (r->next_eval <= samples)
             r->next_eval += every;
@@ -1025,7 +1030,8 @@ static void *worker_main(void *arg)
         run_barrier(r, w, epoch_end_leader);
     }
     pthread_mutex_lock(&r->mu);
-    r->done++;
+    if (++r->done == r->W)
+        r->t_done = gt_now();
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     return NULL;
@@ -1421,7 +1427,8 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
     rc = supervise(r, res, e);
     for (int i = 0; i < started; i++)
         pthread_join(r->workers[i].thread, NULL);
-    double wall = gt_now() - r->t0;
+    /* Training time: until the last worker finished, not the final evaluation after it. */
+    double wall = (r->t_done > 0 ? r->t_done : gt_now()) - r->t0;
     fill_result(r, res, wall);
     res->samples_per_s = wall > 0 ? (double)res->samples / wall : 0;
     res->interrupted = atomic_load(&g_stop_signal);
@@ -1459,11 +1466,15 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
     }
     if (r->log) {
         fprintf(r->log,
-                "{\"type\":\"summary\",\"mode\":\"%s\",\"workers\":%d,\"samples\":%llu,\"wall_s\":%.4f,"
+                "{\"type\":\"summary\",\"mode\":\"%s\",\"workers\":%d,\"model\":\"%s\",\"batch\":%d,"
+                "\"optimizer\":\"%s\",\"lr\":%g,\"momentum\":%g,\"seed\":%llu,\"epochs\":%d,"
+                "\"stripes\":%d,\"samples\":%llu,\"wall_s\":%.4f,"
                 "\"samples_per_s\":%.1f,\"stale_max\":%llu,\"stale_mean\":%.4f,\"stale_p99\":%.0f,"
                 "\"lock_wait_share\":%.6f,\"barrier_wait_share\":%.6f,\"clock_spread_max\":%llu,"
                 "\"skipped_nonfinite\":%llu,\"test_acc\":%.6f,\"interrupted\":%d}\n",
-                mode_name(cfg->mode), r->W, (unsigned long long)res->samples, res->wall_s,
+                mode_name(cfg->mode), r->W, r->m->name, cfg->batch,
+                cfg->optim.kind == GT_OPT_ADAM ? "adam" : "sgd", cfg->optim.lr, cfg->optim.momentum,
+                (unsigned long long)cfg->seed, cfg->epochs, r->ps.nstripes, (unsigned long long)res->samples, res->wall_s,
                 res->samples_per_s, (unsigned long long)res->stale_max, res->stale_mean,
                 res->stale_p99, res->lock_wait_share, res->barrier_wait_share,
                 (unsigned long long)res->clock_spread_max, (unsigned long long)res->skipped_nonfinite,
