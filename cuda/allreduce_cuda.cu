@@ -1,12 +1,371 @@
-/* allreduce_cuda.cu - the entry points of the allreduce mode (NCCL all-reduce of the gradient
- * and an optimizer update on each GPU). Not written yet: no CUDA device offers reduce_update,
- * so train.c refuses --mode allreduce before calling these; they exist so the CUDA build links
- * (src/cuda_stub.c is left out of it). */
+/* allreduce_cuda.cu - the allreduce mode on GPUs: one NCCL communicator per device, an in-place
+ * all-reduce (sum) of the device's whole gradient buffer, then one optimizer update of the
+ * device's own replica (optim_cuda.cu), so the parameters never leave the GPUs during training.
+ *
+ * The communicators are non-blocking (config.blocking = 0): no NCCL call waits for the other
+ * GPUs. A worker waits for its step by polling its stream and the communicator's error state,
+ * so an NCCL error, a timeout or gt_cuda_allreduce_abort() (a worker failed, the run is ending)
+ * ends the wait with a message that names the GPU and the call; the communicator is then aborted,
+ * which stops its kernel, so the GPU's stream drains and the device can close.
+ *
+ * An abort is a process-wide generation count: it ends every wait on communicators created
+ * before it, and a later gt_cuda_allreduce_init starts a fresh set. */
 #include "gt_cuda.h"
+
+#include "gputrain/config.h"
+
+#include <atomic>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef GT_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+/* How long one all-reduce may wait for the other GPUs: worker 0 may be evaluating. */
+#define AR_TIMEOUT_S 120
+#define AR_ABORTED "aborted (a worker failed or the run ended)"
+
+static std::atomic<unsigned> g_abort_gen{0};
+
+struct gt_cuda_allreduce {
+    int ordinal;
+    size_t n;                 /* parameters */
+    int nstate;               /* optimizer state arrays: 0, 1 or 2 */
+    float *state[2];          /* device, n each: momentum buffer, or Adam m and v */
+    unsigned gen;             /* g_abort_gen when the communicator was made */
+#ifdef GT_HAVE_NCCL
+    ncclComm_t comm;          /* NULL once aborted */
+#endif
+};
+
+void gt_cuda_allreduce_abort(void) { g_abort_gen.fetch_add(1); }
+
+static int parts_of(gt_device *d, gt_cuda_device_parts *p, gt_err *e)
+{
+    if (gt_cuda_device_parts_of(d, p) != 0)
+        return gt_fail(e, "--mode allreduce: %s is not a CUDA device", d->name);
+    return 0;
+}
+
+void gt_cuda_allreduce_free(gt_cuda_allreduce *a)
+{
+    if (!a)
+        return;
+    cudaSetDevice(a->ordinal);
+#ifdef GT_HAVE_NCCL
+    if (a->comm)
+        ncclCommDestroy(a->comm);
+#endif
+    for (int i = 0; i < 2; i++)
+        if (a->state[i])
+            cudaFree(a->state[i]);
+    cudaGetLastError();
+    free(a);
+}
+
+/* ---- get_params and set_state (no NCCL in them) ---------------------------------------------- */
+
+int gt_cuda_get_params(gt_device *d, float *s0, float *s1, gt_err *e)
+{
+    gt_cuda_device_parts p;
+    if (parts_of(d, &p, e))
+        return -1;
+    gt_cuda_allreduce *a = *p.allreduce;
+    float *host[2] = {s0, s1};
+    size_t bytes = d->model->nparams * sizeof(float);
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    GT_CUDA_CHECK(d->name, e,
+                  cudaMemcpyAsync(d->params, p.params, bytes, cudaMemcpyDeviceToHost,
+                                  p.ctx->stream));
+    for (int i = 0; i < 2; i++) {
+        if (!host[i])
+            continue;
+        if (!a || i >= a->nstate)
+            return gt_fail(e, "%s: get_params: the device holds no optimizer state array %d",
+                           d->name, i);
+        GT_CUDA_CHECK(d->name, e,
+                      cudaMemcpyAsync(host[i], a->state[i], bytes, cudaMemcpyDeviceToHost,
+                                      p.ctx->stream));
+    }
+    GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(p.ctx->stream));
+    return 0;
+}
+
+int gt_cuda_set_state(gt_device *d, const float *s0, const float *s1, gt_err *e)
+{
+    gt_cuda_device_parts p;
+    if (parts_of(d, &p, e))
+        return -1;
+    gt_cuda_allreduce *a = *p.allreduce;
+    const float *host[2] = {s0, s1};
+    if (!a) {
+        if (s0 || s1)
+            return gt_fail(e, "%s: set_state: the device holds no optimizer state "
+                              "(gt_cuda_allreduce_init was not called)", d->name);
+        return 0;
+    }
+    size_t bytes = a->n * sizeof(float);
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    for (int i = 0; i < a->nstate; i++) {
+        if (host[i])
+            GT_CUDA_CHECK(d->name, e,
+                          cudaMemcpyAsync(a->state[i], host[i], bytes, cudaMemcpyHostToDevice,
+                                          p.ctx->stream));
+        else
+            GT_CUDA_CHECK(d->name, e, cudaMemsetAsync(a->state[i], 0, bytes, p.ctx->stream));
+    }
+    GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(p.ctx->stream));
+    return 0;
+}
+
+#ifdef GT_HAVE_NCCL
+
+/* The device's state arrays, zeroed; no communicator yet. */
+static int allreduce_create(gt_device *d, const gt_cuda_device_parts *p, const gt_optim_cfg *c,
+                            gt_cuda_allreduce **out, gt_err *e)
+{
+    gt_cuda_allreduce *a = (gt_cuda_allreduce *)calloc(1, sizeof *a);
+    if (!a)
+        return gt_fail(e, "%s: out of host memory", d->name);
+    *out = a;
+    a->ordinal = d->ordinal;
+    a->n = d->model->nparams;
+    a->nstate = gt_optim_nstate(c);
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    for (int i = 0; i < a->nstate; i++) {
+        if (gt_cuda_malloc(p->ctx, (void **)&a->state[i], a->n * sizeof(float), e))
+            return -1;
+        GT_CUDA_CHECK(d->name, e, cudaMemsetAsync(a->state[i], 0, a->n * sizeof(float),
+                                                  p->ctx->stream));
+    }
+    GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(p->ctx->stream));
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Spins for the first millisecond (a step's all-reduce takes tens of microseconds), then sleeps
+ * a little, then more (another GPU may be evaluating). */
+static void wait_backoff(double waited_s)
+{
+    if (waited_s < 1e-3)
+        return;
+    struct timespec ts = {0, waited_s < 20e-3 ? 20000L : 200000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Stops the communicator's kernels and work: after an error nothing else may use it. */
+static void allreduce_abort_comm(gt_cuda_allreduce *a)
+{
+    if (a->comm) {
+        ncclCommAbort(a->comm);
+        a->comm = NULL;
+    }
+}
+
+static int allreduce_fail(gt_device *d, gt_cuda_allreduce *a, const char *call, const char *why,
+                          gt_err *e)
+{
+    allreduce_abort_comm(a);
+    return gt_fail(e, "%s: %s %s", d->name, call, why);
+}
+
+static int allreduce_fail_nccl(gt_device *d, gt_cuda_allreduce *a, const char *call,
+                               ncclResult_t r, gt_err *e)
+{
+    char why[GT_ERRLEN];
+    const char *last = ncclGetLastError(a->comm);
+    snprintf(why, sizeof why, "failed: %s%s%.300s%s", ncclGetErrorString(r),
+             last && *last ? " (" : "", last ? last : "", last && *last ? ")" : "");
+    return allreduce_fail(d, a, call, why, e);
+}
+
+/* Waits until NCCL has queued the call (stream = 0) or until the stream is idle (stream = 1),
+ * and ends the wait on an NCCL or CUDA error, an abort or the timeout. */
+static int allreduce_wait(gt_device *d, gt_cuda_allreduce *a, cudaStream_t s, int stream,
+                          const char *call, gt_err *e)
+{
+    double start = now_s();
+    for (;;) {
+        if (stream) {
+            cudaError_t st = cudaStreamQuery(s);
+            if (st == cudaSuccess)
+                return 0;
+            if (st != cudaErrorNotReady) {
+                allreduce_abort_comm(a);
+                return gt_fail(e, "%s: cudaStreamQuery after %s failed: %s", d->name, call,
+                               cudaGetErrorString(st));
+            }
+        }
+        ncclResult_t state = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(a->comm, &state);
+        if (r != ncclSuccess)
+            return allreduce_fail_nccl(d, a, "ncclCommGetAsyncError", r, e);
+        if (state != ncclSuccess && state != ncclInProgress)
+            return allreduce_fail_nccl(d, a, call, state, e);
+        if (!stream && state == ncclSuccess)
+            return 0;
+        if (g_abort_gen.load() != a->gen)
+            return allreduce_fail(d, a, call, AR_ABORTED, e);
+        double waited = now_s() - start;
+        if (waited > AR_TIMEOUT_S) {
+            char why[96];
+            snprintf(why, sizeof why, "did not complete within %d s (a GPU stopped answering?)",
+                     AR_TIMEOUT_S);
+            return allreduce_fail(d, a, call, why, e);
+        }
+        wait_backoff(waited);
+    }
+}
+
+int gt_cuda_reduce_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st,
+                          float gscale, gt_err *e)
+{
+    gt_cuda_device_parts p;
+    if (parts_of(d, &p, e))
+        return -1;
+    gt_cuda_allreduce *a = *p.allreduce;
+    if (!a || !a->comm)
+        return gt_fail(e, "%s: reduce_update: no NCCL communicator (not initialised, or aborted "
+                          "after an earlier error)", d->name);
+    if (gt_optim_nstate(c) > a->nstate)
+        return gt_fail(e, "%s: reduce_update: the optimizer needs %d state arrays, the device "
+                          "holds %d", d->name, gt_optim_nstate(c), a->nstate);
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    if (g_abort_gen.load() != a->gen)
+        return allreduce_fail(d, a, "ncclAllReduce", AR_ABORTED, e);
+    cudaStream_t s = p.ctx->stream;
+    ncclResult_t r = ncclAllReduce(p.grad, p.grad, a->n, ncclFloat, ncclSum, a->comm, s);
+    if (r != ncclSuccess && r != ncclInProgress)
+        return allreduce_fail_nccl(d, a, "ncclAllReduce", r, e);
+    /* A non-blocking call may still be queueing its kernel: the update must come after it. */
+    if (r == ncclInProgress && allreduce_wait(d, a, s, 0, "ncclAllReduce", e))
+        return -1;
+    if (gt_cuda_optim_apply(p.ctx, c, st, p.params, p.grad, gscale, a->state[0], a->state[1],
+                            a->n, e)) {
+        allreduce_abort_comm(a);
+        return -1;
+    }
+    return allreduce_wait(d, a, s, 1, "ncclAllReduce", e);
+}
+
+/* Creates the communicators together (one group, one rank per device) and waits until each is
+ * ready or failed. */
+static int allreduce_init_comms(gt_device **devs, gt_cuda_allreduce **ars, int n, gt_err *e)
+{
+    ncclUniqueId id;
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess)
+        return gt_fail(e, "--mode allreduce: NCCL init failed: ncclGetUniqueId: %s",
+                       ncclGetErrorString(r));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    int bad = -1;
+    ncclResult_t bad_r = ncclSuccess;
+    ncclGroupStart();
+    for (int i = 0; i < n; i++) {
+        cudaError_t cst = cudaSetDevice(devs[i]->ordinal);
+        r = cst == cudaSuccess ? ncclCommInitRankConfig(&ars[i]->comm, n, id, i, &config)
+                               : ncclUnhandledCudaError;
+        if (r != ncclSuccess && r != ncclInProgress && bad < 0) {
+            bad = i;
+            bad_r = r;
+        }
+    }
+    r = ncclGroupEnd();
+    for (int i = 0; i < n && bad < 0; i++) {
+        double start = now_s();
+        ncclResult_t state = ncclInProgress;
+        while (ars[i]->comm && state == ncclInProgress) {
+            if (ncclCommGetAsyncError(ars[i]->comm, &state) != ncclSuccess)
+                state = ncclInternalError;
+            if (state == ncclInProgress && now_s() - start > AR_TIMEOUT_S)
+                return gt_fail(e, "--mode allreduce: NCCL init failed on GPU %d: not ready "
+                                  "within %d s", devs[i]->ordinal, AR_TIMEOUT_S);
+            wait_backoff(now_s() - start);
+        }
+        if (!ars[i]->comm || state != ncclSuccess) {
+            bad = i;
+            bad_r = ars[i]->comm ? state : r;
+        }
+    }
+    if (bad >= 0) {
+        const char *last = ncclGetLastError(NULL);
+        return gt_fail(e, "--mode allreduce: NCCL init failed on GPU %d: %s%s%.300s%s",
+                       devs[bad]->ordinal, ncclGetErrorString(bad_r), last && *last ? " (" : "",
+                       last ? last : "", last && *last ? ")" : "");
+    }
+    return 0;
+}
+
+/* The devices must be distinct CUDA GPUs of one model. */
+static int allreduce_check_devices(gt_device **devs, int n, gt_cuda_device_parts *parts,
+                                   gt_err *e)
+{
+    if (n < 1 || n > GT_MAX_WORKERS)
+        return gt_fail(e, "--mode allreduce: %d GPUs (1..%d supported)", n, GT_MAX_WORKERS);
+    for (int i = 0; i < n; i++) {
+        if (parts_of(devs[i], &parts[i], e))
+            return -1;
+        if (devs[i]->model->nparams != devs[0]->model->nparams)
+            return gt_fail(e, "--mode allreduce: %s holds %zu parameters, %s holds %zu",
+                           devs[i]->name, devs[i]->model->nparams, devs[0]->name,
+                           devs[0]->model->nparams);
+        for (int j = 0; j < i; j++)
+            if (devs[j]->ordinal == devs[i]->ordinal)
+                return gt_fail(e, "--mode allreduce: GPU %d is listed twice (NCCL takes one "
+                                  "rank per GPU)", devs[i]->ordinal);
+    }
+    return 0;
+}
 
 int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_err *e)
 {
-    return gt_fail(e, "--mode allreduce: the CUDA backend has no NCCL all-reduce yet");
+    gt_cuda_device_parts parts[GT_MAX_WORKERS];
+    gt_cuda_allreduce *ars[GT_MAX_WORKERS] = {NULL};
+    if (allreduce_check_devices(devs, n, parts, e))
+        return -1;
+    unsigned gen = g_abort_gen.load();
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        gt_cuda_allreduce_free(*parts[i].allreduce);
+        *parts[i].allreduce = NULL;
+        rc = allreduce_create(devs[i], &parts[i], c, &ars[i], e);
+        if (ars[i])
+            ars[i]->gen = gen;
+    }
+    if (rc == 0)
+        rc = allreduce_init_comms(devs, ars, n, e);
+    for (int i = 0; i < n; i++) {
+        if (rc == 0) {
+            *parts[i].allreduce = ars[i];
+        } else if (ars[i]) {
+            allreduce_abort_comm(ars[i]);
+            gt_cuda_allreduce_free(ars[i]);
+        }
+    }
+    return rc;
 }
 
-void gt_cuda_allreduce_abort(void) {}
+#else
+
+int gt_cuda_reduce_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st,
+                          float gscale, gt_err *e)
+{
+    return gt_fail(e, "%s: --mode allreduce: this gputrain was built without NCCL", d->name);
+}
+
+int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_err *e)
+{
+    return gt_fail(e, "--mode allreduce: this gputrain was built without NCCL");
+}
+
+#endif

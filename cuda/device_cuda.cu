@@ -46,6 +46,7 @@ typedef struct cuda_impl {
     uint8_t *eval_x, *eval_y;          /* one evaluation chunk's images and labels */
     gt_cuda_result *result;
     gt_cuda_result *result_host;       /* pinned */
+    gt_cuda_allreduce *allreduce;      /* NCCL communicator and optimizer state, allreduce mode */
 } cuda_impl;
 
 static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
@@ -105,6 +106,7 @@ static void cuda_close(gt_device *d)
             cudaStreamSynchronize(g->ctx->stream);
             if (g->copy)
                 cudaStreamSynchronize(g->copy);
+            gt_cuda_allreduce_free(g->allreduce);
             cuda_free_impl(g);
             gt_cuda_ctx_close(g->ctx);
         }
@@ -434,19 +436,35 @@ static int cuda_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32
     return 0;
 }
 
-/* The allreduce trio (reduce_update, get_params, set_state) is not written yet: train.c refuses
- * that mode for a device without reduce_update. */
+/* The allreduce trio lives in allreduce_cuda.cu; without NCCL there is no reduce_update, and
+ * train.c refuses that mode. */
 static const gt_device_ops cuda_ops = {
     .load_params = cuda_load_params,
     .train_step = cuda_train_step,
     .evaluate = cuda_evaluate,
     .prefetch = cuda_prefetch,
     .local_update = NULL,
+#ifdef GT_HAVE_NCCL
+    .reduce_update = gt_cuda_reduce_update,
+#else
     .reduce_update = NULL,
-    .get_params = NULL,
-    .set_state = NULL,
+#endif
+    .get_params = gt_cuda_get_params,
+    .set_state = gt_cuda_set_state,
     .close = cuda_close,
 };
+
+int gt_cuda_device_parts_of(gt_device *d, gt_cuda_device_parts *out)
+{
+    if (!d || d->ops != &cuda_ops)
+        return -1;
+    cuda_impl *g = (cuda_impl *)d->impl;
+    out->ctx = g->ctx;
+    out->params = g->params;
+    out->grad = g->grad;
+    out->allreduce = &g->allreduce;
+    return 0;
+}
 
 /* ---- open ------------------------------------------------------------------------------------ */
 

@@ -6,7 +6,8 @@
  *
  * The CUDA part (only under nvcc) holds the context's fields, error checks that turn a failed
  * CUDA, cuDNN or cuBLAS call into a gt_fail message naming the GPU, the call, the error and the
- * source line, the per-layer plans of layers_cuda.cu and the kernel launchers of kernels.cu. */
+ * source line, the per-layer plans of layers_cuda.cu, the kernel launchers of kernels.cu, and
+ * what the allreduce mode (optim_cuda.cu, allreduce_cuda.cu) needs of a device. */
 #ifndef GT_CUDA_H
 #define GT_CUDA_H
 
@@ -46,6 +47,10 @@ int gt_cuda_test_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t
                               int k, float scale, float *dlogits, double *loss, int *correct,
                               gt_err *e);
 int gt_cuda_test_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_t len, gt_err *e);
+/* One optimizer update of optim_cuda.cu on host arrays (s0, s1 NULL where unused), with the
+ * arguments of gt_optim_apply. */
+int gt_cuda_test_optim(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_step *st, float *p,
+                       const float *g, float gscale, float *s0, float *s1, size_t n, gt_err *e);
 
 #ifdef __cplusplus
 }
@@ -184,6 +189,34 @@ int gt_cuda_dropout_backward(gt_cuda_ctx *c, const float *dy, const uint8_t *mas
  * (softmax - onehot) * scale unless dlogits is NULL. Deterministic (one block, fixed order). */
 int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t *labels, int n,
                          int k, float scale, float *dlogits, gt_cuda_result *res, gt_err *e);
+
+/* ---- the allreduce mode (optim_cuda.cu, allreduce_cuda.cu) ----------------------------------- */
+
+/* gt_optim_apply on device arrays, queued on c's stream; the same bits as the CPU. */
+int gt_cuda_optim_apply(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_step *st,
+                        float *p, const float *g, float gscale, float *s0, float *s1, size_t n,
+                        gt_err *e);
+
+/* One device's NCCL communicator and optimizer state (allreduce_cuda.cu). */
+typedef struct gt_cuda_allreduce gt_cuda_allreduce;
+
+/* What the allreduce mode works on inside a CUDA device (device_cuda.cu). */
+typedef struct gt_cuda_device_parts {
+    gt_cuda_ctx *ctx;
+    float *params, *grad;             /* device arrays, nparams each */
+    gt_cuda_allreduce **allreduce;    /* set by gt_cuda_allreduce_init, freed when d closes */
+} gt_cuda_device_parts;
+
+/* 0 and the parts of d, or -1 when d is not a CUDA device. */
+int gt_cuda_device_parts_of(gt_device *d, gt_cuda_device_parts *out);
+
+/* The device operations of the allreduce mode (device.h says what each does). */
+int gt_cuda_reduce_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st,
+                          float gscale, gt_err *e);
+int gt_cuda_get_params(gt_device *d, float *s0, float *s1, gt_err *e);
+int gt_cuda_set_state(gt_device *d, const float *s0, const float *s1, gt_err *e);
+/* Releases the communicator and the state; a device's close calls it after its stream is idle. */
+void gt_cuda_allreduce_free(gt_cuda_allreduce *a);
 #endif
 
 #endif

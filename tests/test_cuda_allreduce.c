@@ -1,0 +1,650 @@
+/* test_cuda_allreduce.c - the allreduce mode on W = min(GPUs, 4) GPUs: the GPU optimizer kernels
+ * against gt_optim_apply (bit for bit), one whole allreduce step (a batch share per GPU) against
+ * the CPU step on the union batch, gt_train_run in allreduce against sync on the same GPUs and one
+ * GPU at W times the batch, and the abort path. Then it prints (asserts nothing about) how long a
+ * step and an all-reduce take, for the README's scaling notes. Skipped (77) unless built with
+ * CUDA and NCCL and run where at least 2 GPUs are visible. */
+#include "gputrain/device.h"
+#include "gputrain/layers.h"
+#include "gputrain/model.h"
+#include "gputrain/train.h"
+#include "test_util.h"
+
+#if defined(GT_HAVE_CUDA) && defined(GT_HAVE_NCCL)
+#include "../cuda/gt_cuda.h"
+
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_W 4
+
+static int g_w; /* GPUs used */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float *rand_floats(gt_rng *r, size_t n, float lo, float hi)
+{
+    float *p = gt_alloc(n * sizeof *p);
+    for (size_t i = 0; p && i < n; i++)
+        p[i] = lo + (hi - lo) * (float)gt_rng_uniform(r);
+    return p;
+}
+
+static float *copy_floats(const float *src, size_t n)
+{
+    float *p = gt_alloc(n * sizeof *p);
+    if (p && src)
+        memcpy(p, src, n * sizeof *p);
+    return p;
+}
+
+/* ||a - b|| / ||b|| */
+static double rel_err(const float *a, const float *b, size_t n)
+{
+    double diff = 0, ref = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        diff += d * d;
+        ref += (double)b[i] * b[i];
+    }
+    return ref > 0 ? sqrt(diff / ref) : sqrt(diff);
+}
+
+/* Distance in units in the last place: floats mapped to integers that order like the values. */
+static int64_t ulp_dist(float a, float b)
+{
+    int32_t ia, ib;
+    memcpy(&ia, &a, 4);
+    memcpy(&ib, &b, 4);
+    int64_t la = ia < 0 ? (int64_t)INT32_MIN - ia : ia, lb = ib < 0 ? (int64_t)INT32_MIN - ib : ib;
+    return la > lb ? la - lb : lb - la;
+}
+
+static int64_t max_ulp(const float *a, const float *b, size_t n)
+{
+    int64_t m = 0;
+    for (size_t i = 0; a && b && i < n; i++) {
+        int64_t d = ulp_dist(a[i], b[i]);
+        m = d > m ? d : m;
+    }
+    return m;
+}
+
+/* ---- (1) the optimizer kernels --------------------------------------------------------------- */
+
+static void optim_case(gt_cuda_ctx *c, gt_rng *r, const char *name, const gt_optim_cfg *cfg)
+{
+    /* More than one grid of the kernel, so the grid-stride loop wraps. */
+    const size_t n = (1u << 20) + 7;
+    gt_err e = {""};
+    int nstate = gt_optim_nstate(cfg);
+    float *p = rand_floats(r, n, -1, 1), *g = rand_floats(r, n, -3, 3);
+    float *s0 = nstate > 0 ? rand_floats(r, n, -0.5f, 0.5f) : NULL;
+    float *s1 = nstate > 1 ? rand_floats(r, n, 0, 0.01f) : NULL;
+    float *p_gpu = copy_floats(p, n), *s0_gpu = s0 ? copy_floats(s0, n) : NULL;
+    float *s1_gpu = s1 ? copy_floats(s1, n) : NULL;
+    gt_optim_step st = gt_optim_prepare(cfg, 7, 0.3);
+    const float gscale = 1.0f / 3.0f;
+    gt_optim_apply(cfg, &st, p, g, gscale, s0, s1, n);
+    int rc = gt_cuda_test_optim(c, cfg, &st, p_gpu, g, gscale, s0_gpu, s1_gpu, n, &e);
+    CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
+    int64_t up = max_ulp(p_gpu, p, n), u0 = max_ulp(s0_gpu, s0, n), u1 = max_ulp(s1_gpu, s1, n);
+    printf("optimizer %-16s max ulp: params %lld, state %lld %lld\n", name, (long long)up,
+           (long long)u0, (long long)u1);
+    CHECK_MSG(rc == 0 && up == 0 && u0 == 0 && u1 == 0,
+              "%s: GPU update differs from gt_optim_apply", name);
+    float *bufs[] = {p, g, s0, s1, p_gpu, s0_gpu, s1_gpu};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        gt_free(bufs[i]);
+}
+
+static void test_optim_kernels(gt_rng *r)
+{
+    gt_cuda_ctx *c = NULL;
+    gt_err e = {""};
+    int rc = gt_cuda_ctx_open(&c, 0, 0, &e);
+    CHECK_MSG(rc == 0, "ctx: %s", e.msg);
+    if (rc)
+        return;
+    gt_optim_cfg cfg;
+    gt_optim_defaults(&cfg);
+    cfg.momentum = 0.0f;
+    cfg.weight_decay = 1e-2f;
+    optim_case(c, r, "sgd", &cfg);
+    cfg.momentum = 0.9f;
+    cfg.weight_decay = 5e-4f;
+    optim_case(c, r, "sgd momentum", &cfg);
+    cfg.nesterov = 1;
+    optim_case(c, r, "sgd nesterov", &cfg);
+    gt_optim_defaults(&cfg);
+    cfg.kind = GT_OPT_ADAM;
+    cfg.lr = 1e-3f;
+    cfg.weight_decay = 1e-2f;
+    optim_case(c, r, "adam", &cfg);
+    cfg.weight_decay = 0.0f;
+    optim_case(c, r, "adam no decay", &cfg);
+    gt_cuda_ctx_close(c);
+}
+
+/* ---- (2) one allreduce step against the CPU -------------------------------------------------- */
+
+enum { STEP_B = 16, STEPS = 2 };
+
+/* What every replica and the CPU start from, and where the CPU ends. */
+typedef struct step_case {
+    const char *name;
+    gt_optim_cfg cfg;
+    gt_optim_step st[STEPS];
+    int nstate;
+    float *params0, *state0[2];   /* start: the state is random, so set_state carries data */
+    float *p_cpu, *s_cpu[2];      /* the CPU's result */
+    double loss_cpu[STEPS];
+} step_case;
+
+typedef struct step_worker {
+    gt_device *d;
+    const step_case *k;
+    const gt_batch *share[STEPS];  /* this worker's share of each step */
+    float *state[2];               /* the device's optimizer state after the steps */
+    double loss[STEPS];
+    int rc;
+    char err[GT_ERRLEN];
+} step_worker;
+
+static void *step_worker_main(void *arg)
+{
+    step_worker *w = arg;
+    const step_case *k = w->k;
+    gt_device *d = w->d;
+    gt_err e = {""};
+    size_t n = d->model->nparams;
+    memcpy(d->params, k->params0, n * sizeof(float));
+    d->keep_grad = 1;
+    w->rc = d->ops->load_params(d, &e) || d->ops->set_state(d, k->state0[0], k->state0[1], &e);
+    for (int s = 0; s < STEPS && w->rc == 0; s++) {
+        gt_step_out out = {0, 0};
+        w->rc = d->ops->train_step(d, w->share[s], &out, &e) ||
+                d->ops->reduce_update(d, &k->cfg, &k->st[s], 1.0f / (float)g_w, &e);
+        w->loss[s] = out.loss_sum;
+        /* The next step must run on the device's parameters, not on these host ones. */
+        memset(d->params, 0, n * sizeof(float));
+    }
+    if (w->rc == 0)
+        w->rc = d->ops->get_params(d, w->state[0], w->state[1], &e);
+    snprintf(w->err, sizeof w->err, "%s", e.msg);
+    return NULL;
+}
+
+static void make_dataset(gt_dataset *ds, gt_rng *r, uint32_t n)
+{
+    memset(ds, 0, sizeof *ds);
+    ds->n = n;
+    ds->c = 1;
+    ds->h = ds->w = 28;
+    ds->nclasses = 10;
+    ds->images = gt_alloc((size_t)n * 28 * 28);
+    ds->labels = gt_alloc(n);
+    for (size_t i = 0; i < (size_t)n * 28 * 28; i++)
+        ds->images[i] = (uint8_t)gt_rng_below(r, 256);
+    for (uint32_t i = 0; i < n; i++)
+        ds->labels[i] = (uint8_t)gt_rng_below(r, 10);
+}
+
+/* The CPU reference: one worker on the union batch, the same optimizer. */
+static void cpu_steps(const gt_model *m, step_case *k, const gt_batch *whole)
+{
+    gt_cpu_net net;
+    gt_err e = {""};
+    float *grad = gt_alloc(m->nparams * sizeof(float));
+    CHECK(gt_cpu_net_create(&net, m, whole[0].n, &e) == 0);
+    for (int s = 0; s < STEPS; s++) {
+        int hits = 0;
+        k->loss_cpu[s] = gt_cpu_net_step(&net, k->p_cpu, &whole[s], 1, grad, &hits);
+        gt_optim_apply(&k->cfg, &k->st[s], k->p_cpu, grad, 1.0f, k->s_cpu[0], k->s_cpu[1],
+                       m->nparams);
+    }
+    gt_cpu_net_destroy(&net);
+    gt_free(grad);
+}
+
+static void check_replicas(const step_worker *w, const gt_model *m, const step_case *k)
+{
+    size_t n = m->nparams;
+    for (int i = 1; i < g_w; i++) {
+        CHECK_MSG(memcmp(w[i].d->params, w[0].d->params, n * sizeof(float)) == 0,
+                  "%s: replica %d's parameters differ from replica 0's", k->name, i);
+        for (int j = 0; j < k->nstate; j++)
+            CHECK_MSG(memcmp(w[i].state[j], w[0].state[j], n * sizeof(float)) == 0,
+                      "%s: replica %d's optimizer state %d differs from replica 0's", k->name,
+                      i, j);
+    }
+    float *d_gpu = copy_floats(w[0].d->params, n), *d_cpu = copy_floats(k->p_cpu, n);
+    for (size_t i = 0; i < n; i++) {
+        d_gpu[i] -= k->params0[i];
+        d_cpu[i] -= k->params0[i];
+    }
+    double ep = rel_err(w[0].d->params, k->p_cpu, n), ed = rel_err(d_gpu, d_cpu, n);
+    printf("allreduce step %-8s vs CPU: params %.3g, update %.3g", k->name, ep, ed);
+    CHECK_MSG(ep <= 1e-5, "%s: parameters: relative error %.3g", k->name, ep);
+    CHECK_MSG(ed <= 1e-4, "%s: update: relative error %.3g", k->name, ed);
+    for (int j = 0; j < k->nstate; j++) {
+        double es = rel_err(w[0].state[j], k->s_cpu[j], n);
+        printf(", state %d %.3g", j, es);
+        CHECK_MSG(es <= 1e-4, "%s: optimizer state %d: relative error %.3g", k->name, j, es);
+    }
+    printf(" (relative)\n");
+    for (int s = 0; s < STEPS; s++) {
+        double sum = 0;
+        for (int i = 0; i < g_w; i++)
+            sum += w[i].loss[s];
+        CHECK_MSG(fabs(sum - k->loss_cpu[s]) <= 1e-5 * fabs(k->loss_cpu[s]),
+                  "%s step %d: loss %.9g on the GPUs, %.9g on the CPU", k->name, s, sum,
+                  k->loss_cpu[s]);
+    }
+    gt_free(d_gpu);
+    gt_free(d_cpu);
+}
+
+/* W replicas, one share each, in threads, as train.c runs them. */
+static void run_replicas(gt_device **devs, const step_case *k,
+                         const gt_batch share[STEPS][MAX_W], step_worker *w)
+{
+    pthread_t th[MAX_W];
+    for (int i = 0; i < g_w; i++) {
+        w[i] = (step_worker){.d = devs[i], .k = k};
+        for (int j = 0; j < k->nstate; j++)
+            w[i].state[j] = gt_alloc(devs[i]->model->nparams * sizeof(float));
+        for (int s = 0; s < STEPS; s++)
+            w[i].share[s] = &share[s][i];
+        pthread_create(&th[i], NULL, step_worker_main, &w[i]);
+    }
+    for (int i = 0; i < g_w; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_MSG(w[i].rc == 0, "%s worker %d: %s", k->name, i, w[i].err);
+    }
+}
+
+static void step_case_run(step_case *k, const gt_model *m, const gt_batch *whole,
+                          const gt_batch share[STEPS][MAX_W], gt_rng *r)
+{
+    gt_device *devs[MAX_W] = {NULL};
+    step_worker w[MAX_W];
+    gt_err e = {""};
+    size_t n = m->nparams;
+    k->nstate = gt_optim_nstate(&k->cfg);
+    k->params0 = gt_alloc(n * sizeof(float));
+    gt_model_init_params(m, k->params0, 21);
+    k->p_cpu = copy_floats(k->params0, n);
+    for (int j = 0; j < k->nstate; j++) {
+        k->state0[j] = rand_floats(r, n, j ? 0.0f : -1e-2f, j ? 1e-4f : 1e-2f);
+        k->s_cpu[j] = copy_floats(k->state0[j], n);
+    }
+    cpu_steps(m, k, whole);
+    int rc = 0;
+    for (int i = 0; i < g_w && rc == 0; i++) {
+        rc = gt_cuda_device_open(&devs[i], m, STEP_B, i, 0, &e);
+        CHECK_MSG(rc == 0, "open gpu %d: %s", i, e.msg);
+    }
+    if (rc == 0) {
+        rc = gt_cuda_allreduce_init(devs, g_w, &k->cfg, &e);
+        CHECK_MSG(rc == 0, "allreduce init: %s", e.msg);
+    }
+    if (rc == 0) {
+        run_replicas(devs, k, share, w);
+        for (int i = 0; i < g_w; i++)
+            rc |= w[i].rc;
+        if (rc == 0)
+            check_replicas(w, m, k);
+        for (int i = 0; i < g_w; i++)
+            for (int j = 0; j < k->nstate; j++)
+                gt_free(w[i].state[j]);
+    }
+    for (int i = 0; i < g_w; i++)
+        gt_device_close(devs[i]);
+    gt_free(k->params0);
+    gt_free(k->p_cpu);
+    for (int j = 0; j < k->nstate; j++) {
+        gt_free(k->state0[j]);
+        gt_free(k->s_cpu[j]);
+    }
+}
+
+static void test_allreduce_step(gt_rng *r)
+{
+    gt_model m;
+    gt_dataset ds;
+    gt_err e = {""};
+    uint32_t idx[STEPS][MAX_W * STEP_B];
+    gt_batch whole[STEPS], share[STEPS][MAX_W];
+    CHECK(gt_model_build("lenet5", 1, 28, 28, 10, &m, &e) == 0);
+    make_dataset(&ds, r, 1000);
+    for (int s = 0; s < STEPS; s++) {
+        for (int k = 0; k < g_w * STEP_B; k++)
+            idx[s][k] = gt_rng_below(r, ds.n);
+        whole[s] = (gt_batch){&ds, idx[s], g_w * STEP_B, 1, 0x5eedull};
+        for (int i = 0; i < g_w; i++)
+            share[s][i] = (gt_batch){&ds, idx[s] + i * STEP_B, STEP_B, 1, 0x5eedull};
+    }
+    step_case cases[2] = {{.name = "momentum"}, {.name = "adam"}};
+    gt_optim_defaults(&cases[0].cfg);
+    cases[0].cfg.weight_decay = 1e-4f;
+    gt_optim_defaults(&cases[1].cfg);
+    cases[1].cfg.kind = GT_OPT_ADAM;
+    cases[1].cfg.lr = 1e-3f;
+    cases[1].cfg.weight_decay = 1e-4f;
+    for (int c = 0; c < 2; c++) {
+        /* Update numbers past the first, as after a resume. */
+        for (int s = 0; s < STEPS; s++)
+            cases[c].st[s] = gt_optim_prepare(&cases[c].cfg, (uint64_t)s + 5, 0.01 * s);
+        step_case_run(&cases[c], &m, whole, (const gt_batch(*)[MAX_W])share, r);
+    }
+    gt_free(ds.images);
+    gt_free(ds.labels);
+}
+
+/* ---- (3) and (4): whole runs ----------------------------------------------------------------- */
+
+static gt_data g_data;
+
+typedef struct outcome {
+    int rc;
+    char err[GT_ERRLEN];
+    gt_run_result *res;
+    double step_loss[64]; /* mean loss of each of the first clocks, from --log-steps */
+    int nsteps;
+    double wall_s;
+} outcome;
+
+static void run_config(gt_config *c, gt_mode mode, int gpus, int batch, int epochs)
+{
+    gt_config_defaults(c);
+    snprintf(c->model, sizeof c->model, "lenet5");
+    c->mode = mode;
+    c->ngpus = gpus;
+    c->gpus_all = 0;
+    c->gpus_given = 1;
+    for (int i = 0; i < gpus; i++)
+        c->gpus[i] = i;
+    c->batch = batch;
+    c->epochs = epochs;
+    c->optim.total_epochs = (float)epochs;
+    c->quiet = 1;
+    c->progress = 0;
+    c->log_steps = 1;
+}
+
+/* Per-clock mean of the logged share losses (every share of a clock has the same size). */
+static void read_step_losses(const char *path, outcome *o, int workers)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    double sum[64] = {0};
+    int cnt[64] = {0};
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned step, epoch;
+        double loss;
+        const char *s = strstr(line, "\"step\":"), *l = strstr(line, "\"loss\":");
+        const char *ep = strstr(line, "\"epoch\":");
+        if (!strstr(line, "\"type\":\"step\"") || !s || !l || !ep)
+            continue;
+        if (sscanf(s, "\"step\":%u", &step) == 1 && sscanf(l, "\"loss\":%lf", &loss) == 1 &&
+            sscanf(ep, "\"epoch\":%u", &epoch) == 1 && epoch == 1 && step < 64) {
+            sum[step] += loss;
+            cnt[step]++;
+        }
+    }
+    if (f)
+        fclose(f);
+    o->nsteps = 0;
+    for (int i = 0; i < 64 && cnt[i] == workers; i++)
+        o->step_loss[o->nsteps++] = sum[i] / workers;
+}
+
+static int open_run_devices(const gt_config *c, const gt_model *m, gt_device **devs,
+                            gt_device **ev, gt_err *e)
+{
+    for (int i = 0; i < c->ngpus; i++)
+        if (gt_cuda_device_open(&devs[i], m, c->batch, c->gpus[i], 0, e) != 0)
+            return -1;
+    return gt_cuda_device_open(ev, m, c->batch, c->gpus[0], 0, e);
+}
+
+static outcome train(gt_config *c)
+{
+    outcome o = {0};
+    gt_err e = {""};
+    gt_model m;
+    char log[] = "/tmp/gt_allreduce_XXXXXX";
+    int fd = mkstemp(log);
+    close(fd);
+    snprintf(c->log_path, sizeof c->log_path, "%s", log);
+    o.res = calloc(1, sizeof *o.res);
+    CHECK(gt_model_build(c->model, 1, 28, 28, 10, &m, &e) == 0);
+    float *params = gt_alloc(m.nparams * sizeof(float));
+    gt_model_init_params(&m, params, c->seed);
+    gt_device *devs[MAX_W] = {NULL}, *ev = NULL;
+    o.rc = open_run_devices(c, &m, devs, &ev, &e);
+    if (o.rc == 0) {
+        gt_start start = {.params = params};
+        double t0 = now_s();
+        o.rc = gt_train_run(c, &m, &g_data, devs, c->ngpus, ev, &start, o.res, &e);
+        o.wall_s = now_s() - t0;
+    }
+    snprintf(o.err, sizeof o.err, "%s", e.msg);
+    for (int i = 0; i < c->ngpus; i++)
+        gt_device_close(devs[i]);
+    gt_device_close(ev);
+    gt_free(params);
+    read_step_losses(log, &o, c->ngpus);
+    unlink(log);
+    return o;
+}
+
+/* allreduce on W GPUs at batch b = sync on the same GPUs = one GPU at W*b. */
+static void test_modes_agree(void)
+{
+    const int b = 32, steps = 30;
+    gt_config ca, cs, c1;
+    run_config(&ca, GT_MODE_ALLREDUCE, g_w, b, 1);
+    run_config(&cs, GT_MODE_SYNC, g_w, b, 1);
+    run_config(&c1, GT_MODE_SYNC, 1, g_w * b, 1);
+    outcome oa = train(&ca), os = train(&cs), o1 = train(&c1);
+    CHECK_MSG(oa.rc == 0, "allreduce: %s", oa.err);
+    CHECK_MSG(os.rc == 0, "sync: %s", os.err);
+    CHECK_MSG(o1.rc == 0, "one GPU: %s", o1.err);
+    CHECK_MSG(oa.nsteps >= steps && os.nsteps >= steps && o1.nsteps >= steps,
+              "%d, %d and %d steps logged", oa.nsteps, os.nsteps, o1.nsteps);
+    for (int i = 0; i < steps && i < oa.nsteps && i < os.nsteps && i < o1.nsteps; i++) {
+        CHECK_MSG(fabs(oa.step_loss[i] - o1.step_loss[i]) <= 1e-4 * fabs(o1.step_loss[i]),
+                  "step %d: allreduce loss %.9g, one GPU %.9g", i, oa.step_loss[i],
+                  o1.step_loss[i]);
+        CHECK_MSG(fabs(os.step_loss[i] - o1.step_loss[i]) <= 1e-4 * fabs(o1.step_loss[i]),
+                  "step %d: sync loss %.9g, one GPU %.9g", i, os.step_loss[i], o1.step_loss[i]);
+    }
+    if (oa.rc == 0 && os.rc == 0 && o1.rc == 0) {
+        printf("allreduce x%d: acc %.4f, %.0f samples/s; sync x%d: acc %.4f, %.0f samples/s; "
+               "1 GPU at %d: acc %.4f, %.0f samples/s\n", g_w, oa.res->final_test_acc,
+               oa.res->samples_per_s, g_w, os.res->final_test_acc, os.res->samples_per_s,
+               g_w * b, o1.res->final_test_acc, o1.res->samples_per_s);
+        CHECK(oa.res->samples == o1.res->samples && os.res->samples == o1.res->samples);
+        CHECK(oa.res->npoints == 1);
+        CHECK_CLOSE(oa.res->final_test_acc, o1.res->final_test_acc, 0.005);
+        CHECK_CLOSE(os.res->final_test_acc, o1.res->final_test_acc, 0.005);
+    }
+    free(oa.res);
+    free(os.res);
+    free(o1.res);
+}
+
+typedef struct abort_run {
+    gt_config cfg;
+    outcome o;
+    volatile int done;
+} abort_run;
+
+static void *abort_run_main(void *arg)
+{
+    abort_run *a = arg;
+    a->o = train(&a->cfg);
+    __atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* gt_cuda_allreduce_abort from another thread ends a long run with an error instead of a hang.
+ * The abort is repeated: one that comes before the communicators exist does not touch them. */
+static void test_abort(void)
+{
+    const double give_up_s = 60;
+    abort_run a;
+    memset(&a, 0, sizeof a);
+    run_config(&a.cfg, GT_MODE_ALLREDUCE, g_w, 32, 200);
+    pthread_t th;
+    pthread_create(&th, NULL, abort_run_main, &a);
+    double t0 = now_s();
+    while (!__atomic_load_n(&a.done, __ATOMIC_ACQUIRE) && now_s() - t0 < give_up_s) {
+        usleep(100000);
+        gt_cuda_allreduce_abort();
+    }
+    int done = __atomic_load_n(&a.done, __ATOMIC_ACQUIRE);
+    CHECK_MSG(done, "the run did not end within %.0f s of the abort", give_up_s);
+    if (!done) {
+        fprintf(stderr, "abort: the run hangs; giving up\n");
+        exit(1);
+    }
+    pthread_join(th, NULL);
+    printf("abort: the run ended after %.2f s: %s\n", a.o.wall_s, a.o.err);
+    CHECK(a.o.rc != 0);
+    CHECK_MSG(strstr(a.o.err, "abort") && strstr(a.o.err, "gpu:"), "message: %s", a.o.err);
+    free(a.o.res);
+}
+
+/* ---- (5) timing, printed only ---------------------------------------------------------------- */
+
+enum { TIME_WARM = 5, TIME_STEPS = 30 };
+
+typedef struct time_worker {
+    gt_device *d;
+    const gt_batch *b;
+    const gt_optim_cfg *cfg;
+    double step_s, reduce_s; /* per step: train_step, then reduce_update */
+    double reduce_only_s;    /* per call, reduce_update alone */
+    int rc;
+    char err[GT_ERRLEN];
+} time_worker;
+
+static void *time_worker_main(void *arg)
+{
+    time_worker *w = arg;
+    gt_device *d = w->d;
+    gt_err e = {""};
+    gt_optim_step st = gt_optim_prepare(w->cfg, 1, 0);
+    const float gscale = 1.0f / (float)g_w;
+    d->keep_grad = 1;
+    w->rc = d->ops->load_params(d, &e) || d->ops->set_state(d, NULL, NULL, &e);
+    for (int i = 0; i < TIME_WARM + TIME_STEPS && w->rc == 0; i++) {
+        gt_step_out out;
+        double t0 = now_s();
+        w->rc = d->ops->train_step(d, w->b, &out, &e);
+        double t1 = now_s();
+        w->rc = w->rc || d->ops->reduce_update(d, w->cfg, &st, gscale, &e);
+        if (i >= TIME_WARM) {
+            w->step_s += (t1 - t0) / TIME_STEPS;
+            w->reduce_s += (now_s() - t1) / TIME_STEPS;
+        }
+    }
+    double t0 = now_s();
+    for (int i = 0; i < TIME_STEPS && w->rc == 0; i++)
+        w->rc = d->ops->reduce_update(d, w->cfg, &st, gscale, &e);
+    w->reduce_only_s = (now_s() - t0) / TIME_STEPS;
+    snprintf(w->err, sizeof w->err, "%s", e.msg);
+    return NULL;
+}
+
+static void time_model(const char *name, int batch, gt_rng *r)
+{
+    gt_model m;
+    gt_dataset ds;
+    gt_err e = {""};
+    gt_device *devs[MAX_W] = {NULL};
+    time_worker w[MAX_W];
+    uint32_t idx[256];
+    CHECK(gt_model_build(name, 1, 28, 28, 10, &m, &e) == 0);
+    make_dataset(&ds, r, 512);
+    for (int i = 0; i < batch; i++)
+        idx[i] = gt_rng_below(r, ds.n);
+    gt_batch b = {&ds, idx, batch, 1, 7};
+    gt_optim_cfg cfg;
+    gt_optim_defaults(&cfg);
+    float *params = gt_alloc(m.nparams * sizeof(float));
+    gt_model_init_params(&m, params, 3);
+    int rc = 0;
+    for (int i = 0; i < g_w && rc == 0; i++) {
+        rc = gt_cuda_device_open(&devs[i], &m, batch, i, 0, &e);
+        if (rc == 0)
+            memcpy(devs[i]->params, params, m.nparams * sizeof(float));
+    }
+    rc = rc || gt_cuda_allreduce_init(devs, g_w, &cfg, &e);
+    CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
+    if (rc == 0) {
+        pthread_t th[MAX_W];
+        for (int i = 0; i < g_w; i++) {
+            w[i] = (time_worker){.d = devs[i], .b = &b, .cfg = &cfg};
+            pthread_create(&th[i], NULL, time_worker_main, &w[i]);
+        }
+        for (int i = 0; i < g_w; i++) {
+            pthread_join(th[i], NULL);
+            CHECK_MSG(w[i].rc == 0, "%s worker %d: %s", name, i, w[i].err);
+        }
+        double bytes = (double)m.nparams * sizeof(float), t = w[0].reduce_only_s;
+        double algbw = bytes / t / 1e9;
+        printf("timing %-8s (%zu params, %.0f KB) x%d at batch %d: train_step %.3f ms, "
+               "reduce_update %.3f ms in a step, %.3f ms alone; algbw %.2f GB/s, busbw %.2f "
+               "GB/s\n", name, m.nparams, bytes / 1024, g_w, batch, 1e3 * w[0].step_s,
+               1e3 * w[0].reduce_s, 1e3 * t, algbw, algbw * 2.0 * (g_w - 1) / g_w);
+    }
+    for (int i = 0; i < g_w; i++)
+        gt_device_close(devs[i]);
+    gt_free(params);
+    gt_free(ds.images);
+    gt_free(ds.labels);
+}
+#endif
+
+int main(void)
+{
+#if !defined(GT_HAVE_CUDA) || !defined(GT_HAVE_NCCL)
+    printf("skipped: built without CUDA and NCCL\n");
+    return GT_SKIP;
+#else
+    int count = gt_cuda_device_count();
+    if (count < 2) {
+        printf("skipped: %d GPU(s) visible, the allreduce test needs 2\n", count);
+        return GT_SKIP;
+    }
+    g_w = count < MAX_W ? count : MAX_W;
+    gt_rng r;
+    gt_rng_seed(&r, 20261127);
+    test_optim_kernels(&r);
+    test_allreduce_step(&r);
+    const char *dir = gt_test_fmnist_dir();
+    gt_err e = {""};
+    if (!dir) {
+        printf("runs not tested: Fashion-MNIST not found (set GT_DATA)\n");
+    } else if (gt_data_load(dir, 6000, &g_data, &e) != 0) {
+        CHECK_MSG(0, "%s", e.msg);
+    } else {
+        test_modes_agree();
+        test_abort();
+        gt_data_free(&g_data);
+    }
+    time_model("lenet5", 64, &r);
+    time_model("cnn-wide", 128, &r);
+    TEST_DONE();
+#endif
+}
