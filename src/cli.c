@@ -23,7 +23,7 @@
 
 enum cli_opt {
     OPT_GPUS = 256, OPT_MODE, OPT_STRIPES, OPT_STALENESS, OPT_SYNC_EVERY, OPT_BALANCE, OPT_TF32,
-    OPT_DATA_ON_GPU, OPT_MODEL, OPT_DATA, OPT_TRAIN_SAMPLES, OPT_BATCH, OPT_EPOCHS, OPT_SEED,
+    OPT_MODEL, OPT_DATA, OPT_TRAIN_SAMPLES, OPT_BATCH, OPT_EPOCHS, OPT_SEED,
     OPT_EVAL_EVERY, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WEIGHT_DECAY, OPT_BETA1,
     OPT_BETA2, OPT_EPS, OPT_SCHEDULE, OPT_WARMUP, OPT_STEP_EPOCHS, OPT_GAMMA, OPT_CHECKPOINT,
     OPT_CHECKPOINT_EVERY, OPT_KEEP, OPT_RESUME, OPT_INIT, OPT_ON_NAN, OPT_INJECT_FAULT,
@@ -39,7 +39,6 @@ const struct option gt_cli_options[] = {
     {"sync-every", required_argument, NULL, OPT_SYNC_EVERY},
     {"balance", required_argument, NULL, OPT_BALANCE},
     {"tf32", no_argument, NULL, OPT_TF32},
-    {"data-on-gpu", no_argument, NULL, OPT_DATA_ON_GPU},
     {"model", required_argument, NULL, OPT_MODEL},
     {"data", required_argument, NULL, OPT_DATA},
     {"train-samples", required_argument, NULL, OPT_TRAIN_SAMPLES},
@@ -404,7 +403,6 @@ static int cli_apply(int opt, const char *arg, gt_config *c, gt_err *e)
     case OPT_STALENESS: return cli_parse_int(flag, arg, 0, 1000000, &c->staleness, e);
     case OPT_SYNC_EVERY: return cli_parse_int(flag, arg, 1, 1000000, &c->sync_every, e);
     case OPT_TF32: c->tf32 = 1; return 0;
-    case OPT_DATA_ON_GPU: c->data_on_gpu = 1; return 0;
     case OPT_MODEL: return cli_copy_string(flag, arg, c->model, sizeof c->model, e);
     case OPT_DATA: return cli_copy_string(flag, arg, c->data, sizeof c->data, e);
     case OPT_TRAIN_SAMPLES: return cli_parse_train_samples(arg, c, e);
@@ -562,8 +560,7 @@ static void cli_usage_devices(FILE *out, const gt_config *d)
         "  --balance static|dynamic\n"
         "                         dynamic: a free worker takes the next batch, so faster devices\n"
         "                         do more; static: equal shares (default %s)\n"
-        "  --tf32                 allow TF32 tensor-core math on GPUs (default off)\n"
-        "  --data-on-gpu          keep the whole data set in GPU memory (default off)\n\n",
+        "  --tf32                 allow TF32 tensor-core math on GPUs (default off)\n\n",
         GT_MAX_WORKERS, MODE_WORDS[d->mode], d->staleness, d->sync_every,
         BALANCE_WORDS[d->balance == GT_BALANCE_STATIC]);
 }

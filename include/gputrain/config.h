@@ -67,7 +67,6 @@ typedef struct gt_config {
 
     /* GPU options */
     int tf32;
-    int data_on_gpu;
 } gt_config;
 
 void gt_config_defaults(gt_config *c);
