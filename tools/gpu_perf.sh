@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# gpu_perf.sh - one-GPU throughput of gputrain next to the PyTorch reference, in the same run on
+# the same card, and the 10-epoch accuracy of the reference recipe. Writes
+# OUT/perf-<card>-<date>.md (table with ratios, command, card, date, commit) and .csv.
+#
+# Usage: tools/gpu_perf.sh --data DIR --torch-ref torch_lenet.py [--bin build/gputrain]
+#                          [--gpu 0] [--epochs 5] [--out results]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cmd="$0 $*"
+data="" ref="" bin="$root/build/gputrain" gpu=0 epochs=5 out="$root/results"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --data) data=$2; shift 2 ;;
+        --torch-ref) ref=$2; shift 2 ;;
+        --bin) bin=$2; shift 2 ;;
+        --gpu) gpu=$2; shift 2 ;;
+        --epochs) epochs=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        *) echo "gpu_perf: unknown option '$1'" >&2; exit 2 ;;
+    esac
+done
+[ -n "$data" ] && [ -n "$ref" ] || { echo "gpu_perf: --data and --torch-ref are required" >&2; exit 2; }
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "$gpu" | head -1)
+tag=$(echo "$card" | tr ' ' '-' | tr -cd 'A-Za-z0-9._-')
+date=$(date -u +%Y-%m-%d)
+commit=${GT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+mkdir -p "$out"
+work=$(mktemp -d)
+csv="$out/perf-$tag-$date.csv"
+md="$out/perf-$tag-$date.md"
+echo "framework,config,batch,epochs,samples_per_s,median_epoch_s,test_acc,command" >"$csv"
+
+# Median epoch time after the first, from the evaluation wall clock of a gputrain JSONL log.
+gt_median_epoch() {
+    grep '"type":"eval"' "$1" | sed 's/.*"wall_s":\([0-9.]*\).*/\1/' |
+        awk 'NR > 1 { print $1 - prev } { prev = $1 } END { if (NR == 1) print prev }' | sort -g |
+        awk '{ d[NR] = $1 } END { print (NR % 2) ? d[(NR + 1) / 2] : (d[NR / 2] + d[NR / 2 + 1]) / 2 }'
+}
+gt_last_acc() { grep '"type":"eval"' "$1" | tail -1 | sed 's/.*"test_acc":\([0-9.]*\).*/\1/'; }
+
+run_gt() { # label batch epochs extra-args...
+    local label=$1 batch=$2 ep=$3
+    shift 3
+    local log="$work/$label.jsonl"
+    local c=("$bin" --data "$data" --gpus "$gpu" --batch "$batch" --epochs "$ep" --log "$log" --quiet --no-progress "$@")
+    "${c[@]}"
+    local med n
+    med=$(gt_median_epoch "$log")
+    n=$(grep '"type":"eval"' "$log" | head -1 | sed 's/.*"samples":\([0-9]*\).*/\1/')
+    local sps
+    sps=$(awk -v n="$n" -v m="$med" 'BEGIN { printf "%.0f", n / m }')
+    echo "gputrain,$label,$batch,$ep,$sps,$med,$(gt_last_acc "$log"),${c[*]}" >>"$csv"
+    echo "gputrain $label b$batch: $sps samples/s (median epoch $med s), acc $(gt_last_acc "$log")"
+}
+
+run_torch() { # label batch epochs extra-args...
+    local label=$1 batch=$2 ep=$3
+    shift 3
+    local c=(python3 "$ref" --data "$data" --mode single --gpus 1 --batch "$batch" --epochs "$ep" "$@")
+    CUDA_VISIBLE_DEVICES=$gpu "${c[@]}" >"$work/$label.out" 2>&1
+    local line sps acc med
+    line=$(grep '^{' "$work/$label.out" | tail -1)
+    sps=$(echo "$line" | sed 's/.*"samples_per_s_steady": \([0-9.]*\).*/\1/')
+    acc=$(echo "$line" | sed 's/.*"test_acc": \[\([^]]*\)\].*/\1/' | awk -F', ' '{ print $NF }')
+    med=$(awk -v n="$((60000 / batch * batch))" -v s="$sps" 'BEGIN { printf "%.4f", n / s }')
+    echo "pytorch,$label,$batch,$ep,$sps,$med,$acc,${c[*]}" >>"$csv"
+    echo "pytorch $label b$batch: $sps samples/s, acc $acc"
+}
+
+run_gt hogwild 64 "$epochs"
+run_gt hogwild 256 "$epochs" --lr 0.1
+run_gt sync 64 "$epochs" --mode sync
+run_torch eager 64 "$epochs"
+run_torch graph 64 "$epochs" --graph 1
+run_torch graph 256 "$epochs" --graph 1 --lr 0.1
+run_gt reference-recipe-10ep 64 10 --lr 0.05 --momentum 0.9 --mode hogwild
+run_torch reference-recipe-10ep 64 10 --lr 0.05
+
+{
+    echo "# One-GPU throughput: gputrain vs PyTorch"
+    echo
+    echo "Card: $card (GPU $gpu). Date: $date. Commit: $commit."
+    echo "Command: \`$cmd\`"
+    echo
+    echo "samples/s = training samples of an epoch / median epoch time after the first (both sides)."
+    echo
+    echo "| framework | config | batch | epochs | samples/s | median epoch s | test acc |"
+    echo "|---|---|---|---|---|---|---|"
+    tail -n +2 "$csv" | awk -F, '{ printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7 }'
+    echo
+    echo "Ratios (gputrain / PyTorch, same card, same call):"
+    echo
+    awk -F, 'NR > 1 { v[$1 "," $2 "," $3] = $5 } END {
+        printf "- hogwild b64 / eager b64: %.2fx\n", v["gputrain,hogwild,64"] / v["pytorch,eager,64"]
+        printf "- hogwild b64 / CUDA graph b64: %.2fx\n", v["gputrain,hogwild,64"] / v["pytorch,graph,64"]
+        printf "- hogwild b256 / CUDA graph b256: %.2fx\n", v["gputrain,hogwild,256"] / v["pytorch,graph,256"]
+    }' "$csv"
+    echo
+    echo "Each row's exact command is in $(basename "$csv")."
+} >"$md"
+cat "$md"
+rm -rf "$work"

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# scaling.sh - multi-GPU scaling of gputrain (hogwild, sync, allreduce; lenet5 at batch 64 per GPU
+# and cnn-wide at 128) at 1, 2, 4 GPUs, next to PyTorch DDP on the same GPUs in the same call.
+# Writes OUT/scaling-<card>-<date>.md and .csv: samples/s (median epoch after the first), scaling
+# efficiency against the same mode on one GPU, and test accuracy after the run.
+#
+# Usage: tools/scaling.sh --data DIR --torch-ref torch_lenet.py [--bin build/gputrain]
+#                         [--epochs 5] [--gpus "1 2 4"] [--out results]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cmd="$0 $*"
+data="" ref="" bin="$root/build/gputrain" epochs=5 counts="1 2 4" out="$root/results"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --data) data=$2; shift 2 ;;
+        --torch-ref) ref=$2; shift 2 ;;
+        --bin) bin=$2; shift 2 ;;
+        --epochs) epochs=$2; shift 2 ;;
+        --gpus) counts=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        *) echo "scaling: unknown option '$1'" >&2; exit 2 ;;
+    esac
+done
+[ -n "$data" ] && [ -n "$ref" ] || { echo "scaling: --data and --torch-ref are required" >&2; exit 2; }
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | head -1)
+ngpu=$(nvidia-smi -L | wc -l)
+tag=$(echo "$card" | tr ' ' '-' | tr -cd 'A-Za-z0-9._-')
+date=$(date -u +%Y-%m-%d)
+commit=${GT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+mkdir -p "$out"
+work=$(mktemp -d)
+csv="$out/scaling-$tag-$date.csv"
+md="$out/scaling-$tag-$date.md"
+echo "framework,model,mode,gpus,batch_per_gpu,samples_per_s,median_epoch_s,test_acc,command" >"$csv"
+
+median_epoch() {
+    grep '"type":"eval"' "$1" | sed 's/.*"wall_s":\([0-9.]*\).*/\1/' |
+        awk 'NR > 1 { print $1 - prev } { prev = $1 } END { if (NR == 1) print prev }' | sort -g |
+        awk '{ d[NR] = $1 } END { print (NR % 2) ? d[(NR + 1) / 2] : (d[NR / 2] + d[NR / 2 + 1]) / 2 }'
+}
+
+gpu_list() { seq -s, 0 $(($1 - 1)); }
+
+for g in $counts; do
+    [ "$g" -le "$ngpu" ] || continue
+    for spec in "lenet5 64" "cnn-wide 128"; do
+        set -- $spec
+        model=$1 batch=$2
+        for mode in hogwild sync allreduce; do
+            log="$work/$model-$mode-$g.jsonl"
+            c=("$bin" --data "$data" --gpus "$(gpu_list "$g")" --model "$model" --mode "$mode" --batch "$batch"
+               --epochs "$epochs" --log "$log" --quiet --no-progress)
+            if ! "${c[@]}" 2>"$work/err"; then
+                echo "gputrain,$model,$mode,$g,$batch,,,failed: $(tr ',' ';' <"$work/err" | head -1),${c[*]}" >>"$csv"
+                continue
+            fi
+            med=$(median_epoch "$log")
+            n=$(grep '"type":"eval"' "$log" | head -1 | sed 's/.*"samples":\([0-9]*\).*/\1/')
+            sps=$(awk -v n="$n" -v m="$med" 'BEGIN { printf "%.0f", n / m }')
+            acc=$(grep '"type":"eval"' "$log" | tail -1 | sed 's/.*"test_acc":\([0-9.]*\).*/\1/')
+            echo "gputrain,$model,$mode,$g,$batch,$sps,$med,$acc,${c[*]}" >>"$csv"
+            echo "gputrain $model $mode x$g: $sps samples/s, acc $acc"
+        done
+    done
+    c=(python3 "$ref" --data "$data" --mode ddp --gpus "$g" --batch 64 --epochs "$epochs")
+    [ "$g" -eq 1 ] && c=(python3 "$ref" --data "$data" --mode single --gpus 1 --batch 64 --epochs "$epochs")
+    if "${c[@]}" >"$work/ddp$g.out" 2>&1; then
+        line=$(grep '^{' "$work/ddp$g.out" | tail -1)
+        sps=$(echo "$line" | sed 's/.*"samples_per_s_steady": \([0-9.]*\).*/\1/')
+        acc=$(echo "$line" | sed 's/.*"test_acc": \[\([^]]*\)\].*/\1/' | awk -F', ' '{ print $NF }')
+        echo "pytorch,lenet5,ddp,$g,64,$sps,,$acc,${c[*]}" >>"$csv"
+        echo "pytorch ddp x$g: $sps samples/s, acc $acc"
+    else
+        echo "pytorch,lenet5,ddp,$g,64,,,failed,${c[*]}" >>"$csv"
+    fi
+done
+
+{
+    echo "# Multi-GPU scaling: gputrain vs PyTorch DDP"
+    echo
+    echo "Card: $ngpu x $card. Date: $date. Commit: $commit. Epochs per run: $epochs."
+    echo "Command: \`$cmd\`"
+    echo
+    echo "samples/s = training samples per epoch / median epoch time after the first; efficiency ="
+    echo "samples/s at G GPUs / (G x the same mode's samples/s at 1 GPU)."
+    echo
+    echo "| framework | model | mode | GPUs | batch/GPU | samples/s | efficiency | test acc |"
+    echo "|---|---|---|---|---|---|---|---|"
+    awk -F, 'NR > 1 { key = $1 "," $2 "," $3; if ($4 == 1) one[key] = $6; row[NR] = $0 }
+        END { for (i = 2; i <= NR; i++) { split(row[i], f, ","); key = f[1] "," f[2] "," f[3];
+            eff = (one[key] > 0 && f[6] > 0) ? sprintf("%.2f", f[6] / (f[4] * one[key])) : "";
+            printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", f[1], f[2], f[3], f[4], f[5], f[6], eff, f[8] } }' "$csv"
+    echo
+    echo "Each row's exact command is in $(basename "$csv")."
+} >"$md"
+cat "$md"
+rm -rf "$work"
