@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cli_errors.sh - every bad flag, bad file and damaged input gets one line naming it and a nonzero
 # exit, never a crash.
-. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/lib_cli.sh"
 DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
 
 expect_error "--gpus" "0,,1" -- --gpus 0,,1

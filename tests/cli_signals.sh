@@ -2,9 +2,15 @@
 # cli_signals.sh - SIGINT and SIGTERM finish the current step on every worker, write the
 # checkpoint that was asked for, say where it is and exit 130 / 143; the checkpoint evaluates and
 # resumes. A second signal exits at once.
-. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/lib_cli.sh"
 DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
 COMMON=(--data "$DATA" --train-samples 2000 --batch 16 --no-progress)
+MODES="hogwild sync ssp local"
+# Sanitizer builds (GT_QUICK=1) are 10-50x slower: fewer samples, and the two mode families.
+if [ "${GT_QUICK:-0}" = 1 ]; then
+    COMMON=(--data "$DATA" --train-samples 400 --batch 16 --no-progress)
+    MODES="hogwild sync"
+fi
 
 # wait_for_progress LOG: until the run has finished an evaluation (so it is really training)
 wait_for_progress() {
@@ -15,7 +21,7 @@ wait_for_progress() {
     return 1
 }
 
-for mode in hogwild sync ssp local; do
+for mode in $MODES; do
     for sig in INT TERM; do
         rm -f "$TMP"/ck* "$TMP"/log.jsonl
         "$BIN" "${COMMON[@]}" --epochs 100000 --gpus cpu:2 --mode "$mode" --checkpoint "$TMP/ck.safetensors" \

@@ -1,4 +1,4 @@
-# cli_lib.sh - helpers for the shell tests that drive the gputrain binary end to end.
+# lib_cli.sh - helpers for the shell tests that drive the gputrain binary end to end.
 set -u
 BIN=${GT_BIN:?GT_BIN must point at the gputrain binary}
 FAILS=0
