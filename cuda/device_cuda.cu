@@ -1,12 +1,19 @@
 /* device_cuda.cu - one GPU behind the gt_device table: everything a worker's steps need is
- * allocated once at open, so a step only copies, launches and synchronises once.
+ * allocated once at open, so a step only gathers its batch, launches and synchronises once.
  *
- * A training batch travels: the sample ids, labels and images are gathered on the host into a
- * pinned staging slot, copied on the copy stream into the slot's device twin, and the compute
- * stream waits on that copy's event. Two slots let prefetch() stage the next batch while the
- * current one computes. The step then normalises the bytes, runs the layers forward, the loss,
- * the layers backward into a zeroed gradient, and copies the gradient and the loss back into
- * pinned host memory before its one synchronisation. */
+ * A training batch travels: its key (dropout seed and epoch), sample ids, labels and images are
+ * gathered on the host into a pinned staging slot and uploaded into the slot's device twin. Two
+ * slots let prefetch() upload the next batch on the copy stream while the current one computes
+ * (the compute stream waits on that copy's event); a batch that was not prefetched is uploaded
+ * on the compute stream as the first part of its step.
+ *
+ * A step's device work - that upload, forward, loss and backward (the fused kernels of
+ * fused_cuda.cu for LeNet-shaped models, else layer by layer through cuDNN and cuBLAS), the
+ * gradient and the loss back into pinned host memory - is captured once per shape (batch size,
+ * slot, upload, keep_grad) into a CUDA graph and replayed: a step then costs the host one graph
+ * launch and one synchronisation instead of some forty library calls of 5-60 us each. A shape's
+ * first step runs eagerly, which also lets cuDNN and the module loader do their one-time work
+ * outside a capture, and its graph is captured right after for the steps that follow. */
 #include "gt_cuda.h"
 
 #include <stdio.h>
@@ -14,21 +21,31 @@
 #include <string.h>
 
 #define CUDA_EVAL_CHUNK 1024
+/* Captured step graphs kept per device: two slots times a full and a last short batch, with and
+ * without an in-graph upload, fit. */
+#define CUDA_GRAPHS 8
 
 /* Where the parts of a batch of n samples sit in a staging slot, host and device alike. */
 typedef struct slot_layout {
-    size_t labels, images, total; /* byte offsets (ids at 0) and the bytes to copy */
+    size_t ids, labels, images, total; /* byte offsets (the key at 0) and the bytes to copy */
 } slot_layout;
 
 typedef struct cuda_slot {
     uint8_t *host;            /* pinned */
     uint8_t *dev;
-    cudaEvent_t uploaded;     /* recorded on the copy stream after the upload */
+    cudaEvent_t uploaded;     /* recorded on the copy stream after a prefetch upload */
     cudaEvent_t consumed;     /* recorded on the compute stream after the step that read it */
-    const gt_dataset *ds;     /* the batch it holds: its dataset, n and (at offset 0) ids */
+    const gt_dataset *ds;     /* the batch it holds: its dataset, n, key and ids */
     int n;                    /* 0: holds no batch */
     uint64_t staged;          /* staging order, to replace the older slot */
 } cuda_slot;
+
+/* One captured step, replayed for every step of its shape. */
+typedef struct cuda_graph {
+    cudaGraphExec_t exec;     /* NULL: an empty entry */
+    int n, slot, upload, keep_grad;
+    uint64_t used;            /* the step that last ran it: the least recent is replaced */
+} cuda_graph;
 
 typedef struct cuda_impl {
     gt_cuda_ctx *ctx;
@@ -47,6 +64,11 @@ typedef struct cuda_impl {
     gt_cuda_result *result;
     gt_cuda_result *result_host;       /* pinned */
     gt_cuda_allreduce *allreduce;      /* NCCL communicator and optimizer state, allreduce mode */
+    gt_fused_net fnet;                 /* the fused step's shapes and buffers, where fusable */
+    int fusable, fused, graphs;        /* see gt_cuda_path */
+    cuda_graph graph[CUDA_GRAPHS];
+    uint64_t nsteps;
+    char graph_error[GT_ERRLEN];       /* why capture failed; "" if it never did */
 } cuda_impl;
 
 static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
@@ -54,7 +76,8 @@ static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
 static slot_layout slot_layout_for(int n, size_t in_len)
 {
     slot_layout l;
-    l.labels = align16((size_t)n * sizeof(uint32_t));
+    l.ids = align16(sizeof(gt_cuda_key));
+    l.labels = align16(l.ids + (size_t)n * sizeof(uint32_t));
     l.images = align16(l.labels + (size_t)n);
     l.total = l.images + (size_t)n * in_len;
     return l;
@@ -65,10 +88,52 @@ static size_t layer_in_len(const gt_model *m, int l)
     return l == 0 ? m->layers[0].in_len : m->layers[l - 1].out_len;
 }
 
+/* ---- captured steps -------------------------------------------------------------------------- */
+
+static void graph_drop_all(cuda_impl *g)
+{
+    for (int i = 0; i < CUDA_GRAPHS; i++) {
+        if (g->graph[i].exec)
+            cudaGraphExecDestroy(g->graph[i].exec);
+        memset(&g->graph[i], 0, sizeof g->graph[i]);
+    }
+}
+
+static cuda_graph *graph_find(cuda_impl *g, int n, int slot, int upload, int keep_grad)
+{
+    for (int i = 0; i < CUDA_GRAPHS; i++) {
+        cuda_graph *gr = &g->graph[i];
+        if (gr->exec && gr->n == n && gr->slot == slot && gr->upload == upload &&
+            gr->keep_grad == keep_grad)
+            return gr;
+    }
+    return NULL;
+}
+
+/* Keeps exec in an empty entry, else in place of the least recently used one. */
+static void graph_store(cuda_impl *g, cudaGraphExec_t exec, int n, int slot, int upload,
+                        int keep_grad)
+{
+    cuda_graph *gr = &g->graph[0];
+    for (int i = 0; i < CUDA_GRAPHS && gr->exec; i++)
+        if (!g->graph[i].exec || g->graph[i].used < gr->used)
+            gr = &g->graph[i];
+    if (gr->exec)
+        cudaGraphExecDestroy(gr->exec);
+    gr->exec = exec;
+    gr->n = n;
+    gr->slot = slot;
+    gr->upload = upload;
+    gr->keep_grad = keep_grad;
+    gr->used = g->nsteps;
+}
+
 /* ---- buffers and close ----------------------------------------------------------------------- */
 
 static void cuda_free_impl(cuda_impl *g)
 {
+    graph_drop_all(g);
+    gt_fused_free(&g->fnet);
     for (int l = 0; l < GT_MAX_LAYERS; l++) {
         gt_cuda_layer_destroy(&g->layer[l]);
         if (g->mask[l])
@@ -219,17 +284,19 @@ static int cuda_check_batch(const gt_device *d, const cuda_impl *g, const gt_bat
     return cuda_check_dataset(d, g, b->ds, e);
 }
 
-static int slot_holds(const cuda_slot *s, const gt_batch *b)
+static int slot_holds(const cuda_slot *s, const gt_batch *b, size_t in_len)
 {
-    return s->n == b->n && s->ds == b->ds &&
-           memcmp(s->host, b->idx, (size_t)b->n * sizeof(uint32_t)) == 0;
+    const gt_cuda_key *key = (const gt_cuda_key *)s->host;
+    return s->n == b->n && s->ds == b->ds && key->seed == b->seed && key->epoch == b->epoch &&
+           memcmp(s->host + slot_layout_for(b->n, in_len).ids, b->idx,
+                  (size_t)b->n * sizeof(uint32_t)) == 0;
 }
 
 /* The slot holding b, or -1. */
 static int slot_find(const cuda_impl *g, const gt_batch *b)
 {
     for (int s = 0; s < 2; s++)
-        if (slot_holds(&g->slot[s], b))
+        if (slot_holds(&g->slot[s], b, g->in_len))
             return s;
     return -1;
 }
@@ -243,15 +310,16 @@ static int slot_free(const cuda_impl *g)
     return g->slot[0].staged < g->slot[1].staged ? 0 : 1;
 }
 
-/* Gathers b into the slot's pinned bytes and starts their upload on the copy stream. */
-static int slot_stage(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch *b, gt_err *e)
+/* Gathers b into the slot's pinned bytes; the upload is the caller's. */
+static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch *b, gt_err *e)
 {
     const gt_dataset *ds = b->ds;
     slot_layout lay = slot_layout_for(b->n, g->in_len);
-    /* The previous upload from this host buffer must be done before it is overwritten. */
+    /* A prefetch upload from this host buffer must be done before it is overwritten. */
     GT_CUDA_CHECK(d->name, e, cudaEventSynchronize(s->uploaded));
     s->n = 0;
-    uint32_t *ids = (uint32_t *)s->host;
+    gt_cuda_key *key = (gt_cuda_key *)s->host;
+    uint32_t *ids = (uint32_t *)(s->host + lay.ids);
     uint8_t *labels = s->host + lay.labels, *images = s->host + lay.images;
     for (int i = 0; i < b->n; i++) {
         uint32_t id = b->idx[i];
@@ -265,11 +333,9 @@ static int slot_stage(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch *
         labels[i] = ds->labels[id];
         memcpy(images + (size_t)i * g->in_len, ds->images + (size_t)id * g->in_len, g->in_len);
     }
-    /* And the device copy must not be overwritten before the step that read it is done. */
-    GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(g->copy, s->consumed, 0));
-    GT_CUDA_CHECK(d->name, e,
-                  cudaMemcpyAsync(s->dev, s->host, lay.total, cudaMemcpyHostToDevice, g->copy));
-    GT_CUDA_CHECK(d->name, e, cudaEventRecord(s->uploaded, g->copy));
+    key->seed = b->seed;
+    key->epoch = b->epoch;
+    key->unused = 0;
     s->ds = ds;
     s->n = b->n;
     s->staged = ++g->nstaged;
@@ -284,7 +350,16 @@ static int cuda_prefetch(gt_device *d, const gt_batch *next, gt_err *e)
         return -1;
     if (slot_find(g, next) >= 0)
         return 0;
-    return slot_stage(d, g, &g->slot[slot_free(g)], next, e);
+    cuda_slot *s = &g->slot[slot_free(g)];
+    if (slot_gather(d, g, s, next, e))
+        return -1;
+    /* The device copy must not be overwritten before the step that read it is done. */
+    GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(g->copy, s->consumed, 0));
+    GT_CUDA_CHECK(d->name, e,
+                  cudaMemcpyAsync(s->dev, s->host, slot_layout_for(next->n, g->in_len).total,
+                                  cudaMemcpyHostToDevice, g->copy));
+    GT_CUDA_CHECK(d->name, e, cudaEventRecord(s->uploaded, g->copy));
+    return 0;
 }
 
 /* ---- passes ---------------------------------------------------------------------------------- */
@@ -326,6 +401,101 @@ static int cuda_backward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, gt_
     return 0;
 }
 
+/* A training step layer by layer, on the batch in slot s: the gradient accumulates into a zeroed
+ * array, the loss into a zeroed result. */
+static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int n, gt_err *e)
+{
+    gt_cuda_ctx *c = g->ctx;
+    const gt_model *m = d->model;
+    slot_layout lay = slot_layout_for(n, g->in_len);
+    gt_cuda_pass pass = {n, g->params, g->grad, NULL, (const uint32_t *)(s->dev + lay.ids), 0, 0,
+                         (const gt_cuda_key *)s->dev};
+    const float *logits;
+    if (gt_cuda_normalize(c, s->dev + lay.images, g->act[0], (size_t)n * g->in_len, e) ||
+        cuda_forward(g, m, pass, 1, &logits, e))
+        return -1;
+    GT_CUDA_CHECK(d->name, e, cudaMemsetAsync(g->result, 0, sizeof *g->result, c->stream));
+    GT_CUDA_CHECK(d->name, e,
+                  cudaMemsetAsync(g->grad, 0, m->nparams * sizeof(float), c->stream));
+    if (gt_cuda_softmax_xent(c, logits, s->dev + lay.labels, n, g->nclasses, 1.0f / (float)n,
+                             g->dact[0], g->result, e))
+        return -1;
+    return cuda_backward(g, m, pass, e);
+}
+
+/* Everything the GPU does for one training step, in stream order: what a graph captures. */
+static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, int upload, gt_err *e)
+{
+    gt_cuda_ctx *c = g->ctx;
+    cuda_slot *slot = &g->slot[s];
+    slot_layout lay = slot_layout_for(n, g->in_len);
+    size_t grad_bytes = d->model->nparams * sizeof(float);
+    if (upload)
+        GT_CUDA_CHECK(d->name, e,
+                      cudaMemcpyAsync(slot->dev, slot->host, lay.total, cudaMemcpyHostToDevice,
+                                      c->stream));
+    if (g->fused ? gt_fused_train(c, &g->fnet, g->params, slot->dev + lay.images,
+                                  slot->dev + lay.labels, n, g->grad, g->result, e)
+                 : cuda_layers_train(d, g, slot, n, e))
+        return -1;
+    if (!d->keep_grad)
+        GT_CUDA_CHECK(d->name, e,
+                      cudaMemcpyAsync(d->grad, g->grad, grad_bytes, cudaMemcpyDeviceToHost,
+                                      c->stream));
+    GT_CUDA_CHECK(d->name, e,
+                  cudaMemcpyAsync(g->result_host, g->result, sizeof *g->result,
+                                  cudaMemcpyDeviceToHost, c->stream));
+    return 0;
+}
+
+/* Captures the step's work for this shape into a graph for the steps that follow. Where capture
+ * fails (a library that will not be captured), steps stay eager from then on and the reason is
+ * kept for gt_cuda_device_get_path: the eager step just run is correct either way. */
+static void graph_capture(gt_device *d, cuda_impl *g, int s, int n, int upload)
+{
+    cudaStream_t stream = g->ctx->stream;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    gt_err inner = {{0}};
+    int rc = 0;
+    cudaError_t st = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed);
+    if (st == cudaSuccess) {
+        rc = cuda_step_enqueue(d, g, s, n, upload, &inner);
+        st = cudaStreamEndCapture(stream, &graph);
+        if (!rc && st == cudaSuccess)
+            st = cudaGraphInstantiate(&exec, graph, 0);
+    }
+    if (graph)
+        cudaGraphDestroy(graph);
+    if (rc || st != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(g->graph_error, sizeof g->graph_error, "capturing a step of %d samples: %.400s",
+                 n, rc ? inner.msg : cudaGetErrorString(st));
+        g->graphs = 0;
+        graph_drop_all(g);
+        return;
+    }
+    graph_store(g, exec, n, s, upload, d->keep_grad);
+}
+
+/* Replays the graph of this shape, or runs the step eagerly and captures it. */
+static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, int upload, gt_err *e)
+{
+    g->nsteps++;
+    if (!g->graphs)
+        return cuda_step_enqueue(d, g, s, n, upload, e);
+    cuda_graph *gr = graph_find(g, n, s, upload, d->keep_grad);
+    if (gr) {
+        gr->used = g->nsteps;
+        GT_CUDA_CHECK(d->name, e, cudaGraphLaunch(gr->exec, g->ctx->stream));
+        return 0;
+    }
+    if (cuda_step_enqueue(d, g, s, n, upload, e))
+        return -1;
+    graph_capture(d, g, s, n, upload);
+    return 0;
+}
+
 /* ---- the device operations ------------------------------------------------------------------- */
 
 static int cuda_load_params(gt_device *d, gt_err *e)
@@ -342,41 +512,21 @@ static int cuda_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt
 {
     cuda_impl *g = (cuda_impl *)d->impl;
     gt_cuda_ctx *c = g->ctx;
-    const gt_model *m = d->model;
     GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
     if (cuda_check_batch(d, g, b, e))
         return -1;
-    int s = slot_find(g, b);
-    if (s < 0) {
+    int s = slot_find(g, b), upload = s < 0;
+    if (upload) {
         s = slot_free(g);
-        if (slot_stage(d, g, &g->slot[s], b, e))
+        if (slot_gather(d, g, &g->slot[s], b, e))
             return -1;
+    } else {
+        GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(c->stream, g->slot[s].uploaded, 0));
     }
-    cuda_slot *slot = &g->slot[s];
-    slot_layout lay = slot_layout_for(b->n, g->in_len);
-    GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(c->stream, slot->uploaded, 0));
-    slot->n = 0;
-    gt_cuda_pass pass = {b->n, g->params, g->grad, NULL, (const uint32_t *)slot->dev, b->seed,
-                         b->epoch};
-    const float *logits;
-    if (gt_cuda_normalize(c, slot->dev + lay.images, g->act[0], (size_t)b->n * g->in_len, e) ||
-        cuda_forward(g, m, pass, 1, &logits, e))
+    g->slot[s].n = 0;
+    if (cuda_step_run(d, g, s, b->n, upload, e))
         return -1;
-    GT_CUDA_CHECK(d->name, e, cudaMemsetAsync(g->result, 0, sizeof *g->result, c->stream));
-    GT_CUDA_CHECK(d->name, e,
-                  cudaMemsetAsync(g->grad, 0, m->nparams * sizeof(float), c->stream));
-    if (gt_cuda_softmax_xent(c, logits, slot->dev + lay.labels, b->n, g->nclasses,
-                             1.0f / (float)b->n, g->dact[0], g->result, e) ||
-        cuda_backward(g, m, pass, e))
-        return -1;
-    GT_CUDA_CHECK(d->name, e, cudaEventRecord(slot->consumed, c->stream));
-    if (!d->keep_grad)
-        GT_CUDA_CHECK(d->name, e,
-                      cudaMemcpyAsync(d->grad, g->grad, m->nparams * sizeof(float),
-                                      cudaMemcpyDeviceToHost, c->stream));
-    GT_CUDA_CHECK(d->name, e,
-                  cudaMemcpyAsync(g->result_host, g->result, sizeof *g->result,
-                                  cudaMemcpyDeviceToHost, c->stream));
+    GT_CUDA_CHECK(d->name, e, cudaEventRecord(g->slot[s].consumed, c->stream));
     GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(c->stream));
     out->loss_sum = g->result_host->loss_sum;
     out->correct = g->result_host->correct;
@@ -397,7 +547,9 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
     GT_CUDA_CHECK(d->name, e,
                   cudaMemcpyAsync(g->eval_y, ds->labels + lo, (size_t)n, cudaMemcpyHostToDevice,
                                   c->stream));
-    gt_cuda_pass pass = {n, g->params, NULL, NULL, NULL, 0, 0};
+    if (g->fused)
+        return gt_fused_eval(c, &g->fnet, g->params, g->eval_x, g->eval_y, n, g->result, e);
+    gt_cuda_pass pass = {n, g->params, NULL, NULL, NULL, 0, 0, NULL};
     const float *logits;
     if (gt_cuda_normalize(c, g->eval_x, g->act[0], (size_t)n * g->in_len, e) ||
         cuda_forward(g, d->model, pass, 0, &logits, e))
@@ -466,7 +618,72 @@ int gt_cuda_device_parts_of(gt_device *d, gt_cuda_device_parts *out)
     return 0;
 }
 
+static cuda_impl *cuda_impl_of(gt_device *d)
+{
+    return d && d->ops == &cuda_ops ? (cuda_impl *)d->impl : NULL;
+}
+
+int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e)
+{
+    cuda_impl *g = cuda_impl_of(d);
+    if (!g)
+        return gt_fail(e, "gt_cuda_device_set_path: not a CUDA device");
+    if (fused && !g->fusable)
+        return gt_fail(e, "%s: model %s does not have the fused step's shape (conv act avgpool "
+                          "conv act avgpool fc act fc act fc)",
+                       d->name, d->model->name);
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    graph_drop_all(g);
+    g->fused = fused != 0;
+    g->graphs = graphs != 0;
+    g->graph_error[0] = '\0';
+    return 0;
+}
+
+int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out)
+{
+    cuda_impl *g = cuda_impl_of(d);
+    if (!g)
+        return -1;
+    out->fused = g->fused;
+    out->fusable = g->fusable;
+    out->graphs = g->graphs;
+    out->ngraphs = 0;
+    for (int i = 0; i < CUDA_GRAPHS; i++)
+        out->ngraphs += g->graph[i].exec != NULL;
+    out->graph_error = g->graph_error;
+    return 0;
+}
+
+int gt_cuda_device_read_grad(gt_device *d, float *host, gt_err *e)
+{
+    cuda_impl *g = cuda_impl_of(d);
+    if (!g)
+        return gt_fail(e, "gt_cuda_device_read_grad: not a CUDA device");
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    GT_CUDA_CHECK(d->name, e,
+                  cudaMemcpyAsync(host, g->grad, d->model->nparams * sizeof(float),
+                                  cudaMemcpyDeviceToHost, g->ctx->stream));
+    GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(g->ctx->stream));
+    return 0;
+}
+
 /* ---- open ------------------------------------------------------------------------------------ */
+
+/* The fused step where the model has its shape and the GPU the shared memory; graphs always. */
+static int cuda_plan_fused(gt_device *d, cuda_impl *g, gt_err *e)
+{
+    int smem = 0;
+    GT_CUDA_CHECK(d->name, e,
+                  cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                         d->ordinal));
+    g->fusable = gt_fused_plan(d->model, (size_t)smem, &g->fnet);
+    if (g->fusable && gt_fused_alloc(g->ctx, &g->fnet, g->cap, e))
+        return -1;
+    g->fused = g->fusable;
+    g->graphs = 1;
+    return 0;
+}
 
 static int cuda_check_model(const gt_model *m, int max_batch, int ordinal, int cap, gt_err *e)
 {
@@ -518,7 +735,7 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
         cuda_close(d);
         return -1;
     }
-    if (cuda_alloc_buffers(d, g, e) || cuda_plan_layers(d, g, e)) {
+    if (cuda_alloc_buffers(d, g, e) || cuda_plan_layers(d, g, e) || cuda_plan_fused(d, g, e)) {
         cuda_close(d);
         return -1;
     }

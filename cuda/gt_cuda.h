@@ -1,13 +1,15 @@
 /* gt_cuda.h - what the CUDA files share, and what C tests may call.
  *
- * The C part (always visible) is a per-GPU context and one helper per layer kind that runs that
+ * The C part (always visible) is a per-GPU context, one helper per layer kind that runs that
  * layer's forward and backward on HOST arrays, so tests/test_cuda_parity.c, a C file, can hold
- * every GPU op against its CPU twin in src/layers.c with the same signatures.
+ * every GPU op against its CPU twin in src/layers.c with the same signatures, and the choice of
+ * how a device runs its training step (gt_cuda_path), so the test can hold every path.
  *
  * The CUDA part (only under nvcc) holds the context's fields, error checks that turn a failed
  * CUDA, cuDNN or cuBLAS call into a gt_fail message naming the GPU, the call, the error and the
- * source line, the per-layer plans of layers_cuda.cu, the kernel launchers of kernels.cu, and
- * what the allreduce mode (optim_cuda.cu, allreduce_cuda.cu) needs of a device. */
+ * source line, the per-layer plans of layers_cuda.cu, the kernel launchers of kernels.cu, the
+ * fused LeNet step (fused_plan.cu, fused_cuda.cu), and what the allreduce mode (optim_cuda.cu,
+ * allreduce_cuda.cu) needs of a device. */
 #ifndef GT_CUDA_H
 #define GT_CUDA_H
 
@@ -51,6 +53,25 @@ int gt_cuda_test_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_
  * arguments of gt_optim_apply. */
 int gt_cuda_test_optim(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_step *st, float *p,
                        const float *g, float gscale, float *s0, float *s1, size_t n, gt_err *e);
+
+/* How a CUDA device runs a training step. fused: the four kernels of fused_cuda.cu (LeNet-shaped
+ * models only) instead of one library call per layer; graphs: each step replays a CUDA graph
+ * captured once per batch shape instead of launching its work one call at a time. */
+typedef struct gt_cuda_path {
+    int fused;                 /* the fused kernels run the step */
+    int fusable;               /* the model has the shape the fused kernels take */
+    int graphs;                /* steps replay captured graphs */
+    int ngraphs;               /* graphs captured and cached now */
+    const char *graph_error;   /* why capture failed and steps went eager; "" if it never did */
+} gt_cuda_path;
+
+/* Chooses the step's path (open picks fused where the model allows, and graphs); -1 with a
+ * message when fused is asked of a model that does not allow it, or d is not a CUDA device. */
+int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e);
+/* 0 and the path of d, or -1 when d is not a CUDA device. */
+int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out);
+/* Copies the device's own gradient (what train_step left there, also with keep_grad) to host. */
+int gt_cuda_device_read_grad(gt_device *d, float *host, gt_err *e);
 
 #ifdef __cplusplus
 }
@@ -134,6 +155,14 @@ typedef struct gt_cuda_layer {
     cudnnActivationDescriptor_t act_desc;
 } gt_cuda_layer;
 
+/* A training batch's dropout seed and epoch in device memory, beside its sample ids: a replayed
+ * graph then reads each batch's own, where kernel arguments would stay those of the capture. */
+typedef struct gt_cuda_key {
+    uint64_t seed;
+    uint32_t epoch;
+    uint32_t unused;          /* keeps the ids that follow 16-byte aligned */
+} gt_cuda_key;
+
 /* What one forward or backward call of a layer works on; device pointers. */
 typedef struct gt_cuda_pass {
     int n;                    /* samples */
@@ -141,8 +170,9 @@ typedef struct gt_cuda_pass {
     float *grad;              /* its gradient, accumulated into */
     uint8_t *mask;            /* dropout: n * out_len keep flags */
     const uint32_t *ids;      /* dropout: the n sample ids that key the masks */
-    uint64_t seed;
+    uint64_t seed;            /* dropout: used when key is NULL */
     uint32_t epoch;
+    const gt_cuda_key *key;   /* dropout: seed and epoch in device memory; NULL: the two above */
 } gt_cuda_pass;
 
 /* Creates the descriptors of L (layer number index of its model); checks that cuDNN agrees with
@@ -180,15 +210,99 @@ int gt_cuda_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_t len
 int gt_cuda_bias_add(gt_cuda_ctx *c, float *y, const float *b, int n, int len, gt_err *e);
 /* db[j] += sum over rows r < n of dy[r][j], rows in order like the CPU. */
 int gt_cuda_bias_grad(gt_cuda_ctx *c, const float *dy, float *db, int n, int len, gt_err *e);
+/* The mask is keyed by key's seed and epoch when key is non-NULL (device memory), else by seed and
+ * epoch. */
 int gt_cuda_dropout_forward(gt_cuda_ctx *c, const float *x, float *y, uint8_t *mask, int n,
                             size_t len, float p, uint64_t seed, uint32_t epoch,
-                            const uint32_t *ids, uint32_t layer, gt_err *e);
+                            const gt_cuda_key *key, const uint32_t *ids, uint32_t layer,
+                            gt_err *e);
 int gt_cuda_dropout_backward(gt_cuda_ctx *c, const float *dy, const uint8_t *mask, float *dx,
                              size_t n_len, float p, gt_err *e);
 /* Adds the summed loss and argmax hits of n rows of k logits to *res; writes dlogits =
  * (softmax - onehot) * scale unless dlogits is NULL. Deterministic (one block, fixed order). */
 int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t *labels, int n,
                          int k, float scale, float *dlogits, gt_cuda_result *res, gt_err *e);
+
+/* ---- the fused LeNet step (fused_cuda.cu, kernels in fused_kernels.cuh) --------------------- */
+
+/* One convolution stage: conv (stride 1) + bias, activation, average pooling. */
+typedef struct gt_fused_conv {
+    int in_c, in_h, in_w;         /* input plane, before padding */
+    int out_c, k, pad, out_h, out_w;
+    int act;                      /* GT_RELU, GT_SIGMOID or GT_TANH */
+    int pool, pool_h, pool_w;     /* window (= stride) and pooled output; floor like the CPU */
+    size_t w_off, b_off, b_len;   /* in the flat parameter array; b_len 0: no bias */
+} gt_fused_conv;
+
+/* One linear layer and the activation after it (act -1: none, the logits). */
+typedef struct gt_fused_fc {
+    int in, out, act;
+    size_t w_off, b_off, b_len;
+} gt_fused_fc;
+
+/* Which gradient entries a thread of the reduction kernel sums, and from what: a run of the flat
+ * gradient array is the batch sum of per-sample partials (the convolutions), of outer products
+ * dy x^T (linear weights) or of dy (linear biases). */
+typedef struct gt_fused_seg {
+    int kind;                     /* GT_FUSED_PART, GT_FUSED_OUTER or GT_FUSED_SUM */
+    size_t dst, len;              /* entries [dst, dst + len) of the gradient */
+    size_t col;                   /* PART: first column of the partials row */
+    const float *dy, *x;          /* OUTER and SUM: per-sample rows */
+    int dy_len, x_len;            /* their row lengths */
+} gt_fused_seg;
+
+enum { GT_FUSED_PART = 0, GT_FUSED_OUTER, GT_FUSED_SUM, GT_FUSED_MAX_SEGS = 10 };
+
+/* Samples per block of the fused linear-layer kernel: each weight staged in shared memory serves
+ * this many. */
+#define GT_FUSED_FC_SAMPLES 4
+/* The convolution kernel size and pooling window the fused kernels are unrolled for (LeNet's). */
+#define GT_FUSED_K 5
+#define GT_FUSED_POOL 2
+/* Second-convolution output channels per weight-gradient block of the fused backward kernel. */
+#define GT_FUSED_WGRAD_OUT 4
+/* Threads per block of every fused kernel (the shared-memory plan depends on it). */
+#define GT_FUSED_THREADS 256
+
+/* The shape of a LeNet-like model (conv act avgpool conv act avgpool fc act fc act fc, kernels
+ * GT_FUSED_K with padding below it, pooling GT_FUSED_POOL) and the device buffers of its fused
+ * step, cap samples each. */
+typedef struct gt_fused_net {
+    gt_fused_conv conv[2];
+    gt_fused_fc fc[3];
+    size_t nparams;
+    int cap;
+    size_t in_len;                /* input bytes per sample */
+    size_t a1_len, p1_len, a2_len, p2_len; /* per-sample lengths of the buffers below */
+    size_t part_len;              /* per-sample convolution gradient partials */
+    size_t smem_forward, smem_fc, smem_backward; /* dynamic shared memory of each kernel */
+    int back_blocks;              /* backward blocks per sample: one per conv1 channel, then one
+                                   * per GT_FUSED_WGRAD_OUT conv2 output channels */
+    float *a1, *p1, *a2, *p2;     /* activation outputs and pooled outputs of the two stages */
+    float *h1, *h2;               /* outputs of the first two linear layers (after activation) */
+    float *dz, *dh2, *dh1, *dp2;  /* gradients: logits, linear pre-activations, the fc input */
+    float *part;                  /* cap x part_len */
+    double *loss;                 /* per-sample loss */
+    int *hits;                    /* per-sample argmax hit */
+    int nsegs;
+    gt_fused_seg seg[GT_FUSED_MAX_SEGS];
+} gt_fused_net;
+
+/* 1 and f's shapes filled when the fused kernels can run m within max_smem bytes of shared memory
+ * per block, else 0 (fused_plan.cu, host code only). */
+int gt_fused_plan(const gt_model *m, size_t max_smem, gt_fused_net *f);
+/* Fills f->seg from f's shapes and buffer pointers: what the reduction kernel sums where. */
+void gt_fused_plan_segs(gt_fused_net *f);
+/* Buffers for cap samples, and the kernels' shared-memory limits; set-up time only. */
+int gt_fused_alloc(gt_cuda_ctx *c, gt_fused_net *f, int cap, gt_err *e);
+void gt_fused_free(gt_fused_net *f);
+/* One training step of n samples on c's stream: images n x in_len uint8, labels n; the mean-loss
+ * gradient OVERWRITES grad (every entry), the summed loss and hits overwrite *res. */
+int gt_fused_train(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const uint8_t *images,
+                   const uint8_t *labels, int n, float *grad, gt_cuda_result *res, gt_err *e);
+/* Forward only: adds the summed loss and hits of n samples to *res. */
+int gt_fused_eval(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const uint8_t *images,
+                  const uint8_t *labels, int n, gt_cuda_result *res, gt_err *e);
 
 /* ---- the allreduce mode (optim_cuda.cu, allreduce_cuda.cu) ----------------------------------- */
 

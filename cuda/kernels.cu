@@ -77,8 +77,13 @@ int gt_cuda_bias_grad(gt_cuda_ctx *c, const float *dy, float *db, int n, int len
 
 __global__ static void dropout_forward_kernel(const float *x, float *y, uint8_t *mask, size_t total,
                                               size_t len, float p, float scale, uint64_t seed,
-                                              uint32_t epoch, const uint32_t *ids, uint32_t layer)
+                                              uint32_t epoch, const gt_cuda_key *batch_key,
+                                              const uint32_t *ids, uint32_t layer)
 {
+    if (batch_key) {
+        seed = batch_key->seed;
+        epoch = batch_key->epoch;
+    }
     GRID_STRIDE(i, total)
     {
         size_t sample = i / len, j = i % len;
@@ -91,15 +96,16 @@ __global__ static void dropout_forward_kernel(const float *x, float *y, uint8_t 
 
 int gt_cuda_dropout_forward(gt_cuda_ctx *c, const float *x, float *y, uint8_t *mask, int n,
                             size_t len, float p, uint64_t seed, uint32_t epoch,
-                            const uint32_t *ids, uint32_t layer, gt_err *e)
+                            const gt_cuda_key *key, const uint32_t *ids, uint32_t layer,
+                            gt_err *e)
 {
     size_t total = (size_t)n * len;
     if (total == 0)
         return 0;
     float scale = 1.0f / (1.0f - p); /* computed on the host exactly as the CPU does */
     dropout_forward_kernel<<<grid_for(total), BLOCK, 0, c->stream>>>(x, y, mask, total, len, p,
-                                                                     scale, seed, epoch, ids,
-                                                                     layer);
+                                                                     scale, seed, epoch, key,
+                                                                     ids, layer);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }

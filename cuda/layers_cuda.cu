@@ -425,7 +425,7 @@ int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass 
         return 0;
     case GT_DROPOUT:
         return gt_cuda_dropout_forward(c, x, y, p->mask, p->n, cl->L.out_len, cl->L.p, p->seed,
-                                       p->epoch, p->ids, cl->index, e);
+                                       p->epoch, p->key, p->ids, cl->index, e);
     }
     return layer_fail(c, cl, e, "unknown layer kind");
 }

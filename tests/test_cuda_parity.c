@@ -1,6 +1,7 @@
 /* test_cuda_parity.c - every CUDA op against its CPU twin in src/layers.c on random inputs, then
- * whole training steps (loss, hits and every gradient tensor) and evaluations of lenet5 and
- * cnn-wide against gt_cpu_net_step, and the error for a GPU that does not exist. Skipped (77)
+ * whole training steps (loss, hits and every gradient tensor) and evaluations of lenet5,
+ * lenet5-classic and cnn-wide against gt_cpu_net_step on every step path (fused kernels and layer
+ * by layer, replayed graphs and eager), and the error for a GPU that does not exist. Skipped (77)
  * when built without CUDA or run where no GPU is visible. */
 #include "gputrain/device.h"
 #include "gputrain/layers.h"
@@ -322,28 +323,62 @@ static void make_batch(gt_batch *b, uint32_t *idx, int n, const gt_dataset *ds, 
     b->seed = 0x5eedull;
 }
 
+/* The loss, hits and every gradient tensor of a GPU step against the CPU's. */
+static void compare_step(const gt_model *m, const gt_step_out *out, const float *grad_gpu,
+                         double loss_cpu, int hits_cpu, const float *grad_cpu, const char *what)
+{
+    CHECK_MSG(fabs(out->loss_sum - loss_cpu) <= TOL * fabs(loss_cpu),
+              "%s: loss %.9g on the GPU, %.9g on the CPU", what, out->loss_sum, loss_cpu);
+    CHECK_MSG(out->correct == hits_cpu, "%s: %d hits on the GPU, %d on the CPU", what,
+              out->correct, hits_cpu);
+    for (int t = 0; t < m->ntensors; t++) {
+        const gt_tensor_info *ti = &m->tensors[t];
+        char name[128];
+        snprintf(name, sizeof name, "%s: gradient %s", what, ti->name);
+        CHECK_REL(grad_gpu + ti->offset, grad_cpu + ti->offset, ti->len, name);
+    }
+}
+
 static void step_compare(gt_device *d, gt_cpu_net *net, const float *params, const gt_batch *b,
                          float *grad_cpu, const char *what)
 {
-    const gt_model *m = d->model;
     gt_step_out out = {0, -1};
     gt_err e = {""};
     int hits_cpu = 0;
     double loss_cpu = gt_cpu_net_step(net, params, b, 1, grad_cpu, &hits_cpu);
     int rc = d->ops->train_step(d, b, &out, &e);
     CHECK_MSG(rc == 0, "%s: %s", what, e.msg);
-    if (rc)
-        return;
-    CHECK_MSG(fabs(out.loss_sum - loss_cpu) <= TOL * fabs(loss_cpu),
-              "%s: loss %.9g on the GPU, %.9g on the CPU", what, out.loss_sum, loss_cpu);
-    CHECK_MSG(out.correct == hits_cpu, "%s: %d hits on the GPU, %d on the CPU", what,
-              out.correct, hits_cpu);
-    for (int t = 0; t < m->ntensors; t++) {
-        const gt_tensor_info *ti = &m->tensors[t];
-        char name[96];
-        snprintf(name, sizeof name, "%s: gradient %s", what, ti->name);
-        CHECK_REL(d->grad + ti->offset, grad_cpu + ti->offset, ti->len, name);
+    if (rc == 0)
+        compare_step(d->model, &out, d->grad, loss_cpu, hits_cpu, grad_cpu, what);
+}
+
+/* With keep_grad (the allreduce mode) the gradient stays on the device: the host copy must stay
+ * untouched and the device copy must be the CPU's. */
+static void step_compare_kept(gt_device *d, gt_cpu_net *net, const float *params,
+                              const gt_batch *b, float *grad_cpu, const char *what)
+{
+    size_t n = d->model->nparams;
+    float *grad_dev = gt_alloc(n * sizeof *grad_dev);
+    gt_step_out out = {0, -1};
+    gt_err e = {""};
+    int hits_cpu = 0, untouched = 1;
+    double loss_cpu = gt_cpu_net_step(net, params, b, 1, grad_cpu, &hits_cpu);
+    for (size_t i = 0; i < n; i++)
+        d->grad[i] = NAN;
+    d->keep_grad = 1;
+    int rc = d->ops->train_step(d, b, &out, &e);
+    d->keep_grad = 0;
+    CHECK_MSG(rc == 0, "%s: %s", what, e.msg);
+    for (size_t i = 0; i < n; i++)
+        untouched &= isnan(d->grad[i]);
+    CHECK_MSG(untouched, "%s: the step wrote the host gradient", what);
+    if (rc == 0) {
+        rc = gt_cuda_device_read_grad(d, grad_dev, &e);
+        CHECK_MSG(rc == 0, "%s: %s", what, e.msg);
     }
+    if (rc == 0)
+        compare_step(d->model, &out, grad_dev, loss_cpu, hits_cpu, grad_cpu, what);
+    gt_free(grad_dev);
 }
 
 static void eval_compare(gt_device *d, gt_cpu_net *net, const float *params,
@@ -366,22 +401,85 @@ static void eval_compare(gt_device *d, gt_cpu_net *net, const float *params,
     gt_free(idx);
 }
 
-/* Three steps: a full batch, a short one staged by prefetch, and a full one that was not the
- * prefetched batch while another prefetch is pending; then an evaluation of eval_n samples. */
-static void test_model(const char *name, int max_batch, uint32_t eval_n, const gt_dataset *ds,
-                       gt_rng *r)
+static int load_params(gt_device *d, const float *params, const char *what)
+{
+    gt_err e = {""};
+    memcpy(d->params, params, d->model->nparams * sizeof *params);
+    int rc = d->ops->load_params(d, &e);
+    CHECK_MSG(rc == 0, "%s: load_params: %s", what, e.msg);
+    return rc;
+}
+
+/* One step path of a device: full and short batches of fresh samples, seeds and epochs, so a
+ * replayed graph that kept any of its capture's batch would fail; prefetched batches (a full one,
+ * and one that was not the prefetched batch while another prefetch is pending); new parameters
+ * after replays; keep_grad; then an evaluation of eval_n samples. */
+static void test_path(gt_device *d, gt_cpu_net *net, const float *params, const gt_dataset *ds,
+                      gt_rng *r, uint32_t eval_n, const char *path)
+{
+    const gt_model *m = d->model;
+    int max_batch = d->max_batch;
+    float *grad_cpu = gt_alloc(m->nparams * sizeof *grad_cpu);
+    float *params2 = gt_alloc(m->nparams * sizeof *params2);
+    uint32_t idx1[256], idx2[256], idx3[256];
+    gt_batch b1, b2, b3;
+    gt_err e = {""};
+    char what[128];
+    if (load_params(d, params, path) == 0) {
+        for (int i = 0; i < 6; i++) {
+            int n = i < 4 ? max_batch : max_batch / 2 + 1;
+            make_batch(&b1, idx1, n, ds, r);
+            b1.epoch = 3 + (uint32_t)i;
+            b1.seed = 0x5eedull + 17 * (uint64_t)i;
+            snprintf(what, sizeof what, "%s step %d (%d samples)", path, i + 1, n);
+            step_compare(d, net, params, &b1, grad_cpu, what);
+        }
+        make_batch(&b1, idx1, max_batch, ds, r);
+        make_batch(&b2, idx2, max_batch / 2 + 1, ds, r);
+        make_batch(&b3, idx3, max_batch, ds, r);
+        int rc = d->ops->prefetch(d, &b2, &e);
+        CHECK_MSG(rc == 0, "%s: prefetch: %s", path, e.msg);
+        snprintf(what, sizeof what, "%s prefetched short step", path);
+        step_compare(d, net, params, &b2, grad_cpu, what);
+        rc = d->ops->prefetch(d, &b3, &e);
+        CHECK_MSG(rc == 0, "%s: prefetch: %s", path, e.msg);
+        snprintf(what, sizeof what, "%s step beside a prefetch", path);
+        step_compare(d, net, params, &b1, grad_cpu, what);
+        snprintf(what, sizeof what, "%s step of the prefetched batch", path);
+        step_compare(d, net, params, &b3, grad_cpu, what);
+    }
+    for (size_t i = 0; i < m->nparams; i++)
+        params2[i] = params[i] * (1.0f + 0.25f * (float)(gt_rng_uniform(r) - 0.5));
+    if (load_params(d, params2, path) == 0) {
+        for (int i = 0; i < 2; i++) {
+            make_batch(&b1, idx1, max_batch, ds, r);
+            snprintf(what, sizeof what, "%s step %d on new parameters", path, i + 1);
+            step_compare(d, net, params2, &b1, grad_cpu, what);
+            snprintf(what, sizeof what, "%s keep_grad step %d", path, i + 1);
+            step_compare_kept(d, net, params2, &b1, grad_cpu, what);
+        }
+        snprintf(what, sizeof what, "%s evaluate", path);
+        eval_compare(d, net, params2, ds, 7, eval_n, what);
+    }
+    gt_free(grad_cpu);
+    gt_free(params2);
+}
+
+/* Every path of a model: the fused kernels where the model has their shape, and layer by layer,
+ * each replaying captured graphs and eager. open must choose fused and graphs where it can, and
+ * graphs must really be in use when asked for. */
+static void test_model(const char *name, int max_batch, uint32_t eval_n, int fusable,
+                       const gt_dataset *ds, gt_rng *r)
 {
     gt_model m;
     gt_cpu_net net;
     gt_device *d = NULL;
     gt_err e = {""};
-    char what[64];
     int rc = gt_model_build(name, 1, 28, 28, 10, &m, &e);
     CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
     if (rc)
         return;
     float *params = gt_alloc(m.nparams * sizeof *params);
-    float *grad_cpu = gt_alloc(m.nparams * sizeof *grad_cpu);
     gt_model_init_params(&m, params, 11);
     int cpu_batch = (int)eval_n > max_batch ? (int)eval_n : max_batch;
     rc = gt_cpu_net_create(&net, &m, cpu_batch, &e);
@@ -390,40 +488,36 @@ static void test_model(const char *name, int max_batch, uint32_t eval_n, const g
         rc = gt_cuda_device_open(&d, &m, max_batch, 0, 0, &e);
         CHECK_MSG(rc == 0, "%s: open: %s", name, e.msg);
     }
+    gt_cuda_path path = {0};
     if (rc == 0) {
         CHECK(strncmp(d->name, "gpu:0 (", 7) == 0);
-        memcpy(d->params, params, m.nparams * sizeof *params);
-        rc = d->ops->load_params(d, &e);
-        CHECK_MSG(rc == 0, "%s: load_params: %s", name, e.msg);
+        CHECK(gt_cuda_device_get_path(d, &path) == 0);
+        CHECK_MSG(path.fusable == fusable && path.fused == fusable && path.graphs == 1,
+                  "%s: opened with fusable %d fused %d graphs %d", name, path.fusable,
+                  path.fused, path.graphs);
+        CHECK(gt_cuda_device_set_path(d, 1, 1, &e) == (fusable ? 0 : -1));
     }
-    if (rc == 0) {
-        uint32_t idx1[256], idx2[256], idx3[256];
-        gt_batch b1, b2, b3;
-        make_batch(&b1, idx1, max_batch, ds, r);
-        make_batch(&b2, idx2, max_batch / 2 + 1, ds, r);
-        make_batch(&b3, idx3, max_batch, ds, r);
-        snprintf(what, sizeof what, "%s step 1", name);
-        step_compare(d, &net, params, &b1, grad_cpu, what);
-        rc = d->ops->prefetch(d, &b2, &e);
-        CHECK_MSG(rc == 0, "%s: prefetch: %s", name, e.msg);
-        snprintf(what, sizeof what, "%s prefetched short step", name);
-        step_compare(d, &net, params, &b2, grad_cpu, what);
-        rc = d->ops->prefetch(d, &b3, &e);
-        CHECK_MSG(rc == 0, "%s: prefetch: %s", name, e.msg);
-        snprintf(what, sizeof what, "%s step beside a prefetch", name);
-        step_compare(d, &net, params, &b1, grad_cpu, what);
-        snprintf(what, sizeof what, "%s step of the prefetched batch", name);
-        step_compare(d, &net, params, &b3, grad_cpu, what);
-        snprintf(what, sizeof what, "%s evaluate", name);
-        eval_compare(d, &net, params, ds, 7, eval_n, what);
-    }
+    for (int fused = fusable; rc == 0 && fused >= 0; fused--)
+        for (int graphs = 1; graphs >= 0; graphs--) {
+            char label[64];
+            snprintf(label, sizeof label, "%s %s %s", name, fused ? "fused" : "layers",
+                     graphs ? "graphs" : "eager");
+            int set = gt_cuda_device_set_path(d, fused, graphs, &e);
+            CHECK_MSG(set == 0, "%s: %s", label, e.msg);
+            if (set)
+                continue;
+            test_path(d, &net, params, ds, r, eval_n, label);
+            CHECK(gt_cuda_device_get_path(d, &path) == 0);
+            CHECK_MSG(path.graphs == graphs && (!graphs || path.ngraphs > 0),
+                      "%s: %d graphs in use (%s)", label, path.ngraphs, path.graph_error);
+        }
     gt_device_close(d);
     gt_cpu_net_destroy(&net);
     gt_free(params);
-    gt_free(grad_cpu);
 }
 
-/* TF32 tensor cores keep 10 mantissa bits: the step must run and land near the fp32 one. */
+/* TF32 tensor cores keep 10 mantissa bits: the step (layer by layer: the fused kernels use no
+ * tensor cores) must run and land near the fp32 one. */
 static void test_tf32(const gt_dataset *ds, gt_rng *r)
 {
     gt_model m;
@@ -442,6 +536,10 @@ static void test_tf32(const gt_dataset *ds, gt_rng *r)
     double loss_cpu = gt_cpu_net_step(&net, params, &b, 1, grad_cpu, &hits_cpu);
     int rc = gt_cuda_device_open(&d, &m, 32, 0, 1, &e);
     CHECK_MSG(rc == 0, "tf32 open: %s", e.msg);
+    if (rc == 0) {
+        rc = gt_cuda_device_set_path(d, 0, 1, &e);
+        CHECK_MSG(rc == 0, "tf32 path: %s", e.msg);
+    }
     if (rc == 0) {
         gt_step_out out = {0, -1};
         memcpy(d->params, params, m.nparams * sizeof *params);
@@ -507,9 +605,9 @@ int main(void)
     test_host_memory();
     test_layers(&r);
     make_dataset(&ds, &r, 1200);
-    test_model("lenet5", 32, 1100, &ds, &r);
-    test_model("lenet5-classic", 16, 50, &ds, &r);
-    test_model("cnn-wide", 8, 40, &ds, &r);
+    test_model("lenet5", 32, 1100, 1, &ds, &r);
+    test_model("lenet5-classic", 16, 50, 1, &ds, &r);
+    test_model("cnn-wide", 8, 40, 0, &ds, &r);
     test_tf32(&ds, &r);
     test_missing_gpu(count);
     gt_free(ds.images);

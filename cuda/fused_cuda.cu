@@ -1,0 +1,120 @@
+/* fused_cuda.cu - the fused training step of LeNet-shaped models (conv act avgpool, conv act
+ * avgpool, fc act, fc act, fc: lenet5 and lenet5-classic): its buffers and the launches of the
+ * four kernels of fused_kernels.cuh; fused_plan.cu says which models qualify.
+ *
+ * The layer-by-layer path stays the GPU reference and serves every other model; the parity test
+ * holds both against the CPU. */
+#include "gt_cuda.h"
+
+#include "fused_kernels.cuh"
+
+void gt_fused_free(gt_fused_net *f)
+{
+    void *bufs[] = {f->a1, f->p1,  f->a2,  f->p2,   f->h1,   f->h2,  f->dz,
+                    f->dh2, f->dh1, f->dp2, f->part, f->loss, f->hits};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i])
+            cudaFree(bufs[i]);
+    f->a1 = f->p1 = f->a2 = f->p2 = f->h1 = f->h2 = NULL;
+    f->dz = f->dh2 = f->dh1 = f->dp2 = f->part = NULL;
+    f->loss = NULL;
+    f->hits = NULL;
+    f->cap = 0;
+}
+
+static int fused_malloc(gt_cuda_ctx *c, void **p, size_t rows, size_t len, size_t elem,
+                        gt_err *e)
+{
+    return gt_cuda_malloc(c, p, rows * len * elem, e);
+}
+
+int gt_fused_alloc(gt_cuda_ctx *c, gt_fused_net *f, int cap, gt_err *e)
+{
+    const gt_fused_fc *fc = f->fc;
+    size_t n = (size_t)cap, fl = sizeof(float);
+    if (fused_malloc(c, (void **)&f->a1, n, f->a1_len, fl, e) ||
+        fused_malloc(c, (void **)&f->p1, n, f->p1_len, fl, e) ||
+        fused_malloc(c, (void **)&f->a2, n, f->a2_len, fl, e) ||
+        fused_malloc(c, (void **)&f->p2, n, f->p2_len, fl, e) ||
+        fused_malloc(c, (void **)&f->h1, n, (size_t)fc[0].out, fl, e) ||
+        fused_malloc(c, (void **)&f->h2, n, (size_t)fc[1].out, fl, e) ||
+        fused_malloc(c, (void **)&f->dz, n, (size_t)fc[2].out, fl, e) ||
+        fused_malloc(c, (void **)&f->dh2, n, (size_t)fc[1].out, fl, e) ||
+        fused_malloc(c, (void **)&f->dh1, n, (size_t)fc[0].out, fl, e) ||
+        fused_malloc(c, (void **)&f->dp2, n, f->p2_len, fl, e) ||
+        fused_malloc(c, (void **)&f->part, n, f->part_len, fl, e) ||
+        fused_malloc(c, (void **)&f->loss, n, 1, sizeof(double), e) ||
+        fused_malloc(c, (void **)&f->hits, n, 1, sizeof(int), e))
+        return -1;
+    f->cap = cap;
+    gt_fused_plan_segs(f);
+    GT_CUDA_CHECK(c->name, e,
+                  cudaFuncSetAttribute(fused_forward_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)f->smem_forward));
+    GT_CUDA_CHECK(c->name, e,
+                  cudaFuncSetAttribute(fused_fc_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)f->smem_fc));
+    GT_CUDA_CHECK(c->name, e,
+                  cudaFuncSetAttribute(fused_backward_kernel,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)f->smem_backward));
+    return 0;
+}
+
+static int fused_check_n(gt_cuda_ctx *c, const gt_fused_net *f, int n, gt_err *e)
+{
+    if (n < 1 || n > f->cap)
+        return gt_fail(e, "%s: fused step of %d samples (buffers hold %d)", c->name, n, f->cap);
+    return 0;
+}
+
+/* Both convolution stages, then the linear layers with the loss (and, training, their
+ * backward). */
+static int fused_forward(gt_cuda_ctx *c, gt_fused_net *f, const float *params,
+                         const uint8_t *images, const uint8_t *labels, int n, int train,
+                         gt_err *e)
+{
+    unsigned fc_blocks = (unsigned)((n + FUSED_FC_SAMPLES - 1) / FUSED_FC_SAMPLES);
+    fused_forward_kernel<<<n, FUSED_THREADS, f->smem_forward, c->stream>>>(*f, params, images,
+                                                                          train);
+    GT_CUDA_LAUNCHED(c->name, e);
+    fused_fc_kernel<<<fc_blocks, FUSED_THREADS, f->smem_fc, c->stream>>>(
+        *f, params, labels, n, 1.0f / (float)n, train);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+/* The first nsegs gradient segments and the loss sum: one thread each entry, one the loss. */
+static int fused_reduce(gt_cuda_ctx *c, gt_fused_net *f, int nsegs, int n, float *grad,
+                        gt_cuda_result *res, int accumulate, gt_err *e)
+{
+    size_t total = 1;
+    for (int s = 0; s < nsegs; s++)
+        total += f->seg[s].len;
+    unsigned blocks = (unsigned)((total + FUSED_THREADS - 1) / FUSED_THREADS);
+    fused_reduce_kernel<<<blocks, FUSED_THREADS, 0, c->stream>>>(*f, nsegs, n, grad, res,
+                                                                  accumulate);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+int gt_fused_train(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const uint8_t *images,
+                   const uint8_t *labels, int n, float *grad, gt_cuda_result *res, gt_err *e)
+{
+    if (fused_check_n(c, f, n, e) || fused_forward(c, f, params, images, labels, n, 1, e))
+        return -1;
+    fused_backward_kernel<<<dim3((unsigned)n, (unsigned)f->back_blocks), FUSED_THREADS,
+                            f->smem_backward, c->stream>>>(*f, params, images);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return fused_reduce(c, f, f->nsegs, n, grad, res, 0, e);
+}
+
+int gt_fused_eval(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const uint8_t *images,
+                  const uint8_t *labels, int n, gt_cuda_result *res, gt_err *e)
+{
+    if (fused_check_n(c, f, n, e) || fused_forward(c, f, params, images, labels, n, 0, e))
+        return -1;
+    return fused_reduce(c, f, 0, n, NULL, res, 1, e);
+}

@@ -1,0 +1,552 @@
+/* fused_kernels.cuh - the four kernels of the fused LeNet step; fused_cuda.cu launches them and
+ * fused_plan.cu sizes them. A training step of the layer-by-layer path is some forty library
+ * calls, nearly all launch and scheduling for LeNet's tiny tensors; these do the same arithmetic
+ * in four launches:
+ *
+ *   forward   one block per sample: input bytes -> x/255 -> conv, bias, act, pool -> conv, bias,
+ *             act, pool, all in shared memory; keeps what backward needs in global memory
+ *   fc        a few samples per block, each layer's weights staged in shared memory: the three
+ *             linear layers forward, softmax cross-entropy, and backward to the fc input
+ *   backward  per sample, one block per conv1 channel (back through conv2 into that channel,
+ *             its pooling and activation, and its conv1 weight gradient) and one per group of
+ *             conv2 output channels (their conv2 weight gradient): per-sample partials
+ *   reduce    one thread per gradient entry: the batch sum of the partials and of the linear
+ *             layers' outer products, samples in order, so results do not depend on scheduling
+ *
+ * Every expression mirrors src/layers.c (activations from their outputs, pooling as sum times
+ * 1/k^2, the loss in double); only summation orders differ. The conv loops are unrolled for
+ * GT_FUSED_K x GT_FUSED_K kernels and GT_FUSED_POOL windows, keeping a thread's input patch and
+ * accumulators in registers; every other size is a run-time value. Loops stride by blockDim.x (a
+ * multiple of 32) and a barrier separates every phase, so the arithmetic does not depend on the
+ * block size. */
+#include <limits.h>
+#include <math.h>
+
+enum {
+    FUSED_FC_SAMPLES = GT_FUSED_FC_SAMPLES,
+    FUSED_K = GT_FUSED_K,
+    FUSED_Q = GT_FUSED_POOL,
+    FUSED_THREADS = GT_FUSED_THREADS,
+};
+
+__device__ __forceinline__ static float fused_act(int kind, float x)
+{
+    switch (kind) {
+    case GT_RELU:
+        return x > 0.0f ? x : 0.0f;
+    case GT_SIGMOID:
+        return 1.0f / (1.0f + expf(-x));
+    case GT_TANH:
+        return tanhf(x);
+    default:
+        return x;
+    }
+}
+
+/* The gradient through an activation, from its output y, as gt_act_backward computes it. */
+__device__ __forceinline__ static float fused_act_grad(int kind, float y, float dy)
+{
+    switch (kind) {
+    case GT_RELU:
+        return y > 0.0f ? dy : 0.0f;
+    case GT_SIGMOID:
+        return dy * y * (1.0f - y);
+    case GT_TANH:
+        return dy * (1.0f - y * y);
+    default:
+        return dy;
+    }
+}
+
+__device__ __forceinline__ static float fused_warp_sum(float v)
+{
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+__device__ __forceinline__ static double fused_warp_sum_double(double v)
+{
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+/* The first maximum across a warp; a lane without elements holds arg INT_MAX. */
+__device__ __forceinline__ static void fused_warp_argmax(float *m, int *arg)
+{
+    for (int off = 16; off > 0; off >>= 1) {
+        float om = __shfl_xor_sync(0xffffffffu, *m, off);
+        int oa = __shfl_xor_sync(0xffffffffu, *arg, off);
+        if (oa != INT_MAX && (*arg == INT_MAX || om > *m || (om == *m && oa < *arg))) {
+            *m = om;
+            *arg = oa;
+        }
+    }
+}
+
+__device__ __forceinline__ static float fused_input(uint8_t v) { return (float)v / 255.0f; }
+__device__ __forceinline__ static float fused_input(float v) { return v; }
+
+/* c planes of h x w from src into dst with a zero border of pad (bytes become x / 255). */
+template <typename T>
+__device__ static void fused_load_padded(const T *src, int c, int h, int w, int pad, float *dst)
+{
+    int ph = h + 2 * pad, pw = w + 2 * pad, total = c * ph * pw;
+    for (int t = threadIdx.x; t < total; t += blockDim.x) {
+        int ix = t % pw - pad, iy = t / pw % ph - pad, ch = t / (pw * ph);
+        dst[t] = iy >= 0 && iy < h && ix >= 0 && ix < w ? fused_input(src[(ch * h + iy) * w + ix])
+                                                        : 0.0f;
+    }
+}
+
+/* len floats from global memory: eight loads in flight per thread before the first store. */
+__device__ static void fused_copy(const float *__restrict__ src, float *__restrict__ dst,
+                                  size_t len)
+{
+#pragma unroll 8
+    for (size_t t = threadIdx.x; t < len; t += blockDim.x)
+        dst[t] = src[t];
+}
+
+__device__ __forceinline__ static int fused_weight_len(const gt_fused_conv *cv)
+{
+    return cv->out_c * cv->in_c * FUSED_K * FUSED_K;
+}
+
+/* ---- forward --------------------------------------------------------------------------------- */
+
+/* One sample through conv + bias, activation and pooling: in is the padded input in shared
+ * memory, w and b the weights there (b NULL: no bias). A thread takes a pooled output: per input
+ * channel it loads the (Q+K-1)^2 input patch under its pool window once into registers, then
+ * accumulates the window's Q x Q conv outputs. Activation outputs go to a (NULL: not kept),
+ * pooled ones to pooled and, when next is non-NULL, into next with a border of next_pad (zeroed
+ * before). */
+__device__ static void fused_conv_stage(const gt_fused_conv *cv, const float *in, const float *w,
+                                        const float *b, float *a, float *pooled, float *next,
+                                        int next_pad)
+{
+    const int P = FUSED_Q + FUSED_K - 1;
+    int in_h = cv->in_h + 2 * cv->pad, in_w = cv->in_w + 2 * cv->pad;
+    int plane = cv->pool_h * cv->pool_w, total = cv->out_c * plane;
+    int next_h = cv->pool_h + 2 * next_pad, next_w = cv->pool_w + 2 * next_pad;
+    float inv = 1.0f / (float)(FUSED_Q * FUSED_Q);
+    for (int t = threadIdx.x; t < total; t += blockDim.x) {
+        int o = t / plane, py = t % plane / cv->pool_w, px = t % cv->pool_w;
+        float acc[FUSED_Q][FUSED_Q];
+#pragma unroll
+        for (int qy = 0; qy < FUSED_Q; qy++)
+#pragma unroll
+            for (int qx = 0; qx < FUSED_Q; qx++)
+                acc[qy][qx] = b ? b[o] : 0.0f;
+        for (int c = 0; c < cv->in_c; c++) {
+            const float *ic = in + (c * in_h + py * FUSED_Q) * in_w + px * FUSED_Q;
+            const float *wc = w + (o * cv->in_c + c) * FUSED_K * FUSED_K;
+            float patch[P][P];
+#pragma unroll
+            for (int r = 0; r < P; r++)
+#pragma unroll
+                for (int q = 0; q < P; q++)
+                    patch[r][q] = ic[r * in_w + q];
+#pragma unroll
+            for (int ky = 0; ky < FUSED_K; ky++)
+#pragma unroll
+                for (int kx = 0; kx < FUSED_K; kx++) {
+                    float wv = wc[ky * FUSED_K + kx];
+#pragma unroll
+                    for (int qy = 0; qy < FUSED_Q; qy++)
+#pragma unroll
+                        for (int qx = 0; qx < FUSED_Q; qx++)
+                            acc[qy][qx] += wv * patch[qy + ky][qx + kx];
+                }
+        }
+        float s = 0.0f;
+#pragma unroll
+        for (int qy = 0; qy < FUSED_Q; qy++)
+#pragma unroll
+            for (int qx = 0; qx < FUSED_Q; qx++) {
+                int y = py * FUSED_Q + qy, x = px * FUSED_Q + qx;
+                float v = fused_act(cv->act, acc[qy][qx]);
+                if (a)
+                    a[(o * cv->out_h + y) * cv->out_w + x] = v;
+                s += v;
+            }
+        float p = s * inv;
+        pooled[t] = p;
+        if (next)
+            next[(o * next_h + py + next_pad) * next_w + px + next_pad] = p;
+    }
+}
+
+/* Both convolution stages of sample blockIdx.x. keep: store the activation outputs for backward
+ * (training); the pooled outputs are always stored, p2 being the linear layers' input. */
+__global__ static void __launch_bounds__(FUSED_THREADS)
+    fused_forward_kernel(const __grid_constant__ gt_fused_net f, const float *params,
+                         const uint8_t *images, int keep)
+{
+    extern __shared__ float fused_smem[];
+    const gt_fused_conv *c1 = &f.conv[0], *c2 = &f.conv[1];
+    size_t s = blockIdx.x;
+    int in1 = c1->in_c * (c1->in_h + 2 * c1->pad) * (c1->in_w + 2 * c1->pad);
+    int in2 = c2->in_c * (c2->in_h + 2 * c2->pad) * (c2->in_w + 2 * c2->pad);
+    int w1 = fused_weight_len(c1), w2 = fused_weight_len(c2);
+    float *x = fused_smem, *p1 = x + in1, *wa = p1 + in2, *ba = wa + w1, *wb = ba + c1->out_c;
+    float *bb = wb + w2;
+    fused_load_padded(images + s * f.in_len, c1->in_c, c1->in_h, c1->in_w, c1->pad, x);
+    for (int t = threadIdx.x; t < in2; t += blockDim.x)
+        p1[t] = 0.0f;
+    fused_copy(params + c1->w_off, wa, w1);
+    fused_copy(params + c1->b_off, ba, c1->b_len);
+    fused_copy(params + c2->w_off, wb, w2);
+    fused_copy(params + c2->b_off, bb, c2->b_len);
+    __syncthreads();
+    fused_conv_stage(c1, x, wa, c1->b_len ? ba : NULL, keep ? f.a1 + s * f.a1_len : NULL,
+                     f.p1 + s * f.p1_len, p1, c2->pad);
+    __syncthreads();
+    fused_conv_stage(c2, p1, wb, c2->b_len ? bb : NULL, keep ? f.a2 + s * f.a2_len : NULL,
+                     f.p2 + s * f.p2_len, NULL, 0);
+}
+
+/* ---- the linear layers and the loss ---------------------------------------------------------- */
+
+/* out[s][j] = act(b[j] + sum_i W[j][i] in[s][i]) for the block's rows, W in shared memory: a warp
+ * per output j, its lanes across i, so each weight row is read once for all rows. */
+__device__ static void fused_dense(const gt_fused_fc *fc, const float *params, const float *wt,
+                                   const float *in, float *out, int ns)
+{
+    const int lanes = 32;
+    int lane = threadIdx.x % lanes, warp = threadIdx.x / lanes, nwarps = blockDim.x / lanes;
+    for (int j = warp; j < fc->out; j += nwarps) {
+        float acc[FUSED_FC_SAMPLES];
+#pragma unroll
+        for (int s = 0; s < FUSED_FC_SAMPLES; s++)
+            acc[s] = 0.0f;
+        for (int i = lane; i < fc->in; i += lanes) {
+            float wv = wt[j * fc->in + i];
+#pragma unroll
+            for (int s = 0; s < FUSED_FC_SAMPLES; s++)
+                acc[s] += wv * in[s * fc->in + i];
+        }
+#pragma unroll
+        for (int s = 0; s < FUSED_FC_SAMPLES; s++)
+            acc[s] = fused_warp_sum(acc[s]);
+        float b = fc->b_len ? params[fc->b_off + j] : 0.0f;
+#pragma unroll
+        for (int s = 0; s < FUSED_FC_SAMPLES; s++)
+            if (lane == 0 && s < ns)
+                out[s * fc->out + j] = fused_act(fc->act, b + acc[s]);
+    }
+}
+
+/* dx[s][i] = sum_k W[k][i] dy[s][k], W in shared memory, then through the activation whose
+ * output y is (y NULL: none): a thread per (row, i), consecutive threads on consecutive weights. */
+__device__ static void fused_dense_back(const gt_fused_fc *fc, const float *wt, const float *dy,
+                                        const float *y, int act, float *dx, int ns)
+{
+    for (int t = threadIdx.x; t < ns * fc->in; t += blockDim.x) {
+        int s = t / fc->in, i = t % fc->in;
+        float acc = 0.0f;
+        for (int k = 0; k < fc->out; k++)
+            acc += dy[s * fc->out + k] * wt[k * fc->in + i];
+        dx[t] = y ? fused_act_grad(act, y[t], acc) : acc;
+    }
+}
+
+/* A layer's weights into the block's weight buffer: the barrier before lets every thread finish
+ * with the previous layer's, the one after publishes these. */
+__device__ static void fused_stage_weights(const gt_fused_fc *fc, const float *params, float *wt)
+{
+    __syncthreads();
+    fused_copy(params + fc->w_off, wt, (size_t)fc->out * fc->in);
+    __syncthreads();
+}
+
+/* Softmax cross-entropy of the block's rows of k logits, a warp per row, in double as on the CPU:
+ * the row's loss and argmax hit to loss and hits, and (dz non-NULL) dz = (softmax - onehot) *
+ * scale. */
+__device__ static void fused_xent(const float *z, int k, const uint8_t *labels, int ns,
+                                  float scale, double *loss, int *hits, float *dz)
+{
+    const int lanes = 32;
+    int lane = threadIdx.x % lanes, warp = threadIdx.x / lanes, nwarps = blockDim.x / lanes;
+    for (int s = warp; s < ns; s += nwarps) {
+        const float *zr = z + s * k;
+        float m = 0.0f;
+        int arg = INT_MAX;
+        for (int j = lane; j < k; j += lanes)
+            if (arg == INT_MAX || zr[j] > m) {
+                m = zr[j];
+                arg = j;
+            }
+        fused_warp_argmax(&m, &arg);
+        double zmax = m, sum = 0;
+        for (int j = lane; j < k; j += lanes)
+            sum += exp((double)zr[j] - zmax);
+        sum = fused_warp_sum_double(sum);
+        int label = labels[s];
+        if (lane == 0) {
+            loss[s] = log(sum) - ((double)zr[label] - zmax);
+            hits[s] = arg == label;
+        }
+        if (dz)
+            for (int j = lane; j < k; j += lanes) {
+                double prob = exp((double)zr[j] - zmax) / sum;
+                dz[s * k + j] = (float)((prob - (j == label)) * scale);
+            }
+    }
+}
+
+static __device__ void fused_store_rows(const float *src, float *dst, int ns, int len)
+{
+    for (int t = threadIdx.x; t < ns * len; t += blockDim.x)
+        dst[t] = src[t];
+}
+
+/* FUSED_FC_SAMPLES samples per block: forward through the three linear layers, the loss and,
+ * when training, backward to the gradient at the first one's input (dp2), keeping each layer's
+ * input and output gradient for the weight-gradient reduction. One shared buffer holds the
+ * weights of the layer at work, staged from L2 in one coalesced sweep each time. */
+__global__ static void __launch_bounds__(FUSED_THREADS)
+    fused_fc_kernel(const __grid_constant__ gt_fused_net f, const float *params,
+                    const uint8_t *labels, int n, float scale, int train)
+{
+    extern __shared__ float fused_smem[];
+    const gt_fused_fc *f1 = &f.fc[0], *f2 = &f.fc[1], *f3 = &f.fc[2];
+    const int S = FUSED_FC_SAMPLES;
+    int s0 = blockIdx.x * S, ns = n - s0 < S ? n - s0 : S;
+    float *x = fused_smem, *h1 = x + S * f1->in, *h2 = h1 + S * f1->out, *z = h2 + S * f2->out;
+    float *dz = z + S * f3->out, *dh2 = dz + S * f3->out, *dh1 = dh2 + S * f2->out;
+    float *wt = dh1 + S * f1->out;
+    int len = S * (f1->in + 2 * f1->out + 2 * f2->out + 2 * f3->out);
+    /* Rows past ns stay zero: the dense loops run over all S rows. */
+    for (int t = threadIdx.x; t < len; t += blockDim.x)
+        fused_smem[t] = t < ns * f1->in ? f.p2[(size_t)s0 * f1->in + t] : 0.0f;
+    fused_stage_weights(f1, params, wt);
+    fused_dense(f1, params, wt, x, h1, ns);
+    fused_stage_weights(f2, params, wt);
+    fused_dense(f2, params, wt, h1, h2, ns);
+    fused_stage_weights(f3, params, wt);
+    fused_dense(f3, params, wt, h2, z, ns);
+    __syncthreads();
+    fused_xent(z, f3->out, labels + s0, ns, scale, f.loss + s0, f.hits + s0, train ? dz : NULL);
+    if (!train)
+        return;
+    __syncthreads();
+    fused_dense_back(f3, wt, dz, h2, f2->act, dh2, ns);
+    fused_stage_weights(f2, params, wt);
+    fused_dense_back(f2, wt, dh2, h1, f1->act, dh1, ns);
+    fused_stage_weights(f1, params, wt);
+    fused_dense_back(f1, wt, dh1, NULL, -1, f.dp2 + (size_t)s0 * f1->in, ns);
+    fused_store_rows(h1, f.h1 + (size_t)s0 * f1->out, ns, f1->out);
+    fused_store_rows(h2, f.h2 + (size_t)s0 * f2->out, ns, f2->out);
+    fused_store_rows(dz, f.dz + (size_t)s0 * f3->out, ns, f3->out);
+    fused_store_rows(dh2, f.dh2 + (size_t)s0 * f2->out, ns, f2->out);
+    fused_store_rows(dh1, f.dh1 + (size_t)s0 * f1->out, ns, f1->out);
+}
+
+/* ---- backward through the convolution stages ------------------------------------------------- */
+
+/* dr = the gradient at a stage's conv output (before its activation) for n_o channels, stored with
+ * a zero border of pad: pooling backward spreads dpool * 1/k^2, zero where the floor dropped rows
+ * and columns, then the activation's backward from its outputs a. a and dpool start at the first
+ * of the channels. */
+__device__ static void fused_pool_act_back(const gt_fused_conv *cv, const float *a,
+                                           const float *dpool, int n_o, float *dr, int pad)
+{
+    int ph = cv->out_h + 2 * pad, pw = cv->out_w + 2 * pad, total = n_o * ph * pw;
+    float inv = 1.0f / (float)(FUSED_Q * FUSED_Q);
+    for (int t = threadIdx.x; t < total; t += blockDim.x) {
+        int o = t / (ph * pw), y = t % (ph * pw) / pw - pad, x = t % pw - pad;
+        float v = 0.0f;
+        if (y >= 0 && y < cv->pool_h * FUSED_Q && x >= 0 && x < cv->pool_w * FUSED_Q) {
+            float d = dpool[(o * cv->pool_h + y / FUSED_Q) * cv->pool_w + x / FUSED_Q] * inv;
+            v = fused_act_grad(cv->act, a[(o * cv->out_h + y) * cv->out_w + x], d);
+        }
+        dr[t] = v;
+    }
+}
+
+/* The input gradient of a convolution for input channel c: with dyp the output gradient under a
+ * zero border of K-1-pad, dx[iy][ix] = sum over o, ky, kx of dyp[o][iy + ky][ix + kx] times
+ * w[o][K-1-ky][K-1-kx], where w holds channel c's K x K weights of every output channel. */
+__device__ static void fused_conv_dgrad(const gt_fused_conv *cv, const float *w, const float *dyp,
+                                        float *dx)
+{
+    int border = FUSED_K - 1 - cv->pad;
+    int ph = cv->out_h + 2 * border, pw = cv->out_w + 2 * border, plane = cv->in_h * cv->in_w;
+    for (int t = threadIdx.x; t < plane; t += blockDim.x) {
+        int iy = t / cv->in_w, ix = t % cv->in_w;
+        float acc = 0.0f;
+        for (int o = 0; o < cv->out_c; o++) {
+            const float *d = dyp + (o * ph + iy) * pw + ix, *wo = w + o * FUSED_K * FUSED_K;
+#pragma unroll
+            for (int ky = 0; ky < FUSED_K; ky++)
+#pragma unroll
+                for (int kx = 0; kx < FUSED_K; kx++)
+                    acc += d[ky * pw + kx] *
+                           wo[(FUSED_K - 1 - ky) * FUSED_K + (FUSED_K - 1 - kx)];
+        }
+        dx[t] = acc;
+    }
+}
+
+/* One sample's weight and bias gradient of n_o output channels of a convolution: gw[o][c][ky][kx]
+ * = sum over the output plane of dy[o] times the padded input in[c] shifted by (ky, kx), gb[o] =
+ * the sum of dy[o]. The output rows are cut into chunks so that every thread has work: a thread
+ * takes one (o, c, ky) row of K weights (or one bias) over one chunk, the partial sums meet in
+ * scratch and are added in chunk order. */
+__device__ static void fused_conv_wgrad(const gt_fused_conv *cv, int n_o, const float *in,
+                                        const float *dy, float *scratch, float *gw, float *gb)
+{
+    int in_h = cv->in_h + 2 * cv->pad, in_w = cv->in_w + 2 * cv->pad;
+    int rows = n_o * cv->in_c * FUSED_K, items = rows + n_o, plane = cv->out_h * cv->out_w;
+    int nchunk = (int)blockDim.x / items;
+    nchunk = nchunk < 1 ? 1 : nchunk > cv->out_h ? cv->out_h : nchunk;
+    float *bias_part = scratch + rows * nchunk * FUSED_K;
+    for (int t = threadIdx.x; t < items * nchunk; t += blockDim.x) {
+        int item = t / nchunk, ch = t % nchunk;
+        int y0 = ch * cv->out_h / nchunk, y1 = (ch + 1) * cv->out_h / nchunk;
+        if (item >= rows) {
+            const float *d = dy + (item - rows) * plane;
+            float acc = 0.0f;
+            for (int i = y0 * cv->out_w; i < y1 * cv->out_w; i++)
+                acc += d[i];
+            bias_part[(item - rows) * nchunk + ch] = acc;
+            continue;
+        }
+        int o = item / (cv->in_c * FUSED_K), c = item / FUSED_K % cv->in_c, ky = item % FUSED_K;
+        float acc[FUSED_K];
+#pragma unroll
+        for (int kx = 0; kx < FUSED_K; kx++)
+            acc[kx] = 0.0f;
+        for (int y = y0; y < y1; y++) {
+            const float *d = dy + o * plane + y * cv->out_w;
+            const float *ir = in + (c * in_h + y + ky) * in_w;
+            for (int x = 0; x < cv->out_w; x++) {
+                float dv = d[x];
+#pragma unroll
+                for (int kx = 0; kx < FUSED_K; kx++)
+                    acc[kx] += dv * ir[x + kx];
+            }
+        }
+#pragma unroll
+        for (int kx = 0; kx < FUSED_K; kx++)
+            scratch[(item * nchunk + ch) * FUSED_K + kx] = acc[kx];
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < rows * FUSED_K + n_o; t += blockDim.x) {
+        float acc = 0.0f;
+        if (t < rows * FUSED_K) {
+            const float *p = scratch + (t / FUSED_K * nchunk) * FUSED_K + t % FUSED_K;
+            for (int ch = 0; ch < nchunk; ch++)
+                acc += p[ch * FUSED_K];
+            gw[t] = acc;
+        } else {
+            const float *p = bias_part + (t - rows * FUSED_K) * nchunk;
+            for (int ch = 0; ch < nchunk; ch++)
+                acc += p[ch];
+            gb[t - rows * FUSED_K] = acc;
+        }
+    }
+}
+
+/* Sample blockIdx.x. Blocks y < conv1's channels take channel c = y: conv2's input gradient for
+ * channel c (which needs the output gradient of every conv2 channel), back through c's pooling
+ * and activation, and c's conv1 weight gradient. The blocks after take GT_FUSED_WGRAD_OUT conv2
+ * output channels each and their conv2 weight gradient. The partials row holds [conv2 weights,
+ * conv2 bias, conv1 weights, conv1 bias]. */
+__global__ static void __launch_bounds__(FUSED_THREADS)
+    fused_backward_kernel(const __grid_constant__ gt_fused_net f, const float *params,
+                          const uint8_t *images)
+{
+    extern __shared__ float fused_smem[];
+    const gt_fused_conv *c1 = &f.conv[0], *c2 = &f.conv[1];
+    const int KK = FUSED_K * FUSED_K;
+    size_t s = blockIdx.x;
+    int w2 = fused_weight_len(c2), w1 = fused_weight_len(c1), y = blockIdx.y;
+    float *row = f.part + s * f.part_len, *a2 = f.a2 + s * f.a2_len, *dp2 = f.dp2 + s * f.p2_len;
+    int plane2 = c2->out_h * c2->out_w, pool2 = c2->pool_h * c2->pool_w;
+    if (y >= c1->out_c) {
+        int o0 = (y - c1->out_c) * GT_FUSED_WGRAD_OUT, n_o = c2->out_c - o0;
+        n_o = n_o < GT_FUSED_WGRAD_OUT ? n_o : GT_FUSED_WGRAD_OUT;
+        float *dr2 = fused_smem, *in = dr2 + n_o * plane2;
+        float *scratch = in + c2->in_c * (c2->in_h + 2 * c2->pad) * (c2->in_w + 2 * c2->pad);
+        fused_pool_act_back(c2, a2 + o0 * plane2, dp2 + o0 * pool2, n_o, dr2, 0);
+        fused_load_padded(f.p1 + s * f.p1_len, c2->in_c, c2->in_h, c2->in_w, c2->pad, in);
+        __syncthreads();
+        fused_conv_wgrad(c2, n_o, in, dr2, scratch, row + o0 * c2->in_c * KK, row + w2 + o0);
+        return;
+    }
+    int c = y, border = FUSED_K - 1 - c2->pad;
+    int dr2_len = c2->out_c * (c2->out_h + 2 * border) * (c2->out_w + 2 * border);
+    int plane1 = c1->out_h * c1->out_w;
+    float *dr2 = fused_smem, *w = dr2 + dr2_len, *dp1 = w + c2->out_c * KK;
+    float *dr1 = dp1 + c2->in_h * c2->in_w, *x = dr1 + plane1;
+    float *scratch = x + c1->in_c * (c1->in_h + 2 * c1->pad) * (c1->in_w + 2 * c1->pad);
+    fused_pool_act_back(c2, a2, dp2, c2->out_c, dr2, border);
+    for (int t = threadIdx.x; t < c2->out_c * KK; t += blockDim.x)
+        w[t] = params[c2->w_off + (t / KK * c2->in_c + c) * KK + t % KK];
+    fused_load_padded(images + s * f.in_len, c1->in_c, c1->in_h, c1->in_w, c1->pad, x);
+    __syncthreads();
+    fused_conv_dgrad(c2, w, dr2, dp1);
+    __syncthreads();
+    fused_pool_act_back(c1, f.a1 + s * f.a1_len + c * plane1, dp1, 1, dr1, 0);
+    __syncthreads();
+    fused_conv_wgrad(c1, 1, x, dr1, scratch, row + w2 + c2->out_c + c * c1->in_c * KK,
+                     row + w2 + c2->out_c + w1 + c);
+}
+
+/* ---- the batch sums -------------------------------------------------------------------------- */
+
+/* Thread t < the segments' total writes one gradient entry; thread total sums the per-sample
+ * losses and hits into res (added to it when accumulate, else replacing it). The sample loops are
+ * unrolled so that many loads are in flight: the order of the additions stays the samples'. */
+__global__ static void __launch_bounds__(FUSED_THREADS)
+    fused_reduce_kernel(const __grid_constant__ gt_fused_net f, int nsegs, int n, float *grad,
+                        gt_cuda_result *res, int accumulate)
+{
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int seg = 0;
+    while (seg < nsegs && t >= f.seg[seg].len)
+        t -= f.seg[seg++].len;
+    if (seg == nsegs) {
+        if (t != 0)
+            return;
+        double loss = 0;
+        int hits = 0;
+#pragma unroll 16
+        for (int s = 0; s < n; s++) {
+            loss += f.loss[s];
+            hits += f.hits[s];
+        }
+        res->loss_sum = accumulate ? res->loss_sum + loss : loss;
+        res->correct = accumulate ? res->correct + hits : hits;
+        return;
+    }
+    const gt_fused_seg *g = &f.seg[seg];
+    float acc = 0.0f;
+    switch (g->kind) {
+    case GT_FUSED_PART: {
+        const float *p = f.part + g->col + t;
+#pragma unroll 16
+        for (int s = 0; s < n; s++)
+            acc += p[(size_t)s * f.part_len];
+        break;
+    }
+    case GT_FUSED_OUTER: {
+        const float *dy = g->dy + t / g->x_len, *x = g->x + t % g->x_len;
+#pragma unroll 16
+        for (int s = 0; s < n; s++)
+            acc += dy[(size_t)s * g->dy_len] * x[(size_t)s * g->x_len];
+        break;
+    }
+    default: {
+        const float *dy = g->dy + t;
+#pragma unroll 16
+        for (int s = 0; s < n; s++)
+            acc += dy[(size_t)s * g->dy_len];
+        break;
+    }
+    }
+    grad[g->dst + t] = acc;
+}
