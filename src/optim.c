@@ -15,6 +15,37 @@
 #include "gputrain/optim.h"
 
 #include <math.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
+/* Denormals: a parameter whose gradient stays zero (a dead ReLU's weights) sees its momentum decay
+ * by 0.9 per update into the denormal range, where every x86 floating-point operation on it is
+ * ~100x slower (measured: a lenet5 push went from 9 us to 214 us after ~800 steps). The updates run
+ * with flush-to-zero and denormals-are-zero, as GPUs' and most frameworks' fast paths do; values
+ * below 1.2e-38 become 0, nothing else changes. The caller's mode is restored. */
+typedef struct fp_mode {
+    unsigned int csr;
+} fp_mode;
+
+static fp_mode fp_flush_denormals(void)
+{
+    fp_mode m = {0};
+#if defined(__SSE__)
+    m.csr = _mm_getcsr();
+    _mm_setcsr(m.csr | 0x8040u); /* FTZ (bit 15) | DAZ (bit 6) */
+#endif
+    return m;
+}
+
+static void fp_restore(fp_mode m)
+{
+#if defined(__SSE__)
+    _mm_setcsr(m.csr);
+#else
+    (void)m;
+#endif
+}
 
 void gt_optim_defaults(gt_optim_cfg *c)
 {
@@ -178,6 +209,7 @@ void gt_optim_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, co
                     float gscale, float *s0, float *s1, size_t n)
 {
     optim_consts k = optim_consts_make(c, st);
+    fp_mode mode = fp_flush_denormals();
     if (c->kind == GT_OPT_ADAM)
         optim_adam(&k, p, g, gscale, s0, s1, n);
     else if (c->momentum == 0.0f)
@@ -186,6 +218,7 @@ void gt_optim_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, co
         optim_sgd_nesterov(&k, p, g, gscale, s0, n);
     else
         optim_sgd_momentum(&k, p, g, gscale, s0, n);
+    fp_restore(mode);
 }
 
 static inline float load_relaxed(float *x)
@@ -201,6 +234,7 @@ void gt_optim_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, floa
                             const float *g, float gscale, float *s0, float *s1, size_t n)
 {
     optim_consts k = optim_consts_make(c, st);
+    fp_mode mode = fp_flush_denormals();
     int adam = c->kind == GT_OPT_ADAM;
     int momentum = !adam && c->momentum != 0.0f;
     int nesterov = momentum && c->nesterov;
@@ -221,4 +255,5 @@ void gt_optim_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, floa
             store_relaxed(&p[i], pi - k.lr * gi);
         }
     }
+    fp_restore(mode);
 }
