@@ -88,25 +88,60 @@ __device__ __forceinline__ static void fused_warp_argmax(float *m, int *arg)
 __device__ __forceinline__ static float fused_input(uint8_t v) { return (float)v / 255.0f; }
 __device__ __forceinline__ static float fused_input(float v) { return v; }
 
+/* Loads in flight per thread in the loops that read global memory into shared memory. Warps issue
+ * in order and a store waits for the load it stores, so a loop of load-store pairs has one L2
+ * round trip at a time per thread; fused_staged issues a batch of loads before the first store.
+ * Eight, as every batch costs registers: the forward and backward kernels share their SMs. */
+enum { FUSED_BATCH = 8 };
+
+/* put(t, get(t)) for t < len, strided by blockDim.x, a batch of B gets before its puts. get only
+ * loads (work on the loaded value goes in put, or it would wait for the load); its index is
+ * clamped to len - 1 so that no test of the bound separates the loads. */
+template <int B = FUSED_BATCH, typename Get, typename Put>
+__device__ __forceinline__ static void fused_staged(int len, Get get, Put put)
+{
+    int step = blockDim.x;
+    for (int t0 = threadIdx.x; t0 < len; t0 += B * step) {
+        decltype(get(0)) v[B];
+#pragma unroll
+        for (int u = 0; u < B; u++)
+            v[u] = get(min(t0 + u * step, len - 1));
+#pragma unroll
+        for (int u = 0; u < B; u++)
+            if (t0 + u * step < len)
+                put(t0 + u * step, v[u]);
+    }
+}
+
 /* c planes of h x w from src into dst with a zero border of pad (bytes become x / 255). */
 template <typename T>
 __device__ static void fused_load_padded(const T *src, int c, int h, int w, int pad, float *dst)
 {
-    int ph = h + 2 * pad, pw = w + 2 * pad, total = c * ph * pw;
-    for (int t = threadIdx.x; t < total; t += blockDim.x) {
-        int ix = t % pw - pad, iy = t / pw % ph - pad, ch = t / (pw * ph);
-        dst[t] = iy >= 0 && iy < h && ix >= 0 && ix < w ? fused_input(src[(ch * h + iy) * w + ix])
-                                                        : 0.0f;
-    }
+    int ph = h + 2 * pad, pw = w + 2 * pad;
+    fused_staged(
+        c * ph * pw,
+        [=](int t) {
+            int ix = t % pw - pad, iy = t / pw % ph - pad, ch = t / (pw * ph);
+            return iy >= 0 && iy < h && ix >= 0 && ix < w ? src[(ch * h + iy) * w + ix] : (T)0;
+        },
+        [=](int t, T v) { dst[t] = fused_input(v); });
 }
 
-/* len floats from global memory: eight loads in flight per thread before the first store. */
-__device__ static void fused_copy(const float *__restrict__ src, float *__restrict__ dst,
-                                  size_t len)
+/* len floats from global into shared memory, as float4 where both ends are 16-byte aligned, B
+ * loads in flight per thread. */
+template <int B = FUSED_BATCH>
+__device__ static void fused_copy(const float *src, float *dst, int len)
 {
-#pragma unroll 8
-    for (size_t t = threadIdx.x; t < len; t += blockDim.x)
-        dst[t] = src[t];
+    int vec = 0;
+    if ((((uintptr_t)src | (uintptr_t)dst) & 15) == 0) {
+        const float4 *s4 = (const float4 *)src;
+        float4 *d4 = (float4 *)dst;
+        vec = len / 4;
+        fused_staged<B>(vec, [=](int t) { return s4[t]; }, [=](int t, float4 v) { d4[t] = v; });
+    }
+    fused_staged<B>(
+        len - 4 * vec, [=](int t) { return src[4 * vec + t]; },
+        [=](int t, float v) { dst[4 * vec + t] = v; });
 }
 
 __device__ __forceinline__ static int fused_weight_len(const gt_fused_conv *cv)
@@ -196,9 +231,9 @@ __global__ static void __launch_bounds__(FUSED_THREADS)
     for (int t = threadIdx.x; t < in2; t += blockDim.x)
         p1[t] = 0.0f;
     fused_copy(params + c1->w_off, wa, w1);
-    fused_copy(params + c1->b_off, ba, c1->b_len);
+    fused_copy(params + c1->b_off, ba, (int)c1->b_len);
     fused_copy(params + c2->w_off, wb, w2);
-    fused_copy(params + c2->b_off, bb, c2->b_len);
+    fused_copy(params + c2->b_off, bb, (int)c2->b_len);
     __syncthreads();
     fused_conv_stage(c1, x, wa, c1->b_len ? ba : NULL, keep ? f.a1 + s * f.a1_len : NULL,
                      f.p1 + s * f.p1_len, p1, c2->pad);
@@ -209,10 +244,11 @@ __global__ static void __launch_bounds__(FUSED_THREADS)
 
 /* ---- the linear layers and the loss ---------------------------------------------------------- */
 
-/* out[s][j] = act(b[j] + sum_i W[j][i] in[s][i]) for the block's rows, W in shared memory: a warp
- * per output j, its lanes across i, so each weight row is read once for all rows. */
-__device__ static void fused_dense(const gt_fused_fc *fc, const float *params, const float *wt,
-                                   const float *in, float *out, int ns)
+/* out[s][j] = act(b[j] + sum_i W[j][i] in[s][i]) for the block's rows, W and b in shared memory
+ * as fused_stage_layer left them: a warp per output j, its lanes across i, so each weight row is
+ * read once for all rows. */
+__device__ static void fused_dense(const gt_fused_fc *fc, const float *wt, const float *in,
+                                   float *out, int ns)
 {
     const int lanes = 32;
     int lane = threadIdx.x % lanes, warp = threadIdx.x / lanes, nwarps = blockDim.x / lanes;
@@ -230,7 +266,7 @@ __device__ static void fused_dense(const gt_fused_fc *fc, const float *params, c
 #pragma unroll
         for (int s = 0; s < FUSED_FC_SAMPLES; s++)
             acc[s] = fused_warp_sum(acc[s]);
-        float b = fc->b_len ? params[fc->b_off + j] : 0.0f;
+        float b = fc->b_len ? wt[fc->out * fc->in + j] : 0.0f;
 #pragma unroll
         for (int s = 0; s < FUSED_FC_SAMPLES; s++)
             if (lane == 0 && s < ns)
@@ -252,12 +288,14 @@ __device__ static void fused_dense_back(const gt_fused_fc *fc, const float *wt, 
     }
 }
 
-/* A layer's weights into the block's weight buffer: the barrier before lets every thread finish
- * with the previous layer's, the one after publishes these. */
-__device__ static void fused_stage_weights(const gt_fused_fc *fc, const float *params, float *wt)
+/* A layer's weights, then its bias, into the block's weight buffer: the barrier before lets every
+ * thread finish with the previous layer's, the one after publishes these. The fc kernel's shared
+ * memory leaves it alone on its SM, so its loads are all the SM has in flight: twice the batch. */
+__device__ static void fused_stage_layer(const gt_fused_fc *fc, const float *params, float *wt)
 {
     __syncthreads();
-    fused_copy(params + fc->w_off, wt, (size_t)fc->out * fc->in);
+    fused_copy<2 * FUSED_BATCH>(params + fc->w_off, wt, fc->out * fc->in);
+    fused_copy(params + fc->b_off, wt + fc->out * fc->in, (int)fc->b_len);
     __syncthreads();
 }
 
@@ -305,8 +343,9 @@ static __device__ void fused_store_rows(const float *src, float *dst, int ns, in
 /* FUSED_FC_SAMPLES samples per block: forward through the three linear layers, the loss and,
  * when training, backward to the gradient at the first one's input (dp2), keeping each layer's
  * input and output gradient for the weight-gradient reduction. One shared buffer holds the
- * weights of the layer at work, staged from L2 in one coalesced sweep each time. */
-__global__ static void __launch_bounds__(FUSED_THREADS)
+ * weights and bias of the layer at work, staged from L2 in one coalesced sweep each time. The
+ * shared memory leaves one block an SM, so the launch bound lets it have every register. */
+__global__ static void __launch_bounds__(FUSED_THREADS, 1)
     fused_fc_kernel(const __grid_constant__ gt_fused_net f, const float *params,
                     const uint8_t *labels, int n, float scale, int train)
 {
@@ -318,24 +357,25 @@ __global__ static void __launch_bounds__(FUSED_THREADS)
     float *dz = z + S * f3->out, *dh2 = dz + S * f3->out, *dh1 = dh2 + S * f2->out;
     float *wt = dh1 + S * f1->out;
     int len = S * (f1->in + 2 * f1->out + 2 * f2->out + 2 * f3->out);
+    fused_copy(f.p2 + (size_t)s0 * f1->in, x, ns * f1->in);
     /* Rows past ns stay zero: the dense loops run over all S rows. */
-    for (int t = threadIdx.x; t < len; t += blockDim.x)
-        fused_smem[t] = t < ns * f1->in ? f.p2[(size_t)s0 * f1->in + t] : 0.0f;
-    fused_stage_weights(f1, params, wt);
-    fused_dense(f1, params, wt, x, h1, ns);
-    fused_stage_weights(f2, params, wt);
-    fused_dense(f2, params, wt, h1, h2, ns);
-    fused_stage_weights(f3, params, wt);
-    fused_dense(f3, params, wt, h2, z, ns);
+    for (int t = ns * f1->in + threadIdx.x; t < len; t += blockDim.x)
+        fused_smem[t] = 0.0f;
+    fused_stage_layer(f1, params, wt);
+    fused_dense(f1, wt, x, h1, ns);
+    fused_stage_layer(f2, params, wt);
+    fused_dense(f2, wt, h1, h2, ns);
+    fused_stage_layer(f3, params, wt);
+    fused_dense(f3, wt, h2, z, ns);
     __syncthreads();
     fused_xent(z, f3->out, labels + s0, ns, scale, f.loss + s0, f.hits + s0, train ? dz : NULL);
     if (!train)
         return;
     __syncthreads();
     fused_dense_back(f3, wt, dz, h2, f2->act, dh2, ns);
-    fused_stage_weights(f2, params, wt);
+    fused_stage_layer(f2, params, wt);
     fused_dense_back(f2, wt, dh2, h1, f1->act, dh1, ns);
-    fused_stage_weights(f1, params, wt);
+    fused_stage_layer(f1, params, wt);
     fused_dense_back(f1, wt, dh1, NULL, -1, f.dp2 + (size_t)s0 * f1->in, ns);
     fused_store_rows(h1, f.h1 + (size_t)s0 * f1->out, ns, f1->out);
     fused_store_rows(h2, f.h2 + (size_t)s0 * f2->out, ns, f2->out);
@@ -349,21 +389,24 @@ __global__ static void __launch_bounds__(FUSED_THREADS)
 /* dr = the gradient at a stage's conv output (before its activation) for n_o channels, stored with
  * a zero border of pad: pooling backward spreads dpool * 1/k^2, zero where the floor dropped rows
  * and columns, then the activation's backward from its outputs a. a and dpool start at the first
- * of the channels. */
+ * of the channels. Outside the pooled area get gives a = dpool = 0, whose gradient is 0 through
+ * every activation. */
 __device__ static void fused_pool_act_back(const gt_fused_conv *cv, const float *a,
                                            const float *dpool, int n_o, float *dr, int pad)
 {
-    int ph = cv->out_h + 2 * pad, pw = cv->out_w + 2 * pad, total = n_o * ph * pw;
+    int ph = cv->out_h + 2 * pad, pw = cv->out_w + 2 * pad, act = cv->act;
+    int pool_h = cv->pool_h, pool_w = cv->pool_w, out_h = cv->out_h, out_w = cv->out_w;
     float inv = 1.0f / (float)(FUSED_Q * FUSED_Q);
-    for (int t = threadIdx.x; t < total; t += blockDim.x) {
-        int o = t / (ph * pw), y = t % (ph * pw) / pw - pad, x = t % pw - pad;
-        float v = 0.0f;
-        if (y >= 0 && y < cv->pool_h * FUSED_Q && x >= 0 && x < cv->pool_w * FUSED_Q) {
-            float d = dpool[(o * cv->pool_h + y / FUSED_Q) * cv->pool_w + x / FUSED_Q] * inv;
-            v = fused_act_grad(cv->act, a[(o * cv->out_h + y) * cv->out_w + x], d);
-        }
-        dr[t] = v;
-    }
+    fused_staged(
+        n_o * ph * pw,
+        [=](int t) {
+            int o = t / (ph * pw), y = t % (ph * pw) / pw - pad, x = t % pw - pad;
+            if (y < 0 || y >= pool_h * FUSED_Q || x < 0 || x >= pool_w * FUSED_Q)
+                return make_float2(0.0f, 0.0f);
+            return make_float2(a[(o * out_h + y) * out_w + x],
+                               dpool[(o * pool_h + y / FUSED_Q) * pool_w + x / FUSED_Q]);
+        },
+        [=](int t, float2 v) { dr[t] = fused_act_grad(act, v.x, v.y * inv); });
 }
 
 /* The input gradient of a convolution for input channel c: with dyp the output gradient under a
@@ -454,8 +497,9 @@ __device__ static void fused_conv_wgrad(const gt_fused_conv *cv, int n_o, const 
  * channel c (which needs the output gradient of every conv2 channel), back through c's pooling
  * and activation, and c's conv1 weight gradient. The blocks after take GT_FUSED_WGRAD_OUT conv2
  * output channels each and their conv2 weight gradient. The partials row holds [conv2 weights,
- * conv2 bias, conv1 weights, conv1 bias]. */
-__global__ static void __launch_bounds__(FUSED_THREADS)
+ * conv2 bias, conv1 weights, conv1 bias]. Five blocks an SM (48 registers a thread) run batch
+ * 64's 640 blocks in one wave on 132 SMs; unbounded, the staging loops took it to 70. */
+__global__ static void __launch_bounds__(FUSED_THREADS, 5)
     fused_backward_kernel(const __grid_constant__ gt_fused_net f, const float *params,
                           const uint8_t *images)
 {
@@ -484,8 +528,11 @@ __global__ static void __launch_bounds__(FUSED_THREADS)
     float *dr1 = dp1 + c2->in_h * c2->in_w, *x = dr1 + plane1;
     float *scratch = x + c1->in_c * (c1->in_h + 2 * c1->pad) * (c1->in_w + 2 * c1->pad);
     fused_pool_act_back(c2, a2, dp2, c2->out_c, dr2, border);
-    for (int t = threadIdx.x; t < c2->out_c * KK; t += blockDim.x)
-        w[t] = params[c2->w_off + (t / KK * c2->in_c + c) * KK + t % KK];
+    const float *w2c = params + c2->w_off + c * KK;
+    int o_stride = c2->in_c * KK;
+    fused_staged(
+        c2->out_c * KK, [=](int t) { return w2c[t / KK * o_stride + t % KK]; },
+        [=](int t, float v) { w[t] = v; });
     fused_load_padded(images + s * f.in_len, c1->in_c, c1->in_h, c1->in_w, c1->pad, x);
     __syncthreads();
     fused_conv_dgrad(c2, w, dr2, dp1);

@@ -89,10 +89,11 @@ static void plan_smem(gt_fused_net *f)
     size_t kk = GT_FUSED_K * GT_FUSED_K, border = GT_FUSED_K - 1 - c2->pad;
     size_t fwd = plan_padded(c1) + plan_padded(c2) + plan_weights(c1) + c1->out_c +
                  plan_weights(c2) + c2->out_c;
-    size_t wmax = (size_t)f1->out * f1->in;
-    for (int l = 1; l < 3; l++)
-        if ((size_t)f->fc[l].out * f->fc[l].in > wmax)
-            wmax = (size_t)f->fc[l].out * f->fc[l].in;
+    size_t wmax = 0;
+    for (int l = 0; l < 3; l++) {
+        size_t layer = (size_t)f->fc[l].out * f->fc[l].in + f->fc[l].b_len;
+        wmax = layer > wmax ? layer : wmax;
+    }
     size_t fc = (size_t)GT_FUSED_FC_SAMPLES * (f1->in + 2 * f1->out + 2 * f2->out + 2 * f3->out) +
                 wmax;
     int n_o = c2->out_c < GT_FUSED_WGRAD_OUT ? c2->out_c : GT_FUSED_WGRAD_OUT;
