@@ -9,9 +9,16 @@
  * which stops its kernel, so the GPU's stream drains and the device can close.
  *
  * An abort is a process-wide generation count: it ends every wait on communicators created
- * before it, and a later gt_cuda_allreduce_init starts a fresh set. */
+ * before it, and a later gt_cuda_allreduce_init starts a fresh set.
+ *
+ * Across hosts (one process per host under mpirun, cluster.h) one communicator spans every GPU of
+ * every host: host 0 makes the NCCL unique id, MPI carries it to the others, and GPU i of host h
+ * takes rank h * n + i, so the ranks follow the global share order of src/train.c. An abort here
+ * ends only this host's waits; the other hosts' end with the timeout below or when the failed
+ * host's process ends the run (gt_cluster_abort). */
 #include "gt_cuda.h"
 
+#include "gputrain/cluster.h"
 #include "gputrain/config.h"
 
 #include <atomic>
@@ -257,15 +264,35 @@ int gt_cuda_reduce_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_st
     return allreduce_wait(d, a, s, 1, "ncclAllReduce", e);
 }
 
-/* Creates the communicators together (one group, one rank per device) and waits until each is
- * ready or failed. */
+/* The communicator's unique id: made here on one host; across hosts made by host 0 and sent to
+ * the others with its result, so that a failure there fails every host. */
+static int allreduce_unique_id(ncclUniqueId *id, gt_err *e)
+{
+    struct {
+        int32_t result;
+        ncclUniqueId id;
+    } msg;
+    memset(&msg, 0, sizeof msg);
+    if (gt_cluster_rank() == 0)
+        msg.result = ncclGetUniqueId(&msg.id);
+    if (gt_cluster_bcast(&msg, sizeof msg, "the NCCL unique id", e))
+        return -1;
+    if (msg.result != ncclSuccess)
+        return gt_fail(e, "--mode allreduce: NCCL init failed: ncclGetUniqueId on host 0: %s",
+                       ncclGetErrorString((ncclResult_t)msg.result));
+    *id = msg.id;
+    return 0;
+}
+
+/* Creates the communicators together (one group, one rank per device; across hosts, this host's
+ * ranks of one communicator over every host's devices) and waits until each is ready or failed. */
 static int allreduce_init_comms(gt_device **devs, gt_cuda_allreduce **ars, int n, gt_err *e)
 {
     ncclUniqueId id;
-    ncclResult_t r = ncclGetUniqueId(&id);
-    if (r != ncclSuccess)
-        return gt_fail(e, "--mode allreduce: NCCL init failed: ncclGetUniqueId: %s",
-                       ncclGetErrorString(r));
+    if (allreduce_unique_id(&id, e))
+        return -1;
+    int nranks = n * gt_cluster_size(), rank0 = n * gt_cluster_rank();
+    ncclResult_t r = ncclSuccess;
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     int bad = -1;
@@ -273,8 +300,9 @@ static int allreduce_init_comms(gt_device **devs, gt_cuda_allreduce **ars, int n
     ncclGroupStart();
     for (int i = 0; i < n; i++) {
         cudaError_t cst = cudaSetDevice(devs[i]->ordinal);
-        r = cst == cudaSuccess ? ncclCommInitRankConfig(&ars[i]->comm, n, id, i, &config)
-                               : ncclUnhandledCudaError;
+        r = cst == cudaSuccess
+                ? ncclCommInitRankConfig(&ars[i]->comm, nranks, id, rank0 + i, &config)
+                : ncclUnhandledCudaError;
         if (r != ncclSuccess && r != ncclInProgress && bad < 0) {
             bad = i;
             bad_r = r;

@@ -21,6 +21,20 @@
 
 #define CLI_MAX_GPU_ORDINAL 1023
 
+/* What this build can run on, for --version (and for scripts that must know, e.g. tests/cli_mpi.sh). */
+#if defined(GT_HAVE_NCCL)
+#define CLI_BACKEND_GPU "cpu cuda nccl"
+#elif defined(GT_HAVE_CUDA)
+#define CLI_BACKEND_GPU "cpu cuda"
+#else
+#define CLI_BACKEND_GPU "cpu"
+#endif
+#ifdef GT_HAVE_MPI
+#define CLI_BACKENDS CLI_BACKEND_GPU " mpi"
+#else
+#define CLI_BACKENDS CLI_BACKEND_GPU
+#endif
+
 enum cli_opt {
     OPT_GPUS = 256, OPT_MODE, OPT_STRIPES, OPT_STALENESS, OPT_SYNC_EVERY, OPT_BALANCE, OPT_TF32,
     OPT_MODEL, OPT_DATA, OPT_TRAIN_SAMPLES, OPT_BATCH, OPT_EPOCHS, OPT_SEED,
@@ -505,7 +519,7 @@ static int cli_parse_options(int argc, char **argv, gt_config *c, FILE *out, gt_
             return 1;
         }
         if (opt == OPT_VERSION) {
-            fprintf(out, "gputrain %s\n", GT_VERSION);
+            fprintf(out, "gputrain %s (%s)\n", GT_VERSION, CLI_BACKENDS);
             return 1;
         }
         if (cli_check_repeat(opt, seen, e) || cli_apply(opt, optarg, c, e))
@@ -556,7 +570,9 @@ static void cli_usage_devices(FILE *out, const gt_config *d)
         "                         Hogwild: no locks, relaxed atomics; updates may interleave\n"
         "                         element-wise and be lost\n"
         "  --staleness N          ssp: steps a worker may run ahead, 0..1000000 (default %d)\n"
-        "  --sync-every N         local: steps between averages, 1..1000000 (default %d)\n"
+        "  --sync-every N         local: steps between averages; across hosts (mpirun), also\n"
+        "                         hogwild and ssp: steps between averages of the hosts' stores,\n"
+        "                         1..1000000 (default %d)\n"
         "  --balance static|dynamic\n"
         "                         dynamic: a free worker takes the next batch, so faster devices\n"
         "                         do more; static: equal shares (default %s)\n"
@@ -622,7 +638,8 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "                         (default: none)\n"
         "  --on-nan stop|skip     on a non-finite loss, stop the run or skip the update\n"
         "                         (default %s)\n"
-        "  --inject-fault WORKER:STEP  make a worker fail at its step, to test recovery\n"
+        "  --inject-fault WORKER:STEP  make a worker (numbered across hosts under mpirun) fail\n"
+        "                         at its step, to test recovery\n"
         "                         (default: none)\n"
         "  --stall-timeout SECONDS  a worker silent this long counts as failed, > 0\n"
         "                         (default: off)\n\n",

@@ -1,12 +1,18 @@
 /* main.c - the gputrain command: parse, load data, build the model, open the devices, train or
- * evaluate, report. The only place that prints an error and chooses the exit code. */
+ * evaluate, report. The only place that prints an error and chooses the exit code.
+ *
+ * Under mpirun every host runs this same program; host 0 prints, and an error on any host ends
+ * the processes of every host (gt_cluster_abort), so none is left waiting for it. */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include "gputrain/checkpoint.h"
 #include "gputrain/cli.h"
+#include "gputrain/cluster.h"
 #include "gputrain/train.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -15,14 +21,23 @@
 
 static const char *mode_names[] = {"hogwild", "sync", "ssp", "local", "allreduce"};
 
+/* Prints the error; across hosts, names this host (the message may not) and ends every host's
+ * process. */
 static int die(const gt_err *e)
 {
-    fprintf(stderr, "gputrain: %s\n", e->msg);
+    if (gt_cluster_size() > 1) {
+        fprintf(stderr, "gputrain: host %d (%s): %s\n", gt_cluster_rank(), gt_cluster_host(), e->msg);
+        fflush(stderr);
+        gt_cluster_abort(1);
+    } else {
+        fprintf(stderr, "gputrain: %s\n", e->msg);
+        gt_cluster_finalize();
+    }
     return 1;
 }
 
 /* Opens one device per worker, and the evaluator (a device of its own on the first GPU, or the
- * CPU). */
+ * CPU) where evaluator is non-NULL: only host 0 evaluates. */
 static int open_devices(const gt_config *c, const gt_model *m, gt_device **devs, int *ndevs,
                         gt_device **evaluator, gt_err *e)
 {
@@ -44,14 +59,26 @@ static int open_devices(const gt_config *c, const gt_model *m, gt_device **devs,
                 return -1;
             *ndevs = i + 1;
         }
-        return gt_cpu_device_open(evaluator, m, cfg.batch, cfg.cpu_workers, e);
+        return evaluator ? gt_cpu_device_open(evaluator, m, cfg.batch, cfg.cpu_workers, e) : 0;
     }
     for (int i = 0; i < cfg.ngpus; i++) {
         if (gt_cuda_device_open(&devs[i], m, cfg.batch, cfg.gpus[i], cfg.tf32, e) != 0)
             return -1;
         *ndevs = i + 1;
     }
-    return gt_cuda_device_open(evaluator, m, cfg.batch, cfg.gpus[0], cfg.tf32, e);
+    return evaluator ? gt_cuda_device_open(evaluator, m, cfg.batch, cfg.gpus[0], cfg.tf32, e) : 0;
+}
+
+/* Open MPI binds each process to one core when it starts few of them, which suits one process
+ * per core, not one process per host whose workers are threads: say so. */
+static void warn_cpu_binding(int nworkers)
+{
+    cpu_set_t set;
+    if (gt_cluster_size() > 1 && sched_getaffinity(0, sizeof set, &set) == 0 &&
+        CPU_COUNT(&set) < nworkers)
+        fprintf(stderr, "gputrain: warning: host %d (%s) may use %d CPU%s for %d workers (mpirun "
+                        "binds processes to cores: add --bind-to none)\n", gt_cluster_rank(),
+                gt_cluster_host(), CPU_COUNT(&set), CPU_COUNT(&set) == 1 ? "" : "s", nworkers);
 }
 
 static void close_devices(gt_device **devs, int n, gt_device *evaluator)
@@ -65,8 +92,11 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
 {
     if (c->quiet)
         return;
-    printf("done: %s, %d worker%s, %llu samples in %.2f s: %.0f samples/s, test acc %.4f\n",
-           mode_names[c->mode], res->nworkers, res->nworkers == 1 ? "" : "s",
+    char hosts[48] = "";
+    if (res->nhosts > 1)
+        snprintf(hosts, sizeof hosts, " on each of %d hosts (host 0's below)", res->nhosts);
+    printf("done: %s, %d worker%s%s, %llu samples in %.2f s: %.0f samples/s, test acc %.4f\n",
+           mode_names[c->mode], res->nworkers, res->nworkers == 1 ? "" : "s", hosts,
            (unsigned long long)res->samples, res->wall_s, res->samples_per_s, res->final_test_acc);
     for (int i = 0; i < res->nworkers; i++) {
         const gt_worker_stats *s = &res->workers[i];
@@ -190,18 +220,22 @@ static int cmd_train(const gt_config *c, const gt_data *d, gt_run_result *res, i
     gt_ckpt_meta meta;
     int resumed = 0;
     gt_device *devs[GT_MAX_WORKERS] = {0}, *ev = NULL;
-    int n = 0;
-    int rc = c->checkpoint[0] ? check_checkpoint_path(c->checkpoint, e) : 0;
+    int n = 0, host0 = gt_cluster_rank() == 0;
+    int rc = c->checkpoint[0] && host0 ? check_checkpoint_path(c->checkpoint, e) : 0;
     if (rc == 0)
         rc = load_start(c, &m, d, params, state, nstate, &meta, &resumed, e);
     if (rc == 0)
-        rc = open_devices(c, &m, devs, &n, &ev, e);
+        rc = open_devices(c, &m, devs, &n, host0 ? &ev : NULL, e);
     if (rc == 0) {
+        warn_cpu_binding(n);
+        char hosts[32] = "";
+        if (gt_cluster_size() > 1)
+            snprintf(hosts, sizeof hosts, " on each of %d hosts", gt_cluster_size());
         if (!c->quiet)
-            printf("gputrain: %s (%zu parameters) on %s, %s%s, %d worker%s x batch %d, %u train / %u test samples (%s)\n",
+            printf("gputrain: %s (%zu parameters) on %s, %s%s, %d worker%s x batch %d%s, %u train / %u test samples (%s)\n",
                    m.name, m.nparams, d->dir, mode_names[c->mode],
                    c->mode == GT_MODE_HOGWILD && c->stripes == 0 ? " lock-free" : "", n,
-                   n == 1 ? "" : "s", c->batch, d->train.n, d->test.n, devs[0]->name);
+                   n == 1 ? "" : "s", c->batch, hosts, d->train.n, d->test.n, devs[0]->name);
         if (resumed && !c->quiet)
             printf("resuming %s at epoch %u step %llu\n", c->resume, meta.epoch,
                    (unsigned long long)meta.step);
@@ -234,13 +268,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "gputrain: %s (see gputrain --help)\n", e.msg);
         return 2;
     }
+    if (gt_cluster_init(&e) != 0)
+        return die(&e);
+    if (gt_cluster_rank() != 0) {
+        c.quiet = 1;
+        c.progress = 0;
+    }
     gt_data data;
     if (gt_data_load(c.data[0] ? c.data : NULL, c.train_samples, &data, &e) != 0)
         return die(&e);
     gt_host_register(data.train.images, (size_t)data.train.n * data.train.c * data.train.h * data.train.w);
     int rc, interrupted = 0;
     if (c.command == GT_CMD_EVAL) {
-        rc = cmd_eval(&c, &data, &e);
+        rc = gt_cluster_rank() == 0 ? cmd_eval(&c, &data, &e) : 0;
     } else {
         gt_run_result *res = calloc(1, sizeof *res);
         rc = res ? cmd_train(&c, &data, res, &interrupted, &e) : gt_fail(&e, "out of memory");
@@ -250,6 +290,7 @@ int main(int argc, char **argv)
     gt_data_free(&data);
     if (rc != 0)
         return die(&e);
+    gt_cluster_finalize();
     if (interrupted)
         return 128 + interrupted;
     return 0;

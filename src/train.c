@@ -12,9 +12,18 @@
  *    change when a worker leaves. Gradients land in per-share slots and are summed in share order,
  *    which makes sync bit-reproducible whatever the thread timing.
  * The calling thread evaluates snapshots on its own device, writes the log and checkpoints, and
- * watches for signals and stalled workers, so evaluation costs the workers one snapshot copy. */
+ * watches for signals and stalled workers, so evaluation costs the workers one snapshot copy.
+ *
+ * Across hosts (one process per host under mpirun, cluster.h) each host keeps its workers and
+ * store. A clock is cut into the shares of every host's workers; sync sums each clock's gradient
+ * over the hosts, so every store takes the same update; hogwild, ssp and local stay asynchronous
+ * inside a host and average the hosts' stores every --sync-every steps and at epoch ends. One
+ * thread per host makes each cross-host call, at points every host reaches in the same order, and
+ * signals are acted on only where the hosts agree, so that all stop at the same clock. Only host 0
+ * evaluates, logs and writes checkpoints. */
 #include "gputrain/train.h"
 #include "gputrain/checkpoint.h"
+#include "gputrain/cluster.h"
 
 #include <errno.h>
 #include <math.h>
@@ -70,14 +79,20 @@ typedef struct run {
     const gt_model *m;
     const gt_data *data;
     gt_ps ps;
-    int W;                     /* workers at the start: the number of shares per clock */
+    int W;                     /* this host's workers at the start: its shares of each clock */
+    int H;                     /* hosts (processes) in the run; 1 without MPI */
+    int host;                  /* this host's rank: 0 evaluates, logs and checkpoints */
+    int Wg;                    /* workers of all hosts: the shares of a clock */
+    int share0;                /* global index of this host's first share */
     worker *workers;
     gt_device *evaluator;
     size_t n;                  /* parameters */
     uint32_t ntrain;
     uint32_t *perm;
+    uint32_t span_lo, span_n;  /* hogwild: the positions of the permutation this host trains on */
     int batch;
     double t0;
+    float *xsnap, *xavg;       /* cross-host averaging: the store as pulled, then the hosts' mean */
 
     pthread_mutex_t mu;        /* guards everything below */
     pthread_cond_t cv;
@@ -106,6 +121,9 @@ typedef struct run {
     uint32_t nbatches;         /* dynamic: batches per epoch */
     range orphans[GT_MAX_WORKERS * 2];
     int norphans;
+    uint64_t host_batches;     /* across hosts: batches completed this epoch, which time the */
+    uint64_t xavg_last;        /* averaging rounds; host_batches at the last round */
+    int stop_sig;              /* across hosts: the signal the hosts agreed to stop on */
     /* statistics since the last evaluation */
     double loss_acc;
     uint64_t correct_acc, seen_acc;
@@ -147,6 +165,10 @@ void gt_train_install_signals(void)
 
 int gt_train_stop_signal(void) { return atomic_load(&g_stop_signal); }
 
+/* Whether a signal stops this host now. Across hosts a signal is acted on only where the hosts
+ * agree (hosts_stop_signal), or one host would leave the others waiting in a collective. */
+static int stop_asked(const run *r) { return r->H == 1 && atomic_load(&g_stop_signal); }
+
 /* ---- small helpers ---------------------------------------------------------------------------- */
 
 static uint64_t now_ns(void)
@@ -158,9 +180,28 @@ static uint64_t now_ns(void)
 
 static int is_clocked(const run *r) { return r->cfg->mode != GT_MODE_HOGWILD; }
 
+/* samples_total counts the samples of every host (this host's times H), so progress, and with it
+ * the learning rate, is the same on every host and as on one host with all the workers. */
 static double run_progress_epochs(const run *r, uint64_t samples_total)
 {
     return (double)samples_total / (double)r->ntrain;
+}
+
+/* Steps of an epoch as checkpoints count them: clocks, hogwild batches from the shared cursor,
+ * or batches of each worker's own slice (--balance static). */
+static uint64_t epoch_steps(const run *r)
+{
+    if (is_clocked(r))
+        return r->clocks;
+    if (r->cfg->balance == GT_BALANCE_DYNAMIC)
+        return r->nbatches;
+    return r->span_n / (uint32_t)r->W / (uint32_t)r->batch;
+}
+
+/* hogwild: batches this host trains on per epoch. */
+static uint64_t hogwild_batches(const run *r)
+{
+    return r->cfg->balance == GT_BALANCE_DYNAMIC ? r->nbatches : (uint64_t)r->W * epoch_steps(r);
 }
 
 /* Ends the run with an error; the caller holds r->mu. */
@@ -238,9 +279,16 @@ static int snapshot_locked(run *r, job *j, int kinds, uint32_t epoch, uint64_t s
     return 0;
 }
 
+/* Only host 0 evaluates and checkpoints; the others just start their next statistics window at
+ * the same point, since the hosts' windows are summed at epoch ends. */
 static void post_snapshot_locked(run *r, int kinds, uint32_t epoch, uint64_t step)
 {
     job j;
+    if (r->host != 0) {
+        r->loss_acc = 0;
+        r->correct_acc = r->seen_acc = 0;
+        return;
+    }
     if (snapshot_locked(r, &j, kinds, epoch, step) != 0) {
         free(j.params);
         free(j.state[0]);
@@ -256,13 +304,10 @@ static void maybe_post_due_locked(run *r, uint64_t step_in_epoch, uint64_t clock
 {
     int kinds = 0;
     uint64_t samples = atomic_load(&r->samples_total);
-    uint64_t per_epoch = is_clocked(r) ? r->clocks
-                         : r->cfg->balance == GT_BALANCE_DYNAMIC ? r->nbatches
-                                                                 : r->ntrain / (uint32_t)r->W / (uint32_t)r->batch;
     if (r->next_eval && samples >= r->next_eval) {
-        if (step_in_epoch < per_epoch) /* at the epoch's end its own evaluation follows */
+        if (step_in_epoch < epoch_steps(r)) /* at the epoch's end its own evaluation follows */
             kinds |= JOB_EVAL;
-        uint64_t every = (uint64_t)r->cfg->eval_every * (uint64_t)r->batch * (uint64_t)r->W;
+        uint64_t every = (uint64_t)r->cfg->eval_every * (uint64_t)r->batch * (uint64_t)r->Wg;
         while (r->next_eval <= samples)
             r->next_eval += every;
     }
@@ -280,7 +325,7 @@ static void account_step_locked(run *r, worker *w, const gt_step_out *o, int n)
     r->loss_acc += o->loss_sum;
     r->correct_acc += (uint64_t)o->correct;
     r->seen_acc += (uint64_t)n;
-    atomic_fetch_add(&r->samples_total, (uint64_t)n);
+    atomic_fetch_add(&r->samples_total, (uint64_t)n * (uint64_t)r->H);
     atomic_fetch_add(&w->steps, 1);
     atomic_fetch_add(&w->samples, (uint64_t)n);
     atomic_store(&w->last_progress_ns, now_ns());
@@ -292,7 +337,7 @@ static void log_step(run *r, worker *w, uint64_t step, double loss, int n)
         return;
     pthread_mutex_lock(&r->log_mu);
     fprintf(r->log, "{\"type\":\"step\",\"worker\":%d,\"epoch\":%u,\"step\":%llu,\"loss\":%.9g}\n",
-            w->index, r->epoch + 1, (unsigned long long)step, loss / n);
+            r->share0 + w->index, r->epoch + 1, (unsigned long long)step, loss / n);
     pthread_mutex_unlock(&r->log_mu);
 }
 
@@ -340,8 +385,8 @@ static void worker_leave_locked(run *r, worker *w, const char *why)
     if (why != w->error)
         snprintf(w->error, sizeof w->error, "%s", why);
     r->nlive--;
-    fprintf(stderr, "gputrain: warning: worker %d (%s) left the run: %s\n", w->index, w->dev->name,
-            why);
+    fprintf(stderr, "gputrain: warning: worker %d (%s) left the run: %s\n", r->share0 + w->index,
+            w->dev->name, why);
     /* Shares it claimed but never delivered go back to the pool. */
     for (int k = 0; k < r->R && r->claimed; k++)
         r->claimed[k] &= r->deposited[k] | ~(1ull << w->index);
@@ -354,6 +399,54 @@ static void worker_leave_locked(run *r, worker *w, const char *why)
     pthread_cond_broadcast(&r->cv);
 }
 
+/* ---- across hosts ----------------------------------------------------------------------------- */
+
+/* Averages this host's store with the other hosts' (a hierarchical parameter server): a snapshot
+ * is summed over the hosts, and the store moves from the snapshot to the mean, keeping what its
+ * workers pushed meanwhile. Optimizer state stays with each host's store. */
+static int hosts_average(run *r, gt_err *e)
+{
+    gt_ps_pull(&r->ps, r->xsnap, NULL);
+    memcpy(r->xavg, r->xsnap, r->n * sizeof(float));
+    if (gt_cluster_sum_floats(r->xavg, r->n, "the parameters (host average)", e) != 0)
+        return -1;
+    for (size_t i = 0; i < r->n; i++)
+        r->xavg[i] /= (float)r->H;
+    gt_ps_rebase_stripes(&r->ps, 0, r->ps.nranges, r->xsnap, r->xavg);
+    return 0;
+}
+
+/* The hosts agree on stopping: the signal any of them received (the highest), or 0. -1 when the
+ * call failed. */
+static int hosts_stop_signal(gt_err *e)
+{
+    int64_t sig = atomic_load(&g_stop_signal);
+    if (gt_cluster_max_i64(&sig, 1, "the stop flag", e) != 0)
+        return -1;
+    return (int)sig;
+}
+
+/* Acts on an agreement: an MPI failure ends the run, an agreed signal halts it here as on every
+ * other host. Caller holds r->mu. */
+static void hosts_agreed_locked(run *r, int sig, const gt_err *e)
+{
+    if (sig < 0) {
+        run_fail_locked(r, e->msg);
+    } else if (sig > 0) {
+        r->stop_sig = sig;
+        r->halt = 1;
+        pthread_cond_broadcast(&r->cv);
+    }
+}
+
+/* One averaging round of hogwild, ssp or local mode: average the stores, agree on stopping. */
+static int hosts_round(run *r, gt_err *e)
+{
+    if (hosts_average(r, e) != 0)
+        return -1;
+    return hosts_stop_signal(e);
+}
+
 /* ---- one batch on the device ------------------------------------------------------------------ */
 
 /* Forward and backward on the device; checks the fault injector and non-finite results.
@@ -363,7 +456,8 @@ static int worker_compute(run *r, worker *w, const gt_batch *b, gt_step_out *o, 
     gt_err e = {{0}};
     const gt_config *cfg = r->cfg;
     uint64_t done = atomic_load(&w->steps);
-    if (cfg->inject_worker == w->index && cfg->inject_step >= 0 && done == (uint64_t)cfg->inject_step) {
+    if (cfg->inject_worker == r->share0 + w->index && cfg->inject_step >= 0 &&
+        done == (uint64_t)cfg->inject_step) {
         snprintf(w->error, sizeof w->error, "injected fault at step %llu", (unsigned long long)done);
         return -1;
     }
@@ -376,7 +470,7 @@ static int worker_compute(run *r, worker *w, const gt_batch *b, gt_step_out *o, 
     char msg[GT_ERRLEN];
     snprintf(msg, sizeof msg, "non-finite %s at epoch %u step %llu on worker %d (%s)",
              isfinite(o->loss_sum) ? "gradient" : "loss", r->epoch + 1, (unsigned long long)step,
-             w->index, w->dev->name);
+             r->share0 + w->index, w->dev->name);
     if (cfg->on_nan == GT_NAN_SKIP) {
         pthread_mutex_lock(&r->mu);
         r->skipped++;
@@ -420,16 +514,16 @@ static int hogwild_next(run *r, worker *w, range *out)
     }
     if (r->cfg->balance == GT_BALANCE_DYNAMIC) {
         if (r->cursor < r->nbatches) {
-            out->lo = (uint32_t)r->cursor * b;
+            out->lo = r->span_lo + (uint32_t)r->cursor * b;
             out->hi = out->lo + b;
             r->cursor++;
             got = 1;
         }
     } else {
-        uint32_t slice = r->ntrain / (uint32_t)r->W;
+        uint32_t slice = r->span_n / (uint32_t)r->W;
         uint32_t steps = slice / b;
         if (w->slice_pos < steps) {
-            out->lo = (uint32_t)w->index * slice + (uint32_t)w->slice_pos * b;
+            out->lo = r->span_lo + (uint32_t)w->index * slice + (uint32_t)w->slice_pos * b;
             out->hi = out->lo + b;
             w->slice_pos++;
             got = 1;
@@ -454,6 +548,30 @@ static void hogwild_orphan_locked(run *r, uint32_t lo, uint32_t hi)
         r->orphans[r->norphans++] = (range){lo, hi};
 }
 
+/* hogwild across hosts: every --sync-every x W batches this host completes, the worker that
+ * completed the batch averages the hosts' stores while the others go on. Every host's part of the
+ * epoch holds the same number of batches, so every host averages at the same counts; rounds run
+ * one at a time, in order, and the epoch's last is left to its end. Caller holds r->mu, which is
+ * released during the round. */
+static void hogwild_hosts_round_locked(run *r)
+{
+    uint64_t every = (uint64_t)r->cfg->sync_every * (uint64_t)r->W;
+    uint64_t due = ++r->host_batches;
+    if (r->H == 1 || due % every != 0 || due >= hogwild_batches(r))
+        return;
+    while (!r->halt && r->xavg_last + every < due)
+        pthread_cond_wait(&r->cv, &r->mu);
+    if (r->halt)
+        return;
+    gt_err e = {{0}};
+    pthread_mutex_unlock(&r->mu);
+    int sig = hosts_round(r, &e);
+    pthread_mutex_lock(&r->mu);
+    r->xavg_last = due;
+    hosts_agreed_locked(r, sig, &e);
+    pthread_cond_broadcast(&r->cv);
+}
+
 static void hogwild_epoch(run *r, worker *w)
 {
     const gt_config *cfg = r->cfg;
@@ -470,8 +588,9 @@ static void hogwild_epoch(run *r, worker *w)
             pthread_mutex_lock(&r->mu);
             hogwild_orphan_locked(r, rg.lo, rg.hi);
             if (cfg->balance == GT_BALANCE_STATIC) {
-                uint32_t slice = r->ntrain / (uint32_t)r->W;
-                uint32_t end = (uint32_t)w->index * slice + slice / (uint32_t)r->batch * (uint32_t)r->batch;
+                uint32_t slice = r->span_n / (uint32_t)r->W;
+                uint32_t end = r->span_lo + (uint32_t)w->index * slice +
+                               slice / (uint32_t)r->batch * (uint32_t)r->batch;
                 hogwild_orphan_locked(r, rg.hi, end);
             }
             worker_leave_locked(r, w, w->error);
@@ -487,8 +606,9 @@ static void hogwild_epoch(run *r, worker *w)
         account_step_locked(r, w, &o, b.n);
         maybe_post_due_locked(r, r->cfg->balance == GT_BALANCE_DYNAMIC ? r->cursor : w->slice_pos,
                               atomic_load(&r->ps.updates));
-        if (atomic_load(&g_stop_signal))
+        if (stop_asked(r))
             r->halt = 1;
+        hogwild_hosts_round_locked(r);
         pthread_mutex_unlock(&r->mu);
     }
 }
@@ -526,9 +646,11 @@ static int claim_share_locked(run *r, worker *w, uint64_t upto, uint64_t *clock_
 static int claim_and_compute(run *r, worker *w, uint64_t upto);
 static int shares_complete_locked(run *r, uint64_t from, uint64_t upto);
 
+/* The samples of one of this host's shares: clock c's global batch holds every host's shares in
+ * host order. */
 static void gather_share(run *r, uint64_t clock, int share, gt_batch *b)
 {
-    size_t pos = ((size_t)clock * (size_t)r->W + (size_t)share) * (size_t)r->batch;
+    size_t pos = ((size_t)clock * (size_t)r->Wg + (size_t)(r->share0 + share)) * (size_t)r->batch;
     b->ds = &r->data->train;
     b->idx = r->perm + pos;
     b->n = r->batch;
@@ -548,11 +670,18 @@ static void reduce_slots(run *r, uint64_t clock, int s_lo, int s_hi)
     }
 }
 
+/* The scale of a clock's summed gradient: the mean over every host's shares in sync, where all
+ * hosts apply the same sum; over this host's in ssp, whose store is averaged with the others'. */
+static float clock_gscale(const run *r)
+{
+    return 1.0f / (float)(r->cfg->mode == GT_MODE_SYNC ? r->Wg : r->W);
+}
+
 /* Applies clock c's summed gradient to stripes [s_lo, s_hi). */
 static void apply_clock(run *r, uint64_t clock, int s_lo, int s_hi, uint64_t t, double epoch)
 {
     reduce_slots(r, clock, s_lo, s_hi);
-    gt_ps_apply_stripes(&r->ps, s_lo, s_hi, slot_of(r, clock, 0), 1.0f / (float)r->W, t, epoch);
+    gt_ps_apply_stripes(&r->ps, s_lo, s_hi, slot_of(r, clock, 0), clock_gscale(r), t, epoch);
 }
 
 /* Computes one share of a clock into its slot (local mode: one local optimizer step instead).
@@ -600,9 +729,17 @@ static void ssp_apply_ready_locked(run *r)
         r->applying = 1;
         uint64_t t = atomic_load(&r->ps.updates) + 1;
         double ep = run_progress_epochs(r, atomic_load(&r->samples_total));
+        /* Across hosts, every --sync-every clocks; the epoch's last round is left to its end. */
+        int round = r->H > 1 && !r->halt && (c + 1) % (uint64_t)r->cfg->sync_every == 0 &&
+                    c + 1 < r->clocks;
+        gt_err e = {{0}};
+        int sig = 0;
         pthread_mutex_unlock(&r->mu);
         apply_clock(r, c, 0, r->ps.nranges, t, ep);
+        if (round)
+            sig = hosts_round(r, &e);
         pthread_mutex_lock(&r->mu);
+        hosts_agreed_locked(r, sig, &e);
         atomic_store(&r->ps.updates, t);
         gt_ps_note_staleness(&r->ps, c - r->slot_read_clock[k]);
         r->claimed[k] = r->deposited[k] = 0;
@@ -623,8 +760,21 @@ static void sync_after_apply_leader(run *r)
     r->applied = c + 1;
     atomic_fetch_add(&r->ps.updates, 1);
     maybe_post_due_locked(r, r->applied, (uint64_t)r->epoch * r->clocks + r->applied);
-    if (atomic_load(&g_stop_signal))
+    if (stop_asked(r))
         r->halt = 1;
+}
+
+/* sync across hosts: the clock's gradient, summed over this host's shares, is summed over the
+ * hosts, so every host applies the same update to its store; and the hosts agree on stopping. */
+static void sync_hosts_leader(run *r)
+{
+    gt_err e = {{0}};
+    if (r->failed)
+        return;
+    int sig = -1;
+    if (gt_cluster_sum_floats(slot_of(r, r->applied, 0), r->n, "the sync gradient", &e) == 0)
+        sig = hosts_stop_signal(&e);
+    hosts_agreed_locked(r, sig, &e);
 }
 
 static int live_rank_locked(run *r, worker *w, int *nlive)
@@ -669,7 +819,14 @@ static int sync_clock(run *r, worker *w, uint64_t c)
     pthread_mutex_unlock(&r->mu);
     int s_lo = (int)((int64_t)r->ps.nranges * rank / nlive);
     int s_hi = (int)((int64_t)r->ps.nranges * (rank + 1) / nlive);
-    apply_clock(r, c, s_lo, s_hi, t, ep);
+    if (r->H == 1) {
+        apply_clock(r, c, s_lo, s_hi, t, ep);
+    } else {
+        /* Sum this host's shares, then the hosts' sums; apply what is then in slot 0 once. */
+        reduce_slots(r, c, s_lo, s_hi);
+        run_barrier(r, w, sync_hosts_leader);
+        gt_ps_apply_stripes(&r->ps, s_lo, s_hi, slot_of(r, c, 0), clock_gscale(r), t, ep);
+    }
     run_barrier(r, w, sync_after_apply_leader);
     return 0;
 }
@@ -711,7 +868,7 @@ static int ssp_clock(run *r, worker *w, uint64_t c)
     pthread_mutex_lock(&r->mu);
     w->clock = c + 1;
     ssp_apply_ready_locked(r);
-    if (atomic_load(&g_stop_signal)) {
+    if (stop_asked(r)) {
         r->halt = 1;
         pthread_cond_broadcast(&r->cv);
     }
@@ -743,15 +900,22 @@ static int shares_complete_locked(run *r, uint64_t from, uint64_t upto)
     return 1;
 }
 
-/* local mode: after the second averaging barrier the store holds the average. */
+/* local mode: after the second averaging barrier the store holds the host's average; across
+ * hosts it becomes the average of the hosts' (every host has as many replicas, so this is the
+ * mean of all replicas) before anyone pulls it. */
 static void local_average_leader(run *r)
 {
     for (uint64_t c = r->applied; c < r->local_done; c++)
         r->claimed[c % (uint64_t)r->R] = r->deposited[c % (uint64_t)r->R] = 0;
     r->applied = r->local_done;
     atomic_store(&r->ps.updates, (uint64_t)r->epoch * r->clocks + r->applied);
+    if (r->H > 1 && !r->failed) {
+        gt_err e = {{0}};
+        int sig = hosts_round(r, &e);
+        hosts_agreed_locked(r, sig, &e);
+    }
     maybe_post_due_locked(r, r->applied, (uint64_t)r->epoch * r->clocks + r->applied);
-    if (atomic_load(&g_stop_signal))
+    if (stop_asked(r))
         r->halt = 1;
 }
 
@@ -821,11 +985,17 @@ static int allreduce_publish(run *r, worker *w)
 }
 
 /* The stop check of allreduce: every worker must leave at the same clock or the others would wait
- * in the all-reduce forever, so a signal is acted on at a barrier every 64 clocks. */
+ * in the all-reduce forever, so a signal is acted on at a barrier every 64 clocks, where across
+ * hosts the hosts agree. */
 static void allreduce_stop_leader(run *r)
 {
-    if (atomic_load(&g_stop_signal))
+    if (r->H > 1 && !r->failed) {
+        gt_err e = {{0}};
+        int sig = hosts_stop_signal(&e);
+        hosts_agreed_locked(r, sig, &e);
+    } else if (stop_asked(r)) {
         r->halt = 1;
+    }
 }
 
 /* One clock of allreduce: the worker's share, the gradient summed over the GPUs by NCCL and one
@@ -840,7 +1010,7 @@ static int allreduce_clock(run *r, worker *w, uint64_t c)
         return -1;
     uint64_t t = (uint64_t)r->epoch * r->clocks + c + 1;
     gt_optim_step st = gt_optim_prepare(&r->cfg->optim, t, run_progress_epochs(r, atomic_load(&r->samples_total)));
-    if (w->dev->ops->reduce_update(w->dev, &r->cfg->optim, &st, 1.0f / (float)r->W, &e) != 0) {
+    if (w->dev->ops->reduce_update(w->dev, &r->cfg->optim, &st, 1.0f / (float)r->Wg, &e) != 0) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
     }
@@ -898,7 +1068,8 @@ static void clocked_epoch(run *r, worker *w, uint64_t first_clock)
                 /* Replicas cannot go on without one of them: end the run, and release the GPUs
                  * that wait for this one in the all-reduce. */
                 char msg[GT_ERRLEN];
-                snprintf(msg, sizeof msg, "worker %d (%.60s): %.400s", w->index, w->dev->name, w->error);
+                snprintf(msg, sizeof msg, "worker %d (%.60s): %.400s", r->share0 + w->index,
+                         w->dev->name, w->error);
                 run_fail_locked(r, msg);
             }
             worker_leave_locked(r, w, w->error);
@@ -952,10 +1123,37 @@ static int epoch_complete_locked(run *r)
         return 0;
     if (r->cfg->balance == GT_BALANCE_DYNAMIC)
         return r->cursor >= r->nbatches;
-    uint64_t steps = r->ntrain / (uint32_t)r->W / (uint32_t)r->batch;
     for (int i = 0; i < r->W; i++)
-        if (atomic_load(&r->workers[i].alive) && r->workers[i].slice_pos < steps)
+        if (atomic_load(&r->workers[i].alive) && r->workers[i].slice_pos < epoch_steps(r))
             return 0;
+    return 1;
+}
+
+/* Across hosts an epoch ends on every host or on none: the hosts agree on stopping and on whether
+ * each finished the epoch (one that stopped short did not); then the stores of hogwild and ssp
+ * are averaged and the training statistics summed, so host 0 reports the whole epoch. Returns
+ * whether the epoch ends. Caller holds r->mu. */
+static int hosts_epoch_end_locked(run *r)
+{
+    gt_err e = {{0}};
+    int64_t agree[2] = {atomic_load(&g_stop_signal), !epoch_complete_locked(r)};
+    if (gt_cluster_max_i64(agree, 2, "the end-of-epoch agreement", &e) != 0) {
+        run_fail_locked(r, e.msg);
+        return 0;
+    }
+    hosts_agreed_locked(r, (int)agree[0], &e);
+    if (agree[1])
+        return 0;
+    double stats[3] = {r->loss_acc, (double)r->correct_acc, (double)r->seen_acc};
+    int average = r->cfg->mode == GT_MODE_HOGWILD || r->cfg->mode == GT_MODE_SSP;
+    if ((average && hosts_average(r, &e) != 0) ||
+        gt_cluster_sum_doubles(stats, 3, "the training statistics", &e) != 0) {
+        run_fail_locked(r, e.msg);
+        return 0;
+    }
+    r->loss_acc = stats[0];
+    r->correct_acc = (uint64_t)stats[1];
+    r->seen_acc = (uint64_t)stats[2];
     return 1;
 }
 
@@ -963,7 +1161,7 @@ static int epoch_complete_locked(run *r)
  * stopped by a signal part-way through an epoch posts nothing: the calling thread saves it. */
 static void epoch_end_leader(run *r)
 {
-    if (r->failed || !epoch_complete_locked(r))
+    if (r->failed || !(r->H > 1 ? hosts_epoch_end_locked(r) : epoch_complete_locked(r)))
         return;
     const gt_config *cfg = r->cfg;
     uint32_t done = r->epoch + 1;
@@ -978,6 +1176,7 @@ static void epoch_end_leader(run *r)
     r->applied = 0;
     r->cursor = 0;
     r->start_clock = 0;
+    r->host_batches = r->xavg_last = 0;
     for (int k = 0; k < r->R; k++) {
         r->claimed[k] = r->deposited[k] = 0;
         r->slot_read_clock[k] = UINT64_MAX;
@@ -1005,7 +1204,8 @@ static void *worker_main(void *arg)
                 snprintf(w->error, sizeof w->error, "%s", e.msg);
             pthread_mutex_lock(&r->mu);
             char msg[GT_ERRLEN];
-            snprintf(msg, sizeof msg, "worker %d (%.60s): %.400s", w->index, w->dev->name, w->error);
+            snprintf(msg, sizeof msg, "worker %d (%.60s): %.400s", r->share0 + w->index,
+                     w->dev->name, w->error);
             run_fail_locked(r, msg);
             worker_leave_locked(r, w, w->error);
             r->done++;
@@ -1097,7 +1297,7 @@ static void log_point(run *r, const gt_eval_point *p)
                 p->epoch, (unsigned long long)p->step, (unsigned long long)p->samples, p->wall_s,
                 isnan(p->train_loss) ? 0.0 : p->train_loss, isnan(p->train_acc) ? 0.0 : p->train_acc,
                 p->test_loss, p->test_acc,
-                gt_optim_lr(&cfg->optim, run_progress_epochs(r, p->samples)), mode_name(cfg->mode), r->W);
+                gt_optim_lr(&cfg->optim, run_progress_epochs(r, p->samples)), mode_name(cfg->mode), r->Wg);
         fflush(r->log);
         pthread_mutex_unlock(&r->log_mu);
     }
@@ -1150,7 +1350,7 @@ static void watchdog(run *r)
         double idle = (double)(now - atomic_load(&w->last_progress_ns)) * 1e-9;
         if (idle > limit && !w->stalled_reported) {
             fprintf(stderr, "gputrain: warning: worker %d (%s) made no progress for %.1f s (--stall-timeout %g)\n",
-                    i, w->dev->name, idle, limit);
+                    r->share0 + i, w->dev->name, idle, limit);
             w->stalled_reported = 1;
         } else if (idle <= limit) {
             w->stalled_reported = 0;
@@ -1162,7 +1362,7 @@ static void progress_bar(run *r, uint32_t epoch, int final)
 {
     if (r->cfg->progress <= 0 && !(r->cfg->progress < 0 && isatty(2)))
         return;
-    uint64_t per_epoch = is_clocked(r) ? (uint64_t)r->clocks * r->W * r->batch : r->ntrain;
+    uint64_t per_epoch = is_clocked(r) ? (uint64_t)r->clocks * r->Wg * r->batch : r->ntrain;
     uint64_t total = per_epoch * (uint64_t)r->cfg->epochs;
     uint64_t samples = atomic_load(&r->samples_total);
     double frac = total ? (double)samples / (double)total : 1;
@@ -1202,7 +1402,7 @@ static int supervise(run *r, gt_run_result *res, gt_err *e)
         }
         if (r->done == r->W)
             break;
-        if (atomic_load(&g_stop_signal) && !r->halt && r->cfg->mode != GT_MODE_ALLREDUCE) {
+        if (stop_asked(r) && !r->halt && r->cfg->mode != GT_MODE_ALLREDUCE) {
             r->halt = 1;
             pthread_cond_broadcast(&r->cv);
         }
@@ -1228,6 +1428,41 @@ static int supervise(run *r, gt_run_result *res, gt_err *e)
 
 /* ---- setting up and tearing down --------------------------------------------------------------- */
 
+/* Across hosts every process must train the same model on the same data from the same start with
+ * the same settings and as many workers, or the collectives would mix unlike things; a host that
+ * differs is named. */
+static int hosts_check_same(run *r, const gt_start *start, gt_err *e)
+{
+    if (r->H == 1)
+        return 0;
+    const gt_config *c = r->cfg;
+    uint64_t settings[] = {c->mode, (uint64_t)c->batch, (uint64_t)c->epochs, c->seed,
+                           (uint64_t)c->sync_every, (uint64_t)c->staleness, c->balance,
+                           (uint64_t)(int64_t)c->stripes, (uint64_t)c->eval_every, r->n};
+    uint32_t crc = gt_crc32(gt_crc32(0, settings, sizeof settings), &c->optim, sizeof c->optim);
+    const struct {
+        const char *what;
+        uint64_t v;
+    } checks[] = {
+        {"--gpus: the number of workers", (uint64_t)r->W},
+        {"the command line (mode, batch, epochs, seed, optimizer, model size)", crc},
+        {"--data: the data fingerprint", r->data->fingerprint},
+        {"the starting parameters (--seed, --init or --resume file)",
+         gt_crc32(0, start->params, r->n * sizeof(float))},
+    };
+    for (size_t i = 0; i < sizeof checks / sizeof *checks; i++) {
+        uint64_t lo, hi;
+        if (gt_cluster_range_u64(checks[i].v, &lo, &hi, checks[i].what, e) != 0)
+            return -1;
+        if (lo != hi)
+            return gt_fail(e, "%s differs between hosts: this host (%d) has %llu, the hosts have "
+                              "%llu to %llu; every host must run the same", checks[i].what, r->host,
+                           (unsigned long long)checks[i].v, (unsigned long long)lo,
+                           (unsigned long long)hi);
+    }
+    return 0;
+}
+
 static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_data *data,
                     gt_device **devices, int ndevices, gt_device *evaluator, const gt_start *start,
                     gt_err *e)
@@ -1243,6 +1478,14 @@ static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_da
     r->evaluator = evaluator;
     if (ndevices < 1 || ndevices > GT_MAX_WORKERS)
         return gt_fail(e, "--gpus: %d workers (1..%d supported)", ndevices, GT_MAX_WORKERS);
+    r->H = gt_cluster_size();
+    r->host = gt_cluster_rank();
+    r->Wg = r->H * r->W;
+    r->share0 = r->host * r->W;
+    r->span_n = is_clocked(r) ? r->ntrain : r->ntrain / (uint32_t)r->H;
+    r->span_lo = is_clocked(r) ? 0 : (uint32_t)r->host * r->span_n;
+    if (hosts_check_same(r, start, e) != 0)
+        return -1;
     if (cfg->mode == GT_MODE_ALLREDUCE) {
         for (int i = 0; i < ndevices; i++)
             if (!devices[i]->ops->reduce_update)
@@ -1254,12 +1497,12 @@ static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_da
         if (gt_cuda_allreduce_init(devices, ndevices, &cfg->optim, e) != 0)
             return -1;
     }
-    uint64_t per_clock = (uint64_t)r->W * (uint64_t)r->batch;
-    if (is_clocked(r) ? per_clock > r->ntrain : (uint64_t)r->batch * (cfg->balance == GT_BALANCE_STATIC ? r->W : 1) > r->ntrain)
-        return gt_fail(e, "--batch: %d x %d workers is more than the %u training samples", r->batch,
-                       r->W, r->ntrain);
+    uint64_t per_clock = (uint64_t)r->Wg * (uint64_t)r->batch;
+    if (is_clocked(r) ? per_clock > r->ntrain : (uint64_t)r->batch * (cfg->balance == GT_BALANCE_STATIC ? r->W : 1) > r->span_n)
+        return gt_fail(e, "--batch: %d x %d workers%s is more than the %u training samples", r->batch,
+                       r->Wg, r->H > 1 ? " of all hosts" : "", r->ntrain);
     r->clocks = (uint32_t)(r->ntrain / per_clock);
-    r->nbatches = r->ntrain / (uint32_t)r->batch;
+    r->nbatches = r->span_n / (uint32_t)r->batch;
     if (gt_ps_init(&r->ps, r->n, cfg->stripes, &cfg->optim, e) != 0)
         return -1;
     memcpy(r->ps.params, start->params, r->n * sizeof(float));
@@ -1290,6 +1533,12 @@ static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_da
                            r->W, r->n);
         for (int k = 0; k < r->R; k++)
             r->slot_read_clock[k] = UINT64_MAX;
+    }
+    if (r->H > 1 && cfg->mode != GT_MODE_SYNC && cfg->mode != GT_MODE_ALLREDUCE) {
+        r->xsnap = gt_alloc(r->n * sizeof(float));
+        r->xavg = gt_alloc(r->n * sizeof(float));
+        if (!r->xsnap || !r->xavg)
+            return gt_fail(e, "out of memory for averaging %zu parameters across hosts", r->n);
     }
     for (int i = 0; i < r->W; i++) {
         worker *w = &r->workers[i];
@@ -1326,15 +1575,20 @@ static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_da
         for (int i = 0; i < r->W; i++)
             r->workers[i].slice_pos = r->start_clock;
     r->applied = r->start_clock;
+    if (!is_clocked(r)) {
+        uint64_t every = (uint64_t)cfg->sync_every * (uint64_t)r->W;
+        r->host_batches = r->start_clock * (cfg->balance == GT_BALANCE_STATIC ? (uint64_t)r->W : 1);
+        r->xavg_last = r->host_batches - r->host_batches % every;
+    }
     if (cfg->eval_every > 0)
-        r->next_eval = atomic_load(&r->samples_total) + (uint64_t)cfg->eval_every * (uint64_t)r->batch * (uint64_t)r->W;
+        r->next_eval = atomic_load(&r->samples_total) + (uint64_t)cfg->eval_every * (uint64_t)r->batch * (uint64_t)r->Wg;
     if (cfg->checkpoint[0] && cfg->checkpoint_every_steps && cfg->checkpoint_every > 0) {
         uint64_t done = is_clocked(r) ? (uint64_t)r->epoch * r->clocks + r->start_clock
                                       : atomic_load(&r->ps.updates);
         r->next_ckpt = done + (uint64_t)cfg->checkpoint_every;
     }
     gt_permutation(r->perm, r->ntrain, cfg->seed, r->epoch);
-    if (cfg->log_path[0]) {
+    if (cfg->log_path[0] && r->host == 0) {
         r->log = fopen(cfg->log_path, start->resumed ? "a" : "w");
         if (!r->log)
             return gt_fail(e, "--log: cannot open '%s' for writing: %s", cfg->log_path, strerror(errno));
@@ -1353,6 +1607,8 @@ static void run_free(run *r)
     free(r->workers);
     gt_free(r->perm);
     gt_host_free(r->slots);
+    gt_free(r->xsnap);
+    gt_free(r->xavg);
     free(r->claimed);
     free(r->deposited);
     free(r->slot_read_clock);
@@ -1367,6 +1623,7 @@ static void run_free(run *r)
 static void fill_result(run *r, gt_run_result *res, double wall)
 {
     res->nworkers = r->W;
+    res->nhosts = r->H;
     res->wall_s = wall;
     res->samples = atomic_load(&r->samples_total);
     double busy = 0;
@@ -1431,14 +1688,14 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
     double wall = (r->t_done > 0 ? r->t_done : gt_now()) - r->t0;
     fill_result(r, res, wall);
     res->samples_per_s = wall > 0 ? (double)res->samples / wall : 0;
-    res->interrupted = atomic_load(&g_stop_signal);
+    res->interrupted = r->H > 1 ? r->stop_sig : atomic_load(&g_stop_signal);
     if (rc == 0 && r->failed) {
         rc = -1;
         if (r->nlive == 0) {
             char buf[GT_ERRLEN] = "every worker failed:";
             for (int i = 0; i < r->W; i++) {
                 size_t len = strlen(buf);
-                snprintf(buf + len, sizeof buf - len, " worker %d (%.40s): %.80s;", i,
+                snprintf(buf + len, sizeof buf - len, " worker %d (%.40s): %.80s;", r->share0 + i,
                          r->workers[i].dev->name, r->workers[i].error);
             }
             gt_fail(e, "%s", buf);
@@ -1446,7 +1703,7 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
             gt_fail(e, "%s", r->error);
         }
     }
-    if (rc == 0 && res->interrupted && cfg->checkpoint[0]) {
+    if (rc == 0 && res->interrupted && cfg->checkpoint[0] && r->host == 0) {
         /* Interrupted: the workers have stopped at step boundaries; save where the run stands. */
         job j;
         uint64_t step = is_clocked(r) ? r->applied
@@ -1455,8 +1712,15 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
             for (int i = 0; i < r->W; i++)
                 if (r->workers[i].slice_pos < step)
                     step = r->workers[i].slice_pos;
+        /* Across hosts, host 0 may have finished an epoch that another host stopped short of, so
+         * that no host ended it: resume at the next one. */
+        uint32_t epoch = r->epoch;
+        if (step >= epoch_steps(r)) {
+            epoch++;
+            step = 0;
+        }
         pthread_mutex_lock(&r->mu);
-        int sr = snapshot_locked(r, &j, JOB_CKPT, r->epoch, step);
+        int sr = snapshot_locked(r, &j, JOB_CKPT, epoch, step);
         pthread_mutex_unlock(&r->mu);
         if (sr != 0 || write_checkpoint(r, &j, res, e) != 0)
             rc = -1;
@@ -1466,13 +1730,13 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
     }
     if (r->log) {
         fprintf(r->log,
-                "{\"type\":\"summary\",\"mode\":\"%s\",\"workers\":%d,\"model\":\"%s\",\"batch\":%d,"
+                "{\"type\":\"summary\",\"mode\":\"%s\",\"workers\":%d,\"hosts\":%d,\"model\":\"%s\",\"batch\":%d,"
                 "\"optimizer\":\"%s\",\"lr\":%g,\"momentum\":%g,\"seed\":%llu,\"epochs\":%d,"
                 "\"stripes\":%d,\"samples\":%llu,\"wall_s\":%.4f,"
                 "\"samples_per_s\":%.1f,\"stale_max\":%llu,\"stale_mean\":%.4f,\"stale_p99\":%.0f,"
                 "\"lock_wait_share\":%.6f,\"barrier_wait_share\":%.6f,\"clock_spread_max\":%llu,"
                 "\"skipped_nonfinite\":%llu,\"test_acc\":%.6f,\"interrupted\":%d}\n",
-                mode_name(cfg->mode), r->W, r->m->name, cfg->batch,
+                mode_name(cfg->mode), r->Wg, r->H, r->m->name, cfg->batch,
                 cfg->optim.kind == GT_OPT_ADAM ? "adam" : "sgd", cfg->optim.lr, cfg->optim.momentum,
                 (unsigned long long)cfg->seed, cfg->epochs, r->ps.nstripes, (unsigned long long)res->samples, res->wall_s,
                 res->samples_per_s, (unsigned long long)res->stale_max, res->stale_mean,

@@ -7,6 +7,9 @@ gt_install_deps() {
     command -v cc >/dev/null || need+=(gcc)
     [ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
     [ -f /usr/include/stb/stb_image.h ] || need+=(libstb-dev)
+    # Open MPI: several hosts under mpirun (tests/cli_mpi.sh runs two processes on this machine).
+    command -v mpirun >/dev/null || need+=(openmpi-bin)
+    command -v mpicc >/dev/null || need+=(libopenmpi-dev)
     [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ] || [ -f datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ] || need+=(dataset-fashion-mnist)
     [ ${#need[@]} -eq 0 ] && return 0
     if ! command -v apt-get >/dev/null; then

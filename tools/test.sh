@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test.sh - install what is missing, build, and run every test: the normal build (with CUDA when a
-# toolkit is present; GPU tests report skipped without a GPU), the whole suite under
-# AddressSanitizer + UndefinedBehaviorSanitizer, and the store, mode and checkpoint tests under
-# ThreadSanitizer.
+# toolkit is present; GPU tests report skipped without a GPU; with MPI, so tests/cli_mpi.sh runs
+# two processes under mpirun), the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer,
+# and the store, mode and checkpoint tests under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/deps.sh
@@ -10,7 +10,7 @@ gt_install_deps
 jobs=$(nproc)
 
 echo "== build and test (release)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DGT_MPI=ON >/dev/null
 cmake --build build -j"$jobs" >/dev/null
 ctest --test-dir build --output-on-failure -j"$jobs"
 

@@ -69,6 +69,11 @@ void gt_ps_apply_stripes(gt_ps *ps, int s_lo, int s_hi, const float *g, float gs
 /* Overwrites stripes [s_lo, s_hi) of the parameters with src (local-mode averaging). */
 void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src);
 
+/* Moves stripes [s_lo, s_hi) from the base `from` to the base `to`, keeping what was pushed since
+ * `from` was pulled: p = to + (p - from), each stripe under its lock (cross-host averaging; where
+ * nothing was pushed meanwhile the stripes become `to` exactly). */
+void gt_ps_rebase_stripes(gt_ps *ps, int s_lo, int s_hi, const float *from, const float *to);
+
 /* Adds one staleness observation (the clocked modes measure it themselves). */
 void gt_ps_note_staleness(gt_ps *ps, uint64_t stale);
 

@@ -35,8 +35,9 @@ typedef struct gt_run_result {
     gt_eval_point points[4096];   /* every evaluation, in order */
     double wall_s;                /* whole training time, evaluation excluded where it overlaps */
     double samples_per_s;
-    uint64_t samples;
-    int nworkers;
+    uint64_t samples;             /* of every host */
+    int nworkers;                 /* this host's workers (workers[] below) */
+    int nhosts;                   /* processes (hosts) the run spanned, 1 without MPI */
     gt_worker_stats workers[GT_MAX_WORKERS];
     uint64_t stale_max;
     double stale_mean, stale_p99;
@@ -59,7 +60,9 @@ typedef struct gt_start {
 /* Trains model on data with the devices (one worker each) as cfg says; evaluator is a device of
  * its own that the calling thread evaluates snapshots on while the workers go on. Returns 0, or -1 with e
  * set (every worker failed, a checkpoint that could not be written, a non-finite loss under
- * --on-nan stop); an interrupted run returns 0 with res->interrupted set. */
+ * --on-nan stop); an interrupted run returns 0 with res->interrupted set.
+ * Across hosts (cluster.h) every process calls this with as many devices and the same settings;
+ * only host 0 evaluates (the others may pass a NULL evaluator), logs and writes checkpoints. */
 int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *data,
                  gt_device **devices, int ndevices, gt_device *evaluator, const gt_start *start,
                  gt_run_result *res, gt_err *e);
