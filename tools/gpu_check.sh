@@ -37,7 +37,7 @@ step "GPU tests" "$(grep -E 'tests passed|tests failed' "$out/gpu-tests.log" | t
 grep -E '^timing|^allreduce x|^abort' "$out/gpu-tests.log" | sed 's/^/  /'
 
 if command -v compute-sanitizer >/dev/null; then
-    GT_DATA=$data compute-sanitizer --tool memcheck --leak-check full "$root/build/test_cuda_parity" \
+    GT_DATA=$data timeout 240 compute-sanitizer --tool memcheck --leak-check full "$root/build/test_cuda_parity" \
         >"$out/memcheck.log" 2>&1
     step "compute-sanitizer memcheck (test_cuda_parity)" "$(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)"
 fi
