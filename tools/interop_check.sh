@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# interop_check.sh - checkpoints interchange with PyTorch to the last test sample: a gputrain
+# lenet5 checkpoint evaluated by the PyTorch reference LeNet5, and PyTorch-trained weights
+# evaluated by `gputrain eval`. Writes OUT/interop-<card>-<date>.md with command, card and date.
+#
+# Usage: tools/interop_check.sh --data DIR --torch-ref torch_lenet.py [--bin build/gputrain] [--out results]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cmd="$0 $*"
+data="" ref="" bin="$root/build/gputrain" out="$root/results"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --data) data=$2; shift 2 ;;
+        --torch-ref) ref=$2; shift 2 ;;
+        --bin) bin=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        *) echo "interop_check: unknown option '$1'" >&2; exit 2 ;;
+    esac
+done
+[ -n "$data" ] && [ -n "$ref" ] || { echo "interop_check: --data and --torch-ref are required" >&2; exit 2; }
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1 || true)
+card=${card:-cpu}
+tag=$(echo "$card" | tr ' ' '-' | tr -cd 'A-Za-z0-9._-')
+date=$(date -u +%Y-%m-%d)
+work=$(mktemp -d)
+mkdir -p "$out"
+gpus=0
+[ "$card" = cpu ] && gpus=cpu:1
+
+correct_gt() { "$bin" eval --data "$data" --gpus "$gpus" --checkpoint "$1" | sed 's/.*(\([0-9]*\)\/.*/\1/'; }
+correct_pt() { sed 's/^correct \([0-9]*\) of.*/\1/'; }
+
+"$bin" --data "$data" --gpus "$gpus" --epochs 10 --checkpoint "$work/gt.safetensors" --quiet --no-progress
+gt_own=$(correct_gt "$work/gt.safetensors")
+gt_in_torch=$(python3 "$root/tools/interop.py" to-torch "$work/gt.safetensors" --data "$data" --ref "$ref" | correct_pt)
+pt_own=$(python3 "$root/tools/interop.py" from-torch "$work/pt.safetensors" --data "$data" --ref "$ref" --epochs 2 | correct_pt)
+pt_in_gt=$(correct_gt "$work/pt.safetensors")
+verdict() { [ "$1" = "$2" ] && echo "equal" || echo "DIFFERENT"; }
+{
+    echo "# Checkpoint interoperability with PyTorch"
+    echo
+    echo "Card: $card. Date: $date. Command: \`$cmd\`"
+    echo
+    echo "| weights | evaluated by gputrain eval | evaluated by PyTorch (reference LeNet5) | |"
+    echo "|---|---|---|---|"
+    echo "| gputrain lenet5, 10 epochs (SGD lr 0.05 m 0.9, batch 64) | $gt_own / 10000 | $gt_in_torch / 10000 | $(verdict "$gt_own" "$gt_in_torch") |"
+    echo "| PyTorch LeNet5, 2 epochs (SGD lr 0.05 m 0.9, batch 64) | $pt_in_gt / 10000 | $pt_own / 10000 | $(verdict "$pt_in_gt" "$pt_own") |"
+} >"$out/interop-$tag-$date.md"
+cat "$out/interop-$tag-$date.md"
+rm -rf "$work"
+[ "$gt_own" = "$gt_in_torch" ] && [ "$pt_own" = "$pt_in_gt" ]
