@@ -181,21 +181,6 @@ static void *step_worker_main(void *arg)
     return NULL;
 }
 
-static void make_dataset(gt_dataset *ds, gt_rng *r, uint32_t n)
-{
-    memset(ds, 0, sizeof *ds);
-    ds->n = n;
-    ds->c = 1;
-    ds->h = ds->w = 28;
-    ds->nclasses = 10;
-    ds->images = gt_alloc((size_t)n * 28 * 28);
-    ds->labels = gt_alloc(n);
-    for (size_t i = 0; i < (size_t)n * 28 * 28; i++)
-        ds->images[i] = (uint8_t)gt_rng_below(r, 256);
-    for (uint32_t i = 0; i < n; i++)
-        ds->labels[i] = (uint8_t)gt_rng_below(r, 10);
-}
-
 /* The CPU reference: one worker on the union batch, the same optimizer. */
 static void cpu_steps(const gt_model *m, step_case *k, const gt_batch *whole)
 {
@@ -323,7 +308,7 @@ static void test_allreduce_step(gt_rng *r)
     uint32_t idx[STEPS][MAX_W * STEP_B];
     gt_batch whole[STEPS], share[STEPS][MAX_W];
     CHECK(gt_model_build("lenet5", 1, 28, 28, 10, &m, &e) == 0);
-    make_dataset(&ds, r, 1000);
+    gt_test_random_dataset(&ds, r, 1000);
     for (int s = 0; s < STEPS; s++) {
         for (int k = 0; k < g_w * STEP_B; k++)
             idx[s][k] = gt_rng_below(r, ds.n);
@@ -379,33 +364,6 @@ static void run_config(gt_config *c, gt_mode mode, int gpus, int batch, int epoc
     c->log_steps = 1;
 }
 
-/* Per-clock mean of the logged share losses (every share of a clock has the same size). */
-static void read_step_losses(const char *path, outcome *o, int workers)
-{
-    FILE *f = fopen(path, "r");
-    char line[512];
-    double sum[64] = {0};
-    int cnt[64] = {0};
-    while (f && fgets(line, sizeof line, f)) {
-        unsigned step, epoch;
-        double loss;
-        const char *s = strstr(line, "\"step\":"), *l = strstr(line, "\"loss\":");
-        const char *ep = strstr(line, "\"epoch\":");
-        if (!strstr(line, "\"type\":\"step\"") || !s || !l || !ep)
-            continue;
-        if (sscanf(s, "\"step\":%u", &step) == 1 && sscanf(l, "\"loss\":%lf", &loss) == 1 &&
-            sscanf(ep, "\"epoch\":%u", &epoch) == 1 && epoch == 1 && step < 64) {
-            sum[step] += loss;
-            cnt[step]++;
-        }
-    }
-    if (f)
-        fclose(f);
-    o->nsteps = 0;
-    for (int i = 0; i < 64 && cnt[i] == workers; i++)
-        o->step_loss[o->nsteps++] = sum[i] / workers;
-}
-
 static int open_run_devices(const gt_config *c, const gt_model *m, gt_device **devs,
                             gt_device **ev, gt_err *e)
 {
@@ -441,7 +399,7 @@ static outcome train(gt_config *c)
         gt_device_close(devs[i]);
     gt_device_close(ev);
     gt_free(params);
-    read_step_losses(log, &o, c->ngpus);
+    o.nsteps = gt_test_step_losses(log, c->ngpus, o.step_loss, 64);
     unlink(log);
     return o;
 }
@@ -575,7 +533,7 @@ static void time_model(const char *name, int batch, gt_rng *r)
     time_worker w[MAX_W];
     uint32_t idx[256];
     CHECK(gt_model_build(name, 1, 28, 28, 10, &m, &e) == 0);
-    make_dataset(&ds, r, 512);
+    gt_test_random_dataset(&ds, r, 512);
     for (int i = 0; i < batch; i++)
         idx[i] = gt_rng_below(r, ds.n);
     gt_batch b = {&ds, idx, batch, 1, 7};

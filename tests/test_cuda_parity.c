@@ -297,21 +297,6 @@ static void test_layers(gt_rng *r)
 
 /* ---- whole networks -------------------------------------------------------------------------- */
 
-static void make_dataset(gt_dataset *ds, gt_rng *r, uint32_t n)
-{
-    memset(ds, 0, sizeof *ds);
-    ds->n = n;
-    ds->c = 1;
-    ds->h = ds->w = 28;
-    ds->nclasses = 10;
-    ds->images = gt_alloc((size_t)n * 28 * 28);
-    ds->labels = gt_alloc(n);
-    for (size_t i = 0; i < (size_t)n * 28 * 28; i++)
-        ds->images[i] = (uint8_t)gt_rng_below(r, 256);
-    for (uint32_t i = 0; i < n; i++)
-        ds->labels[i] = (uint8_t)gt_rng_below(r, 10);
-}
-
 static void make_batch(gt_batch *b, uint32_t *idx, int n, const gt_dataset *ds, gt_rng *r)
 {
     for (int i = 0; i < n; i++)
@@ -604,7 +589,7 @@ int main(void)
     gt_rng_seed(&r, 20261126);
     test_host_memory();
     test_layers(&r);
-    make_dataset(&ds, &r, 1200);
+    gt_test_random_dataset(&ds, &r, 1200);
     test_model("lenet5", 32, 1100, 1, &ds, &r);
     test_model("lenet5-classic", 16, 50, 1, &ds, &r);
     test_model("cnn-wide", 8, 40, 0, &ds, &r);

@@ -38,33 +38,6 @@ static void base_config(gt_config *c, const char *mode, int workers, int batch)
             c->mode = (gt_mode)i;
 }
 
-/* Sums the per-share step losses of the log into per-clock means (shares of one clock average). */
-static void read_step_losses(const char *path, outcome *o, int workers)
-{
-    FILE *f = fopen(path, "r");
-    char line[512];
-    double sum[64] = {0};
-    int cnt[64] = {0};
-    while (f && fgets(line, sizeof line, f)) {
-        unsigned step;
-        double loss;
-        const char *p = strstr(line, "\"type\":\"step\"");
-        if (!p)
-            continue;
-        const char *s = strstr(line, "\"step\":"), *l = strstr(line, "\"loss\":");
-        if (s && l && sscanf(s, "\"step\":%u", &step) == 1 && sscanf(l, "\"loss\":%lf", &loss) == 1 &&
-            step < 64) {
-            sum[step] += loss;
-            cnt[step]++;
-        }
-    }
-    if (f)
-        fclose(f);
-    o->nsteps = 0;
-    for (int i = 0; i < 64 && cnt[i] == workers; i++)
-        o->step_loss[o->nsteps++] = sum[i] / workers;
-}
-
 static outcome train(gt_config *c)
 {
     outcome o = {0};
@@ -90,7 +63,7 @@ static outcome train(gt_config *c)
         gt_device_close(devs[i]);
     gt_device_close(ev);
     gt_free(params);
-    read_step_losses(log, &o, c->cpu_workers);
+    o.nsteps = gt_test_step_losses(log, c->cpu_workers, o.step_loss, 64);
     unlink(log);
     return o;
 }

@@ -3,6 +3,8 @@
 #ifndef GT_TEST_UTIL_H
 #define GT_TEST_UTIL_H
 
+#include "gputrain/data.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +75,55 @@ static inline const char *gt_test_fmnist_dir(void)
         }
     }
     return NULL;
+}
+
+/* The mean loss of each of the first `max` clocks of epoch 1 in a --log-steps log: a clock's
+ * `shares` step lines (one per share) are averaged. Returns how many leading clocks had all their
+ * shares logged. */
+static inline int gt_test_step_losses(const char *path, int shares, double *out, int max)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    double sum[256] = {0};
+    int cnt[256] = {0}, n = 0;
+    if (max > 256)
+        max = 256;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned step, epoch;
+        double loss;
+        const char *s = strstr(line, "\"step\":"), *l = strstr(line, "\"loss\":");
+        const char *ep = strstr(line, "\"epoch\":");
+        if (!strstr(line, "\"type\":\"step\"") || !s || !l || !ep)
+            continue;
+        if (sscanf(s, "\"step\":%u", &step) == 1 && sscanf(l, "\"loss\":%lf", &loss) == 1 &&
+            sscanf(ep, "\"epoch\":%u", &epoch) == 1 && epoch == 1 && step < (unsigned)max) {
+            sum[step] += loss;
+            cnt[step]++;
+        }
+    }
+    if (f)
+        fclose(f);
+    while (n < max && cnt[n] == shares) {
+        out[n] = sum[n] / shares;
+        n++;
+    }
+    return n;
+}
+
+/* n random 1x28x28 samples with labels 0..9, never all zeros. */
+static inline void gt_test_random_dataset(gt_dataset *ds, gt_rng *r, uint32_t n)
+{
+    memset(ds, 0, sizeof *ds);
+    ds->n = n;
+    ds->c = 1;
+    ds->h = ds->w = 28;
+    ds->nclasses = 10;
+    ds->images = gt_alloc((size_t)n * 28 * 28);
+    ds->labels = gt_alloc(n);
+    for (size_t i = 0; i < (size_t)n * 28 * 28; i++)
+        ds->images[i] = (uint8_t)gt_rng_below(r, 256);
+    for (uint32_t i = 0; i < n; i++)
+        ds->labels[i] = (uint8_t)gt_rng_below(r, 10);
 }
 
 #endif

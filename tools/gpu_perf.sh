@@ -7,6 +7,7 @@
 #                          [--gpu 0] [--epochs 5] [--out results]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/tools/lib.sh"
 cmd="$0 $*"
 data="" ref="" bin="$root/build/gputrain" gpu=0 epochs=5 out="$root/results"
 while [ $# -gt 0 ]; do
@@ -31,12 +32,6 @@ csv="$out/perf-$tag-$date.csv"
 md="$out/perf-$tag-$date.md"
 echo "framework,config,batch,epochs,samples_per_s,median_epoch_s,test_acc,command" >"$csv"
 
-# Median epoch time after the first, from the evaluation wall clock of a gputrain JSONL log.
-gt_median_epoch() {
-    grep '"type":"eval"' "$1" | sed 's/.*"wall_s":\([0-9.]*\).*/\1/' |
-        awk 'NR > 1 { print $1 - prev } { prev = $1 } END { if (NR == 1) print prev }' | sort -g |
-        awk '{ d[NR] = $1 } END { print (NR % 2) ? d[(NR + 1) / 2] : (d[NR / 2] + d[NR / 2 + 1]) / 2 }'
-}
 gt_last_acc() { grep '"type":"eval"' "$1" | tail -1 | sed 's/.*"test_acc":\([0-9.]*\).*/\1/'; }
 
 run_gt() { # label batch epochs extra-args...

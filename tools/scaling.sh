@@ -8,6 +8,7 @@
 #                         [--epochs 5] [--gpus "1 2 4"] [--out results]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/tools/lib.sh"
 cmd="$0 $*"
 data="" ref="" bin="$root/build/gputrain" epochs=5 counts="1 2 4" out="$root/results"
 while [ $# -gt 0 ]; do
@@ -33,11 +34,6 @@ csv="$out/scaling-$tag-$date.csv"
 md="$out/scaling-$tag-$date.md"
 echo "framework,model,mode,gpus,batch_per_gpu,samples_per_s,median_epoch_s,test_acc,command" >"$csv"
 
-median_epoch() {
-    grep '"type":"eval"' "$1" | sed 's/.*"wall_s":\([0-9.]*\).*/\1/' |
-        awk 'NR > 1 { print $1 - prev } { prev = $1 } END { if (NR == 1) print prev }' | sort -g |
-        awk '{ d[NR] = $1 } END { print (NR % 2) ? d[(NR + 1) / 2] : (d[NR / 2] + d[NR / 2 + 1]) / 2 }'
-}
 
 gpu_list() { seq -s, 0 $(($1 - 1)); }
 
@@ -54,7 +50,7 @@ for g in $counts; do
                 echo "gputrain,$model,$mode,$g,$batch,,,failed: $(tr ',' ';' <"$work/err" | head -1),${c[*]}" >>"$csv"
                 continue
             fi
-            med=$(median_epoch "$log")
+            med=$(gt_median_epoch "$log")
             n=$(grep '"type":"eval"' "$log" | head -1 | sed 's/.*"samples":\([0-9]*\).*/\1/')
             sps=$(awk -v n="$n" -v m="$med" 'BEGIN { printf "%.0f", n / m }')
             acc=$(grep '"type":"eval"' "$log" | tail -1 | sed 's/.*"test_acc":\([0-9.]*\).*/\1/')
