@@ -44,6 +44,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/tools/lib.sh"
 tools=$root/tools
 command_line=$(printf '%q ' "$0" "$@")
 command_line=${command_line% }
@@ -108,17 +109,7 @@ if [ "$quick" -eq 1 ]; then
 fi
 
 # ---- the host: binaries, data, devices -----------------------------------------------------------
-[ -x "$bin" ] || die "--bin: '$bin' is not an executable (build it: cmake --build build --target gputrain)"
-plot=${plot:-$(dirname "$bin")/gt_plot}
-[ -x "$plot" ] || die "--plot: '$plot' is not an executable (build it: cmake --build build --target gt_plot)"
-if [ -z "$data" ]; then
-    for d in "$root/datasets/fashion-mnist" /usr/share/datasets/fashion-mnist; do
-        if [ -f "$d/train-labels-idx1-ubyte.gz" ]; then data=$d; break; fi
-    done
-    [ -n "$data" ] || die "--data: no Fashion-MNIST found in datasets/fashion-mnist or /usr/share/datasets/fashion-mnist"
-fi
-[ -f "$data/train-labels-idx1-ubyte.gz" ] || die "--data: '$data/train-labels-idx1-ubyte.gz' not found"
-data=$(cd "$data" && pwd)
+gt_resolve_inputs
 
 # The epoch size comes from the label file's IDX header (bytes 4..7, big-endian count).
 # gzip stops early on purpose (head closes the pipe), so its status is not looked at.
