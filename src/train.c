@@ -99,6 +99,10 @@ typedef struct run {
     int nlive;
     uint32_t epoch;            /* current epoch (0-based) */
     int halt;                  /* workers leave at the next check */
+    int leave;                 /* set by the epoch barrier's leader: every worker leaves there */
+    int halt_seen;             /* halt as a barrier's leader saw it: the same for every worker */
+    int complete_seen;         /* whether clocks [applied, pending_upto] had all their shares then */
+    uint64_t pending_upto;     /* the last clock the workers at a sync/local barrier worked on */
     int failed;                /* a fatal error (error[]) ends the run */
     char error[GT_ERRLEN];
     int bar_count;
@@ -377,6 +381,17 @@ static void run_barrier(run *r, worker *w, leader_fn fn)
     pthread_mutex_unlock(&r->mu);
 }
 
+static int shares_complete_locked(run *r, uint64_t from, uint64_t upto);
+
+/* Leader work of the barriers inside sync and local clocks: whether every share is in and whether
+ * to halt, as one thread saw it, so every worker released from the barrier takes the same branch
+ * (a survivor depositing a left-over share right after the barrier must not split them). */
+static void capture_clock_leader(run *r)
+{
+    r->halt_seen = r->halt;
+    r->complete_seen = shares_complete_locked(r, r->applied, r->pending_upto);
+}
+
 /* A worker leaves the run. Its shares and batches go to the survivors; a barrier waiting only on
  * it completes. Caller holds r->mu. */
 static void worker_leave_locked(run *r, worker *w, const char *why)
@@ -644,7 +659,6 @@ static int claim_share_locked(run *r, worker *w, uint64_t upto, uint64_t *clock_
 }
 
 static int claim_and_compute(run *r, worker *w, uint64_t upto);
-static int shares_complete_locked(run *r, uint64_t from, uint64_t upto);
 
 /* The samples of one of this host's shares: clock c's global batch holds every host's shares in
  * host order. */
@@ -801,10 +815,12 @@ static int sync_clock(run *r, worker *w, uint64_t c)
     for (;;) {
         if (claim_and_compute(r, w, c) != 0)
             return -1;
-        run_barrier(r, w, NULL);
         pthread_mutex_lock(&r->mu);
-        int complete = shares_complete_locked(r, c, c);
-        int halt = r->halt;
+        r->pending_upto = c;
+        pthread_mutex_unlock(&r->mu);
+        run_barrier(r, w, capture_clock_leader);
+        pthread_mutex_lock(&r->mu);
+        int complete = r->complete_seen, halt = r->halt_seen;
         pthread_mutex_unlock(&r->mu);
         if (complete)
             break;
@@ -927,9 +943,12 @@ static int local_average(run *r, worker *w, uint64_t upto)
     for (;;) {
         if (claim_and_compute(r, w, upto) != 0)
             return -1;
-        run_barrier(r, w, NULL);
         pthread_mutex_lock(&r->mu);
-        int complete = shares_complete_locked(r, r->applied, upto), halt = r->halt;
+        r->pending_upto = upto;
+        pthread_mutex_unlock(&r->mu);
+        run_barrier(r, w, capture_clock_leader);
+        pthread_mutex_lock(&r->mu);
+        int complete = r->complete_seen, halt = r->halt_seen;
         r->local_done = upto + 1;
         pthread_mutex_unlock(&r->mu);
         if (complete)
@@ -1161,6 +1180,9 @@ static int hosts_epoch_end_locked(run *r)
  * stopped by a signal part-way through an epoch posts nothing: the calling thread saves it. */
 static void epoch_end_leader(run *r)
 {
+    /* Workers decide to leave here, all together: a halt seen at different instants before the
+     * barrier would send one worker home while another waits for it at the next one. */
+    r->leave = r->halt;
     if (r->failed || !(r->H > 1 ? hosts_epoch_end_locked(r) : epoch_complete_locked(r)))
         return;
     const gt_config *cfg = r->cfg;
@@ -1216,7 +1238,7 @@ static void *worker_main(void *arg)
     }
     for (;;) {
         pthread_mutex_lock(&r->mu);
-        int stop = r->halt || r->epoch >= (uint32_t)r->cfg->epochs;
+        int stop = r->leave || r->epoch >= (uint32_t)r->cfg->epochs;
         uint64_t first = r->start_clock;
         pthread_mutex_unlock(&r->mu);
         if (stop || !atomic_load(&w->alive))
