@@ -92,7 +92,8 @@ check_signal_launcher() {
         >"$TMP/sig.out" 2>&1 &
     launcher=$!
     wait_for_eval "$TMP/sig.jsonl" || fail "no evaluation within 60 s"
-    kill -INT "$(pgrep -P $launcher -x mpirun)"
+    # The launcher is timeout's only child (Open MPI 5's mpirun execs prterun: match no name).
+    kill -INT "$(pgrep -P $launcher | head -1)"
     wait $launcher
     grep -q 'interrupted by signal 15; state saved to' "$TMP/sig.out" ||
         fail "SIGINT to mpirun: nothing saved: $(cat "$TMP/sig.out")"
@@ -130,7 +131,9 @@ if [ "$QUICK" != 1 ]; then
     check_resume
     check_signal_one sync
     check_signal_one hogwild
-    [ $OPENMPI = 1 ] && check_signal_launcher
+    # Open MPI 5's launcher (prterun) follows the SIGTERM with SIGKILL about a second later, and
+    # no setting we found changes it: there the README says to signal the gputrain processes.
+    [ $OPENMPI = 1 ] && ! mpirun --version 2>&1 | grep -q 'Open MPI) [5-9]' && check_signal_launcher
 fi
 
 # Hosts that differ, or a host whose workers all fail, end the run with a line naming the host.
