@@ -22,8 +22,8 @@
 
 #define CUDA_EVAL_CHUNK 1024
 /* Captured step graphs kept per device: two slots times a full and a last short batch, with and
- * without an in-graph upload, fit. */
-#define CUDA_GRAPHS 8
+ * without an in-graph upload, and two host gradient buffers (--overlap), fit. */
+#define CUDA_GRAPHS 16
 
 /* Where the parts of a batch of n samples sit in a staging slot, host and device alike. */
 typedef struct slot_layout {
@@ -44,6 +44,7 @@ typedef struct cuda_slot {
 typedef struct cuda_graph {
     cudaGraphExec_t exec;     /* NULL: an empty entry */
     int n, slot, upload, keep_grad;
+    const float *grad_dst;    /* the host gradient buffer its copy writes */
     uint64_t used;            /* the step that last ran it: the least recent is replaced */
 } cuda_graph;
 
@@ -60,9 +61,10 @@ typedef struct cuda_impl {
     uint8_t *mask[GT_MAX_LAYERS];      /* dropout keep flags, max_batch rows */
     cuda_slot slot[2];
     uint64_t nstaged;
+    int inflight[2], ninflight;        /* slots of begun, not yet ended steps, oldest first */
     uint8_t *eval_x, *eval_y;          /* one evaluation chunk's images and labels */
     gt_cuda_result *result;
-    gt_cuda_result *result_host;       /* pinned */
+    gt_cuda_result *result_host;       /* pinned, one per slot: a step's loss and hits */
     gt_cuda_allreduce *allreduce;      /* NCCL communicator and optimizer state, allreduce mode */
     gt_fused_net fnet;                 /* the fused step's shapes and buffers, where fusable */
     int fusable, fused, graphs;        /* see gt_cuda_path */
@@ -99,12 +101,13 @@ static void graph_drop_all(cuda_impl *g)
     }
 }
 
-static cuda_graph *graph_find(cuda_impl *g, int n, int slot, int upload, int keep_grad)
+static cuda_graph *graph_find(cuda_impl *g, int n, int slot, int upload, int keep_grad,
+                              const float *grad_dst)
 {
     for (int i = 0; i < CUDA_GRAPHS; i++) {
         cuda_graph *gr = &g->graph[i];
         if (gr->exec && gr->n == n && gr->slot == slot && gr->upload == upload &&
-            gr->keep_grad == keep_grad)
+            gr->keep_grad == keep_grad && gr->grad_dst == grad_dst)
             return gr;
     }
     return NULL;
@@ -112,7 +115,7 @@ static cuda_graph *graph_find(cuda_impl *g, int n, int slot, int upload, int kee
 
 /* Keeps exec in an empty entry, else in place of the least recently used one. */
 static void graph_store(cuda_impl *g, cudaGraphExec_t exec, int n, int slot, int upload,
-                        int keep_grad)
+                        int keep_grad, const float *grad_dst)
 {
     cuda_graph *gr = &g->graph[0];
     for (int i = 0; i < CUDA_GRAPHS && gr->exec; i++)
@@ -125,6 +128,7 @@ static void graph_store(cuda_impl *g, cudaGraphExec_t exec, int n, int slot, int
     gr->slot = slot;
     gr->upload = upload;
     gr->keep_grad = keep_grad;
+    gr->grad_dst = grad_dst;
     gr->used = g->nsteps;
 }
 
@@ -224,7 +228,7 @@ static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
     if (gt_cuda_malloc(c, (void **)&g->eval_x, cap * g->in_len, e) ||
         gt_cuda_malloc(c, (void **)&g->eval_y, cap, e) ||
         gt_cuda_malloc(c, (void **)&g->result, sizeof *g->result, e) ||
-        cuda_alloc_host(c, (void **)&g->result_host, sizeof *g->result_host, e))
+        cuda_alloc_host(c, (void **)&g->result_host, 2 * sizeof *g->result_host, e))
         return -1;
     /* Finite contents for timing the convolution algorithms. */
     GT_CUDA_CHECK(c->name, e, cudaMemset(g->params, 0, nparams * sizeof(float)));
@@ -301,12 +305,22 @@ static int slot_find(const cuda_impl *g, const gt_batch *b)
     return -1;
 }
 
-/* An empty slot, else the one staged longer ago. */
+static int slot_busy(const cuda_impl *g, int s)
+{
+    for (int i = 0; i < g->ninflight; i++)
+        if (g->inflight[i] == s)
+            return 1;
+    return 0;
+}
+
+/* A slot no begun step still reads: an empty one, else the one staged longer ago. */
 static int slot_free(const cuda_impl *g)
 {
     for (int s = 0; s < 2; s++)
-        if (g->slot[s].n == 0)
+        if (g->slot[s].n == 0 && !slot_busy(g, s))
             return s;
+    if (slot_busy(g, 0) || slot_busy(g, 1))
+        return slot_busy(g, 0) ? 1 : 0;
     return g->slot[0].staged < g->slot[1].staged ? 0 : 1;
 }
 
@@ -443,7 +457,7 @@ static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, int uploa
                       cudaMemcpyAsync(d->grad, g->grad, grad_bytes, cudaMemcpyDeviceToHost,
                                       c->stream));
     GT_CUDA_CHECK(d->name, e,
-                  cudaMemcpyAsync(g->result_host, g->result, sizeof *g->result,
+                  cudaMemcpyAsync(g->result_host + s, g->result, sizeof *g->result,
                                   cudaMemcpyDeviceToHost, c->stream));
     return 0;
 }
@@ -475,7 +489,7 @@ static void graph_capture(gt_device *d, cuda_impl *g, int s, int n, int upload)
         graph_drop_all(g);
         return;
     }
-    graph_store(g, exec, n, s, upload, d->keep_grad);
+    graph_store(g, exec, n, s, upload, d->keep_grad, d->grad);
 }
 
 /* Replays the graph of this shape, or runs the step eagerly and captures it. */
@@ -484,7 +498,7 @@ static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, int upload, g
     g->nsteps++;
     if (!g->graphs)
         return cuda_step_enqueue(d, g, s, n, upload, e);
-    cuda_graph *gr = graph_find(g, n, s, upload, d->keep_grad);
+    cuda_graph *gr = graph_find(g, n, s, upload, d->keep_grad, d->grad);
     if (gr) {
         gr->used = g->nsteps;
         GT_CUDA_CHECK(d->name, e, cudaGraphLaunch(gr->exec, g->ctx->stream));
@@ -508,14 +522,17 @@ static int cuda_load_params(gt_device *d, gt_err *e)
     return 0;
 }
 
-static int cuda_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt_err *e)
+/* Queues b's step on the loaded parameters and records its slot's consumed event; *slot_out is
+ * the slot whose result it fills. */
+static int cuda_step_queue(gt_device *d, cuda_impl *g, const gt_batch *b, int *slot_out,
+                           gt_err *e)
 {
-    cuda_impl *g = (cuda_impl *)d->impl;
     gt_cuda_ctx *c = g->ctx;
-    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
     if (cuda_check_batch(d, g, b, e))
         return -1;
     int s = slot_find(g, b), upload = s < 0;
+    if (s >= 0 && slot_busy(g, s))
+        return gt_fail(e, "%s: the same batch is begun twice", d->name);
     if (upload) {
         s = slot_free(g);
         if (slot_gather(d, g, &g->slot[s], b, e))
@@ -527,9 +544,67 @@ static int cuda_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt
     if (cuda_step_run(d, g, s, b->n, upload, e))
         return -1;
     GT_CUDA_CHECK(d->name, e, cudaEventRecord(g->slot[s].consumed, c->stream));
-    GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(c->stream));
-    out->loss_sum = g->result_host->loss_sum;
-    out->correct = g->result_host->correct;
+    *slot_out = s;
+    return 0;
+}
+
+/* The results of the finished step that used slot s. */
+static void cuda_step_result(const cuda_impl *g, int s, gt_step_out *out)
+{
+    const gt_cuda_result *res = g->result_host + s;
+    out->loss_sum = res->loss_sum;
+    out->correct = res->correct;
+    /* The fused reduction checked every gradient entry on the way out. */
+    out->grad_status = !g->fused      ? GT_GRAD_UNCHECKED
+                       : res->nonfinite ? GT_GRAD_NONFINITE
+                                        : GT_GRAD_FINITE;
+}
+
+static int cuda_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt_err *e)
+{
+    cuda_impl *g = (cuda_impl *)d->impl;
+    int s;
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    if (g->ninflight)
+        return gt_fail(e, "%s: a step runs while %d begun steps are not ended", d->name,
+                       g->ninflight);
+    if (cuda_step_queue(d, g, b, &s, e))
+        return -1;
+    GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(g->ctx->stream));
+    cuda_step_result(g, s, out);
+    return 0;
+}
+
+/* --overlap: the parameters' upload and the step are queued behind whatever step is still
+ * running, so the host can push that one's gradient meanwhile. The step's graph copies the
+ * gradient into d->grad as it is now (graphs are kept per host buffer). */
+static int cuda_step_begin(gt_device *d, const gt_batch *b, gt_err *e)
+{
+    cuda_impl *g = (cuda_impl *)d->impl;
+    int s;
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    if (g->ninflight == 2)
+        return gt_fail(e, "%s: a third step begun before the first ended", d->name);
+    GT_CUDA_CHECK(d->name, e,
+                  cudaMemcpyAsync(g->params, d->params, d->model->nparams * sizeof(float),
+                                  cudaMemcpyHostToDevice, g->ctx->stream));
+    if (cuda_step_queue(d, g, b, &s, e))
+        return -1;
+    g->inflight[g->ninflight++] = s;
+    return 0;
+}
+
+static int cuda_step_end(gt_device *d, gt_step_out *out, gt_err *e)
+{
+    cuda_impl *g = (cuda_impl *)d->impl;
+    if (g->ninflight == 0)
+        return gt_fail(e, "%s: no begun step to end", d->name);
+    int s = g->inflight[0];
+    g->inflight[0] = g->inflight[1];
+    g->ninflight--;
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    GT_CUDA_CHECK(d->name, e, cudaEventSynchronize(g->slot[s].consumed));
+    cuda_step_result(g, s, out);
     return 0;
 }
 
@@ -594,6 +669,8 @@ static const gt_device_ops cuda_ops = {
     .load_params = cuda_load_params,
     .train_step = cuda_train_step,
     .evaluate = cuda_evaluate,
+    .step_begin = cuda_step_begin,
+    .step_end = cuda_step_end,
     .prefetch = cuda_prefetch,
     .local_update = NULL,
 #ifdef GT_HAVE_NCCL

@@ -52,10 +52,15 @@ int gt_fused_alloc(gt_cuda_ctx *c, gt_fused_net *f, int cap, gt_err *e)
                   cudaFuncSetAttribute(fused_forward_kernel,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)f->smem_forward));
+    const void *fc_kernels[] = {(const void *)fused_fc_kernel<1>, (const void *)fused_fc_kernel<2>,
+                                (const void *)fused_fc_kernel<FUSED_FC_SAMPLES>};
+    for (int k = 0; k < 3; k++)
+        GT_CUDA_CHECK(c->name, e,
+                      cudaFuncSetAttribute(fc_kernels[k],
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)f->smem_fc));
     GT_CUDA_CHECK(c->name, e,
-                  cudaFuncSetAttribute(fused_fc_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)f->smem_fc));
+                  cudaDeviceGetAttribute(&f->nsm, cudaDevAttrMultiProcessorCount, c->ordinal));
     GT_CUDA_CHECK(c->name, e,
                   cudaFuncSetAttribute(fused_backward_kernel,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -76,12 +81,21 @@ static int fused_forward(gt_cuda_ctx *c, gt_fused_net *f, const float *params,
                          const uint8_t *images, const uint8_t *labels, int n, int train,
                          gt_err *e)
 {
-    unsigned fc_blocks = (unsigned)((n + FUSED_FC_SAMPLES - 1) / FUSED_FC_SAMPLES);
     fused_forward_kernel<<<n, FUSED_THREADS, f->smem_forward, c->stream>>>(*f, params, images,
                                                                           train);
     GT_CUDA_LAUNCHED(c->name, e);
-    fused_fc_kernel<<<fc_blocks, FUSED_THREADS, f->smem_fc, c->stream>>>(
-        *f, params, labels, n, 1.0f / (float)n, train);
+    /* Samples per fc block: the fewest whose blocks still fit one wave (one block an SM). */
+    float scale = 1.0f / (float)n;
+    if (n <= f->nsm)
+        fused_fc_kernel<1><<<n, FUSED_THREADS, f->smem_fc, c->stream>>>(*f, params, labels, n,
+                                                                          scale, train);
+    else if (n <= 2 * f->nsm)
+        fused_fc_kernel<2><<<(n + 1) / 2, FUSED_THREADS, f->smem_fc, c->stream>>>(
+            *f, params, labels, n, scale, train);
+    else
+        fused_fc_kernel<FUSED_FC_SAMPLES>
+            <<<(n + FUSED_FC_SAMPLES - 1) / FUSED_FC_SAMPLES, FUSED_THREADS, f->smem_fc,
+               c->stream>>>(*f, params, labels, n, scale, train);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
@@ -103,7 +117,10 @@ static int fused_reduce(gt_cuda_ctx *c, gt_fused_net *f, int nsegs, int n, float
 int gt_fused_train(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const uint8_t *images,
                    const uint8_t *labels, int n, float *grad, gt_cuda_result *res, gt_err *e)
 {
-    if (fused_check_n(c, f, n, e) || fused_forward(c, f, params, images, labels, n, 1, e))
+    if (fused_check_n(c, f, n, e))
+        return -1;
+    GT_CUDA_CHECK(c->name, e, cudaMemsetAsync(&res->nonfinite, 0, sizeof res->nonfinite, c->stream));
+    if (fused_forward(c, f, params, images, labels, n, 1, e))
         return -1;
     fused_backward_kernel<<<dim3((unsigned)n, (unsigned)f->back_blocks), FUSED_THREADS,
                             f->smem_backward, c->stream>>>(*f, params, images);

@@ -244,31 +244,32 @@ __global__ static void __launch_bounds__(FUSED_THREADS)
 
 /* ---- the linear layers and the loss ---------------------------------------------------------- */
 
-/* out[s][j] = act(b[j] + sum_i W[j][i] in[s][i]) for the block's rows, W and b in shared memory
- * as fused_stage_layer left them: a warp per output j, its lanes across i, so each weight row is
- * read once for all rows. */
+/* out[s][j] = act(b[j] + sum_i W[j][i] in[s][i]) for the block's S rows, W and b in shared
+ * memory as fused_stage_layer left them: a warp per output j, its lanes across i, so each weight
+ * row is read once for all rows. */
+template <int S>
 __device__ static void fused_dense(const gt_fused_fc *fc, const float *wt, const float *in,
                                    float *out, int ns)
 {
     const int lanes = 32;
     int lane = threadIdx.x % lanes, warp = threadIdx.x / lanes, nwarps = blockDim.x / lanes;
     for (int j = warp; j < fc->out; j += nwarps) {
-        float acc[FUSED_FC_SAMPLES];
+        float acc[S];
 #pragma unroll
-        for (int s = 0; s < FUSED_FC_SAMPLES; s++)
+        for (int s = 0; s < S; s++)
             acc[s] = 0.0f;
         for (int i = lane; i < fc->in; i += lanes) {
             float wv = wt[j * fc->in + i];
 #pragma unroll
-            for (int s = 0; s < FUSED_FC_SAMPLES; s++)
+            for (int s = 0; s < S; s++)
                 acc[s] += wv * in[s * fc->in + i];
         }
 #pragma unroll
-        for (int s = 0; s < FUSED_FC_SAMPLES; s++)
+        for (int s = 0; s < S; s++)
             acc[s] = fused_warp_sum(acc[s]);
         float b = fc->b_len ? wt[fc->out * fc->in + j] : 0.0f;
 #pragma unroll
-        for (int s = 0; s < FUSED_FC_SAMPLES; s++)
+        for (int s = 0; s < S; s++)
             if (lane == 0 && s < ns)
                 out[s * fc->out + j] = fused_act(fc->act, b + acc[s]);
     }
@@ -340,18 +341,20 @@ static __device__ void fused_store_rows(const float *src, float *dst, int ns, in
         dst[t] = src[t];
 }
 
-/* FUSED_FC_SAMPLES samples per block: forward through the three linear layers, the loss and,
- * when training, backward to the gradient at the first one's input (dp2), keeping each layer's
- * input and output gradient for the weight-gradient reduction. One shared buffer holds the
- * weights and bias of the layer at work, staged from L2 in one coalesced sweep each time. The
- * shared memory leaves one block an SM, so the launch bound lets it have every register. */
+/* S samples per block (1, 2 or FUSED_FC_SAMPLES: the launch takes the fewest that still fill
+ * every SM once, so that a small batch spreads over more SMs): forward through the three linear
+ * layers, the loss and, when training, backward to the gradient at the first one's input (dp2),
+ * keeping each layer's input and output gradient for the weight-gradient reduction. One shared
+ * buffer holds the weights and bias of the layer at work, staged from L2 in one coalesced sweep
+ * each time. The shared memory leaves one block an SM, so the launch bound lets it have every
+ * register. Each row's arithmetic is the same whatever S is. */
+template <int S>
 __global__ static void __launch_bounds__(FUSED_THREADS, 1)
     fused_fc_kernel(const __grid_constant__ gt_fused_net f, const float *params,
                     const uint8_t *labels, int n, float scale, int train)
 {
     extern __shared__ float fused_smem[];
     const gt_fused_fc *f1 = &f.fc[0], *f2 = &f.fc[1], *f3 = &f.fc[2];
-    const int S = FUSED_FC_SAMPLES;
     int s0 = blockIdx.x * S, ns = n - s0 < S ? n - s0 : S;
     float *x = fused_smem, *h1 = x + S * f1->in, *h2 = h1 + S * f1->out, *z = h2 + S * f2->out;
     float *dz = z + S * f3->out, *dh2 = dz + S * f3->out, *dh1 = dh2 + S * f2->out;
@@ -362,11 +365,11 @@ __global__ static void __launch_bounds__(FUSED_THREADS, 1)
     for (int t = ns * f1->in + threadIdx.x; t < len; t += blockDim.x)
         fused_smem[t] = 0.0f;
     fused_stage_layer(f1, params, wt);
-    fused_dense(f1, wt, x, h1, ns);
+    fused_dense<S>(f1, wt, x, h1, ns);
     fused_stage_layer(f2, params, wt);
-    fused_dense(f2, wt, h1, h2, ns);
+    fused_dense<S>(f2, wt, h1, h2, ns);
     fused_stage_layer(f3, params, wt);
-    fused_dense(f3, wt, h2, z, ns);
+    fused_dense<S>(f3, wt, h2, z, ns);
     __syncthreads();
     fused_xent(z, f3->out, labels + s0, ns, scale, f.loss + s0, f.hits + s0, train ? dz : NULL);
     if (!train)
@@ -545,8 +548,9 @@ __global__ static void __launch_bounds__(FUSED_THREADS, 5)
 
 /* ---- the batch sums -------------------------------------------------------------------------- */
 
-/* Thread t < the segments' total writes one gradient entry; thread total sums the per-sample
- * losses and hits into res (added to it when accumulate, else replacing it). The sample loops are
+/* Thread t < the segments' total writes one gradient entry, and sets res->nonfinite (zeroed
+ * before the launch) when it is not finite; thread total sums the per-sample losses and hits into
+ * res (added to it when accumulate, else replacing it). The sample loops are
  * unrolled so that many loads are in flight: the order of the additions stays the samples'. */
 __global__ static void __launch_bounds__(FUSED_THREADS)
     fused_reduce_kernel(const __grid_constant__ gt_fused_net f, int nsegs, int n, float *grad,
@@ -596,4 +600,6 @@ __global__ static void __launch_bounds__(FUSED_THREADS)
     }
     }
     grad[g->dst + t] = acc;
+    if (!isfinite(acc))
+        atomicOr(&res->nonfinite, 1);
 }

@@ -203,6 +203,7 @@ int gt_cuda_layer_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass
 typedef struct gt_cuda_result {
     double loss_sum;
     int correct;
+    int nonfinite;  /* fused training step: 1 when a gradient entry is not finite */
 } gt_cuda_result;
 
 int gt_cuda_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_t len, gt_err *e);
@@ -253,8 +254,8 @@ typedef struct gt_fused_seg {
 
 enum { GT_FUSED_PART = 0, GT_FUSED_OUTER, GT_FUSED_SUM, GT_FUSED_MAX_SEGS = 10 };
 
-/* Samples per block of the fused linear-layer kernel: each weight staged in shared memory serves
- * this many. */
+/* Samples per block of the fused linear-layer kernel at most: each weight staged in shared memory
+ * serves this many (fewer where the batch leaves SMs idle). */
 #define GT_FUSED_FC_SAMPLES 4
 /* The convolution kernel size and pooling window the fused kernels are unrolled for (LeNet's). */
 #define GT_FUSED_K 5
@@ -278,6 +279,7 @@ typedef struct gt_fused_net {
     size_t smem_forward, smem_fc, smem_backward; /* dynamic shared memory of each kernel */
     int back_blocks;              /* backward blocks per sample: one per conv1 channel, then one
                                    * per GT_FUSED_WGRAD_OUT conv2 output channels */
+    int nsm;                      /* the GPU's multiprocessors */
     float *a1, *p1, *a2, *p2;     /* activation outputs and pooled outputs of the two stages */
     float *h1, *h2;               /* outputs of the first two linear layers (after activation) */
     float *dz, *dh2, *dh1, *dp2;  /* gradients: logits, linear pre-activations, the fc input */

@@ -36,7 +36,7 @@
 #endif
 
 enum cli_opt {
-    OPT_GPUS = 256, OPT_MODE, OPT_STRIPES, OPT_STALENESS, OPT_SYNC_EVERY, OPT_BALANCE, OPT_TF32,
+    OPT_GPUS = 256, OPT_MODE, OPT_STRIPES, OPT_STALENESS, OPT_SYNC_EVERY, OPT_BALANCE, OPT_OVERLAP, OPT_TF32,
     OPT_MODEL, OPT_DATA, OPT_TRAIN_SAMPLES, OPT_BATCH, OPT_EPOCHS, OPT_SEED,
     OPT_EVAL_EVERY, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WEIGHT_DECAY, OPT_BETA1,
     OPT_BETA2, OPT_EPS, OPT_SCHEDULE, OPT_WARMUP, OPT_STEP_EPOCHS, OPT_GAMMA, OPT_CHECKPOINT,
@@ -52,6 +52,7 @@ const struct option gt_cli_options[] = {
     {"staleness", required_argument, NULL, OPT_STALENESS},
     {"sync-every", required_argument, NULL, OPT_SYNC_EVERY},
     {"balance", required_argument, NULL, OPT_BALANCE},
+    {"overlap", no_argument, NULL, OPT_OVERLAP},
     {"tf32", no_argument, NULL, OPT_TF32},
     {"model", required_argument, NULL, OPT_MODEL},
     {"data", required_argument, NULL, OPT_DATA},
@@ -417,6 +418,7 @@ static int cli_apply(int opt, const char *arg, gt_config *c, gt_err *e)
     case OPT_STALENESS: return cli_parse_int(flag, arg, 0, 1000000, &c->staleness, e);
     case OPT_SYNC_EVERY: return cli_parse_int(flag, arg, 1, 1000000, &c->sync_every, e);
     case OPT_TF32: c->tf32 = 1; return 0;
+    case OPT_OVERLAP: c->overlap = 1; return 0;
     case OPT_MODEL: return cli_copy_string(flag, arg, c->model, sizeof c->model, e);
     case OPT_DATA: return cli_copy_string(flag, arg, c->data, sizeof c->data, e);
     case OPT_TRAIN_SAMPLES: return cli_parse_train_samples(arg, c, e);
@@ -492,6 +494,9 @@ static int cli_check_combination(const gt_config *c, gt_err *e)
                        c->init);
     if (c->command == GT_CMD_EVAL && !c->checkpoint[0])
         return gt_fail(e, "eval: --checkpoint PATH is required");
+    if (c->overlap && c->mode != GT_MODE_HOGWILD)
+        return gt_fail(e, "--overlap: only --mode hogwild overlaps its pushes, not '%s'",
+                       MODE_WORDS[c->mode]);
     return 0;
 }
 
@@ -576,6 +581,9 @@ static void cli_usage_devices(FILE *out, const gt_config *d)
         "  --balance static|dynamic\n"
         "                         dynamic: a free worker takes the next batch, so faster devices\n"
         "                         do more; static: equal shares (default %s)\n"
+        "  --overlap              hogwild: pull and begin step k+1 before pushing step k, so\n"
+        "                         a GPU computes while the host pushes; every step misses its\n"
+        "                         predecessor's update (one step more staleness; default off)\n"
         "  --tf32                 allow TF32 tensor-core math on GPUs (default off)\n\n",
         GT_MAX_WORKERS, MODE_WORDS[d->mode], d->staleness, d->sync_every,
         BALANCE_WORDS[d->balance == GT_BALANCE_STATIC]);

@@ -61,6 +61,12 @@ typedef struct worker {
     gt_device *dev;
     pthread_t thread;
     uint64_t *ver;             /* stripe versions at the last pull */
+    /* hogwild --overlap: two parameter, gradient and version buffers, one per step in flight
+     * ([0] are dev->params, dev->grad and ver) */
+    float *pbuf[2], *gbuf[2];
+    uint64_t *vbuf[2];
+    int pipe_buf;              /* the buffer the next step takes */
+    uint64_t pipe_inflight;    /* its steps begun and not yet pushed */
     float *state[2];           /* local mode: the replica's optimizer state */
     uint64_t local_updates;    /* local mode: the replica's Adam t */
     uint32_t *idx_buf;         /* one batch of sample indices (hogwild ranges) */
@@ -122,6 +128,7 @@ typedef struct run {
     uint64_t spread_max;
     /* hogwild */
     uint64_t cursor;           /* dynamic: next batch */
+    uint64_t pipe_inflight;    /* --overlap: batches taken and begun but not yet pushed */
     uint32_t nbatches;         /* dynamic: batches per epoch */
     range orphans[GT_MAX_WORKERS * 2];
     int norphans;
@@ -464,23 +471,42 @@ static int hosts_round(run *r, gt_err *e)
 
 /* ---- one batch on the device ------------------------------------------------------------------ */
 
-/* Forward and backward on the device; checks the fault injector and non-finite results.
- * Returns 0, 1 when the gradient must be dropped (--on-nan skip), -1 when the worker failed. */
-static int worker_compute(run *r, worker *w, const gt_batch *b, gt_step_out *o, uint64_t step)
+/* The fault injector (--inject-fault): -1 with the worker's error set when this worker is to fail
+ * before its step number `done`. */
+static int worker_injected(run *r, worker *w, uint64_t done)
 {
-    gt_err e = {{0}};
     const gt_config *cfg = r->cfg;
-    uint64_t done = atomic_load(&w->steps);
     if (cfg->inject_worker == r->share0 + w->index && cfg->inject_step >= 0 &&
         done == (uint64_t)cfg->inject_step) {
         snprintf(w->error, sizeof w->error, "injected fault at step %llu", (unsigned long long)done);
         return -1;
     }
+    return 0;
+}
+
+static int worker_check(run *r, worker *w, const gt_step_out *o, uint64_t step);
+
+/* Forward and backward on the device; checks the fault injector and non-finite results.
+ * Returns 0, 1 when the gradient must be dropped (--on-nan skip), -1 when the worker failed. */
+static int worker_compute(run *r, worker *w, const gt_batch *b, gt_step_out *o, uint64_t step)
+{
+    gt_err e = {{0}};
+    if (worker_injected(r, w, atomic_load(&w->steps)))
+        return -1;
     if (w->dev->ops->train_step(w->dev, b, o, &e) != 0) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
     }
-    if (isfinite(o->loss_sum) && (w->dev->keep_grad || gt_all_finite(w->dev->grad, r->n)))
+    return worker_check(r, w, o, step);
+}
+
+/* A step's loss and gradient (d->grad) are finite: 0; else 1 after --on-nan's action. */
+static int worker_check(run *r, worker *w, const gt_step_out *o, uint64_t step)
+{
+    const gt_config *cfg = r->cfg;
+    int grad_ok = w->dev->keep_grad || o->grad_status == GT_GRAD_FINITE ||
+                  (o->grad_status == GT_GRAD_UNCHECKED && gt_all_finite(w->dev->grad, r->n));
+    if (isfinite(o->loss_sum) && grad_ok)
         return 0;
     char msg[GT_ERRLEN];
     snprintf(msg, sizeof msg, "non-finite %s at epoch %u step %llu on worker %d (%s)",
@@ -587,6 +613,46 @@ static void hogwild_hosts_round_locked(run *r)
     pthread_cond_broadcast(&r->cv);
 }
 
+/* A worker that failed with range rg taken: its batches go to the others, and it leaves. */
+static void hogwild_fail(run *r, worker *w, const range *rg, int nrg)
+{
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < nrg; i++)
+        hogwild_orphan_locked(r, rg[i].lo, rg[i].hi);
+    if (r->cfg->balance == GT_BALANCE_STATIC && nrg > 0) {
+        uint32_t slice = r->span_n / (uint32_t)r->W;
+        uint32_t end = r->span_lo + (uint32_t)w->index * slice +
+                       slice / (uint32_t)r->batch * (uint32_t)r->batch;
+        hogwild_orphan_locked(r, rg[nrg - 1].hi, end);
+    }
+    r->pipe_inflight -= w->pipe_inflight;
+    w->pipe_inflight = 0;
+    worker_leave_locked(r, w, w->error);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* After a step's push: telemetry, evaluations and checkpoints that fell due (at the position of
+ * the batches pushed so far), the stop check and the rounds across hosts. */
+static void hogwild_done(run *r, worker *w, const gt_step_out *o, int n, uint64_t step)
+{
+    log_step(r, w, step, o->loss_sum, n);
+    worker_mark_time(w);
+    pthread_mutex_lock(&r->mu);
+    if (w->pipe_inflight) {
+        w->pipe_inflight--;
+        r->pipe_inflight--;
+    }
+    account_step_locked(r, w, o, n);
+    maybe_post_due_locked(r, r->cfg->balance == GT_BALANCE_DYNAMIC
+                                 ? r->cursor - r->pipe_inflight
+                                 : w->slice_pos - w->pipe_inflight,
+                          atomic_load(&r->ps.updates));
+    if (stop_asked(r))
+        r->halt = 1;
+    hogwild_hosts_round_locked(r);
+    pthread_mutex_unlock(&r->mu);
+}
+
 static void hogwild_epoch(run *r, worker *w)
 {
     const gt_config *cfg = r->cfg;
@@ -600,32 +666,105 @@ static void hogwild_epoch(run *r, worker *w)
         if (rc == 0)
             rc = worker_compute(r, w, &b, &o, step);
         if (rc < 0) {
-            pthread_mutex_lock(&r->mu);
-            hogwild_orphan_locked(r, rg.lo, rg.hi);
-            if (cfg->balance == GT_BALANCE_STATIC) {
-                uint32_t slice = r->span_n / (uint32_t)r->W;
-                uint32_t end = r->span_lo + (uint32_t)w->index * slice +
-                               slice / (uint32_t)r->batch * (uint32_t)r->batch;
-                hogwild_orphan_locked(r, rg.hi, end);
-            }
-            worker_leave_locked(r, w, w->error);
-            pthread_mutex_unlock(&r->mu);
+            hogwild_fail(r, w, &rg, 1);
             return;
         }
         if (rc == 0)
             gt_ps_push(&r->ps, w->index, r->W, w->dev->grad, 1.0f, w->ver,
                        run_progress_epochs(r, atomic_load(&r->samples_total)));
-        log_step(r, w, step, o.loss_sum, b.n);
-        worker_mark_time(w);
-        pthread_mutex_lock(&r->mu);
-        account_step_locked(r, w, &o, b.n);
-        maybe_post_due_locked(r, r->cfg->balance == GT_BALANCE_DYNAMIC ? r->cursor : w->slice_pos,
-                              atomic_load(&r->ps.updates));
-        if (stop_asked(r))
-            r->halt = 1;
-        hogwild_hosts_round_locked(r);
-        pthread_mutex_unlock(&r->mu);
+        hogwild_done(r, w, &o, b.n, step);
     }
+}
+
+/* ---- hogwild --overlap ------------------------------------------------------------------------- */
+
+/* One step of the overlapped loop: its batch, the buffers it pulled into and its results. */
+typedef struct pipe_step {
+    range rg;
+    gt_batch b;
+    uint64_t step;
+    int buf;
+    gt_step_out o;
+} pipe_step;
+
+/* Pulls into the step's buffers and begins it on the device (a device without step_begin, the
+ * CPU, computes it here: the same schedule, so the same arithmetic). */
+static int pipe_begin(run *r, worker *w, pipe_step *p)
+{
+    gt_device *d = w->dev;
+    gt_err e = {{0}};
+    if (worker_injected(r, w, p->step))
+        return -1;
+    d->params = w->pbuf[p->buf];
+    d->grad = w->gbuf[p->buf];
+    gt_ps_pull(&r->ps, d->params, w->vbuf[p->buf]);
+    int rc = d->ops->step_begin ? d->ops->step_begin(d, &p->b, &e)
+                                : d->ops->load_params(d, &e) || d->ops->train_step(d, &p->b, &p->o, &e);
+    if (rc) {
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits for the step and checks it as worker_compute does: 0, 1 (drop it) or -1. */
+static int pipe_end(run *r, worker *w, pipe_step *p)
+{
+    gt_device *d = w->dev;
+    gt_err e = {{0}};
+    if (d->ops->step_end && d->ops->step_end(d, &p->o, &e)) {
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    d->grad = w->gbuf[p->buf];
+    return worker_check(r, w, &p->o, p->step);
+}
+
+/* hogwild with --overlap: step k + 1 is pulled and begun before step k's gradient is pushed, so
+ * the device computes while the host pushes. Each step then misses its predecessor's update: one
+ * step more staleness, which the store's staleness telemetry counts. */
+static void hogwild_epoch_overlap(run *r, worker *w)
+{
+    const gt_config *cfg = r->cfg;
+    pipe_step q[2];
+    int head = 0, nq = 0, more = 1;
+    for (;;) {
+        pipe_step *p = &q[(head + nq) % 2];
+        while (more && nq < 2 && (more = hogwild_next(r, w, &p->rg))) {
+            p->b = (gt_batch){.ds = &r->data->train, .idx = r->perm + p->rg.lo,
+                              .n = (int)(p->rg.hi - p->rg.lo), .epoch = r->epoch, .seed = cfg->seed};
+            p->step = atomic_load(&w->steps) + (uint64_t)nq;
+            p->o = (gt_step_out){0};
+            p->buf = w->pipe_buf;
+            w->pipe_buf ^= 1;
+            pthread_mutex_lock(&r->mu);
+            w->pipe_inflight++;
+            r->pipe_inflight++;
+            pthread_mutex_unlock(&r->mu);
+            nq++;
+            if (pipe_begin(r, w, p) < 0)
+                goto failed;
+            p = &q[(head + nq) % 2];
+        }
+        if (nq == 0)
+            return;
+        pipe_step *o = &q[head];
+        int rc = pipe_end(r, w, o);
+        if (rc < 0)
+            goto failed;
+        if (rc == 0)
+            gt_ps_push(&r->ps, w->index, r->W, w->gbuf[o->buf], 1.0f, w->vbuf[o->buf],
+                       run_progress_epochs(r, atomic_load(&r->samples_total)));
+        hogwild_done(r, w, &o->o, o->b.n, o->step);
+        head = (head + 1) % 2;
+        nq--;
+    }
+failed:;
+    /* Every batch still in flight goes to the others, oldest first. */
+    range rg[2];
+    for (int i = 0; i < nq; i++)
+        rg[i] = q[(head + i) % 2].rg;
+    hogwild_fail(r, w, rg, nq);
 }
 
 /* ---- clocked modes: sync, ssp, local ---------------------------------------------------------- */
@@ -1245,6 +1384,8 @@ static void *worker_main(void *arg)
             break;
         if (is_clocked(r))
             clocked_epoch(r, w, first);
+        else if (r->cfg->overlap)
+            hogwild_epoch_overlap(r, w);
         else
             hogwild_epoch(r, w);
         if (!atomic_load(&w->alive))
@@ -1571,6 +1712,16 @@ static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_da
         w->ver = calloc((size_t)r->ps.nranges, sizeof(uint64_t));
         if (!w->ver)
             return gt_fail(e, "out of memory");
+        if (cfg->overlap) {
+            w->pbuf[0] = w->dev->params;
+            w->gbuf[0] = w->dev->grad;
+            w->vbuf[0] = w->ver;
+            w->pbuf[1] = gt_host_alloc(r->n * sizeof(float));
+            w->gbuf[1] = gt_host_alloc(r->n * sizeof(float));
+            w->vbuf[1] = calloc((size_t)r->ps.nranges, sizeof(uint64_t));
+            if (!w->pbuf[1] || !w->gbuf[1] || !w->vbuf[1])
+                return gt_fail(e, "out of memory for --overlap's second buffers");
+        }
         if (cfg->mode == GT_MODE_LOCAL)
             for (int k = 0; k < r->ps.nstate; k++)
                 if (!(w->state[k] = gt_alloc(r->n * sizeof(float))))
@@ -1622,6 +1773,14 @@ static void run_free(run *r)
 {
     if (r->workers)
         for (int i = 0; i < r->W; i++) {
+            worker *w = &r->workers[i];
+            if (w->pbuf[0]) { /* the device gets its own buffers back */
+                w->dev->params = w->pbuf[0];
+                w->dev->grad = w->gbuf[0];
+            }
+            gt_host_free(w->pbuf[1]);
+            gt_host_free(w->gbuf[1]);
+            free(w->vbuf[1]);
             free(r->workers[i].ver);
             gt_free(r->workers[i].state[0]);
             gt_free(r->workers[i].state[1]);

@@ -14,6 +14,7 @@ expect_error "--stripes" "-1" -- --stripes -1
 expect_error "--staleness" "-1" -- --staleness -1
 expect_error "--sync-every" "0" -- --sync-every 0
 expect_error "--mode" "bogus" -- --mode bogus
+expect_error "--overlap" "sync" -- --overlap --mode sync
 expect_error "--epochs" "twice" -- --epochs 1 --epochs 2
 expect_error "--model" "conv:6:x" -- --data "$DATA" --model "conv:6:x relu fc:10"
 expect_error "--model" "nosuchmodel" -- --data "$DATA" --model nosuchmodel

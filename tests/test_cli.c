@@ -35,7 +35,7 @@ static double field(const gt_config *c, const char *name)
         "beta1", "beta2", "eps", "schedule", "warmup", "step_epochs", "gamma", "total_epochs",
         "seed", "mode", "stripes", "staleness", "sync_every", "balance", "eval_every", "progress",
         "quiet", "checkpoint_every", "checkpoint_every_steps", "keep", "on_nan", "inject_worker",
-        "inject_step", "stall_timeout", "tf32", "log_steps"};
+        "inject_step", "stall_timeout", "tf32", "log_steps", "overlap"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -44,7 +44,7 @@ static double field(const gt_config *c, const char *name)
         o->step_epochs, o->gamma, o->total_epochs, (double)c->seed, c->mode, c->stripes,
         c->staleness, c->sync_every, c->balance, c->eval_every, c->progress, c->quiet,
         c->checkpoint_every, c->checkpoint_every_steps, c->keep, c->on_nan, c->inject_worker,
-        c->inject_step, c->stall_timeout, c->tf32, c->log_steps};
+        c->inject_step, c->stall_timeout, c->tf32, c->log_steps, c->overlap};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -133,6 +133,8 @@ static const good_case GOOD[] = {
     {{"--balance", "static"}, "balance", GT_BALANCE_STATIC, NULL},
     {{"--balance", "dynamic"}, "balance", GT_BALANCE_DYNAMIC, NULL},
     {{"--tf32"}, "tf32", 1, NULL},
+    {{"--overlap"}, "overlap", 1, NULL},
+    {{"--overlap", "--mode", "hogwild"}, "overlap", 1, NULL},
     {{"--model", "mlp"}, "model", 0, "mlp"},
     {{"--model", "@net.txt"}, "model", 0, "@net.txt"},
     {{"--data", "/tmp/fm"}, "data", 0, "/tmp/fm"},
@@ -205,6 +207,7 @@ static const bad_case BAD[] = {
     {{"--gpus", ",1"}, "--gpus", "',1'"},
     {{"--gpus", "0,"}, "--gpus", "'0,'"},
     {{"--gpus", "0,0"}, "--gpus", "GPU 0 listed twice"},
+    {{"--overlap", "--mode", "ssp"}, "--overlap", "'ssp'"},
     {{"--gpus", "2,1,2"}, "--gpus", "GPU 2 listed twice"},
     {{"--gpus", "-1"}, "--gpus", "'-1'"},
     {{"--gpus", "abc"}, "--gpus", "'abc'"},

@@ -168,7 +168,7 @@ static void *step_worker_main(void *arg)
     d->keep_grad = 1;
     w->rc = d->ops->load_params(d, &e) || d->ops->set_state(d, k->state0[0], k->state0[1], &e);
     for (int s = 0; s < STEPS && w->rc == 0; s++) {
-        gt_step_out out = {0, 0};
+        gt_step_out out = {0};
         w->rc = d->ops->train_step(d, w->share[s], &out, &e) ||
                 d->ops->reduce_update(d, &k->cfg, &k->st[s], 1.0f / (float)g_w, &e);
         w->loss[s] = out.loss_sum;

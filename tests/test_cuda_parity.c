@@ -6,6 +6,7 @@
 #include "gputrain/device.h"
 #include "gputrain/layers.h"
 #include "gputrain/model.h"
+#include "gputrain/ps.h"
 #include "test_util.h"
 
 #ifdef GT_HAVE_CUDA
@@ -327,7 +328,7 @@ static void compare_step(const gt_model *m, const gt_step_out *out, const float 
 static void step_compare(gt_device *d, gt_cpu_net *net, const float *params, const gt_batch *b,
                          float *grad_cpu, const char *what)
 {
-    gt_step_out out = {0, -1};
+    gt_step_out out = {.correct = -1};
     gt_err e = {""};
     int hits_cpu = 0;
     double loss_cpu = gt_cpu_net_step(net, params, b, 1, grad_cpu, &hits_cpu);
@@ -335,7 +336,13 @@ static void step_compare(gt_device *d, gt_cpu_net *net, const float *params, con
     CHECK_MSG(rc == 0, "%s: %s", what, e.msg);
     if (rc == 0)
         compare_step(d->model, &out, d->grad, loss_cpu, hits_cpu, grad_cpu, what);
+    /* The fused reduction vouches for a finite gradient; the layer path leaves it to the worker. */
+    gt_cuda_path path;
+    CHECK(gt_cuda_device_get_path(d, &path) == 0);
+    CHECK_MSG(out.grad_status == (path.fused ? GT_GRAD_FINITE : GT_GRAD_UNCHECKED),
+              "%s: gradient status %d", what, out.grad_status);
 }
+
 
 /* With keep_grad (the allreduce mode) the gradient stays on the device: the host copy must stay
  * untouched and the device copy must be the CPU's. */
@@ -344,7 +351,7 @@ static void step_compare_kept(gt_device *d, gt_cpu_net *net, const float *params
 {
     size_t n = d->model->nparams;
     float *grad_dev = gt_alloc(n * sizeof *grad_dev);
-    gt_step_out out = {0, -1};
+    gt_step_out out = {.correct = -1};
     gt_err e = {""};
     int hits_cpu = 0, untouched = 1;
     double loss_cpu = gt_cpu_net_step(net, params, b, 1, grad_cpu, &hits_cpu);
@@ -375,7 +382,7 @@ static void eval_compare(gt_device *d, gt_cpu_net *net, const float *params,
     gt_batch b = {ds, idx, (int)n, 0, 0};
     int hits_cpu = 0;
     double loss_cpu = gt_cpu_net_step(net, params, &b, 0, NULL, &hits_cpu);
-    gt_step_out out = {0, -1};
+    gt_step_out out = {.correct = -1};
     gt_err e = {""};
     int rc = d->ops->evaluate(d, ds, lo, lo + n, &out, &e);
     CHECK_MSG(rc == 0, "%s: %s", what, e.msg);
@@ -395,6 +402,88 @@ static int load_params(gt_device *d, const float *params, const char *what)
     return rc;
 }
 
+/* A non-finite parameter makes a non-finite gradient, and the fused path must say so (the worker
+ * then skips its own check of the host copy). */
+static void nonfinite_step(gt_device *d, const float *params, const gt_dataset *ds, gt_rng *r,
+                           const char *path)
+{
+    const gt_model *m = d->model;
+    float *bad = copy_floats(params, m->nparams);
+    uint32_t idx[512];
+    gt_batch b;
+    gt_step_out out = {.correct = -1, .grad_status = -1};
+    gt_err e = {""};
+    gt_cuda_path p;
+    bad[m->tensors[m->ntensors - 2].offset] = INFINITY; /* the last layer's first weight */
+    make_batch(&b, idx, d->max_batch, ds, r);
+    CHECK(gt_cuda_device_get_path(d, &p) == 0);
+    if (load_params(d, bad, path) == 0) {
+        int rc = d->ops->train_step(d, &b, &out, &e);
+        CHECK_MSG(rc == 0, "%s: non-finite step: %s", path, e.msg);
+        CHECK_MSG(out.grad_status == (p.fused ? GT_GRAD_NONFINITE : GT_GRAD_UNCHECKED),
+                  "%s: non-finite step: gradient status %d", path, out.grad_status);
+        CHECK_MSG(!gt_all_finite(d->grad, m->nparams), "%s: non-finite step: finite gradient",
+                  path);
+    }
+    gt_free(bad);
+}
+
+/* --overlap's two steps in flight: each begun on its own pinned parameter and gradient buffers
+ * (the second queued behind the first), each ended with its own loss and gradient, the CPU's. A
+ * third begin is refused, and so is train_step while a step is in flight. */
+static void overlap_compare(gt_device *d, gt_cpu_net *net, const float *params,
+                            const gt_dataset *ds, gt_rng *r, const char *path)
+{
+    const gt_model *m = d->model;
+    size_t n = m->nparams;
+    float *own_params = d->params, *own_grad = d->grad;
+    float *p[2], *g[2], *cpu_grad = gt_alloc(n * sizeof(float));
+    uint32_t idx[2][512];
+    gt_batch b[2];
+    gt_err e = {""};
+    char what[160];
+    for (int k = 0; k < 2; k++) {
+        p[k] = gt_host_alloc(n * sizeof(float));
+        g[k] = gt_host_alloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            p[k][i] = params[i] * (1.0f + 0.5f * (float)k * (float)(gt_rng_uniform(r) - 0.5));
+        make_batch(&b[k], idx[k], k ? d->max_batch / 2 + 1 : d->max_batch, ds, r);
+    }
+    int rc = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        d->params = p[k];
+        d->grad = g[k];
+        rc = d->ops->step_begin(d, &b[k], &e);
+        CHECK_MSG(rc == 0, "%s: step_begin %d: %s", path, k, e.msg);
+    }
+    if (rc == 0) {
+        gt_step_out dummy;
+        CHECK_MSG(d->ops->step_begin(d, &b[0], &e) != 0, "%s: a third step was begun", path);
+        CHECK_MSG(d->ops->train_step(d, &b[0], &dummy, &e) != 0,
+                  "%s: train_step ran beside begun steps", path);
+    }
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        gt_step_out out = {.correct = -1};
+        rc = d->ops->step_end(d, &out, &e);
+        CHECK_MSG(rc == 0, "%s: step_end %d: %s", path, k, e.msg);
+        if (rc)
+            break;
+        int hits_cpu = 0;
+        double loss_cpu = gt_cpu_net_step(net, p[k], &b[k], 1, cpu_grad, &hits_cpu);
+        snprintf(what, sizeof what, "%s overlapped step %d", path, k + 1);
+        compare_step(m, &out, g[k], loss_cpu, hits_cpu, cpu_grad, what);
+    }
+    gt_step_out out;
+    CHECK_MSG(d->ops->step_end(d, &out, &e) != 0, "%s: a step ended that was not begun", path);
+    d->params = own_params;
+    d->grad = own_grad;
+    for (int k = 0; k < 2; k++) {
+        gt_host_free(p[k]);
+        gt_host_free(g[k]);
+    }
+    gt_free(cpu_grad);
+}
+
 /* One step path of a device: full and short batches of fresh samples, seeds and epochs, so a
  * replayed graph that kept any of its capture's batch would fail; prefetched batches (a full one,
  * and one that was not the prefetched batch while another prefetch is pending); new parameters
@@ -406,7 +495,7 @@ static void test_path(gt_device *d, gt_cpu_net *net, const float *params, const 
     int max_batch = d->max_batch;
     float *grad_cpu = gt_alloc(m->nparams * sizeof *grad_cpu);
     float *params2 = gt_alloc(m->nparams * sizeof *params2);
-    uint32_t idx1[256], idx2[256], idx3[256];
+    uint32_t idx1[512], idx2[512], idx3[512];
     gt_batch b1, b2, b3;
     gt_err e = {""};
     char what[128];
@@ -492,6 +581,8 @@ static void test_model(const char *name, int max_batch, uint32_t eval_n, int fus
             if (set)
                 continue;
             test_path(d, &net, params, ds, r, eval_n, label);
+            nonfinite_step(d, params, ds, r, label);
+            overlap_compare(d, &net, params, ds, r, label);
             CHECK(gt_cuda_device_get_path(d, &path) == 0);
             CHECK_MSG(path.graphs == graphs && (!graphs || path.ngraphs > 0),
                       "%s: %d graphs in use (%s)", label, path.ngraphs, path.graph_error);
@@ -526,7 +617,7 @@ static void test_tf32(const gt_dataset *ds, gt_rng *r)
         CHECK_MSG(rc == 0, "tf32 path: %s", e.msg);
     }
     if (rc == 0) {
-        gt_step_out out = {0, -1};
+        gt_step_out out = {.correct = -1};
         memcpy(d->params, params, m.nparams * sizeof *params);
         rc = d->ops->load_params(d, &e) || d->ops->train_step(d, &b, &out, &e);
         CHECK_MSG(rc == 0, "tf32 step: %s", e.msg);
@@ -591,6 +682,8 @@ int main(void)
     test_layers(&r);
     gt_test_random_dataset(&ds, &r, 1200);
     test_model("lenet5", 32, 1100, 1, &ds, &r);
+    /* Batches past the GPU's SM count: the fused fc kernel takes 2 and 4 samples a block. */
+    test_model("lenet5", 300, 40, 1, &ds, &r);
     test_model("lenet5-classic", 16, 50, 1, &ds, &r);
     test_model("cnn-wide", 8, 40, 0, &ds, &r);
     test_tf32(&ds, &r);

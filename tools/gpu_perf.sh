@@ -65,11 +65,15 @@ run_torch() { # label batch epochs extra-args...
 
 run_gt hogwild 64 "$epochs"
 run_gt hogwild 256 "$epochs" --lr 0.1
+run_gt hogwild-overlap 64 "$epochs" --overlap
+run_gt hogwild-overlap 256 "$epochs" --lr 0.1 --overlap
 run_gt sync 64 "$epochs" --mode sync
 run_torch eager 64 "$epochs"
 run_torch graph 64 "$epochs" --graph 1
 run_torch graph 256 "$epochs" --graph 1 --lr 0.1
 run_gt reference-recipe-10ep 64 10 --lr 0.05 --momentum 0.9 --mode hogwild
+run_gt reference-recipe-10ep-overlap 64 10 --lr 0.05 --momentum 0.9 --mode hogwild --overlap
+run_gt overlap-m0.5-10ep 64 10 --lr 0.05 --momentum 0.5 --mode hogwild --overlap
 run_torch reference-recipe-10ep 64 10 --lr 0.05
 
 {
@@ -90,6 +94,9 @@ run_torch reference-recipe-10ep 64 10 --lr 0.05
         printf "- hogwild b64 / eager b64: %.2fx\n", v["gputrain,hogwild,64"] / v["pytorch,eager,64"]
         printf "- hogwild b64 / CUDA graph b64: %.2fx\n", v["gputrain,hogwild,64"] / v["pytorch,graph,64"]
         printf "- hogwild b256 / CUDA graph b256: %.2fx\n", v["gputrain,hogwild,256"] / v["pytorch,graph,256"]
+        printf "- hogwild --overlap b64 / eager b64: %.2fx\n", v["gputrain,hogwild-overlap,64"] / v["pytorch,eager,64"]
+        printf "- hogwild --overlap b64 / CUDA graph b64: %.2fx\n", v["gputrain,hogwild-overlap,64"] / v["pytorch,graph,64"]
+        printf "- hogwild --overlap b256 / CUDA graph b256: %.2fx\n", v["gputrain,hogwild-overlap,256"] / v["pytorch,graph,256"]
     }' "$csv"
     echo
     echo "Each row's exact command is in $(basename "$csv")."

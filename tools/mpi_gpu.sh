@@ -9,11 +9,12 @@
 # given) and Open MPI's mpirun (MPIRUN=... for another launcher command).
 #
 # Usage: tools/mpi_gpu.sh --data DIR [--bin PATH] [--models "lenet5 cnn-wide"] [--epochs 5]
-#                         [--out results]
+#                         [--args "more gputrain options"] [--name SUFFIX] [--out results]
+# --args go to every run (e.g. a recipe); --name SUFFIX writes mpi-<card>-<date>-SUFFIX.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cmd="$0 $*"
-data="" bin="" models="lenet5 cnn-wide" epochs=5 out="$root/results"
+data="" bin="" models="lenet5 cnn-wide" epochs=5 out="$root/results" extra="" name=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --data) data=$2; shift 2 ;;
@@ -21,7 +22,9 @@ while [ $# -gt 0 ]; do
         --models) models=$2; shift 2 ;;
         --epochs) epochs=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        --help) sed -n '2,13p' "$0"; exit 0 ;;
+        --args) extra=$2; shift 2 ;;
+        --name) name=-$2; shift 2 ;;
+        --help) sed -n '2,15p' "$0"; exit 0 ;;
         *) echo "mpi_gpu: unknown option '$1'" >&2; exit 2 ;;
     esac
 done
@@ -44,7 +47,7 @@ tag=$(echo "$card" | tr ' ' '-' | tr -cd 'A-Za-z0-9._-')
 date=$(date -u +%Y-%m-%d)
 commit=${GT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 mkdir -p "$out"
-md="$out/mpi-$tag-$date.md"
+md="$out/mpi-$tag-$date$name.md"
 work=$(mktemp -d)
 rows="$work/rows"
 : >"$rows"
@@ -71,7 +74,7 @@ for model in $models; do
         for layout in 1x4 2x2; do
             log="$work/$model-$mode-$layout.jsonl"
             args=(--data "$data" --model "$model" --mode "$mode" --batch "$batch" --epochs "$epochs"
-                  --log "$log" --quiet --no-progress)
+                  --log "$log" --quiet --no-progress $extra)
             if [ "$layout" = 1x4 ]; then
                 c=("$bin" --gpus 0,1,2,3 "${args[@]}")
             else
@@ -93,6 +96,7 @@ done
     echo "# Crossing processes: 1 process x 4 GPUs vs 2 processes x 2 GPUs (mpirun)"
     echo
     echo "Card: $ngpu x $card, one host. Date: $date. Commit: $commit. Epochs per run: $epochs."
+    [ -n "$extra" ] && echo "Options added to every run: \`$extra\`."
     echo "Command: \`$cmd\`"
     echo
     echo "Both layouts train the same global batch (4 x the per-GPU batch) on the same data and seed;"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# scaling.sh - multi-GPU scaling of gputrain (hogwild, sync, allreduce; lenet5 at batch 64 per GPU
+# scaling.sh - multi-GPU scaling of gputrain (hogwild with and without --overlap, sync, allreduce;
+# lenet5 at batch 64 per GPU
 # and cnn-wide at 128) at 1, 2, 4 GPUs, next to PyTorch DDP on the same GPUs in the same call.
 # Writes OUT/scaling-<card>-<date>.md and .csv: samples/s (median epoch after the first), scaling
 # efficiency against the same mode on one GPU, and test accuracy after the run.
@@ -42,20 +43,22 @@ for g in $counts; do
     for spec in "lenet5 64" "cnn-wide 128"; do
         set -- $spec
         model=$1 batch=$2
-        for mode in hogwild sync allreduce; do
-            log="$work/$model-$mode-$g.jsonl"
+        for label in hogwild hogwild-overlap sync allreduce; do
+            mode=${label%-overlap} extra=()
+            [ "$label" = hogwild-overlap ] && extra=(--overlap)
+            log="$work/$model-$label-$g.jsonl"
             c=("$bin" --data "$data" --gpus "$(gpu_list "$g")" --model "$model" --mode "$mode" --batch "$batch"
-               --epochs "$epochs" --log "$log" --quiet --no-progress)
+               --epochs "$epochs" --log "$log" --quiet --no-progress "${extra[@]}")
             if ! "${c[@]}" 2>"$work/err"; then
-                echo "gputrain,$model,$mode,$g,$batch,,,failed: $(tr ',' ';' <"$work/err" | head -1),${c[*]}" >>"$csv"
+                echo "gputrain,$model,$label,$g,$batch,,,failed: $(tr ',' ';' <"$work/err" | head -1),${c[*]}" >>"$csv"
                 continue
             fi
             med=$(gt_median_epoch "$log")
             n=$(grep '"type":"eval"' "$log" | head -1 | sed 's/.*"samples":\([0-9]*\).*/\1/')
             sps=$(awk -v n="$n" -v m="$med" 'BEGIN { printf "%.0f", n / m }')
             acc=$(grep '"type":"eval"' "$log" | tail -1 | sed 's/.*"test_acc":\([0-9.]*\).*/\1/')
-            echo "gputrain,$model,$mode,$g,$batch,$sps,$med,$acc,${c[*]}" >>"$csv"
-            echo "gputrain $model $mode x$g: $sps samples/s, acc $acc"
+            echo "gputrain,$model,$label,$g,$batch,$sps,$med,$acc,${c[*]}" >>"$csv"
+            echo "gputrain $model $label x$g: $sps samples/s, acc $acc"
         done
     done
     c=(python3 "$ref" --data "$data" --mode ddp --gpus "$g" --batch 64 --epochs "$epochs")

@@ -47,6 +47,7 @@ typedef struct gt_config {
     int staleness;                /* ssp */
     int sync_every;               /* local */
     gt_balance balance;
+    int overlap;                  /* hogwild: begin step k+1 before pushing step k */
     int eval_every;               /* steps (per worker clock); 0 = end of each epoch only */
 
     char log_path[GT_PATHLEN];    /* JSONL, "" = none */

@@ -16,9 +16,14 @@ extern "C" {
 
 typedef struct gt_device gt_device;
 
+/* What a device may say of the gradient it left (the worker checks the host copy itself when it
+ * says nothing). */
+enum { GT_GRAD_UNCHECKED = 0, GT_GRAD_FINITE, GT_GRAD_NONFINITE };
+
 typedef struct gt_step_out {
     double loss_sum;  /* summed loss over the batch */
     int correct;      /* argmax hits */
+    int grad_status;  /* GT_GRAD_*: whether the device checked every gradient entry is finite */
 } gt_step_out;
 
 typedef struct gt_device_ops {
@@ -30,6 +35,14 @@ typedef struct gt_device_ops {
     /* Loss and hits over samples [lo, hi) of ds on the loaded parameters (no dropout). */
     int (*evaluate)(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32_t hi, gt_step_out *out,
                     gt_err *e);
+    /* Optional (NULL if absent): the overlapped hogwild step (--overlap). step_begin does what
+     * load_params then train_step do, but returns once the work is queued behind any step still
+     * running: it reads d->params and will write the gradient into d->grad as they are at the
+     * call, so the caller may point them at other pinned buffers (gt_host_alloc) for the next
+     * step. step_end waits for the oldest begun step and gives its results. At most two steps
+     * are begun and not ended; train_step is refused while any is. */
+    int (*step_begin)(gt_device *d, const gt_batch *b, gt_err *e);
+    int (*step_end)(gt_device *d, gt_step_out *out, gt_err *e);
     /* Optional (NULL if absent): start moving the batch that train_step will get next (same
      * idx pointer contents must stay valid until then), so the copy overlaps the current step. */
     int (*prefetch)(gt_device *d, const gt_batch *next, gt_err *e);
