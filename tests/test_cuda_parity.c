@@ -404,9 +404,11 @@ static int load_params(gt_device *d, const float *params, const char *what)
 
 /* A non-finite parameter makes a non-finite gradient, and the fused path must say so (the worker
  * then skips its own check of the host copy). */
-static void nonfinite_step(gt_device *d, const float *params, const gt_dataset *ds, gt_rng *r,
+static void nonfinite_step(gt_device *d, const float *params, const gt_dataset *ds,
                            const char *path)
 {
+    gt_rng own, *r = &own; /* its own draws: the paths' batches stay what they were without it */
+    gt_rng_seed(r, 5);
     const gt_model *m = d->model;
     float *bad = copy_floats(params, m->nparams);
     uint32_t idx[512];
@@ -432,8 +434,10 @@ static void nonfinite_step(gt_device *d, const float *params, const gt_dataset *
  * (the second queued behind the first), each ended with its own loss and gradient, the CPU's. A
  * third begin is refused, and so is train_step while a step is in flight. */
 static void overlap_compare(gt_device *d, gt_cpu_net *net, const float *params,
-                            const gt_dataset *ds, gt_rng *r, const char *path)
+                            const gt_dataset *ds, const char *path)
 {
+    gt_rng own, *r = &own;
+    gt_rng_seed(r, 6);
     const gt_model *m = d->model;
     size_t n = m->nparams;
     float *own_params = d->params, *own_grad = d->grad;
@@ -581,8 +585,8 @@ static void test_model(const char *name, int max_batch, uint32_t eval_n, int fus
             if (set)
                 continue;
             test_path(d, &net, params, ds, r, eval_n, label);
-            nonfinite_step(d, params, ds, r, label);
-            overlap_compare(d, &net, params, ds, r, label);
+            nonfinite_step(d, params, ds, label);
+            overlap_compare(d, &net, params, ds, label);
             CHECK(gt_cuda_device_get_path(d, &path) == 0);
             CHECK_MSG(path.graphs == graphs && (!graphs || path.ngraphs > 0),
                       "%s: %d graphs in use (%s)", label, path.ngraphs, path.graph_error);

@@ -275,7 +275,8 @@ else
         for seed in "${seed_list[@]}"; do
             id=lenet5__pytorch__w${w}__s${seed}
             base=$logs/$id
-            if run_done "$base"; then
+            if [ -f "$base.jsonl" ] && grep -q '"samples_per_s_steady"' "$base.jsonl" &&
+                [ "$(cat "$base.rc" 2>/dev/null)" = 0 ]; then
                 note "$id: done before, kept"
                 continue
             fi
