@@ -869,6 +869,10 @@ static int clocked_share(run *r, worker *w, uint64_t clock, int share)
     pthread_mutex_lock(&r->mu);
     account_step_locked(r, w, &o, b.n);
     r->deposited[clock % (uint64_t)r->R] |= 1ull << share;
+    /* ssp: a worker whose share of its clock is in is at the next clock from now on, so that one
+     * that starts a clock the moment this one is applied measures the spread right. */
+    if (r->cfg->mode == GT_MODE_SSP && clock == w->clock)
+        w->clock = clock + 1;
     pthread_mutex_unlock(&r->mu);
     return 0;
 }
