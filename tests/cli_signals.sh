@@ -5,7 +5,7 @@
 . "$(dirname "$0")/lib_cli.sh"
 DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
 COMMON=(--data "$DATA" --train-samples 2000 --batch 16 --no-progress)
-MODES="hogwild sync ssp local" SIGNALS="INT TERM"
+MODES="hogwild hogwild+overlap sync ssp local" SIGNALS="INT TERM"
 # Sanitizer builds (GT_QUICK=1) are 10-50x slower (every epoch still evaluates 10,000 test
 # images): fewer samples, the two mode families, SIGINT only.
 if [ "${GT_QUICK:-0}" = 1 ]; then
@@ -23,9 +23,12 @@ wait_for_progress() {
 }
 
 for mode in $MODES; do
+    # hogwild+overlap: hogwild --overlap (a worker has two steps in flight when the signal comes)
+    m=(--mode "${mode%+overlap}")
+    [ "$mode" = hogwild+overlap ] && m+=(--overlap)
     for sig in $SIGNALS; do
         rm -f "$TMP"/ck* "$TMP"/log.jsonl
-        "$BIN" "${COMMON[@]}" --epochs 100000 --gpus cpu:2 --mode "$mode" --checkpoint "$TMP/ck.safetensors" \
+        "$BIN" "${COMMON[@]}" --epochs 100000 --gpus cpu:2 "${m[@]}" --checkpoint "$TMP/ck.safetensors" \
             --log "$TMP/log.jsonl" >"$TMP/out" 2>&1 &
         pid=$!
         wait_for_progress "$TMP/log.jsonl" || fail "$mode: no evaluation within 60 s"
@@ -43,7 +46,7 @@ for mode in $MODES; do
     done
     # the interrupted checkpoint resumes
     epoch=$(grep -c '"type":"eval"' "$TMP/log.jsonl")
-    "$BIN" "${COMMON[@]}" --gpus cpu:2 --mode "$mode" --epochs $((epoch + 1)) --resume "$TMP/ck.safetensors" \
+    "$BIN" "${COMMON[@]}" --gpus cpu:2 "${m[@]}" --epochs $((epoch + 1)) --resume "$TMP/ck.safetensors" \
         >"$TMP/r" 2>&1 || fail "$mode: resume after a signal failed: $(cat "$TMP/r")"
 done
 
