@@ -4,6 +4,7 @@
  * full and given at most once, so a typo or a repeated flag never silently changes a run. */
 #include "gputrain/model.h" /* GT_SPECLEN, which config.h uses */
 #include "gputrain/cli.h"
+#include "gputrain/cluster.h" /* GT_CLUSTER_TIMEOUT */
 
 #include <ctype.h>
 #include <errno.h>
@@ -41,7 +42,7 @@ enum cli_opt {
     OPT_EVAL_EVERY, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WEIGHT_DECAY, OPT_BETA1,
     OPT_BETA2, OPT_EPS, OPT_SCHEDULE, OPT_WARMUP, OPT_STEP_EPOCHS, OPT_GAMMA, OPT_CHECKPOINT,
     OPT_CHECKPOINT_EVERY, OPT_KEEP, OPT_RESUME, OPT_INIT, OPT_ON_NAN, OPT_INJECT_FAULT,
-    OPT_STALL_TIMEOUT, OPT_LOG, OPT_LOG_STEPS, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_VERSION,
+    OPT_STALL_TIMEOUT, OPT_HOST_TIMEOUT, OPT_LOG, OPT_LOG_STEPS, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_VERSION,
     OPT_END
 };
 
@@ -81,6 +82,7 @@ const struct option gt_cli_options[] = {
     {"on-nan", required_argument, NULL, OPT_ON_NAN},
     {"inject-fault", required_argument, NULL, OPT_INJECT_FAULT},
     {"stall-timeout", required_argument, NULL, OPT_STALL_TIMEOUT},
+    {"host-timeout", required_argument, NULL, OPT_HOST_TIMEOUT},
     {"log", required_argument, NULL, OPT_LOG},
     {"log-steps", no_argument, NULL, OPT_LOG_STEPS},
     {"progress", no_argument, NULL, OPT_PROGRESS},
@@ -131,6 +133,7 @@ void gt_config_defaults(gt_config *c)
     c->on_nan = GT_NAN_STOP;
     c->inject_worker = -1;
     c->inject_step = -1;
+    c->host_timeout = GT_CLUSTER_TIMEOUT;
 }
 
 static const char *cli_option_name(int val)
@@ -444,6 +447,8 @@ static int cli_apply(int opt, const char *arg, gt_config *c, gt_err *e)
     case OPT_INJECT_FAULT: return cli_parse_inject_fault(arg, c, e);
     case OPT_STALL_TIMEOUT:
         return cli_parse_double(flag, arg, &RANGE_POSITIVE, &c->stall_timeout, e);
+    case OPT_HOST_TIMEOUT:
+        return cli_parse_double(flag, arg, &RANGE_NONNEG, &c->host_timeout, e);
     case OPT_LOG: return cli_copy_string(flag, arg, c->log_path, sizeof c->log_path, e);
     case OPT_LOG_STEPS: c->log_steps = 1; return 0;
     case OPT_PROGRESS: c->progress = 1; return 0;
@@ -650,8 +655,11 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "                         at its step, to test recovery\n"
         "                         (default: none)\n"
         "  --stall-timeout SECONDS  a worker silent this long counts as failed, > 0\n"
-        "                         (default: off)\n\n",
-        d->keep, ON_NAN_WORDS[d->on_nan == GT_NAN_SKIP]);
+        "                         (default: off)\n"
+        "  --host-timeout SECONDS  under mpirun: a host that waits this long for the others in\n"
+        "                         a collective ends the run, naming itself; 0 waits forever\n"
+        "                         (default %g)\n\n",
+        d->keep, ON_NAN_WORDS[d->on_nan == GT_NAN_SKIP], d->host_timeout);
 }
 
 static void cli_usage_output(FILE *out)

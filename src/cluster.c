@@ -6,13 +6,16 @@
  * failed call becomes a message naming the host instead of MPI's default abort. Workers and the
  * calling thread may both reach a collective; MPI_THREAD_SERIALIZED plus one lock here keeps them
  * from calling MPI at the same time, and src/train.c keeps the order of the calls the same on
- * every host. */
+ * every host. Collectives are started non-blocking and waited for with a deadline
+ * (gt_cluster_set_timeout): a host that hangs without dying would otherwise hold the others in
+ * a blocking call forever, since MPI itself has no timeout. */
 #include "gputrain/cluster.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef GT_HAVE_MPI
@@ -24,12 +27,15 @@
 static struct {
     int joined;     /* MPI_Init_thread succeeded and MPI_Finalize has not run */
     int rank, size;
+    double timeout; /* seconds a collective may wait; 0 = forever */
     char host[64];
     pthread_mutex_t mu;
 #ifdef GT_HAVE_MPI
     MPI_Comm comm;
 #endif
-} g_cluster = {.size = 1, .mu = PTHREAD_MUTEX_INITIALIZER};
+} g_cluster = {.size = 1, .timeout = GT_CLUSTER_TIMEOUT, .mu = PTHREAD_MUTEX_INITIALIZER};
+
+void gt_cluster_set_timeout(double seconds) { g_cluster.timeout = seconds > 0 ? seconds : 0; }
 
 /* The process count a launcher announced, 0 when none started this process. */
 static int cluster_launcher_size(void)
@@ -115,21 +121,49 @@ void gt_cluster_abort(int code)
         MPI_Abort(MPI_COMM_WORLD, code);
 }
 
+/* Waits for a started collective: polls (as a blocking call would), then, after the first
+ * millisecond, sleeps 100 us between polls; gives up at the deadline with a line naming this
+ * host. The request is left to MPI_Abort, which the failed run ends in (src/main.c). */
+static int cluster_wait(MPI_Request *req, const char *call, const char *what, gt_err *e)
+{
+    double t0 = MPI_Wtime();
+    for (unsigned long polls = 0;; polls++) {
+        int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return cluster_fail(rc, call, what, e);
+        if (done)
+            return 0;
+        double waited = MPI_Wtime() - t0;
+        if (g_cluster.timeout > 0 && waited > g_cluster.timeout)
+            return gt_fail(e, "host %d of %d (%s): %s of %s: the other hosts did not answer within "
+                              "%g s (--host-timeout); one of them hung or lost its network",
+                           g_cluster.rank, g_cluster.size, g_cluster.host, call, what,
+                           g_cluster.timeout);
+        if (waited > 1e-3) {
+            struct timespec pause = {0, 100000};
+            nanosleep(&pause, NULL);
+        }
+    }
+}
+
 /* One in-place all-reduce, in chunks that fit MPI's int counts. */
 static int cluster_allreduce(void *buf, size_t n, size_t elem, MPI_Datatype type, MPI_Op op,
                              const char *what, gt_err *e)
 {
     if (!g_cluster.joined || g_cluster.size == 1)
         return 0;
-    int rc = MPI_SUCCESS;
+    int rc = 0;
     pthread_mutex_lock(&g_cluster.mu);
-    for (size_t at = 0; at < n && rc == MPI_SUCCESS; at += CLUSTER_CHUNK) {
+    for (size_t at = 0; at < n && rc == 0; at += CLUSTER_CHUNK) {
         size_t count = n - at < CLUSTER_CHUNK ? n - at : CLUSTER_CHUNK;
-        rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + at * elem, (int)count, type, op,
-                           g_cluster.comm);
+        MPI_Request req;
+        int st = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + at * elem, (int)count, type, op,
+                                g_cluster.comm, &req);
+        rc = st != MPI_SUCCESS ? cluster_fail(st, "MPI_Iallreduce", what, e)
+                               : cluster_wait(&req, "MPI_Allreduce", what, e);
     }
     pthread_mutex_unlock(&g_cluster.mu);
-    return rc == MPI_SUCCESS ? 0 : cluster_fail(rc, "MPI_Allreduce", what, e);
+    return rc;
 }
 
 int gt_cluster_sum_floats(float *buf, size_t n, const char *what, gt_err *e)
@@ -155,9 +189,12 @@ int gt_cluster_bcast(void *buf, size_t bytes, const char *what, gt_err *e)
         return gt_fail(e, "host %d (%s): broadcast of %s: %zu bytes is more than one call takes",
                        g_cluster.rank, g_cluster.host, what, bytes);
     pthread_mutex_lock(&g_cluster.mu);
-    int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, g_cluster.comm);
+    MPI_Request req;
+    int st = MPI_Ibcast(buf, (int)bytes, MPI_BYTE, 0, g_cluster.comm, &req);
+    int rc = st != MPI_SUCCESS ? cluster_fail(st, "MPI_Ibcast", what, e)
+                               : cluster_wait(&req, "MPI_Bcast", what, e);
     pthread_mutex_unlock(&g_cluster.mu);
-    return rc == MPI_SUCCESS ? 0 : cluster_fail(rc, "MPI_Bcast", what, e);
+    return rc;
 }
 
 #else /* no MPI: one process */

@@ -268,6 +268,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "gputrain: %s (see gputrain --help)\n", e.msg);
         return 2;
     }
+    gt_cluster_set_timeout(c.host_timeout);
     if (gt_cluster_init(&e) != 0)
         return die(&e);
     if (gt_cluster_rank() != 0) {

@@ -136,6 +136,27 @@ if [ "$QUICK" != 1 ]; then
     [ $OPENMPI = 1 ] && ! mpirun --version 2>&1 | grep -q 'Open MPI) [5-9]' && check_signal_launcher
 fi
 
+# A host that hangs without dying (SIGSTOP) ends the run once the other has waited --host-timeout
+# in a collective: a line naming the host that waited, MPI_Abort, no hang.
+check_hung_host() {
+    local launcher ranks stopped rc=0
+    rm -f "$TMP"/hang*
+    timeout 120 "${MPIRUN[@]}" -np 2 "$BIN" "${COMMON[@]}" --gpus cpu:1 --mode sync --epochs 100000 \
+        --host-timeout 3 --log "$TMP/hang.jsonl" >"$TMP/hang.out" 2>&1 &
+    launcher=$!
+    wait_for_eval "$TMP/hang.jsonl" || fail "hung host: no evaluation within 60 s"
+    ranks=$(ranks_of "$TMP/hang.jsonl")
+    [ "$(echo "$ranks" | wc -w)" -eq 2 ] || fail "hung host: expected 2 gputrain processes, found '$ranks'"
+    stopped=$(echo "$ranks" | tail -1)
+    kill -STOP "$stopped"
+    wait $launcher || rc=$?
+    kill -KILL "$stopped" 2>/dev/null
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "hung host: exit $rc (124: nothing ended the run)"
+    grep -q 'host [01] of 2 (.*): MPI_Allreduce of .*: the other hosts did not answer within 3 s' "$TMP/hang.out" ||
+        fail "hung host: no line naming the host that waited: $(cat "$TMP/hang.out")"
+}
+check_hung_host
+
 # Hosts that differ, or a host whose workers all fail, end the run with a line naming the host.
 rc=0
 timeout 120 "${MPIRUN[@]}" -np 1 "$BIN" "${COMMON[@]}" --gpus cpu:1 --mode sync --epochs 1 : \

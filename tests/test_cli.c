@@ -35,7 +35,7 @@ static double field(const gt_config *c, const char *name)
         "beta1", "beta2", "eps", "schedule", "warmup", "step_epochs", "gamma", "total_epochs",
         "seed", "mode", "stripes", "staleness", "sync_every", "balance", "eval_every", "progress",
         "quiet", "checkpoint_every", "checkpoint_every_steps", "keep", "on_nan", "inject_worker",
-        "inject_step", "stall_timeout", "tf32", "log_steps", "overlap"};
+        "inject_step", "stall_timeout", "tf32", "log_steps", "overlap", "host_timeout"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -44,7 +44,7 @@ static double field(const gt_config *c, const char *name)
         o->step_epochs, o->gamma, o->total_epochs, (double)c->seed, c->mode, c->stripes,
         c->staleness, c->sync_every, c->balance, c->eval_every, c->progress, c->quiet,
         c->checkpoint_every, c->checkpoint_every_steps, c->keep, c->on_nan, c->inject_worker,
-        c->inject_step, c->stall_timeout, c->tf32, c->log_steps, c->overlap};
+        c->inject_step, c->stall_timeout, c->tf32, c->log_steps, c->overlap, c->host_timeout};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -96,6 +96,7 @@ static const good_case GOOD[] = {
     {{NULL}, "train_samples", 0, NULL},
     {{NULL}, "on_nan", GT_NAN_STOP, NULL},
     {{NULL}, "stall_timeout", 0, NULL},
+    {{NULL}, "host_timeout", 300, NULL},
     {{NULL}, "model", 0, "lenet5"},
     {{NULL}, "data", 0, ""},
     {{NULL}, "checkpoint", 0, ""},
@@ -184,6 +185,8 @@ static const good_case GOOD[] = {
     {{"--inject-fault", "1:20"}, "inject_step", 20, NULL},
     {{"--inject-fault", "0:0"}, "inject_step", 0, NULL},
     {{"--stall-timeout", "2.5"}, "stall_timeout", 2.5, NULL},
+    {{"--host-timeout", "0"}, "host_timeout", 0, NULL},
+    {{"--host-timeout", "30"}, "host_timeout", 30, NULL},
     {{"--log", "run.jsonl"}, "log", 0, "run.jsonl"},
     {{"--progress"}, "progress", 1, NULL},
     {{"--no-progress"}, "progress", 0, NULL},
@@ -291,6 +294,8 @@ static const bad_case BAD[] = {
     {{"--inject-fault", "a:b"}, "--inject-fault", "'a:b'"},
     {{"--inject-fault", "64:1"}, "--inject-fault", "64:1"},
     {{"--stall-timeout", "0"}, "--stall-timeout", "'0'"},
+    {{"--host-timeout", "-1"}, "--host-timeout", "'-1'"},
+    {{"--host-timeout", "soon"}, "--host-timeout", "'soon'"},
     {{"--stall-timeout", "nan"}, "--stall-timeout", "'nan'"},
     {{"--stall-timeout", "inf"}, "--stall-timeout", "'inf'"},
     {{"--resume", "a", "--init", "b"}, "--resume 'a'", "--init 'b'"},

@@ -5,7 +5,7 @@
  * The reductions and the broadcast are collectives: every process must make the same calls in
  * the same order. Only one thread of a process is in MPI at a time (MPI_THREAD_SERIALIZED; a lock
  * in cluster.c enforces it). A failed MPI call returns -1 with one line naming this host (rank and
- * host name) and the call.
+ * host name) and the call; so does one that waited past the timeout.
  *
  * Without MPI at build time, or in a process that no MPI launcher started, the cluster is this one
  * process: rank 0 of 1, and every reduction succeeds and leaves its buffer as it is. */
@@ -22,6 +22,11 @@ extern "C" {
  * otherwise, or called again, a no-op. Fails when a launcher asked for several processes and
  * gputrain was built without MPI, rather than running H unrelated copies. */
 int gt_cluster_init(gt_err *e);
+
+/* Seconds a collective may wait for the other hosts before it fails (0: forever). The default,
+ * GT_CLUSTER_TIMEOUT, leaves room for another host's evaluation or checkpoint. */
+#define GT_CLUSTER_TIMEOUT 300.0
+void gt_cluster_set_timeout(double seconds);
 
 /* Leaves cleanly (MPI_Finalize); a no-op for a single process. */
 void gt_cluster_finalize(void);

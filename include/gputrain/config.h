@@ -65,6 +65,7 @@ typedef struct gt_config {
     gt_on_nan on_nan;
     int inject_worker, inject_step; /* --inject-fault WORKER:STEP, -1 = none */
     double stall_timeout;         /* seconds, 0 = off */
+    double host_timeout;          /* seconds a host waits in a collective; 0 = forever */
 
     /* GPU options */
     int tf32;
