@@ -62,11 +62,12 @@ rm -f "$TMP"/ck* "$TMP"/*.jsonl
     --keep 5 --log "$TMP/straight.jsonl" --log-steps >/dev/null 2>&1 || fail "overlap step-checkpoint run failed"
 "$BIN" "${COMMON[@]}" --gpus cpu:1 --overlap --epochs 2 --resume "$TMP/ck.safetensors.2" \
     --log "$TMP/resumed.jsonl" --log-steps >"$TMP/r.out" 2>&1 || fail "overlap mid-epoch resume failed: $(cat "$TMP/r.out")"
-at=$(sed -n 's/.*resuming .* at epoch 0 step \([0-9]*\).*/\1/p' "$TMP/r.out")
+ep=$(sed -n 's/.*resuming .* at epoch \([0-9]*\) step [0-9]*.*/\1/p' "$TMP/r.out")
+at=$(sed -n 's/.*resuming .* at epoch [0-9]* step \([0-9]*\).*/\1/p' "$TMP/r.out")
 per_epoch=$(grep -c '"type":"step","worker":0,"epoch":1,' "$TMP/straight.jsonl")
-rest=$(grep -c '"type":"step","worker":0,"epoch":1,' "$TMP/resumed.jsonl")
+rest=$(grep -c "\"type\":\"step\",\"worker\":0,\"epoch\":$((ep + 1))," "$TMP/resumed.jsonl")
 [ -n "$at" ] && [ "$at" -gt 0 ] && [ $((at + rest)) -eq "$per_epoch" ] ||
-    fail "overlap resume at step '$at' trained $rest of the epoch's $per_epoch batches"
+    fail "overlap resume at epoch '$ep' step '$at' trained $rest of the epoch's $per_epoch batches"
 
 # --init starts from the given weights: at a vanishing learning rate the accuracy stays.
 "$BIN" "${COMMON[@]}" --gpus cpu:1 --mode sync --epochs 1 --lr 1e-30 --init "$TMP/ck.safetensors" \
