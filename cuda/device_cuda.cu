@@ -582,13 +582,9 @@ static int cuda_step_begin(gt_device *d, const gt_batch *b, gt_err *e)
 {
     cuda_impl *g = (cuda_impl *)d->impl;
     int s;
-    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
     if (g->ninflight == 2)
         return gt_fail(e, "%s: a third step begun before the first ended", d->name);
-    GT_CUDA_CHECK(d->name, e,
-                  cudaMemcpyAsync(g->params, d->params, d->model->nparams * sizeof(float),
-                                  cudaMemcpyHostToDevice, g->ctx->stream));
-    if (cuda_step_queue(d, g, b, &s, e))
+    if (cuda_load_params(d, e) || cuda_step_queue(d, g, b, &s, e))
         return -1;
     g->inflight[g->ninflight++] = s;
     return 0;

@@ -484,22 +484,6 @@ static int worker_injected(run *r, worker *w, uint64_t done)
     return 0;
 }
 
-static int worker_check(run *r, worker *w, const gt_step_out *o, uint64_t step);
-
-/* Forward and backward on the device; checks the fault injector and non-finite results.
- * Returns 0, 1 when the gradient must be dropped (--on-nan skip), -1 when the worker failed. */
-static int worker_compute(run *r, worker *w, const gt_batch *b, gt_step_out *o, uint64_t step)
-{
-    gt_err e = {{0}};
-    if (worker_injected(r, w, atomic_load(&w->steps)))
-        return -1;
-    if (w->dev->ops->train_step(w->dev, b, o, &e) != 0) {
-        snprintf(w->error, sizeof w->error, "%s", e.msg);
-        return -1;
-    }
-    return worker_check(r, w, o, step);
-}
-
 /* A step's loss and gradient (d->grad) are finite: 0; else 1 after --on-nan's action. */
 static int worker_check(run *r, worker *w, const gt_step_out *o, uint64_t step)
 {
@@ -520,6 +504,20 @@ static int worker_check(run *r, worker *w, const gt_step_out *o, uint64_t step)
     }
     run_fail(r, msg);
     return 1;
+}
+
+/* Forward and backward on the device; checks the fault injector and non-finite results.
+ * Returns 0, 1 when the gradient must be dropped (--on-nan skip), -1 when the worker failed. */
+static int worker_compute(run *r, worker *w, const gt_batch *b, gt_step_out *o, uint64_t step)
+{
+    gt_err e = {{0}};
+    if (worker_injected(r, w, atomic_load(&w->steps)))
+        return -1;
+    if (w->dev->ops->train_step(w->dev, b, o, &e) != 0) {
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    return worker_check(r, w, o, step);
 }
 
 static int worker_pull(run *r, worker *w)

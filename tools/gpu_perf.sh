@@ -40,11 +40,9 @@ run_gt() { # label batch epochs extra-args...
     local log="$work/$label.jsonl"
     local c=("$bin" --data "$data" --gpus "$gpu" --batch "$batch" --epochs "$ep" --log "$log" --quiet --no-progress "$@")
     "${c[@]}"
-    local med n
+    local med sps
     med=$(gt_median_epoch "$log")
-    n=$(grep '"type":"eval"' "$log" | head -1 | sed 's/.*"samples":\([0-9]*\).*/\1/')
-    local sps
-    sps=$(awk -v n="$n" -v m="$med" 'BEGIN { printf "%.0f", n / m }')
+    sps=$(gt_median_sps "$log")
     echo "gputrain,$label,$batch,$ep,$sps,$med,$(gt_last_acc "$log"),${c[*]}" >>"$csv"
     echo "gputrain $label b$batch: $sps samples/s (median epoch $med s), acc $(gt_last_acc "$log")"
 }

@@ -8,6 +8,15 @@ gt_median_epoch() {
         awk '{ d[NR] = $1 } END { print (NR % 2) ? d[(NR + 1) / 2] : (d[NR / 2] + d[NR / 2 + 1]) / 2 }'
 }
 
+# Samples/s of a gputrain JSONL log: an epoch's samples (the first evaluation's count) over
+# gt_median_epoch.
+gt_median_sps() {
+    local n med
+    n=$(grep '"type":"eval"' "$1" | head -1 | sed 's/.*"samples":\([0-9]*\).*/\1/')
+    med=$(gt_median_epoch "$1")
+    awk -v n="$n" -v m="$med" 'BEGIN { printf "%.0f", n / m }'
+}
+
 # Checks the gputrain and gt_plot binaries (variables bin and plot; plot defaults to gt_plot beside
 # bin) and finds the Fashion-MNIST folder (variable data; default datasets/fashion-mnist, then
 # /usr/share/datasets/fashion-mnist), made absolute. Calls die MESSAGE on a problem.

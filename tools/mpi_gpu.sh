@@ -13,6 +13,7 @@
 # --args go to every run (e.g. a recipe); --name SUFFIX writes mpi-<card>-<date>-SUFFIX.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/tools/lib.sh"
 cmd="$0 $*"
 data="" bin="" models="lenet5 cnn-wide" epochs=5 out="$root/results" extra="" name=""
 while [ $# -gt 0 ]; do
@@ -60,11 +61,6 @@ launch=("$mpirun")
 # Rank r drives GPUs 2r and 2r+1.
 per_rank='r=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}; exec "$0" --gpus $((2 * r)),$((2 * r + 1)) "$@"'
 
-median_epoch_sps() {
-    grep '"type":"eval"' "$1" | sed 's/.*"samples":\([0-9]*\),"wall_s":\([0-9.]*\).*/\1 \2/' |
-        awk 'NR > 1 { print ($1 - s) / ($2 - t) } { s = $1; t = $2 }' | sort -g |
-        awk '{ v[NR] = $1 } END { if (NR) printf "%.0f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 field() { grep "\"type\":\"$2\"" "$1" | tail -1 | sed "s/.*\"$3\":\([0-9.]*\).*/\1/"; }
 
 for model in $models; do
@@ -85,7 +81,7 @@ for model in $models; do
                 echo "| $model | $mode | $layout | failed | - | - | \`${c[*]}\` |" >>"$rows"
                 continue
             fi
-            med=$(median_epoch_sps "$log") run=$(field "$log" summary samples_per_s) acc=$(field "$log" eval test_acc)
+            med=$(gt_median_sps "$log") run=$(field "$log" summary samples_per_s) acc=$(field "$log" eval test_acc)
             echo "$model $mode $layout: $med samples/s (median epoch), $run (whole run), test acc $acc"
             echo "| $model | $mode | $layout | $med | $run | $acc | \`${c[*]}\` |" >>"$rows"
         done

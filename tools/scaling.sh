@@ -54,8 +54,7 @@ for g in $counts; do
                 continue
             fi
             med=$(gt_median_epoch "$log")
-            n=$(grep '"type":"eval"' "$log" | head -1 | sed 's/.*"samples":\([0-9]*\).*/\1/')
-            sps=$(awk -v n="$n" -v m="$med" 'BEGIN { printf "%.0f", n / m }')
+            sps=$(gt_median_sps "$log")
             acc=$(grep '"type":"eval"' "$log" | tail -1 | sed 's/.*"test_acc":\([0-9.]*\).*/\1/')
             echo "gputrain,$model,$label,$g,$batch,$sps,$med,$acc,${c[*]}" >>"$csv"
             echo "gputrain $model $label x$g: $sps samples/s, acc $acc"
