@@ -2,10 +2,9 @@
  * allocated once at open, so a step only gathers its batch, launches and synchronises once.
  *
  * A training batch travels: its key (dropout seed and epoch), sample ids, labels and images are
- * gathered on the host into a pinned staging slot and uploaded into the slot's device twin. Two
- * slots let prefetch() upload the next batch on the copy stream while the current one computes
- * (the compute stream waits on that copy's event); a batch that was not prefetched is uploaded
- * on the compute stream as the first part of its step.
+ * gathered on the host into a pinned staging slot and uploaded into the slot's device twin on the
+ * compute stream, as the first part of its step. Two slots let --overlap gather the next batch
+ * while the step before it still reads the other.
  *
  * A step's device work - that upload, forward, loss and backward (the fused kernels of
  * fused_cuda.cu for LeNet-shaped models, else layer by layer through cuDNN and cuBLAS), the
@@ -356,26 +355,6 @@ static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch 
     return 0;
 }
 
-static int cuda_prefetch(gt_device *d, const gt_batch *next, gt_err *e)
-{
-    cuda_impl *g = (cuda_impl *)d->impl;
-    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
-    if (cuda_check_batch(d, g, next, e))
-        return -1;
-    if (slot_find(g, next) >= 0)
-        return 0;
-    cuda_slot *s = &g->slot[slot_free(g)];
-    if (slot_gather(d, g, s, next, e))
-        return -1;
-    /* The device copy must not be overwritten before the step that read it is done. */
-    GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(g->copy, s->consumed, 0));
-    GT_CUDA_CHECK(d->name, e,
-                  cudaMemcpyAsync(s->dev, s->host, slot_layout_for(next->n, g->in_len).total,
-                                  cudaMemcpyHostToDevice, g->copy));
-    GT_CUDA_CHECK(d->name, e, cudaEventRecord(s->uploaded, g->copy));
-    return 0;
-}
-
 /* ---- passes ---------------------------------------------------------------------------------- */
 
 /* Forward through every layer; without train, dropout is the identity and is skipped (the next
@@ -667,8 +646,6 @@ static const gt_device_ops cuda_ops = {
     .evaluate = cuda_evaluate,
     .step_begin = cuda_step_begin,
     .step_end = cuda_step_end,
-    .prefetch = cuda_prefetch,
-    .local_update = NULL,
 #ifdef GT_HAVE_NCCL
     .reduce_update = gt_cuda_reduce_update,
 #else

@@ -1,6 +1,7 @@
-/* cuda_stub.c - the CUDA entry points of device.h for builds without a CUDA toolkit: no GPUs,
- * and host memory that is simply aligned. */
+/* cuda_stub.c - the CUDA entry points of device.h and pinned.h for builds without a CUDA
+ * toolkit: no GPUs, and host memory that is simply aligned. */
 #include "gputrain/device.h"
+#include "gputrain/pinned.h"
 
 int gt_cuda_device_count(void) { return 0; }
 

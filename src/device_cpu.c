@@ -60,8 +60,6 @@ static const gt_device_ops cpu_ops = {
     .load_params = cpu_load_params,
     .train_step = cpu_train_step,
     .evaluate = cpu_evaluate,
-    .prefetch = NULL,
-    .local_update = NULL,
     .close = cpu_close,
 };
 

@@ -506,9 +506,8 @@ static void overlap_compare(gt_device *d, gt_cpu_net *net, const float *params,
 }
 
 /* One step path of a device: full and short batches of fresh samples, seeds and epochs, so a
- * replayed graph that kept any of its capture's batch would fail; prefetched batches (a full one,
- * and one that was not the prefetched batch while another prefetch is pending); new parameters
- * after replays; keep_grad; then an evaluation of eval_n samples. */
+ * replayed graph that kept any of its capture's batch would fail; new parameters after replays;
+ * keep_grad; then an evaluation of eval_n samples. */
 static void test_path(gt_device *d, gt_cpu_net *net, const float *params, const gt_dataset *ds,
                       gt_rng *r, uint32_t eval_n, const char *path)
 {
@@ -516,9 +515,8 @@ static void test_path(gt_device *d, gt_cpu_net *net, const float *params, const 
     int max_batch = d->max_batch;
     float *grad_cpu = gt_alloc(m->nparams * sizeof *grad_cpu);
     float *params2 = gt_alloc(m->nparams * sizeof *params2);
-    uint32_t idx1[512], idx2[512], idx3[512];
-    gt_batch b1, b2, b3;
-    gt_err e = {""};
+    uint32_t idx1[512];
+    gt_batch b1;
     char what[128];
     if (load_params(d, params, path) == 0) {
         for (int i = 0; i < 6; i++) {
@@ -529,19 +527,6 @@ static void test_path(gt_device *d, gt_cpu_net *net, const float *params, const 
             snprintf(what, sizeof what, "%s step %d (%d samples)", path, i + 1, n);
             step_compare(d, net, params, &b1, grad_cpu, what);
         }
-        make_batch(&b1, idx1, max_batch, ds, r);
-        make_batch(&b2, idx2, max_batch / 2 + 1, ds, r);
-        make_batch(&b3, idx3, max_batch, ds, r);
-        int rc = d->ops->prefetch(d, &b2, &e);
-        CHECK_MSG(rc == 0, "%s: prefetch: %s", path, e.msg);
-        snprintf(what, sizeof what, "%s prefetched short step", path);
-        step_compare(d, net, params, &b2, grad_cpu, what);
-        rc = d->ops->prefetch(d, &b3, &e);
-        CHECK_MSG(rc == 0, "%s: prefetch: %s", path, e.msg);
-        snprintf(what, sizeof what, "%s step beside a prefetch", path);
-        step_compare(d, net, params, &b1, grad_cpu, what);
-        snprintf(what, sizeof what, "%s step of the prefetched batch", path);
-        step_compare(d, net, params, &b3, grad_cpu, what);
     }
     for (size_t i = 0; i < m->nparams; i++)
         params2[i] = params[i] * (1.0f + 0.25f * (float)(gt_rng_uniform(r) - 0.5));

@@ -9,6 +9,7 @@
 
 #include "gputrain/layers.h"
 #include "gputrain/optim.h"
+#include "gputrain/pinned.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,12 +44,6 @@ typedef struct gt_device_ops {
      * are begun and not ended; train_step is refused while any is. */
     int (*step_begin)(gt_device *d, const gt_batch *b, gt_err *e);
     int (*step_end)(gt_device *d, gt_step_out *out, gt_err *e);
-    /* Optional (NULL if absent): start moving the batch that train_step will get next (same
-     * idx pointer contents must stay valid until then), so the copy overlaps the current step. */
-    int (*prefetch)(gt_device *d, const gt_batch *next, gt_err *e);
-    /* Optional (NULL if absent): one optimizer update of the device's own parameters with its
-     * gradient, for local replicas; the result must also be left in d->params. */
-    int (*local_update)(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st, gt_err *e);
     /* The allreduce mode (optional, NULL where unsupported; the CUDA backend with NCCL): after a
      * train_step with d->keep_grad set, sum the gradient over every device of the communicator
      * (gt_cuda_allreduce_init) and apply one optimizer update, gradient scaled by gscale, to the
@@ -89,12 +84,6 @@ int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_er
  * (a worker failed, or the run is ending): the abort path that keeps a lost GPU from hanging the
  * others. */
 void gt_cuda_allreduce_abort(void);
-/* Pinned host memory where CUDA exists (cudaHostAlloc portable), gt_alloc otherwise. */
-void *gt_host_alloc(size_t bytes);
-void gt_host_free(void *p);
-/* Pins an existing buffer (the dataset) for DMA where CUDA exists; no-op otherwise. */
-void gt_host_register(void *p, size_t bytes);
-void gt_host_unregister(void *p);
 
 void gt_device_close(gt_device *d);
 
