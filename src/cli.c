@@ -4,7 +4,6 @@
  * full and given at most once, so a typo or a repeated flag never silently changes a run. */
 #include "gputrain/model.h" /* GT_SPECLEN, which config.h uses */
 #include "gputrain/cli.h"
-#include "gputrain/cluster.h" /* GT_CLUSTER_TIMEOUT */
 
 #include <ctype.h>
 #include <errno.h>
@@ -110,31 +109,6 @@ static const char *const BALANCE_WORDS[] = {"dynamic", "static", NULL};
 static const char *const OPTIMIZER_WORDS[] = {"sgd", "adam", NULL};
 static const char *const SCHEDULE_WORDS[] = {"constant", "step", "cosine", NULL};
 static const char *const ON_NAN_WORDS[] = {"stop", "skip", NULL};
-
-void gt_config_defaults(gt_config *c)
-{
-    memset(c, 0, sizeof *c);
-    c->command = GT_CMD_TRAIN;
-    c->gpus_all = 1;
-    strcpy(c->model, "lenet5");
-    c->epochs = 10;
-    c->batch = 64;
-    gt_optim_defaults(&c->optim);
-    c->optim.step_epochs = 5.0f; /* what --schedule step uses unless --step-epochs says */
-    c->optim.gamma = 0.1f;
-    c->optim.total_epochs = (float)c->epochs;
-    c->seed = 1;
-    c->mode = GT_MODE_HOGWILD;
-    c->stripes = -1;
-    c->staleness = 2;
-    c->sync_every = 4;
-    c->balance = GT_BALANCE_DYNAMIC;
-    c->progress = -1;
-    c->on_nan = GT_NAN_STOP;
-    c->inject_worker = -1;
-    c->inject_step = -1;
-    c->host_timeout = GT_CLUSTER_TIMEOUT;
-}
 
 static const char *cli_option_name(int val)
 {

@@ -1,5 +1,5 @@
-/* config.h - everything a run is told on the command line, with defaults. src/cli.c fills it;
- * src/train.c and src/main.c read it. */
+/* config.h - everything a run is told on the command line, with defaults (src/config.c).
+ * src/cli.c fills it; src/train.c and src/main.c read it. */
 #ifndef GT_CONFIG_H
 #define GT_CONFIG_H
 
@@ -71,6 +71,7 @@ typedef struct gt_config {
     int tf32;
 } gt_config;
 
+/* Every field at its default: what a run does when the command line says nothing. */
 void gt_config_defaults(gt_config *c);
 
 #ifdef __cplusplus

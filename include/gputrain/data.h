@@ -13,7 +13,7 @@ extern "C" {
 #endif
 
 #define GT_PATHLEN 1024
-#define GT_MAX_CLASSES 1000
+#define GT_MAX_CLASSES 256 /* labels are uint8_t, so a 257th class could not be named */
 
 typedef struct gt_dataset {
     uint32_t n;       /* samples */
