@@ -4,6 +4,7 @@
  * full and given at most once, so a typo or a repeated flag never silently changes a run. */
 #include "gputrain/model.h" /* GT_SPECLEN, which config.h uses */
 #include "gputrain/cli.h"
+#include "gputrain/names.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -103,12 +104,6 @@ static const cli_range RANGE_POSITIVE = {0, HUGE_VAL, 1, 0, "> 0"};
 static const cli_range RANGE_NONNEG = {0, HUGE_VAL, 0, 0, ">= 0"};
 static const cli_range RANGE_UNIT_LOW = {0, 1, 0, 1, "with 0 <= x < 1"};
 static const cli_range RANGE_UNIT_HIGH = {0, 1, 1, 0, "with 0 < x <= 1"};
-
-static const char *const MODE_WORDS[] = {"hogwild", "sync", "ssp", "local", "allreduce", NULL};
-static const char *const BALANCE_WORDS[] = {"dynamic", "static", NULL};
-static const char *const OPTIMIZER_WORDS[] = {"sgd", "adam", NULL};
-static const char *const SCHEDULE_WORDS[] = {"constant", "step", "cosine", NULL};
-static const char *const ON_NAN_WORDS[] = {"stop", "skip", NULL};
 
 static const char *cli_option_name(int val)
 {
@@ -215,23 +210,6 @@ static int cli_parse_float(const char *flag, const char *s, const cli_range *r, 
         return gt_fail(e, "--%s: '%s' must be a finite number %s", flag, s, r->text);
     *out = (float)v;
     return 0;
-}
-
-static int cli_parse_word(const char *flag, const char *s, const char *const *words, int *out,
-                          gt_err *e)
-{
-    for (int i = 0; words[i]; i++) {
-        if (strcmp(s, words[i]) == 0) {
-            *out = i;
-            return 0;
-        }
-    }
-    char list[256] = "";
-    for (int i = 0; words[i]; i++) {
-        strncat(list, i ? ", " : "", sizeof list - strlen(list) - 1);
-        strncat(list, words[i], sizeof list - strlen(list) - 1);
-    }
-    return gt_fail(e, "--%s: '%s' is not one of %s", flag, s, list);
 }
 
 static int cli_copy_string(const char *flag, const char *s, char *dst, size_t cap, gt_err *e)
@@ -351,37 +329,31 @@ static int cli_parse_train_samples(const char *s, gt_config *c, gt_err *e)
     return 0;
 }
 
+/* The options whose value is a word of a name table (names.h), and the field each one sets. */
 static int cli_apply_enum(int opt, const char *arg, gt_config *c, gt_err *e)
 {
-    int v;
-    const char *flag = cli_option_name(opt);
-    switch (opt) {
-    case OPT_MODE:
-        if (cli_parse_word(flag, arg, MODE_WORDS, &v, e))
-            return -1;
-        c->mode = (gt_mode)v;
-        return 0;
-    case OPT_BALANCE:
-        if (cli_parse_word(flag, arg, BALANCE_WORDS, &v, e))
-            return -1;
-        c->balance = v ? GT_BALANCE_STATIC : GT_BALANCE_DYNAMIC;
-        return 0;
-    case OPT_OPTIMIZER:
-        if (cli_parse_word(flag, arg, OPTIMIZER_WORDS, &v, e))
-            return -1;
-        c->optim.kind = v ? GT_OPT_ADAM : GT_OPT_SGD;
-        return 0;
-    case OPT_SCHEDULE:
-        if (cli_parse_word(flag, arg, SCHEDULE_WORDS, &v, e))
-            return -1;
-        c->optim.schedule = (gt_sched_kind)v;
-        return 0;
-    default:
-        if (cli_parse_word(flag, arg, ON_NAN_WORDS, &v, e))
-            return -1;
-        c->on_nan = v ? GT_NAN_SKIP : GT_NAN_STOP;
-        return 0;
+    static const struct {
+        int opt;
+        gt_name_set set;
+    } enums[] = {{OPT_MODE, GT_NAMES_MODE}, {OPT_BALANCE, GT_NAMES_BALANCE},
+                 {OPT_OPTIMIZER, GT_NAMES_OPTIMIZER}, {OPT_SCHEDULE, GT_NAMES_SCHEDULE},
+                 {OPT_ON_NAN, GT_NAMES_ON_NAN}};
+    int v, found = -1;
+    for (size_t i = 0; i < sizeof enums / sizeof *enums; i++)
+        if (enums[i].opt == opt)
+            found = (int)i;
+    if (found < 0)
+        return gt_fail(e, "--%s: no parser for this option", cli_option_name(opt));
+    if (gt_name_parse(enums[found].set, cli_option_name(opt), arg, &v, e))
+        return -1;
+    switch (enums[found].set) {
+    case GT_NAMES_MODE: c->mode = (gt_mode)v; break;
+    case GT_NAMES_BALANCE: c->balance = (gt_balance)v; break;
+    case GT_NAMES_OPTIMIZER: c->optim.kind = (gt_opt_kind)v; break;
+    case GT_NAMES_SCHEDULE: c->optim.schedule = (gt_sched_kind)v; break;
+    case GT_NAMES_ON_NAN: c->on_nan = (gt_on_nan)v; break;
     }
+    return 0;
 }
 
 /* Sets the field that option opt controls from its value arg. */
@@ -475,7 +447,14 @@ static int cli_check_combination(const gt_config *c, gt_err *e)
         return gt_fail(e, "eval: --checkpoint PATH is required");
     if (c->overlap && c->mode != GT_MODE_HOGWILD)
         return gt_fail(e, "--overlap: only --mode hogwild overlaps its pushes, not '%s'",
-                       MODE_WORDS[c->mode]);
+                       gt_mode_name(c->mode));
+    const gt_mode_row *mode = gt_mode_row_of(c->mode);
+    if (mode && mode->needs_nccl && c->cpu_workers > 0)
+        return gt_fail(e, "--mode %s: needs GPUs and NCCL, not --gpus cpu:%d (use --mode sync "
+                       "for the same math)", gt_mode_name(c->mode), c->cpu_workers);
+    if (mode && mode->needs_nccl && c->on_nan == GT_NAN_SKIP)
+        return gt_fail(e, "--on-nan skip: not available with --mode %s, where every GPU must "
+                       "take the same step", gt_mode_name(c->mode));
     return 0;
 }
 
@@ -533,24 +512,36 @@ int gt_cli_parse(int argc, char **argv, gt_config *c, FILE *out, gt_err *e)
     return cli_check_combination(c, e);
 }
 
+/* Each mode's row: its name, then its help lines under one another. */
+static void cli_usage_modes(FILE *out)
+{
+    for (int i = 0; i < gt_mode_count(); i++) {
+        const gt_mode_row *row = gt_mode_row_at(i);
+        const char *line = row->help;
+        fprintf(out, "      %-10s ", row->head.name);
+        for (;;) {
+            size_t n = strcspn(line, "\n");
+            fprintf(out, "%.*s\n", (int)n, line);
+            if (!line[n])
+                break;
+            line += n + 1;
+            fprintf(out, "%17s", "");
+        }
+    }
+}
+
 static void cli_usage_devices(FILE *out, const gt_config *d)
 {
     fprintf(out,
         "Devices and modes:\n"
         "  --gpus LIST|all|cpu:N  GPU ordinals such as 0,1,2,3, every GPU (all), or N CPU worker\n"
         "                         threads, 1..%d (default: all GPUs if there are any, else cpu:1)\n"
-        "  --mode MODE            how the workers combine their gradients (default %s):\n"
-        "      hogwild    asynchronous pushes under per-stripe locks: the fastest wall time, with\n"
-        "                 gradients a little stale; lower --momentum as workers grow.\n"
-        "      sync       one aggregated update per step, equal to one worker at W times the\n"
-        "                 batch; deterministic, and the reference for accuracy.\n"
-        "      ssp        bounded staleness: a worker runs at most --staleness steps ahead of the\n"
-        "                 slowest (0 = sync); for workers of uneven speed.\n"
-        "      local      each worker trains its own replica, averaged every --sync-every\n"
-        "                 steps: the least communication.\n"
-        "      allreduce  GPUs only: NCCL ring all-reduce, the same math as sync.\n"
-        "  --stripes N            hogwild lock stripes, 0..65536 (default: auto, about 4 per\n"
-        "                         worker and at least 16 KiB each). 0 is lock-free, true\n"
+        "  --mode MODE            how the workers combine their gradients (default %s):\n",
+        GT_MAX_WORKERS, gt_mode_name(d->mode));
+    cli_usage_modes(out);
+    fprintf(out,
+        "  --stripes N            hogwild lock stripes, 0..65536 (default: auto, one per 16 KiB\n"
+        "                         of parameters, 1..256). 0 is lock-free, true\n"
         "                         Hogwild: no locks, relaxed atomics; updates may interleave\n"
         "                         element-wise and be lost\n"
         "  --staleness N          ssp: steps a worker may run ahead, 0..1000000 (default %d)\n"
@@ -558,14 +549,13 @@ static void cli_usage_devices(FILE *out, const gt_config *d)
         "                         hogwild and ssp: steps between averages of the hosts' stores,\n"
         "                         1..1000000 (default %d)\n"
         "  --balance static|dynamic\n"
-        "                         dynamic: a free worker takes the next batch, so faster devices\n"
-        "                         do more; static: equal shares (default %s)\n"
+        "                         hogwild: dynamic, a free worker takes the next batch, so faster\n"
+        "                         devices do more; static, equal shares (default %s)\n"
         "  --overlap              hogwild: pull and begin step k+1 before pushing step k, so\n"
         "                         a GPU computes while the host pushes; every step misses its\n"
         "                         predecessor's update (one step more staleness; default off)\n"
         "  --tf32                 allow TF32 tensor-core math on GPUs (default off)\n\n",
-        GT_MAX_WORKERS, MODE_WORDS[d->mode], d->staleness, d->sync_every,
-        BALANCE_WORDS[d->balance == GT_BALANCE_STATIC]);
+        d->staleness, d->sync_every, gt_name(GT_NAMES_BALANCE, (int)d->balance));
 }
 
 static void cli_usage_model(FILE *out, const gt_config *d)
@@ -581,15 +571,19 @@ static void cli_usage_model(FILE *out, const gt_config *d)
         "  --epochs N             passes over the training set, 1..100000 (default %d)\n"
         "  --seed N               initialisation and shuffling seed, 0..2^64-1\n"
         "                         (default %" PRIu64 ")\n"
-        "  --eval-every N         evaluate every N steps, 0 = at epoch ends only (default %d)\n\n",
-        d->model, d->batch, d->epochs, d->seed, d->eval_every);
+        "  --eval-every N         evaluate every N steps of each worker, also at epoch ends;\n"
+        "                         0 = at epoch ends only, 0..%d (default %d)\n\n",
+        d->model, d->batch, d->epochs, d->seed, INT_MAX, d->eval_every);
 }
 
 static void cli_usage_optim(FILE *out, const gt_optim_cfg *o)
 {
+    char words[2][128];
+    gt_name_list(GT_NAMES_OPTIMIZER, "|", words[0], sizeof words[0]);
+    gt_name_list(GT_NAMES_SCHEDULE, "|", words[1], sizeof words[1]);
     fprintf(out,
         "Optimisation:\n"
-        "  --optimizer sgd|adam   PyTorch SGD or Adam (default %s); adam keeps the --lr default\n"
+        "  --optimizer %-10s PyTorch SGD or Adam (default %s); adam keeps the --lr default\n"
         "                         and ignores --momentum\n"
         "  --lr X                 base learning rate, > 0 (default %g)\n"
         "  --momentum X           SGD momentum, 0 <= x < 1 (default %g)\n"
@@ -598,15 +592,15 @@ static void cli_usage_optim(FILE *out, const gt_optim_cfg *o)
         "  --beta1 X              Adam first-moment decay, 0 <= x < 1 (default %g)\n"
         "  --beta2 X              Adam second-moment decay, 0 <= x < 1 (default %g)\n"
         "  --eps X                Adam denominator term, > 0 (default %g)\n"
-        "  --schedule constant|step|cosine\n"
+        "  --schedule %s\n"
         "                         learning rate after warm-up; cosine decays to 0 at the end of\n"
         "                         training (default %s)\n"
         "  --warmup EPOCHS        linear warm-up from 0 over this many epochs, >= 0 (default %g)\n"
         "  --step-epochs X        step: multiply the rate by --gamma every X epochs, > 0\n"
         "                         (default %g)\n"
         "  --gamma X              step factor, 0 < x <= 1 (default %g)\n\n",
-        OPTIMIZER_WORDS[o->kind == GT_OPT_ADAM], o->lr, o->momentum, o->weight_decay, o->beta1,
-        o->beta2, o->eps, SCHEDULE_WORDS[o->schedule], o->warmup_epochs, o->step_epochs,
+        words[0], gt_optimizer_name(o->kind), o->lr, o->momentum, o->weight_decay, o->beta1,
+        o->beta2, o->eps, words[1], gt_schedule_name(o->schedule), o->warmup_epochs, o->step_epochs,
         o->gamma);
 }
 
@@ -628,12 +622,12 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "  --inject-fault WORKER:STEP  make a worker (numbered across hosts under mpirun) fail\n"
         "                         at its step, to test recovery\n"
         "                         (default: none)\n"
-        "  --stall-timeout SECONDS  a worker silent this long counts as failed, > 0\n"
-        "                         (default: off)\n"
+        "  --stall-timeout SECONDS  warn when a worker makes no progress for this long; the\n"
+        "                         run goes on, > 0 (default: off)\n"
         "  --host-timeout SECONDS  under mpirun: a host that waits this long for the others in\n"
         "                         a collective ends the run, naming itself; 0 waits forever\n"
         "                         (default %g)\n\n",
-        d->keep, ON_NAN_WORDS[d->on_nan == GT_NAN_SKIP], d->host_timeout);
+        d->keep, gt_name(GT_NAMES_ON_NAN, (int)d->on_nan), d->host_timeout);
 }
 
 static void cli_usage_output(FILE *out)
@@ -644,7 +638,8 @@ static void cli_usage_output(FILE *out)
         "  --log-steps            with --log, also one line per training step with its loss (default: off)\n"
         "  --progress             show a progress line (default: when stderr is a terminal)\n"
         "  --no-progress          never show it (default: when stderr is a terminal)\n"
-        "  --quiet                print only errors and the final result (default off)\n"
+        "  --quiet                print nothing on stdout; errors and warnings still go to\n"
+        "                         stderr (default off)\n"
         "  --help                 print this help and exit\n"
         "  --version              print the version and exit\n");
 }

@@ -7,6 +7,7 @@
 #include "gputrain/checkpoint.h"
 #include "gputrain/cli.h"
 #include "gputrain/cluster.h"
+#include "gputrain/names.h"
 #include "gputrain/train.h"
 
 #include <errno.h>
@@ -19,21 +20,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *mode_names[] = {"hogwild", "sync", "ssp", "local", "allreduce"};
+/* Exit codes: a value on the command line that cannot work, and anything else that failed. */
+enum { EXIT_USAGE = 2, EXIT_FAILED = 1 };
 
 /* Prints the error; across hosts, names this host (the message may not) and ends every host's
- * process. */
-static int die(const gt_err *e)
+ * process. Returns the exit code. */
+static int die(const gt_err *e, int code)
 {
     if (gt_cluster_size() > 1) {
         fprintf(stderr, "gputrain: host %d (%s): %s\n", gt_cluster_rank(), gt_cluster_host(), e->msg);
         fflush(stderr);
-        gt_cluster_abort(1);
+        gt_cluster_abort(code);
     } else {
         fprintf(stderr, "gputrain: %s\n", e->msg);
         gt_cluster_finalize();
     }
-    return 1;
+    return code;
 }
 
 /* Opens one device per worker, and the evaluator (a device of its own on the first GPU, or the
@@ -96,7 +98,7 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
     if (res->nhosts > 1)
         snprintf(hosts, sizeof hosts, " on each of %d hosts (host 0's below)", res->nhosts);
     printf("done: %s, %d worker%s%s, %llu samples in %.2f s: %.0f samples/s, test acc %.4f\n",
-           mode_names[c->mode], res->nworkers, res->nworkers == 1 ? "" : "s", hosts,
+           gt_mode_name(c->mode), res->nworkers, res->nworkers == 1 ? "" : "s", hosts,
            (unsigned long long)res->samples, res->wall_s, res->samples_per_s, res->final_test_acc);
     for (int i = 0; i < res->nworkers; i++) {
         const gt_worker_stats *s = &res->workers[i];
@@ -171,8 +173,6 @@ static int check_checkpoint_path(const char *path, gt_err *e)
     return 0;
 }
 
-static const char *optim_name(const gt_config *c) { return c->optim.kind == GT_OPT_ADAM ? "adam" : "sgd"; }
-
 /* Initial parameters and optimizer state: fresh, --init weights, or a --resume checkpoint. */
 static int load_start(const gt_config *c, const gt_model *m, const gt_data *d, float *params,
                       float **state, int nstate, gt_ckpt_meta *meta, int *resumed, gt_err *e)
@@ -181,9 +181,9 @@ static int load_start(const gt_config *c, const gt_model *m, const gt_data *d, f
     if (c->resume[0]) {
         if (gt_ckpt_read_meta(c->resume, meta, e) != 0)
             return -1;
-        if (strcmp(meta->optimizer, optim_name(c)) != 0)
+        if (strcmp(meta->optimizer, gt_optimizer_name(c->optim.kind)) != 0)
             return gt_fail(e, "--resume: %s was trained with --optimizer %s, this run uses %s",
-                           c->resume, meta->optimizer, optim_name(c));
+                           c->resume, meta->optimizer, gt_optimizer_name(c->optim.kind));
         if (meta->data_fingerprint != d->fingerprint)
             return gt_fail(e, "--resume: %s was trained on other data (fingerprint %08x, this data %08x)",
                            c->resume, meta->data_fingerprint, d->fingerprint);
@@ -200,12 +200,15 @@ static int load_start(const gt_config *c, const gt_model *m, const gt_data *d, f
     return 0;
 }
 
+/* *usage is set when the error is in a command-line value (--model), not in a run. */
 static int cmd_train(const gt_config *c, const gt_data *d, gt_run_result *res, int *interrupted,
-                     gt_err *e)
+                     int *usage, gt_err *e)
 {
     gt_model m;
-    if (gt_model_build(c->model, d->train.c, d->train.h, d->train.w, d->train.nclasses, &m, e) != 0)
+    if (gt_model_build(c->model, d->train.c, d->train.h, d->train.w, d->train.nclasses, &m, e) != 0) {
+        *usage = 1;
         return -1;
+    }
     int nstate = gt_optim_nstate(&c->optim);
     float *params = gt_alloc(m.nparams * sizeof(float));
     float *state[2] = {NULL, NULL};
@@ -233,7 +236,7 @@ static int cmd_train(const gt_config *c, const gt_data *d, gt_run_result *res, i
             snprintf(hosts, sizeof hosts, " on each of %d hosts", gt_cluster_size());
         if (!c->quiet)
             printf("gputrain: %s (%zu parameters) on %s, %s%s, %d worker%s x batch %d%s, %u train / %u test samples (%s)\n",
-                   m.name, m.nparams, d->dir, mode_names[c->mode],
+                   m.name, m.nparams, d->dir, gt_mode_name(c->mode),
                    c->mode == GT_MODE_HOGWILD && c->stripes == 0 ? " lock-free" : "", n,
                    n == 1 ? "" : "s", c->batch, hosts, d->train.n, d->test.n, devs[0]->name);
         if (resumed && !c->quiet)
@@ -266,31 +269,31 @@ int main(int argc, char **argv)
         return 0;
     if (pr != 0) {
         fprintf(stderr, "gputrain: %s (see gputrain --help)\n", e.msg);
-        return 2;
+        return EXIT_USAGE;
     }
     gt_cluster_set_timeout(c.host_timeout);
     if (gt_cluster_init(&e) != 0)
-        return die(&e);
+        return die(&e, EXIT_FAILED);
     if (gt_cluster_rank() != 0) {
         c.quiet = 1;
         c.progress = 0;
     }
     gt_data data;
     if (gt_data_load(c.data[0] ? c.data : NULL, c.train_samples, &data, &e) != 0)
-        return die(&e);
+        return die(&e, EXIT_FAILED);
     gt_host_register(data.train.images, (size_t)data.train.n * data.train.c * data.train.h * data.train.w);
-    int rc, interrupted = 0;
+    int rc, interrupted = 0, usage = 0;
     if (c.command == GT_CMD_EVAL) {
         rc = gt_cluster_rank() == 0 ? cmd_eval(&c, &data, &e) : 0;
     } else {
         gt_run_result *res = calloc(1, sizeof *res);
-        rc = res ? cmd_train(&c, &data, res, &interrupted, &e) : gt_fail(&e, "out of memory");
+        rc = res ? cmd_train(&c, &data, res, &interrupted, &usage, &e) : gt_fail(&e, "out of memory");
         free(res);
     }
     gt_host_unregister(data.train.images);
     gt_data_free(&data);
     if (rc != 0)
-        return die(&e);
+        return die(&e, usage ? EXIT_USAGE : EXIT_FAILED);
     gt_cluster_finalize();
     if (interrupted)
         return 128 + interrupted;

@@ -39,5 +39,22 @@ expect_error "$TMP/text.safetensors" -- eval --data "$DATA" --gpus cpu:1 --check
 expect_error "$TMP/missing.safetensors" -- eval --data "$DATA" --gpus cpu:1 --checkpoint "$TMP/missing.safetensors"
 expect_error "--resume" "--init" -- --resume a --init b
 expect_error "allreduce" -- --data "$DATA" --gpus cpu:2 --mode allreduce --train-samples 200 --epochs 1
+expect_error "--on-nan skip" "allreduce" -- --mode allreduce --on-nan skip
+
+# command-line errors exit 2, also those found only once the data is loaded (--model); a file
+# that cannot be read exits 1
+expect_exit() {
+    local want=$1
+    shift
+    "$BIN" "$@" >/dev/null 2>&1
+    local rc=$?
+    [ $rc -eq "$want" ] || fail "gputrain $* exited $rc, not $want"
+}
+expect_exit 2 --batch 0
+expect_exit 2 --mode allreduce --gpus cpu:2
+expect_exit 2 --data "$DATA" --gpus cpu:1 --model nosuchmodel
+expect_exit 2 --data "$DATA" --gpus cpu:1 --model "conv:6:x relu fc:10"
+expect_exit 2 --data "$DATA" --gpus cpu:1 --model "conv:6:5 fc:7"
+expect_exit 1 --data "$TMP/nowhere"
 
 finish

@@ -2,6 +2,7 @@
  * with one line naming the flag and the value, and --help covers every option and mode. */
 #include "gputrain/model.h" /* GT_SPECLEN, which config.h uses */
 #include "gputrain/cli.h"
+#include "gputrain/names.h"
 #include "test_util.h"
 
 #include <getopt.h>
@@ -211,6 +212,8 @@ static const bad_case BAD[] = {
     {{"--gpus", "0,"}, "--gpus", "'0,'"},
     {{"--gpus", "0,0"}, "--gpus", "GPU 0 listed twice"},
     {{"--overlap", "--mode", "ssp"}, "--overlap", "'ssp'"},
+    {{"--mode", "allreduce", "--gpus", "cpu:2"}, "--mode allreduce", "cpu:2"},
+    {{"--mode", "allreduce", "--on-nan", "skip"}, "--on-nan skip", "allreduce"},
     {{"--gpus", "2,1,2"}, "--gpus", "GPU 2 listed twice"},
     {{"--gpus", "-1"}, "--gpus", "'-1'"},
     {{"--gpus", "abc"}, "--gpus", "'abc'"},
@@ -516,8 +519,51 @@ static void test_repeated_parses(void)
     CHECK(gt_cli_parse(1, (char *[]){"gputrain", NULL}, &c, stdout, &e) == 0 && c.batch == 64);
 }
 
+/* Every row of every name table reads back to itself through the parser and the command line;
+ * an unknown word or value is refused, never mapped to a neighbour. */
+static void test_name_tables(void)
+{
+    static const gt_name_set sets[] = {GT_NAMES_MODE, GT_NAMES_OPTIMIZER, GT_NAMES_SCHEDULE,
+                                       GT_NAMES_BALANCE, GT_NAMES_ON_NAN};
+    static const char *const flags[] = {"--mode", "--optimizer", "--schedule", "--balance",
+                                        "--on-nan"};
+    static const char *const fields[] = {"mode", "kind", "schedule", "balance", "on_nan"};
+    for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
+        char list[256];
+        gt_name_list(sets[s], " ", list, sizeof list);
+        int rows = 0, v = -1;
+        for (char *w = strtok(list, " "); w; w = strtok(NULL, " "), rows++) {
+            CHECK_MSG(gt_name_value(sets[s], w, &v) == 0 && strcmp(gt_name(sets[s], v), w) == 0,
+                      "%s %s does not read back", flags[s], w);
+            gt_config c;
+            gt_err e;
+            const char *args[] = {flags[s], w, NULL};
+            if (strcmp(w, "allreduce") == 0)
+                continue; /* the default --gpus is fine for it; checked in BAD for cpu:N */
+            CHECK_MSG(parse_words(args, &c, &e, stdout) == 0 && field(&c, fields[s]) == v,
+                      "%s %s: %s", flags[s], w, e.msg);
+        }
+        CHECK_MSG(rows >= 2, "%s has %d words", flags[s], rows);
+        CHECK(gt_name_value(sets[s], "no-such-word", &v) == -1);
+        CHECK(gt_name_value(sets[s], NULL, &v) == -1);
+        CHECK(strcmp(gt_name(sets[s], 1000), "?") == 0 && strcmp(gt_name(sets[s], -1), "?") == 0);
+    }
+    gt_mode m;
+    gt_opt_kind k;
+    gt_sched_kind sk;
+    CHECK(gt_mode_parse("ssp", &m) == 0 && m == GT_MODE_SSP && gt_mode_parse("SSP", &m) == -1);
+    CHECK(gt_optimizer_parse("adam", &k) == 0 && k == GT_OPT_ADAM);
+    CHECK(gt_optimizer_parse("rmsprop", &k) == -1 && k == GT_OPT_ADAM);
+    CHECK(gt_schedule_parse("cosine", &sk) == 0 && sk == GT_SCHED_COSINE);
+    CHECK(strcmp(gt_optimizer_name(GT_OPT_SGD), "sgd") == 0);
+    CHECK(gt_optimizer_row_of(GT_OPT_ADAM)->nstate == 2 && gt_mode_row_of(GT_MODE_SYNC)->clocked &&
+          !gt_mode_row_of(GT_MODE_HOGWILD)->clocked && gt_mode_row_of((gt_mode)99) == NULL);
+    CHECK(gt_mode_count() == 5 && gt_mode_row_at(gt_mode_count()) == NULL);
+}
+
 int main(void)
 {
+    test_name_tables();
     test_good_forms();
     test_bad_forms();
     test_every_option_has_a_good_case();

@@ -1,0 +1,74 @@
+/* names.h - every set of words that stands for an enum: run modes, optimizers, learning-rate
+ * schedules, --balance and --on-nan. Each set is one table (src/names.c) whose rows give the word,
+ * the value and the value's properties; the command line parses with it, --help lists it, and the
+ * log, the summary and checkpoints write the word from it, so a new mode or optimizer is one row
+ * here and never a string written again elsewhere. Layer kinds have their own table with their
+ * functions (layer_kinds.h). */
+#ifndef GT_NAMES_H
+#define GT_NAMES_H
+
+#include "gputrain/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The part every row starts with: the word and the enum value it stands for. */
+typedef struct gt_name_head {
+    const char *name;  /* as written on the command line, in logs and in checkpoints */
+    int value;         /* the enum value */
+} gt_name_head;
+
+typedef enum gt_name_set {
+    GT_NAMES_MODE = 0, /* gt_mode, --mode */
+    GT_NAMES_OPTIMIZER, /* gt_opt_kind, --optimizer */
+    GT_NAMES_SCHEDULE, /* gt_sched_kind, --schedule */
+    GT_NAMES_BALANCE,  /* gt_balance, --balance */
+    GT_NAMES_ON_NAN,   /* gt_on_nan, --on-nan */
+} gt_name_set;
+
+typedef struct gt_mode_row {
+    gt_name_head head;
+    int clocked;       /* workers step in clocks and meet at a barrier (all but hogwild) */
+    int needs_nccl;    /* runs only on GPUs with NCCL (the device's reduce_update) */
+    const char *help;  /* --help text, lines separated by '\n' */
+} gt_mode_row;
+
+typedef struct gt_optimizer_row {
+    gt_name_head head;
+    int nstate;                  /* state arrays at most (SGD without momentum keeps none) */
+    const char *state_names[2];  /* their torch.optim names, as checkpoints store them */
+} gt_optimizer_row;
+
+/* The word for value in set, or "?" when no row has it (a value that cannot come from a parse). */
+const char *gt_name(gt_name_set set, int value);
+
+/* The value of word in set into *value; -1 when no row has that word. */
+int gt_name_value(gt_name_set set, const char *word, int *value);
+
+/* gt_name_value for the command line: -1 with "--FLAG: 'WORD' is not one of a, b, c" in e. */
+int gt_name_parse(gt_name_set set, const char *flag, const char *word, int *value, gt_err *e);
+
+/* The words of set in table order, separated by sep, into buf (truncated to size). */
+void gt_name_list(gt_name_set set, const char *sep, char *buf, size_t size);
+
+/* The row of a mode or optimizer, NULL when none has that value. */
+const gt_mode_row *gt_mode_row_of(gt_mode m);
+const gt_optimizer_row *gt_optimizer_row_of(gt_opt_kind k);
+/* Mode rows in table order, for --help: row i for i in [0, gt_mode_count()). */
+int gt_mode_count(void);
+const gt_mode_row *gt_mode_row_at(int i);
+
+/* Shorthands for the sets the rest of the code names most. parse returns 0, or -1 (no message)
+ * for a word that is in no row. */
+const char *gt_mode_name(gt_mode m);
+int gt_mode_parse(const char *word, gt_mode *out);
+const char *gt_optimizer_name(gt_opt_kind k);
+int gt_optimizer_parse(const char *word, gt_opt_kind *out);
+const char *gt_schedule_name(gt_sched_kind k);
+int gt_schedule_parse(const char *word, gt_sched_kind *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

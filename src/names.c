@@ -1,0 +1,184 @@
+/* names.c - the name tables of names.h. Each set is an array of rows that begin with a
+ * gt_name_head; one descriptor per set (where its rows are, their size and count) lets a single
+ * lookup, parse and list serve every set, whatever else its rows hold. */
+#include "gputrain/names.h"
+
+#include <string.h>
+
+static const gt_mode_row mode_rows[] = {
+    {{"hogwild", GT_MODE_HOGWILD}, 0, 0,
+     "asynchronous pushes under per-stripe locks: the fastest wall time, with\n"
+     "gradients a little stale; lower --momentum as workers grow."},
+    {{"sync", GT_MODE_SYNC}, 1, 0,
+     "one aggregated update per step, equal to one worker at W times the\n"
+     "batch; deterministic, and the reference for accuracy."},
+    {{"ssp", GT_MODE_SSP}, 1, 0,
+     "bounded staleness: a worker runs at most --staleness steps ahead of the\n"
+     "slowest (0 = sync); for workers of uneven speed."},
+    {{"local", GT_MODE_LOCAL}, 1, 0,
+     "each worker trains its own replica, averaged every --sync-every\n"
+     "steps: the least communication."},
+    {{"allreduce", GT_MODE_ALLREDUCE}, 1, 1,
+     "GPUs only: NCCL ring all-reduce, the same math as sync."},
+};
+
+static const gt_optimizer_row optimizer_rows[] = {
+    {{"sgd", GT_OPT_SGD}, 1, {"momentum_buffer", NULL}},
+    {{"adam", GT_OPT_ADAM}, 2, {"exp_avg", "exp_avg_sq"}},
+};
+
+static const gt_name_head schedule_rows[] = {
+    {"constant", GT_SCHED_CONSTANT},
+    {"step", GT_SCHED_STEP},
+    {"cosine", GT_SCHED_COSINE},
+};
+
+static const gt_name_head balance_rows[] = {
+    {"dynamic", GT_BALANCE_DYNAMIC},
+    {"static", GT_BALANCE_STATIC},
+};
+
+static const gt_name_head on_nan_rows[] = {
+    {"stop", GT_NAN_STOP},
+    {"skip", GT_NAN_SKIP},
+};
+
+#define NAMES_SET(rows) {(rows), sizeof *(rows), (int)(sizeof(rows) / sizeof *(rows))}
+
+/* Indexed by gt_name_set. */
+static const struct {
+    const void *rows;
+    size_t stride;
+    int n;
+} name_sets[] = {
+    [GT_NAMES_MODE] = NAMES_SET(mode_rows),
+    [GT_NAMES_OPTIMIZER] = NAMES_SET(optimizer_rows),
+    [GT_NAMES_SCHEDULE] = NAMES_SET(schedule_rows),
+    [GT_NAMES_BALANCE] = NAMES_SET(balance_rows),
+    [GT_NAMES_ON_NAN] = NAMES_SET(on_nan_rows),
+};
+
+/* Row i of set as its head (every row struct starts with one); NULL past the end. */
+static const gt_name_head *name_row(gt_name_set set, int i)
+{
+    if ((unsigned)set >= sizeof name_sets / sizeof *name_sets || i < 0 || i >= name_sets[set].n)
+        return NULL;
+    return (const gt_name_head *)((const char *)name_sets[set].rows +
+                                  (size_t)i * name_sets[set].stride);
+}
+
+static const gt_name_head *name_row_of(gt_name_set set, int value)
+{
+    const gt_name_head *h;
+    for (int i = 0; (h = name_row(set, i)) != NULL; i++)
+        if (h->value == value)
+            return h;
+    return NULL;
+}
+
+const char *gt_name(gt_name_set set, int value)
+{
+    const gt_name_head *h = name_row_of(set, value);
+    return h ? h->name : "?";
+}
+
+int gt_name_value(gt_name_set set, const char *word, int *value)
+{
+    const gt_name_head *h;
+    for (int i = 0; word && (h = name_row(set, i)) != NULL; i++)
+        if (strcmp(h->name, word) == 0) {
+            *value = h->value;
+            return 0;
+        }
+    return -1;
+}
+
+void gt_name_list(gt_name_set set, const char *sep, char *buf, size_t size)
+{
+    const gt_name_head *h;
+    size_t used = 0;
+    if (size == 0)
+        return;
+    buf[0] = 0;
+    for (int i = 0; (h = name_row(set, i)) != NULL; i++) {
+        const char *parts[2] = {i ? sep : "", h->name};
+        for (int p = 0; p < 2; p++) {
+            size_t n = strlen(parts[p]);
+            if (used + n >= size)
+                return;
+            memcpy(buf + used, parts[p], n + 1);
+            used += n;
+        }
+    }
+}
+
+int gt_name_parse(gt_name_set set, const char *flag, const char *word, int *value, gt_err *e)
+{
+    if (gt_name_value(set, word, value) == 0)
+        return 0;
+    char list[256];
+    gt_name_list(set, ", ", list, sizeof list);
+    return gt_fail(e, "--%s: '%s' is not one of %s", flag, word, list);
+}
+
+const gt_mode_row *gt_mode_row_of(gt_mode m)
+{
+    return (const gt_mode_row *)name_row_of(GT_NAMES_MODE, (int)m);
+}
+
+const gt_optimizer_row *gt_optimizer_row_of(gt_opt_kind k)
+{
+    return (const gt_optimizer_row *)name_row_of(GT_NAMES_OPTIMIZER, (int)k);
+}
+
+int gt_mode_count(void)
+{
+    return name_sets[GT_NAMES_MODE].n;
+}
+
+const gt_mode_row *gt_mode_row_at(int i)
+{
+    return (const gt_mode_row *)name_row(GT_NAMES_MODE, i);
+}
+
+const char *gt_mode_name(gt_mode m)
+{
+    return gt_name(GT_NAMES_MODE, (int)m);
+}
+
+const char *gt_optimizer_name(gt_opt_kind k)
+{
+    return gt_name(GT_NAMES_OPTIMIZER, (int)k);
+}
+
+const char *gt_schedule_name(gt_sched_kind k)
+{
+    return gt_name(GT_NAMES_SCHEDULE, (int)k);
+}
+
+int gt_mode_parse(const char *word, gt_mode *out)
+{
+    int v;
+    if (gt_name_value(GT_NAMES_MODE, word, &v))
+        return -1;
+    *out = (gt_mode)v;
+    return 0;
+}
+
+int gt_optimizer_parse(const char *word, gt_opt_kind *out)
+{
+    int v;
+    if (gt_name_value(GT_NAMES_OPTIMIZER, word, &v))
+        return -1;
+    *out = (gt_opt_kind)v;
+    return 0;
+}
+
+int gt_schedule_parse(const char *word, gt_sched_kind *out)
+{
+    int v;
+    if (gt_name_value(GT_NAMES_SCHEDULE, word, &v))
+        return -1;
+    *out = (gt_sched_kind)v;
+    return 0;
+}
