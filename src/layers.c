@@ -11,7 +11,9 @@
 #include "gputrain/layers.h"
 
 #include "gputrain/counter_rng.h"
+#include "gputrain/layer_kinds.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -445,7 +447,7 @@ void gt_maxpool_backward(const float *dy, const int32_t *arg, int n, int c, int 
 
 /* ---- activations and dropout ------------------------------------------------------------------ */
 
-void gt_act_forward(gt_layer_kind kind, const float *x, float *y, size_t len)
+int gt_act_forward(gt_layer_kind kind, const float *x, float *y, size_t len)
 {
     switch (kind) {
     case GT_RELU:
@@ -460,13 +462,18 @@ void gt_act_forward(gt_layer_kind kind, const float *x, float *y, size_t len)
         for (size_t j = 0; j < len; j++)
             y[j] = tanhf(x[j]);
         break;
-    default: /* not an activation: passes through, so y is never left unwritten */
-        memmove(y, x, len * sizeof *y);
-        break;
+    case GT_CONV:
+    case GT_LINEAR:
+    case GT_AVGPOOL:
+    case GT_MAXPOOL:
+    case GT_DROPOUT:
+    default:
+        return -1;
     }
+    return 0;
 }
 
-void gt_act_backward(gt_layer_kind kind, const float *y, const float *dy, float *dx, size_t len)
+int gt_act_backward(gt_layer_kind kind, const float *y, const float *dy, float *dx, size_t len)
 {
     switch (kind) {
     case GT_RELU:
@@ -481,10 +488,15 @@ void gt_act_backward(gt_layer_kind kind, const float *y, const float *dy, float 
         for (size_t j = 0; j < len; j++)
             dx[j] = dy[j] * (1.0f - y[j] * y[j]);
         break;
-    default: /* not an activation: passes through, as in gt_act_forward */
-        memmove(dx, dy, len * sizeof *dx);
-        break;
+    case GT_CONV:
+    case GT_LINEAR:
+    case GT_AVGPOOL:
+    case GT_MAXPOOL:
+    case GT_DROPOUT:
+    default:
+        return -1;
     }
+    return 0;
 }
 
 void gt_dropout_forward(const float *x, float *y, uint8_t *mask, int n, size_t len, float p,
@@ -556,33 +568,6 @@ static void *net_alloc(size_t count, size_t per, size_t elem)
     return gt_alloc(bytes);
 }
 
-/* The output shape layer L must have for an input of c x h x w, or 0 when L cannot take it. */
-static int net_layer_out_shape(const gt_layer *L, int c, int h, int w, int *oc, int *oh, int *ow)
-{
-    *oc = c, *oh = h, *ow = w;
-    switch (L->kind) {
-    case GT_CONV:
-        *oc = L->out_c, *oh = h + 2 * L->pad - L->k + 1, *ow = w + 2 * L->pad - L->k + 1;
-        return L->k >= 1 && L->pad >= 0;
-    case GT_LINEAR:
-        *oc = L->out_c, *oh = 1, *ow = 1;
-        return 1;
-    case GT_AVGPOOL:
-    case GT_MAXPOOL:
-        if (L->k < 1)
-            return 0;
-        *oh = h / L->k, *ow = w / L->k;
-        return 1;
-    case GT_DROPOUT:
-        return L->p >= 0.0f && L->p < 1.0f;
-    case GT_RELU:
-    case GT_SIGMOID:
-    case GT_TANH:
-        return 1;
-    }
-    return 0;
-}
-
 /* Every shape, length and offset gt_cpu_net_step indexes by must agree with the chain of layers
  * and the parameter array, so that a hand-built or damaged model fails here, not in a buffer. */
 static int net_check_model(const gt_model *m, gt_err *e)
@@ -593,9 +578,13 @@ static int net_check_model(const gt_model *m, gt_err *e)
     int c = m->in_c, h = m->in_h, w = m->in_w;
     for (int l = 0; l < m->nlayers; l++) {
         const gt_layer *L = &m->layers[l];
-        int oc = 0, oh = 0, ow = 0;
-        int ok = c >= 1 && h >= 1 && w >= 1 && net_layer_out_shape(L, c, h, w, &oc, &oh, &ow) &&
-                 oc >= 1 && oh >= 1 && ow >= 1 && L->in_c == c && L->in_h == h && L->in_w == w &&
+        long long out[3];
+        gt_err why;
+        if (gt_layer_out_shape(L, out, &why))
+            return gt_fail(e, "model %s: layer %d: %s", m->name, l, why.msg);
+        long long oc = out[0], oh = out[1], ow = out[2];
+        int ok = c >= 1 && h >= 1 && w >= 1 && oc >= 1 && oh >= 1 && ow >= 1 &&
+                 oh <= INT_MAX && ow <= INT_MAX && L->in_c == c && L->in_h == h && L->in_w == w &&
                  L->out_c == oc && L->out_h == oh && L->out_w == ow &&
                  L->in_len == (size_t)c * h * w && L->out_len == (size_t)oc * oh * ow;
         size_t want_w = L->kind == GT_CONV     ? (size_t)oc * c * L->k * L->k
@@ -607,7 +596,7 @@ static int net_check_model(const gt_model *m, gt_err *e)
         if (!ok)
             return gt_fail(e, "model %s: layer %d (kind %d) does not fit its %d x %d x %d input",
                            m->name, l, (int)L->kind, c, h, w);
-        c = oc, h = oh, w = ow;
+        c = (int)oc, h = (int)oh, w = (int)ow;
     }
     size_t outputs = m->layers[m->nlayers - 1].out_len;
     if (m->nclasses < 1 || outputs != (size_t)m->nclasses)
@@ -680,77 +669,6 @@ static void net_gather(gt_cpu_net *net, const gt_batch *b)
     gt_input_normalize(net->xbytes, net->act[0], (size_t)b->n * in_len);
 }
 
-static void net_forward_layer(gt_cpu_net *net, int l, const float *params, const gt_batch *b,
-                              int train)
-{
-    const gt_layer *L = &net->m->layers[l];
-    const float *x = net->act[l];
-    float *y = net->act[l + 1];
-    const float *bias = L->b_len ? params + L->b_off : NULL;
-    int n = b->n;
-    switch (L->kind) {
-    case GT_CONV:
-        gt_conv2d_forward(x, n, L->in_c, L->in_h, L->in_w, params + L->w_off, bias, L->out_c,
-                          L->k, L->pad, y, net->col);
-        break;
-    case GT_LINEAR:
-        gt_linear_forward(x, n, (int)L->in_len, params + L->w_off, bias, L->out_c, y);
-        break;
-    case GT_AVGPOOL:
-        gt_avgpool_forward(x, n, L->in_c, L->in_h, L->in_w, L->k, y);
-        break;
-    case GT_MAXPOOL:
-        gt_maxpool_forward(x, n, L->in_c, L->in_h, L->in_w, L->k, y, net->arg[l]);
-        break;
-    case GT_DROPOUT:
-        if (train)
-            gt_dropout_forward(x, y, net->mask[l], n, L->out_len, L->p, b->seed, b->epoch, b->idx,
-                               (uint32_t)l);
-        else
-            memcpy(y, x, (size_t)n * L->out_len * sizeof *y);
-        break;
-    default:
-        gt_act_forward(L->kind, x, y, (size_t)n * L->out_len);
-        break;
-    }
-}
-
-/* dx is NULL for the first layer, whose input needs no gradient. */
-static void net_backward_layer(gt_cpu_net *net, int l, const float *params, float *grad, int n,
-                               int train, const float *dy, float *dx)
-{
-    const gt_layer *L = &net->m->layers[l];
-    const float *x = net->act[l];
-    const float *y = net->act[l + 1];
-    float *dbias = L->b_len ? grad + L->b_off : NULL;
-    size_t len = (size_t)n * L->out_len;
-    switch (L->kind) {
-    case GT_CONV:
-        gt_conv2d_backward(x, dy, n, L->in_c, L->in_h, L->in_w, params + L->w_off, L->out_c,
-                           L->k, L->pad, dx, grad + L->w_off, dbias, net->col);
-        break;
-    case GT_LINEAR:
-        gt_linear_backward(x, dy, n, (int)L->in_len, params + L->w_off, L->out_c, dx,
-                           grad + L->w_off, dbias);
-        break;
-    case GT_AVGPOOL:
-        gt_avgpool_backward(dy, n, L->in_c, L->in_h, L->in_w, L->k, dx);
-        break;
-    case GT_MAXPOOL:
-        gt_maxpool_backward(dy, net->arg[l], n, L->in_c, L->in_h, L->in_w, L->k, dx);
-        break;
-    case GT_DROPOUT:
-        if (train)
-            gt_dropout_backward(dy, net->mask[l], dx, len, L->p);
-        else
-            memcpy(dx, dy, len * sizeof *dx);
-        break;
-    default:
-        gt_act_backward(L->kind, y, dy, dx, len);
-        break;
-    }
-}
-
 /* A batch larger than max_batch would overrun the buffers: it returns NaN and counts nothing. */
 double gt_cpu_net_step(gt_cpu_net *net, const float *params, const gt_batch *b, int train,
                        float *grad, int *correct)
@@ -761,9 +679,13 @@ double gt_cpu_net_step(gt_cpu_net *net, const float *params, const gt_batch *b, 
         *correct = 0;
     if (n < 1 || n > net->max_batch)
         return n == 0 ? 0.0 : NAN;
+    const gt_layer_kind_row *rows[GT_MAX_LAYERS];
+    for (int l = 0; l < m->nlayers; l++)
+        if (!(rows[l] = gt_layer_kind_of(m->layers[l].kind)))
+            return NAN; /* gt_cpu_net_create refuses such a model; this one changed since */
     net_gather(net, b);
     for (int l = 0; l < m->nlayers; l++)
-        net_forward_layer(net, l, params, b, train);
+        rows[l]->cpu_forward(net, l, params, b, train);
     float *dy = net->grad_act, *dx = net->grad_act2;
     double loss = gt_softmax_xent(net->act[m->nlayers], net->ybytes, n, m->nclasses,
                                   1.0f / (float)n, grad ? dy : NULL, &hits);
@@ -773,10 +695,9 @@ double gt_cpu_net_step(gt_cpu_net *net, const float *params, const gt_batch *b, 
         return loss;
     memset(grad, 0, m->nparams * sizeof *grad);
     for (int l = m->nlayers - 1; l >= 0; l--) {
-        const gt_layer *L = &m->layers[l];
-        if (l == 0 && L->kind != GT_CONV && L->kind != GT_LINEAR)
-            break;
-        net_backward_layer(net, l, params, grad, n, train, dy, l ? dx : NULL);
+        if (l == 0 && !rows[l]->param_prefix)
+            break; /* the input needs no gradient */
+        rows[l]->cpu_backward(net, l, params, grad, n, train, dy, l ? dx : NULL);
         float *t = dy;
         dy = dx;
         dx = t;

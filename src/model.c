@@ -5,6 +5,7 @@
  * shrinks below 1x1 and that sizes stay bounded), then write the canonical spec back so that a
  * checkpoint's model_spec rebuilds exactly this model. Every error is one line naming the token. */
 #include "gputrain/model.h"
+#include "gputrain/layer_kinds.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,12 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MODEL_MAX_WIDTH 65536          /* channels or features of one layer */
-#define MODEL_MAX_KERNEL 64
 #define MODEL_MAX_COUNT 2147483647ull  /* parameters in all, and elements of one activation */
 #define MODEL_MAX_FILE 65536           /* bytes of an @FILE spec */
 #define MODEL_MAX_TOKEN 64             /* characters of one token */
-#define MODEL_MAX_FIELDS 4             /* conv:OUT:K:PAD */
 
 typedef struct model_builtin {
     const char *name;
@@ -41,13 +39,6 @@ typedef struct model_parse {
     int toklen[GT_MAX_LAYERS];
     int init_seen;
 } model_parse;
-
-/* A token split at ':' into its name and up to three numbers. */
-typedef struct token_fields {
-    int n;              /* fields present, name included; MODEL_MAX_FIELDS + 1 for too many */
-    const char *f[MODEL_MAX_FIELDS];
-    int len[MODEL_MAX_FIELDS];
-} token_fields;
 
 const char *gt_model_builtin_spec(const char *name)
 {
@@ -72,149 +63,36 @@ token_fail(gt_err *e, const model_parse *ps, int idx, const char *fmt, ...)
                    msg);
 }
 
-static void split_fields(const char *s, int len, token_fields *t)
-{
-    int start = 0;
-    t->n = 0;
-    for (int i = 0; i <= len; i++) {
-        if (i < len && s[i] != ':')
-            continue;
-        if (t->n == MODEL_MAX_FIELDS) {
-            t->n++;
-            return;
-        }
-        t->f[t->n] = s + start;
-        t->len[t->n] = i - start;
-        t->n++;
-        start = i + 1;
-    }
-}
-
-static int field_is(const token_fields *t, int i, const char *word)
+static int field_is(const gt_layer_token *t, int i, const char *word)
 {
     return (int)strlen(word) == t->len[i] && memcmp(t->f[i], word, (size_t)t->len[i]) == 0;
 }
 
-/* Field i as a decimal integer in [lo, hi]: digits only, no sign, spaces or trailing junk. */
-static int field_int(const token_fields *t, int i, int lo, int hi, int *out)
-{
-    long v = 0;
-    if (t->len[i] == 0)
-        return -1;
-    for (int j = 0; j < t->len[i]; j++) {
-        char c = t->f[i][j];
-        if (c < '0' || c > '9')
-            return -1;
-        v = v * 10 + (c - '0');
-        if (v > hi)
-            return -1;
-    }
-    if (v < lo)
-        return -1;
-    *out = (int)v;
-    return 0;
-}
-
-/* Field i as a dropout probability 0 <= P < 1, all of it a decimal number. */
-static int field_prob(const token_fields *t, int i, float *out)
-{
-    char buf[MODEL_MAX_TOKEN + 1], *end;
-    const char *s = t->f[i];
-    if (t->len[i] == 0 || (s[0] != '.' && (s[0] < '0' || s[0] > '9')))
-        return -1;
-    memcpy(buf, s, (size_t)t->len[i]);
-    buf[t->len[i]] = 0;
-    errno = 0;
-    float p = strtof(buf, &end);
-    if (*end || errno || !(p >= 0.0f && p < 1.0f))
-        return -1;
-    *out = p;
-    return 0;
-}
-
-static int parse_conv(const token_fields *t, gt_layer *l, const model_parse *ps, int idx,
-                      gt_err *e)
-{
-    if (t->n != 3 && t->n != 4)
-        return token_fail(e, ps, idx, "expected conv:OUT:K or conv:OUT:K:PAD");
-    if (field_int(t, 1, 1, MODEL_MAX_WIDTH, &l->out_c))
-        return token_fail(e, ps, idx, "bad output channels '%.*s' (1..%d)", t->len[1], t->f[1],
-                          MODEL_MAX_WIDTH);
-    if (field_int(t, 2, 1, MODEL_MAX_KERNEL, &l->k))
-        return token_fail(e, ps, idx, "bad kernel size '%.*s' (1..%d)", t->len[2], t->f[2],
-                          MODEL_MAX_KERNEL);
-    if (t->n == 4 && field_int(t, 3, 0, MODEL_MAX_KERNEL, &l->pad))
-        return token_fail(e, ps, idx, "bad padding '%.*s' (0..%d)", t->len[3], t->f[3], l->k - 1);
-    if (l->pad >= l->k)
-        return token_fail(e, ps, idx, "padding %d must be smaller than the kernel size %d", l->pad,
-                          l->k);
-    l->kind = GT_CONV;
-    return 0;
-}
-
-static int parse_pool(const token_fields *t, gt_layer *l, const model_parse *ps, int idx,
-                      gt_err *e)
-{
-    int avg = field_is(t, 0, "avgpool");
-    if (t->n != 2)
-        return token_fail(e, ps, idx, "expected %s:K", avg ? "avgpool" : "maxpool");
-    if (field_int(t, 1, 1, MODEL_MAX_KERNEL, &l->k))
-        return token_fail(e, ps, idx, "bad pool size '%.*s' (1..%d)", t->len[1], t->f[1],
-                          MODEL_MAX_KERNEL);
-    l->kind = avg ? GT_AVGPOOL : GT_MAXPOOL;
-    return 0;
-}
-
-/* The layer token at idx into l's kind and hyper-parameters. */
+/* The layer token at idx into l's kind and hyper-parameters, through its kind's row. */
 static int parse_layer(gt_layer *l, const model_parse *ps, int idx, gt_err *e)
 {
-    static const struct {
-        const char *word;
-        gt_layer_kind kind;
-    } acts[] = {{"relu", GT_RELU}, {"sigmoid", GT_SIGMOID}, {"tanh", GT_TANH}};
-    token_fields t;
-    split_fields(ps->tok[idx], ps->toklen[idx], &t);
-    if (t.n > MODEL_MAX_FIELDS)
+    gt_layer_token t;
+    gt_layer_token_split(ps->tok[idx], ps->toklen[idx], &t);
+    if (t.n > GT_LAYER_MAX_FIELDS)
         return token_fail(e, ps, idx, "too many ':' fields");
-    if (field_is(&t, 0, "conv"))
-        return parse_conv(&t, l, ps, idx, e);
-    if (field_is(&t, 0, "avgpool") || field_is(&t, 0, "maxpool"))
-        return parse_pool(&t, l, ps, idx, e);
-    if (field_is(&t, 0, "fc")) {
-        if (t.n != 2)
-            return token_fail(e, ps, idx, "expected fc:OUT");
-        if (field_int(&t, 1, 1, MODEL_MAX_WIDTH, &l->out_c))
-            return token_fail(e, ps, idx, "bad output features '%.*s' (1..%d)", t.len[1], t.f[1],
-                              MODEL_MAX_WIDTH);
-        l->kind = GT_LINEAR;
-        return 0;
+    const gt_layer_kind_row *row = gt_layer_kind_find(t.f[0], (size_t)t.len[0]);
+    if (!row) {
+        char words[128];
+        gt_layer_kind_words(words, sizeof words);
+        return token_fail(e, ps, idx, "unknown layer (%s init; built-in models: lenet5 "
+                                      "lenet5-classic mlp cnn-wide)", words);
     }
-    if (field_is(&t, 0, "dropout")) {
-        if (t.n != 2)
-            return token_fail(e, ps, idx, "expected dropout:P");
-        if (field_prob(&t, 1, &l->p))
-            return token_fail(e, ps, idx, "bad dropout probability '%.*s' (0 <= P < 1)",
-                              t.len[1], t.f[1]);
-        l->kind = GT_DROPOUT;
-        return 0;
-    }
-    for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) {
-        if (!field_is(&t, 0, acts[i].word))
-            continue;
-        if (t.n != 1)
-            return token_fail(e, ps, idx, "%s takes no parameters", acts[i].word);
-        l->kind = acts[i].kind;
-        return 0;
-    }
-    return token_fail(e, ps, idx, "unknown layer (conv fc avgpool maxpool relu sigmoid tanh "
-                                  "dropout init; built-in models: lenet5 lenet5-classic mlp "
-                                  "cnn-wide)");
+    gt_err why;
+    if (row->parse(&t, l, &why))
+        return token_fail(e, ps, idx, "%s", why.msg);
+    l->kind = row->kind;
+    return 0;
 }
 
 static int parse_init(const char *s, int len, gt_model *m, model_parse *ps, gt_err *e)
 {
-    token_fields t;
-    split_fields(s, len, &t);
+    gt_layer_token t;
+    gt_layer_token_split(s, len, &t);
     if (ps->init_seen)
         return gt_fail(e, "%s: '%.*s': init given twice", ps->where, len, s);
     if (t.n == 2 && field_is(&t, 1, "torch"))
@@ -308,32 +186,6 @@ static void model_place_params(gt_model *m, gt_layer *l, unsigned char *nconv,
     m->nparams = l->b_off + l->b_len;
 }
 
-/* The output shape of l from its input shape, in long long so that nothing overflows. */
-static void layer_out_shape(const gt_layer *l, long long out[3])
-{
-    out[0] = l->in_c;
-    out[1] = l->in_h;
-    out[2] = l->in_w;
-    switch (l->kind) {
-    case GT_CONV:
-        out[0] = l->out_c;
-        out[1] = (long long)l->in_h + 2 * l->pad - l->k + 1;
-        out[2] = (long long)l->in_w + 2 * l->pad - l->k + 1;
-        break;
-    case GT_LINEAR:
-        out[0] = l->out_c;
-        out[1] = out[2] = 1;
-        break;
-    case GT_AVGPOOL:
-    case GT_MAXPOOL:
-        out[1] = l->in_h / l->k;
-        out[2] = l->in_w / l->k;
-        break;
-    default:
-        break;
-    }
-}
-
 /* Fills every layer's shapes, lengths and parameter ranges, the tensors, nparams and max_act. */
 static int model_infer_shapes(gt_model *m, const model_parse *ps, gt_err *e)
 {
@@ -347,7 +199,9 @@ static int model_infer_shapes(gt_model *m, const model_parse *ps, gt_err *e)
         l->in_w = w;
         l->in_len = (size_t)c * (size_t)h * (size_t)w;
         long long out[3];
-        layer_out_shape(l, out);
+        gt_err why;
+        if (gt_layer_out_shape(l, out, &why))
+            return token_fail(e, ps, i, "%s", why.msg);
         if (out[1] < 1 || out[2] < 1)
             return token_fail(e, ps, i, "output %lldx%lldx%lld from input %dx%dx%d is "
                               "smaller than 1x1", out[0], out[1], out[2], c, h, w);
@@ -363,7 +217,7 @@ static int model_infer_shapes(gt_model *m, const model_parse *ps, gt_err *e)
         l->out_len = (size_t)out_len;
         if (l->out_len > m->max_act)
             m->max_act = l->out_len;
-        if (l->kind != GT_CONV && l->kind != GT_LINEAR)
+        if (!gt_layer_kind_of(l->kind)->param_prefix)
             continue;
         model_place_params(m, l, &nconv, &nfc);
         if (m->nparams > MODEL_MAX_COUNT)
@@ -386,44 +240,6 @@ static int model_check_output(const gt_model *m, const model_parse *ps, gt_err *
     return 0;
 }
 
-/* The shortest decimal that reads back as exactly p. */
-static void format_prob(float p, char *buf, size_t size)
-{
-    for (int digits = 1; digits <= 9; digits++) {
-        snprintf(buf, size, "%.*g", digits, (double)p);
-        if (strtof(buf, NULL) == p)
-            return;
-    }
-}
-
-/* The canonical token of l: every field explicit, the shortest exact dropout probability. */
-static void layer_format(const gt_layer *l, char *buf, size_t size)
-{
-    char prob[32];
-    switch (l->kind) {
-    case GT_CONV:
-        snprintf(buf, size, "conv:%d:%d:%d", l->out_c, l->k, l->pad);
-        return;
-    case GT_LINEAR:
-        snprintf(buf, size, "fc:%d", l->out_c);
-        return;
-    case GT_AVGPOOL:
-    case GT_MAXPOOL:
-        snprintf(buf, size, "%s:%d", l->kind == GT_AVGPOOL ? "avgpool" : "maxpool", l->k);
-        return;
-    case GT_RELU:
-    case GT_SIGMOID:
-    case GT_TANH:
-        snprintf(buf, size, "%s",
-                 l->kind == GT_RELU ? "relu" : l->kind == GT_SIGMOID ? "sigmoid" : "tanh");
-        return;
-    case GT_DROPOUT:
-        format_prob(l->p, prob, sizeof prob);
-        snprintf(buf, size, "dropout:%s", prob);
-        return;
-    }
-}
-
 /* Appends a token to m->spec after a space; -1 when it does not fit. */
 static int spec_append(gt_model *m, size_t *pos, const char *tok)
 {
@@ -444,7 +260,7 @@ static int model_write_spec(gt_model *m, const char *where, gt_err *e)
     size_t pos = 0;
     int rc = spec_append(m, &pos, m->init == GT_INIT_XAVIER ? "init:xavier" : "init:torch");
     for (int i = 0; rc == 0 && i < m->nlayers; i++) {
-        layer_format(&m->layers[i], tok, sizeof tok);
+        gt_layer_kind_of(m->layers[i].kind)->format(&m->layers[i], tok, sizeof tok);
         rc = spec_append(m, &pos, tok);
     }
     if (rc)
@@ -491,8 +307,8 @@ static int model_check_inputs(const char *name_or_spec, int in_c, int in_h, int 
         (unsigned long long)in_c * (unsigned long long)in_h * (unsigned long long)in_w >
             MODEL_MAX_COUNT)
         return gt_fail(e, "--model: bad input shape %dx%dx%d", in_c, in_h, in_w);
-    if (nclasses < 1 || nclasses > MODEL_MAX_WIDTH)
-        return gt_fail(e, "--model: bad class count %d (1..%d)", nclasses, MODEL_MAX_WIDTH);
+    if (nclasses < 1 || nclasses > GT_LAYER_MAX_WIDTH)
+        return gt_fail(e, "--model: bad class count %d (1..%d)", nclasses, GT_LAYER_MAX_WIDTH);
     return 0;
 }
 

@@ -2,6 +2,7 @@
  * finite differences: every layer's backward, the loss, dropout's counter-keyed mask, and a whole
  * small network through gt_cpu_net_step. Models are built by hand here, independent of model.c. */
 #include "gputrain/counter_rng.h"
+#include "gputrain/layer_kinds.h"
 #include "gputrain/layers.h"
 #include "test_util.h"
 
@@ -616,6 +617,52 @@ static void test_network(void)
     gt_free(t.params), gt_free(grad), gt_free(ds.images), gt_free(ds.labels);
 }
 
+/* A kind with no row in the layer-kind table is an error everywhere it is met: the shape rule,
+ * the CPU network's checks and steps, and the activation functions. It is never run as an
+ * identity layer. */
+static void test_unknown_kind(void)
+{
+    static const layer_desc layers[] = {
+        {GT_LINEAR, 5, 0, 0, 0}, {GT_RELU, 0, 0, 0, 0}, {GT_LINEAR, 3, 0, 0, 0}};
+    const gt_layer_kind unknown = (gt_layer_kind)(GT_DROPOUT + 1);
+    gt_model m;
+    model_make(&m, 1, 2, 3, layers, 3);
+    gt_err e = {{0}};
+    long long out[3];
+    gt_layer L = m.layers[1];
+    CHECK(gt_layer_out_shape(&L, out, &e) == 0 && out[0] == 5 && out[1] == 1 && out[2] == 1);
+    L.kind = unknown;
+    CHECK(gt_layer_out_shape(&L, out, &e) == -1 && strstr(e.msg, "not a known kind"));
+    CHECK(gt_layer_kind_of(unknown) == NULL && gt_layer_kind_of((gt_layer_kind)-1) == NULL);
+
+    gt_cpu_net net;
+    gt_model broken = m;
+    broken.layers[1].kind = unknown;
+    CHECK(gt_cpu_net_create(&net, &broken, 4, &e) == -1 && strstr(e.msg, "layer 1") &&
+          strstr(e.msg, "not a known kind"));
+
+    /* A net made for a good model whose layer then changes kind refuses the step. */
+    gt_dataset ds = {.n = 4, .c = 1, .h = 2, .w = 3, .nclasses = 3};
+    ds.images = gt_alloc(4 * 6);
+    ds.labels = gt_alloc(4);
+    uint32_t idx[4] = {0, 1, 2, 3};
+    gt_batch b = {&ds, idx, 4, 1, 7};
+    float *params = fill_uniform(m.nparams, -0.5f, 0.5f);
+    CHECK(gt_cpu_net_create(&net, &m, 4, &e) == 0);
+    CHECK(isfinite(gt_cpu_net_step(&net, params, &b, 1, NULL, NULL)));
+    m.layers[1].kind = unknown;
+    CHECK(isnan(gt_cpu_net_step(&net, params, &b, 1, NULL, NULL)));
+    gt_cpu_net_destroy(&net);
+
+    /* The activation functions take only activations and leave the output alone otherwise. */
+    float x[4] = {-1, 2, -3, 4}, y[4] = {9, 9, 9, 9};
+    CHECK(gt_act_forward(GT_CONV, x, y, 4) == -1 && gt_act_forward(unknown, x, y, 4) == -1);
+    CHECK(gt_act_backward(GT_DROPOUT, x, x, y, 4) == -1);
+    CHECK(y[0] == 9 && y[1] == 9 && y[2] == 9 && y[3] == 9);
+    CHECK(gt_act_forward(GT_RELU, x, y, 4) == 0 && y[0] == 0 && y[1] == 2);
+    gt_free(params), gt_free(ds.images), gt_free(ds.labels);
+}
+
 int main(void)
 {
     gt_rng_seed(&rng, 20240611);
@@ -640,5 +687,6 @@ int main(void)
     test_softmax_xent();
     test_input_normalize();
     test_network();
+    test_unknown_kind();
     TEST_DONE();
 }

@@ -1,6 +1,7 @@
 /* test_model.c - built-in models against the PyTorch reference layouts, spec parsing and its
  * canonical round trip, @FILE specs, seeded initialisation, and every kind of bad spec. */
 #include "gputrain/model.h"
+#include "gputrain/layer_kinds.h"
 #include "test_util.h"
 
 #include <unistd.h>
@@ -278,6 +279,36 @@ typedef struct bad_case {
     const char *want[2]; /* substrings the message must hold */
 } bad_case;
 
+/* Every kind of the enum has one row, found again by its word; its canonical token builds the
+ * same layer back; a value past the enum has none. */
+static void test_layer_kind_table(void)
+{
+    char words[256];
+    gt_layer_kind_words(words, sizeof words);
+    int rows = 0;
+    for (int k = GT_CONV; k <= GT_DROPOUT; k++, rows++) {
+        const gt_layer_kind_row *row = gt_layer_kind_of((gt_layer_kind)k);
+        CHECK_MSG(row && (int)row->kind == k, "kind %d has no row", k);
+        if (!row)
+            continue;
+        CHECK(gt_layer_kind_find(row->word, strlen(row->word)) == row && strstr(words, row->word));
+        CHECK(row->parse && row->out_shape && row->format && row->cpu_forward && row->cpu_backward);
+    }
+    CHECK(rows == 8 && gt_layer_kind_find("conv2", 5) == NULL && gt_layer_kind_find("con", 3) == NULL);
+    CHECK(gt_layer_kind_of((gt_layer_kind)(GT_DROPOUT + 1)) == NULL);
+
+    gt_model m, again;
+    gt_err e;
+    const char *spec = "conv:3:3:1 relu maxpool:2 conv:4:2 sigmoid avgpool:2 tanh dropout:0.25 fc:10";
+    CHECK(gt_model_build(spec, 1, 12, 12, 10, &m, &e) == 0);
+    for (int i = 0; i < m.nlayers; i++) {
+        char tok[64];
+        gt_layer_kind_of(m.layers[i].kind)->format(&m.layers[i], tok, sizeof tok);
+        CHECK_MSG(strstr(m.spec, tok), "layer %d's token %s is not in '%s'", i, tok, m.spec);
+    }
+    CHECK(gt_model_build(m.spec, 1, 12, 12, 10, &again, &e) == 0 && strcmp(again.spec, m.spec) == 0);
+}
+
 static void test_bad_specs(void)
 {
     static char many[512], longtok[128], too_long[160];
@@ -375,5 +406,6 @@ int main(void)
     test_spec_file();
     test_init();
     test_bad_specs();
+    test_layer_kind_table();
     TEST_DONE();
 }

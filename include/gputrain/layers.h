@@ -37,9 +37,10 @@ void gt_maxpool_forward(const float *x, int n, int c, int h, int w, int k, float
 void gt_maxpool_backward(const float *dy, const int32_t *arg, int n, int c, int h, int w, int k,
                          float *dx);
 
-/* Activations; backward uses the forward output y (relu: y > 0; sigmoid: y(1-y); tanh: 1-y^2). */
-void gt_act_forward(gt_layer_kind kind, const float *x, float *y, size_t len);
-void gt_act_backward(gt_layer_kind kind, const float *y, const float *dy, float *dx, size_t len);
+/* Activations; backward uses the forward output y (relu: y > 0; sigmoid: y(1-y); tanh: 1-y^2).
+ * Return 0, or -1 without writing anything when kind is not an activation. */
+int gt_act_forward(gt_layer_kind kind, const float *x, float *y, size_t len);
+int gt_act_backward(gt_layer_kind kind, const float *y, const float *dy, float *dx, size_t len);
 
 /* Inverted dropout: keep with probability 1-p, scale kept values by 1/(1-p). The mask of sample i
  * element j is gt_counter_uniform(gt_dropout_key(seed, epoch, sample_ids[i], layer), j) >= p. */
