@@ -23,8 +23,10 @@ static const gt_mode_row mode_rows[] = {
 };
 
 static const gt_optimizer_row optimizer_rows[] = {
-    {{"sgd", GT_OPT_SGD}, 1, {"momentum_buffer", NULL}},
-    {{"adam", GT_OPT_ADAM}, 2, {"exp_avg", "exp_avg_sq"}},
+    {{"sgd", GT_OPT_SGD}, 1, {"momentum_buffer", NULL}, gt_optim_sgd_nstate, gt_optim_sgd_apply,
+     gt_optim_sgd_apply_relaxed},
+    {{"adam", GT_OPT_ADAM}, 2, {"exp_avg", "exp_avg_sq"}, gt_optim_adam_nstate, gt_optim_adam_apply,
+     gt_optim_adam_apply_relaxed},
 };
 
 static const gt_name_head schedule_rows[] = {

@@ -13,8 +13,11 @@
 #endif
 
 #include "gputrain/optim.h"
+#include "gputrain/names.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
@@ -66,11 +69,31 @@ void gt_optim_defaults(gt_optim_cfg *c)
     };
 }
 
+/* The optimizer's row; a kind without one never comes from the parser or a checkpoint, so meeting
+ * one is a programming error, not bad input. */
+static const gt_optimizer_row *optim_row(const gt_optim_cfg *c)
+{
+    const gt_optimizer_row *row = gt_optimizer_row_of(c->kind);
+    if (!row) {
+        fprintf(stderr, "gputrain: internal error: optimizer kind %d has no row\n", (int)c->kind);
+        abort();
+    }
+    return row;
+}
+
+int gt_optim_sgd_nstate(const gt_optim_cfg *c)
+{
+    return c->momentum != 0.0f ? 1 : 0;
+}
+
+int gt_optim_adam_nstate(const gt_optim_cfg *c)
+{
+    return 2;
+}
+
 int gt_optim_nstate(const gt_optim_cfg *c)
 {
-    if (c->kind == GT_OPT_ADAM)
-        return 2;
-    return c->momentum != 0.0f ? 1 : 0;
+    return optim_row(c)->nstate_for(c);
 }
 
 float gt_optim_lr(const gt_optim_cfg *c, double epoch)
@@ -205,19 +228,31 @@ static void optim_adam(const optim_consts *k, float *restrict p, const float *re
     }
 }
 
-void gt_optim_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
-                    float gscale, float *s0, float *s1, size_t n)
+void gt_optim_sgd_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
+                        float gscale, float *s0, float *s1, size_t n)
 {
     optim_consts k = optim_consts_make(c, st);
-    fp_mode mode = fp_flush_denormals();
-    if (c->kind == GT_OPT_ADAM)
-        optim_adam(&k, p, g, gscale, s0, s1, n);
-    else if (c->momentum == 0.0f)
+    if (c->momentum == 0.0f)
         optim_sgd(&k, p, g, gscale, n);
     else if (c->nesterov)
         optim_sgd_nesterov(&k, p, g, gscale, s0, n);
     else
         optim_sgd_momentum(&k, p, g, gscale, s0, n);
+}
+
+void gt_optim_adam_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
+                         float gscale, float *s0, float *s1, size_t n)
+{
+    optim_consts k = optim_consts_make(c, st);
+    optim_adam(&k, p, g, gscale, s0, s1, n);
+}
+
+void gt_optim_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
+                    float gscale, float *s0, float *s1, size_t n)
+{
+    const gt_optimizer_row *row = optim_row(c);
+    fp_mode mode = fp_flush_denormals();
+    row->apply(c, st, p, g, gscale, s0, s1, n);
     fp_restore(mode);
 }
 
@@ -230,24 +265,16 @@ static inline float load_relaxed(float *x)
 
 static inline void store_relaxed(float *x, float v) { __atomic_store(x, &v, __ATOMIC_RELAXED); }
 
-void gt_optim_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
-                            const float *g, float gscale, float *s0, float *s1, size_t n)
+void gt_optim_sgd_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
+                                const float *g, float gscale, float *s0, float *s1, size_t n)
 {
     optim_consts k = optim_consts_make(c, st);
-    fp_mode mode = fp_flush_denormals();
-    int adam = c->kind == GT_OPT_ADAM;
-    int momentum = !adam && c->momentum != 0.0f;
+    int momentum = c->momentum != 0.0f;
     int nesterov = momentum && c->nesterov;
     for (size_t i = 0; i < n; i++) {
         float pi = load_relaxed(&p[i]);
         float gi = optim_grad(g[i], gscale, pi, k.wd);
-        if (adam) {
-            float mi = optim_adam_m(load_relaxed(&s0[i]), gi, &k);
-            float vi = optim_adam_v(load_relaxed(&s1[i]), gi, &k);
-            store_relaxed(&s0[i], mi);
-            store_relaxed(&s1[i], vi);
-            store_relaxed(&p[i], optim_adam_p(pi, mi, vi, &k));
-        } else if (momentum) {
+        if (momentum) {
             float b = optim_momentum(load_relaxed(&s0[i]), gi, k.mom);
             store_relaxed(&s0[i], b);
             store_relaxed(&p[i], pi - k.lr * (nesterov ? gi + k.mom * b : b));
@@ -255,5 +282,28 @@ void gt_optim_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, floa
             store_relaxed(&p[i], pi - k.lr * gi);
         }
     }
+}
+
+void gt_optim_adam_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
+                                 const float *g, float gscale, float *s0, float *s1, size_t n)
+{
+    optim_consts k = optim_consts_make(c, st);
+    for (size_t i = 0; i < n; i++) {
+        float pi = load_relaxed(&p[i]);
+        float gi = optim_grad(g[i], gscale, pi, k.wd);
+        float mi = optim_adam_m(load_relaxed(&s0[i]), gi, &k);
+        float vi = optim_adam_v(load_relaxed(&s1[i]), gi, &k);
+        store_relaxed(&s0[i], mi);
+        store_relaxed(&s1[i], vi);
+        store_relaxed(&p[i], optim_adam_p(pi, mi, vi, &k));
+    }
+}
+
+void gt_optim_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
+                            const float *g, float gscale, float *s0, float *s1, size_t n)
+{
+    const gt_optimizer_row *row = optim_row(c);
+    fp_mode mode = fp_flush_denormals();
+    row->apply_relaxed(c, st, p, g, gscale, s0, s1, n);
     fp_restore(mode);
 }

@@ -34,10 +34,17 @@ typedef struct gt_mode_row {
     const char *help;  /* --help text, lines separated by '\n' */
 } gt_mode_row;
 
+/* The signature of gt_optim_apply, which every optimizer's update has. */
+typedef void (*gt_optim_apply_fn)(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
+                                  const float *g, float gscale, float *s0, float *s1, size_t n);
+
 typedef struct gt_optimizer_row {
     gt_name_head head;
     int nstate;                  /* state arrays at most (SGD without momentum keeps none) */
     const char *state_names[2];  /* their torch.optim names, as checkpoints store them */
+    int (*nstate_for)(const gt_optim_cfg *c);  /* the arrays this configuration keeps */
+    gt_optim_apply_fn apply;                   /* the update (optim.c) */
+    gt_optim_apply_fn apply_relaxed;           /* the same with relaxed atomics (lock-free) */
 } gt_optimizer_row;
 
 /* The word for value in set, or "?" when no row has it (a value that cannot come from a parse). */

@@ -63,6 +63,20 @@ void gt_optim_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, co
 void gt_optim_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
                             const float *g, float gscale, float *s0, float *s1, size_t n);
 
+/* Each optimizer's own update, named by its row in the optimizer table (names.h), which
+ * gt_optim_nstate, gt_optim_apply and gt_optim_apply_relaxed go through; call those, which also
+ * set the floating-point mode. */
+int gt_optim_sgd_nstate(const gt_optim_cfg *c);
+void gt_optim_sgd_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
+                        float gscale, float *s0, float *s1, size_t n);
+void gt_optim_sgd_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
+                                const float *g, float gscale, float *s0, float *s1, size_t n);
+int gt_optim_adam_nstate(const gt_optim_cfg *c);
+void gt_optim_adam_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
+                         float gscale, float *s0, float *s1, size_t n);
+void gt_optim_adam_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
+                                 const float *g, float gscale, float *s0, float *s1, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
