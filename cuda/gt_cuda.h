@@ -73,7 +73,7 @@ int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out);
 /* Copies the device's own gradient (what train_step left there, also with keep_grad) to host. */
 int gt_cuda_device_read_grad(gt_device *d, float *host, gt_err *e);
 
-/* ---- peer access and the peer-to-peer all-reduce (context.cu, p2p_allreduce.cu) --------------- */
+/* ---- peer access and the peer-to-peer all-reduce (context.cu, p2p_allreduce.cu) ------------- */
 
 /* Lets every pair of the n GPUs read and write each other's memory (peer access); -1 with a
  * message naming a pair that cannot. Enabling twice is harmless. */
