@@ -35,7 +35,7 @@
 #define P2P_MAX_BLOCKS 128
 /* float4 elements a thread of a block sums per pass at most, on average: how many blocks a call
  * starts (more blocks, more flags to write; fewer, less in flight over the link). */
-#define P2P_PER_THREAD 2
+#define P2P_PER_THREAD 1
 /* Arrays of at least this many bytes use the two-shot algorithm under GT_P2P_AUTO. */
 #define P2P_TWO_SHOT_BYTES (512u << 10)
 
@@ -100,7 +100,8 @@ __device__ static int p2p_why_stop(const p2p_args &a, unsigned long long deadlin
 }
 
 /* Block b of every rank meets here at sequence value v. fence: the block's threads wrote to
- * peers' memory that the peers read after the barrier. 0, or why the block must leave. */
+ * peers' memory that the peers read after the barrier (the release store orders only its own
+ * thread's writes). 0, or why the block must leave. */
 template <int W>
 __device__ static int p2p_barrier(const p2p_args &a, unsigned v, unsigned long long deadline,
                                   bool fence)
@@ -113,7 +114,6 @@ __device__ static int p2p_barrier(const p2p_args &a, unsigned v, unsigned long l
     __syncthreads();
     int t = threadIdx.x;
     if (t < W) {
-        __threadfence_system();
         p2p_store_release(a.flags[t] + blockIdx.x * GT_P2P_MAX_RANKS + a.rank, v);
         const unsigned *mine = a.flags[a.rank] + blockIdx.x * GT_P2P_MAX_RANKS + t;
         for (unsigned polls = 1; (int)(p2p_load_acquire(mine) - v) < 0; polls++) {

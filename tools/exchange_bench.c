@@ -44,6 +44,8 @@ typedef struct bench {
     size_t max_n;
     gt_p2p *p2p;                                   /* the group of the size being timed */
     cudaGraphExec_t graph[GT_P2P_MAX_RANKS];       /* CALLS launches of the group, per rank */
+    int graphs;                                    /* the graphs were captured */
+    int nccl;                                      /* the communicators exist */
 #ifdef GT_HAVE_NCCL
     ncclComm_t comm[GT_P2P_MAX_RANKS];
 #endif
@@ -139,20 +141,29 @@ static double bench_time(bench *b, int x, size_t n)
     return t[REPS / 2];
 }
 
-/* Captures CALLS automatic launches per GPU into a graph. */
+/* Captures CALLS automatic launches per GPU into a graph; b->graphs says whether it worked. */
 static void bench_capture(bench *b)
 {
-    for (int r = 0; r < b->w; r++) {
-        cudaGraph_t g;
+    b->graphs = 1;
+    for (int r = 0; r < b->w && b->graphs; r++) {
+        cudaGraph_t g = NULL;
         gt_err e = {""};
+        int rc = 0;
         BENCH_CUDA(cudaSetDevice(b->ord[r]));
         BENCH_CUDA(cudaStreamBeginCapture(b->s[r], cudaStreamCaptureModeThreadLocal));
-        for (int k = 0; k < CALLS; k++)
-            if (gt_p2p_launch(b->p2p, r, GT_P2P_AUTO, b->s[r], &e))
-                die(&e);
-        BENCH_CUDA(cudaStreamEndCapture(b->s[r], &g));
-        BENCH_CUDA(cudaGraphInstantiate(&b->graph[r], g, 0));
-        BENCH_CUDA(cudaGraphDestroy(g));
+        for (int k = 0; k < CALLS && rc == 0; k++)
+            rc = gt_p2p_launch(b->p2p, r, GT_P2P_AUTO, b->s[r], &e);
+        cudaError_t st = cudaStreamEndCapture(b->s[r], &g);
+        if (rc == 0 && st == cudaSuccess)
+            st = cudaGraphInstantiate(&b->graph[r], g, 0);
+        if (g)
+            cudaGraphDestroy(g);
+        if (rc || st != cudaSuccess) {
+            fprintf(stderr, "exchange_bench: capture failed on gpu:%d: %s\n", b->ord[r],
+                    rc ? e.msg : cudaGetErrorString(st));
+            cudaGetLastError();
+            b->graphs = 0;
+        }
     }
 }
 
@@ -205,10 +216,10 @@ static void bench_open(bench *b, int w, size_t max_n)
                               cudaMemcpyHostToDevice));
     }
 #ifdef GT_HAVE_NCCL
-    if (ncclCommInitAll(b->comm, w, b->ord) != ncclSuccess) {
-        fprintf(stderr, "exchange_bench: ncclCommInitAll failed\n");
-        exit(1);
-    }
+    ncclResult_t st = ncclCommInitAll(b->comm, w, b->ord);
+    b->nccl = st == ncclSuccess;
+    if (!b->nccl)
+        fprintf(stderr, "exchange_bench: ncclCommInitAll failed: %s\n", ncclGetErrorString(st));
 #endif
 }
 
@@ -220,13 +231,9 @@ static void bench_size(bench *b, size_t n, const char *label)
     if (gt_p2p_create(&b->p2p, b->w, b->ord, (const float *const *)b->in, n, 10.0, &e))
         die(&e);
     bench_capture(b);
-    for (int x = 0; x < X_COUNT; x++) {
-#ifndef GT_HAVE_NCCL
-        if (x == X_NCCL)
-            continue;
-#endif
-        t[x] = bench_time(b, x, n);
-    }
+    for (int x = 0; x < X_COUNT; x++)
+        if ((x != X_NCCL || b->nccl) && (x != X_GRAPH || b->graphs))
+            t[x] = bench_time(b, x, n);
     int exact = bench_exact(b, n);
     double bytes = (double)n * sizeof(float), f = 2.0 * (b->w - 1) / b->w;
     printf("| %-9s | %8.0f |", label, bytes / 1024);
@@ -240,7 +247,9 @@ static void bench_size(bench *b, size_t n, const char *label)
            t[X_NCCL] > 0 ? bytes / t[X_NCCL] * f / 1e9 : 0.0, exact ? "yes" : "NO");
     for (int r = 0; r < b->w; r++) {
         BENCH_CUDA(cudaSetDevice(b->ord[r]));
-        BENCH_CUDA(cudaGraphExecDestroy(b->graph[r]));
+        if (b->graph[r])
+            BENCH_CUDA(cudaGraphExecDestroy(b->graph[r]));
+        b->graph[r] = NULL;
     }
     gt_p2p_release(b->p2p);
     b->p2p = NULL;
