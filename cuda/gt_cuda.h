@@ -84,7 +84,8 @@ int gt_cuda_enable_peers(const int *ordinals, int n, gt_err *e);
  * which must not change from a launch until that launch has finished on every rank. */
 typedef struct gt_p2p gt_p2p;
 #define GT_P2P_MAX_RANKS 8
-/* Algorithms: AUTO picks two-shot from 512 KB up (gt_p2p_two_shot), one-shot below. */
+/* Algorithms: AUTO picks two-shot from 512 KB up on 3 GPUs or more (gt_p2p_two_shot), one-shot
+ * otherwise. */
 enum { GT_P2P_AUTO = 0, GT_P2P_ONE_SHOT, GT_P2P_TWO_SHOT };
 /* A rank's status: how its last failed call ended, sticky; OK while none has. */
 enum { GT_P2P_OK = 0, GT_P2P_TIMED_OUT, GT_P2P_ABORTED };

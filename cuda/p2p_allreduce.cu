@@ -10,11 +10,12 @@
  * (2 per call), so nothing is ever reset, and the kernel's arguments never change between calls:
  * the launch can be captured in a CUDA graph.
  *
- * one-shot (small arrays): after the first barrier each rank reads the whole input of every rank
- * and sums it into its own result. two-shot (large arrays): rank r sums only chunk r of every
- * rank's input and writes that sum into chunk r of every rank's result (a reduce-scatter whose
- * all-gather is the push). Either way every element is summed in rank order 0..W-1 with
- * round-to-nearest adds, so every GPU gets the same bits, and the same bits in both algorithms.
+ * one-shot (small arrays, and any on 2 GPUs): after the first barrier each rank reads the whole
+ * input of every rank and sums it into its own result. two-shot (large arrays on 3 GPUs or more):
+ * rank r sums only chunk r of every rank's input and writes that sum into chunk r of every rank's
+ * result (a reduce-scatter whose all-gather is the push). Either way every element is summed in
+ * rank order 0..W-1 with round-to-nearest adds, so every GPU gets the same bits, and the same bits
+ * in both algorithms.
  * The second barrier says "done reading your input and writing your result": after it a rank's
  * next step may overwrite its gradient.
  *
@@ -36,7 +37,9 @@
 /* float4 elements a thread of a block sums per pass at most, on average: how many blocks a call
  * starts (more blocks, more flags to write; fewer, less in flight over the link). */
 #define P2P_PER_THREAD 1
-/* Arrays of at least this many bytes use the two-shot algorithm under GT_P2P_AUTO. */
+/* Arrays of at least this many bytes use the two-shot algorithm under GT_P2P_AUTO, on 3 GPUs or
+ * more: on 2, one-shot reads as much over the link as two-shot reads and writes, and measured
+ * faster at every size up to 13 MB (tools/perf-notes.md, lever 7). */
 #define P2P_TWO_SHOT_BYTES (512u << 10)
 
 /* Host words, pinned and mapped: [0] the group has lost a rank, [1 + r] rank r's status. */
@@ -332,7 +335,7 @@ int gt_p2p_create(gt_p2p **out, int nranks, const int *ordinals, const float *co
 
 int gt_p2p_two_shot(const gt_p2p *p)
 {
-    return p->n * sizeof(float) >= P2P_TWO_SHOT_BYTES;
+    return p->nranks > 2 && p->n * sizeof(float) >= P2P_TWO_SHOT_BYTES;
 }
 
 /* Blocks per call: every rank starts the same number, at most one per multiprocessor, so that
