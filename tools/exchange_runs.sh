@@ -25,8 +25,13 @@ row() {
         return
     fi
     sps=$(gt_median_sps "$log")
-    if [ "$gpus" = 0 ]; then base=$sps; else ratio=$(awk -v a="$sps" -v b="$base" 'BEGIN { printf "%.2fx", a / b }'); fi
-    echo "| $model | $batch | $mode | $x | $gpus | $sps | $ratio | $(grep -o 'test acc [0-9.]*' "$tmp/out" | tail -1) |"
+    if [ "$gpus" = 0 ]; then
+        base=$sps
+    else
+        ratio=$(awk -v a="$sps" -v b="$base" 'BEGIN { printf "%.2fx", a / b }')
+    fi
+    echo "| $model | $batch | $mode | $x | $gpus | $sps | $ratio |" \
+        "$(grep -o 'test acc [0-9.]*' "$tmp/out" | tail -1) |"
 }
 
 echo "| model | batch | mode | exchange | gpus | samples/s | 2 GPUs / 1 | accuracy |"
@@ -42,12 +47,16 @@ for x in p2p nccl; do
     row cnn-wide 128 allreduce $x 0,1
 done
 
+# Seconds since t0.
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
+
 # Time to 0.87 test accuracy: gpus; prints a table row.
 to_acc() {
     local log="$tmp/acc.jsonl" hit
     rm -f "$log"
     "$bin" --data "$data" --mode allreduce --gpus "$1" --no-progress --log "$log" >/dev/null 2>&1
-    hit=$(grep '"type":"eval"' "$log" | sed 's/.*"epoch":\([0-9]*\).*"wall_s":\([0-9.]*\).*"test_acc":\([0-9.]*\).*/\1 \2 \3/' |
+    hit=$(grep '"type":"eval"' "$log" |
+        sed 's/.*"epoch":\([0-9]*\).*"wall_s":\([0-9.]*\).*"test_acc":\([0-9.]*\).*/\1 \2 \3/' |
         awk '$3 >= 0.87 { printf "epoch %d, %.2f s (acc %.4f)", $1, $2, $3; exit }')
     echo "| lenet5 | 64 | allreduce | p2p | $1 | ${hit:-not reached in 10 epochs} |"
 }
@@ -63,7 +72,8 @@ t0=$(date +%s.%N)
 "$bin" --data "$data" --mode allreduce --gpus 0,1 --epochs 3 --no-progress --inject-fault 1:200 \
     >"$tmp/out" 2>"$tmp/err"
 rc=$?
-echo "inject-fault 1:200, allreduce p2p, GPUs 0,1: exit $rc after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s: $(tail -1 "$tmp/err")"
+echo "inject-fault 1:200, allreduce p2p, GPUs 0,1: exit $rc after $(since "$t0") s:" \
+    "$(tail -1 "$tmp/err")"
 "$bin" --data "$data" --mode allreduce --gpus 0,1 --epochs 100 --no-progress >"$tmp/out" 2>&1 &
 pid=$!
 sleep 6
@@ -71,4 +81,5 @@ t0=$(date +%s.%N)
 kill -INT "$pid"
 wait "$pid"
 rc=$?
-echo "SIGINT 6 s into a 100-epoch allreduce p2p run, GPUs 0,1: exit $rc $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s after the signal: $(tail -1 "$tmp/out")"
+echo "SIGINT 6 s into a 100-epoch allreduce p2p run, GPUs 0,1: exit $rc $(since "$t0") s after" \
+    "the signal: $(tail -1 "$tmp/out")"
