@@ -1,8 +1,17 @@
-/* allreduce_cuda.cu - the allreduce mode on GPUs: one NCCL communicator per device, an in-place
- * all-reduce (sum) of the device's whole gradient buffer, then one optimizer update of the
- * device's own replica (optim_cuda.cu), so the parameters never leave the GPUs during training.
+/* allreduce_cuda.cu - the allreduce mode on GPUs: the device's whole gradient summed over the
+ * GPUs, then one optimizer update of the device's own replica (optim_cuda.cu), so the parameters
+ * never leave the GPUs during training.
  *
- * The communicators are non-blocking (config.blocking = 0): no NCCL call waits for the other
+ * Two exchanges. On one host the default is the peer-to-peer all-reduce of p2p_allreduce.cu: one
+ * kernel per GPU that meets its peers through flags in device memory, reads their gradients over
+ * peer access and sums in rank order into a result buffer (every GPU the same bits), queued with
+ * the update and not waited for: the next step's synchronisation covers it, and a call that gave
+ * up (its wait ran past AR_TIMEOUT_S, or an abort) is reported by the next reduce_update or
+ * get_params. The other is NCCL (across hosts always; on one host with GT_ALLREDUCE=nccl, or
+ * where the GPUs have no peer access): one communicator per device, an in-place all-reduce.
+ * GT_ALLREDUCE=p2p insists on the first. With one GPU there is nothing to exchange.
+ *
+ * The NCCL communicators are non-blocking (config.blocking = 0): no NCCL call waits for the other
  * GPUs. A worker waits for its step by polling its stream and the communicator's error state,
  * so an NCCL error, a timeout or gt_cuda_allreduce_abort() (a worker failed, the run is ending)
  * ends the wait with a message that names the GPU and the call; the communicator is then aborted,
@@ -31,6 +40,9 @@
 #include <nccl.h>
 #endif
 
+/* The exchange a set of devices uses. */
+typedef enum { AR_LOCAL, AR_P2P, AR_NCCL } ar_path;
+
 /* How long one all-reduce may wait for the other GPUs: worker 0 may be evaluating. */
 #define AR_TIMEOUT_S 120
 #define AR_ABORTED "aborted (a worker failed or the run ended)"
@@ -43,12 +55,19 @@ struct gt_cuda_allreduce {
     int nstate;               /* optimizer state arrays: 0, 1 or 2 */
     float *state[2];          /* device, n each: momentum buffer, or Adam m and v */
     unsigned gen;             /* g_abort_gen when the communicator was made */
+    ar_path path;
+    gt_p2p *p2p;              /* AR_P2P: the group, one reference per device */
+    int rank;                 /* AR_P2P: this device's rank in it */
 #ifdef GT_HAVE_NCCL
     ncclComm_t comm;          /* NULL once aborted */
 #endif
 };
 
-void gt_cuda_allreduce_abort(void) { g_abort_gen.fetch_add(1); }
+void gt_cuda_allreduce_abort(void)
+{
+    g_abort_gen.fetch_add(1);
+    gt_p2p_abort_all();
+}
 
 static int parts_of(gt_device *d, gt_cuda_device_parts *p, gt_err *e)
 {
@@ -62,6 +81,7 @@ void gt_cuda_allreduce_free(gt_cuda_allreduce *a)
     if (!a)
         return;
     cudaSetDevice(a->ordinal);
+    gt_p2p_release(a->p2p);
 #ifdef GT_HAVE_NCCL
     if (a->comm)
         ncclCommDestroy(a->comm);
@@ -71,6 +91,18 @@ void gt_cuda_allreduce_free(gt_cuda_allreduce *a)
             cudaFree(a->state[i]);
     cudaGetLastError();
     free(a);
+}
+
+/* How a peer all-reduce that gave up is reported. */
+static int allreduce_p2p_check(gt_device *d, const gt_cuda_allreduce *a, gt_err *e)
+{
+    int st = a->p2p ? gt_p2p_status(a->p2p, a->rank) : GT_P2P_OK;
+    if (st == GT_P2P_ABORTED)
+        return gt_fail(e, "%s: peer all-reduce %s", d->name, AR_ABORTED);
+    if (st != GT_P2P_OK)
+        return gt_fail(e, "%s: peer all-reduce did not complete within %.0f s (a GPU stopped "
+                          "answering?)", d->name, gt_p2p_budget_s(a->p2p));
+    return 0;
 }
 
 /* ---- get_params and set_state (no NCCL in them) ---------------------------------------------- */
@@ -98,7 +130,7 @@ int gt_cuda_get_params(gt_device *d, float *s0, float *s1, gt_err *e)
                                       p.ctx->stream));
     }
     GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(p.ctx->stream));
-    return 0;
+    return a ? allreduce_p2p_check(d, a, e) : 0;
 }
 
 int gt_cuda_set_state(gt_device *d, const float *s0, const float *s1, gt_err *e)
@@ -129,6 +161,25 @@ int gt_cuda_set_state(gt_device *d, const float *s0, const float *s1, gt_err *e)
 }
 
 #ifdef GT_HAVE_NCCL
+
+/* One exchange and update without NCCL: the peer all-reduce, or with one GPU none. Queued only. */
+static int allreduce_p2p_update(gt_device *d, const gt_cuda_device_parts *p, gt_cuda_allreduce *a,
+                                const gt_optim_cfg *c, const gt_optim_step *st, float gscale,
+                                gt_err *e)
+{
+    if (g_abort_gen.load() != a->gen)
+        return gt_fail(e, "%s: peer all-reduce %s", d->name, AR_ABORTED);
+    if (allreduce_p2p_check(d, a, e))
+        return -1;
+    const float *sum = p->grad;
+    if (a->p2p) {
+        if (gt_p2p_launch(a->p2p, a->rank, GT_P2P_AUTO, p->ctx->stream, e))
+            return -1;
+        sum = gt_p2p_result(a->p2p, a->rank);
+    }
+    return gt_cuda_optim_apply(p->ctx, c, st, p->params, sum, gscale, a->state[0], a->state[1],
+                               a->n, e);
+}
 
 /* The device's state arrays, zeroed; no communicator yet. */
 static int allreduce_create(gt_device *d, const gt_cuda_device_parts *p, const gt_optim_cfg *c,
@@ -240,13 +291,17 @@ int gt_cuda_reduce_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_st
     if (parts_of(d, &p, e))
         return -1;
     gt_cuda_allreduce *a = *p.allreduce;
-    if (!a || !a->comm)
-        return gt_fail(e, "%s: reduce_update: no NCCL communicator (not initialised, or aborted "
-                          "after an earlier error)", d->name);
+    if (!a)
+        return gt_fail(e, "%s: reduce_update: gt_cuda_allreduce_init was not called", d->name);
     if (gt_optim_nstate(c) > a->nstate)
         return gt_fail(e, "%s: reduce_update: the optimizer needs %d state arrays, the device "
                           "holds %d", d->name, gt_optim_nstate(c), a->nstate);
     GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    if (a->path != AR_NCCL)
+        return allreduce_p2p_update(d, &p, a, c, st, gscale, e);
+    if (!a->comm)
+        return gt_fail(e, "%s: reduce_update: no NCCL communicator (aborted after an earlier "
+                          "error)", d->name);
     if (g_abort_gen.load() != a->gen)
         return allreduce_fail(d, a, "ncclAllReduce", AR_ABORTED, e);
     cudaStream_t s = p.ctx->stream;
@@ -334,6 +389,58 @@ static int allreduce_init_comms(gt_device **devs, gt_cuda_allreduce **ars, int n
     return 0;
 }
 
+/* One peer all-reduce group over the devices' gradients. */
+static int allreduce_init_p2p(gt_device **devs, const gt_cuda_device_parts *parts,
+                              gt_cuda_allreduce **ars, int n, gt_err *e)
+{
+    int ord[GT_P2P_MAX_RANKS];
+    const float *in[GT_P2P_MAX_RANKS];
+    gt_p2p *g;
+    if (n > GT_P2P_MAX_RANKS)
+        return gt_fail(e, "peer all-reduce: %d GPUs (at most %d)", n, GT_P2P_MAX_RANKS);
+    for (int i = 0; i < n; i++) {
+        ord[i] = devs[i]->ordinal;
+        in[i] = parts[i].grad;
+    }
+    if (gt_p2p_create(&g, n, ord, in, ars[0]->n, AR_TIMEOUT_S, e))
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (i)
+            gt_p2p_retain(g);
+        ars[i]->p2p = g;
+        ars[i]->rank = i;
+        ars[i]->path = AR_P2P;
+    }
+    return 0;
+}
+
+/* Chooses the exchange (GT_ALLREDUCE: auto, p2p or nccl) and sets it up. */
+static int allreduce_connect(gt_device **devs, const gt_cuda_device_parts *parts,
+                             gt_cuda_allreduce **ars, int n, gt_err *e)
+{
+    const char *want = getenv("GT_ALLREDUCE");
+    want = want && *want ? want : "auto";
+    if (strcmp(want, "auto") != 0 && strcmp(want, "p2p") != 0 && strcmp(want, "nccl") != 0)
+        return gt_fail(e, "GT_ALLREDUCE: '%.40s' is not auto, p2p or nccl", want);
+    int hosts = gt_cluster_size();
+    if (hosts > 1 && strcmp(want, "p2p") == 0)
+        return gt_fail(e, "GT_ALLREDUCE: p2p works within one host; this run spans %d", hosts);
+    if (hosts == 1 && strcmp(want, "nccl") != 0) {
+        gt_err pe = {{0}};
+        if (n == 1) {
+            ars[0]->path = AR_LOCAL;
+            return 0;
+        }
+        if (allreduce_init_p2p(devs, parts, ars, n, &pe) == 0)
+            return 0;
+        if (strcmp(want, "p2p") == 0)
+            return gt_fail(e, "GT_ALLREDUCE=p2p: %s", pe.msg);
+    }
+    for (int i = 0; i < n; i++)
+        ars[i]->path = AR_NCCL;
+    return allreduce_init_comms(devs, ars, n, e);
+}
+
 /* The devices must be distinct CUDA GPUs of one model. */
 static int allreduce_check_devices(gt_device **devs, int n, gt_cuda_device_parts *parts,
                                    gt_err *e)
@@ -371,7 +478,7 @@ int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_er
             ars[i]->gen = gen;
     }
     if (rc == 0)
-        rc = allreduce_init_comms(devs, ars, n, e);
+        rc = allreduce_connect(devs, parts, ars, n, e);
     for (int i = 0; i < n; i++) {
         if (rc == 0) {
             *parts[i].allreduce = ars[i];

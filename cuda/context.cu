@@ -1,6 +1,7 @@
 /* context.cu - one GPU as the other CUDA files see it: its stream, cuDNN and cuBLAS handles and
  * workspace (gt_cuda_ctx), how a failed call becomes a one-line error, how many GPUs there are,
- * and pinned host memory, which falls back to plain memory where there is no GPU. */
+ * pinned host memory, which falls back to plain memory where there is no GPU, and peer access
+ * between the GPUs of one process. */
 #include "gt_cuda.h"
 
 #include <stdio.h>
@@ -171,4 +172,29 @@ void gt_cuda_ctx_close(gt_cuda_ctx *c)
         cudaGetLastError();
     }
     free(c);
+}
+
+int gt_cuda_enable_peers(const int *ordinals, int n, gt_err *e)
+{
+    for (int i = 0; i < n; i++) {
+        char gpu[32];
+        snprintf(gpu, sizeof gpu, "gpu:%d", ordinals[i]);
+        GT_CUDA_CHECK(gpu, e, cudaSetDevice(ordinals[i]));
+        for (int j = 0; j < n; j++) {
+            int ok = 0;
+            if (j == i)
+                continue;
+            GT_CUDA_CHECK(gpu, e, cudaDeviceCanAccessPeer(&ok, ordinals[i], ordinals[j]));
+            if (!ok)
+                return gt_fail(e, "GPU %d cannot access GPU %d's memory (no peer access)",
+                               ordinals[i], ordinals[j]);
+            cudaError_t st = cudaDeviceEnablePeerAccess(ordinals[j], 0);
+            if (st == cudaErrorPeerAccessAlreadyEnabled)
+                cudaGetLastError();
+            else if (st != cudaSuccess)
+                return gt_cuda_fail(e, gpu, "cudaDeviceEnablePeerAccess", cudaGetErrorString(st),
+                                    __FILE__, __LINE__);
+        }
+    }
+    return 0;
 }

@@ -73,6 +73,44 @@ int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out);
 /* Copies the device's own gradient (what train_step left there, also with keep_grad) to host. */
 int gt_cuda_device_read_grad(gt_device *d, float *host, gt_err *e);
 
+/* ---- peer access and the peer-to-peer all-reduce (context.cu, p2p_allreduce.cu) ------------- */
+
+/* Lets every pair of the n GPUs read and write each other's memory (peer access); -1 with a
+ * message naming a pair that cannot. Enabling twice is harmless. */
+int gt_cuda_enable_peers(const int *ordinals, int n, gt_err *e);
+
+/* A sum over the GPUs of this process, synchronised on the devices (p2p_allreduce.cu says how).
+ * Rank r is GPU ordinals[r]; its input is the device array in[r] of n floats (16-byte aligned),
+ * which must not change from a launch until that launch has finished on every rank. */
+typedef struct gt_p2p gt_p2p;
+#define GT_P2P_MAX_RANKS 8
+/* Algorithms: AUTO picks two-shot from 512 KB up on 3 GPUs or more (gt_p2p_two_shot), one-shot
+ * otherwise. */
+enum { GT_P2P_AUTO = 0, GT_P2P_ONE_SHOT, GT_P2P_TWO_SHOT };
+/* A rank's status: how its last failed call ended, sticky; OK while none has. */
+enum { GT_P2P_OK = 0, GT_P2P_TIMED_OUT, GT_P2P_ABORTED };
+
+/* 2..GT_P2P_MAX_RANKS distinct GPUs; enables peer access; a wait of a call gives up after
+ * budget_s seconds. One reference, held by the caller. */
+int gt_p2p_create(gt_p2p **out, int nranks, const int *ordinals, const float *const *in,
+                  size_t n, double budget_s, gt_err *e);
+/* Queues rank's part of one all-reduce on stream (a cudaStream_t of its GPU); every rank must
+ * launch the same calls with the same algorithm in the same order. Capturable in a CUDA graph. */
+int gt_p2p_launch(gt_p2p *p, int rank, int algo, void *stream, gt_err *e);
+/* Rank's result: n floats in its GPU's memory, valid once its launch has finished and
+ * gt_p2p_status is GT_P2P_OK; the same bits on every rank, each element summed in rank order. */
+const float *gt_p2p_result(const gt_p2p *p, int rank);
+/* GT_P2P_*: a call of rank gave up (its wait ran past the budget, an abort, or a rank left). */
+int gt_p2p_status(const gt_p2p *p, int rank);
+int gt_p2p_two_shot(const gt_p2p *p);
+double gt_p2p_budget_s(const gt_p2p *p);
+/* Ends every wait, now and later, of every group made before the call. */
+void gt_p2p_abort_all(void);
+/* References: each owner releases once, after its rank's stream is idle; the first release ends
+ * the others' waits (a rank that leaves never arrives again), the last frees the buffers. */
+void gt_p2p_retain(gt_p2p *p);
+void gt_p2p_release(gt_p2p *p);
+
 #ifdef __cplusplus
 }
 #endif

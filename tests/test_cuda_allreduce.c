@@ -1,9 +1,12 @@
 /* test_cuda_allreduce.c - the allreduce mode on W = min(GPUs, 4) GPUs: the GPU optimizer kernels
- * against gt_optim_apply (bit for bit), one whole allreduce step (a batch share per GPU) against
- * the CPU step on the union batch, gt_train_run in allreduce against sync on the same GPUs and one
- * GPU at W times the batch, and the abort path. Then it prints (asserts nothing about) how long a
- * step and an all-reduce take, for the README's scaling notes. Skipped (77) unless built with
- * CUDA and NCCL and run where at least 2 GPUs are visible. */
+ * against gt_optim_apply (bit for bit), the peer-to-peer all-reduce (every GPU's result equals the
+ * host's rank-order sum bit for bit, one-shot, two-shot and automatic; a peer that never arrives
+ * ends the wait within its budget, an abort or a peer that leaves ends it at once), one whole
+ * allreduce step (a batch share per GPU) against the CPU step on the union batch with the peer
+ * exchange and with NCCL, gt_train_run in allreduce (both exchanges) against sync on the same GPUs
+ * and one GPU at W times the batch, and the abort path. Then it prints (asserts nothing about) how
+ * long a step and an all-reduce take with each exchange, for the README's scaling notes. Skipped
+ * (77) unless built with CUDA and NCCL and run where at least 2 GPUs are visible. */
 #include "gputrain/device.h"
 #include "gputrain/layers.h"
 #include "gputrain/model.h"
@@ -13,6 +16,7 @@
 #if defined(GT_HAVE_CUDA) && defined(GT_HAVE_NCCL)
 #include "../cuda/gt_cuda.h"
 
+#include <cuda_runtime.h>
 #include <pthread.h>
 #include <time.h>
 #include <unistd.h>
@@ -132,7 +136,167 @@ static void test_optim_kernels(gt_rng *r)
     gt_cuda_ctx_close(c);
 }
 
-/* ---- (2) one allreduce step against the CPU -------------------------------------------------- */
+/* ---- (2) the peer-to-peer all-reduce -------------------------------------------------------- */
+
+typedef struct p2p_bufs {
+    int ord[MAX_W];
+    cudaStream_t s[MAX_W];
+    float *in[MAX_W];       /* device */
+    float *host[MAX_W];     /* what each rank's input holds */
+} p2p_bufs;
+
+static void p2p_bufs_open(p2p_bufs *b, size_t n)
+{
+    memset(b, 0, sizeof *b);
+    for (int r = 0; r < g_w; r++) {
+        b->ord[r] = r;
+        CHECK(cudaSetDevice(r) == cudaSuccess);
+        CHECK(cudaStreamCreateWithFlags(&b->s[r], cudaStreamNonBlocking) == cudaSuccess);
+        CHECK(cudaMalloc((void **)&b->in[r], n * sizeof(float)) == cudaSuccess);
+        b->host[r] = gt_alloc(n * sizeof(float));
+    }
+}
+
+static void p2p_bufs_close(p2p_bufs *b)
+{
+    for (int r = 0; r < g_w; r++) {
+        cudaSetDevice(r);
+        cudaStreamSynchronize(b->s[r]);
+        cudaStreamDestroy(b->s[r]);
+        cudaFree(b->in[r]);
+        gt_free(b->host[r]);
+    }
+}
+
+/* New random inputs, of mixed magnitudes so that the order of the adds shows in the bits. */
+static void p2p_fill(p2p_bufs *b, gt_rng *rng, size_t n)
+{
+    for (int r = 0; r < g_w; r++) {
+        for (size_t i = 0; i < n; i++)
+            b->host[r][i] = (float)((gt_rng_uniform(rng) - 0.5) * pow(10.0, (double)(i % 7) - 3));
+        cudaSetDevice(r);
+        CHECK(cudaMemcpy(b->in[r], b->host[r], n * sizeof(float), cudaMemcpyHostToDevice) ==
+              cudaSuccess);
+    }
+}
+
+/* Every rank's result equals the host's sum in rank order 0..W-1, bit for bit. */
+static void p2p_check_exact(const p2p_bufs *b, gt_p2p *p, size_t n, const char *what)
+{
+    float *ref = gt_alloc(n * sizeof(float)), *got = gt_alloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        float acc = b->host[0][i];
+        for (int r = 1; r < g_w; r++)
+            acc += b->host[r][i];
+        ref[i] = acc;
+    }
+    for (int r = 0; r < g_w; r++) {
+        CHECK_MSG(gt_p2p_status(p, r) == GT_P2P_OK, "%s: rank %d gave up", what, r);
+        cudaSetDevice(r);
+        CHECK(cudaMemcpy(got, gt_p2p_result(p, r), n * sizeof(float), cudaMemcpyDeviceToHost) ==
+              cudaSuccess);
+        size_t bad = n;
+        for (size_t i = 0; i < n && bad == n; i++)
+            if (memcmp(&got[i], &ref[i], sizeof(float)) != 0)
+                bad = i;
+        CHECK_MSG(bad == n, "%s: rank %d element %zu is %.9g, the rank-order sum %.9g", what, r,
+                  bad, bad < n ? got[bad] : 0.0, bad < n ? ref[bad] : 0.0);
+    }
+    gt_free(ref);
+    gt_free(got);
+}
+
+/* Three calls per algorithm with new inputs each (the flags' sequence goes on), at a size with a
+ * tail that is not a whole float4; one size under the two-shot threshold, one over. */
+static void test_p2p_exact(gt_rng *rng)
+{
+    const size_t sizes[] = {44426 + 3, (1u << 20) + 1};
+    const int algos[] = {GT_P2P_ONE_SHOT, GT_P2P_TWO_SHOT, GT_P2P_AUTO};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t n = sizes[k];
+        p2p_bufs b;
+        gt_p2p *p = NULL;
+        gt_err e = {""};
+        p2p_bufs_open(&b, n);
+        int rc = gt_p2p_create(&p, g_w, b.ord, (const float *const *)b.in, n, 30.0, &e);
+        CHECK_MSG(rc == 0, "p2p create: %s", e.msg);
+        for (int a = 0; rc == 0 && a < 3; a++) {
+            for (int call = 0; call < 3; call++) {
+                char what[96];
+                snprintf(what, sizeof what, "p2p %zu floats, algorithm %d, call %d", n, algos[a],
+                         call + 1);
+                p2p_fill(&b, rng, n);
+                for (int r = 0; r < g_w && rc == 0; r++) {
+                    rc = gt_p2p_launch(p, r, algos[a], b.s[r], &e);
+                    CHECK_MSG(rc == 0, "%s: %s", what, e.msg);
+                }
+                for (int r = 0; r < g_w; r++) {
+                    cudaSetDevice(r);
+                    CHECK(cudaStreamSynchronize(b.s[r]) == cudaSuccess);
+                }
+                if (rc == 0)
+                    p2p_check_exact(&b, p, n, what);
+            }
+        }
+        printf("p2p all-reduce of %zu floats on %d GPUs: rank-order sum, bit for bit, one-shot, "
+               "two-shot and auto (auto: %s)\n", n, g_w,
+               p && gt_p2p_two_shot(p) ? "two-shot" : "one-shot");
+        gt_p2p_release(p);
+        p2p_bufs_close(&b);
+    }
+}
+
+/* Rank 0 alone calls: how its wait ends. how: 0 waits out the budget, 1 aborts every exchange,
+ * 2 has rank 1 leave the group. Returns the seconds the stream took to drain. */
+static double p2p_lonely(double budget_s, int how, int *status)
+{
+    p2p_bufs b;
+    gt_p2p *p = NULL;
+    gt_err e = {""};
+    const size_t n = 1024;
+    p2p_bufs_open(&b, n);
+    int rc = gt_p2p_create(&p, g_w, b.ord, (const float *const *)b.in, n, budget_s, &e);
+    CHECK_MSG(rc == 0, "p2p create: %s", e.msg);
+    double t = -1;
+    if (rc == 0) {
+        gt_p2p_retain(p);
+        double t0 = now_s();
+        CHECK(gt_p2p_launch(p, 0, GT_P2P_AUTO, b.s[0], &e) == 0);
+        usleep(200000);
+        if (how == 1)
+            gt_cuda_allreduce_abort();
+        else if (how == 2)
+            gt_p2p_release(p);
+        cudaSetDevice(0);
+        CHECK(cudaStreamSynchronize(b.s[0]) == cudaSuccess);
+        t = now_s() - t0;
+        *status = gt_p2p_status(p, 0);
+        if (how != 2)
+            gt_p2p_release(p);
+        gt_p2p_release(p);
+    }
+    p2p_bufs_close(&b);
+    return t;
+}
+
+static void test_p2p_hang_proof(void)
+{
+    int st = -1;
+    double t = p2p_lonely(0.5, 0, &st);
+    printf("p2p: a peer that never arrives: the wait gave up after %.2f s (budget 0.5 s)\n", t);
+    CHECK_MSG(st == GT_P2P_TIMED_OUT, "status %d, not timed out", st);
+    CHECK_MSG(t >= 0.45 && t < 2.5, "the wait took %.2f s with a budget of 0.5 s", t);
+    t = p2p_lonely(60, 1, &st);
+    printf("p2p: an abort ended the wait after %.2f s (budget 60 s)\n", t);
+    CHECK_MSG(st == GT_P2P_ABORTED, "status %d, not aborted", st);
+    CHECK_MSG(t < 2.5, "the aborted wait took %.2f s", t);
+    t = p2p_lonely(60, 2, &st);
+    printf("p2p: a peer that left ended the wait after %.2f s (budget 60 s)\n", t);
+    CHECK_MSG(st == GT_P2P_ABORTED, "status %d, not aborted", st);
+    CHECK_MSG(t < 2.5, "the wait for a peer that left took %.2f s", t);
+}
+
+/* ---- (3) one allreduce step against the CPU -------------------------------------------------- */
 
 enum { STEP_B = 16, STEPS = 2 };
 
@@ -333,7 +497,7 @@ static void test_allreduce_step(gt_rng *r)
     gt_free(ds.labels);
 }
 
-/* ---- (3) and (4): whole runs ----------------------------------------------------------------- */
+/* ---- (4) and (5): whole runs ----------------------------------------------------------------- */
 
 static gt_data g_data;
 
@@ -404,15 +568,19 @@ static outcome train(gt_config *c)
     return o;
 }
 
-/* allreduce on W GPUs at batch b = sync on the same GPUs = one GPU at W*b. */
-static void test_modes_agree(void)
+/* allreduce on W GPUs at batch b (exchange: GT_ALLREDUCE) = sync on the same GPUs = one GPU at
+ * W*b. */
+static void test_modes_agree(const char *exchange)
 {
     const int b = 32, steps = 30;
     gt_config ca, cs, c1;
     run_config(&ca, GT_MODE_ALLREDUCE, g_w, b, 1);
     run_config(&cs, GT_MODE_SYNC, g_w, b, 1);
     run_config(&c1, GT_MODE_SYNC, 1, g_w * b, 1);
+    setenv("GT_ALLREDUCE", exchange, 1);
     outcome oa = train(&ca), os = train(&cs), o1 = train(&c1);
+    unsetenv("GT_ALLREDUCE");
+    printf("exchange %s: ", exchange);
     CHECK_MSG(oa.rc == 0, "allreduce: %s", oa.err);
     CHECK_MSG(os.rc == 0, "sync: %s", os.err);
     CHECK_MSG(o1.rc == 0, "one GPU: %s", o1.err);
@@ -482,7 +650,7 @@ static void test_abort(void)
     free(a.o.res);
 }
 
-/* ---- (5) timing, printed only ---------------------------------------------------------------- */
+/* ---- (6) timing, printed only ---------------------------------------------------------------- */
 
 enum { TIME_WARM = 5, TIME_STEPS = 30 };
 
@@ -519,6 +687,8 @@ static void *time_worker_main(void *arg)
     double t0 = now_s();
     for (int i = 0; i < TIME_STEPS && w->rc == 0; i++)
         w->rc = d->ops->reduce_update(d, w->cfg, &st, gscale, &e);
+    /* The peer exchange is only queued: wait for the last one. */
+    w->rc = w->rc || d->ops->get_params(d, NULL, NULL, &e);
     w->reduce_only_s = (now_s() - t0) / TIME_STEPS;
     snprintf(w->err, sizeof w->err, "%s", e.msg);
     return NULL;
@@ -561,10 +731,12 @@ static void time_model(const char *name, int batch, gt_rng *r)
         }
         double bytes = (double)m.nparams * sizeof(float), t = w[0].reduce_only_s;
         double algbw = bytes / t / 1e9;
-        printf("timing %-8s (%zu params, %.0f KB) x%d at batch %d: train_step %.3f ms, "
+        const char *x = getenv("GT_ALLREDUCE");
+        printf("timing %-4s %-8s (%zu params, %.0f KB) x%d at batch %d: train_step %.3f ms, "
                "reduce_update %.3f ms in a step, %.3f ms alone; algbw %.2f GB/s, busbw %.2f "
-               "GB/s\n", name, m.nparams, bytes / 1024, g_w, batch, 1e3 * w[0].step_s,
-               1e3 * w[0].reduce_s, 1e3 * t, algbw, algbw * 2.0 * (g_w - 1) / g_w);
+               "GB/s\n", x ? x : "p2p", name, m.nparams, bytes / 1024, g_w, batch,
+               1e3 * w[0].step_s, 1e3 * w[0].reduce_s, 1e3 * t, algbw,
+               algbw * 2.0 * (g_w - 1) / g_w);
     }
     for (int i = 0; i < g_w; i++)
         gt_device_close(devs[i]);
@@ -589,7 +761,13 @@ int main(void)
     gt_rng r;
     gt_rng_seed(&r, 20261127);
     test_optim_kernels(&r);
+    test_p2p_exact(&r);
+    test_p2p_hang_proof();
     test_allreduce_step(&r);
+    setenv("GT_ALLREDUCE", "nccl", 1);
+    printf("the same steps with NCCL:\n");
+    test_allreduce_step(&r);
+    unsetenv("GT_ALLREDUCE");
     const char *dir = gt_test_fmnist_dir();
     gt_err e = {""};
     if (!dir) {
@@ -597,12 +775,17 @@ int main(void)
     } else if (gt_data_load(dir, 6000, &g_data, &e) != 0) {
         CHECK_MSG(0, "%s", e.msg);
     } else {
-        test_modes_agree();
+        test_modes_agree("p2p");
+        test_modes_agree("nccl");
         test_abort();
         gt_data_free(&g_data);
     }
     time_model("lenet5", 64, &r);
     time_model("cnn-wide", 128, &r);
+    setenv("GT_ALLREDUCE", "nccl", 1);
+    time_model("lenet5", 64, &r);
+    time_model("cnn-wide", 128, &r);
+    unsetenv("GT_ALLREDUCE");
     TEST_DONE();
 #endif
 }

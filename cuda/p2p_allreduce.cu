@@ -1,0 +1,399 @@
+/* p2p_allreduce.cu - an all-reduce (sum) between the GPUs of this process over peer access
+ * (NVLink where there is one), synchronised on the devices themselves: no host round trip, no
+ * communicator, one kernel per GPU per call.
+ *
+ * Every GPU (rank) owns a result buffer, a flag array (one slot per block and peer rank) and one
+ * sequence counter per block, all in its own memory; peers reach them through peer access. Block
+ * b of every rank works on the same part of the data and meets block b of every other rank at two
+ * flag barriers: a rank writes the next value of block b's sequence into each peer's slot
+ * [b][its rank] and waits until its own slots [b][peer] reach that value. The sequence only grows
+ * (2 per call), so nothing is ever reset, and the kernel's arguments never change between calls:
+ * the launch can be captured in a CUDA graph.
+ *
+ * one-shot (small arrays, and any on 2 GPUs): after the first barrier each rank reads the whole
+ * input of every rank and sums it into its own result. two-shot (large arrays on 3 GPUs or more):
+ * rank r sums only chunk r of every rank's input and writes that sum into chunk r of every rank's
+ * result (a reduce-scatter whose all-gather is the push). Either way every element is summed in
+ * rank order 0..W-1 with round-to-nearest adds, so every GPU gets the same bits, and the same bits
+ * in both algorithms.
+ * The second barrier says "done reading your input and writing your result": after it a rank's
+ * next step may overwrite its gradient.
+ *
+ * A wait is bounded: every 256 polls it reads the wall clock (%globaltimer) and two words in
+ * pinned host memory, the process-wide abort generation (gt_p2p_abort_all) and the group's
+ * "a rank has left" word. When the budget runs out, or either word says so, the block writes why
+ * into the rank's status word (pinned host memory, read by gt_p2p_status) and leaves: the stream
+ * drains, the host sees the status and ends the run. A group with a nonzero status is spent. */
+#include "gt_cuda.h"
+
+#include <atomic>
+#include <mutex>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define P2P_THREADS 512
+#define P2P_MAX_BLOCKS 128
+/* float4 elements a thread of a block sums per pass at most, on average: how many blocks a call
+ * starts (more blocks, more flags to write; fewer, less in flight over the link). */
+#define P2P_PER_THREAD 1
+/* Arrays of at least this many bytes use the two-shot algorithm under GT_P2P_AUTO, on 3 GPUs or
+ * more: on 2, one-shot reads as much over the link as two-shot reads and writes, and measured
+ * faster at every size up to 13 MB (tools/perf-notes.md, lever 7). */
+#define P2P_TWO_SHOT_BYTES (512u << 10)
+
+/* Host words, pinned and mapped: [0] the group has lost a rank, [1 + r] rank r's status. */
+enum { P2P_DEAD = 0, P2P_STATUS = 1 };
+
+struct p2p_args {
+    const float *in[GT_P2P_MAX_RANKS];   /* every rank's input */
+    float *out[GT_P2P_MAX_RANKS];        /* every rank's result */
+    unsigned *flags[GT_P2P_MAX_RANKS];   /* every rank's [P2P_MAX_BLOCKS][GT_P2P_MAX_RANKS] */
+    unsigned *seq;                       /* this rank's sequence, one per block */
+    const volatile unsigned *abort_gen;  /* process-wide, host memory */
+    const volatile unsigned *dead;       /* the group's, host memory */
+    volatile unsigned *status;           /* this rank's, host memory */
+    unsigned gen;                        /* *abort_gen when the group was made */
+    unsigned long long budget_ns;
+    size_t n;
+    int rank;
+};
+
+struct gt_p2p {
+    int nranks;
+    int ordinal[GT_P2P_MAX_RANKS];
+    size_t n;
+    int nsm;                             /* the smallest multiprocessor count of the ranks */
+    double budget_s;
+    p2p_args args;                       /* rank-independent part; launch fills rank */
+    unsigned *host;                      /* P2P_DEAD, P2P_STATUS + rank */
+    std::atomic<int> refs;
+};
+
+static std::mutex g_abort_mu;
+static unsigned *g_abort_word;           /* pinned, mapped; the abort generation */
+
+/* ---- device side ----------------------------------------------------------------------------- */
+
+__device__ static inline void p2p_store_release(unsigned *p, unsigned v)
+{
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ static inline unsigned p2p_load_acquire(const unsigned *p)
+{
+    unsigned v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ static inline unsigned long long p2p_clock_ns(void)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* Why a wait must end now (GT_P2P_*), polled between flag reads. */
+__device__ static int p2p_why_stop(const p2p_args &a, unsigned long long deadline)
+{
+    if (*a.abort_gen != a.gen || *a.dead)
+        return GT_P2P_ABORTED;
+    return p2p_clock_ns() > deadline ? GT_P2P_TIMED_OUT : GT_P2P_OK;
+}
+
+/* Block b of every rank meets here at sequence value v. fence: the block's threads wrote to
+ * peers' memory that the peers read after the barrier (the release store orders only its own
+ * thread's writes). 0, or why the block must leave. */
+template <int W>
+__device__ static int p2p_barrier(const p2p_args &a, unsigned v, unsigned long long deadline,
+                                  bool fence)
+{
+    __shared__ volatile int fail;
+    if (fence)
+        __threadfence_system();
+    if (threadIdx.x == 0)
+        fail = GT_P2P_OK;
+    __syncthreads();
+    int t = threadIdx.x;
+    if (t < W) {
+        p2p_store_release(a.flags[t] + blockIdx.x * GT_P2P_MAX_RANKS + a.rank, v);
+        const unsigned *mine = a.flags[a.rank] + blockIdx.x * GT_P2P_MAX_RANKS + t;
+        for (unsigned polls = 1; (int)(p2p_load_acquire(mine) - v) < 0; polls++) {
+            int why = polls % 256 == 0 ? p2p_why_stop(a, deadline) : GT_P2P_OK;
+            if (why != GT_P2P_OK) {
+                fail = why;
+                *a.status = (unsigned)why;
+                break;
+            }
+        }
+    }
+    __syncthreads();
+    return fail;
+}
+
+__device__ static inline float4 p2p_add4(float4 x, float4 y)
+{
+    return make_float4(__fadd_rn(x.x, y.x), __fadd_rn(x.y, y.y), __fadd_rn(x.z, y.z),
+                       __fadd_rn(x.w, y.w));
+}
+
+/* Float4 element i summed over the ranks in rank order: the same bits on every GPU. */
+template <int W>
+__device__ static inline float4 p2p_sum4(const p2p_args &a, size_t i)
+{
+    float4 v[W];
+#pragma unroll
+    for (int r = 0; r < W; r++)
+        v[r] = __ldcg((const float4 *)a.in[r] + i);
+    float4 acc = v[0];
+#pragma unroll
+    for (int r = 1; r < W; r++)
+        acc = p2p_add4(acc, v[r]);
+    return acc;
+}
+
+/* The n % 4 last elements, summed by each rank for itself. */
+template <int W>
+__device__ static void p2p_tail(const p2p_args &a)
+{
+    size_t i = (a.n & ~(size_t)3) + threadIdx.x;
+    if (blockIdx.x != 0 || i >= a.n)
+        return;
+    float acc = __ldcg(a.in[0] + i);
+#pragma unroll
+    for (int r = 1; r < W; r++)
+        acc = __fadd_rn(acc, __ldcg(a.in[r] + i));
+    a.out[a.rank][i] = acc;
+}
+
+template <int W, bool TWO_SHOT>
+__global__ static void __launch_bounds__(P2P_THREADS) p2p_kernel(p2p_args a)
+{
+    unsigned long long deadline = p2p_clock_ns() + a.budget_ns;
+    unsigned v = a.seq[blockIdx.x];
+    if (p2p_barrier<W>(a, v + 1, deadline, false) != GT_P2P_OK)
+        return;
+    size_t n4 = a.n / 4, lo = 0, hi = n4;
+    if (TWO_SHOT) {
+        size_t chunk = (n4 + W - 1) / W;
+        lo = chunk * (size_t)a.rank < n4 ? chunk * (size_t)a.rank : n4;
+        hi = lo + chunk < n4 ? lo + chunk : n4;
+    }
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += stride) {
+        float4 acc = p2p_sum4<W>(a, i);
+        if (TWO_SHOT) {
+#pragma unroll
+            for (int r = 0; r < W; r++)
+                ((float4 *)a.out[(a.rank + r) % W])[i] = acc;
+        } else {
+            ((float4 *)a.out[a.rank])[i] = acc;
+        }
+    }
+    p2p_tail<W>(a);
+    if (p2p_barrier<W>(a, v + 2, deadline, TWO_SHOT) != GT_P2P_OK)
+        return;
+    if (threadIdx.x == 0)
+        a.seq[blockIdx.x] = v + 2;
+}
+
+/* ---- host side ------------------------------------------------------------------------------- */
+
+typedef void (*p2p_kernel_fn)(p2p_args);
+
+static p2p_kernel_fn p2p_kernel_for(int w, int two_shot)
+{
+#define P2P_CASE(W)                                                                           \
+    case W: return two_shot ? p2p_kernel<W, true> : p2p_kernel<W, false>;
+    switch (w) {
+        P2P_CASE(2)
+        P2P_CASE(3)
+        P2P_CASE(4)
+        P2P_CASE(5)
+        P2P_CASE(6)
+        P2P_CASE(7)
+        P2P_CASE(8)
+    default: return NULL;
+    }
+#undef P2P_CASE
+}
+
+/* The pinned, mapped word every kernel compares with its group's generation. */
+static int p2p_abort_word(unsigned **out, gt_err *e)
+{
+    std::lock_guard<std::mutex> lock(g_abort_mu);
+    if (!g_abort_word) {
+        void *p = NULL;
+        cudaError_t st = cudaHostAlloc(&p, sizeof(unsigned),
+                                       cudaHostAllocPortable | cudaHostAllocMapped);
+        if (st != cudaSuccess)
+            return gt_fail(e, "peer all-reduce: cudaHostAlloc of the abort word failed: %s",
+                           cudaGetErrorString(st));
+        *(volatile unsigned *)p = 0;
+        g_abort_word = (unsigned *)p;
+    }
+    *out = g_abort_word;
+    return 0;
+}
+
+void gt_p2p_abort_all(void)
+{
+    std::lock_guard<std::mutex> lock(g_abort_mu);
+    if (g_abort_word)
+        __atomic_add_fetch(g_abort_word, 1u, __ATOMIC_SEQ_CST);
+}
+
+/* Frees every rank's buffers; the streams that used them are idle. */
+static void p2p_free(gt_p2p *p)
+{
+    for (int r = 0; r < p->nranks; r++) {
+        cudaSetDevice(p->ordinal[r]);
+        if (p->args.out[r])
+            cudaFree(p->args.out[r]);
+        if (p->args.flags[r])
+            cudaFree(p->args.flags[r]);
+    }
+    if (p->host)
+        cudaFreeHost(p->host);
+    cudaGetLastError();
+    delete p;
+}
+
+/* Rank r's result buffer, flags and sequence counters (after the flags), zeroed. */
+static int p2p_alloc_rank(gt_p2p *p, int r, gt_err *e)
+{
+    char gpu[32];
+    snprintf(gpu, sizeof gpu, "gpu:%d", p->ordinal[r]);
+    size_t nflags = (size_t)P2P_MAX_BLOCKS * GT_P2P_MAX_RANKS + P2P_MAX_BLOCKS;
+    GT_CUDA_CHECK(gpu, e, cudaSetDevice(p->ordinal[r]));
+    GT_CUDA_CHECK(gpu, e, cudaMalloc((void **)&p->args.out[r], (p->n ? p->n : 1) * sizeof(float)));
+    GT_CUDA_CHECK(gpu, e, cudaMalloc((void **)&p->args.flags[r], nflags * sizeof(unsigned)));
+    GT_CUDA_CHECK(gpu, e, cudaMemset(p->args.flags[r], 0, nflags * sizeof(unsigned)));
+    int nsm = 0;
+    GT_CUDA_CHECK(gpu, e, cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount,
+                                                 p->ordinal[r]));
+    p->nsm = r == 0 || nsm < p->nsm ? nsm : p->nsm;
+    GT_CUDA_CHECK(gpu, e, cudaDeviceSynchronize());
+    return 0;
+}
+
+static int p2p_check_args(int nranks, const int *ordinals, const float *const *in, gt_err *e)
+{
+    if (nranks < 2 || nranks > GT_P2P_MAX_RANKS)
+        return gt_fail(e, "peer all-reduce: %d GPUs (2..%d supported)", nranks,
+                       GT_P2P_MAX_RANKS);
+    for (int r = 0; r < nranks; r++) {
+        if (((uintptr_t)in[r] & 15) != 0)
+            return gt_fail(e, "peer all-reduce: gpu:%d's input is not 16-byte aligned",
+                           ordinals[r]);
+        for (int q = 0; q < r; q++)
+            if (ordinals[q] == ordinals[r])
+                return gt_fail(e, "peer all-reduce: GPU %d is listed twice", ordinals[r]);
+    }
+    return 0;
+}
+
+int gt_p2p_create(gt_p2p **out, int nranks, const int *ordinals, const float *const *in,
+                  size_t n, double budget_s, gt_err *e)
+{
+    *out = NULL;
+    unsigned *abort_word;
+    if (p2p_check_args(nranks, ordinals, in, e) || gt_cuda_enable_peers(ordinals, nranks, e) ||
+        p2p_abort_word(&abort_word, e))
+        return -1;
+    gt_p2p *p = new gt_p2p();
+    p->nranks = nranks;
+    p->n = n;
+    p->budget_s = budget_s;
+    p->refs = 1;
+    memcpy(p->ordinal, ordinals, (size_t)nranks * sizeof *ordinals);
+    cudaError_t st = cudaHostAlloc((void **)&p->host, (1 + GT_P2P_MAX_RANKS) * sizeof(unsigned),
+                                   cudaHostAllocPortable | cudaHostAllocMapped);
+    if (st != cudaSuccess) {
+        p->host = NULL;
+        p2p_free(p);
+        return gt_fail(e, "peer all-reduce: cudaHostAlloc of the status words failed: %s",
+                       cudaGetErrorString(st));
+    }
+    memset(p->host, 0, (1 + GT_P2P_MAX_RANKS) * sizeof(unsigned));
+    for (int r = 0; r < nranks; r++) {
+        p->args.in[r] = in[r];
+        if (p2p_alloc_rank(p, r, e)) {
+            p2p_free(p);
+            return -1;
+        }
+    }
+    p->args.abort_gen = abort_word;
+    p->args.gen = __atomic_load_n(abort_word, __ATOMIC_SEQ_CST);
+    p->args.dead = p->host + P2P_DEAD;
+    p->args.budget_ns = (unsigned long long)(budget_s * 1e9);
+    p->args.n = n;
+    *out = p;
+    return 0;
+}
+
+int gt_p2p_two_shot(const gt_p2p *p)
+{
+    return p->nranks > 2 && p->n * sizeof(float) >= P2P_TWO_SHOT_BYTES;
+}
+
+/* Blocks per call: every rank starts the same number, at most one per multiprocessor, so that
+ * all of a call's blocks are resident together. */
+static unsigned p2p_blocks(const gt_p2p *p, int two_shot)
+{
+    size_t n4 = p->n / 4, work = two_shot ? (n4 + p->nranks - 1) / p->nranks : n4;
+    size_t want = (work + (size_t)P2P_THREADS * P2P_PER_THREAD - 1) /
+                  ((size_t)P2P_THREADS * P2P_PER_THREAD);
+    size_t cap = p->nsm < P2P_MAX_BLOCKS ? (size_t)p->nsm : P2P_MAX_BLOCKS;
+    want = want < 1 ? 1 : want;
+    return (unsigned)(want < cap ? want : cap);
+}
+
+int gt_p2p_launch(gt_p2p *p, int rank, int algo, void *stream, gt_err *e)
+{
+    char gpu[32];
+    if (rank < 0 || rank >= p->nranks)
+        return gt_fail(e, "peer all-reduce: rank %d of %d", rank, p->nranks);
+    snprintf(gpu, sizeof gpu, "gpu:%d", p->ordinal[rank]);
+    int two_shot = algo == GT_P2P_AUTO ? gt_p2p_two_shot(p) : algo == GT_P2P_TWO_SHOT;
+    p2p_args a = p->args;
+    a.seq = p->args.flags[rank] + (size_t)P2P_MAX_BLOCKS * GT_P2P_MAX_RANKS;
+    a.status = p->host + P2P_STATUS + rank;
+    a.rank = rank;
+    GT_CUDA_CHECK(gpu, e, cudaSetDevice(p->ordinal[rank]));
+    p2p_kernel_for(p->nranks, two_shot)<<<p2p_blocks(p, two_shot), P2P_THREADS, 0,
+                                           (cudaStream_t)stream>>>(a);
+    GT_CUDA_LAUNCHED(gpu, e);
+    return 0;
+}
+
+const float *gt_p2p_result(const gt_p2p *p, int rank)
+{
+    return p->args.out[rank];
+}
+
+int gt_p2p_status(const gt_p2p *p, int rank)
+{
+    return (int)*(volatile unsigned *)(p->host + P2P_STATUS + rank);
+}
+
+double gt_p2p_budget_s(const gt_p2p *p)
+{
+    return p->budget_s;
+}
+
+void gt_p2p_retain(gt_p2p *p)
+{
+    p->refs.fetch_add(1);
+}
+
+void gt_p2p_release(gt_p2p *p)
+{
+    if (!p)
+        return;
+    /* A rank that leaves never arrives again: its peers' waits end now. */
+    *(volatile unsigned *)(p->host + P2P_DEAD) = 1;
+    if (p->refs.fetch_sub(1) == 1)
+        p2p_free(p);
+}
