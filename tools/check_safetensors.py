@@ -52,8 +52,12 @@ def check_file(path):
 
 
 def main(argv):
-    if len(argv) < 2 or argv[1] in ("-h", "--help"):
-        print(__doc__.strip(), file=sys.stderr)
+    if len(argv) >= 2 and argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    if len(argv) < 2 or argv[1].startswith("--"):
+        print(f"check_safetensors.py: {'no checkpoint given' if len(argv) < 2 else 'unknown option ' + repr(argv[1])}"
+              " (see --help)", file=sys.stderr)
         return 2
     try:
         import numpy  # noqa: F401

@@ -49,12 +49,20 @@ gt_median_sps() {
 gt_resolve_inputs() {
     [ -x "$bin" ] || die "--bin: '$bin' is not an executable (build it: cmake --build build --target gputrain)"
     gt_need_matplotlib
+    gt_find_data
+}
+
+# Finds the Fashion-MNIST folder (variable data; default datasets/fashion-mnist beside tools/, then
+# /usr/share/datasets/fashion-mnist) and makes it absolute; a bad --data is a command-line error.
+gt_find_data() {
+    local root_dir d
+    root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
     if [ -z "$data" ]; then
-        for d in "$root/datasets/fashion-mnist" /usr/share/datasets/fashion-mnist; do
+        for d in "$root_dir/datasets/fashion-mnist" /usr/share/datasets/fashion-mnist; do
             if [ -f "$d/train-labels-idx1-ubyte.gz" ]; then data=$d; break; fi
         done
-        [ -n "$data" ] || die "--data: no Fashion-MNIST found in datasets/fashion-mnist or /usr/share/datasets/fashion-mnist"
+        [ -n "$data" ] || usage_error "--data: no Fashion-MNIST found in datasets/fashion-mnist or /usr/share/datasets/fashion-mnist"
     fi
-    [ -f "$data/train-labels-idx1-ubyte.gz" ] || die "--data: '$data/train-labels-idx1-ubyte.gz' not found"
+    [ -f "$data/train-labels-idx1-ubyte.gz" ] || usage_error "--data: '$data/train-labels-idx1-ubyte.gz' not found"
     data=$(cd "$data" && pwd)
 }

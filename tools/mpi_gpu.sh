@@ -8,16 +8,18 @@
 # Needs a gputrain built with CUDA, NCCL and MPI (built here into build-mpi when --bin is not
 # given) and Open MPI's mpirun (MPIRUN=... for another launcher command).
 #
-# Usage: tools/mpi_gpu.sh --data DIR [--bin PATH] [--models "lenet5 cnn-wide"] [--epochs 5]
+# Usage: tools/mpi_gpu.sh [--data DIR] [--bin PATH] [--models "lenet5 cnn-wide"] [--epochs 5]
 #                         [--args "more gputrain options"] [--name SUFFIX] [--out results]
 # --args go to every run (e.g. a recipe); --name SUFFIX writes mpi-<card>-<date>-SUFFIX.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/tools/lib.sh"
+gt_prog=mpi_gpu
 cmd="$0 $*"
 data="" bin="" models="lenet5 cnn-wide" epochs=5 out="$root/results" extra="" name=""
 while [ $# -gt 0 ]; do
     case "$1" in
+        --data | --bin | --models | --epochs | --out | --args | --name) need_value "$1" $# ;;&
         --data) data=$2; shift 2 ;;
         --bin) bin=$2; shift 2 ;;
         --models) models=$2; shift 2 ;;
@@ -25,11 +27,11 @@ while [ $# -gt 0 ]; do
         --out) out=$2; shift 2 ;;
         --args) extra=$2; shift 2 ;;
         --name) name=-$2; shift 2 ;;
-        --help) sed -n '2,15p' "$0"; exit 0 ;;
-        *) echo "mpi_gpu: unknown option '$1'" >&2; exit 2 ;;
+        --help) gt_usage "$0"; exit 0 ;;
+        *) usage_error "unknown option '$1'" ;;
     esac
 done
-[ -n "$data" ] || { echo "mpi_gpu: --data DIR is required" >&2; exit 2; }
+gt_find_data
 mpirun=${MPIRUN:-mpirun}
 command -v "$mpirun" >/dev/null ||
     { echo "mpi_gpu: no '$mpirun' here (Debian/Ubuntu: apt-get install openmpi-bin libopenmpi-dev)" >&2; exit 1; }

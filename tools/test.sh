@@ -3,7 +3,14 @@
 # toolkit is present; GPU tests report skipped without a GPU; with MPI, so tests/cli_mpi.sh runs
 # two processes under mpirun), the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer,
 # and the store, mode and checkpoint tests under ThreadSanitizer.
+#
+# Usage: bash tools/test.sh      (no options)
 set -euo pipefail
+case "${1:-}" in
+    "") ;;
+    --help) sed -n '2,/^set /p' "$0" | sed -e '/^set /d' -e 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 . tools/deps.sh
 gt_install_deps
