@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mpi_gpu.sh - the cost of crossing processes (issue 10), on one host with 4 GPUs: 1 process x 4 GPUs
+# mpi_gpu.sh - the cost of crossing processes, on one host with 4 GPUs: 1 process x 4 GPUs
 # against 2 processes x 2 GPUs under mpirun (GPUs 0,1 and 2,3), in sync and allreduce mode, with
 # the same global batch, so the two layouts compute the same thing. Prints and writes
 # OUT/mpi-<card>-<date>.md: samples/s (median epoch after the first, and the whole run), the
