@@ -2,7 +2,7 @@
 """check_safetensors.py - reads a gputrain checkpoint with Python's safetensors, as PyTorch users
 will, lists its tensors and metadata, and verifies every tensor against its "crc32.<name>".
 
-    python3 tools/check_safetensors.py CHECKPOINT [CHECKPOINT...]
+Usage: python3 tools/check_safetensors.py CHECKPOINT [CHECKPOINT...]
 
 Exits 0 when every file loads and every CRC matches, 1 on a mismatch or a missing CRC, 2 when a
 file cannot be read at all. Needs the safetensors and numpy packages (pip install safetensors numpy).
