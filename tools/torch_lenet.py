@@ -110,11 +110,14 @@ class EagerStep:
 
 class GraphStep:
     """The whole step (forward, backward, optimizer) captured once in a CUDA graph and replayed
-    on static input buffers; warm-up steps on a side stream first, as CUDA graph capture needs."""
+    on static input buffers; warm-up steps on a side stream first, as CUDA graph capture needs.
+    The warm-up's effect is undone in place afterwards (parameters restored, optimizer state
+    zeroed, which is what a fresh SGD or Adam state means), so training starts where eager does."""
 
     def __init__(self, model, opt, x, y, batch):
         self.x = x[:batch].clone()
         self.y = y[:batch].clone()
+        start = [p.detach().clone() for p in model.parameters()]
         eager = EagerStep(model, opt)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -128,6 +131,13 @@ class GraphStep:
             self.loss = F.cross_entropy(model(self.x), self.y)
             self.loss.backward()
             opt.step()
+        with torch.no_grad():
+            for p, p0 in zip(model.parameters(), start):
+                p.copy_(p0)
+            for state in opt.state.values():
+                for v in state.values():
+                    if torch.is_tensor(v):
+                        v.zero_()
 
     def __call__(self, xb, yb):
         self.x.copy_(xb)
