@@ -1,8 +1,8 @@
 /* cluster.c - several hosts through MPI, behind the few collectives gputrain needs (cluster.h).
  *
  * MPI is joined only when a launcher started the process (mpirun sets OMPI_COMM_WORLD_SIZE, Hydra
- * PMI_SIZE, PMIx PMIX_RANK), so a plain `gputrain` never pays MPI's start-up or depends on its
- * runtime. The process works on its own duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN, so a
+ * PMI_SIZE, PMIx PMIX_RANK, Slurm's srun SLURM_PROCID and SLURM_NTASKS in a job step), so a plain
+ * `gputrain` never pays MPI's start-up or depends on its runtime. The process works on its own duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN, so a
  * failed call becomes a message naming the host instead of MPI's default abort. Workers and the
  * calling thread may both reach a collective; MPI_THREAD_SERIALIZED plus one lock here keeps them
  * from calling MPI at the same time, and src/train.c keeps the order of the calls the same on
@@ -37,16 +37,19 @@ static struct {
 
 void gt_cluster_set_timeout(double seconds) { g_cluster.timeout = seconds > 0 ? seconds : 0; }
 
-/* The process count a launcher announced, 0 when none started this process. */
+/* The process count a launcher announced, 0 when none started this process. Slurm sets
+ * SLURM_NTASKS in a batch script too, where no task was launched; only a job step that srun
+ * started has SLURM_STEP_ID beside SLURM_PROCID. */
 static int cluster_launcher_size(void)
 {
-    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"};
+    int srun = getenv("SLURM_PROCID") && getenv("SLURM_STEP_ID");
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", srun ? "SLURM_NTASKS" : NULL};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-        const char *v = getenv(vars[i]);
+        const char *v = vars[i] ? getenv(vars[i]) : NULL;
         if (v && *v)
             return atoi(v) > 0 ? atoi(v) : 1;
     }
-    return getenv("PMIX_RANK") ? 1 : 0;
+    return getenv("PMIX_RANK") || srun ? 1 : 0;
 }
 
 static void cluster_set_host(void)
@@ -103,6 +106,15 @@ int gt_cluster_init(gt_err *e)
     MPI_Comm_rank(g_cluster.comm, &g_cluster.rank);
     MPI_Comm_size(g_cluster.comm, &g_cluster.size);
     g_cluster.joined = 1;
+    /* srun without an MPI plugin starts each task as its own one-process MPI world: each would
+     * train alone and write the same files. */
+    int announced = cluster_launcher_size();
+    if (announced > 1 && g_cluster.size != announced) {
+        gt_cluster_finalize();
+        return gt_fail(e, "the launcher started %d processes but MPI joined only %d of them on %s "
+                          "(under Slurm: srun --mpi=pmix, or mpirun inside the allocation)",
+                       announced, g_cluster.size, g_cluster.host);
+    }
     return 0;
 }
 

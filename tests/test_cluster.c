@@ -46,6 +46,16 @@ static void test_refuses_launcher_without_mpi(void)
     setenv("PMI_SIZE", "1", 1);
     CHECK(gt_cluster_init(&e) == 0 && gt_cluster_size() == 1);
     unsetenv("PMI_SIZE");
+    /* srun: a job step of 2 tasks is refused; the batch script of a 2-task job (no step) runs. */
+    setenv("SLURM_NTASKS", "2", 1);
+    setenv("SLURM_PROCID", "0", 1);
+    CHECK(gt_cluster_init(&e) == 0 && gt_cluster_size() == 1);
+    setenv("SLURM_STEP_ID", "0", 1);
+    CHECK(gt_cluster_init(&e) == -1);
+    CHECK_MSG(strstr(e.msg, "2 processes"), "%s", e.msg);
+    unsetenv("SLURM_NTASKS");
+    unsetenv("SLURM_PROCID");
+    unsetenv("SLURM_STEP_ID");
 #endif
 }
 

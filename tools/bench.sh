@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# bench.sh - the "hogwild vs synchronous" benchmark (issue 6): one command runs every training mode
-# at every worker count for every seed, the PyTorch reference beside it when PyTorch and GPUs are
-# there, and turns the logs into CSV files, PNG charts (tools/plot.c) and a README with the table.
+# bench.sh - the "hogwild vs synchronous" benchmark: one command runs every training mode at every
+# worker count for every seed, with the default recipe (what a user gets) and the literal recipe
+# (gputrain --literal: the trainer's asynchrony corrections off), the PyTorch reference
+# (tools/torch_lenet.py) beside it when PyTorch and GPUs are there, and turns the logs into CSV
+# files (tools/jsonl2csv.py), PNG charts (tools/plot.py) and a README with the table. Runs that
+# diverged or stalled at chance are marked in the tables and the charts.
 #
 # Usage: tools/bench.sh [options]
 #   --quick            a tiny matrix for testing: 1 seed, 1 epoch, --train-samples 3000
@@ -9,63 +12,136 @@
 #   --model LIST       models, space-separated (default "lenet5"); --cnn-wide adds cnn-wide
 #   --cnn-wide         also run cnn-wide (slow on CPU)
 #   --modes LIST       only these mode labels (default: all below that the host can run)
-#   --seeds LIST       seeds (default "1 2 3")
+#   --seeds LIST       seeds (default 1..10 on GPUs, "1 2 3" on CPU workers)
 #   --workers LIST     worker counts (default: 1 2 4 up to the GPUs present; CPU: 1 2)
 #   --gpus-max N       use at most N GPUs (default: all that nvidia-smi -L lists)
 #   --cpu              CPU workers (--gpus cpu:N) even where GPUs are present
 #   --batch N          per-worker batch (default 64)
-#   --lr X             learning rate of every mode (default 0.05)
-#   --momentum X       SGD momentum of every mode but hogwild-m0.5 (default 0.9)
+#   --lr X             learning rate of every mode (default: gputrain's, not passed)
+#   --momentum X       SGD momentum of every mode but hogwild-m0.5 (default: gputrain's, not
+#                      passed; a value given here counts as set by the user, so the trainer keeps it)
+#   --literal          also run every mode with gputrain --literal (the default when the
+#                      binary's --help lists that flag)
+#   --no-literal       only the default recipe
 #   --train-samples N  train on the first N samples (default: all)
 #   --evals-per-epoch N  evaluations per epoch (default 4)
 #   --data DIR         Fashion-MNIST folder (default: datasets/fashion-mnist, then
 #                      /usr/share/datasets/fashion-mnist)
 #   --bin PATH         gputrain binary (default build/gputrain)
-#   --plot PATH        gt_plot binary (default: gt_plot beside the gputrain binary)
-#   --torch-ref PATH   PyTorch reference (default ../shared/reference/torch_lenet.py, then
-#                      shared/reference/torch_lenet.py, then .carry/torch_lenet.py)
+#   --torch-ref PATH   PyTorch reference (default tools/torch_lenet.py)
 #   --no-torch         skip the PyTorch reference
 #   --out DIR          output folder (default results/bench-<card>-<UTC date>)
 #   --dry-run          print the run commands, run nothing
+#   --replot           run nothing: rebuild the CSVs and charts of --out DIR from its runs/
+#   --help             this text
 # A run whose log already ends with its summary and whose exit status was 0 is kept, not rerun, so
 # the same command continues an interrupted matrix.
 #
 # The modes (a documented choice; every mode gets the same lr, batch and seed so that the mode is
 # the only difference; the per-worker batch stays --batch, so sync over W workers is one step of
 # W x batch at the same lr, and hogwild over W workers makes W times as many updates per sample):
-#   hogwild           --mode hogwild (default lock stripes), momentum --momentum
-#   hogwild-m0.5      --mode hogwild, momentum 0.5: asynchrony acts like extra momentum, so issue 6
-#                     asks how hogwild does with less of it
+#   hogwild           --mode hogwild (default lock stripes)
+#   hogwild-m0.5      --mode hogwild, momentum 0.5: asynchrony acts like extra momentum, so how
+#                     does hogwild do with less of it
 #   hogwild-lockfree  --mode hogwild --stripes 0 (true Hogwild, no locks)
 #   sync              --mode sync
 #   ssp-s1, ssp-s3    --mode ssp --staleness 1 / 3
 #   local-k4          --mode local --sync-every 4
 #   allreduce         --mode allreduce (GPUs and a gputrain linked with NCCL only)
+# The literal recipe of a mode is labelled <mode>-literal. A run is "stalled" when its final test
+# accuracy is below 1.5x chance (0.15 for 10 classes) and "diverged" when a loss went non-finite
+# or the trainer's guard stopped it.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/tools/lib.sh"
-tools=$root/tools
+gt_prog=bench
 command_line=$(printf '%q ' "$0" "$@")
 command_line=${command_line% }
 
-die() { echo "bench: $*" >&2; exit 1; }
-note() { echo "bench: $*"; }
-
-need_value() { [ "$2" -ge 2 ] || die "$1 needs a value"; }
-check_uint() { case "$2" in '' | *[!0-9]*) die "$1: bad count '$2'" ;; esac; [ "$2" -ge 1 ] || die "$1: must be >= 1, not '$2'"; }
-check_number() { awk -v v="$2" 'BEGIN { exit !(v ~ /^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$/) }' || die "$1: bad number '$2'"; }
 check_list() {
     local flag=$1 item
     shift
-    [ $# -gt 0 ] || die "$flag: empty list"
+    [ $# -gt 0 ] || usage_error "$flag: empty list"
     for item in "$@"; do check_uint "$flag" "$item"; done
 }
 
+# The order of the series in charts and tables: the modes as listed above, their literal recipes,
+# PyTorch, then anything else found.
+series_order() {
+    local m
+    for m in $all_modes; do echo "$m"; done
+    for m in $all_modes; do echo "$m-literal"; done
+    echo pytorch
+}
+
+# bench_charts OUT: OUT/{evals,runs,aggregate}.csv, curves/, throughput/ and the PNG charts, from the
+# logs in OUT/runs/. A series is labelled with its runs that diverged or stalled ("2/10 stalled");
+# plot.py draws it even where it falls below the axis and marks a mean that ends at chance.
+bench_charts() {
+    local out=$1 tag model w x label name title xlabel ymin backend key
+    gt_jsonl2csv "$out/runs" "$out" || die "tools/jsonl2csv.py failed on $out/runs"
+    tag=$(basename "$out")
+    tag=${tag#bench-}
+    local -A text=() seen_model=() seen_w=()
+    local models=() ws=() labels=() found=()
+    while IFS=, read -r model label w runs div stall backend; do
+        key="$model,$label,$w"
+        text[$key]=$label
+        [ "$div" -eq 0 ] || text[$key]="${text[$key]} ($div/$runs diverged)"
+        [ "$stall" -eq 0 ] || text[$key]="${text[$key]} ($stall/$runs stalled)"
+        [ -n "${seen_model[$model]:-}" ] || { seen_model[$model]=1; models+=("$model"); }
+        [ -n "${seen_w[$w]:-}" ] || { seen_w[$w]=1; ws+=("$w"); }
+        found+=("$label")
+    done < <(awk -F, 'NR == 1 { for (k = 1; k <= NF; k++) c[$k] = k; next }
+        { print $(c["model"]) "," $(c["label"]) "," $(c["workers"]) "," $(c["runs"]) "," $(c["runs_diverged"]) "," \
+            $(c["runs_stalled"]) "," $(c["backend"]) }' "$out/aggregate.csv")
+    mapfile -t labels < <({ series_order; printf '%s\n' "${found[@]}"; } | awk '!seen[$0]++' |
+        grep -Fx -f <(printf '%s\n' "${found[@]}"))
+    mapfile -t ws < <(printf '%s\n' "${ws[@]}" | sort -n)
+    backend=$(awk -F, 'NR == 2 { for (k = 1; k <= NF; k++) if (h[k] == "backend") print $k; exit } NR == 1 { split($0, h, ",") }' \
+        "$out/aggregate.csv")
+    # Quick runs stay far below 0.6; a real benchmark's curves are read above it.
+    ymin=$(awk -F, 'NR == 1 { for (k = 1; k <= NF; k++) if ($k == "final_acc_max") c = k; next }
+        $c > best { best = $c } END { if (best >= 0.7) print "--ymin 0.6" }' "$out/aggregate.csv")
+    for model in "${models[@]}"; do
+        for w in "${ws[@]}"; do
+            for x in wall_s_mean samples_mean; do
+                local series=()
+                for label in "${labels[@]}"; do
+                    key="$model,$label,$w"
+                    [ -f "$out/curves/${model}__${label}__w$w.csv" ] || continue
+                    series+=("${text[$key]}=$out/curves/${model}__${label}__w$w.csv:$x:test_acc_mean:test_acc_min:test_acc_max")
+                done
+                [ ${#series[@]} -gt 0 ] || continue
+                if [ "$x" = wall_s_mean ]; then
+                    name=acc_vs_time_${model}_w$w.png xlabel="wall time (s)" title="$model: test accuracy vs time, $w workers ($tag)"
+                else
+                    name=acc_vs_samples_${model}_w$w.png xlabel="samples seen" title="$model: test accuracy vs samples, $w workers ($tag)"
+                fi
+                # shellcheck disable=SC2086 # ymin is empty or two words
+                gt_plot --out "$out/$name" --title "$title" --xlabel "$xlabel" --chance 0.1 $ymin \
+                    --ylabel "test accuracy (mean, band min-max over seeds)" "${series[@]}" || die "tools/plot.py failed"
+                note "wrote $out/$name"
+            done
+        done
+        local series=()
+        for label in "${labels[@]}"; do
+            [ -f "$out/throughput/${model}__${label}.csv" ] || continue
+            series+=("$label=$out/throughput/${model}__${label}.csv:workers:steady_samples_per_s_mean:steady_samples_per_s_min:steady_samples_per_s_max")
+        done
+        [ ${#series[@]} -gt 0 ] || continue
+        gt_plot --out "$out/throughput_${model}.png" --title "$model: throughput vs workers ($tag)" --logx \
+            --xlabel "workers ($backend)" --ylabel "samples/s (median epoch after the first)" "${series[@]}" ||
+            die "tools/plot.py failed"
+        note "wrote $out/throughput_${model}.png"
+    done
+}
+
 all_modes="hogwild hogwild-m0.5 hogwild-lockfree sync ssp-s1 ssp-s3 local-k4 allreduce"
-quick=0 epochs="" models="lenet5" modes="" seeds="1 2 3" workers="" gpus_max="" force_cpu=0
-batch=64 lr=0.05 momentum=0.9 train_samples="" evals_per_epoch=4 data="" bin="$root/build/gputrain"
-plot="" torch_ref="" no_torch=0 out="" dry_run=0 seeds_given=0
+quick=0 epochs="" models="lenet5" modes="" seeds="" workers="" gpus_max="" force_cpu=0
+batch=64 batch_given=0 lr="" momentum="" train_samples="" evals_per_epoch=4 data="" bin="$root/build/gputrain"
+torch_ref="$root/tools/torch_lenet.py" no_torch=0 out="" dry_run=0 replot=0 literal=auto
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -74,36 +150,44 @@ while [ $# -gt 0 ]; do
         --model | --models) need_value "$1" $#; models=$2; shift 2 ;;
         --cnn-wide) models="$models cnn-wide"; shift ;;
         --modes) need_value "$1" $#; modes=$2; shift 2 ;;
-        --seeds) need_value "$1" $#; seeds=$2; seeds_given=1; shift 2 ;;
+        --seeds) need_value "$1" $#; seeds=$2; [ -n "$2" ] || usage_error "--seeds: empty list"; shift 2 ;;
         --workers) need_value "$1" $#; workers=$2; shift 2 ;;
         --gpus-max) need_value "$1" $#; check_uint "$1" "$2"; gpus_max=$2; shift 2 ;;
         --cpu) force_cpu=1; shift ;;
-        --batch) need_value "$1" $#; check_uint "$1" "$2"; batch=$2; shift 2 ;;
+        --batch) need_value "$1" $#; check_uint "$1" "$2"; batch=$2; batch_given=1; shift 2 ;;
         --lr) need_value "$1" $#; check_number "$1" "$2"; lr=$2; shift 2 ;;
         --momentum) need_value "$1" $#; check_number "$1" "$2"; momentum=$2; shift 2 ;;
         --train-samples) need_value "$1" $#; check_uint "$1" "$2"; train_samples=$2; shift 2 ;;
         --evals-per-epoch) need_value "$1" $#; check_uint "$1" "$2"; evals_per_epoch=$2; shift 2 ;;
         --data) need_value "$1" $#; data=$2; shift 2 ;;
         --bin) need_value "$1" $#; bin=$2; shift 2 ;;
-        --plot) need_value "$1" $#; plot=$2; shift 2 ;;
+        --literal) literal=1; shift ;;
+        --no-literal) literal=0; shift ;;
         --torch-ref) need_value "$1" $#; torch_ref=$2; shift 2 ;;
         --no-torch) no_torch=1; shift ;;
         --out) need_value "$1" $#; out=$2; shift 2 ;;
         --dry-run) dry_run=1; shift ;;
-        --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-        *) die "unknown option '$1' (see --help)" ;;
+        --replot) replot=1; shift ;;
+        --help) gt_usage "$0"; exit 0 ;;
+        *) usage_error "unknown option '$1'" ;;
     esac
 done
 
+if [ "$replot" -eq 1 ]; then
+    [ -n "$out" ] && [ -d "$out/runs" ] || usage_error "--replot needs --out DIR with the runs/ of an earlier benchmark"
+    gt_need_matplotlib
+    bench_charts "$out"
+    exit 0
+fi
+
 read -r -a model_list <<<"$models"
-read -r -a seed_list <<<"$seeds"
-check_list --seeds "${seed_list[@]}"
-[ ${#model_list[@]} -gt 0 ] || die "--model: empty list"
+[ -z "$seeds" ] || { read -r -a seed_list <<<"$seeds"; check_list --seeds "${seed_list[@]}"; }
+[ ${#model_list[@]} -gt 0 ] || usage_error "--model: empty list"
 for m in "${model_list[@]}"; do
-    case "$m" in lenet5 | cnn-wide | lenet5-classic | mlp) ;; *) die "--model: unknown model '$m' (lenet5, cnn-wide, lenet5-classic, mlp)" ;; esac
+    case "$m" in lenet5 | cnn-wide | lenet5-classic | mlp) ;; *) usage_error "--model: unknown model '$m' (lenet5, cnn-wide, lenet5-classic, mlp)" ;; esac
 done
 if [ "$quick" -eq 1 ]; then
-    [ "$seeds_given" -eq 1 ] || seed_list=(1)
+    [ -n "$seeds" ] || seed_list=(1)
     epochs=${epochs:-1}
     train_samples=${train_samples:-3000}
 fi
@@ -115,7 +199,7 @@ gt_resolve_inputs
 # gzip stops early on purpose (head closes the pipe), so its status is not looked at.
 data_count=$(set +o pipefail; gzip -dc "$data/train-labels-idx1-ubyte.gz" 2>/dev/null | head -c 8 | od -An -tu1 |
     awk 'NF == 8 && $3 == 8 && $4 == 1 { print ($5 * 16777216) + ($6 * 65536) + ($7 * 256) + $8 }')
-case "$data_count" in '' | 0 | *[!0-9]*) die "--data: '$data/train-labels-idx1-ubyte.gz' is not an IDX label file" ;; esac
+case "$data_count" in '' | 0 | *[!0-9]*) usage_error "--data: '$data/train-labels-idx1-ubyte.gz' is not an IDX label file" ;; esac
 epoch_samples=$data_count
 if [ -n "$train_samples" ] && [ "$train_samples" -lt "$data_count" ]; then epoch_samples=$train_samples; fi
 
@@ -133,6 +217,7 @@ if [ "$ngpus" -gt 0 ]; then
     have_nccl=0
     if linked libnccl; then have_nccl=1; fi
     epochs=${epochs:-10}
+    [ -n "${seed_list+x}" ] || seed_list=(1 2 3 4 5 6 7 8 9 10)
 else
     backend=cpu
     card=$(awk -F': *' '/^model name/ { print $2; exit }' /proc/cpuinfo 2>/dev/null || true)
@@ -142,6 +227,7 @@ else
     card_tag=cpu-$(printf '%s' "$short" | tr ' ' '-' | tr -cd 'A-Za-z0-9._+-')
     have_nccl=0
     epochs=${epochs:-3}
+    [ -n "${seed_list+x}" ] || seed_list=(1 2 3)
 fi
 
 if [ -z "$workers" ]; then
@@ -155,36 +241,54 @@ fi
 read -r -a worker_list <<<"$workers"
 check_list --workers "${worker_list[@]}"
 for w in "${worker_list[@]}"; do
-    if [ "$backend" = gpu ] && [ "$w" -gt "$ngpus" ]; then die "--workers: $w workers but only $ngpus GPUs"; fi
+    if [ "$backend" = gpu ] && [ "$w" -gt "$ngpus" ]; then usage_error "--workers: $w workers but only $ngpus GPUs"; fi
 done
 
 mode_list=()
 for m in ${modes:-$all_modes}; do
-    case " $all_modes " in *" $m "*) ;; *) die "--modes: unknown mode '$m' (one of: $all_modes)" ;; esac
+    case " $all_modes " in *" $m "*) ;; *) usage_error "--modes: unknown mode '$m' (one of: $all_modes)" ;; esac
     if [ "$m" = allreduce ] && [ "$have_nccl" -eq 0 ]; then
         [ -z "$modes" ] || note "skipping allreduce: it needs GPUs and a gputrain linked with NCCL"
         continue
     fi
     mode_list+=("$m")
 done
-[ ${#mode_list[@]} -gt 0 ] || die "--modes: nothing left to run"
+[ ${#mode_list[@]} -gt 0 ] || usage_error "--modes: nothing left to run"
+
+# The literal recipe needs a gputrain that has --literal.
+has_literal=0
+if "$bin" --help 2>/dev/null | grep -q -- '--literal'; then has_literal=1; fi
+if [ "$literal" = 1 ] && [ "$has_literal" -eq 0 ]; then
+    usage_error "--literal: '$bin' has no --literal flag (its --help does not list it); use --no-literal"
+fi
+[ "$literal" != auto ] || literal=$has_literal
+run_labels=("${mode_list[@]}")
+if [ "$literal" -eq 1 ]; then
+    for m in "${mode_list[@]}"; do run_labels+=("$m-literal"); done
+fi
 
 date_utc=$(date -u +%F)
 out=${out:-$root/results/bench-$card_tag-$date_utc}
 logs=$out/runs
 [ "$dry_run" -eq 1 ] || mkdir -p "$logs" || die "--out: cannot create '$logs'"
 
-# Echoes the gputrain flags of a mode label, one per line.
+# Echoes the gputrain flags of a run label (a mode, or a mode with -literal), one per line. Only
+# what the user gave is passed, so the default recipe is what a user gets.
 mode_flags() {
-    case "$1" in
-        hogwild) printf '%s\n' --mode hogwild --momentum "$momentum" ;;
+    local m=${1%-literal}
+    [ "$m" = "$1" ] || echo --literal
+    [ -z "$lr" ] || printf '%s\n' --lr "$lr"
+    [ "$batch_given" -eq 0 ] || printf '%s\n' --batch "$batch"
+    case "$m" in hogwild-m0.5) ;; *) [ -z "$momentum" ] || printf '%s\n' --momentum "$momentum" ;; esac
+    case "$m" in
+        hogwild) printf '%s\n' --mode hogwild ;;
         hogwild-m0.5) printf '%s\n' --mode hogwild --momentum 0.5 ;;
-        hogwild-lockfree) printf '%s\n' --mode hogwild --stripes 0 --momentum "$momentum" ;;
-        sync) printf '%s\n' --mode sync --momentum "$momentum" ;;
-        ssp-s1) printf '%s\n' --mode ssp --staleness 1 --momentum "$momentum" ;;
-        ssp-s3) printf '%s\n' --mode ssp --staleness 3 --momentum "$momentum" ;;
-        local-k4) printf '%s\n' --mode local --sync-every 4 --momentum "$momentum" ;;
-        allreduce) printf '%s\n' --mode allreduce --momentum "$momentum" ;;
+        hogwild-lockfree) printf '%s\n' --mode hogwild --stripes 0 ;;
+        sync) printf '%s\n' --mode sync ;;
+        ssp-s1) printf '%s\n' --mode ssp --staleness 1 ;;
+        ssp-s3) printf '%s\n' --mode ssp --staleness 3 ;;
+        local-k4) printf '%s\n' --mode local --sync-every 4 ;;
+        allreduce) printf '%s\n' --mode allreduce ;;
     esac
 }
 
@@ -199,22 +303,22 @@ device_list() {
 run_done() { [ -f "$1.jsonl" ] && grep -q '"type":"summary"' "$1.jsonl" && [ "$(cat "$1.rc" 2>/dev/null)" = 0 ]; }
 
 # ---- the matrix -----------------------------------------------------------------------------------
-total=$((${#model_list[@]} * ${#mode_list[@]} * ${#worker_list[@]} * ${#seed_list[@]}))
-note "$card ($backend), $total runs: models ${model_list[*]}; modes ${mode_list[*]}; workers ${worker_list[*]}; seeds ${seed_list[*]}; $epochs epochs of $epoch_samples samples, batch $batch"
+total=$((${#model_list[@]} * ${#run_labels[@]} * ${#worker_list[@]} * ${#seed_list[@]}))
+note "$card ($backend), $total runs: models ${model_list[*]}; modes ${run_labels[*]}; workers ${worker_list[*]}; seeds ${seed_list[*]}; $epochs epochs of $epoch_samples samples, batch $batch"
 note "output: $out"
 i=0 failed=0
 for model in "${model_list[@]}"; do
     for w in "${worker_list[@]}"; do
         every=$((epoch_samples / (batch * w * evals_per_epoch)))
         [ "$every" -ge 1 ] || every=1
-        for label in "${mode_list[@]}"; do
+        for label in "${run_labels[@]}"; do
             mapfile -t flags < <(mode_flags "$label")
             for seed in "${seed_list[@]}"; do
                 i=$((i + 1))
                 id=${model}__${label}__w${w}__s${seed}
                 base=$logs/$id
                 cmd=("$bin" --gpus "$(device_list "$w")" "${flags[@]}" --model "$model" --epochs "$epochs"
-                    --batch "$batch" --optimizer sgd --lr "$lr" --seed "$seed" --eval-every "$every"
+                    --seed "$seed" --eval-every "$every"
                     --data "$data" --log "$base.jsonl" --quiet --no-progress)
                 [ -z "$train_samples" ] || cmd+=(--train-samples "$train_samples")
                 if [ "$dry_run" -eq 1 ]; then
@@ -262,14 +366,7 @@ elif [ "$backend" != gpu ]; then
 elif ! python3 -c 'import torch' >/dev/null 2>&1; then
     torch_note="not run (python3 cannot import torch)"
 else
-    if [ -z "$torch_ref" ]; then
-        for f in "$root/../shared/reference/torch_lenet.py" "$root/shared/reference/torch_lenet.py" "$root/.carry/torch_lenet.py"; do
-            if [ -f "$f" ]; then torch_ref=$f; break; fi
-        done
-    fi
-    if [ -z "$torch_ref" ] || [ ! -f "$torch_ref" ]; then
-        die "--torch-ref: the PyTorch reference '${torch_ref:-torch_lenet.py}' was not found (give its path)"
-    fi
+    [ -f "$torch_ref" ] || usage_error "--torch-ref: '$torch_ref' not found"
     torch_note="$torch_ref, $(python3 -c 'import torch; print("PyTorch", torch.__version__)')"
     for w in "${worker_list[@]}"; do
         for seed in "${seed_list[@]}"; do
@@ -283,7 +380,7 @@ else
             tmode=single
             [ "$w" -eq 1 ] || tmode=ddp
             cmd=(python3 "$torch_ref" --data "$data" --mode "$tmode" --gpus "$w" --batch "$batch" --epochs "$epochs"
-                --opt sgd --lr "$lr" --momentum "$momentum" --seed "$seed" --out "$base.jsonl")
+                --opt sgd --lr "${lr:-0.05}" --momentum "${momentum:-0.9}" --seed "$seed" --out "$base.jsonl")
             rm -f "$base.jsonl" "$base.rc"
             printf '%q ' "${cmd[@]}" >"$base.cmd"
             echo >>"$base.cmd"
@@ -303,49 +400,7 @@ else
 fi
 
 # ---- CSV, charts, README --------------------------------------------------------------------------
-"$tools/jsonl2csv.sh" "$logs" "$out"
-
-# True when the CSV has a row with a value in the column (gt_plot refuses series with none).
-has_values() {
-    awk -F, -v col="$2" 'NR == 1 { for (k = 1; k <= NF; k++) if ($k == col) c = k; next }
-        c && $c != "" { found = 1; exit } END { exit !found }' "$1"
-}
-
-plot_series=()
-add_series() { # label file x y lo hi
-    if [ -f "$2" ] && has_values "$2" "$3" && has_values "$2" "$4"; then plot_series+=("$1=$2:$3:$4:$5:$6"); fi
-}
-ybounds=()
-[ "$quick" -eq 1 ] || ybounds=(--ymin 0.6)
-for model in "${model_list[@]}"; do
-    for w in "${worker_list[@]}"; do
-        for x in wall_s_mean samples_mean; do
-            plot_series=()
-            for label in "${mode_list[@]}" pytorch; do
-                add_series "$label" "$out/curves/${model}__${label}__w$w.csv" "$x" test_acc_mean test_acc_min test_acc_max
-            done
-            [ ${#plot_series[@]} -gt 0 ] || continue
-            if [ "$x" = wall_s_mean ]; then
-                name=acc_vs_time_${model}_w$w.png xlabel="wall time (s)" title="$model: test accuracy vs time, $w workers ($card_tag)"
-            else
-                name=acc_vs_samples_${model}_w$w.png xlabel="samples seen" title="$model: test accuracy vs samples, $w workers"
-            fi
-            "$plot" --out "$out/$name" --title "$title" --xlabel "$xlabel" --ylabel "test accuracy (mean, band min-max over seeds)" \
-                "${ybounds[@]}" "${plot_series[@]}"
-            note "wrote $out/$name"
-        done
-    done
-    plot_series=()
-    for label in "${mode_list[@]}" pytorch; do
-        add_series "$label" "$out/throughput/${model}__${label}.csv" workers steady_samples_per_s_mean \
-            steady_samples_per_s_min steady_samples_per_s_max
-    done
-    if [ ${#plot_series[@]} -gt 0 ]; then
-        "$plot" --out "$out/throughput_${model}.png" --title "$model: throughput vs workers ($card_tag)" --logx \
-            --xlabel "workers ($backend)" --ylabel "samples/s (median epoch after the first)" "${plot_series[@]}"
-        note "wrote $out/throughput_${model}.png"
-    fi
-done
+bench_charts "$out"
 
 commit=${GT_COMMIT:-$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 if [ -z "${GT_COMMIT:-}" ] && [ "$commit" != unknown ] && [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
@@ -361,18 +416,21 @@ fi
     echo "- card: $card ($backend workers); $(nproc) host CPU cores"
     echo "- date (UTC): $date_utc; commit: $commit"
     echo "- data: $data, $epoch_samples training samples per epoch, $epochs epochs, batch $batch per worker,"
-    echo "  SGD lr $lr, momentum $momentum (hogwild-m0.5: 0.5), $evals_per_epoch evaluations per epoch, seeds ${seed_list[*]}"
+    echo "  lr ${lr:-gputrain default}, momentum ${momentum:-gputrain default} (hogwild-m0.5: 0.5), $evals_per_epoch evaluations per epoch,"
+    echo "  seeds ${seed_list[*]}; <mode>-literal runs add gputrain --literal (asynchrony corrections off)"
     echo "- PyTorch reference: $torch_note"
     echo
     echo "samples/s is the median epoch throughput after the first epoch (steady_samples_per_s), mean"
-    echo "over seeds +- half the range; accuracy is the final test accuracy, mean (min-max); time to 0.85"
-    echo "is the mean wall time of the first evaluation at or above 0.85, over the seeds that got there."
+    echo "over seeds +- half the range; accuracy is the final test accuracy, mean (min-max); time to 0.87"
+    echo "is the mean wall time of the first evaluation at or above 0.87, over the seeds that got there;"
+    echo "bad runs counts the runs that diverged (a non-finite loss, or stopped by the guard) or stalled"
+    echo "(final test accuracy below 0.15, chance is 0.10)."
     if [ -n "$train_samples" ] && [ "$torch_note" = "${torch_note#not run}" ]; then
         echo
         echo "The PyTorch runs train on the whole training set (the reference has no --train-samples)."
     fi
     # Rows in matrix order: model, then mode as listed above, then worker count.
-    awk -F, -v models="${model_list[*]}" -v labels="${mode_list[*]} pytorch" -v workers="${worker_list[*]}" '
+    awk -F, -v models="${model_list[*]}" -v labels="${run_labels[*]} pytorch" -v workers="${worker_list[*]}" '
         NR == 1 { for (k = 1; k <= NF; k++) c[$k] = k; next }
         { key[++n] = $(c["model"]) SUBSEP $(c["label"]) SUBSEP $(c["workers"]); row[key[n]] = $0 }
         END {
@@ -383,25 +441,27 @@ fi
         }
         function v(name) { return $(c[name]) }
         function f(x, fmt) { return x == "" ? "-" : sprintf(fmt, x) }
-        function print_row(    sps, acc, t85, runs) {
+        function print_row(    sps, acc, t87, runs, bad) {
             if (v("model") != last) {
-                printf "\n## %s\n\n| mode | workers | runs | samples/s | final test acc | time to 0.85 (s) | stale mean | lock wait | barrier wait |\n", v("model")
-                print "|---|---:|---:|---:|---|---:|---:|---:|---:|"
+                printf "\n## %s\n\n| mode | workers | runs | bad runs | samples/s | final test acc | time to 0.87 (s) | stale mean | lock wait | barrier wait |\n", v("model")
+                print "|---|---:|---:|---|---:|---|---:|---:|---:|---:|"
                 last = v("model")
             }
             sps = v("steady_samples_per_s_mean") == "" ? "-" : sprintf("%.0f +- %.0f", v("steady_samples_per_s_mean"), (v("steady_samples_per_s_max") - v("steady_samples_per_s_min")) / 2)
             acc = v("final_acc_mean") == "" ? "-" : sprintf("%.4f (%.4f-%.4f)", v("final_acc_mean"), v("final_acc_min"), v("final_acc_max"))
-            t85 = sprintf("%s (%d/%d)", f(v("time_to_085_mean"), "%.2f"), v("reached_085"), v("runs"))
+            t87 = sprintf("%s (%d/%d)", f(v("time_to_087_mean"), "%.2f"), v("reached_087"), v("runs"))
             runs = v("runs") (v("runs_not_ok") > 0 ? " (" v("runs_not_ok") " not ok)" : "")
-            printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v("label"), v("workers"), runs, sps, acc, t85,
+            bad = (v("runs_diverged") > 0 ? v("runs_diverged") " diverged " : "") (v("runs_stalled") > 0 ? v("runs_stalled") " stalled" : "")
+            printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v("label"), v("workers"), runs, bad == "" ? "-" : "**" bad "**", sps, acc, t87,
                 f(v("stale_mean_mean"), "%.2f"), f(v("lock_wait_share_mean") == "" ? "" : 100 * v("lock_wait_share_mean"), "%.2f%%"),
                 f(v("barrier_wait_share_mean") == "" ? "" : 100 * v("barrier_wait_share_mean"), "%.2f%%")
         }' "$out/aggregate.csv"
     echo
-    echo "## Runs that did not finish cleanly"
+    echo "## Runs that did not finish cleanly, diverged or stalled"
     echo
     awk -F, 'NR == 1 { for (k = 1; k <= NF; k++) c[$k] = k; next }
-        $(c["status"]) != "ok" { printf "- %s: %s\n", $(c["run"]), $(c["status"]); n++ }
+        $(c["status"]) != "ok" || $(c["flag"]) != "" {
+            printf "- %s: %s%s (final test acc %s)\n", $(c["run"]), $(c["status"]), $(c["flag"]) == "" ? "" : ", " $(c["flag"]), $(c["final_test_acc"]); n++ }
         END { if (!n) print "none" }' "$out/runs.csv"
     echo
     echo "## Files"

@@ -2,7 +2,7 @@
 """check_safetensors.py - reads a gputrain checkpoint with Python's safetensors, as PyTorch users
 will, lists its tensors and metadata, and verifies every tensor against its "crc32.<name>".
 
-    python3 tools/check_safetensors.py CHECKPOINT [CHECKPOINT...]
+Usage: python3 tools/check_safetensors.py CHECKPOINT [CHECKPOINT...]
 
 Exits 0 when every file loads and every CRC matches, 1 on a mismatch or a missing CRC, 2 when a
 file cannot be read at all. Needs the safetensors and numpy packages (pip install safetensors numpy).
@@ -52,8 +52,12 @@ def check_file(path):
 
 
 def main(argv):
-    if len(argv) < 2 or argv[1] in ("-h", "--help"):
-        print(__doc__.strip(), file=sys.stderr)
+    if len(argv) >= 2 and argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    if len(argv) < 2 or argv[1].startswith("--"):
+        print(f"check_safetensors.py: {'no checkpoint given' if len(argv) < 2 else 'unknown option ' + repr(argv[1])}"
+              " (see --help)", file=sys.stderr)
         return 2
     try:
         import numpy  # noqa: F401

@@ -4,24 +4,30 @@
 # GPU run read back by Python's safetensors, then the one-GPU throughput next to PyTorch
 # (tools/gpu_perf.sh) and, with several GPUs, the scaling table (tools/scaling.sh).
 #
-# Usage: tools/gpu_check.sh --data DIR --torch-ref torch_lenet.py [--stb DIR] [--out DIR]
+# Usage: tools/gpu_check.sh [--data DIR] [--torch-ref tools/torch_lenet.py] [--stb DIR] [--out DIR]
 #                           [--skip-perf] [--skip-scaling]
+# --data defaults to datasets/fashion-mnist, then /usr/share/datasets/fashion-mnist.
 # Logs go to OUT (default results); the last lines printed are a short summary.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-data="" ref="" stb="" out="$root/results" perf=1 scaling=1
+. "$root/tools/lib.sh"
+gt_prog=gpu_check
+data="" ref="$root/tools/torch_lenet.py" stb="" out="$root/results" perf=1 scaling=1
 while [ $# -gt 0 ]; do
     case "$1" in
+        --help) gt_usage "$0"; exit 0 ;;
+        --data | --torch-ref | --stb | --out) need_value "$1" $# ;;&
         --data) data=$2; shift 2 ;;
         --torch-ref) ref=$2; shift 2 ;;
         --stb) stb=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --skip-perf) perf=0; shift ;;
         --skip-scaling) scaling=0; shift ;;
-        *) echo "gpu_check: unknown option '$1'" >&2; exit 2 ;;
+        *) usage_error "unknown option '$1'" ;;
     esac
 done
-[ -n "$data" ] && [ -n "$ref" ] || { echo "gpu_check: --data and --torch-ref are required" >&2; exit 2; }
+[ -f "$ref" ] || usage_error "--torch-ref: '$ref' not found"
+gt_find_data
 mkdir -p "$out"
 summary=()
 step() { summary+=("$1: $2"); echo "== $1: $2"; }

@@ -3,25 +3,30 @@
 # the same card, and the 10-epoch accuracy of the reference recipe. Writes
 # OUT/perf-<card>-<date>.md (table with ratios, command, card, date, commit) and .csv.
 #
-# Usage: tools/gpu_perf.sh --data DIR --torch-ref torch_lenet.py [--bin build/gputrain]
+# Usage: tools/gpu_perf.sh [--data DIR] [--torch-ref tools/torch_lenet.py] [--bin build/gputrain]
 #                          [--gpu 0] [--epochs 5] [--out results]
+# --data defaults to datasets/fashion-mnist, then /usr/share/datasets/fashion-mnist.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/tools/lib.sh"
+gt_prog=gpu_perf
 cmd="$0 $*"
-data="" ref="" bin="$root/build/gputrain" gpu=0 epochs=5 out="$root/results"
+data="" ref="$root/tools/torch_lenet.py" bin="$root/build/gputrain" gpu=0 epochs=5 out="$root/results"
 while [ $# -gt 0 ]; do
     case "$1" in
+        --help) gt_usage "$0"; exit 0 ;;
+        --data | --torch-ref | --bin | --gpu | --epochs | --out) need_value "$1" $# ;;&
         --data) data=$2; shift 2 ;;
         --torch-ref) ref=$2; shift 2 ;;
         --bin) bin=$2; shift 2 ;;
         --gpu) gpu=$2; shift 2 ;;
-        --epochs) epochs=$2; shift 2 ;;
+        --epochs) check_uint "$1" "$2"; epochs=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        *) echo "gpu_perf: unknown option '$1'" >&2; exit 2 ;;
+        *) usage_error "unknown option '$1'" ;;
     esac
 done
-[ -n "$data" ] && [ -n "$ref" ] || { echo "gpu_perf: --data and --torch-ref are required" >&2; exit 2; }
+[ -f "$ref" ] || usage_error "--torch-ref: '$ref' not found"
+gt_find_data
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "$gpu" | head -1)
 tag=$(echo "$card" | tr ' ' '-' | tr -cd 'A-Za-z0-9._-')
 date=$(date -u +%Y-%m-%d)

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """interop.py - checkpoints interchange with PyTorch, checked to the last test sample.
 
-    python3 tools/interop.py to-torch CHECKPOINT --data DIR --ref torch_lenet.py
+    python3 tools/interop.py to-torch CHECKPOINT --data DIR [--ref tools/torch_lenet.py]
         Loads a gputrain lenet5 checkpoint with safetensors into the reference PyTorch LeNet5
         (load_state_dict, strict) and evaluates it on the test set; prints the number of correct
         samples. Compare with `gputrain eval --checkpoint CHECKPOINT`.
 
-    python3 tools/interop.py from-torch OUT.safetensors --data DIR --ref torch_lenet.py [--epochs N]
+    python3 tools/interop.py from-torch OUT.safetensors --data DIR [--ref tools/torch_lenet.py] [--epochs N]
         Trains the reference PyTorch LeNet5 (SGD lr 0.05 momentum 0.9, batch 64) for N epochs,
         evaluates it, and saves its state_dict as a gputrain checkpoint (PyTorch names and layouts,
         gputrain metadata with a CRC-32 per tensor) that `gputrain eval` reads; prints the number
@@ -17,6 +17,7 @@ them); runs on the GPU when there is one.
 """
 import argparse
 import importlib.util
+import os
 import sys
 import zlib
 
@@ -103,7 +104,8 @@ def main():
     b.add_argument("--seed", type=int, default=1)
     for s in (a, b):
         s.add_argument("--data", required=True)
-        s.add_argument("--ref", required=True, help="path of the reference torch_lenet.py")
+        s.add_argument("--ref", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_lenet.py"),
+                       help="the PyTorch reference (default tools/torch_lenet.py)")
     args = p.parse_args()
     (to_torch if args.cmd == "to-torch" else from_torch)(args)
 

@@ -3,21 +3,28 @@
 # lenet5 checkpoint evaluated by the PyTorch reference LeNet5, and PyTorch-trained weights
 # evaluated by `gputrain eval`. Writes OUT/interop-<card>-<date>.md with command, card and date.
 #
-# Usage: tools/interop_check.sh --data DIR --torch-ref torch_lenet.py [--bin build/gputrain] [--out results]
+# Usage: tools/interop_check.sh [--data DIR] [--torch-ref tools/torch_lenet.py] [--bin build/gputrain]
+#                               [--out results]
+# --data defaults to datasets/fashion-mnist, then /usr/share/datasets/fashion-mnist.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/tools/lib.sh"
+gt_prog=interop_check
 cmd="$0 $*"
-data="" ref="" bin="$root/build/gputrain" out="$root/results"
+data="" ref="$root/tools/torch_lenet.py" bin="$root/build/gputrain" out="$root/results"
 while [ $# -gt 0 ]; do
     case "$1" in
+        --help) gt_usage "$0"; exit 0 ;;
+        --data | --torch-ref | --bin | --out) need_value "$1" $# ;;&
         --data) data=$2; shift 2 ;;
         --torch-ref) ref=$2; shift 2 ;;
         --bin) bin=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        *) echo "interop_check: unknown option '$1'" >&2; exit 2 ;;
+        *) usage_error "unknown option '$1'" ;;
     esac
 done
-[ -n "$data" ] && [ -n "$ref" ] || { echo "interop_check: --data and --torch-ref are required" >&2; exit 2; }
+[ -f "$ref" ] || usage_error "--torch-ref: '$ref' not found"
+gt_find_data
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -1 || true)
 card=${card:-cpu}
 tag=$(echo "$card" | tr ' ' '-' | tr -cd 'A-Za-z0-9._-')

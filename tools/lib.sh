@@ -1,4 +1,30 @@
-# lib.sh - shell helpers shared by the measurement scripts in tools/ (sourced, not run).
+# lib.sh - shell helpers shared by the scripts in tools/ (sourced, not run). A script sets gt_prog
+# (its name in messages) before it calls them.
+
+# A failure while running: one line on stderr, exit status 1.
+die() { echo "${gt_prog:-gputrain-tools}: $*" >&2; exit 1; }
+# A command-line error: one line on stderr, exit status 2.
+usage_error() { echo "${gt_prog:-gputrain-tools}: $* (see --help)" >&2; exit 2; }
+note() { echo "${gt_prog:-gputrain-tools}: $*"; }
+# need_value FLAG $# : the flag has a value after it.
+need_value() { [ "$2" -ge 2 ] || usage_error "$1 needs a value"; }
+# check_uint FLAG VALUE : a whole number >= 1.
+check_uint() {
+    case "$2" in '' | *[!0-9]*) usage_error "$1: bad count '$2'" ;; esac
+    [ "$2" -ge 1 ] || usage_error "$1: must be >= 1, not '$2'"
+}
+# check_number FLAG VALUE : a non-negative decimal number.
+check_number() { awk -v v="$2" 'BEGIN { exit !(v ~ /^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$/) }' || usage_error "$1: bad number '$2'"; }
+# gt_usage SCRIPT : prints the comment block at the top of SCRIPT (its --help).
+gt_usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$1"; }
+
+# The charts: tools/plot.py (matplotlib) and tools/jsonl2csv.py, run by the python3 on PATH.
+gt_plot() { python3 "$(dirname "${BASH_SOURCE[0]}")/plot.py" "$@"; }
+gt_jsonl2csv() { python3 "$(dirname "${BASH_SOURCE[0]}")/jsonl2csv.py" "$@"; }
+gt_need_matplotlib() {
+    python3 -c 'import matplotlib' >/dev/null 2>&1 ||
+        die "python3 cannot import matplotlib (install it: python3 -m pip install matplotlib, or run tools/deps.sh)"
+}
 
 # Median epoch time after the first, from the evaluation wall clock of a gputrain JSONL log
 # (evaluations at epoch ends; the first epoch includes start-up and is left out).
@@ -17,19 +43,26 @@ gt_median_sps() {
     awk -v n="$n" -v m="$med" 'BEGIN { printf "%.0f", n / m }'
 }
 
-# Checks the gputrain and gt_plot binaries (variables bin and plot; plot defaults to gt_plot beside
-# bin) and finds the Fashion-MNIST folder (variable data; default datasets/fashion-mnist, then
-# /usr/share/datasets/fashion-mnist), made absolute. Calls die MESSAGE on a problem.
+# Checks the gputrain binary (variable bin) and matplotlib, and finds the Fashion-MNIST folder
+# (variable data; default datasets/fashion-mnist, then /usr/share/datasets/fashion-mnist), made
+# absolute. Calls die MESSAGE on a problem.
 gt_resolve_inputs() {
     [ -x "$bin" ] || die "--bin: '$bin' is not an executable (build it: cmake --build build --target gputrain)"
-    plot=${plot:-$(dirname "$bin")/gt_plot}
-    [ -x "$plot" ] || die "--plot: '$plot' is not an executable (build it: cmake --build build --target gt_plot)"
+    gt_need_matplotlib
+    gt_find_data
+}
+
+# Finds the Fashion-MNIST folder (variable data; default datasets/fashion-mnist beside tools/, then
+# /usr/share/datasets/fashion-mnist) and makes it absolute; a bad --data is a command-line error.
+gt_find_data() {
+    local root_dir d
+    root_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
     if [ -z "$data" ]; then
-        for d in "$root/datasets/fashion-mnist" /usr/share/datasets/fashion-mnist; do
+        for d in "$root_dir/datasets/fashion-mnist" /usr/share/datasets/fashion-mnist; do
             if [ -f "$d/train-labels-idx1-ubyte.gz" ]; then data=$d; break; fi
         done
-        [ -n "$data" ] || die "--data: no Fashion-MNIST found in datasets/fashion-mnist or /usr/share/datasets/fashion-mnist"
+        [ -n "$data" ] || usage_error "--data: no Fashion-MNIST found in datasets/fashion-mnist or /usr/share/datasets/fashion-mnist"
     fi
-    [ -f "$data/train-labels-idx1-ubyte.gz" ] || die "--data: '$data/train-labels-idx1-ubyte.gz' not found"
+    [ -f "$data/train-labels-idx1-ubyte.gz" ] || usage_error "--data: '$data/train-labels-idx1-ubyte.gz' not found"
     data=$(cd "$data" && pwd)
 }

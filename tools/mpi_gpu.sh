@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mpi_gpu.sh - the cost of crossing processes (issue 10), on one host with 4 GPUs: 1 process x 4 GPUs
+# mpi_gpu.sh - the cost of crossing processes, on one host with 4 GPUs: 1 process x 4 GPUs
 # against 2 processes x 2 GPUs under mpirun (GPUs 0,1 and 2,3), in sync and allreduce mode, with
 # the same global batch, so the two layouts compute the same thing. Prints and writes
 # OUT/mpi-<card>-<date>.md: samples/s (median epoch after the first, and the whole run), the
@@ -8,16 +8,18 @@
 # Needs a gputrain built with CUDA, NCCL and MPI (built here into build-mpi when --bin is not
 # given) and Open MPI's mpirun (MPIRUN=... for another launcher command).
 #
-# Usage: tools/mpi_gpu.sh --data DIR [--bin PATH] [--models "lenet5 cnn-wide"] [--epochs 5]
+# Usage: tools/mpi_gpu.sh [--data DIR] [--bin PATH] [--models "lenet5 cnn-wide"] [--epochs 5]
 #                         [--args "more gputrain options"] [--name SUFFIX] [--out results]
 # --args go to every run (e.g. a recipe); --name SUFFIX writes mpi-<card>-<date>-SUFFIX.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/tools/lib.sh"
+gt_prog=mpi_gpu
 cmd="$0 $*"
 data="" bin="" models="lenet5 cnn-wide" epochs=5 out="$root/results" extra="" name=""
 while [ $# -gt 0 ]; do
     case "$1" in
+        --data | --bin | --models | --epochs | --out | --args | --name) need_value "$1" $# ;;&
         --data) data=$2; shift 2 ;;
         --bin) bin=$2; shift 2 ;;
         --models) models=$2; shift 2 ;;
@@ -25,11 +27,11 @@ while [ $# -gt 0 ]; do
         --out) out=$2; shift 2 ;;
         --args) extra=$2; shift 2 ;;
         --name) name=-$2; shift 2 ;;
-        --help) sed -n '2,15p' "$0"; exit 0 ;;
-        *) echo "mpi_gpu: unknown option '$1'" >&2; exit 2 ;;
+        --help) gt_usage "$0"; exit 0 ;;
+        *) usage_error "unknown option '$1'" ;;
     esac
 done
-[ -n "$data" ] || { echo "mpi_gpu: --data DIR is required" >&2; exit 2; }
+gt_find_data
 mpirun=${MPIRUN:-mpirun}
 command -v "$mpirun" >/dev/null ||
     { echo "mpi_gpu: no '$mpirun' here (Debian/Ubuntu: apt-get install openmpi-bin libopenmpi-dev)" >&2; exit 1; }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# reproduce.sh - the Fashion-MNIST LeNet runs of issue 7, each for several seeds, with per-epoch
-# curves, a summary against the reference numbers, PNG charts (tools/plot.c) and a README.
+# reproduce.sh - the Fashion-MNIST LeNet reference runs, each for several seeds, with per-epoch
+# curves, a summary against the reference numbers, CSV files (tools/jsonl2csv.py), PNG charts
+# (tools/plot.py) and a README.
 #
 # Usage: tools/reproduce.sh [options]
 #   --gpus LIST        passed to gputrain: 0 | 0,1,2,3 | cpu:N (default: every GPU, else cpu:1)
@@ -13,12 +14,13 @@
 #   --data DIR         Fashion-MNIST folder (default: datasets/fashion-mnist, then
 #                      /usr/share/datasets/fashion-mnist)
 #   --bin PATH         gputrain binary (default build/gputrain)
-#   --plot PATH        gt_plot binary (default: gt_plot beside the gputrain binary)
 #   --out DIR          output folder (default results/reproduce-<card>-<UTC date>); runs already
 #                      there are kept, so the 1-GPU and the 4-GPU commands can share one folder
 #   --dry-run          print the run commands, run nothing
+#   --replot           run nothing: rebuild the CSVs and charts of --out DIR from its runs/
+#   --help             this text
 #
-# The runs (batch is per worker; the reference numbers are in ../shared/ANCHORS.md):
+# The runs (batch is per worker):
 #   lenet5-adam-b32    lenet5, Adam lr 1e-3, batch 32, 10 epochs        PyTorch: 0.887
 #   lenet5-sgd-b64     lenet5, SGD lr 0.05 momentum 0.9, batch 64, 10   PyTorch: 0.884
 #   lenet5-classic     lenet5-classic (D2L), SGD lr 0.9, momentum 0,
@@ -35,18 +37,141 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/tools/lib.sh"
-tools=$root/tools
+gt_prog=reproduce
 command_line=$(printf '%q ' "$0" "$@")
 command_line=${command_line% }
 
-die() { echo "reproduce: $*" >&2; exit 1; }
-note() { echo "reproduce: $*"; }
-need_value() { [ "$2" -ge 2 ] || die "$1 needs a value"; }
-check_uint() { case "$2" in '' | *[!0-9]*) die "$1: bad count '$2'" ;; esac; [ "$2" -ge 1 ] || die "$1: must be >= 1, not '$2'"; }
+# The reference each run is measured against: kind (min = at least, band = inside), low, high, source.
+run_reference() {
+    case "$1" in
+        lenet5-adam-b32) echo "min 0.887 0.887 PyTorch same settings" ;;
+        lenet5-sgd-b64) echo "min 0.884 0.884 PyTorch same settings" ;;
+        lenet5-classic) echo "band 0.78 0.83 Dive into Deep Learning LeNet chapter" ;;
+        lenet5-cosine) echo "min 0.905 0.905 project goal" ;;
+        cnn-wide-*) echo "min 0.920 0.920 project goal (zalando benchmark lists 0.916)" ;;
+    esac
+}
+
+# reproduce_tables: OUT/{evals,runs,aggregate}.csv (tools/jsonl2csv.py), epochs.csv, epoch_means/ and
+# summary.csv from the logs in OUT/runs/ (variables out and logs).
+reproduce_tables() {
+    gt_jsonl2csv --first-field config "$logs" "$out" || die "tools/jsonl2csv.py failed on $logs"
+
+    # epochs.csv: every run's per-epoch numbers; epoch_means/: mean, min and max over seeds per epoch.
+    awk -F, -v OFS=, 'NR == 1 { for (k = 1; k <= NF; k++) c[$k] = k
+            print "run,config,mode,workers,seed,epoch,train_loss,train_acc,test_loss,test_acc,wall_s"; next }
+        { print $(c["run"]), $(c["config"]), $(c["mode"]), $(c["workers"]), $(c["seed"]), $(c["epoch"]),
+            $(c["train_loss"]), $(c["train_acc"]), $(c["test_loss"]), $(c["test_acc"]), $(c["wall_s"]) }' \
+        "$out/evals.csv" >"$out/epochs.csv"
+    rm -rf "$out/epoch_means"
+    mkdir -p "$out/epoch_means"
+    awk -F, -v dir="$out/epoch_means" '
+        NR == 1 { next }
+        {
+            g = $2 "__" $3 "__w" $4
+            if (!(g in seen)) { seen[g] = 1; groups[++ng] = g }
+            key = g SUBSEP $6
+            if (!(key in n)) { ep[g, ++ne[g]] = $6 + 0 }
+            n[key]++
+            for (k = 7; k <= 10; k++) {
+                v = $k + 0
+                sum[key, k] += v
+                if (n[key] == 1 || v < lo[key, k]) lo[key, k] = v
+                if (n[key] == 1 || v > hi[key, k]) hi[key, k] = v
+            }
+        }
+        END {
+            for (i = 1; i <= ng; i++) {
+                g = groups[i]
+                f = dir "/" g ".csv"
+                print "epoch,train_loss_mean,train_loss_min,train_loss_max,train_acc_mean,train_acc_min,train_acc_max,test_loss_mean,test_acc_mean,test_acc_min,test_acc_max,n" > f
+                for (j = 1; j <= ne[g]; j++) {
+                    key = g SUBSEP ep[g, j]
+                    m = n[key]
+                    printf "%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%d\n", ep[g, j],
+                        sum[key, 7] / m, lo[key, 7], hi[key, 7], sum[key, 8] / m, lo[key, 8], hi[key, 8],
+                        sum[key, 9] / m, sum[key, 10] / m, lo[key, 10], hi[key, 10], m > f
+                }
+                close(f)
+            }
+        }' "$out/epochs.csv"
+
+    # summary.csv: final test accuracy over seeds next to its reference.
+    {
+        echo "config,mode,workers,backend,runs,runs_not_ok,epochs,final_acc_mean,final_acc_std,final_acc_min,final_acc_max,reference_kind,reference_low,reference_high,verdict,reference_source"
+        awk -F, 'NR == 1 { for (k = 1; k <= NF; k++) c[$k] = k; next }
+            { g = $(c["config"]) "," $(c["mode"]) "," $(c["workers"]) "," $(c["backend"])
+              if (!(g in n)) order[++ng] = g
+              n[g]++
+              if ($(c["status"]) != "ok") bad[g]++
+              if ($(c["final_test_acc"]) == "") next
+              v = $(c["final_test_acc"]) + 0; m[g]++; s[g] += v; ss[g] += v * v
+              if (m[g] == 1 || v < lo[g]) lo[g] = v
+              if (m[g] == 1 || v > hi[g]) hi[g] = v }
+            END { for (i = 1; i <= ng; i++) { g = order[i]
+                  if (!m[g]) { printf "%s,%d,%d,,,,\n", g, n[g], bad[g] + 0; continue }
+                  mean = s[g] / m[g]; var = m[g] > 1 ? (ss[g] - m[g] * mean * mean) / (m[g] - 1) : 0
+                  printf "%s,%d,%d,%.6g,%.6g,%.6g,%.6g\n", g, n[g], bad[g] + 0, mean, (var > 0 ? sqrt(var) : 0), lo[g], hi[g] } }' \
+            "$out/runs.csv" |
+            while IFS=, read -r config mode workers backend nruns nbad mean std lo hi; do
+                epochs=$(awk -F, -v g="$config,$mode,$workers" '$2 "," $3 "," $4 == g && $6 > e { e = $6 } END { print e + 0 }' "$out/epochs.csv")
+                read -r kind rlo rhi source <<<"$(run_reference "$config")"
+                verdict=""
+                if [ -n "$mean" ] && [ -n "$kind" ]; then
+                    verdict=$(awk -v k="$kind" -v m="$mean" -v lo="$rlo" -v hi="$rhi" 'BEGIN {
+                        if (k == "min") print (m >= lo ? "met" : sprintf("missed by %.4f", lo - m))
+                        else if (m < lo) printf "below the band by %.4f\n", lo - m
+                        else if (m > hi) printf "above the band by %.4f\n", m - hi
+                        else print "inside the band" }')
+                fi
+                echo "$config,$mode,$workers,$backend,$nruns,$nbad,$epochs,$mean,$std,$lo,$hi,$kind,$rlo,$rhi,$verdict,${source//,/;}"
+            done
+    } >"$out/summary.csv"
+
+}
+
+# reproduce_charts: the PNG charts of OUT/epoch_means/ (variables out and card_tag).
+reproduce_charts() {
+    has_values() {
+        awk -F, -v col="$2" 'NR == 1 { for (k = 1; k <= NF; k++) if ($k == col) c = k; next }
+            c && $c != "" { found = 1; exit } END { exit !found }' "$1"
+    }
+    chart() { # out title ylabel column-stem groups...
+        local png=$1 title=$2 ylabel=$3 stem=$4 series=() f g
+        shift 4
+        for g in "$@"; do
+            f=$out/epoch_means/$g.csv
+            if [ -f "$f" ] && has_values "$f" "${stem}_mean"; then
+                series+=("${g//__/ }=$f:epoch:${stem}_mean:${stem}_min:${stem}_max")
+            fi
+        done
+        [ ${#series[@]} -gt 0 ] || return 0
+        local chance=()
+        [ "$stem" != test_acc ] || chance=(--chance 0.1) # Fashion-MNIST: 10 classes
+        gt_plot --out "$out/$png" --title "$title" --xlabel epoch --ylabel "$ylabel" "${chance[@]}" "${series[@]}" ||
+            die "tools/plot.py failed"
+        note "wrote $out/$png"
+    }
+    mapfile -t groups < <(for f in "$out"/epoch_means/*.csv; do [ -f "$f" ] && basename "$f" .csv; done)
+    if [ ${#groups[@]} -gt 0 ]; then
+        chart test_acc.png "Fashion-MNIST: test accuracy per epoch ($card_tag)" "test accuracy (mean, band min-max)" test_acc "${groups[@]}"
+        chart train_loss.png "Fashion-MNIST: training loss per epoch ($card_tag)" "train loss (epoch mean)" train_loss "${groups[@]}"
+        for g in "${groups[@]}"; do
+            case "$g" in lenet5-classic__*) ;; *) continue ;; esac
+            f=$out/epoch_means/$g.csv
+            rest=${g#lenet5-classic__}
+            gt_plot --out "$out/classic_$rest.png" --title "lenet5-classic (D2L LeNet), ${rest//__/ }" --xlabel epoch \
+                --ylabel "mean over seeds, band min-max" "train loss=$f:epoch:train_loss_mean:train_loss_min:train_loss_max" \
+                "train acc=$f:epoch:train_acc_mean:train_acc_min:train_acc_max" "test acc=$f:epoch:test_acc_mean:test_acc_min:test_acc_max"
+            note "wrote $out/classic_$rest.png"
+        done
+    fi
+
+}
 
 all_runs="lenet5-adam-b32 lenet5-sgd-b64 lenet5-classic lenet5-cosine cnn-wide-sgd-cos cnn-wide-adam-cos"
 gpus="" modes="sync" runs="" seeds="1 2 3" seeds_given=0 epochs_override="" train_samples="" quick=0
-data="" bin="$root/build/gputrain" plot="" out="" dry_run=0
+data="" bin="$root/build/gputrain" out="" dry_run=0 replot=0
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -59,26 +184,26 @@ while [ $# -gt 0 ]; do
         --quick) quick=1; shift ;;
         --data) need_value "$1" $#; data=$2; shift 2 ;;
         --bin) need_value "$1" $#; bin=$2; shift 2 ;;
-        --plot) need_value "$1" $#; plot=$2; shift 2 ;;
         --out) need_value "$1" $#; out=$2; shift 2 ;;
         --dry-run) dry_run=1; shift ;;
-        --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
-        *) die "unknown option '$1' (see --help)" ;;
+        --replot) replot=1; shift ;;
+        --help) gt_usage "$0"; exit 0 ;;
+        *) usage_error "unknown option '$1'" ;;
     esac
 done
 
 read -r -a seed_list <<<"$seeds"
-[ ${#seed_list[@]} -gt 0 ] || die "--seeds: empty list"
+[ ${#seed_list[@]} -gt 0 ] || usage_error "--seeds: empty list"
 for s in "${seed_list[@]}"; do check_uint --seeds "$s"; done
 read -r -a mode_list <<<"$modes"
-[ ${#mode_list[@]} -gt 0 ] || die "--modes: empty list"
+[ ${#mode_list[@]} -gt 0 ] || usage_error "--modes: empty list"
 for m in "${mode_list[@]}"; do
-    case "$m" in hogwild | sync | ssp | local | allreduce) ;; *) die "--modes: unknown mode '$m' (hogwild, sync, ssp, local, allreduce)" ;; esac
+    case "$m" in hogwild | sync | ssp | local | allreduce) ;; *) usage_error "--modes: unknown mode '$m' (hogwild, sync, ssp, local, allreduce)" ;; esac
 done
 read -r -a run_list <<<"${runs:-$all_runs}"
-[ ${#run_list[@]} -gt 0 ] || die "--runs: empty list"
+[ ${#run_list[@]} -gt 0 ] || usage_error "--runs: empty list"
 for r in "${run_list[@]}"; do
-    case " $all_runs " in *" $r "*) ;; *) die "--runs: unknown run '$r' (one of: $all_runs)" ;; esac
+    case " $all_runs " in *" $r "*) ;; *) usage_error "--runs: unknown run '$r' (one of: $all_runs)" ;; esac
 done
 if [ "$quick" -eq 1 ]; then
     [ "$seeds_given" -eq 1 ] || seed_list=(1)
@@ -86,6 +211,16 @@ if [ "$quick" -eq 1 ]; then
     train_samples=${train_samples:-2000}
 fi
 
+if [ "$replot" -eq 1 ]; then
+    [ -n "$out" ] && [ -d "$out/runs" ] || usage_error "--replot needs --out DIR with the runs/ of an earlier reproduction"
+    gt_need_matplotlib
+    logs=$out/runs
+    card_tag=$(basename "$out")
+    card_tag=${card_tag#reproduce-}
+    reproduce_tables
+    reproduce_charts
+    exit 0
+fi
 gt_resolve_inputs
 
 # ---- devices and card ------------------------------------------------------------------------------
@@ -97,7 +232,7 @@ fi
 case "$gpus" in
     cpu:*) nworkers=${gpus#cpu:}; check_uint --gpus "$nworkers"; backend=cpu ;;
     all) [ "$ngpus" -gt 0 ] || die "--gpus all: no GPU found"; nworkers=$ngpus; backend=gpu ;;
-    *[!0-9,]* | ,* | *, | *,,*) die "--gpus: bad list '$gpus' (0,1,2 or cpu:N)" ;;
+    *[!0-9,]* | ,* | *, | *,,*) usage_error "--gpus: bad list '$gpus' (0,1,2 or cpu:N)" ;;
     *) nworkers=$(($(printf '%s' "$gpus" | tr -cd ',' | wc -c) + 1)); backend=gpu ;;
 esac
 if [ "$backend" = gpu ]; then
@@ -129,16 +264,6 @@ run_flags() {
     esac
 }
 
-# The reference each run is measured against: kind (min = at least, band = inside), low, high, source.
-run_reference() {
-    case "$1" in
-        lenet5-adam-b32) echo "min 0.887 0.887 PyTorch same settings (ANCHORS.md)" ;;
-        lenet5-sgd-b64) echo "min 0.884 0.884 PyTorch same settings (ANCHORS.md)" ;;
-        lenet5-classic) echo "band 0.78 0.83 Dive into Deep Learning LeNet chapter" ;;
-        lenet5-cosine) echo "min 0.905 0.905 goal of issue 7" ;;
-        cnn-wide-*) echo "min 0.920 0.920 goal of issue 7 (zalando benchmark lists 0.916)" ;;
-    esac
-}
 
 # ---- the runs --------------------------------------------------------------------------------------
 total=$((${#run_list[@]} * ${#mode_list[@]} * ${#seed_list[@]}))
@@ -201,112 +326,9 @@ for run in "${run_list[@]}"; do
 done
 [ "$dry_run" -eq 0 ] || exit 0
 
-# ---- CSV -------------------------------------------------------------------------------------------
-"$tools/jsonl2csv.sh" --first-field config "$logs" "$out"
-
-# epochs.csv: every run's per-epoch numbers; epoch_means/: mean, min and max over seeds per epoch.
-awk -F, -v OFS=, 'NR == 1 { for (k = 1; k <= NF; k++) c[$k] = k
-        print "run,config,mode,workers,seed,epoch,train_loss,train_acc,test_loss,test_acc,wall_s"; next }
-    { print $(c["run"]), $(c["config"]), $(c["mode"]), $(c["workers"]), $(c["seed"]), $(c["epoch"]),
-        $(c["train_loss"]), $(c["train_acc"]), $(c["test_loss"]), $(c["test_acc"]), $(c["wall_s"]) }' \
-    "$out/evals.csv" >"$out/epochs.csv"
-rm -rf "$out/epoch_means"
-mkdir -p "$out/epoch_means"
-awk -F, -v dir="$out/epoch_means" '
-    NR == 1 { next }
-    {
-        g = $2 "__" $3 "__w" $4
-        if (!(g in seen)) { seen[g] = 1; groups[++ng] = g }
-        key = g SUBSEP $6
-        if (!(key in n)) { ep[g, ++ne[g]] = $6 + 0 }
-        n[key]++
-        for (k = 7; k <= 10; k++) {
-            v = $k + 0
-            sum[key, k] += v
-            if (n[key] == 1 || v < lo[key, k]) lo[key, k] = v
-            if (n[key] == 1 || v > hi[key, k]) hi[key, k] = v
-        }
-    }
-    END {
-        for (i = 1; i <= ng; i++) {
-            g = groups[i]
-            f = dir "/" g ".csv"
-            print "epoch,train_loss_mean,train_loss_min,train_loss_max,train_acc_mean,train_acc_min,train_acc_max,test_loss_mean,test_acc_mean,test_acc_min,test_acc_max,n" > f
-            for (j = 1; j <= ne[g]; j++) {
-                key = g SUBSEP ep[g, j]
-                m = n[key]
-                printf "%d,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%d\n", ep[g, j],
-                    sum[key, 7] / m, lo[key, 7], hi[key, 7], sum[key, 8] / m, lo[key, 8], hi[key, 8],
-                    sum[key, 9] / m, sum[key, 10] / m, lo[key, 10], hi[key, 10], m > f
-            }
-            close(f)
-        }
-    }' "$out/epochs.csv"
-
-# summary.csv: final test accuracy over seeds next to its reference.
-{
-    echo "config,mode,workers,backend,runs,runs_not_ok,epochs,final_acc_mean,final_acc_std,final_acc_min,final_acc_max,reference_kind,reference_low,reference_high,verdict,reference_source"
-    awk -F, 'NR == 1 { for (k = 1; k <= NF; k++) c[$k] = k; next }
-        { g = $(c["config"]) "," $(c["mode"]) "," $(c["workers"]) "," $(c["backend"])
-          if (!(g in n)) order[++ng] = g
-          n[g]++
-          if ($(c["status"]) != "ok") bad[g]++
-          if ($(c["final_test_acc"]) == "") next
-          v = $(c["final_test_acc"]) + 0; m[g]++; s[g] += v; ss[g] += v * v
-          if (m[g] == 1 || v < lo[g]) lo[g] = v
-          if (m[g] == 1 || v > hi[g]) hi[g] = v }
-        END { for (i = 1; i <= ng; i++) { g = order[i]
-              if (!m[g]) { printf "%s,%d,%d,,,,\n", g, n[g], bad[g] + 0; continue }
-              mean = s[g] / m[g]; var = m[g] > 1 ? (ss[g] - m[g] * mean * mean) / (m[g] - 1) : 0
-              printf "%s,%d,%d,%.6g,%.6g,%.6g,%.6g\n", g, n[g], bad[g] + 0, mean, (var > 0 ? sqrt(var) : 0), lo[g], hi[g] } }' \
-        "$out/runs.csv" |
-        while IFS=, read -r config mode workers backend nruns nbad mean std lo hi; do
-            epochs=$(awk -F, -v g="$config,$mode,$workers" '$2 "," $3 "," $4 == g && $6 > e { e = $6 } END { print e + 0 }' "$out/epochs.csv")
-            read -r kind rlo rhi source <<<"$(run_reference "$config")"
-            verdict=""
-            if [ -n "$mean" ] && [ -n "$kind" ]; then
-                verdict=$(awk -v k="$kind" -v m="$mean" -v lo="$rlo" -v hi="$rhi" 'BEGIN {
-                    if (k == "min") print (m >= lo ? "met" : sprintf("missed by %.4f", lo - m))
-                    else if (m < lo) printf "below the band by %.4f\n", lo - m
-                    else if (m > hi) printf "above the band by %.4f\n", m - hi
-                    else print "inside the band" }')
-            fi
-            echo "$config,$mode,$workers,$backend,$nruns,$nbad,$epochs,$mean,$std,$lo,$hi,$kind,$rlo,$rhi,$verdict,${source//,/;}"
-        done
-} >"$out/summary.csv"
-
-# ---- charts ----------------------------------------------------------------------------------------
-has_values() {
-    awk -F, -v col="$2" 'NR == 1 { for (k = 1; k <= NF; k++) if ($k == col) c = k; next }
-        c && $c != "" { found = 1; exit } END { exit !found }' "$1"
-}
-chart() { # out title ylabel column-stem groups...
-    local png=$1 title=$2 ylabel=$3 stem=$4 series=() f g
-    shift 4
-    for g in "$@"; do
-        f=$out/epoch_means/$g.csv
-        if [ -f "$f" ] && has_values "$f" "${stem}_mean"; then
-            series+=("${g//__/ }=$f:epoch:${stem}_mean:${stem}_min:${stem}_max")
-        fi
-    done
-    [ ${#series[@]} -gt 0 ] || return 0
-    "$plot" --out "$out/$png" --title "$title" --xlabel epoch --ylabel "$ylabel" "${series[@]}"
-    note "wrote $out/$png"
-}
-mapfile -t groups < <(for f in "$out"/epoch_means/*.csv; do [ -f "$f" ] && basename "$f" .csv; done)
-if [ ${#groups[@]} -gt 0 ]; then
-    chart test_acc.png "Fashion-MNIST: test accuracy per epoch ($card_tag)" "test accuracy (mean, band min-max)" test_acc "${groups[@]}"
-    chart train_loss.png "Fashion-MNIST: training loss per epoch ($card_tag)" "train loss (epoch mean)" train_loss "${groups[@]}"
-    for g in "${groups[@]}"; do
-        case "$g" in lenet5-classic__*) ;; *) continue ;; esac
-        f=$out/epoch_means/$g.csv
-        rest=${g#lenet5-classic__}
-        "$plot" --out "$out/classic_$rest.png" --title "lenet5-classic (D2L LeNet), ${rest//__/ }" --xlabel epoch \
-            --ylabel "mean over seeds, band min-max" "train loss=$f:epoch:train_loss_mean:train_loss_min:train_loss_max" \
-            "train acc=$f:epoch:train_acc_mean:train_acc_min:train_acc_max" "test acc=$f:epoch:test_acc_mean:test_acc_min:test_acc_max"
-        note "wrote $out/classic_$rest.png"
-    done
-fi
+# ---- CSV and charts ------------------------------------------------------------------------------
+reproduce_tables
+reproduce_charts
 
 # ---- README ----------------------------------------------------------------------------------------
 commit=${GT_COMMIT:-$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
@@ -317,7 +339,7 @@ fi
     echo "# Reproducing the Fashion-MNIST LeNet runs, $card_tag, $date_utc"
     echo
     echo "Written by tools/reproduce.sh; every accuracy below comes from the logs in runs/ (runs.csv);"
-    echo "the reference column is what issue 7 and ../shared/ANCHORS.md measure against."
+    echo "the reference column names the source of each reference number."
     echo
     echo "- card: $card ($backend); date (UTC): $date_utc; commit: $commit"
     echo "- data: $data${train_samples:+, first $train_samples training samples}"

@@ -5,25 +5,30 @@
 # Writes OUT/scaling-<card>-<date>.md and .csv: samples/s (median epoch after the first), scaling
 # efficiency against the same mode on one GPU, and test accuracy after the run.
 #
-# Usage: tools/scaling.sh --data DIR --torch-ref torch_lenet.py [--bin build/gputrain]
+# Usage: tools/scaling.sh [--data DIR] [--torch-ref tools/torch_lenet.py] [--bin build/gputrain]
 #                         [--epochs 5] [--gpus "1 2 4"] [--out results]
+# --data defaults to datasets/fashion-mnist, then /usr/share/datasets/fashion-mnist.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/tools/lib.sh"
+gt_prog=scaling
 cmd="$0 $*"
-data="" ref="" bin="$root/build/gputrain" epochs=5 counts="1 2 4" out="$root/results"
+data="" ref="$root/tools/torch_lenet.py" bin="$root/build/gputrain" epochs=5 counts="1 2 4" out="$root/results"
 while [ $# -gt 0 ]; do
     case "$1" in
+        --help) gt_usage "$0"; exit 0 ;;
+        --data | --torch-ref | --bin | --epochs | --gpus | --out) need_value "$1" $# ;;&
         --data) data=$2; shift 2 ;;
         --torch-ref) ref=$2; shift 2 ;;
         --bin) bin=$2; shift 2 ;;
-        --epochs) epochs=$2; shift 2 ;;
+        --epochs) check_uint "$1" "$2"; epochs=$2; shift 2 ;;
         --gpus) counts=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        *) echo "scaling: unknown option '$1'" >&2; exit 2 ;;
+        *) usage_error "unknown option '$1'" ;;
     esac
 done
-[ -n "$data" ] && [ -n "$ref" ] || { echo "scaling: --data and --torch-ref are required" >&2; exit 2; }
+[ -f "$ref" ] || usage_error "--torch-ref: '$ref' not found"
+gt_find_data
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | head -1)
 ngpu=$(nvidia-smi -L | wc -l)
 tag=$(echo "$card" | tr ' ' '-' | tr -cd 'A-Za-z0-9._-')

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# cli_tools.sh - the scripts in tools/: every one answers --help with exit 0 and a bad option with
+# exit 2; jsonl2csv.py reads gputrain logs (non-finite numbers included) into the CSV columns the
+# benchmark uses, with time to 0.87 and the diverged/stalled flag; plot.py draws them (where
+# matplotlib imports). Needs no data and no GPU.
+. "$(dirname "$0")/lib_cli.sh"
+SRC=${GT_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
+for t in "$SRC"/tools/*.sh "$SRC"/tools/*.py; do
+    case "$(basename "$t")" in lib.sh | run.sh) continue ;; esac # sourced / passes arguments to gputrain
+    case "$t" in *.py) run=(python3 "$t") ;; *) run=(bash "$t") ;; esac
+    "${run[@]}" --help >"$TMP/help" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] && grep -qi usage "$TMP/help" || fail "$(basename "$t") --help: exit $rc, $(head -c 200 "$TMP/help")"
+    "${run[@]}" --no-such-option >/dev/null 2>&1
+    rc=$?
+    [ $rc -eq 2 ] || fail "$(basename "$t") --no-such-option: exit $rc, not 2"
+done
+
+# Three runs of one mode: one learns, one stalls at chance, one goes non-finite.
+mkdir -p "$TMP/logs"
+ev() { # epoch samples wall test_acc train_loss
+    printf '{"type":"eval","epoch":%s,"step":%s,"samples":%s,"wall_s":%s,"train_loss":%s,"train_acc":0.5,"test_loss":1.0,"test_acc":%s,"lr":0.05,"mode":"hogwild","workers":2}\n' \
+        "$1" "$2" "$2" "$3" "$5" "$4"
+}
+sm() { printf '{"type":"summary","mode":"hogwild","workers":2,"samples":%s,"wall_s":%s,"samples_per_s":%s,"test_acc":%s,"interrupted":0}\n' "$@"; }
+{ ev 1 1000 1.0 0.80 0.6; ev 2 2000 2.0 0.88 0.4; sm 2000 2.0 1000 0.88; } >"$TMP/logs/lenet5__hogwild__w2__s1.jsonl"
+{ ev 1 1000 1.0 0.10 2.30; ev 2 2000 2.0 0.10 2.30; sm 2000 2.0 1000 0.10; } >"$TMP/logs/lenet5__hogwild__w2__s2.jsonl"
+{ ev 1 1000 1.0 0.70 0.9; ev 2 2000 2.0 0.10 nan; sm 2000 2.0 1000 0.10; } >"$TMP/logs/lenet5__hogwild__w2__s3.jsonl"
+echo 0 | tee "$TMP/logs/"*.rc >/dev/null
+python3 "$SRC/tools/jsonl2csv.py" "$TMP/logs" "$TMP/out" 2>"$TMP/err" || fail "jsonl2csv.py: $(cat "$TMP/err")"
+col() { # file run column
+    python3 -c 'import csv, sys
+for r in csv.DictReader(open(sys.argv[1])):
+    if r.get("run", r.get("label")) == sys.argv[2]: print(r[sys.argv[3]])' "$@"
+}
+[ "$(col "$TMP/out/runs.csv" lenet5__hogwild__w2__s1 flag)" = "" ] || fail "a run that learned is flagged"
+[ "$(col "$TMP/out/runs.csv" lenet5__hogwild__w2__s2 flag)" = stalled ] || fail "a run at chance is not flagged stalled"
+[ "$(col "$TMP/out/runs.csv" lenet5__hogwild__w2__s3 flag)" = diverged ] || fail "a run with a nan loss is not flagged diverged"
+[ "$(col "$TMP/out/runs.csv" lenet5__hogwild__w2__s1 time_to_087)" = 2.0 ] || fail "time_to_087 of s1 is not 2.0"
+[ "$(col "$TMP/out/runs.csv" lenet5__hogwild__w2__s1 samples_to_087)" = 2000 ] || fail "samples_to_087 of s1 is not 2000"
+[ "$(col "$TMP/out/runs.csv" lenet5__hogwild__w2__s2 time_to_087)" = "" ] || fail "s2 never reached 0.87"
+[ "$(col "$TMP/out/aggregate.csv" hogwild runs_stalled)/$(col "$TMP/out/aggregate.csv" hogwild runs_diverged)" = 1/1 ] ||
+    fail "aggregate.csv does not count 1 stalled and 1 diverged run"
+[ "$(col "$TMP/out/aggregate.csv" hogwild final_acc_mean)" = 0.36 ] || fail "final_acc_mean is not 0.36"
+if python3 -c 'import matplotlib' 2>/dev/null; then
+    python3 "$SRC/tools/plot.py" --out "$TMP/a.png" --ymin 0.6 --chance 0.1 \
+        "hogwild=$TMP/out/curves/lenet5__hogwild__w2.csv:samples_mean:test_acc_mean:test_acc_min:test_acc_max" 2>"$TMP/err" ||
+        fail "plot.py: $(cat "$TMP/err")"
+    [ "$(head -c 4 "$TMP/a.png" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "plot.py wrote no PNG"
+    python3 "$SRC/tools/plot.py" --out "$TMP/b.png" "x=$TMP/out/runs.csv:run:nope" 2>/dev/null
+    [ $? -eq 1 ] || fail "plot.py on a missing column should exit 1"
+else
+    echo "plot.py not checked: python3 cannot import matplotlib"
+fi
+finish
