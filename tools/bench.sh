@@ -31,6 +31,10 @@
 #   --torch-ref PATH   PyTorch reference (default tools/torch_lenet.py)
 #   --no-torch         skip the PyTorch reference
 #   --out DIR          output folder (default results/bench-<card>-<UTC date>)
+#   --parallel         GPUs: run floor(GPUs / workers) runs at a time, each on its own GPUs (an
+#                      N-GPU host measures its matrix up to N times sooner; the runs share the
+#                      host's CPUs and memory, and the README says the matrix ran this way)
+#   --torch-seeds LIST seeds of the PyTorch reference (default: --seeds)
 #   --dry-run          print the run commands, run nothing
 #   --replot           run nothing: rebuild the CSVs and charts of --out DIR from its runs/
 #   --help             this text
@@ -44,8 +48,9 @@
 #   hogwild-m0.5      --mode hogwild, momentum 0.5: asynchrony acts like extra momentum, so how
 #                     does hogwild do with less of it
 #   hogwild-lockfree  --mode hogwild --stripes 0 (true Hogwild, no locks)
+#   hogwild-overlap   --mode hogwild --overlap (step k+1 begins before step k's push)
 #   sync              --mode sync
-#   ssp-s1, ssp-s3    --mode ssp --staleness 1 / 3
+#   ssp-s2, ssp-s4    --mode ssp --staleness 2 / 4 (ssp-s1, ssp-s3 on request)
 #   local-k4          --mode local --sync-every 4
 #   allreduce         --mode allreduce (GPUs and a gputrain linked with NCCL only)
 # The literal recipe of a mode is labelled <mode>-literal. A run is "stalled" when its final test
@@ -70,8 +75,8 @@ check_list() {
 # PyTorch, then anything else found.
 series_order() {
     local m
-    for m in $all_modes; do echo "$m"; done
-    for m in $all_modes; do echo "$m-literal"; done
+    for m in $all_modes $extra_modes; do echo "$m"; done
+    for m in $all_modes $extra_modes; do echo "$m-literal"; done
     echo pytorch
 }
 
@@ -138,10 +143,11 @@ bench_charts() {
     done
 }
 
-all_modes="hogwild hogwild-m0.5 hogwild-lockfree sync ssp-s1 ssp-s3 local-k4 allreduce"
+all_modes="hogwild hogwild-lockfree hogwild-overlap sync ssp-s2 ssp-s4 local-k4 allreduce"
+extra_modes="hogwild-m0.5 ssp-s1 ssp-s3"
 quick=0 epochs="" models="lenet5" modes="" seeds="" workers="" gpus_max="" force_cpu=0
 batch=64 batch_given=0 lr="" momentum="" train_samples="" evals_per_epoch=4 data="" bin="$root/build/gputrain"
-torch_ref="$root/tools/torch_lenet.py" no_torch=0 out="" dry_run=0 replot=0 literal=auto
+torch_ref="$root/tools/torch_lenet.py" no_torch=0 out="" dry_run=0 replot=0 literal=auto parallel=0 torch_seeds=""
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -167,6 +173,8 @@ while [ $# -gt 0 ]; do
         --no-torch) no_torch=1; shift ;;
         --out) need_value "$1" $#; out=$2; shift 2 ;;
         --dry-run) dry_run=1; shift ;;
+        --parallel) parallel=1; shift ;;
+        --torch-seeds) need_value "$1" $#; torch_seeds=$2; [ -n "$2" ] || usage_error "--torch-seeds: empty list"; shift 2 ;;
         --replot) replot=1; shift ;;
         --help) gt_usage "$0"; exit 0 ;;
         *) usage_error "unknown option '$1'" ;;
@@ -246,7 +254,7 @@ done
 
 mode_list=()
 for m in ${modes:-$all_modes}; do
-    case " $all_modes " in *" $m "*) ;; *) usage_error "--modes: unknown mode '$m' (one of: $all_modes)" ;; esac
+    case " $all_modes $extra_modes " in *" $m "*) ;; *) usage_error "--modes: unknown mode '$m' (one of: $all_modes $extra_modes)" ;; esac
     if [ "$m" = allreduce ] && [ "$have_nccl" -eq 0 ]; then
         [ -z "$modes" ] || note "skipping allreduce: it needs GPUs and a gputrain linked with NCCL"
         continue
@@ -284,19 +292,21 @@ mode_flags() {
         hogwild) printf '%s\n' --mode hogwild ;;
         hogwild-m0.5) printf '%s\n' --mode hogwild --momentum 0.5 ;;
         hogwild-lockfree) printf '%s\n' --mode hogwild --stripes 0 ;;
+        hogwild-overlap) printf '%s\n' --mode hogwild --overlap ;;
         sync) printf '%s\n' --mode sync ;;
-        ssp-s1) printf '%s\n' --mode ssp --staleness 1 ;;
-        ssp-s3) printf '%s\n' --mode ssp --staleness 3 ;;
+        ssp-s*) printf '%s\n' --mode ssp --staleness "${m#ssp-s}" ;;
         local-k4) printf '%s\n' --mode local --sync-every 4 ;;
         allreduce) printf '%s\n' --mode allreduce ;;
     esac
 }
 
+# device_list W SLOT: the devices of a run of W workers in job slot SLOT (--parallel packs the
+# slots onto disjoint GPUs: slot k of W-GPU runs holds GPUs k*W .. k*W+W-1).
 device_list() {
     if [ "$backend" = cpu ]; then
         echo "cpu:$1"
     else
-        seq -s, 0 $(($1 - 1))
+        seq -s, $(($2 * $1)) $(($2 * $1 + $1 - 1))
     fi
 }
 
@@ -306,18 +316,70 @@ run_done() { [ -f "$1.jsonl" ] && grep -q '"type":"summary"' "$1.jsonl" && [ "$(
 total=$((${#model_list[@]} * ${#run_labels[@]} * ${#worker_list[@]} * ${#seed_list[@]}))
 note "$card ($backend), $total runs: models ${model_list[*]}; modes ${run_labels[*]}; workers ${worker_list[*]}; seeds ${seed_list[*]}; $epochs epochs of $epoch_samples samples, batch $batch"
 note "output: $out"
-i=0 failed=0
+# run_one I ID W SLOT CMD...: runs one matrix entry with its logs under $logs/ID and prints one
+# line (in the background under --parallel, so each line is printed whole).
+run_one() {
+    local i=$1 id=$2 base=$logs/$2 rc=0 line
+    shift 4
+    printf '%q ' "$@" >"$base.cmd"
+    echo >>"$base.cmd"
+    rm -f "$base.jsonl" "$base.rc"
+    "$@" >"$base.out" 2>"$base.err" || rc=$?
+    echo "$rc" >"$base.rc"
+    : >>"$base.jsonl" # a run that failed before its first line is still listed
+    if [ "$rc" -ne 0 ]; then
+        line="FAILED (exit $rc): $(tail -n 1 "$base.err")"
+    else
+        line=$(awk -F'[:,}]' '/"type":"summary"/ {
+            for (k = 1; k < NF; k++) {
+                if ($k == "\"test_acc\"") acc = $(k + 1)
+                if ($k == "\"samples_per_s\"") sps = $(k + 1)
+                if ($k == "\"wall_s\"") wall = $(k + 1)
+            }
+            printf "test acc %s, %s samples/s, %s s\n", acc, sps, wall
+        }' "$base.jsonl")
+    fi
+    printf 'bench: [%d/%d] %s ... %s\n' "$i" "$total" "$id" "$line"
+}
+
+# Job slots for --parallel: slot_pid[k] is the run holding slot k, if any.
+slot_pid=()
+# take_slot SLOTS: waits until one of SLOTS slots is free and sets $slot to it.
+take_slot() {
+    local k
+    while :; do
+        for ((k = 0; k < $1; k++)); do
+            if [ -z "${slot_pid[k]:-}" ] || ! kill -0 "${slot_pid[k]}" 2>/dev/null; then
+                [ -z "${slot_pid[k]:-}" ] || wait "${slot_pid[k]}" || true
+                slot_pid[k]=""
+                slot=$k
+                return
+            fi
+        done
+        wait -n 2>/dev/null || true
+    done
+}
+
+i=0
 for model in "${model_list[@]}"; do
     for w in "${worker_list[@]}"; do
         every=$((epoch_samples / (batch * w * evals_per_epoch)))
         [ "$every" -ge 1 ] || every=1
+        slots=1
+        if [ "$parallel" -eq 1 ] && [ "$backend" = gpu ]; then slots=$((ngpus / w)); fi
         for label in "${run_labels[@]}"; do
             mapfile -t flags < <(mode_flags "$label")
             for seed in "${seed_list[@]}"; do
                 i=$((i + 1))
                 id=${model}__${label}__w${w}__s${seed}
                 base=$logs/$id
-                cmd=("$bin" --gpus "$(device_list "$w")" "${flags[@]}" --model "$model" --epochs "$epochs"
+                slot=0
+                if [ "$dry_run" -eq 0 ] && run_done "$base"; then
+                    note "[$i/$total] $id: done before, kept"
+                    continue
+                fi
+                [ "$dry_run" -eq 1 ] || take_slot "$slots"
+                cmd=("$bin" --gpus "$(device_list "$w" "$slot")" "${flags[@]}" --model "$model" --epochs "$epochs"
                     --seed "$seed" --eval-every "$every"
                     --data "$data" --log "$base.jsonl" --quiet --no-progress)
                 [ -z "$train_samples" ] || cmd+=(--train-samples "$train_samples")
@@ -326,35 +388,19 @@ for model in "${model_list[@]}"; do
                     echo
                     continue
                 fi
-                if run_done "$base"; then
-                    note "[$i/$total] $id: done before, kept"
-                    continue
+                if [ "$slots" -gt 1 ]; then
+                    run_one "$i" "$id" "$w" "$slot" "${cmd[@]}" &
+                    slot_pid[slot]=$!
+                else
+                    run_one "$i" "$id" "$w" "$slot" "${cmd[@]}"
                 fi
-                printf '%q ' "${cmd[@]}" >"$base.cmd"
-                echo >>"$base.cmd"
-                printf 'bench: [%d/%d] %s ... ' "$i" "$total" "$id"
-                rm -f "$base.jsonl" "$base.rc"
-                rc=0
-                "${cmd[@]}" >"$base.out" 2>"$base.err" || rc=$?
-                echo "$rc" >"$base.rc"
-                : >>"$base.jsonl" # a run that failed before its first line is still listed
-                if [ "$rc" -ne 0 ]; then
-                    failed=$((failed + 1))
-                    echo "FAILED (exit $rc): $(tail -n 1 "$base.err")"
-                    continue
-                fi
-                awk -F'[:,]' '/"type":"summary"/ {
-                    for (k = 1; k < NF; k++) {
-                        if ($k == "\"test_acc\"") acc = $(k + 1)
-                        if ($k == "\"samples_per_s\"") sps = $(k + 1)
-                        if ($k == "\"wall_s\"") wall = $(k + 1)
-                    }
-                    printf "test acc %s, %s samples/s, %s s\n", acc, sps, wall
-                }' "$base.jsonl"
             done
         done
+        wait # the next worker count packs its slots afresh
+        slot_pid=()
     done
 done
+failed=$(cat "$logs"/*.rc 2>/dev/null | grep -cv '^0$' || true)
 [ "$dry_run" -eq 0 ] || exit 0
 
 # ---- the PyTorch reference, same session, same card -----------------------------------------------
@@ -368,8 +414,11 @@ elif ! python3 -c 'import torch' >/dev/null 2>&1; then
 else
     [ -f "$torch_ref" ] || usage_error "--torch-ref: '$torch_ref' not found"
     torch_note="$torch_ref, $(python3 -c 'import torch; print("PyTorch", torch.__version__)')"
+    [ -n "$torch_seeds" ] || torch_seeds="${seed_list[*]}"
+    read -r -a torch_seed_list <<<"$torch_seeds"
+    check_list --torch-seeds "${torch_seed_list[@]}"
     for w in "${worker_list[@]}"; do
-        for seed in "${seed_list[@]}"; do
+        for seed in "${torch_seed_list[@]}"; do
             id=lenet5__pytorch__w${w}__s${seed}
             base=$logs/$id
             if [ -f "$base.jsonl" ] && grep -q '"samples_per_s_steady"' "$base.jsonl" &&
@@ -419,6 +468,10 @@ fi
     echo "  lr ${lr:-gputrain default}, momentum ${momentum:-gputrain default} (hogwild-m0.5: 0.5), $evals_per_epoch evaluations per epoch,"
     echo "  seeds ${seed_list[*]}; <mode>-literal runs add gputrain --literal (asynchrony corrections off)"
     echo "- PyTorch reference: $torch_note"
+    if [ "$parallel" -eq 1 ] && [ "$backend" = gpu ]; then
+        echo "- --parallel: runs of W GPUs ran $ngpus/W at a time on disjoint GPUs of this host, sharing its CPUs"
+        echo "  and memory (the PyTorch reference ran alone)"
+    fi
     echo
     echo "samples/s is the median epoch throughput after the first epoch (steady_samples_per_s), mean"
     echo "over seeds +- half the range; accuracy is the final test accuracy, mean (min-max); time to 0.87"
