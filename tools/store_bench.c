@@ -2,10 +2,13 @@
  * src/ps.c and src/optim.c and no device: W threads act as hogwild workers, each looping pull ->
  * finite check of its gradient -> push, as src/train.c's hogwild loop does, with nothing between
  * (the worst contention; a GPU worker spends its compute time between pull and push).
- * Usage: store_bench [-s STEPS] [-r REPEATS] [-w W[,W...]] [-o sgd|adam] [-m MODEL[,MODEL...]]
+ * Usage: store_bench [-s STEPS] [-r REPEATS] [-w W[,W...]] [-t T[,T...]] [-o sgd|adam]
+ *                    [-m MODEL[,MODEL...]]
  *        defaults: -s 200 -r 3 -w 1,2 -o sgd -m lenet5,cnn-wide (SGD momentum 0.9, default
- *        stripes). Each row is the repeat with the least host time per step, so that other load on
- *        a shared machine shows up as little as it can.
+ *        stripes, the store's default threads). -t: the store's threads per walk
+ *        (gt_ps_set_threads; its repeats interleave, so that load drift hits each count alike).
+ *        Each row is the repeat with the least host time per step, so that other load on a shared
+ *        machine shows up as little as it can.
  * Prints a markdown table: per worker step, the mean microseconds of the pull (gt_ps_pull), the
  * finite check (gt_all_finite), the push (gt_ps_push), the lock wait of pulls and pushes together
  * (the store's telemetry), and apply = push - lock wait (exact when pulls never wait, as with one
@@ -26,6 +29,7 @@
 typedef struct bench_cfg {
     int steps, repeats;
     int nw, workers[MAX_WORKERS];
+    int nt, threads[MAX_WORKERS]; /* store threads; none given: one run with the default */
     int nm;
     const char *models[MAX_MODELS];
     gt_optim_cfg optim;
@@ -98,11 +102,16 @@ typedef struct bench_row {
 } bench_row;
 
 /* One run of model m with W workers. */
-static int bench_run(const bench_cfg *c, const gt_model *m, int W, bench_row *row, gt_err *e)
+static int bench_run(const bench_cfg *c, const gt_model *m, int W, int threads, bench_row *row,
+                     gt_err *e)
 {
     gt_ps ps;
     if (gt_ps_init(&ps, m->nparams, -1, &c->optim, e) != 0)
         return -1;
+    if (threads > 0 && gt_ps_set_threads(&ps, threads, GT_PS_POOL_MIN, e) != 0) {
+        gt_ps_free(&ps);
+        return -1;
+    }
     gt_model_init_params(m, ps.params, 1);
     bench_worker w[MAX_WORKERS];
     pthread_t t[MAX_WORKERS];
@@ -150,20 +159,28 @@ static int bench_run(const bench_cfg *c, const gt_model *m, int W, bench_row *ro
     return 0;
 }
 
-/* The best of c->repeats runs, as one table row. */
-static int bench_row_print(const bench_cfg *c, const gt_model *m, const char *name, int W,
-                           gt_err *e)
+/* The best of c->repeats runs per store thread count, one table row each. */
+static int bench_rows_print(const bench_cfg *c, const gt_model *m, const char *name, int W,
+                            gt_err *e)
 {
-    bench_row best = {0}, r;
-    for (int k = 0; k < c->repeats; k++) {
-        if (bench_run(c, m, W, &r, e) != 0)
-            return -1;
-        if (k == 0 || r.host < best.host)
-            best = r;
+    bench_row best[MAX_WORKERS], r;
+    int nt = c->nt ? c->nt : 1;
+    for (int k = 0; k < c->repeats; k++)
+        for (int t = 0; t < nt; t++) {
+            if (bench_run(c, m, W, c->nt ? c->threads[t] : 0, &r, e) != 0)
+                return -1;
+            if (k == 0 || r.host < best[t].host)
+                best[t] = r;
+        }
+    for (int t = 0; t < nt; t++) {
+        bench_row *b = &best[t];
+        char threads[16] = "default";
+        if (c->nt)
+            snprintf(threads, sizeof threads, "%d", c->threads[t]);
+        printf("| %s | %zu | %d | %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f |\n",
+               name, m->nparams, W, threads, b->nranges, 1e6 * b->pull, 1e6 * b->finite,
+               1e6 * b->push, 1e6 * b->wait, 1e6 * (b->push - b->wait), 1e6 * b->host, b->rate);
     }
-    printf("| %s | %zu | %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f |\n", name,
-           m->nparams, W, best.nranges, 1e6 * best.pull, 1e6 * best.finite, 1e6 * best.push,
-           1e6 * best.wait, 1e6 * (best.push - best.wait), 1e6 * best.host, best.rate);
     return 0;
 }
 
@@ -188,6 +205,16 @@ static int add_workers(bench_cfg *c, const char *s)
     return 0;
 }
 
+static int add_threads(bench_cfg *c, const char *s)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 1 || v > 64 || c->nt == MAX_WORKERS)
+        return -1;
+    c->threads[c->nt++] = (int)v;
+    return 0;
+}
+
 static int add_model(bench_cfg *c, const char *s)
 {
     if (c->nm == MAX_MODELS)
@@ -204,8 +231,8 @@ static int parse_args(int argc, char **argv, bench_cfg *c)
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (i + 1 >= argc || strlen(f) != 2 || f[0] != '-') {
-            fprintf(stderr, "usage: store_bench [-s STEPS] [-r REPEATS] [-w W[,W...]] [-o sgd|adam] "
-                            "[-m MODEL[,MODEL...]]\n");
+            fprintf(stderr, "usage: store_bench [-s STEPS] [-r REPEATS] [-w W[,W...]] [-t T[,T...]] "
+                            "[-o sgd|adam] [-m MODEL[,MODEL...]]\n");
             return -1;
         }
         char *v = argv[++i], *end;
@@ -218,6 +245,8 @@ static int parse_args(int argc, char **argv, bench_cfg *c)
             *(f[1] == 's' ? &c->steps : &c->repeats) = (int)s;
         } else if (f[1] == 'w' && parse_list(v, "-w", add_workers, c) != 0) {
             return -1;
+        } else if (f[1] == 't' && parse_list(v, "-t", add_threads, c) != 0) {
+            return -1;
         } else if (f[1] == 'm' && parse_list(v, "-m", add_model, c) != 0) {
             return -1;
         } else if (f[1] == 'o') {
@@ -226,7 +255,7 @@ static int parse_args(int argc, char **argv, bench_cfg *c)
                 return -1;
             }
             c->optim.kind = strcmp(v, "adam") == 0 ? GT_OPT_ADAM : GT_OPT_SGD;
-        } else if (strchr("srwmo", f[1]) == NULL) {
+        } else if (strchr("srwtmo", f[1]) == NULL) {
             fprintf(stderr, "store_bench: unknown flag '%s'\n", f);
             return -1;
         }
@@ -250,12 +279,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "store_bench: -m: %s\n", e.msg);
             return 2;
         }
-    printf("| model | params | W | stripes | pull us | finite us | push us | lock wait us | "
-           "apply us | host us/step | store steps/s |\n");
-    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("| model | params | W | threads | stripes | pull us | finite us | push us | lock wait us "
+           "| apply us | host us/step | store steps/s |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < c.nm; i++)
         for (int k = 0; k < c.nw; k++)
-            if (bench_row_print(&c, &m[i], c.models[i], c.workers[k], &e) != 0) {
+            if (bench_rows_print(&c, &m[i], c.models[i], c.workers[k], &e) != 0) {
                 fprintf(stderr, "%s\n", e.msg);
                 return 1;
             }
