@@ -6,6 +6,8 @@
  * pull   copies the parameters out, each stripe under its lock, and records the stripe versions,
  *        so the store can tell how stale a gradient was when it is applied.
  * stripes == 0 is lock-free Hogwild: no locks, every access a relaxed atomic (see optim.h).
+ * A large push, pull or stripe apply is shared with a few helper threads the store owns
+ * (src/ps_pool.c); every stripe is still locked and applied as one piece, so the bits are the same.
  * The aggregation buffers serve sync, ssp and local modes (src/train.c). */
 #ifndef GT_PS_H
 #define GT_PS_H
