@@ -5,7 +5,9 @@
  * lock-free Hogwild store), so both give the same bits. Each step rounds where PyTorch's tensor
  * ops round (mul, then add; addcmul as (value*a)*b; addcdiv as (value*a)/b), which is why floating
  * contraction into FMA is turned off for this file: a fused multiply-add would round once where
- * PyTorch rounds twice, and could differ between the two loop forms. */
+ * PyTorch rounds twice, and could differ between the two loop forms. The build compiles this file
+ * with -fno-math-errno (a pragma cannot turn it off): sqrtf rounds the same either way, but one
+ * that may set errno is a branch, which kept the Adam loop scalar (3.3 M parameters: 10.3 ms). */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)

@@ -7,10 +7,12 @@
  * fails, so an uncontended store pays no clock reads. */
 #include "gputrain/ps.h"
 #include "gputrain/device.h"
+#include "ps_pool.h"
 
 #include <math.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define GT_FLOATS_PER_LINE (GT_CACHELINE / sizeof(float))
 
@@ -75,6 +77,7 @@ int gt_ps_init(gt_ps *ps, size_t n, int nstripes, const gt_optim_cfg *optim, gt_
 
 void gt_ps_free(gt_ps *ps)
 {
+    gt_ps_pool_destroy(ps->pool);
     if (ps->stripes)
         for (int s = 0; s < ps->nranges; s++)
             pthread_mutex_destroy(&ps->stripes[s].lock);
@@ -107,22 +110,77 @@ static void relaxed_copy(float *dst, const float *src, size_t n)
         __atomic_load(&src[i], &dst[i], __ATOMIC_RELAXED);
 }
 
-void gt_ps_pull(gt_ps *ps, float *dst, uint64_t *ver)
+/* A walk over a run of stripes, cut into parts that the store's helper threads may share: stripe
+ * (first + i) % nranges for i in [0, count). */
+typedef struct ps_walk {
+    gt_ps *ps;
+    int first, count, nparts;
+    float *dst;                /* pull: destination */
+    uint64_t *ver;             /* pull: versions out; push: versions of the gradient's pull */
+    int only_changed;          /* pull: skip stripes whose version equals ver[s] */
+    const float *g;            /* push: gradient */
+    float gscale;
+    const gt_optim_step *step;
+    _Atomic uint64_t result;   /* pull: stripes copied; push: staleness (max) */
+} ps_walk;
+
+static gt_ps_pool *ps_pool_get(gt_ps *ps, size_t nparams, int nworkers);
+
+/* Runs fn over the walk's parts, on the helpers where the walk is large and they are free. */
+static void ps_walk_run(ps_walk *w, gt_ps_pool_fn fn, int nworkers)
 {
-    for (int s = 0; s < ps->nranges; s++) {
-        gt_stripe *st = &ps->stripes[s];
+    gt_ps *ps = w->ps;
+    gt_ps_pool *pool = ps_pool_get(ps, (size_t)w->count * ps->n / (size_t)ps->nranges, nworkers);
+    if (pool) {
+        /* A few parts a thread, so a thread held up by another worker's lock leaves its share. */
+        int parts = 4 * (gt_ps_pool_helpers(pool) + 1);
+        w->nparts = parts < w->count ? parts : w->count;
+        if (gt_ps_pool_try_run(pool, fn, w, w->nparts) == 0)
+            return;
+    }
+    w->nparts = 1;
+    fn(w, 0);
+}
+
+static gt_stripe *ps_walk_stripe(const ps_walk *w, int i)
+{
+    return &w->ps->stripes[(w->first + i) % w->ps->nranges];
+}
+
+static void ps_pull_part(void *arg, int part)
+{
+    ps_walk *w = arg;
+    gt_ps *ps = w->ps;
+    uint64_t copied = 0;
+    for (int i = w->count * part / w->nparts; i < w->count * (part + 1) / w->nparts; i++) {
+        gt_stripe *st = ps_walk_stripe(w, i);
+        size_t s = (size_t)(st - ps->stripes);
         if (ps->nstripes == 0) {
-            if (ver)
-                ver[s] = atomic_load_explicit(&st->version, memory_order_acquire);
-            relaxed_copy(dst + st->lo, ps->params + st->lo, st->hi - st->lo);
+            if (w->ver)
+                w->ver[s] = atomic_load_explicit(&st->version, memory_order_acquire);
+            relaxed_copy(w->dst + st->lo, ps->params + st->lo, st->hi - st->lo);
+            copied++;
             continue;
         }
+        /* Versions are bumped under the lock before the stripe is written, so an unchanged version
+         * means dst still holds what the stripe holds (or held an instant ago): no lock needed. */
+        if (w->only_changed &&
+            atomic_load_explicit(&st->version, memory_order_acquire) == w->ver[s])
+            continue;
         ps_lock(ps, st);
-        if (ver)
-            ver[s] = atomic_load_explicit(&st->version, memory_order_relaxed);
-        memcpy(dst + st->lo, ps->params + st->lo, (st->hi - st->lo) * sizeof(float));
+        if (w->ver)
+            w->ver[s] = atomic_load_explicit(&st->version, memory_order_relaxed);
+        memcpy(w->dst + st->lo, ps->params + st->lo, (st->hi - st->lo) * sizeof(float));
         pthread_mutex_unlock(&st->lock);
+        copied++;
     }
+    atomic_fetch_add_explicit(&w->result, copied, memory_order_relaxed);
+}
+
+void gt_ps_pull(gt_ps *ps, float *dst, uint64_t *ver)
+{
+    ps_walk w = {.ps = ps, .count = ps->nranges, .dst = dst, .ver = ver};
+    ps_walk_run(&w, ps_pull_part, 0);
 }
 
 static void ps_record_staleness(gt_ps *ps, uint64_t stale)
@@ -153,27 +211,42 @@ static void ps_apply_range(gt_ps *ps, const gt_stripe *st, const float *g, float
         gt_optim_apply(&ps->optim, step, ps->params + lo, g + lo, gscale, s0, s1, len);
 }
 
+static void ps_push_part(void *arg, int part)
+{
+    ps_walk *w = arg;
+    gt_ps *ps = w->ps;
+    uint64_t stale = 0;
+    for (int i = w->count * part / w->nparts; i < w->count * (part + 1) / w->nparts; i++) {
+        gt_stripe *st = ps_walk_stripe(w, i);
+        if (ps->nstripes > 0)
+            ps_lock(ps, st);
+        uint64_t v = atomic_fetch_add_explicit(&st->version, 1, memory_order_acq_rel);
+        if (w->ver) {
+            uint64_t d = v - w->ver[st - ps->stripes];
+            if (d > stale)
+                stale = d;
+        }
+        ps_apply_range(ps, st, w->g, w->gscale, w->step);
+        if (ps->nstripes > 0)
+            pthread_mutex_unlock(&st->lock);
+    }
+    uint64_t m = atomic_load_explicit(&w->result, memory_order_relaxed);
+    while (stale > m && !atomic_compare_exchange_weak_explicit(&w->result, &m, stale,
+                                                               memory_order_relaxed,
+                                                               memory_order_relaxed))
+        ;
+}
+
 uint64_t gt_ps_push(gt_ps *ps, int worker, int nworkers, const float *g, float gscale,
                     const uint64_t *ver, double epoch)
 {
     uint64_t t = atomic_fetch_add_explicit(&ps->updates, 1, memory_order_relaxed) + 1;
     gt_optim_step step = gt_optim_prepare(&ps->optim, t, epoch);
     int start = nworkers > 0 ? (int)((int64_t)worker * ps->nranges / nworkers) : 0;
-    uint64_t stale = 0;
-    for (int i = 0; i < ps->nranges; i++) {
-        gt_stripe *st = &ps->stripes[(start + i) % ps->nranges];
-        if (ps->nstripes > 0)
-            ps_lock(ps, st);
-        uint64_t v = atomic_fetch_add_explicit(&st->version, 1, memory_order_acq_rel);
-        if (ver) {
-            uint64_t d = v - ver[st - ps->stripes];
-            if (d > stale)
-                stale = d;
-        }
-        ps_apply_range(ps, st, g, gscale, &step);
-        if (ps->nstripes > 0)
-            pthread_mutex_unlock(&st->lock);
-    }
+    ps_walk w = {.ps = ps, .first = start, .count = ps->nranges, .ver = (uint64_t *)ver,
+                 .g = g, .gscale = gscale, .step = &step};
+    ps_walk_run(&w, ps_push_part, nworkers > 0 ? nworkers : 1);
+    uint64_t stale = atomic_load_explicit(&w.result, memory_order_relaxed);
     if (ver)
         ps_record_staleness(ps, stale);
     return stale;
@@ -183,15 +256,11 @@ void gt_ps_apply_stripes(gt_ps *ps, int s_lo, int s_hi, const float *g, float gs
                          double epoch)
 {
     gt_optim_step step = gt_optim_prepare(&ps->optim, t, epoch);
-    for (int s = s_lo; s < s_hi; s++) {
-        gt_stripe *st = &ps->stripes[s];
-        if (ps->nstripes > 0)
-            ps_lock(ps, st);
-        atomic_fetch_add_explicit(&st->version, 1, memory_order_acq_rel);
-        ps_apply_range(ps, st, g, gscale, &step);
-        if (ps->nstripes > 0)
-            pthread_mutex_unlock(&st->lock);
-    }
+    if (s_hi <= s_lo)
+        return;
+    ps_walk w = {.ps = ps, .first = s_lo, .count = s_hi - s_lo, .g = g, .gscale = gscale,
+                 .step = &step};
+    ps_walk_run(&w, ps_push_part, 0);
 }
 
 void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src)
@@ -238,4 +307,43 @@ int gt_all_finite(const float *g, size_t n)
     for (size_t i = 0; i < n; i++)
         bad |= (bits[i] & 0x7f800000u) == 0x7f800000u;
     return !bad;
+}
+
+int gt_ps_default_threads(int nworkers)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long t = cores - (nworkers > 1 ? nworkers - 1 : 0);
+    return t < 1 ? 1 : t > 8 ? 8 : (int)t;
+}
+
+int gt_ps_set_threads(gt_ps *ps, int nthreads, size_t min_params, gt_err *e)
+{
+    int undecided = 0;
+    if (!atomic_compare_exchange_strong(&ps->pool_state, &undecided, 1))
+        return gt_fail(e, "parameter store: helper threads are already set");
+    ps->pool_min = min_params;
+    ps->pool = nthreads > 1 ? gt_ps_pool_create(nthreads - 1) : NULL;
+    atomic_store_explicit(&ps->pool_state, 2, memory_order_release);
+    if (nthreads > 1 && !ps->pool)
+        return gt_fail(e, "parameter store: cannot start %d helper threads", nthreads - 1);
+    return 0;
+}
+
+/* The helpers for a walk over nparams parameters, or NULL. The first large push (nworkers > 0)
+ * starts the default pool; a walk that finds it being started runs alone. */
+static gt_ps_pool *ps_pool_get(gt_ps *ps, size_t nparams, int nworkers)
+{
+    int state = atomic_load_explicit(&ps->pool_state, memory_order_acquire);
+    if (state == 2)
+        return nparams >= ps->pool_min ? ps->pool : NULL;
+    if (state == 0 && nworkers > 0 && nparams >= GT_PS_POOL_MIN)
+        gt_ps_set_threads(ps, gt_ps_default_threads(nworkers), GT_PS_POOL_MIN, NULL);
+    return NULL;
+}
+
+int gt_ps_pull_changed(gt_ps *ps, float *dst, uint64_t *ver)
+{
+    ps_walk w = {.ps = ps, .count = ps->nranges, .dst = dst, .ver = ver, .only_changed = 1};
+    ps_walk_run(&w, ps_pull_part, 0);
+    return (int)atomic_load_explicit(&w.result, memory_order_relaxed);
 }

@@ -6,6 +6,8 @@
  * pull   copies the parameters out, each stripe under its lock, and records the stripe versions,
  *        so the store can tell how stale a gradient was when it is applied.
  * stripes == 0 is lock-free Hogwild: no locks, every access a relaxed atomic (see optim.h).
+ * A large push, pull or stripe apply is shared with a few helper threads the store owns
+ * (src/ps_pool.c); every stripe is still locked and applied as one piece, so the bits are the same.
  * The aggregation buffers serve sync, ssp and local modes (src/train.c). */
 #ifndef GT_PS_H
 #define GT_PS_H
@@ -43,6 +45,10 @@ typedef struct gt_ps {
     _Atomic uint64_t stale_hist[GT_STALE_BINS];
     _Atomic uint64_t stale_max;
     _Atomic uint64_t stale_sum, stale_count;
+    /* helper threads for large pushes, pulls and stripe applies (src/ps_pool.c) */
+    struct gt_ps_pool *pool;    /* NULL until started, and where none would help */
+    _Atomic int pool_state;     /* 0 undecided, 1 being started, 2 decided */
+    size_t pool_min;            /* a walk over at least this many parameters uses the pool */
 } gt_ps;
 
 /* Default stripe count: enough that W workers starting at different stripes rarely collide, each
@@ -76,6 +82,34 @@ void gt_ps_rebase_stripes(gt_ps *ps, int s_lo, int s_hi, const float *from, cons
 
 /* Adds one staleness observation (the clocked modes measure it themselves). */
 void gt_ps_note_staleness(gt_ps *ps, uint64_t stale);
+
+/* A walk over fewer parameters than this runs on its caller alone: below it, waking helpers costs
+ * more than they save (a lenet5 push is ~9 us). */
+#define GT_PS_POOL_MIN ((size_t)256 * 1024)
+
+/* A version no stripe has: an entry of a version vector set to it makes gt_ps_pull_changed copy
+ * that stripe. */
+#define GT_PS_VERSION_NONE UINT64_MAX
+
+/* Threads that apply one large push together, the pushing worker included, when nworkers workers
+ * push: the host's online cores less the other workers, at most 8 (one push is bound by memory
+ * bandwidth, which a few cores fill), at least 1. */
+int gt_ps_default_threads(int nworkers);
+
+/* Gives the store nthreads - 1 helper threads (nthreads <= 1: none) for pushes, pulls and stripe
+ * applies of at least min_params parameters. Call once, before any worker runs; without it, the
+ * first push of at least GT_PS_POOL_MIN parameters starts gt_ps_default_threads(its nworkers).
+ * Only one walk uses the helpers at a time; another runs alone, as without helpers. */
+int gt_ps_set_threads(gt_ps *ps, int nthreads, size_t min_params, gt_err *e);
+
+/* Pulls only the stripes whose version differs from ver[s] into dst, then sets ver[s] to the
+ * version copied, as gt_ps_pull does; returns the number of stripes copied. ver must hold what the
+ * last pull into this same dst recorded (GT_PS_VERSION_NONE entries before the first), and dst
+ * must be unchanged since. Every write to the store goes through push, apply, store or rebase,
+ * which bump the versions; the parameters written directly before a run must be so before any
+ * pull. Lock-free mode (stripes 0) bumps a version before its stripe's update is written, so
+ * there it copies every stripe. */
+int gt_ps_pull_changed(gt_ps *ps, float *dst, uint64_t *ver);
 
 /* True when every element of g[0..n) is finite. */
 int gt_all_finite(const float *g, size_t n);
