@@ -1,0 +1,32 @@
+/* atomic_file.h - write a file so that its path always holds the old content or the new, whole,
+ * with older versions kept as PATH.1 .. PATH.keep.
+ *
+ * A write goes to a temporary file in the same folder, is fsynced, the older versions rotate
+ * (PATH.(k-1) -> PATH.k, then PATH.1 = PATH by hard link, or a copy where links are refused), the
+ * temporary file is renamed over PATH and the folder is fsynced. */
+#ifndef GT_ATOMIC_FILE_H
+#define GT_ATOMIC_FILE_H
+
+#include "gputrain/common.h"
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Writes a file's content to fd; returns 0 or the errno of the failed write. */
+typedef int (*gt_atomic_fill_fn)(int fd, void *ctx);
+
+/* Writes path through fill as described above. what names the file in errors ("checkpoint").
+ * keep: older versions kept, 0..1000. */
+int gt_atomic_write(const char *path, const char *what, gt_atomic_fill_fn fill, void *ctx, int keep,
+                    gt_err *e);
+
+/* Writes all n bytes, retrying on EINTR: 0, or the errno (ENOSPC, EIO, EFBIG...). */
+int gt_fd_write_all(int fd, const void *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
