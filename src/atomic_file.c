@@ -170,3 +170,38 @@ int gt_atomic_write(const char *path, const char *what, gt_atomic_fill_fn fill, 
     }
     return atomic_sync_folder(path, what, e);
 }
+
+static const char *file_kind(mode_t mode)
+{
+    return S_ISDIR(mode) ? "not a regular file (a folder)" : S_ISFIFO(mode) ? "not a regular file (a FIFO)"
+         : S_ISCHR(mode) || S_ISBLK(mode) ? "not a regular file (a device)"
+         : S_ISSOCK(mode) ? "not a regular file (a socket)" : "not a regular file";
+}
+
+/* stat() first, so a FIFO or device is never opened; O_NONBLOCK covers one swapped in between. */
+int gt_open_regular(const char *path, const char **why)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        *why = strerror(errno);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        *why = file_kind(st.st_mode);
+        return -1;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        *why = strerror(errno);
+        return -1;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        *why = file_kind(st.st_mode);
+        close(fd);
+        return -1;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0)
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
+}

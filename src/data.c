@@ -9,6 +9,8 @@
  * that ties a checkpoint to its data. */
 #include "gputrain/data.h"
 
+#include "gputrain/atomic_file.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -47,14 +49,10 @@ static int idx_open(idx_stream *s, const char *path, gt_err *e)
 {
     memset(s, 0, sizeof *s);
     s->path = path;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    const char *why;
+    int fd = gt_open_regular(path, &why);
     if (fd < 0)
-        return gt_fail(e, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return gt_fail(e, "%s: not a regular file", path);
-    }
+        return gt_fail(e, "%s: cannot open: %s", path, why);
     unsigned char magic[2];
     if (pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
         s->gz = gzdopen(fd, "rb");

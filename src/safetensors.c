@@ -352,14 +352,13 @@ int gt_st_open(gt_st_file *cf, const char *path, gt_err *e)
     *cf = (gt_st_file){.path = path, .fd = -1};
     struct stat st;
     unsigned char lenbuf[8];
-    cf->fd = open(path, O_RDONLY | O_CLOEXEC);
+    const char *why;
+    cf->fd = gt_open_regular(path, &why);
     if (cf->fd < 0)
-        return gt_fail(e, "cannot open checkpoint %s: %s", path, strerror(errno));
+        return gt_fail(e, "cannot open checkpoint %s: %s", path, why);
     int rc = -1;
     if (fstat(cf->fd, &st) != 0) {
         gt_fail(e, "checkpoint %s: %s", path, strerror(errno));
-    } else if (!S_ISREG(st.st_mode)) {
-        gt_fail(e, "checkpoint %s is not a regular file", path);
     } else if (st.st_size < 8 || fd_pread_all(cf->fd, lenbuf, 8, 0) != 8) {
         gt_fail(e, "checkpoint %s is too short (%lld bytes) to be a checkpoint", path,
                 (long long)st.st_size);

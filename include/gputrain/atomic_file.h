@@ -3,7 +3,8 @@
  *
  * A write goes to a temporary file in the same folder, is fsynced, the older versions rotate
  * (PATH.(k-1) -> PATH.k, then PATH.1 = PATH by hard link, or a copy where links are refused), the
- * temporary file is renamed over PATH and the folder is fsynced. */
+ * temporary file is renamed over PATH and the folder is fsynced. Also here: opening an input so
+ * that it cannot block. */
 #ifndef GT_ATOMIC_FILE_H
 #define GT_ATOMIC_FILE_H
 
@@ -25,6 +26,11 @@ int gt_atomic_write(const char *path, const char *what, gt_atomic_fill_fn fill, 
 
 /* Writes all n bytes, retrying on EINTR: 0, or the errno (ENOSPC, EIO, EFBIG...). */
 int gt_fd_write_all(int fd, const void *buf, size_t n);
+
+/* Opens an input for reading without blocking: a FIFO, device, socket or folder at path is
+ * refused before it can hang or be consumed. The fd (O_CLOEXEC, blocking mode restored), or -1
+ * with *why set to a static reason ("not a regular file (a FIFO)", or strerror). */
+int gt_open_regular(const char *path, const char **why);
 
 #ifdef __cplusplus
 }

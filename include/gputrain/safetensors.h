@@ -69,7 +69,7 @@ typedef struct gt_st_file {
     int nentries;
 } gt_st_file;
 
-/* Opens path (a regular file), reads and parses the header and checks
+/* Opens path (a regular file, opened without blocking), reads and parses the header and checks
  * that __metadata__ is an object of strings. On failure f needs no gt_st_close. */
 int gt_st_open(gt_st_file *f, const char *path, gt_err *e);
 
