@@ -4,6 +4,7 @@
  * Under mpirun every host runs this same program; host 0 prints, and an error on any host ends
  * the processes of every host (gt_cluster_abort), so none is left waiting for it. */
 #define _GNU_SOURCE /* sched_getaffinity */
+#include "gputrain/atomic_file.h"
 #include "gputrain/checkpoint.h"
 #include "gputrain/cli.h"
 #include "gputrain/cluster.h"
@@ -12,12 +13,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *mode_names[] = {"hogwild", "sync", "ssp", "local", "allreduce"};
 
@@ -156,18 +159,36 @@ static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
     return rc;
 }
 
-/* A checkpoint the user asked for must be writable before hours of training go into it: create
- * and remove a file beside it. */
-static int check_checkpoint_path(const char *path, gt_err *e)
+/* Whether a and b name one file: the same inode when both exist, else the same resolved path
+ * (folder through realpath, then the file name). */
+static int same_file(const char *a, const char *b)
 {
-    char probe[GT_PATHLEN + 32], dir[GT_PATHLEN];
-    snprintf(dir, sizeof dir, "%s", path);
-    snprintf(probe, sizeof probe, "%s/.gputrain-probe.%d", dirname(dir), (int)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
-    if (fd < 0)
-        return gt_fail(e, "--checkpoint: cannot write beside '%s': %s", path, strerror(errno));
-    close(fd);
-    unlink(probe);
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char ra[PATH_MAX], rb[PATH_MAX], da[GT_PATHLEN], db[GT_PATHLEN], fa[GT_PATHLEN], fb[GT_PATHLEN];
+    snprintf(da, sizeof da, "%s", a);
+    snprintf(db, sizeof db, "%s", b);
+    snprintf(fa, sizeof fa, "%s", a);
+    snprintf(fb, sizeof fb, "%s", b);
+    if (!realpath(dirname(da), ra) || !realpath(dirname(db), rb))
+        return 0;
+    return strcmp(ra, rb) == 0 && strcmp(basename(fa), basename(fb)) == 0;
+}
+
+/* Path problems found before any training: the log is neither the checkpoint written nor the one
+ * resumed (exit 2, a command-line error), and the checkpoint can be written and is locked for
+ * this run (the lock's fd in *lock, held until exit). */
+static int check_paths(const gt_config *c, int *lock, int *usage, gt_err *e)
+{
+    *usage = 1;
+    if (c->log_path[0] && c->checkpoint[0] && same_file(c->log_path, c->checkpoint))
+        return gt_fail(e, "--log and --checkpoint name the same file '%s'", c->log_path);
+    if (c->log_path[0] && c->resume[0] && same_file(c->log_path, c->resume))
+        return gt_fail(e, "--log and --resume name the same file '%s'", c->log_path);
+    *usage = 0;
+    if (c->checkpoint[0] && (*lock = gt_atomic_prepare(c->checkpoint, "--checkpoint", e)) < 0)
+        return -1;
     return 0;
 }
 
@@ -221,9 +242,7 @@ static int cmd_train(const gt_config *c, const gt_data *d, gt_run_result *res, i
     int resumed = 0;
     gt_device *devs[GT_MAX_WORKERS] = {0}, *ev = NULL;
     int n = 0, host0 = gt_cluster_rank() == 0;
-    int rc = c->checkpoint[0] && host0 ? check_checkpoint_path(c->checkpoint, e) : 0;
-    if (rc == 0)
-        rc = load_start(c, &m, d, params, state, nstate, &meta, &resumed, e);
+    int rc = load_start(c, &m, d, params, state, nstate, &meta, &resumed, e);
     if (rc == 0)
         rc = open_devices(c, &m, devs, &n, host0 ? &ev : NULL, e);
     if (rc == 0) {
@@ -274,6 +293,15 @@ int main(int argc, char **argv)
     if (gt_cluster_rank() != 0) {
         c.quiet = 1;
         c.progress = 0;
+    }
+    int lock = -1, usage = 0; /* the checkpoint's lock is held until the process ends */
+    if (c.command != GT_CMD_EVAL && gt_cluster_rank() == 0 && check_paths(&c, &lock, &usage, &e) != 0) {
+        if (!usage)
+            return die(&e);
+        fprintf(stderr, "gputrain: %s (see gputrain --help)\n", e.msg);
+        gt_cluster_abort(2);
+        gt_cluster_finalize();
+        return 2;
     }
     gt_data data;
     if (gt_data_load(c.data[0] ? c.data : NULL, c.train_samples, &data, &e) != 0)

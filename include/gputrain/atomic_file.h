@@ -19,10 +19,20 @@ extern "C" {
 /* Writes a file's content to fd; returns 0 or the errno of the failed write. */
 typedef int (*gt_atomic_fill_fn)(int fd, void *ctx);
 
-/* Writes path through fill as described above. what names the file in errors ("checkpoint").
+/* Writes path through fill as described above; refuses (as gt_atomic_prepare does) to replace
+ * anything but a regular file. The temporary file is FOLDER/BASE.tmp.PID, BASE cut so the name
+ * fits NAME_MAX. what names the file in errors ("checkpoint").
  * keep: older versions kept, 0..1000. */
 int gt_atomic_write(const char *path, const char *what, gt_atomic_fill_fn fill, void *ctx, int keep,
                     gt_err *e);
+
+/* Checks, before any work goes into it, that gt_atomic_write can write path: a file name (no
+ * trailing '/'), short enough for its temporary and rotated names, nothing there but a regular file
+ * (a symlink, FIFO, device or folder is refused, never replaced), a writable folder. Then takes an
+ * advisory lock (flock on PATH.lock, kept until the returned fd is closed or the process ends) so
+ * a second run writing path is refused, and removes PATH.tmp.* files left by killed processes
+ * (the PID in the name no longer exists). The lock's fd, or -1. */
+int gt_atomic_prepare(const char *path, const char *what, gt_err *e);
 
 /* Writes all n bytes, retrying on EINTR: 0, or the errno (ENOSPC, EIO, EFBIG...). */
 int gt_fd_write_all(int fd, const void *buf, size_t n);
