@@ -12,13 +12,19 @@
 #include "gputrain/safetensors.h"
 
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CKPT_FORMAT "gputrain-1"
+#define CKPT_FORMAT "gputrain-2"
+#define CKPT_OLD_FORMAT "gputrain-1" /* no header CRC: refused, since its metadata is unchecked */
+#define CKPT_MAX_EPOCH 100000ull      /* as many as --epochs accepts */
+#define CKPT_MAX_COUNT (1ull << 53)   /* samples, steps, updates: exact as doubles, never wrapping */
+#define CKPT_CRC_KEY "header_crc32"
+#define CKPT_CRC_HOLE "\"" CKPT_CRC_KEY "\":\"00000000\""
 #define CKPT_MAX_KEEP 1000             /* as many as --keep accepts */
 
 static const char *const ckpt_sgd_states[] = {"momentum_buffer"};
@@ -84,7 +90,7 @@ static int ckpt_check_model(const gt_model *m, const char *path, gt_err *e)
 
 /* ---- saving --------------------------------------------------------------------------------------- */
 
-#define CKPT_NFIXED 13 /* metadata members before the tensors' CRCs */
+#define CKPT_NFIXED 14 /* metadata members besides the tensors' CRCs */
 
 /* Everything one save writes: the tensors, their CRC members and the metadata text. */
 typedef struct ckpt_save {
@@ -158,6 +164,7 @@ static void ckpt_list_meta(ckpt_save *sv, const gt_model *m, const gt_ckpt_meta 
     ckpt_kv_u64(sv, 5, "seed", meta->seed);
     snprintf(sv->fingerprint, sizeof sv->fingerprint, "%08" PRIx32, meta->data_fingerprint);
     ckpt_kv(sv, "data_fingerprint", sv->fingerprint);
+    ckpt_kv(sv, CKPT_CRC_KEY, "00000000");
     for (int i = 0; i < sv->nout; i++)
         ckpt_kv(sv, sv->crc_key[i], sv->crc_hex[i]);
 }
@@ -193,6 +200,30 @@ static int ckpt_check_save_args(const char *path, const gt_model *m, const float
     return 0;
 }
 
+/* CRC-32 of the 8 length bytes and the header with the header_crc32 value as "00000000": every
+ * header byte but the 8 digits that hold it. */
+static uint32_t ckpt_header_crc(const char *header, uint64_t hlen, size_t hole)
+{
+    unsigned char lenbuf[8];
+    for (int i = 0; i < 8; i++)
+        lenbuf[i] = (unsigned char)(hlen >> (8 * i));
+    uint32_t crc = gt_crc32(0, lenbuf, 8);
+    crc = gt_crc32(crc, header, hole);
+    crc = gt_crc32(crc, "00000000", 8);
+    return gt_crc32(crc, header + hole + 8, hlen - hole - 8);
+}
+
+/* Writes the header's CRC into its header_crc32 value (written as "00000000"). Escaped quotes
+ * are preceded by a backslash, so the first match is the metadata member itself. */
+static void ckpt_seal_header(char *header, size_t hlen)
+{
+    char *at = strstr(header, CKPT_CRC_HOLE);
+    size_t hole = (size_t)(at - header) + strlen(CKPT_CRC_HOLE) - 9;
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08" PRIx32, ckpt_header_crc(header, hlen, hole));
+    memcpy(header + hole, hex, 8);
+}
+
 static int ckpt_fill(int fd, void *ctx)
 {
     const ckpt_save *sv = ctx;
@@ -215,6 +246,8 @@ int gt_ckpt_save(const char *path, const gt_model *m, const float *params, float
         ckpt_list_tensors(&sv, m, params, state, nstate, names);
         ckpt_list_meta(&sv, m, meta);
         sv.header = gt_st_build_header(sv.kv, sv.nkv, sv.out, sv.nout, &sv.hlen);
+        if (sv.header)
+            ckpt_seal_header(sv.header, sv.hlen);
     }
     if (!sv.header)
         gt_fail(e, "cannot save checkpoint %s: out of memory", path);
@@ -262,10 +295,12 @@ static const char *parse_dec(const char *s, uint64_t *v)
     return s;
 }
 
+/* Exactly 8 lowercase hex digits, as written: another spelling of the same value is damage. */
 static int parse_hex32(const char *s, uint32_t *v)
 {
     uint32_t hi, lo;
-    if (strlen(s) != 8 || gt_json_hex4(s, s + 8, &hi) != 0 || gt_json_hex4(s + 4, s + 8, &lo) != 0)
+    if (strlen(s) != 8 || strspn(s, "0123456789abcdef") != 8 || gt_json_hex4(s, s + 8, &hi) != 0 ||
+        gt_json_hex4(s + 4, s + 8, &lo) != 0)
         return -1;
     *v = hi << 16 | lo;
     return 0;
@@ -322,6 +357,16 @@ static int ckpt_parse_in_shape(const ckpt_file *cf, gt_ckpt_meta *meta, gt_err *
     return 0;
 }
 
+/* The modes a checkpoint can come from (as --mode names them). */
+static int ckpt_known_mode(const char *mode)
+{
+    static const char *const modes[] = {"hogwild", "sync", "ssp", "local", "allreduce"};
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+        if (strcmp(mode, modes[i]) == 0)
+            return 1;
+    return 0;
+}
+
 static int ckpt_parse_meta(ckpt_file *cf, gt_err *e)
 {
     gt_ckpt_meta *mt = &cf->meta;
@@ -334,14 +379,16 @@ static int ckpt_parse_meta(ckpt_file *cf, gt_err *e)
         ckpt_meta_text(cf, "optimizer", mt->optimizer, sizeof mt->optimizer, e) != 0 ||
         ckpt_parse_in_shape(cf, mt, e) != 0 ||
         ckpt_meta_u64(cf, "nclasses", 1, INT_MAX, &nclasses, e) != 0 ||
-        ckpt_meta_u64(cf, "epoch", 0, UINT32_MAX, &epoch, e) != 0 ||
-        ckpt_meta_u64(cf, "step", 0, UINT64_MAX, &mt->step, e) != 0 ||
-        ckpt_meta_u64(cf, "samples", 0, UINT64_MAX, &mt->samples, e) != 0 ||
-        ckpt_meta_u64(cf, "updates", 0, UINT64_MAX, &mt->updates, e) != 0 ||
+        ckpt_meta_u64(cf, "epoch", 0, CKPT_MAX_EPOCH, &epoch, e) != 0 ||
+        ckpt_meta_u64(cf, "samples", 0, CKPT_MAX_COUNT, &mt->samples, e) != 0 ||
+        ckpt_meta_u64(cf, "step", 0, mt->samples, &mt->step, e) != 0 ||
+        ckpt_meta_u64(cf, "updates", 0, CKPT_MAX_COUNT, &mt->updates, e) != 0 ||
         ckpt_meta_u64(cf, "seed", 0, UINT64_MAX, &mt->seed, e) != 0)
         return -1;
     if (ckpt_state_names(mt->optimizer, &names) < 0)
         return gt_fail(e, "checkpoint %s: unknown optimizer \"%s\"", cf->path, mt->optimizer);
+    if (!ckpt_known_mode(mt->mode))
+        return gt_fail(e, "checkpoint %s: unknown mode \"%.20s\"", cf->path, mt->mode);
     if (!fp || parse_hex32(fp, &mt->data_fingerprint) != 0)
         return gt_fail(e, "checkpoint %s: metadata \"data_fingerprint\" is missing or not 8 hex digits",
                        cf->path);
@@ -372,8 +419,31 @@ static int ckpt_parse_crcs(ckpt_file *cf, gt_err *e)
 }
 
 
+/* The header's CRC (header_crc32) covers every byte of the length and the header but its own 8
+ * digits, which must be the bytes as written (no escapes) in lowercase hex. */
+static int ckpt_check_header_crc(const ckpt_file *cf, gt_err *e)
+{
+    const gt_st_file *st = &cf->st;
+    const char *s = ckpt_meta_str(cf, CKPT_CRC_KEY), *format = ckpt_meta_str(cf, "format");
+    if (!s && format && strcmp(format, CKPT_OLD_FORMAT) == 0)
+        return gt_fail(e, "checkpoint %s: format %s (an older gputrain) has no header CRC, so its "
+                       "settings cannot be trusted; it is not read", cf->path, CKPT_OLD_FORMAT);
+    uint32_t want;
+    size_t hole = s ? (size_t)(s - st->header) : 0;
+    if (!s || parse_hex32(s, &want) != 0 || hole < 1 || hole + 9 > st->hlen ||
+        memcmp(st->raw + 8 + hole - 1, "\"", 1) != 0 || memcmp(st->raw + 8 + hole, s, 8) != 0 ||
+        st->raw[8 + hole + 8] != '"')
+        return gt_fail(e, "checkpoint %s: metadata \"%s\" is missing or not 8 hex digits: file "
+                       "damaged or not a gputrain checkpoint", cf->path, CKPT_CRC_KEY);
+    if (ckpt_header_crc(st->raw + 8, st->hlen, hole) != want)
+        return gt_fail(e, "checkpoint %s: its header fails its CRC32: file damaged", cf->path);
+    return 0;
+}
+
 static int ckpt_check_header(ckpt_file *cf, gt_err *e)
 {
+    if (ckpt_check_header_crc(cf, e) != 0)
+        return -1;
     const char *format = ckpt_meta_str(cf, "format");
     if (!format || strcmp(format, CKPT_FORMAT) != 0)
         return gt_fail(e, "checkpoint %s: not a gputrain checkpoint (format is not %s)", cf->path,
@@ -396,19 +466,6 @@ static int ckpt_open(ckpt_file *cf, const char *path, gt_err *e)
         ckpt_close(cf);
         return -1;
     }
-    return 0;
-}
-
-int gt_ckpt_read_meta(const char *path, gt_ckpt_meta *meta, gt_err *e)
-{
-    ckpt_file cf;
-    if (!path)
-        return gt_fail(e, "checkpoint: no path");
-    if (ckpt_open(&cf, path, e) != 0)
-        return -1;
-    if (meta)
-        *meta = cf.meta;
-    ckpt_close(&cf);
     return 0;
 }
 
@@ -509,10 +566,33 @@ static int ckpt_read_tensor(const ckpt_file *cf, int i, char *dst, gt_err *e)
     return 0;
 }
 
+/* Parameters and optimizer state must be finite: a NaN or Inf would be trained on and carried
+ * into every later checkpoint. */
+static int ckpt_check_finite(const ckpt_file *cf, const gt_model *m, int want, const float *stage,
+                             gt_err *e)
+{
+    const char *const *names;
+    ckpt_state_names(cf->meta.optimizer, &names);
+    for (int s = 0; s <= want; s++) {
+        for (int t = 0; t < m->ntensors; t++) {
+            const gt_tensor_info *ti = &m->tensors[t];
+            const float *v = stage + (size_t)s * m->nparams + ti->offset;
+            for (size_t i = 0; i < ti->len; i++) {
+                if (isfinite(v[i]))
+                    continue;
+                return gt_fail(e, "checkpoint %s: %s%s%s%s[%zu] is %s (--allow-nonfinite loads it)",
+                               cf->path, s ? "optim." : "", s ? names[s - 1] : "", s ? "." : "",
+                               ti->name, i, isnan(v[i]) ? "NaN" : "infinite");
+            }
+        }
+    }
+    return 0;
+}
+
 /* One pass over the data in file order into a staging buffer; the caller's arrays are written
  * only once every CRC has passed. */
 static int ckpt_read_tensors(const ckpt_file *cf, const gt_model *m, int want, float *params,
-                             float *const *state, gt_err *e)
+                             float *const *state, unsigned flags, gt_err *e)
 {
     size_t n = m->nparams;
     float *stage = NULL;
@@ -533,6 +613,10 @@ static int ckpt_read_tensors(const ckpt_file *cf, const gt_model *m, int want, f
     }
     if (stage)
         gt_st_floats_from_le(stage, n * (1 + (size_t)want));
+    if (!(flags & GT_CKPT_ALLOW_NONFINITE) && ckpt_check_finite(cf, m, want, stage, e) != 0) {
+        gt_free(stage);
+        return -1;
+    }
     for (int s = 0; s <= want; s++) {
         float *dst = s == 0 ? params : state[s - 1];
         for (int t = 0; t < m->ntensors; t++) {
@@ -546,7 +630,7 @@ static int ckpt_read_tensors(const ckpt_file *cf, const gt_model *m, int want, f
 }
 
 int gt_ckpt_load(const char *path, const gt_model *m, float *params, float *const *state,
-                 int nstate, gt_ckpt_meta *meta, gt_err *e)
+                 int nstate, gt_ckpt_meta *meta, unsigned flags, gt_err *e)
 {
     int want = state && nstate > 0 ? nstate : 0;
     if (!path)
@@ -566,9 +650,22 @@ int gt_ckpt_load(const char *path, const gt_model *m, float *params, float *cons
         return -1;
     int rc = ckpt_match_model(&cf, m, want, e);
     if (rc == 0)
-        rc = ckpt_read_tensors(&cf, m, want, params, state, e);
+        rc = ckpt_read_tensors(&cf, m, want, params, state, flags, e);
     if (rc == 0 && meta)
         *meta = cf.meta;
     ckpt_close(&cf);
     return rc;
+}
+
+int gt_ckpt_read_meta(const char *path, gt_ckpt_meta *meta, gt_err *e)
+{
+    ckpt_file cf;
+    if (!path)
+        return gt_fail(e, "checkpoint: no path");
+    if (ckpt_open(&cf, path, e) != 0)
+        return -1;
+    if (meta)
+        *meta = cf.meta;
+    ckpt_close(&cf);
+    return 0;
 }

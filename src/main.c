@@ -121,6 +121,11 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
         printf("checkpoint: %s\n", res->checkpoint_written);
 }
 
+static unsigned ckpt_flags(const gt_config *c)
+{
+    return c->allow_nonfinite ? GT_CKPT_ALLOW_NONFINITE : 0;
+}
+
 /* The model a checkpoint was written for, on this data. */
 static int model_from_checkpoint(const char *path, const gt_data *d, gt_model *m, gt_ckpt_meta *meta,
                                  gt_err *e)
@@ -145,7 +150,7 @@ static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
     int n = 0;
     int rc = open_devices(c, &m, devs, &n, &ev, e);
     if (rc == 0)
-        rc = gt_ckpt_load(c->checkpoint, &m, ev->params, NULL, 0, &meta, e);
+        rc = gt_ckpt_load(c->checkpoint, &m, ev->params, NULL, 0, &meta, ckpt_flags(c), e);
     gt_step_out o = {0};
     if (rc == 0)
         rc = ev->ops->load_params(ev, e);
@@ -200,22 +205,14 @@ static int load_start(const gt_config *c, const gt_model *m, const gt_data *d, f
 {
     *resumed = 0;
     if (c->resume[0]) {
-        if (gt_ckpt_read_meta(c->resume, meta, e) != 0)
-            return -1;
-        if (strcmp(meta->optimizer, optim_name(c)) != 0)
-            return gt_fail(e, "--resume: %s was trained with --optimizer %s, this run uses %s",
-                           c->resume, meta->optimizer, optim_name(c));
-        if (meta->data_fingerprint != d->fingerprint)
-            return gt_fail(e, "--resume: %s was trained on other data (fingerprint %08x, this data %08x)",
-                           c->resume, meta->data_fingerprint, d->fingerprint);
-        if (gt_ckpt_load(c->resume, m, params, state, nstate, meta, e) != 0)
+        if (gt_ckpt_load(c->resume, m, params, state, nstate, meta, ckpt_flags(c), e) != 0)
             return -1;
         *resumed = 1;
         return 0;
     }
     if (c->init[0]) {
         gt_ckpt_meta tmp;
-        return gt_ckpt_load(c->init, m, params, NULL, 0, &tmp, e);
+        return gt_ckpt_load(c->init, m, params, NULL, 0, &tmp, ckpt_flags(c), e);
     }
     gt_model_init_params(m, params, c->seed);
     return 0;
@@ -256,8 +253,8 @@ static int cmd_train(const gt_config *c, const gt_data *d, gt_run_result *res, i
                    c->mode == GT_MODE_HOGWILD && c->stripes == 0 ? " lock-free" : "", n,
                    n == 1 ? "" : "s", c->batch, hosts, d->train.n, d->test.n, devs[0]->name);
         if (resumed && !c->quiet)
-            printf("resuming %s at epoch %u step %llu\n", c->resume, meta.epoch,
-                   (unsigned long long)meta.step);
+            printf("resuming %s at epoch %u step %llu (seed %llu)\n", c->resume, meta.epoch,
+                   (unsigned long long)meta.step, (unsigned long long)meta.seed);
         gt_start start = {.params = params, .state = state, .nstate = nstate,
                           .resumed = resumed ? &meta : NULL};
         gt_train_install_signals();
@@ -273,6 +270,71 @@ static int cmd_train(const gt_config *c, const gt_data *d, gt_run_result *res, i
     gt_free(params);
     gt_free(state[0]);
     gt_free(state[1]);
+    return rc;
+}
+
+/* Whether flag was given on the command line (options are spelt in full: --seed or --seed=N). */
+static int flag_given(int argc, char **argv, const char *flag)
+{
+    size_t n = strlen(flag);
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strncmp(argv[i], flag, n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '='))
+            return 1;
+    return 0;
+}
+
+/* What --resume keeps from the checkpoint, before training: the same optimizer and data, its seed (another --seed is
+ * a command-line error, since it would change the data order), and whether anything is left to
+ * train. 0 to go on, 1 when the run is already finished, -1 on error (*usage: exit 2). */
+static int resume_settings(gt_config *c, const gt_data *d, int argc, char **argv, int *usage,
+                           gt_err *e)
+{
+    gt_ckpt_meta meta;
+    *usage = 0;
+    if (gt_ckpt_read_meta(c->resume, &meta, e) != 0)
+        return -1;
+    if (strcmp(meta.optimizer, optim_name(c)) != 0)
+        return gt_fail(e, "--resume: %s was trained with --optimizer %s, this run uses %s",
+                       c->resume, meta.optimizer, optim_name(c));
+    if (meta.data_fingerprint != d->fingerprint)
+        return gt_fail(e, "--resume: %s was trained on other data (fingerprint %08x, this data %08x)",
+                       c->resume, meta.data_fingerprint, d->fingerprint);
+    if (flag_given(argc, argv, "--seed") && c->seed != meta.seed) {
+        *usage = 1;
+        return gt_fail(e, "--seed %llu: %s was trained with --seed %llu; resuming under another seed "
+                       "changes the data order (leave --seed out to keep the checkpoint's)",
+                       (unsigned long long)c->seed, c->resume, (unsigned long long)meta.seed);
+    }
+    c->seed = meta.seed;
+    if (meta.epoch >= (uint32_t)c->epochs) {
+        if (!c->quiet)
+            printf("nothing to train: the checkpoint %s is at epoch %u of %d\n", c->resume,
+                   meta.epoch, c->epochs);
+        return 1;
+    }
+    if (c->mode == GT_MODE_LOCAL && !c->quiet)
+        fprintf(stderr, "gputrain: warning: --mode local resumes approximately (the workers' "
+                        "models since their last average are not in a checkpoint)\n");
+    return 0;
+}
+
+/* A command-line error found after parsing: one line, exit 2 on every host. */
+static int usage_error(const gt_err *e)
+{
+    fprintf(stderr, "gputrain: %s (see gputrain --help)\n", e->msg);
+    gt_cluster_abort(2);
+    gt_cluster_finalize();
+    return 2;
+}
+
+/* Whether --model builds on this data; the model itself is built again in cmd_train. */
+static int check_model_spec(const gt_config *c, const gt_data *d, gt_err *e)
+{
+    gt_model *m = malloc(sizeof *m);
+    if (!m)
+        return gt_fail(e, "out of memory");
+    int rc = gt_model_build(c->model, d->train.c, d->train.h, d->train.w, d->train.nclasses, m, e);
+    free(m);
     return rc;
 }
 
@@ -295,17 +357,25 @@ int main(int argc, char **argv)
         c.progress = 0;
     }
     int lock = -1, usage = 0; /* the checkpoint's lock is held until the process ends */
-    if (c.command != GT_CMD_EVAL && gt_cluster_rank() == 0 && check_paths(&c, &lock, &usage, &e) != 0) {
-        if (!usage)
-            return die(&e);
-        fprintf(stderr, "gputrain: %s (see gputrain --help)\n", e.msg);
-        gt_cluster_abort(2);
-        gt_cluster_finalize();
-        return 2;
-    }
+    if (c.command != GT_CMD_EVAL && gt_cluster_rank() == 0 && check_paths(&c, &lock, &usage, &e) != 0)
+        return usage ? usage_error(&e) : die(&e);
+
     gt_data data;
     if (gt_data_load(c.data[0] ? c.data : NULL, c.train_samples, &data, &e) != 0)
         return die(&e);
+    if (c.command != GT_CMD_EVAL && check_model_spec(&c, &data, &e) != 0) {
+        gt_data_free(&data);
+        return usage_error(&e); /* a bad --model is a command-line error */
+    }
+    int left = c.command != GT_CMD_EVAL && c.resume[0]
+                   ? resume_settings(&c, &data, argc, argv, &usage, &e) : 0;
+    if (left != 0) {
+        gt_data_free(&data);
+        if (left < 0)
+            return usage ? usage_error(&e) : die(&e);
+        gt_cluster_finalize();
+        return 0;
+    }
     gt_host_register(data.train.images, (size_t)data.train.n * data.train.c * data.train.h * data.train.w);
     int rc, interrupted = 0;
     if (c.command == GT_CMD_EVAL) {

@@ -218,6 +218,7 @@ void gt_st_close(gt_st_file *f)
         close(f->fd);
     gt_json_free(&f->doc);
     free(f->header);
+    free(f->raw);
     free(f->entries);
 }
 
@@ -374,10 +375,14 @@ int gt_st_open(gt_st_file *cf, const char *path, gt_err *e)
         } else if ((got = fd_pread_all(cf->fd, cf->header, hlen, 8)) != (ssize_t)hlen) {
             gt_fail(e, "checkpoint %s: cannot read its header: %s", path,
                     got < 0 ? strerror(errno) : "file shrank");
-        } else if (gt_json_parse(&cf->doc, cf->header, hlen) != 0) {
+        } else if (!(cf->raw = malloc(8 + hlen))) {
+            gt_fail(e, "checkpoint %s: out of memory for a %" PRIu64 "-byte header", path, hlen);
+        } else if (memcpy(cf->raw, lenbuf, 8), memcpy(cf->raw + 8, cf->header, hlen),
+                   gt_json_parse(&cf->doc, cf->header, hlen) != 0) {
             gt_fail(e, "checkpoint %s: bad JSON header at byte %zu: %s", path, 8 + cf->doc.err_at,
                     cf->doc.err);
         } else {
+            cf->hlen = hlen;
             cf->data_start = 8 + hlen;
             cf->data_size = size - 8 - hlen;
             rc = st_check_metadata(cf, e);

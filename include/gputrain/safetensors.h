@@ -63,6 +63,8 @@ typedef struct gt_st_file {
     int fd;
     uint64_t data_start, data_size; /* file offset and length of the data region */
     char *header;                   /* the header, parsed in place */
+    char *raw;                      /* the 8 length bytes and the header as read, before parsing */
+    uint64_t hlen;                  /* header bytes */
     gt_json_doc doc;
     int meta_node;                  /* "__metadata__" in doc */
     gt_st_entry *entries;           /* after gt_st_index: every tensor, sorted by offset */
