@@ -224,6 +224,16 @@ static void ckpt_seal_header(char *header, size_t hlen)
     memcpy(header + hole, hex, 8);
 }
 
+/* Whether the checkpoint at path (if readable) is at meta's training position: then rotating
+ * would push the last distinct checkpoint out for a copy of this one, so PATH is only replaced. */
+static int ckpt_same_position(const char *path, const gt_ckpt_meta *meta)
+{
+    gt_ckpt_meta old = {{0}};
+    gt_err ignored;
+    return gt_ckpt_read_meta(path, &old, &ignored) == 0 && old.epoch == meta->epoch &&
+           old.step == meta->step && old.samples == meta->samples && old.updates == meta->updates;
+}
+
 static int ckpt_fill(int fd, void *ctx)
 {
     const ckpt_save *sv = ctx;
@@ -252,7 +262,8 @@ int gt_ckpt_save(const char *path, const gt_model *m, const float *params, float
     if (!sv.header)
         gt_fail(e, "cannot save checkpoint %s: out of memory", path);
     else
-        rc = gt_atomic_write(path, "checkpoint", ckpt_fill, &sv, keep, e);
+        rc = gt_atomic_write(path, "checkpoint", ckpt_fill, &sv,
+                             ckpt_same_position(path, meta) ? 0 : keep, e);
     ckpt_save_free(&sv);
     return rc;
 }

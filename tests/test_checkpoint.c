@@ -775,6 +775,13 @@ static void test_rotation(void)
     save_epoch(path, &m, &a, 6, 0);
     CHECK(epoch_of(path, &m) == 6 && epoch_of(p1, &m) == 4);
     CHECK(count_temp_files("rotated") == 0);
+    /* The same position saved twice (a signal right after a periodic save) replaces PATH without
+     * rotating, so the last distinct checkpoint stays in PATH.1. */
+    save_epoch(path, &m, &a, 7, 1);
+    CHECK(epoch_of(path, &m) == 7 && epoch_of(p1, &m) == 6);
+    save_epoch(path, &m, &a, 7, 1);
+    CHECK_MSG(epoch_of(path, &m) == 7 && epoch_of(p1, &m) == 6, "PATH.1 is epoch %u, not 6",
+              epoch_of(p1, &m));
     arrays_free(&a);
 }
 

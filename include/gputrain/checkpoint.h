@@ -40,7 +40,9 @@ typedef struct gt_ckpt_meta {
 
 /* Writes a checkpoint atomically. state: gt_optim_nstate(optim) arrays of m->nparams (may be 0).
  * keep > 0: the previous checkpoint is kept as PATH.1 (PATH.1 moves to PATH.2, ... up to PATH.keep)
- * by hard link before the rename, so PATH itself never goes missing. */
+ * by hard link before the rename, so PATH itself never goes missing. A save at the position
+ * (epoch, step, samples, updates) of the checkpoint already at PATH replaces it without rotating,
+ * so the last distinct checkpoint is never pushed out by a copy of the newest. */
 int gt_ckpt_save(const char *path, const gt_model *m, const float *params, float *const *state,
                  int nstate, const gt_ckpt_meta *meta, int keep, gt_err *e);
 
