@@ -228,8 +228,9 @@ static void ckpt_seal_header(char *header, size_t hlen)
  * would push the last distinct checkpoint out for a copy of this one, so PATH is only replaced. */
 static int ckpt_same_position(const char *path, const gt_ckpt_meta *meta)
 {
-    gt_ckpt_meta old = {{0}};
+    gt_ckpt_meta old;
     gt_err ignored;
+    memset(&old, 0, sizeof old);
     return gt_ckpt_read_meta(path, &old, &ignored) == 0 && old.epoch == meta->epoch &&
            old.step == meta->step && old.samples == meta->samples && old.updates == meta->updates;
 }
