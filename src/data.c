@@ -39,9 +39,14 @@
 
 typedef struct idx_stream {
     const char *path;
-    FILE *plain; /* exactly one of plain and gz is open */
-    gzFile gz;
+    FILE *plain;        /* a plain file, or NULL for gzip */
+    int fd;             /* gzip: the compressed file */
+    z_stream z;         /* gzip: one member, its CRC-32 and length checked by inflate */
+    unsigned char *in;  /* gzip: compressed input buffer */
+    int gz_done;        /* gzip: the member ended and its trailer matched */
 } idx_stream;
+
+#define IDX_GZ_IN (1u << 17)
 
 /* Gzip is recognised by its magic bytes, not the name, so a gunzipped file keeping its .gz name
  * (or the reverse) still loads. */
@@ -49,19 +54,24 @@ static int idx_open(idx_stream *s, const char *path, gt_err *e)
 {
     memset(s, 0, sizeof *s);
     s->path = path;
+    s->fd = -1;
     const char *why;
     int fd = gt_open_regular(path, &why);
     if (fd < 0)
         return gt_fail(e, "%s: cannot open: %s", path, why);
     unsigned char magic[2];
     if (pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
-        s->gz = gzdopen(fd, "rb");
-        if (s->gz)
-            gzbuffer(s->gz, 1u << 17);
+        s->in = malloc(IDX_GZ_IN);
+        if (s->in && inflateInit2(&s->z, 16 + MAX_WBITS) == Z_OK) {
+            s->fd = fd;
+            return 0;
+        }
+        free(s->in);
+        s->in = NULL;
     } else {
         s->plain = fdopen(fd, "rb");
     }
-    if (!s->gz && !s->plain) {
+    if (!s->plain) {
         close(fd);
         return gt_fail(e, "%s: cannot open: out of memory", path);
     }
@@ -70,23 +80,54 @@ static int idx_open(idx_stream *s, const char *path, gt_err *e)
 
 static void idx_close(idx_stream *s)
 {
-    if (s->gz)
-        gzclose(s->gz);
+    if (s->fd >= 0) {
+        inflateEnd(&s->z);
+        close(s->fd);
+        free(s->in);
+    }
     if (s->plain)
         fclose(s->plain);
-    s->gz = NULL;
+    s->fd = -1;
     s->plain = NULL;
 }
 
-/* zlib prefixes its messages with the stream's name ("<fd:3>: "), which means nothing to a user. */
-static const char *idx_gz_reason(gzFile gz)
+/* Refills the compressed input: 1, 0 at the end of the file, -1 with errno. */
+static int idx_gz_fill(idx_stream *s)
 {
-    int err;
-    const char *msg = gzerror(gz, &err);
-    const char *sep = strstr(msg, ": ");
-    if (err == Z_ERRNO)
-        return strerror(errno);
-    return sep ? sep + 2 : msg;
+    ssize_t r;
+    do {
+        r = read(s->fd, s->in, IDX_GZ_IN);
+    } while (r < 0 && errno == EINTR);
+    if (r > 0) {
+        s->z.next_in = s->in;
+        s->z.avail_in = (uInt)r;
+    }
+    return r > 0 ? 1 : (int)r;
+}
+
+/* Inflates up to len bytes; fewer only at the end of the member, which must be the end of the
+ * file: inflate checks the trailer's CRC-32 and length, and anything after it is refused. */
+static long long idx_gz_read(idx_stream *s, unsigned char *buf, unsigned len, gt_err *e)
+{
+    s->z.next_out = buf;
+    s->z.avail_out = len;
+    while (s->z.avail_out > 0 && !s->gz_done) {
+        int more = s->z.avail_in > 0 ? 1 : idx_gz_fill(s);
+        if (more < 0)
+            return gt_fail(e, "%s: read error: %s", s->path, strerror(errno));
+        if (more == 0)
+            return gt_fail(e, "%s: corrupt gzip stream (unexpected end of file)", s->path);
+        int rc = inflate(&s->z, Z_NO_FLUSH);
+        if (rc == Z_STREAM_END) {
+            s->gz_done = 1;
+            if (s->z.avail_in > 0 || idx_gz_fill(s) != 0)
+                return gt_fail(e, "%s: bytes after the end of the gzip stream", s->path);
+        } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+            return gt_fail(e, "%s: corrupt gzip stream (%s)", s->path,
+                           s->z.msg ? s->z.msg : zError(rc));
+        }
+    }
+    return (long long)(len - s->z.avail_out);
 }
 
 /* Reads up to len bytes, fewer only at the end of the file. Returns the count, or -1 with e set. */
@@ -95,17 +136,13 @@ static long long idx_read(idx_stream *s, void *buf, size_t len, gt_err *e)
     size_t got = 0;
     while (got < len) {
         unsigned want = len - got > IDX_READ_CHUNK ? IDX_READ_CHUNK : (unsigned)(len - got);
-        if (s->gz) {
-            int r = gzread(s->gz, (char *)buf + got, want);
-            if (r <= 0) {
-                int err;
-                gzerror(s->gz, &err);
-                if (r < 0 || err != Z_OK)
-                    return gt_fail(e, "%s: corrupt gzip stream (%s)", s->path,
-                                   idx_gz_reason(s->gz));
-                break;
-            }
+        if (!s->plain) {
+            long long r = idx_gz_read(s, (unsigned char *)buf + got, want, e);
+            if (r < 0)
+                return -1;
             got += (size_t)r;
+            if (r < want)
+                break;
         } else {
             size_t r = fread((char *)buf + got, 1, want, s->plain);
             got += r;

@@ -284,6 +284,77 @@ typedef struct idx_layout {
 
 static const idx_layout good_layout = {6, 6, 4, 3, -1};
 
+
+/* A gzip member of buf at the given level (0: stored, so a flipped byte is a flipped label). */
+static unsigned char *gzip_bytes(const void *buf, size_t len, int level, size_t *out_len)
+{
+    z_stream z = {0};
+    CHECK(deflateInit2(&z, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+    size_t cap = deflateBound(&z, (uLong)len) + 16;
+    unsigned char *out = malloc(cap);
+    z.next_in = (Bytef *)buf;
+    z.avail_in = (uInt)len;
+    z.next_out = out;
+    z.avail_out = (uInt)cap;
+    CHECK(deflate(&z, Z_FINISH) == Z_STREAM_END);
+    *out_len = cap - z.avail_out;
+    deflateEnd(&z);
+    return out;
+}
+
+/* A gzip member is checked whole: its CRC-32 and length trailer (cut, or a changed byte under a
+ * stored block) and nothing after it. */
+static void test_gzip_integrity(void)
+{
+    uint32_t n;
+    uint8_t *buf = NULL;
+    char f[1024];
+    snprintf(f, sizeof f, "%s", tp("gzip"));
+    blob b = {0};
+    blob_be32(&b, 0x801);
+    blob_be32(&b, 300);
+    for (uint32_t i = 0; i < 300; i++) {
+        uint8_t v = label_at(i);
+        blob_put(&b, &v, 1);
+    }
+    for (int level = 0; level <= 9; level += 9) {
+        size_t len;
+        unsigned char *gz = gzip_bytes(b.p, b.n, level, &len);
+        write_file(f, 0, gz, len);
+        gt_err e = {{0}};
+        CHECK_MSG(gt_idx_load_labels(f, &n, &buf, &e) == 0 && n == 300, "%s", e.msg);
+        free(buf);
+        buf = NULL;
+        for (size_t cut = 1; cut <= 9; cut++) {
+            write_file(f, 0, gz, len - cut);
+            CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "unexpected end of file");
+        }
+        unsigned char *more = malloc(len + 1);
+        memcpy(more, gz, len);
+        more[len] = 0;
+        write_file(f, 0, more, len + 1);
+        CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "after the end of the gzip stream");
+        more[len - 5] ^= 1; /* the length trailer */
+        write_file(f, 0, more, len);
+        CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "corrupt gzip stream");
+        more[len - 5] ^= 1;
+        more[len - 8] ^= 0x10; /* the CRC-32 */
+        write_file(f, 0, more, len);
+        CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "corrupt gzip stream");
+        if (level == 0) { /* a stored block: flip a label byte, and cut the trailer too */
+            more[len - 8] ^= 0x10;
+            more[len - 8 - 20] ^= 0x01;
+            write_file(f, 0, more, len);
+            CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "corrupt gzip stream");
+            write_file(f, 0, more, len - 8);
+            CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "unexpected end of file");
+        }
+        free(more);
+        free(gz);
+    }
+    free(b.p);
+}
+
 /* Writes the four files into dir (train gzip, test plain), replacing what was there. */
 static void write_idx_dir(const char *dir, idx_layout l)
 {
@@ -616,6 +687,7 @@ int main(void)
     }
     test_idx_good();
     test_idx_damage();
+    test_gzip_integrity();
     test_idx_dataset();
     test_folder_grey();
     test_folder_rgb();
