@@ -10,10 +10,12 @@
 #include "gputrain/data.h"
 
 #include "gputrain/atomic_file.h"
+#include "gputrain/image_file.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -440,26 +442,44 @@ static int folder_list_files(const char *split_dir, const name_list *classes, na
     return 0;
 }
 
-/* Width, height and the channels we keep (alpha dropped: grey+alpha -> 1, RGBA -> 3). */
-static int folder_probe(const char *path, int *w, int *h, int *c, gt_err *e)
+/* One image file's bytes, read and checked by gt_image_read. */
+typedef struct img_bytes {
+    unsigned char *buf;
+    size_t len;
+} img_bytes;
+
+/* Reads path into f (freed by the caller) and says its width, height and the channels we keep
+ * (alpha dropped: grey+alpha -> 1, RGBA -> 3). */
+static int folder_probe(const char *path, img_bytes *f, int *w, int *h, int *c, gt_err *e)
 {
     int comp;
     if (path_is_dir(path))
         return gt_fail(e, "%s: a folder inside a class folder (expected image files)", path);
-    if (!stbi_info(path, w, h, &comp))
+    if (gt_image_read(path, DATA_MAX_SIDE, &f->buf, &f->len, e) != 0)
+        return -1;
+    if (f->len > INT_MAX || !stbi_info_from_memory(f->buf, (int)f->len, w, h, &comp)) {
+        free(f->buf);
+        f->buf = NULL;
         return gt_fail(e, "%s: not an image stb_image can read (%s)", path, stbi_failure_reason());
+    }
     *c = comp <= 2 ? 1 : 3;
-    if (*w <= 0 || *h <= 0 || *w > (int)DATA_MAX_SIDE || *h > (int)DATA_MAX_SIDE)
+    if (*w <= 0 || *h <= 0 || *w > (int)DATA_MAX_SIDE || *h > (int)DATA_MAX_SIDE) {
+        free(f->buf);
+        f->buf = NULL;
         return gt_fail(e, "%s: %dx%d pixels (limit %ux%u)", path, *w, *h, DATA_MAX_SIDE,
                        DATA_MAX_SIDE);
+    }
     return 0;
 }
 
 /* Decodes one image into dst as C x H x W; the caller has checked that it is w x h. */
-static int folder_decode_chw(const char *path, int w, int h, int c, uint8_t *dst, gt_err *e)
+static int folder_decode_chw(const char *path, img_bytes *f, int w, int h, int c, uint8_t *dst,
+                             gt_err *e)
 {
     int fw, fh, comp;
-    unsigned char *px = stbi_load(path, &fw, &fh, &comp, c);
+    unsigned char *px = stbi_load_from_memory(f->buf, (int)f->len, &fw, &fh, &comp, c);
+    free(f->buf);
+    f->buf = NULL;
     if (!px)
         return gt_fail(e, "%s: cannot decode: %s", path, stbi_failure_reason());
     if (fw != w || fh != h) {
@@ -479,9 +499,11 @@ static int folder_fill(const name_list *files, const uint32_t *ends, size_t ncla
                        gt_dataset *out, gt_err *e)
 {
     int w, h, c;
+    img_bytes f = {0};
     const char *first = files->names[0];
-    if (folder_probe(first, &w, &h, &c, e) != 0)
+    if (folder_probe(first, &f, &w, &h, &c, e) != 0)
         return -1;
+    free(f.buf);
     size_t per = (size_t)c * h * w;
     unsigned long long bytes = (unsigned long long)files->n * per;
     if (bytes >= DATA_MAX_BYTES)
@@ -500,13 +522,15 @@ static int folder_fill(const name_list *files, const uint32_t *ends, size_t ncla
     for (size_t i = 0; i < files->n; i++) {
         int fw, fh, fc;
         const char *path = files->names[i];
-        if (folder_probe(path, &fw, &fh, &fc, e) != 0)
+        if (folder_probe(path, &f, &fw, &fh, &fc, e) != 0)
             return -1;
-        if (fw != w || fh != h || fc != c)
+        if (fw != w || fh != h || fc != c) {
+            free(f.buf);
             return gt_fail(e,
                            "%s: %dx%d with %d channel(s), but the first image %s is %dx%d with %d",
                            path, fw, fh, fc, first, w, h, c);
-        if (folder_decode_chw(path, w, h, c, out->images + i * per, e) != 0)
+        }
+        if (folder_decode_chw(path, &f, w, h, c, out->images + i * per, e) != 0)
             return -1;
         while (i >= ends[k])
             k++;

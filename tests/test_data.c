@@ -9,6 +9,7 @@
 #include "test_util.h"
 
 #include <ftw.h>
+#include <signal.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -678,6 +679,109 @@ static void test_fashion_mnist(void)
     gt_data_free(&d);
 }
 
+/* ---- damaged PNGs ---------------------------------------------------------------------------- */
+
+/* The whole of a file, malloc'd. */
+static unsigned char *file_bytes(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    CHECK_MSG(f != NULL, "cannot read %s", path);
+    unsigned char *buf = malloc(1 << 20);
+    *len = f ? fread(buf, 1, 1 << 20, f) : 0;
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+/* Appends a PNG chunk with its CRC. */
+static void png_chunk(blob *b, const char *type, const void *data, uint32_t n)
+{
+    blob_be32(b, n);
+    size_t at = b->n;
+    blob_put(b, type, 4);
+    if (n)
+        blob_put(b, data, n);
+    blob_be32(b, (uint32_t)crc32(0, (const unsigned char *)b->p + at, n + 4));
+}
+
+/* A 5x3 grey PNG whose IDAT inflates to raw_bytes zero bytes (the right size is 3 * (1 + 5)). */
+static void write_png_inflating_to(const char *path, size_t raw_bytes)
+{
+    blob b = {0};
+    blob_put(&b, "\x89PNG\r\n\x1a\n", 8);
+    unsigned char ihdr[13] = {0, 0, 0, IMG_W, 0, 0, 0, IMG_H, 8, 0, 0, 0, 0};
+    png_chunk(&b, "IHDR", ihdr, 13);
+    unsigned char *raw = calloc(raw_bytes, 1);
+    uLongf zlen = compressBound((uLong)raw_bytes);
+    unsigned char *z = malloc(zlen);
+    CHECK(compress2(z, &zlen, raw, (uLong)raw_bytes, 9) == Z_OK);
+    png_chunk(&b, "IDAT", z, (uint32_t)zlen);
+    png_chunk(&b, "IEND", NULL, 0);
+    write_file(path, 0, b.p, b.n);
+    free(raw);
+    free(z);
+    free(b.p);
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "test_data: a load still running after 20 s (a FIFO blocked it)\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(1);
+}
+
+/* Chunk CRCs, the zlib Adler-32 and the decoded size are checked before stb_image decodes; a FIFO
+ * among the images is refused without blocking. */
+static void test_png_damage(void)
+{
+    char root[1024], y[1024];
+    snprintf(root, sizeof root, "%s", tp("pngd"));
+    static const char *const dirs[] = {"train", "train/a"};
+    static const png_spec pngs[] = {{"train/a/x.png", 1, 1}, {"train/a/y.png", 2, 1}};
+    write_tree(root, dirs, 2, pngs, 2);
+    snprintf(y, sizeof y, "%s", tp("pngd/train/a/y.png"));
+    gt_dataset ds;
+    char names[GT_MAX_CLASSES][32];
+    int nclasses = 0;
+    size_t len;
+    unsigned char *good = file_bytes(y, &len);
+    size_t idat = 8;
+    while (idat + 8 < len && memcmp(good + idat + 4, "IDAT", 4) != 0)
+        idat += 12 + ((size_t)good[idat] << 24 | (size_t)good[idat + 1] << 16 |
+                      (size_t)good[idat + 2] << 8 | good[idat + 3]);
+    CHECK(idat + 8 < len);
+    uint32_t n = (uint32_t)good[idat] << 24 | (uint32_t)good[idat + 1] << 16 |
+                 (uint32_t)good[idat + 2] << 8 | good[idat + 3];
+    unsigned char *bad = malloc(len);
+    memcpy(bad, good, len);
+    bad[idat + 8 + n - 1] ^= 0x04; /* a byte of the zlib Adler-32, which stb_image ignores */
+    write_file(y, 0, bad, len);
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "fails its CRC");
+    uint32_t crc = (uint32_t)crc32(0, bad + idat + 4, n + 4);
+    unsigned char be[4] = {(unsigned char)(crc >> 24), (unsigned char)(crc >> 16),
+                           (unsigned char)(crc >> 8), (unsigned char)crc};
+    memcpy(bad + idat + 8 + n, be, 4); /* the chunk CRC made to match: the Adler-32 catches it */
+    write_file(y, 0, bad, len);
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "damaged");
+    write_png_inflating_to(y, 400000);
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "larger than");
+    write_png_inflating_to(y, 3 * (1 + IMG_W));
+    gt_err e = {{0}};
+    CHECK_MSG(gt_folder_load(root, "train", &ds, names, &nclasses, &e) == 0, "%s", e.msg);
+    gt_free(ds.images);
+    gt_free(ds.labels);
+    remove(y);
+    CHECK(mkfifo(y, 0600) == 0);
+    signal(SIGALRM, on_alarm);
+    alarm(20);
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "not a regular file");
+    alarm(0);
+    remove(y);
+    free(good);
+    free(bad);
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/gt_test_data_XXXXXX");
@@ -691,6 +795,7 @@ int main(void)
     test_idx_dataset();
     test_folder_grey();
     test_folder_rgb();
+    test_png_damage();
     test_default_search();
     test_fashion_mnist();
     remove_tree(tmp_root);
