@@ -7,6 +7,7 @@
 DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
 EXPECT_TIMEOUT=30
 ONE=(--data "$DATA" --gpus cpu:1 --train-samples 200 --epochs 1 --no-progress)
+TWO=(--data "$DATA" --gpus cpu:1 --train-samples 200 --epochs 2 --no-progress)
 # A refusal must come before training: with this many epochs a late one would time out.
 LONG=(--data "$DATA" --gpus cpu:1 --train-samples 200 --epochs 100000 --no-progress)
 
@@ -31,7 +32,7 @@ expect_error "ends in '/'" -- "${LONG[@]}" --checkpoint "$TMP/ck/"
 name250=$(printf 'c%.0s' $(seq 1 250))
 expect_exit 0 -- "${ONE[@]}" --checkpoint "$TMP/$name250" --keep 2
 [ -f "$TMP/$name250" ] || fail "250-byte checkpoint name: nothing saved: $(cat "$TMP/err")"
-expect_exit 0 -- "${ONE[@]}" --checkpoint "$TMP/$name250" --keep 2
+expect_exit 0 -- "${TWO[@]}" --checkpoint "$TMP/$name250" --keep 2 --resume "$TMP/$name250"
 [ -f "$TMP/$name250.1" ] || fail "250-byte checkpoint name: no rotated copy"
 deep="$TMP/$(printf 'd%.0s' $(seq 1 200))/$(printf 'e%.0s' $(seq 1 200))/$(printf 'f%.0s' $(seq 1 200))"
 expect_error "No such file or directory" -- "${LONG[@]}" --checkpoint "$deep/ck"
