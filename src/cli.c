@@ -41,7 +41,7 @@ enum cli_opt {
     OPT_MODEL, OPT_DATA, OPT_TRAIN_SAMPLES, OPT_BATCH, OPT_EPOCHS, OPT_SEED,
     OPT_EVAL_EVERY, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WEIGHT_DECAY, OPT_BETA1,
     OPT_BETA2, OPT_EPS, OPT_SCHEDULE, OPT_WARMUP, OPT_STEP_EPOCHS, OPT_GAMMA, OPT_CHECKPOINT,
-    OPT_CHECKPOINT_EVERY, OPT_KEEP, OPT_RESUME, OPT_INIT, OPT_ON_NAN, OPT_INJECT_FAULT,
+    OPT_CHECKPOINT_EVERY, OPT_KEEP, OPT_RESUME, OPT_INIT, OPT_ALLOW_NONFINITE, OPT_ON_NAN, OPT_INJECT_FAULT,
     OPT_STALL_TIMEOUT, OPT_HOST_TIMEOUT, OPT_LOG, OPT_LOG_STEPS, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_VERSION,
     OPT_END
 };
@@ -79,6 +79,7 @@ const struct option gt_cli_options[] = {
     {"keep", required_argument, NULL, OPT_KEEP},
     {"resume", required_argument, NULL, OPT_RESUME},
     {"init", required_argument, NULL, OPT_INIT},
+    {"allow-nonfinite", no_argument, NULL, OPT_ALLOW_NONFINITE},
     {"on-nan", required_argument, NULL, OPT_ON_NAN},
     {"inject-fault", required_argument, NULL, OPT_INJECT_FAULT},
     {"stall-timeout", required_argument, NULL, OPT_STALL_TIMEOUT},
@@ -175,11 +176,12 @@ static int cli_in_range(double v, const cli_range *r)
     return r->hi_open ? v < r->hi : v <= r->hi;
 }
 
-/* The whole of s as a real (no leading space); nan and inf are read here and refused by range. */
+/* The whole of s as a decimal real (no leading space, no hex, inf or nan). */
 static int cli_read_real(const char *flag, const char *s, double *out, gt_err *e)
 {
     char *end = NULL;
-    if (s[0] && !isspace((unsigned char)s[0]))
+    /* decimal only: strtod would also take hex floats (0x1p-4), inf and nan */
+    if (s[0] && !isspace((unsigned char)s[0]) && strspn(s, "0123456789.eE+-") == strlen(s))
         *out = strtod(s, &end);
     if (!end || end == s || *end)
         return gt_fail(e, "--%s: '%s' is not a number", flag, s);
@@ -400,6 +402,7 @@ static int cli_apply(int opt, const char *arg, gt_config *c, gt_err *e)
     case OPT_PROGRESS: c->progress = 1; return 0;
     case OPT_NO_PROGRESS: c->progress = 0; return 0;
     case OPT_QUIET: c->quiet = 1; return 0;
+    case OPT_ALLOW_NONFINITE: c->allow_nonfinite = 1; return 0;
     default: return cli_apply_enum(opt, arg, c, e);
     }
 }
@@ -617,6 +620,7 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "                         (default: none; not with --init)\n"
         "  --init PATH            start a fresh run from a checkpoint's parameters\n"
         "                         (default: none)\n"
+        "  --allow-nonfinite      load a checkpoint holding NaN or Inf values (default: refused)\n"
         "  --on-nan stop|skip     on a non-finite loss, stop the run or skip the update\n"
         "                         (default %s)\n"
         "  --inject-fault WORKER:STEP  make a worker (numbered across hosts under mpirun) fail\n"

@@ -9,9 +9,13 @@
  * that ties a checkpoint to its data. */
 #include "gputrain/data.h"
 
+#include "gputrain/atomic_file.h"
+#include "gputrain/image_file.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,9 +41,14 @@
 
 typedef struct idx_stream {
     const char *path;
-    FILE *plain; /* exactly one of plain and gz is open */
-    gzFile gz;
+    FILE *plain;        /* a plain file, or NULL for gzip */
+    int fd;             /* gzip: the compressed file */
+    z_stream z;         /* gzip: one member, its CRC-32 and length checked by inflate */
+    unsigned char *in;  /* gzip: compressed input buffer */
+    int gz_done;        /* gzip: the member ended and its trailer matched */
 } idx_stream;
+
+#define IDX_GZ_IN (1u << 17)
 
 /* Gzip is recognised by its magic bytes, not the name, so a gunzipped file keeping its .gz name
  * (or the reverse) still loads. */
@@ -47,23 +56,24 @@ static int idx_open(idx_stream *s, const char *path, gt_err *e)
 {
     memset(s, 0, sizeof *s);
     s->path = path;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    s->fd = -1;
+    const char *why;
+    int fd = gt_open_regular(path, &why);
     if (fd < 0)
-        return gt_fail(e, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return gt_fail(e, "%s: not a regular file", path);
-    }
+        return gt_fail(e, "%s: cannot open: %s", path, why);
     unsigned char magic[2];
     if (pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
-        s->gz = gzdopen(fd, "rb");
-        if (s->gz)
-            gzbuffer(s->gz, 1u << 17);
+        s->in = malloc(IDX_GZ_IN);
+        if (s->in && inflateInit2(&s->z, 16 + MAX_WBITS) == Z_OK) {
+            s->fd = fd;
+            return 0;
+        }
+        free(s->in);
+        s->in = NULL;
     } else {
         s->plain = fdopen(fd, "rb");
     }
-    if (!s->gz && !s->plain) {
+    if (!s->plain) {
         close(fd);
         return gt_fail(e, "%s: cannot open: out of memory", path);
     }
@@ -72,23 +82,54 @@ static int idx_open(idx_stream *s, const char *path, gt_err *e)
 
 static void idx_close(idx_stream *s)
 {
-    if (s->gz)
-        gzclose(s->gz);
+    if (s->fd >= 0) {
+        inflateEnd(&s->z);
+        close(s->fd);
+        free(s->in);
+    }
     if (s->plain)
         fclose(s->plain);
-    s->gz = NULL;
+    s->fd = -1;
     s->plain = NULL;
 }
 
-/* zlib prefixes its messages with the stream's name ("<fd:3>: "), which means nothing to a user. */
-static const char *idx_gz_reason(gzFile gz)
+/* Refills the compressed input: 1, 0 at the end of the file, -1 with errno. */
+static int idx_gz_fill(idx_stream *s)
 {
-    int err;
-    const char *msg = gzerror(gz, &err);
-    const char *sep = strstr(msg, ": ");
-    if (err == Z_ERRNO)
-        return strerror(errno);
-    return sep ? sep + 2 : msg;
+    ssize_t r;
+    do {
+        r = read(s->fd, s->in, IDX_GZ_IN);
+    } while (r < 0 && errno == EINTR);
+    if (r > 0) {
+        s->z.next_in = s->in;
+        s->z.avail_in = (uInt)r;
+    }
+    return r > 0 ? 1 : (int)r;
+}
+
+/* Inflates up to len bytes; fewer only at the end of the member, which must be the end of the
+ * file: inflate checks the trailer's CRC-32 and length, and anything after it is refused. */
+static long long idx_gz_read(idx_stream *s, unsigned char *buf, unsigned len, gt_err *e)
+{
+    s->z.next_out = buf;
+    s->z.avail_out = len;
+    while (s->z.avail_out > 0 && !s->gz_done) {
+        int more = s->z.avail_in > 0 ? 1 : idx_gz_fill(s);
+        if (more < 0)
+            return gt_fail(e, "%s: read error: %s", s->path, strerror(errno));
+        if (more == 0)
+            return gt_fail(e, "%s: corrupt gzip stream (unexpected end of file)", s->path);
+        int rc = inflate(&s->z, Z_NO_FLUSH);
+        if (rc == Z_STREAM_END) {
+            s->gz_done = 1;
+            if (s->z.avail_in > 0 || idx_gz_fill(s) != 0)
+                return gt_fail(e, "%s: bytes after the end of the gzip stream", s->path);
+        } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+            return gt_fail(e, "%s: corrupt gzip stream (%s)", s->path,
+                           s->z.msg ? s->z.msg : zError(rc));
+        }
+    }
+    return (long long)(len - s->z.avail_out);
 }
 
 /* Reads up to len bytes, fewer only at the end of the file. Returns the count, or -1 with e set. */
@@ -97,17 +138,13 @@ static long long idx_read(idx_stream *s, void *buf, size_t len, gt_err *e)
     size_t got = 0;
     while (got < len) {
         unsigned want = len - got > IDX_READ_CHUNK ? IDX_READ_CHUNK : (unsigned)(len - got);
-        if (s->gz) {
-            int r = gzread(s->gz, (char *)buf + got, want);
-            if (r <= 0) {
-                int err;
-                gzerror(s->gz, &err);
-                if (r < 0 || err != Z_OK)
-                    return gt_fail(e, "%s: corrupt gzip stream (%s)", s->path,
-                                   idx_gz_reason(s->gz));
-                break;
-            }
+        if (!s->plain) {
+            long long r = idx_gz_read(s, (unsigned char *)buf + got, want, e);
+            if (r < 0)
+                return -1;
             got += (size_t)r;
+            if (r < want)
+                break;
         } else {
             size_t r = fread((char *)buf + got, 1, want, s->plain);
             got += r;
@@ -405,26 +442,44 @@ static int folder_list_files(const char *split_dir, const name_list *classes, na
     return 0;
 }
 
-/* Width, height and the channels we keep (alpha dropped: grey+alpha -> 1, RGBA -> 3). */
-static int folder_probe(const char *path, int *w, int *h, int *c, gt_err *e)
+/* One image file's bytes, read and checked by gt_image_read. */
+typedef struct img_bytes {
+    unsigned char *buf;
+    size_t len;
+} img_bytes;
+
+/* Reads path into f (freed by the caller) and says its width, height and the channels we keep
+ * (alpha dropped: grey+alpha -> 1, RGBA -> 3). */
+static int folder_probe(const char *path, img_bytes *f, int *w, int *h, int *c, gt_err *e)
 {
     int comp;
     if (path_is_dir(path))
         return gt_fail(e, "%s: a folder inside a class folder (expected image files)", path);
-    if (!stbi_info(path, w, h, &comp))
+    if (gt_image_read(path, DATA_MAX_SIDE, &f->buf, &f->len, e) != 0)
+        return -1;
+    if (f->len > INT_MAX || !stbi_info_from_memory(f->buf, (int)f->len, w, h, &comp)) {
+        free(f->buf);
+        f->buf = NULL;
         return gt_fail(e, "%s: not an image stb_image can read (%s)", path, stbi_failure_reason());
+    }
     *c = comp <= 2 ? 1 : 3;
-    if (*w <= 0 || *h <= 0 || *w > (int)DATA_MAX_SIDE || *h > (int)DATA_MAX_SIDE)
+    if (*w <= 0 || *h <= 0 || *w > (int)DATA_MAX_SIDE || *h > (int)DATA_MAX_SIDE) {
+        free(f->buf);
+        f->buf = NULL;
         return gt_fail(e, "%s: %dx%d pixels (limit %ux%u)", path, *w, *h, DATA_MAX_SIDE,
                        DATA_MAX_SIDE);
+    }
     return 0;
 }
 
 /* Decodes one image into dst as C x H x W; the caller has checked that it is w x h. */
-static int folder_decode_chw(const char *path, int w, int h, int c, uint8_t *dst, gt_err *e)
+static int folder_decode_chw(const char *path, img_bytes *f, int w, int h, int c, uint8_t *dst,
+                             gt_err *e)
 {
     int fw, fh, comp;
-    unsigned char *px = stbi_load(path, &fw, &fh, &comp, c);
+    unsigned char *px = stbi_load_from_memory(f->buf, (int)f->len, &fw, &fh, &comp, c);
+    free(f->buf);
+    f->buf = NULL;
     if (!px)
         return gt_fail(e, "%s: cannot decode: %s", path, stbi_failure_reason());
     if (fw != w || fh != h) {
@@ -444,9 +499,11 @@ static int folder_fill(const name_list *files, const uint32_t *ends, size_t ncla
                        gt_dataset *out, gt_err *e)
 {
     int w, h, c;
+    img_bytes f = {0};
     const char *first = files->names[0];
-    if (folder_probe(first, &w, &h, &c, e) != 0)
+    if (folder_probe(first, &f, &w, &h, &c, e) != 0)
         return -1;
+    free(f.buf);
     size_t per = (size_t)c * h * w;
     unsigned long long bytes = (unsigned long long)files->n * per;
     if (bytes >= DATA_MAX_BYTES)
@@ -465,13 +522,15 @@ static int folder_fill(const name_list *files, const uint32_t *ends, size_t ncla
     for (size_t i = 0; i < files->n; i++) {
         int fw, fh, fc;
         const char *path = files->names[i];
-        if (folder_probe(path, &fw, &fh, &fc, e) != 0)
+        if (folder_probe(path, &f, &fw, &fh, &fc, e) != 0)
             return -1;
-        if (fw != w || fh != h || fc != c)
+        if (fw != w || fh != h || fc != c) {
+            free(f.buf);
             return gt_fail(e,
                            "%s: %dx%d with %d channel(s), but the first image %s is %dx%d with %d",
                            path, fw, fh, fc, first, w, h, c);
-        if (folder_decode_chw(path, w, h, c, out->images + i * per, e) != 0)
+        }
+        if (folder_decode_chw(path, &f, w, h, c, out->images + i * per, e) != 0)
             return -1;
         while (i >= ends[k])
             k++;

@@ -57,6 +57,8 @@ static int field_prob(const gt_layer_token *t, int i, float *out)
         return -1;
     memcpy(buf, s, (size_t)t->len[i]);
     buf[t->len[i]] = 0;
+    if (strspn(buf, "0123456789.eE+-") != strlen(buf)) /* no hex floats (0x1p-3) */
+        return -1;
     errno = 0;
     float p = strtof(buf, &end);
     if (*end || errno || !(p >= 0.0f && p < 1.0f))

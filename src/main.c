@@ -4,6 +4,7 @@
  * Under mpirun every host runs this same program; host 0 prints, and an error on any host ends
  * the processes of every host (gt_cluster_abort), so none is left waiting for it. */
 #define _GNU_SOURCE /* sched_getaffinity */
+#include "gputrain/atomic_file.h"
 #include "gputrain/checkpoint.h"
 #include "gputrain/cli.h"
 #include "gputrain/cluster.h"
@@ -13,12 +14,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Exit codes: a value on the command line that cannot work, and anything else that failed. */
 enum { EXIT_USAGE = 2, EXIT_FAILED = 1 };
@@ -120,6 +123,11 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
         printf("checkpoint: %s\n", res->checkpoint_written);
 }
 
+static unsigned ckpt_flags(const gt_config *c)
+{
+    return c->allow_nonfinite ? GT_CKPT_ALLOW_NONFINITE : 0;
+}
+
 /* The model a checkpoint was written for, on this data. */
 static int model_from_checkpoint(const char *path, const gt_data *d, gt_model *m, gt_ckpt_meta *meta,
                                  gt_err *e)
@@ -144,7 +152,7 @@ static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
     int n = 0;
     int rc = open_devices(c, &m, devs, &n, &ev, e);
     if (rc == 0)
-        rc = gt_ckpt_load(c->checkpoint, &m, ev->params, NULL, 0, &meta, e);
+        rc = gt_ckpt_load(c->checkpoint, &m, ev->params, NULL, 0, &meta, ckpt_flags(c), e);
     gt_step_out o = {0};
     if (rc == 0)
         rc = ev->ops->load_params(ev, e);
@@ -158,18 +166,36 @@ static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
     return rc;
 }
 
-/* A checkpoint the user asked for must be writable before hours of training go into it: create
- * and remove a file beside it. */
-static int check_checkpoint_path(const char *path, gt_err *e)
+/* Whether a and b name one file: the same inode when both exist, else the same resolved path
+ * (folder through realpath, then the file name). */
+static int same_file(const char *a, const char *b)
 {
-    char probe[GT_PATHLEN + 32], dir[GT_PATHLEN];
-    snprintf(dir, sizeof dir, "%s", path);
-    snprintf(probe, sizeof probe, "%s/.gputrain-probe.%d", dirname(dir), (int)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
-    if (fd < 0)
-        return gt_fail(e, "--checkpoint: cannot write beside '%s': %s", path, strerror(errno));
-    close(fd);
-    unlink(probe);
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char ra[PATH_MAX], rb[PATH_MAX], da[GT_PATHLEN], db[GT_PATHLEN], fa[GT_PATHLEN], fb[GT_PATHLEN];
+    snprintf(da, sizeof da, "%s", a);
+    snprintf(db, sizeof db, "%s", b);
+    snprintf(fa, sizeof fa, "%s", a);
+    snprintf(fb, sizeof fb, "%s", b);
+    if (!realpath(dirname(da), ra) || !realpath(dirname(db), rb))
+        return 0;
+    return strcmp(ra, rb) == 0 && strcmp(basename(fa), basename(fb)) == 0;
+}
+
+/* Path problems found before any training: the log is neither the checkpoint written nor the one
+ * resumed (exit 2, a command-line error), and the checkpoint can be written and is locked for
+ * this run (the lock's fd in *lock, held until exit). */
+static int check_paths(const gt_config *c, int *lock, int *usage, gt_err *e)
+{
+    *usage = 1;
+    if (c->log_path[0] && c->checkpoint[0] && same_file(c->log_path, c->checkpoint))
+        return gt_fail(e, "--log and --checkpoint name the same file '%s'", c->log_path);
+    if (c->log_path[0] && c->resume[0] && same_file(c->log_path, c->resume))
+        return gt_fail(e, "--log and --resume name the same file '%s'", c->log_path);
+    *usage = 0;
+    if (c->checkpoint[0] && (*lock = gt_atomic_prepare(c->checkpoint, "--checkpoint", e)) < 0)
+        return -1;
     return 0;
 }
 
@@ -179,22 +205,14 @@ static int load_start(const gt_config *c, const gt_model *m, const gt_data *d, f
 {
     *resumed = 0;
     if (c->resume[0]) {
-        if (gt_ckpt_read_meta(c->resume, meta, e) != 0)
-            return -1;
-        if (strcmp(meta->optimizer, gt_optimizer_name(c->optim.kind)) != 0)
-            return gt_fail(e, "--resume: %s was trained with --optimizer %s, this run uses %s",
-                           c->resume, meta->optimizer, gt_optimizer_name(c->optim.kind));
-        if (meta->data_fingerprint != d->fingerprint)
-            return gt_fail(e, "--resume: %s was trained on other data (fingerprint %08x, this data %08x)",
-                           c->resume, meta->data_fingerprint, d->fingerprint);
-        if (gt_ckpt_load(c->resume, m, params, state, nstate, meta, e) != 0)
+        if (gt_ckpt_load(c->resume, m, params, state, nstate, meta, ckpt_flags(c), e) != 0)
             return -1;
         *resumed = 1;
         return 0;
     }
     if (c->init[0]) {
         gt_ckpt_meta tmp;
-        return gt_ckpt_load(c->init, m, params, NULL, 0, &tmp, e);
+        return gt_ckpt_load(c->init, m, params, NULL, 0, &tmp, ckpt_flags(c), e);
     }
     gt_model_init_params(m, params, c->seed);
     return 0;
@@ -224,9 +242,7 @@ static int cmd_train(const gt_config *c, const gt_data *d, gt_run_result *res, i
     int resumed = 0;
     gt_device *devs[GT_MAX_WORKERS] = {0}, *ev = NULL;
     int n = 0, host0 = gt_cluster_rank() == 0;
-    int rc = c->checkpoint[0] && host0 ? check_checkpoint_path(c->checkpoint, e) : 0;
-    if (rc == 0)
-        rc = load_start(c, &m, d, params, state, nstate, &meta, &resumed, e);
+    int rc = load_start(c, &m, d, params, state, nstate, &meta, &resumed, e);
     if (rc == 0)
         rc = open_devices(c, &m, devs, &n, host0 ? &ev : NULL, e);
     if (rc == 0) {
@@ -240,8 +256,8 @@ static int cmd_train(const gt_config *c, const gt_data *d, gt_run_result *res, i
                    c->mode == GT_MODE_HOGWILD && c->stripes == 0 ? " lock-free" : "", n,
                    n == 1 ? "" : "s", c->batch, hosts, d->train.n, d->test.n, devs[0]->name);
         if (resumed && !c->quiet)
-            printf("resuming %s at epoch %u step %llu\n", c->resume, meta.epoch,
-                   (unsigned long long)meta.step);
+            printf("resuming %s at epoch %u step %llu (seed %llu)\n", c->resume, meta.epoch,
+                   (unsigned long long)meta.step, (unsigned long long)meta.seed);
         gt_start start = {.params = params, .state = state, .nstate = nstate,
                           .resumed = resumed ? &meta : NULL};
         gt_train_install_signals();
@@ -257,6 +273,71 @@ static int cmd_train(const gt_config *c, const gt_data *d, gt_run_result *res, i
     gt_free(params);
     gt_free(state[0]);
     gt_free(state[1]);
+    return rc;
+}
+
+/* Whether flag was given on the command line (options are spelt in full: --seed or --seed=N). */
+static int flag_given(int argc, char **argv, const char *flag)
+{
+    size_t n = strlen(flag);
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strncmp(argv[i], flag, n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '='))
+            return 1;
+    return 0;
+}
+
+/* What --resume keeps from the checkpoint, before training: the same optimizer and data, its seed (another --seed is
+ * a command-line error, since it would change the data order), and whether anything is left to
+ * train. 0 to go on, 1 when the run is already finished, -1 on error (*usage: exit 2). */
+static int resume_settings(gt_config *c, const gt_data *d, int argc, char **argv, int *usage,
+                           gt_err *e)
+{
+    gt_ckpt_meta meta;
+    *usage = 0;
+    if (gt_ckpt_read_meta(c->resume, &meta, e) != 0)
+        return -1;
+    if (strcmp(meta.optimizer, gt_optimizer_name(c->optim.kind)) != 0)
+        return gt_fail(e, "--resume: %s was trained with --optimizer %s, this run uses %s",
+                       c->resume, meta.optimizer, gt_optimizer_name(c->optim.kind));
+    if (meta.data_fingerprint != d->fingerprint)
+        return gt_fail(e, "--resume: %s was trained on other data (fingerprint %08x, this data %08x)",
+                       c->resume, meta.data_fingerprint, d->fingerprint);
+    if (flag_given(argc, argv, "--seed") && c->seed != meta.seed) {
+        *usage = 1;
+        return gt_fail(e, "--seed %llu: %s was trained with --seed %llu; resuming under another seed "
+                       "changes the data order (leave --seed out to keep the checkpoint's)",
+                       (unsigned long long)c->seed, c->resume, (unsigned long long)meta.seed);
+    }
+    c->seed = meta.seed;
+    if (meta.epoch >= (uint32_t)c->epochs) {
+        if (!c->quiet)
+            printf("nothing to train: the checkpoint %s is at epoch %u of %d\n", c->resume,
+                   meta.epoch, c->epochs);
+        return 1;
+    }
+    if (c->mode == GT_MODE_LOCAL && !c->quiet)
+        fprintf(stderr, "gputrain: warning: --mode local resumes approximately (the workers' "
+                        "models since their last average are not in a checkpoint)\n");
+    return 0;
+}
+
+/* A command-line error found after parsing: one line, exit 2 on every host. */
+static int usage_error(const gt_err *e)
+{
+    fprintf(stderr, "gputrain: %s (see gputrain --help)\n", e->msg);
+    gt_cluster_abort(2);
+    gt_cluster_finalize();
+    return 2;
+}
+
+/* Whether --model builds on this data; the model itself is built again in cmd_train. */
+static int check_model_spec(const gt_config *c, const gt_data *d, gt_err *e)
+{
+    gt_model *m = malloc(sizeof *m);
+    if (!m)
+        return gt_fail(e, "out of memory");
+    int rc = gt_model_build(c->model, d->train.c, d->train.h, d->train.w, d->train.nclasses, m, e);
+    free(m);
     return rc;
 }
 
@@ -278,11 +359,29 @@ int main(int argc, char **argv)
         c.quiet = 1;
         c.progress = 0;
     }
+    int lock = -1, usage = 0; /* the checkpoint's lock is held until the process ends */
+    if (c.command != GT_CMD_EVAL && gt_cluster_rank() == 0 && check_paths(&c, &lock, &usage, &e) != 0)
+        return usage ? usage_error(&e) : die(&e, EXIT_FAILED);
+
     gt_data data;
     if (gt_data_load(c.data[0] ? c.data : NULL, c.train_samples, &data, &e) != 0)
         return die(&e, EXIT_FAILED);
+    if (c.command != GT_CMD_EVAL && check_model_spec(&c, &data, &e) != 0) {
+        gt_data_free(&data);
+        return usage_error(&e); /* a bad --model is a command-line error */
+    }
+    int left = c.command != GT_CMD_EVAL && c.resume[0]
+                   ? resume_settings(&c, &data, argc, argv, &usage, &e) : 0;
+    if (left != 0) {
+        gt_data_free(&data);
+        if (left < 0)
+            return usage ? usage_error(&e) : die(&e, EXIT_FAILED);
+        gt_cluster_finalize();
+        return 0;
+    }
     gt_host_register(data.train.images, (size_t)data.train.n * data.train.c * data.train.h * data.train.w);
-    int rc, interrupted = 0, usage = 0;
+    int rc, interrupted = 0;
+    usage = 0;
     if (c.command == GT_CMD_EVAL) {
         rc = gt_cluster_rank() == 0 ? cmd_eval(&c, &data, &e) : 0;
     } else {

@@ -7,12 +7,15 @@
 #include "gputrain/model.h"
 #include "gputrain/layer_kinds.h"
 
+#include "gputrain/atomic_file.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MODEL_MAX_COUNT 2147483647ull  /* parameters in all, and elements of one activation */
 #define MODEL_MAX_FILE 65536           /* bytes of an @FILE spec */
@@ -272,9 +275,13 @@ static int model_write_spec(gt_model *m, const char *where, gt_err *e)
 /* Reads "@FILE" into a NUL-terminated heap buffer (freed by the caller). */
 static char *model_read_file(const char *path, size_t *len, gt_err *e)
 {
-    FILE *f = fopen(path, "rb");
+    const char *why;
+    int fd = gt_open_regular(path, &why); /* a FIFO must not hang the run */
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
     if (!f) {
-        gt_fail(e, "--model: cannot open spec file '%s': %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        gt_fail(e, "--model: cannot open spec file '%s': %s", path, fd < 0 ? why : strerror(errno));
         return NULL;
     }
     char *buf = malloc(MODEL_MAX_FILE + 1);

@@ -172,6 +172,8 @@ void gt_train_install_signals(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL); /* a closed terminal saves and exits like SIGTERM */
+    signal(SIGPIPE, SIG_IGN);      /* a closed stdout pipe: printing fails with EPIPE, the run goes on */
 }
 
 int gt_train_stop_signal(void) { return atomic_load(&g_stop_signal); }

@@ -36,7 +36,8 @@ static double field(const gt_config *c, const char *name)
         "beta1", "beta2", "eps", "schedule", "warmup", "step_epochs", "gamma", "total_epochs",
         "seed", "mode", "stripes", "staleness", "sync_every", "balance", "eval_every", "progress",
         "quiet", "checkpoint_every", "checkpoint_every_steps", "keep", "on_nan", "inject_worker",
-        "inject_step", "stall_timeout", "tf32", "log_steps", "overlap", "host_timeout"};
+        "inject_step", "stall_timeout", "tf32", "log_steps", "overlap", "host_timeout",
+        "allow_nonfinite"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -45,7 +46,8 @@ static double field(const gt_config *c, const char *name)
         o->step_epochs, o->gamma, o->total_epochs, (double)c->seed, c->mode, c->stripes,
         c->staleness, c->sync_every, c->balance, c->eval_every, c->progress, c->quiet,
         c->checkpoint_every, c->checkpoint_every_steps, c->keep, c->on_nan, c->inject_worker,
-        c->inject_step, c->stall_timeout, c->tf32, c->log_steps, c->overlap, c->host_timeout};
+        c->inject_step, c->stall_timeout, c->tf32, c->log_steps, c->overlap, c->host_timeout,
+        c->allow_nonfinite};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -180,6 +182,7 @@ static const good_case GOOD[] = {
     {{"--keep", "0"}, "keep", 0, NULL},
     {{"--resume", "r.st"}, "resume", 0, "r.st"},
     {{"--init", "i.st"}, "init", 0, "i.st"},
+    {{"--allow-nonfinite"}, "allow_nonfinite", 1, NULL},
     {{"--on-nan", "skip"}, "on_nan", GT_NAN_SKIP, NULL},
     {{"--on-nan", "stop"}, "on_nan", GT_NAN_STOP, NULL},
     {{"--inject-fault", "1:20"}, "inject_worker", 1, NULL},
@@ -241,7 +244,8 @@ static const bad_case BAD[] = {
     {{"--epochs", "100001"}, "--epochs", "100001"},
     {{"--epochs", "99999999999999999999"}, "--epochs", "99999999999999999999"},
     {{"--epochs", "1", "--epochs", "2"}, "--epochs", "given twice"},
-    {{"--lr", "nan"}, "--lr", "'nan' must be a finite number > 0"},
+    {{"--lr", "nan"}, "--lr", "'nan' is not a number"},
+    {{"--lr", "0x1p-4"}, "--lr", "'0x1p-4' is not a number"},
     {{"--lr", "inf"}, "--lr", "'inf'"},
     {{"--lr", "1e999"}, "--lr", "'1e999'"},
     {{"--lr", "1e39"}, "--lr", "'1e39'"},

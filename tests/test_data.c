@@ -9,6 +9,7 @@
 #include "test_util.h"
 
 #include <ftw.h>
+#include <signal.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -283,6 +284,77 @@ typedef struct idx_layout {
 } idx_layout;
 
 static const idx_layout good_layout = {6, 6, 4, 3, -1};
+
+
+/* A gzip member of buf at the given level (0: stored, so a flipped byte is a flipped label). */
+static unsigned char *gzip_bytes(const void *buf, size_t len, int level, size_t *out_len)
+{
+    z_stream z = {0};
+    CHECK(deflateInit2(&z, level, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+    size_t cap = deflateBound(&z, (uLong)len) + 16;
+    unsigned char *out = malloc(cap);
+    z.next_in = (Bytef *)buf;
+    z.avail_in = (uInt)len;
+    z.next_out = out;
+    z.avail_out = (uInt)cap;
+    CHECK(deflate(&z, Z_FINISH) == Z_STREAM_END);
+    *out_len = cap - z.avail_out;
+    deflateEnd(&z);
+    return out;
+}
+
+/* A gzip member is checked whole: its CRC-32 and length trailer (cut, or a changed byte under a
+ * stored block) and nothing after it. */
+static void test_gzip_integrity(void)
+{
+    uint32_t n;
+    uint8_t *buf = NULL;
+    char f[1024];
+    snprintf(f, sizeof f, "%s", tp("gzip"));
+    blob b = {0};
+    blob_be32(&b, 0x801);
+    blob_be32(&b, 300);
+    for (uint32_t i = 0; i < 300; i++) {
+        uint8_t v = label_at(i);
+        blob_put(&b, &v, 1);
+    }
+    for (int level = 0; level <= 9; level += 9) {
+        size_t len;
+        unsigned char *gz = gzip_bytes(b.p, b.n, level, &len);
+        write_file(f, 0, gz, len);
+        gt_err e = {{0}};
+        CHECK_MSG(gt_idx_load_labels(f, &n, &buf, &e) == 0 && n == 300, "%s", e.msg);
+        free(buf);
+        buf = NULL;
+        for (size_t cut = 1; cut <= 9; cut++) {
+            write_file(f, 0, gz, len - cut);
+            CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "unexpected end of file");
+        }
+        unsigned char *more = malloc(len + 1);
+        memcpy(more, gz, len);
+        more[len] = 0;
+        write_file(f, 0, more, len + 1);
+        CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "after the end of the gzip stream");
+        more[len - 5] ^= 1; /* the length trailer */
+        write_file(f, 0, more, len);
+        CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "corrupt gzip stream");
+        more[len - 5] ^= 1;
+        more[len - 8] ^= 0x10; /* the CRC-32 */
+        write_file(f, 0, more, len);
+        CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "corrupt gzip stream");
+        if (level == 0) { /* a stored block: flip a label byte, and cut the trailer too */
+            more[len - 8] ^= 0x10;
+            more[len - 8 - 20] ^= 0x01;
+            write_file(f, 0, more, len);
+            CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "corrupt gzip stream");
+            write_file(f, 0, more, len - 8);
+            CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "unexpected end of file");
+        }
+        free(more);
+        free(gz);
+    }
+    free(b.p);
+}
 
 /* Writes the four files into dir (train gzip, test plain), replacing what was there. */
 static void write_idx_dir(const char *dir, idx_layout l)
@@ -607,6 +679,109 @@ static void test_fashion_mnist(void)
     gt_data_free(&d);
 }
 
+/* ---- damaged PNGs ---------------------------------------------------------------------------- */
+
+/* The whole of a file, malloc'd. */
+static unsigned char *file_bytes(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    CHECK_MSG(f != NULL, "cannot read %s", path);
+    unsigned char *buf = malloc(1 << 20);
+    *len = f ? fread(buf, 1, 1 << 20, f) : 0;
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+/* Appends a PNG chunk with its CRC. */
+static void png_chunk(blob *b, const char *type, const void *data, uint32_t n)
+{
+    blob_be32(b, n);
+    size_t at = b->n;
+    blob_put(b, type, 4);
+    if (n)
+        blob_put(b, data, n);
+    blob_be32(b, (uint32_t)crc32(0, (const unsigned char *)b->p + at, n + 4));
+}
+
+/* A 5x3 grey PNG whose IDAT inflates to raw_bytes zero bytes (the right size is 3 * (1 + 5)). */
+static void write_png_inflating_to(const char *path, size_t raw_bytes)
+{
+    blob b = {0};
+    blob_put(&b, "\x89PNG\r\n\x1a\n", 8);
+    unsigned char ihdr[13] = {0, 0, 0, IMG_W, 0, 0, 0, IMG_H, 8, 0, 0, 0, 0};
+    png_chunk(&b, "IHDR", ihdr, 13);
+    unsigned char *raw = calloc(raw_bytes, 1);
+    uLongf zlen = compressBound((uLong)raw_bytes);
+    unsigned char *z = malloc(zlen);
+    CHECK(compress2(z, &zlen, raw, (uLong)raw_bytes, 9) == Z_OK);
+    png_chunk(&b, "IDAT", z, (uint32_t)zlen);
+    png_chunk(&b, "IEND", NULL, 0);
+    write_file(path, 0, b.p, b.n);
+    free(raw);
+    free(z);
+    free(b.p);
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "test_data: a load still running after 20 s (a FIFO blocked it)\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(1);
+}
+
+/* Chunk CRCs, the zlib Adler-32 and the decoded size are checked before stb_image decodes; a FIFO
+ * among the images is refused without blocking. */
+static void test_png_damage(void)
+{
+    char root[1024], y[1024];
+    snprintf(root, sizeof root, "%s", tp("pngd"));
+    static const char *const dirs[] = {"train", "train/a"};
+    static const png_spec pngs[] = {{"train/a/x.png", 1, 1}, {"train/a/y.png", 2, 1}};
+    write_tree(root, dirs, 2, pngs, 2);
+    snprintf(y, sizeof y, "%s", tp("pngd/train/a/y.png"));
+    gt_dataset ds;
+    char names[GT_MAX_CLASSES][32];
+    int nclasses = 0;
+    size_t len;
+    unsigned char *good = file_bytes(y, &len);
+    size_t idat = 8;
+    while (idat + 8 < len && memcmp(good + idat + 4, "IDAT", 4) != 0)
+        idat += 12 + ((size_t)good[idat] << 24 | (size_t)good[idat + 1] << 16 |
+                      (size_t)good[idat + 2] << 8 | good[idat + 3]);
+    CHECK(idat + 8 < len);
+    uint32_t n = (uint32_t)good[idat] << 24 | (uint32_t)good[idat + 1] << 16 |
+                 (uint32_t)good[idat + 2] << 8 | good[idat + 3];
+    unsigned char *bad = malloc(len);
+    memcpy(bad, good, len);
+    bad[idat + 8 + n - 1] ^= 0x04; /* a byte of the zlib Adler-32, which stb_image ignores */
+    write_file(y, 0, bad, len);
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "fails its CRC");
+    uint32_t crc = (uint32_t)crc32(0, bad + idat + 4, n + 4);
+    unsigned char be[4] = {(unsigned char)(crc >> 24), (unsigned char)(crc >> 16),
+                           (unsigned char)(crc >> 8), (unsigned char)crc};
+    memcpy(bad + idat + 8 + n, be, 4); /* the chunk CRC made to match: the Adler-32 catches it */
+    write_file(y, 0, bad, len);
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "damaged");
+    write_png_inflating_to(y, 400000);
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "larger than");
+    write_png_inflating_to(y, 3 * (1 + IMG_W));
+    gt_err e = {{0}};
+    CHECK_MSG(gt_folder_load(root, "train", &ds, names, &nclasses, &e) == 0, "%s", e.msg);
+    gt_free(ds.images);
+    gt_free(ds.labels);
+    remove(y);
+    CHECK(mkfifo(y, 0600) == 0);
+    signal(SIGALRM, on_alarm);
+    alarm(20);
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "not a regular file");
+    alarm(0);
+    remove(y);
+    free(good);
+    free(bad);
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/gt_test_data_XXXXXX");
@@ -616,9 +791,11 @@ int main(void)
     }
     test_idx_good();
     test_idx_damage();
+    test_gzip_integrity();
     test_idx_dataset();
     test_folder_grey();
     test_folder_rgb();
+    test_png_damage();
     test_default_search();
     test_fashion_mnist();
     remove_tree(tmp_root);

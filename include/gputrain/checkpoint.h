@@ -5,11 +5,15 @@
  * out x in); optimizer state follows as "optim.<state>.<tensor>" (state: momentum_buffer, exp_avg,
  * exp_avg_sq, as torch.optim names them). "__metadata__" (string values, as the format requires)
  * holds format, model_spec, model, mode, epoch, step, samples, updates, seed, data_fingerprint,
- * optimizer, and "crc32.<tensor>" for every tensor.
+ * optimizer, "crc32.<tensor>" for every tensor, and header_crc32: the CRC-32 of the 8 length
+ * bytes and the whole header with its own 8 digits read as "00000000", so that every byte of the
+ * file is covered by a CRC (format "gputrain-2"; "gputrain-1" files, which lack it, are refused).
  *
  * A save writes a temporary file in the same folder, fsyncs it, renames it over the target and
  * fsyncs the folder, so at any instant the path holds the old checkpoint or the new one, whole.
- * Loading checks every length, offset and CRC before a byte reaches the caller. */
+ * Loading checks every length, offset and CRC before a byte reaches the caller, and every
+ * metadata field: known mode and optimizer, epoch <= 100000, samples, updates < 2^53, step <=
+ * samples, lowercase hex CRCs and fingerprint. */
 #ifndef GT_CHECKPOINT_H
 #define GT_CHECKPOINT_H
 
@@ -36,17 +40,23 @@ typedef struct gt_ckpt_meta {
 
 /* Writes a checkpoint atomically. state: gt_optim_nstate(optim) arrays of m->nparams (may be 0).
  * keep > 0: the previous checkpoint is kept as PATH.1 (PATH.1 moves to PATH.2, ... up to PATH.keep)
- * by hard link before the rename, so PATH itself never goes missing. */
+ * by hard link before the rename, so PATH itself never goes missing. A save at the position
+ * (epoch, step, samples, updates) of the checkpoint already at PATH replaces it without rotating,
+ * so the last distinct checkpoint is never pushed out by a copy of the newest. */
 int gt_ckpt_save(const char *path, const gt_model *m, const float *params, float *const *state,
                  int nstate, const gt_ckpt_meta *meta, int keep, gt_err *e);
 
-/* Reads only the metadata (enough to rebuild the model). */
+/* Reads only the metadata (enough to rebuild the model; gt_ckpt_load then checks every tensor's
+ * name and shape against the model built). */
 int gt_ckpt_read_meta(const char *path, gt_ckpt_meta *meta, gt_err *e);
 
+#define GT_CKPT_ALLOW_NONFINITE 1u /* gt_ckpt_load flag: accept NaN and Inf values */
+
 /* Loads the parameters of m (names, shapes and CRCs must match) and, when state is non-NULL and
- * nstate > 0, the optimizer state (its absence is an error then). */
+ * nstate > 0, the optimizer state (its absence is an error then). A NaN or Inf among the values
+ * loaded is refused unless flags has GT_CKPT_ALLOW_NONFINITE. */
 int gt_ckpt_load(const char *path, const gt_model *m, float *params, float *const *state,
-                 int nstate, gt_ckpt_meta *meta, gt_err *e);
+                 int nstate, gt_ckpt_meta *meta, unsigned flags, gt_err *e);
 
 #ifdef __cplusplus
 }

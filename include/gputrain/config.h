@@ -62,6 +62,7 @@ typedef struct gt_config {
     int keep;                     /* older checkpoints kept beside the newest */
     char resume[GT_PATHLEN];
     char init[GT_PATHLEN];
+    int allow_nonfinite;          /* load checkpoints holding NaN or Inf values */
     gt_on_nan on_nan;
     int inject_worker, inject_step; /* --inject-fault WORKER:STEP, -1 = none */
     double stall_timeout;         /* seconds, 0 = off */

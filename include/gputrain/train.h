@@ -67,8 +67,9 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
                  gt_device **devices, int ndevices, gt_device *evaluator, const gt_start *start,
                  gt_run_result *res, gt_err *e);
 
-/* Signal handling for a run: the first SIGINT/SIGTERM asks the run to stop after the current
- * step (and write its checkpoint); a second one exits at once. */
+/* Signal handling for a run: the first SIGINT/SIGTERM/SIGHUP asks the run to stop after the
+ * current step (and write its checkpoint); a second one exits at once. SIGPIPE is ignored, so a
+ * closed stdout (gputrain | head) does not end the run. */
 void gt_train_install_signals(void);
 /* The signal that stopped the last run, or 0. */
 int gt_train_stop_signal(void);

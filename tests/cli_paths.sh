@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# cli_paths.sh - checkpoint and log paths are checked before training starts: what is not a
+# regular file is never replaced, temporary names fit NAME_MAX, a trailing '/' or a folder is
+# refused, long paths keep the reason in the message, the log is never the checkpoint, a second
+# run writing the same checkpoint is refused (flock), and temporary files of killed runs are removed.
+. "$(dirname "$0")/lib_cli.sh"
+DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
+EXPECT_TIMEOUT=30
+ONE=(--data "$DATA" --gpus cpu:1 --train-samples 200 --epochs 1 --no-progress)
+TWO=(--data "$DATA" --gpus cpu:1 --train-samples 200 --epochs 2 --no-progress)
+# A refusal must come before training: with this many epochs a late one would time out.
+LONG=(--data "$DATA" --gpus cpu:1 --train-samples 200 --epochs 100000 --no-progress)
+
+# 1: a symlink, a FIFO or a folder at the checkpoint path is refused and left as it was
+echo precious >"$TMP/target"
+ln -s "$TMP/target" "$TMP/link"
+expect_error "$TMP/link" "symbolic link" -- "${LONG[@]}" --checkpoint "$TMP/link"
+[ -L "$TMP/link" ] && [ "$(cat "$TMP/target")" = precious ] || fail "the symlink or its target changed"
+mkfifo "$TMP/fifo"
+expect_error "$TMP/fifo" "a FIFO" -- "${LONG[@]}" --checkpoint "$TMP/fifo"
+[ -p "$TMP/fifo" ] || fail "the FIFO was replaced"
+mkdir "$TMP/dir"
+expect_error "$TMP/dir" "a folder" -- "${LONG[@]}" --checkpoint "$TMP/dir"
+# a device node of our own (never the system's /dev/null: a broken build would replace it)
+if mknod "$TMP/null" c 1 3 2>/dev/null; then
+    expect_error "$TMP/null" "a device" -- "${LONG[@]}" --checkpoint "$TMP/null"
+    [ -c "$TMP/null" ] || fail "the device node was replaced"
+fi
+
+# 7: a trailing '/' is refused at start; a 250-byte file name saves; a long path keeps the reason
+expect_error "ends in '/'" -- "${LONG[@]}" --checkpoint "$TMP/ck/"
+name250=$(printf 'c%.0s' $(seq 1 250))
+expect_exit 0 -- "${ONE[@]}" --checkpoint "$TMP/$name250" --keep 2
+[ -f "$TMP/$name250" ] || fail "250-byte checkpoint name: nothing saved: $(cat "$TMP/err")"
+expect_exit 0 -- "${TWO[@]}" --checkpoint "$TMP/$name250" --keep 2 --resume "$TMP/$name250"
+[ -f "$TMP/$name250.1" ] || fail "250-byte checkpoint name: no rotated copy"
+deep="$TMP/$(printf 'd%.0s' $(seq 1 200))/$(printf 'e%.0s' $(seq 1 200))/$(printf 'f%.0s' $(seq 1 200))"
+expect_error "No such file or directory" -- "${LONG[@]}" --checkpoint "$deep/ck"
+
+# 9: the log may not be the checkpoint written or the one resumed (a command-line error: exit 2)
+expect_exit 2 -- "${LONG[@]}" --checkpoint "$TMP/same" --log "$TMP/same"
+grep -q "same file" "$TMP/err" || fail "--log = --checkpoint: $(cat "$TMP/err")"
+expect_exit 0 -- "${ONE[@]}" --checkpoint "$TMP/ck"
+cp "$TMP/ck" "$TMP/ck.copy"
+expect_exit 2 -- "${LONG[@]}" --resume "$TMP/ck" --log "$TMP/./ck"
+cmp -s "$TMP/ck" "$TMP/ck.copy" || fail "--log = --resume: the checkpoint was written to"
+
+# 11: temporary files of dead processes are removed; a live process's is left alone
+sh -c 'exit 0' &
+dead=$!
+wait $dead
+touch "$TMP/ck.tmp.$dead" "$TMP/ck.tmp.$$"
+expect_exit 0 -- "${ONE[@]}" --checkpoint "$TMP/ck"
+[ -e "$TMP/ck.tmp.$dead" ] && fail "the temporary file of dead process $dead is still there"
+[ -e "$TMP/ck.tmp.$$" ] || fail "the temporary file of a live process was removed"
+
+# 12: a second run writing the same checkpoint is refused while the first runs
+"$BIN" "${LONG[@]}" --checkpoint "$TMP/locked" --log "$TMP/locked.jsonl" >/dev/null 2>&1 &
+first=$!
+for _ in $(seq 1 300); do [ -e "$TMP/locked.jsonl" ] && break; sleep 0.1; done
+expect_error "$TMP/locked" "another running gputrain" -- "${LONG[@]}" --checkpoint "$TMP/locked"
+kill -KILL $first
+wait $first 2>/dev/null
+
+finish

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# cli_resume.sh - what --resume keeps and refuses, and command-line errors found late: a resume
+# keeps the checkpoint's seed (another --seed is refused, exit 2); a finished run says there is
+# nothing to train and exits 0; local mode warns that its resume is approximate; allreduce on CPU
+# workers and hex or non-finite numbers in flags and specs are command-line errors (exit 2).
+. "$(dirname "$0")/lib_cli.sh"
+DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
+EXPECT_TIMEOUT=120
+RUN=(--data "$DATA" --train-samples 200 --no-progress)
+ONE=(--gpus cpu:1)
+
+expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 1 --seed 7 --checkpoint "$TMP/ck"
+expect_exit 2 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --seed 1 --resume "$TMP/ck"
+grep -q -- "--seed 1: .* was trained with --seed 7" "$TMP/err" || fail "other seed: $(cat "$TMP/err")"
+expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --resume "$TMP/ck"
+grep -q "seed 7" "$TMP/out" || fail "resume does not say it keeps seed 7: $(cat "$TMP/out")"
+expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --seed 7 --resume "$TMP/ck"
+
+# a finished run: nothing trained, exit 0
+expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 1 --resume "$TMP/ck"
+grep -q "nothing to train: the checkpoint $TMP/ck is at epoch 1 of 1" "$TMP/out" ||
+    fail "finished run: $(cat "$TMP/out")"
+grep -q "^done:" "$TMP/out" && fail "finished run trained: $(cat "$TMP/out")"
+
+# local mode's resume is approximate, and says so
+expect_exit 0 -- "${RUN[@]}" --gpus cpu:2 --mode local --epochs 1 --checkpoint "$TMP/local"
+expect_exit 0 -- "${RUN[@]}" --gpus cpu:2 --mode local --epochs 2 --resume "$TMP/local"
+grep -q "warning: --mode local resumes approximately" "$TMP/err" || fail "local resume: no warning"
+
+# command-line errors exit 2
+expect_exit 2 -- "${RUN[@]}" --mode allreduce --gpus cpu:2
+expect_exit 2 -- "${RUN[@]}" "${ONE[@]}" --lr 0x1p-4
+expect_exit 2 -- "${RUN[@]}" "${ONE[@]}" --lr inf
+expect_exit 2 -- "${RUN[@]}" "${ONE[@]}" --weight-decay nan
+expect_exit 2 -- "${RUN[@]}" "${ONE[@]}" --model "conv:6:5 relu dropout:0x1p-3 fc:10"
+grep -q "dropout:0x1p-3" "$TMP/err" || fail "hex dropout: $(cat "$TMP/err")"
+
+finish
