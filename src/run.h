@@ -26,8 +26,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* The shares of a clock and the stripes a worker left are bits of one uint64_t mask, one bit per
- * worker of this host. */
+/* The shares of a clock (claimed, deposited) are bits of one uint64_t mask, one bit per worker of
+ * this host: the worker limit may not pass this. */
 #define RUN_SHARE_BITS 64
 _Static_assert(GT_MAX_WORKERS <= RUN_SHARE_BITS, "a clock's shares are bits of one uint64_t");
 

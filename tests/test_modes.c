@@ -292,6 +292,24 @@ static void test_allreduce_refused(void)
     free(o.res);
 }
 
+/* Every evaluation is kept, however many: --eval-every 1 evaluates after each clock (more points
+ * than the result's first allocation holds), and the epoch's end adds none of its own at the last. */
+static void test_every_evaluation_kept(void)
+{
+    gt_config c;
+    base_config(&c, "sync", 1, 16);
+    c.eval_every = 1;
+    outcome o = train(&c);
+    CHECK(o.rc == 0);
+    int clocks = (int)(g_data.train.n / 16);
+    CHECK(clocks > 64 && o.res->npoints == clocks);
+    for (int i = 1; i < o.res->npoints; i++)
+        CHECK(o.res->points[i].samples > o.res->points[i - 1].samples);
+    gt_run_result_free(o.res);
+    CHECK(o.res->points == NULL && o.res->npoints == 0);
+    free(o.res);
+}
+
 int main(void)
 {
     const char *dir = gt_test_fmnist_dir();
@@ -314,6 +332,7 @@ int main(void)
     test_faults();
     test_overlap();
     test_nan();
+    test_every_evaluation_kept();
     gt_data_free(&g_data);
     TEST_DONE();
 }
