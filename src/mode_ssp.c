@@ -51,15 +51,37 @@ static uint64_t slowest_clock_locked(run *r)
     return m;
 }
 
+/* Waits until at most --staleness clocks before c are unapplied. Meanwhile the worker trains any
+ * share that a failed worker left in the clocks in flight: the survivors may all be waiting for
+ * the clock it left, and nobody else would. Caller holds r->mu; -1 (r->mu released) when the
+ * worker failed. */
+static int ssp_wait_locked(run *r, worker *w, uint64_t c)
+{
+    uint64_t s = (uint64_t)r->clk.R - 1; /* --staleness, capped by the clocks the slots hold */
+    while (!r->halt && r->clk.applied + s < c) {
+        uint64_t cc;
+        int share = clocked_claim_share_locked(r, w, c - 1, &cc);
+        if (share < 0) {
+            pthread_cond_wait(&r->cv, &r->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&r->mu);
+        if (clocked_share(r, w, cc, share) != 0)
+            return -1;
+        pthread_mutex_lock(&r->mu);
+        ssp_apply_ready_locked(r);
+    }
+    return 0;
+}
+
 /* One clock of ssp: wait until at most `staleness` clocks are unapplied, compute on whatever the
  * store holds, deposit; whoever completes the oldest clock applies it. */
 static int ssp_clock(run *r, worker *w, uint64_t c)
 {
-    uint64_t s = (uint64_t)r->clk.R - 1; /* --staleness, capped by the clocks the slots hold */
     double t = gt_now();
     pthread_mutex_lock(&r->mu);
-    while (!r->halt && r->clk.applied + s < c)
-        pthread_cond_wait(&r->cv, &r->mu);
+    if (ssp_wait_locked(r, w, c) != 0)
+        return -1;
     w->wait_s += gt_now() - t;
     if (r->halt) {
         pthread_mutex_unlock(&r->mu);
