@@ -3,6 +3,7 @@
  * waited only on it (worker_leave_locked). */
 #include "run.h"
 
+/* Releases the barrier's waiters after its leader work. Caller holds r->mu. */
 void barrier_complete_locked(run *r)
 {
     leader_fn fn = r->bar.fn;

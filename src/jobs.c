@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Frees a job's snapshot (the job itself is a value). */
 void job_free(job *j)
 {
     free(j->params);
@@ -98,6 +99,7 @@ void jobs_post_due_locked(run *r, uint64_t step_in_epoch, uint64_t clocks_total)
         jobs_post_snapshot_locked(r, kinds, r->epoch, step_in_epoch);
 }
 
+/* Test loss and accuracy of a snapshot, on the calling thread's own device. */
 static int evaluate_snapshot(run *r, const float *params, double *loss, double *acc, gt_err *e)
 {
     gt_device *d = r->evaluator;
@@ -112,6 +114,7 @@ static int evaluate_snapshot(run *r, const float *params, double *loss, double *
     return 0;
 }
 
+/* Writes a snapshot with optimizer state as --checkpoint, with what resuming it needs. */
 int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e)
 {
     const gt_config *cfg = r->cfg;

@@ -246,6 +246,7 @@ int clocked_init(run *r, int R, int nslots, gt_err *e)
     return 0;
 }
 
+/* The table entries every clocked mode shares: an epoch is its clocks, applied in order. */
 int clocked_epoch_complete_locked(run *r) { return r->clk.applied >= r->clk.clocks; }
 
 uint64_t clocked_epoch_steps(const run *r) { return r->clk.clocks; }

@@ -150,6 +150,7 @@ static void hogwild_done(run *r, worker *w, const gt_step_out *o, int n, uint64_
         hogwild_hosts_round(r, round);
 }
 
+/* One epoch of one worker: pull, compute, push, batch after batch. */
 static void hogwild_epoch(run *r, worker *w)
 {
     const gt_config *cfg = r->cfg;
@@ -262,6 +263,7 @@ failed:;
     hogwild_fail(r, w, rg, nq);
 }
 
+/* The mode's epoch: overlapped (--overlap) or one step at a time. */
 static void hogwild_run_epoch(run *r, worker *w, uint64_t first)
 {
     (void)first; /* a resumed position is in the cursor and slices already */
@@ -296,6 +298,7 @@ static uint64_t hogwild_stop_step(const run *r)
     return step;
 }
 
+/* The epoch's end: the cursor, slices and round counts back to the start. */
 static void hogwild_epoch_reset(run *r)
 {
     r->hog.cursor = 0;

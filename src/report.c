@@ -68,18 +68,21 @@ void report_progress(run *r, uint32_t epoch, int final)
         fputc('\n', stderr);
 }
 
+/* The warning line of a worker that leaves the run. */
 void report_worker_left(run *r, worker *w, const char *why)
 {
     fprintf(stderr, "gputrain: warning: worker %d (%s) left the run: %s\n", r->share0 + w->index,
             w->dev->name, why);
 }
 
+/* The watchdog's warning line: a worker idle for idle seconds. */
 void report_stall(run *r, worker *w, double idle)
 {
     fprintf(stderr, "gputrain: warning: worker %d (%s) made no progress for %.1f s (--stall-timeout %g)\n",
             r->share0 + w->index, w->dev->name, idle, r->cfg->stall_timeout);
 }
 
+/* The log's last records: the run and each of this host's workers. */
 static void report_summary(run *r, const gt_run_result *res)
 {
     const gt_config *cfg = r->cfg;

@@ -31,6 +31,7 @@ double run_progress_epochs(const run *r, uint64_t samples_total)
     return (double)samples_total / (double)r->ntrain;
 }
 
+/* Counts one computed step in the run's statistics and the worker's. Caller holds r->mu. */
 void run_account_step_locked(run *r, worker *w, const gt_step_out *o, int n)
 {
     r->stats.loss_acc += o->loss_sum;

@@ -111,6 +111,7 @@ static void run_position(run *r, const gt_start *start)
     }
 }
 
+/* Sets the run up; on failure run_free undoes what was done. */
 static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_data *data,
                     gt_device **devices, int ndevices, gt_device *evaluator, const gt_start *start,
                     gt_err *e)
@@ -142,6 +143,7 @@ static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_da
     return 0;
 }
 
+/* Frees what run_init made and gives the devices their own buffers back. */
 static void run_free(run *r)
 {
     for (int i = 0; r->workers && i < r->W; i++) {

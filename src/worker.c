@@ -54,6 +54,7 @@ int worker_compute(run *r, worker *w, const gt_batch *b, gt_step_out *o, uint64_
     return worker_check(r, w, o, step);
 }
 
+/* Pulls the store's parameters onto the worker's device; -1 with its error set. */
 int worker_pull(run *r, worker *w)
 {
     gt_err e = {{0}};
@@ -65,6 +66,7 @@ int worker_pull(run *r, worker *w)
     return 0;
 }
 
+/* Notes a step's end for the worker's busy time. */
 void worker_mark_time(worker *w)
 {
     double t = gt_now();
