@@ -38,6 +38,13 @@ void *gt_alloc(size_t bytes)
 
 void gt_free(void *p) { free(p); }
 
+uint64_t gt_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 double gt_now(void)
 {
     struct timespec ts;

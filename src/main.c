@@ -387,6 +387,7 @@ int main(int argc, char **argv)
     } else {
         gt_run_result *res = calloc(1, sizeof *res);
         rc = res ? cmd_train(&c, &data, res, &interrupted, &usage, &e) : gt_fail(&e, "out of memory");
+        gt_run_result_free(res);
         free(res);
     }
     gt_host_unregister(data.train.images);

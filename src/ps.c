@@ -88,20 +88,13 @@ void gt_ps_free(gt_ps *ps)
     memset(ps, 0, sizeof *ps);
 }
 
-static uint64_t ns_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void ps_lock(gt_ps *ps, gt_stripe *st)
 {
     if (pthread_mutex_trylock(&st->lock) == 0)
         return;
-    uint64_t t0 = ns_now();
+    uint64_t t0 = gt_now_ns();
     pthread_mutex_lock(&st->lock);
-    atomic_fetch_add_explicit(&ps->lock_wait_ns, ns_now() - t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ps->lock_wait_ns, gt_now_ns() - t0, memory_order_relaxed);
 }
 
 static void relaxed_copy(float *dst, const float *src, size_t n)
@@ -346,4 +339,26 @@ int gt_ps_pull_changed(gt_ps *ps, float *dst, uint64_t *ver)
     ps_walk w = {.ps = ps, .count = ps->nranges, .dst = dst, .ver = ver, .only_changed = 1};
     ps_walk_run(&w, ps_pull_part, 0);
     return (int)atomic_load_explicit(&w.result, memory_order_relaxed);
+}
+
+void gt_ps_pull_state(gt_ps *ps, int i, float *dst)
+{
+    for (int s = 0; s < ps->nranges; s++) {
+        gt_stripe *st = &ps->stripes[s];
+        if (ps->nstripes)
+            pthread_mutex_lock(&st->lock);
+        relaxed_copy(dst + st->lo, ps->state[i] + st->lo, st->hi - st->lo);
+        if (ps->nstripes)
+            pthread_mutex_unlock(&st->lock);
+    }
+}
+
+void gt_ps_stripes_span(const gt_ps *ps, int s_lo, int s_hi, size_t *lo, size_t *hi)
+{
+    if (s_lo >= s_hi) {
+        *lo = *hi = 0;
+        return;
+    }
+    *lo = ps->stripes[s_lo].lo;
+    *hi = ps->stripes[s_hi - 1].hi;
 }

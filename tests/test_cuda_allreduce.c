@@ -603,8 +603,11 @@ static void test_modes_agree(const char *exchange)
         CHECK_CLOSE(oa.res->final_test_acc, o1.res->final_test_acc, 0.005);
         CHECK_CLOSE(os.res->final_test_acc, o1.res->final_test_acc, 0.005);
     }
+    gt_run_result_free(oa.res);
     free(oa.res);
+    gt_run_result_free(os.res);
     free(os.res);
+    gt_run_result_free(o1.res);
     free(o1.res);
 }
 
@@ -647,6 +650,7 @@ static void test_abort(void)
     printf("abort: the run ended after %.2f s: %s\n", a.o.wall_s, a.o.err);
     CHECK(a.o.rc != 0);
     CHECK_MSG(strstr(a.o.err, "abort") && strstr(a.o.err, "gpu:"), "message: %s", a.o.err);
+    gt_run_result_free(a.o.res);
     free(a.o.res);
 }
 

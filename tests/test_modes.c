@@ -84,7 +84,9 @@ static void test_sync_equivalence(void)
                   "step %d: 1x64 loss %.9g, 2x32 loss %.9g", i, oa.step_loss[i], ob.step_loss[i]);
     CHECK(oa.res->samples == ob.res->samples);
     CHECK(ob.res->stale_max == 0);
+    gt_run_result_free(oa.res);
     free(oa.res);
+    gt_run_result_free(ob.res);
     free(ob.res);
 }
 
@@ -102,6 +104,7 @@ static void test_ssp(void)
         CHECK_MSG(o.res->clock_spread_max <= (uint64_t)bounds[i], "staleness %d: spread %llu",
                   bounds[i], (unsigned long long)o.res->clock_spread_max);
         CHECK(o.res->stale_max <= (uint64_t)bounds[i]);
+        gt_run_result_free(o.res);
         free(o.res);
     }
     gt_config s, p;
@@ -116,7 +119,9 @@ static void test_ssp(void)
                   os.step_loss[i], op.step_loss[i]);
     CHECK(os.res->final_test_acc == op.res->final_test_acc);
     CHECK(os.res->final_test_loss == op.res->final_test_loss);
+    gt_run_result_free(os.res);
     free(os.res);
+    gt_run_result_free(op.res);
     free(op.res);
 }
 
@@ -148,6 +153,7 @@ static void test_every_mode_learns(void)
         CHECK(o.res->npoints == 1);
         CHECK(o.res->workers[0].steps > 0 && o.res->workers[1].steps > 0);
         printf("%-17s acc %.4f  %6.0f samples/s\n", modes[i], o.res->final_test_acc, o.res->samples_per_s);
+        gt_run_result_free(o.res);
         free(o.res);
     }
 }
@@ -188,8 +194,11 @@ static void test_overlap(void)
            os.res->final_test_acc);
     CHECK_MSG(oa.res->final_test_acc > (g_quick ? 0.3 : 0.5), "overlap: test accuracy %.4f",
               oa.res->final_test_acc);
+    gt_run_result_free(oa.res);
     free(oa.res);
+    gt_run_result_free(of.res);
     free(of.res);
+    gt_run_result_free(os.res);
     free(os.res);
     for (int balance = 0; balance < 2; balance++) {
         gt_config c, ref;
@@ -206,7 +215,9 @@ static void test_overlap(void)
         CHECK_MSG(o.res->samples == r.res->samples, "overlap %s: %llu samples, reference %llu",
                   balance ? "static" : "dynamic", (unsigned long long)o.res->samples,
                   (unsigned long long)r.res->samples);
+        gt_run_result_free(o.res);
         free(o.res);
+        gt_run_result_free(r.res);
         free(r.res);
     }
 }
@@ -234,7 +245,9 @@ static void test_faults(void)
                       modes[i], workers[wi], (unsigned long long)o.res->samples,
                       (unsigned long long)r.res->samples);
             CHECK(o.res->npoints == 1);
+            gt_run_result_free(o.res);
             free(o.res);
+            gt_run_result_free(r.res);
             free(r.res);
         }
     gt_config c;
@@ -243,6 +256,7 @@ static void test_faults(void)
     c.inject_step = 2;
     outcome o = train(&c);
     CHECK(o.rc != 0 && strstr(o.err, "every worker failed") && strstr(o.err, "injected"));
+    gt_run_result_free(o.res);
     free(o.res);
 }
 
@@ -255,6 +269,7 @@ static void test_nan(void)
     outcome o = train(&c);
     CHECK(o.rc != 0);
     CHECK_MSG(strstr(o.err, "non-finite") && strstr(o.err, "worker") && strstr(o.err, "step"), "%s", o.err);
+    gt_run_result_free(o.res);
     free(o.res);
     base_config(&c, "sync", 2, 32);
     c.optim.lr = 1e30f;
@@ -262,6 +277,7 @@ static void test_nan(void)
     o = train(&c);
     CHECK(o.rc == 0);
     CHECK(o.res->skipped_nonfinite > 0);
+    gt_run_result_free(o.res);
     free(o.res);
 }
 
@@ -272,6 +288,25 @@ static void test_allreduce_refused(void)
     c.mode = GT_MODE_ALLREDUCE;
     outcome o = train(&c);
     CHECK(o.rc != 0 && strstr(o.err, "allreduce"));
+    gt_run_result_free(o.res);
+    free(o.res);
+}
+
+/* Every evaluation is kept, however many: --eval-every 1 evaluates after each clock (more points
+ * than the result's first allocation holds), and the epoch's end adds none of its own at the last. */
+static void test_every_evaluation_kept(void)
+{
+    gt_config c;
+    base_config(&c, "sync", 1, 16);
+    c.eval_every = 1;
+    outcome o = train(&c);
+    CHECK(o.rc == 0);
+    int clocks = (int)(g_data.train.n / 16);
+    CHECK(clocks > 64 && o.res->npoints == clocks);
+    for (int i = 1; i < o.res->npoints; i++)
+        CHECK(o.res->points[i].samples > o.res->points[i - 1].samples);
+    gt_run_result_free(o.res);
+    CHECK(o.res->points == NULL && o.res->npoints == 0);
     free(o.res);
 }
 
@@ -297,6 +332,7 @@ int main(void)
     test_faults();
     test_overlap();
     test_nan();
+    test_every_evaluation_kept();
     gt_data_free(&g_data);
     TEST_DONE();
 }

@@ -133,6 +133,16 @@ static void test_layout(void)
         CHECK(((uintptr_t)ps.params % GT_CACHELINE) == 0);
         gt_ps_free(&ps);
     }
+    gt_ps sp;
+    CHECK(gt_ps_init(&sp, NPARAM, 7, &c, &e) == 0);
+    size_t lo, hi;
+    gt_ps_stripes_span(&sp, 2, 5, &lo, &hi);
+    CHECK(lo == sp.stripes[2].lo && hi == sp.stripes[4].hi);
+    gt_ps_stripes_span(&sp, 0, sp.nranges, &lo, &hi);
+    CHECK(lo == 0 && hi == NPARAM);
+    gt_ps_stripes_span(&sp, 3, 3, &lo, &hi);
+    CHECK(lo == hi);
+    gt_ps_free(&sp);
     CHECK(gt_ps_default_stripes(44426) >= 4);
     CHECK(gt_ps_default_stripes(10) == 1);
     gt_ps ps;
@@ -196,6 +206,9 @@ static void test_momentum_state(void)
     gt_ps_push(&ps, 0, 1, g, 1.0f, NULL, 0.0);
     CHECK(ps.state[0][5] == 1.5f);            /* buf: 1, then 0.5*1 + 1 */
     CHECK(ps.params[5] == -(0.25f + 0.375f)); /* p -= lr*buf twice */
+    float st[64];
+    gt_ps_pull_state(&ps, 0, st);
+    CHECK(memcmp(st, ps.state[0], sizeof st) == 0);
     gt_ps_free(&ps);
 }
 

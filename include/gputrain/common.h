@@ -29,6 +29,8 @@ void gt_free(void *p);
 
 /* Monotonic wall clock in seconds. */
 double gt_now(void);
+/* The same clock in nanoseconds, for intervals summed in integers (lock waits, progress times). */
+uint64_t gt_now_ns(void);
 
 /* Seeded sequential generator (splitmix64 seeding, xoshiro128+-style output); used for
  * initialisation and permutations on the host only. */

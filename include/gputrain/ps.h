@@ -8,7 +8,8 @@
  * stripes == 0 is lock-free Hogwild: no locks, every access a relaxed atomic (see optim.h).
  * A large push, pull or stripe apply is shared with a few helper threads the store owns
  * (src/ps_pool.c); every stripe is still locked and applied as one piece, so the bits are the same.
- * The aggregation buffers serve sync, ssp and local modes (src/train.c). */
+ * The clocked modes (src/mode_clocked.c) split an update's stripes between workers with
+ * gt_ps_apply_stripes, gt_ps_store_stripes and gt_ps_stripes_span. */
 #ifndef GT_PS_H
 #define GT_PS_H
 
@@ -79,6 +80,15 @@ void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src);
  * `from` was pulled: p = to + (p - from), each stripe under its lock (cross-host averaging; where
  * nothing was pushed meanwhile the stripes become `to` exactly). */
 void gt_ps_rebase_stripes(gt_ps *ps, int s_lo, int s_hi, const float *from, const float *to);
+
+/* Copies optimizer state array i (< nstate) into dst, each stripe under its lock (not counted as
+ * lock wait: checkpoint snapshots are rare). */
+void gt_ps_pull_state(gt_ps *ps, int i, float *dst);
+
+/* The parameter range [lo, hi) that stripes [s_lo, s_hi) cover (stripes are contiguous and in
+ * order); empty when s_lo >= s_hi. Lets a caller work on its part of a split update without
+ * walking the stripes itself. */
+void gt_ps_stripes_span(const gt_ps *ps, int s_lo, int s_hi, size_t *lo, size_t *hi);
 
 /* Adds one staleness observation (the clocked modes measure it themselves). */
 void gt_ps_note_staleness(gt_ps *ps, uint64_t stale);

@@ -32,7 +32,8 @@ typedef struct gt_worker_stats {
 
 typedef struct gt_run_result {
     int npoints;
-    gt_eval_point points[4096];   /* every evaluation, in order */
+    int cap_points;               /* room in points (it grows; gt_run_result_free frees it) */
+    gt_eval_point *points;        /* every evaluation, in order */
     double wall_s;                /* whole training time, evaluation excluded where it overlaps */
     double samples_per_s;
     uint64_t samples;             /* of every host */
@@ -66,6 +67,9 @@ typedef struct gt_start {
 int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *data,
                  gt_device **devices, int ndevices, gt_device *evaluator, const gt_start *start,
                  gt_run_result *res, gt_err *e);
+
+/* Frees what a run's result holds (not res itself); res may be NULL. */
+void gt_run_result_free(gt_run_result *res);
 
 /* Signal handling for a run: the first SIGINT/SIGTERM/SIGHUP asks the run to stop after the
  * current step (and write its checkpoint); a second one exits at once. SIGPIPE is ignored, so a

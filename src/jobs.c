@@ -1,0 +1,184 @@
+/* jobs.c - snapshots of the store that workers post for the calling thread, which evaluates them
+ * on its own device and writes checkpoints, so evaluation costs the workers one copy. */
+#include "run.h"
+#include "gputrain/names.h"
+#include "gputrain/checkpoint.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Frees a job's snapshot (the job itself is a value). */
+void job_free(job *j)
+{
+    free(j->params);
+    free(j->state[0]);
+    free(j->state[1]);
+}
+
+/* Posts a job to the calling thread; waits while the queue is full. Caller holds r->mu. */
+static void post_job_locked(run *r, job *j)
+{
+    while (r->jq.n == RUN_MAX_JOBS && !r->failed)
+        pthread_cond_wait(&r->cv, &r->mu);
+    if (r->failed) {
+        job_free(j);
+        return;
+    }
+    r->jq.q[r->jq.n++] = *j;
+    pthread_cond_broadcast(&r->cv);
+}
+
+/* A copy of the store for a job: parameters always, optimizer state for checkpoints. Caller holds
+ * r->mu; the store's own stripe locks keep each stripe consistent. */
+int jobs_snapshot_locked(run *r, job *j, int kinds, uint32_t epoch, uint64_t step)
+{
+    memset(j, 0, sizeof *j);
+    j->kinds = kinds;
+    j->params = malloc(r->n * sizeof(float));
+    if (!j->params)
+        return -1;
+    gt_ps_pull(&r->ps, j->params, NULL);
+    if (kinds & JOB_CKPT) {
+        for (int i = 0; i < r->ps.nstate; i++) {
+            j->state[i] = malloc(r->n * sizeof(float));
+            if (!j->state[i])
+                return -1;
+            gt_ps_pull_state(&r->ps, i, j->state[i]);
+        }
+    }
+    j->epoch = epoch;
+    j->step = step;
+    j->samples = atomic_load(&r->stats.samples_total);
+    j->updates = atomic_load(&r->ps.updates);
+    j->wall = gt_now() - r->t0;
+    if (kinds & JOB_EVAL) {
+        j->train_loss = r->stats.seen_acc ? r->stats.loss_acc / (double)r->stats.seen_acc : NAN;
+        j->train_acc = r->stats.seen_acc ? (double)r->stats.correct_acc / (double)r->stats.seen_acc : NAN;
+        r->stats.loss_acc = 0;
+        r->stats.correct_acc = r->stats.seen_acc = 0;
+    }
+    return 0;
+}
+
+/* Only host 0 evaluates and checkpoints; the others just start their next statistics window at
+ * the same point, since the hosts' windows are summed at epoch ends. */
+void jobs_post_snapshot_locked(run *r, int kinds, uint32_t epoch, uint64_t step)
+{
+    job j;
+    if (r->host != 0) {
+        r->stats.loss_acc = 0;
+        r->stats.correct_acc = r->stats.seen_acc = 0;
+        return;
+    }
+    if (jobs_snapshot_locked(r, &j, kinds, epoch, step) != 0) {
+        job_free(&j);
+        run_fail_locked(r, "out of memory for a snapshot of the parameters");
+        return;
+    }
+    post_job_locked(r, &j);
+}
+
+/* Mid-epoch evaluation and step checkpoints fall due by samples and clocks. Caller holds r->mu. */
+void jobs_post_due_locked(run *r, uint64_t step_in_epoch, uint64_t clocks_total)
+{
+    int kinds = 0;
+    uint64_t samples = atomic_load(&r->stats.samples_total);
+    if (r->jq.next_eval && samples >= r->jq.next_eval) {
+        if (step_in_epoch < r->ops->epoch_steps(r)) /* at the epoch's end its own evaluation follows */
+            kinds |= JOB_EVAL;
+        uint64_t every = (uint64_t)r->cfg->eval_every * (uint64_t)r->batch * (uint64_t)r->Wg;
+        while (r->jq.next_eval <= samples)
+            r->jq.next_eval += every;
+    }
+    if (r->jq.next_ckpt && clocks_total >= r->jq.next_ckpt) {
+        kinds |= JOB_CKPT;
+        while (r->jq.next_ckpt <= clocks_total)
+            r->jq.next_ckpt += (uint64_t)r->cfg->checkpoint_every;
+    }
+    if (kinds)
+        jobs_post_snapshot_locked(r, kinds, r->epoch, step_in_epoch);
+}
+
+/* Test loss and accuracy of a snapshot, on the calling thread's own device. */
+static int evaluate_snapshot(run *r, const float *params, double *loss, double *acc, gt_err *e)
+{
+    gt_device *d = r->evaluator;
+    gt_step_out o = {0};
+    memcpy(d->params, params, r->n * sizeof(float));
+    if (d->ops->load_params(d, e) != 0)
+        return -1;
+    if (d->ops->evaluate(d, &r->data->test, 0, r->data->test.n, &o, e) != 0)
+        return -1;
+    *loss = o.loss_sum / r->data->test.n;
+    *acc = (double)o.correct / r->data->test.n;
+    return 0;
+}
+
+/* Writes a snapshot with optimizer state as --checkpoint, with what resuming it needs. */
+int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e)
+{
+    const gt_config *cfg = r->cfg;
+    gt_ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    snprintf(meta.model_spec, sizeof meta.model_spec, "%s", r->m->spec);
+    snprintf(meta.model, sizeof meta.model, "%s", r->m->name);
+    snprintf(meta.mode, sizeof meta.mode, "%s", r->ops->name);
+    snprintf(meta.optimizer, sizeof meta.optimizer, "%s", gt_optimizer_name(cfg->optim.kind));
+    meta.in_c = r->m->in_c;
+    meta.in_h = r->m->in_h;
+    meta.in_w = r->m->in_w;
+    meta.nclasses = r->m->nclasses;
+    meta.epoch = j->epoch;
+    meta.step = j->step;
+    meta.samples = j->samples;
+    meta.updates = j->updates;
+    meta.seed = cfg->seed;
+    meta.data_fingerprint = r->data->fingerprint;
+    float *const state[2] = {j->state[0], j->state[1]};
+    if (gt_ckpt_save(cfg->checkpoint, r->m, j->params, state, r->ps.nstate, &meta, cfg->keep, e) != 0)
+        return -1;
+    snprintf(res->checkpoint_written, sizeof res->checkpoint_written, "%s", cfg->checkpoint);
+    return 0;
+}
+
+/* Keeps every evaluation: the array grows as points come. */
+static int result_add_point(gt_run_result *res, const gt_eval_point *p, gt_err *e)
+{
+    if (res->npoints == res->cap_points) {
+        int cap = res->cap_points ? 2 * res->cap_points : 64;
+        gt_eval_point *grown = realloc(res->points, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return gt_fail(e, "out of memory for %d evaluation points", cap);
+        res->points = grown;
+        res->cap_points = cap;
+    }
+    res->points[res->npoints++] = *p;
+    return 0;
+}
+
+/* Evaluates and/or writes one job's snapshot, then frees it. */
+int jobs_handle(run *r, job *j, gt_run_result *res, gt_err *e)
+{
+    int rc = 0;
+    if (j->kinds & JOB_EVAL) {
+        gt_eval_point p = {.epoch = j->step ? j->epoch + 1 : j->epoch,
+                           .step = j->updates,
+                           .samples = j->samples,
+                           .wall_s = j->wall,
+                           .train_loss = j->train_loss,
+                           .train_acc = j->train_acc};
+        rc = evaluate_snapshot(r, j->params, &p.test_loss, &p.test_acc, e);
+        if (rc == 0)
+            rc = result_add_point(res, &p, e);
+        if (rc == 0) {
+            res->final_test_acc = p.test_acc;
+            res->final_test_loss = p.test_loss;
+            report_point(r, &p);
+        }
+    }
+    if (rc == 0 && (j->kinds & JOB_CKPT))
+        rc = jobs_write_checkpoint(r, j, res, e);
+    job_free(j);
+    return rc;
+}

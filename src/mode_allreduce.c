@@ -1,0 +1,141 @@
+/* mode_allreduce.c - allreduce: every GPU keeps a replica; each clock's gradient is summed over
+ * the GPUs by NCCL and every replica takes the same optimizer step on its own GPU. Worker 0
+ * brings its replica into the store where evaluation and checkpoints read it. */
+#include "run.h"
+
+#define ALLREDUCE_STOP_EVERY 64 /* clocks between the barriers where a signal is acted on */
+
+/* allreduce: worker 0 brings the replica's parameters and optimizer state into the store, where
+ * evaluation and checkpoints read them. The other workers never touch the store. */
+static int allreduce_publish(run *r, worker *w)
+{
+    gt_err e = {{0}};
+    if (w->dev->ops->get_params(w->dev, r->ps.state[0], r->ps.state[1], &e) != 0) {
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    gt_ps_store_stripes(&r->ps, 0, r->ps.nranges, w->dev->params);
+    return 0;
+}
+
+/* The stop check of allreduce: every worker must leave at the same clock or the others would wait
+ * in the all-reduce forever, so a signal is acted on at a barrier every ALLREDUCE_STOP_EVERY
+ * clocks, where across
+ * hosts the hosts agree. */
+static void allreduce_stop_leader(run *r)
+{
+    if (r->H > 1 && !r->failed) {
+        gt_err e = {{0}};
+        int sig = hosts_stop_signal(&e);
+        hosts_agreed_locked(r, sig, &e);
+    } else if (stop_asked(r)) {
+        r->halt = 1;
+    }
+}
+
+/* One clock of allreduce: the worker's share, the gradient summed over the GPUs by NCCL and one
+ * optimizer update of every replica on its own GPU. No host traffic but the loss. */
+static int allreduce_clock(run *r, worker *w, uint64_t c)
+{
+    gt_batch b;
+    gt_step_out o = {0};
+    gt_err e = {{0}};
+    clocked_gather_share(r, c, w->index, &b);
+    if (worker_compute(r, w, &b, &o, c) < 0)
+        return -1;
+    uint64_t t = (uint64_t)r->epoch * r->clk.clocks + c + 1;
+    gt_optim_step st = gt_optim_prepare(&r->cfg->optim, t,
+                                        run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
+    if (w->dev->ops->reduce_update(w->dev, &r->cfg->optim, &st, 1.0f / (float)r->Wg, &e) != 0) {
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    report_step(r, w, c, o.loss_sum, b.n);
+    worker_mark_time(w);
+    pthread_mutex_lock(&r->mu);
+    run_account_step_locked(r, w, &o, b.n);
+    if (w->index == 0) {
+        atomic_store(&r->ps.updates, t);
+        uint64_t total = (uint64_t)r->epoch * r->clk.clocks + c + 1;
+        int due = (r->jq.next_eval && atomic_load(&r->stats.samples_total) >= r->jq.next_eval) ||
+                  (r->jq.next_ckpt && total >= r->jq.next_ckpt);
+        if (due) {
+            pthread_mutex_unlock(&r->mu);
+            if (allreduce_publish(r, w) != 0)
+                return -1;
+            pthread_mutex_lock(&r->mu);
+            r->clk.applied = c + 1;
+            jobs_post_due_locked(r, c + 1, total);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (c % ALLREDUCE_STOP_EVERY == ALLREDUCE_STOP_EVERY - 1)
+        run_barrier(r, w, allreduce_stop_leader);
+    return 0;
+}
+
+/* Every replica starts from the store: parameters and (resumed) optimizer state. */
+static int allreduce_start(run *r, worker *w)
+{
+    gt_err e = {{0}};
+    w->dev->keep_grad = 1;
+    if (worker_pull(r, w) != 0 ||
+        w->dev->ops->set_state(w->dev, r->ps.state[0], r->ps.state[1], &e) != 0) {
+        if (e.msg[0])
+            snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Worker 0 brings where the replicas stand into the store, for the epoch's evaluation or an
+ * interrupted run's checkpoint. */
+static int allreduce_end(run *r, worker *w, uint64_t done)
+{
+    if (w->index != 0)
+        return 0;
+    int rc = allreduce_publish(r, w);
+    pthread_mutex_lock(&r->mu);
+    if (rc != 0)
+        run_fail_locked(r, w->error);
+    r->clk.applied = done;
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+/* Every device must all-reduce (NCCL), and every GPU take the same step. */
+static int allreduce_check(run *r, gt_device **devices, gt_err *e)
+{
+    for (int i = 0; i < r->W; i++)
+        if (!devices[i]->ops->reduce_update)
+            return gt_fail(e, "--mode allreduce: needs GPUs and NCCL; %s has no all-reduce "
+                              "(use --mode sync for the same math)", devices[i]->name);
+    if (r->cfg->on_nan == GT_NAN_SKIP)
+        return gt_fail(e, "--on-nan skip: not available with --mode allreduce, where every GPU "
+                          "must take the same step");
+    return gt_cuda_allreduce_init(devices, r->W, &r->cfg->optim, e);
+}
+
+static int allreduce_init(run *r, gt_device **devices, const gt_start *start, gt_err *e)
+{
+    (void)devices;
+    (void)start;
+    return clocked_init(r, 1, 1, e);
+}
+
+const gt_mode_ops gt_mode_allreduce = {
+    .name = "allreduce",
+    .clocked = 1,
+    .replicas = 1,
+    .check = allreduce_check,
+    .init = allreduce_init,
+    .worker_start = allreduce_start,
+    .epoch = clocked_epoch,
+    .clock = allreduce_clock,
+    .clocked_end = allreduce_end,
+    .epoch_complete_locked = clocked_epoch_complete_locked,
+    .epoch_steps = clocked_epoch_steps,
+    .stop_step = clocked_stop_step,
+    .epoch_reset = clocked_epoch_reset,
+    .abort = gt_cuda_allreduce_abort,
+};

@@ -1,0 +1,265 @@
+/* mode_clocked.c - the core of the clocked modes (sync, ssp, local, allreduce). Clock c is global
+ * batch c of the permutation, cut into the shares of every host's workers (--batch samples each).
+ * A worker claims its own share of each clock, and any share a failed worker left behind, so what
+ * a clock computes does not change when a worker leaves. Gradients land in per-share slots and
+ * are summed in share order, which makes sync bit-reproducible whatever the thread timing. */
+#include "run.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The gradient slot of one share of a clock. */
+float *clocked_slot(run *r, uint64_t clock, int share)
+{
+    size_t ring = (size_t)(clock % (uint64_t)r->clk.nslots);
+    return r->clk.slots + (ring * (size_t)r->W + (size_t)share) * r->n;
+}
+
+/* The bits of every share of this host. */
+uint64_t clocked_full_mask(const run *r)
+{
+    return r->W == RUN_SHARE_BITS ? ~0ull : (1ull << r->W) - 1;
+}
+
+/* Claims an unclaimed share of a clock in [applied, upto]: the worker's own share of `upto`, or
+ * one a failed worker left behind. Returns the share or -1. Caller holds r->mu. */
+int clocked_claim_share_locked(run *r, worker *w, uint64_t upto, uint64_t *clock_out)
+{
+    for (uint64_t c = r->clk.applied; c <= upto && c < r->clk.applied + (uint64_t)r->clk.R; c++) {
+        uint64_t *cl = &r->clk.claimed[c % (uint64_t)r->clk.R];
+        for (int s = 0; s < r->W; s++) {
+            int mine = s == w->index && c == upto;
+            if ((*cl & (1ull << s)) || (!mine && atomic_load(&r->workers[s].alive)))
+                continue;
+            *cl |= 1ull << s;
+            *clock_out = c;
+            return s;
+        }
+    }
+    return -1;
+}
+
+/* The samples of one of this host's shares: clock c's global batch holds every host's shares in
+ * host order. */
+void clocked_gather_share(run *r, uint64_t clock, int share, gt_batch *b)
+{
+    size_t pos = ((size_t)clock * (size_t)r->Wg + (size_t)(r->share0 + share)) * (size_t)r->batch;
+    b->ds = &r->data->train;
+    b->idx = r->perm + pos;
+    b->n = r->batch;
+    b->epoch = r->epoch;
+    b->seed = r->cfg->seed;
+}
+
+/* Sums the slots of one clock in share order into share 0's slot, over stripes [s_lo, s_hi). */
+void clocked_reduce_slots(run *r, uint64_t clock, int s_lo, int s_hi)
+{
+    size_t lo, hi;
+    gt_ps_stripes_span(&r->ps, s_lo, s_hi, &lo, &hi);
+    float *dst = clocked_slot(r, clock, 0);
+    for (int s = 1; s < r->W; s++) {
+        const float *src = clocked_slot(r, clock, s);
+        for (size_t i = lo; i < hi; i++)
+            dst[i] += src[i];
+    }
+}
+
+/* Applies clock c's gradient, summed over this host's shares and scaled by gscale, to stripes
+ * [s_lo, s_hi) as update t. */
+void clocked_apply(run *r, uint64_t clock, int s_lo, int s_hi, float gscale, uint64_t t,
+                   double epoch)
+{
+    clocked_reduce_slots(r, clock, s_lo, s_hi);
+    gt_ps_apply_stripes(&r->ps, s_lo, s_hi, clocked_slot(r, clock, 0), gscale, t, epoch);
+}
+
+/* share_done of the modes that sum shares: the gradient goes to its slot, or zeros where it was
+ * dropped (--on-nan skip), so the sum keeps its order. */
+int clocked_slot_store(run *r, worker *w, uint64_t clock, int share, int rc)
+{
+    float *slot = clocked_slot(r, clock, share);
+    if (rc == 0)
+        memcpy(slot, w->dev->grad, r->n * sizeof(float));
+    else
+        memset(slot, 0, r->n * sizeof(float));
+    return 0;
+}
+
+/* Computes one share of a clock and hands it to the mode (a slot, or local mode's own step).
+ * Returns 0, or -1 when the worker failed. */
+int clocked_share(run *r, worker *w, uint64_t clock, int share)
+{
+    gt_batch b;
+    gt_step_out o = {0};
+    clocked_gather_share(r, clock, share, &b);
+    int rc = worker_compute(r, w, &b, &o, clock);
+    if (rc < 0)
+        return -1;
+    if (r->ops->share_done(r, w, clock, share, rc) != 0)
+        return -1;
+    report_step(r, w, clock, o.loss_sum, b.n);
+    worker_mark_time(w);
+    pthread_mutex_lock(&r->mu);
+    run_account_step_locked(r, w, &o, b.n);
+    r->clk.deposited[clock % (uint64_t)r->clk.R] |= 1ull << share;
+    /* A worker whose share of its clock is in is at the next clock from now on, so that in ssp one
+     * that starts a clock the moment this one is applied measures the spread right. */
+    if (clock == w->clock)
+        w->clock = clock + 1;
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+/* Claims and computes shares of clocks up to `upto` until none is left. */
+int clocked_claim_and_compute(run *r, worker *w, uint64_t upto)
+{
+    for (;;) {
+        uint64_t cc;
+        pthread_mutex_lock(&r->mu);
+        int share = clocked_claim_share_locked(r, w, upto, &cc);
+        pthread_mutex_unlock(&r->mu);
+        if (share < 0)
+            return 0;
+        if (clocked_share(r, w, cc, share) != 0)
+            return -1;
+    }
+}
+
+/* Whether every share of clocks [from, upto] is in. Caller holds r->mu. */
+static int clocked_shares_complete_locked(run *r, uint64_t from, uint64_t upto)
+{
+    for (uint64_t c = from; c <= upto; c++)
+        if (r->clk.deposited[c % (uint64_t)r->clk.R] != clocked_full_mask(r))
+            return 0;
+    return 1;
+}
+
+/* Leader work of the barriers inside sync and local clocks: whether every share is in and whether
+ * to halt, as one thread saw it, so every worker released from the barrier takes the same branch
+ * (a survivor depositing a left-over share right after the barrier must not split them). */
+static void capture_clock_leader(run *r)
+{
+    r->clk.halt_seen = r->halt;
+    r->clk.complete_seen = clocked_shares_complete_locked(r, r->clk.applied, r->clk.pending_upto);
+}
+
+/* The worker's place among the live workers. Caller holds r->mu. */
+static int clocked_live_rank_locked(run *r, worker *w, int *nlive)
+{
+    int rank = 0, n = 0;
+    for (int i = 0; i < r->W; i++) {
+        if (!atomic_load(&r->workers[i].alive))
+            continue;
+        if (i == w->index)
+            rank = n;
+        n++;
+    }
+    *nlive = n;
+    return rank;
+}
+
+/* Stripes [s_lo, s_hi): the worker's part of an update split across the live workers. */
+void clocked_my_stripes(run *r, worker *w, int *s_lo, int *s_hi, int *nlive)
+{
+    pthread_mutex_lock(&r->mu);
+    int rank = clocked_live_rank_locked(r, w, nlive);
+    pthread_mutex_unlock(&r->mu);
+    *s_lo = (int)((int64_t)r->ps.nranges * rank / *nlive);
+    *s_hi = (int)((int64_t)r->ps.nranges * (rank + 1) / *nlive);
+}
+
+/* Computes shares up to clock `upto` until every share of clocks [applied, upto] is in, a
+ * survivor taking those of workers that failed meanwhile. Every live worker calls it and meets the
+ * others at a barrier; returns 1 when all shares are in, 0 when the run halts, -1 when the worker
+ * failed. */
+int clocked_fill(run *r, worker *w, uint64_t upto)
+{
+    for (;;) {
+        if (clocked_claim_and_compute(r, w, upto) != 0)
+            return -1;
+        pthread_mutex_lock(&r->mu);
+        r->clk.pending_upto = upto;
+        pthread_mutex_unlock(&r->mu);
+        run_barrier(r, w, capture_clock_leader);
+        pthread_mutex_lock(&r->mu);
+        int complete = r->clk.complete_seen, halt = r->clk.halt_seen;
+        pthread_mutex_unlock(&r->mu);
+        if (complete)
+            return 1;
+        if (halt)
+            return 0;
+    }
+}
+
+/* A worker that failed leaves; in a mode of replicas it ends the run, which also releases the
+ * workers waiting for it (in allreduce, inside NCCL). */
+static void clocked_leave(run *r, worker *w)
+{
+    pthread_mutex_lock(&r->mu);
+    if (r->ops->replicas)
+        worker_fail_run_locked(r, w);
+    worker_leave_locked(r, w, w->error);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* One epoch of a clocked mode for one worker: the mode's clocks from first_clock, then its end. */
+void clocked_epoch(run *r, worker *w, uint64_t first_clock)
+{
+    const gt_mode_ops *ops = r->ops;
+    if (ops->clocked_begin && ops->clocked_begin(r, w) != 0) {
+        clocked_leave(r, w);
+        return;
+    }
+    uint64_t done = first_clock;
+    for (uint64_t c = first_clock; c < r->clk.clocks; c++, done = c) {
+        pthread_mutex_lock(&r->mu);
+        int halt = r->halt;
+        pthread_mutex_unlock(&r->mu);
+        if (halt)
+            break;
+        if (ops->clock(r, w, c) != 0) {
+            clocked_leave(r, w);
+            return;
+        }
+    }
+    if (ops->clocked_end && ops->clocked_end(r, w, done) != 0)
+        clocked_leave(r, w);
+}
+
+/* Set-up of the clocked core: R clocks in flight, nslots rings of gradient slots. */
+int clocked_init(run *r, int R, int nslots, gt_err *e)
+{
+    r->clk.R = R;
+    r->clk.nslots = nslots;
+    size_t slots = (size_t)nslots * (size_t)r->W * r->n;
+    if (slots / r->n != (size_t)nslots * (size_t)r->W)
+        return gt_fail(e, "--staleness: %d needs too much memory", r->cfg->staleness);
+    r->clk.slots = gt_host_alloc(slots * sizeof(float));
+    r->clk.claimed = calloc((size_t)R, sizeof(uint64_t));
+    r->clk.deposited = calloc((size_t)R, sizeof(uint64_t));
+    r->clk.slot_read_clock = malloc((size_t)R * sizeof(uint64_t));
+    if (!r->clk.slots || !r->clk.claimed || !r->clk.deposited || !r->clk.slot_read_clock)
+        return gt_fail(e, "out of memory for %d x %d gradient slots of %zu parameters", R, r->W,
+                       r->n);
+    for (int k = 0; k < R; k++)
+        r->clk.slot_read_clock[k] = UINT64_MAX;
+    return 0;
+}
+
+/* The table entries every clocked mode shares: an epoch is its clocks, applied in order. */
+int clocked_epoch_complete_locked(run *r) { return r->clk.applied >= r->clk.clocks; }
+
+uint64_t clocked_epoch_steps(const run *r) { return r->clk.clocks; }
+
+uint64_t clocked_stop_step(const run *r) { return r->clk.applied; }
+
+void clocked_epoch_reset(run *r)
+{
+    r->clk.applied = 0;
+    for (int k = 0; k < r->clk.R; k++) {
+        r->clk.claimed[k] = r->clk.deposited[k] = 0;
+        r->clk.slot_read_clock[k] = UINT64_MAX;
+    }
+    for (int i = 0; i < r->W; i++)
+        r->workers[i].clock = 0;
+}

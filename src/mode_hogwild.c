@@ -1,0 +1,363 @@
+/* mode_hogwild.c - hogwild: batches from a shared cursor (--balance dynamic) or each worker's own
+ * contiguous slice (static), each gradient pushed as soon as it is computed; lock-free where the
+ * store has no stripes (--stripes 0). With --overlap step k + 1 is begun before step k is pushed.
+ * Across hosts each host trains its part of the permutation and the stores are averaged every
+ * --sync-every x W batches and at epoch ends. */
+#include "run.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define HOGWILD_ORPHANS_PER_WORKER 3
+
+/* Steps of an epoch as checkpoints count them: batches from the shared cursor, or batches of
+ * each worker's own slice (--balance static). */
+static uint64_t hogwild_epoch_steps(const run *r)
+{
+    if (r->cfg->balance == GT_BALANCE_DYNAMIC)
+        return r->hog.nbatches;
+    return r->hog.span_n / (uint32_t)r->W / (uint32_t)r->batch;
+}
+
+/* Batches this host trains on per epoch. */
+static uint64_t hogwild_batches(const run *r)
+{
+    return r->cfg->balance == GT_BALANCE_DYNAMIC ? r->hog.nbatches
+                                                 : (uint64_t)r->W * hogwild_epoch_steps(r);
+}
+
+/* The next range of permutation positions this worker trains on, or 0 when its epoch is done. */
+static int hogwild_next(run *r, worker *w, range *out)
+{
+    uint32_t b = (uint32_t)r->batch;
+    int got = 0;
+    pthread_mutex_lock(&r->mu);
+    if (r->halt) {
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
+    if (r->cfg->balance == GT_BALANCE_DYNAMIC) {
+        if (r->hog.cursor < r->hog.nbatches) {
+            out->lo = r->hog.span_lo + (uint32_t)r->hog.cursor * b;
+            out->hi = out->lo + b;
+            r->hog.cursor++;
+            got = 1;
+        }
+    } else {
+        uint32_t slice = r->hog.span_n / (uint32_t)r->W;
+        uint32_t steps = slice / b;
+        if (w->slice_pos < steps) {
+            out->lo = r->hog.span_lo + (uint32_t)w->index * slice + (uint32_t)w->slice_pos * b;
+            out->hi = out->lo + b;
+            w->slice_pos++;
+            got = 1;
+        }
+    }
+    if (!got && r->hog.norphans > 0) {
+        range *o = &r->hog.orphans[r->hog.norphans - 1];
+        out->lo = o->lo;
+        out->hi = o->hi - o->lo > b ? o->lo + b : o->hi;
+        o->lo = out->hi;
+        if (o->lo >= o->hi)
+            r->hog.norphans--;
+        got = 1;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return got;
+}
+
+/* Leaves [lo, hi) to the other workers. A worker fails once and leaves at most three ranges
+ * (two in flight and its static slice's rest), which orphans has room for. */
+static void hogwild_orphan_locked(run *r, uint32_t lo, uint32_t hi)
+{
+    if (lo >= hi)
+        return;
+    if (r->hog.norphans == HOGWILD_ORPHANS_PER_WORKER * r->W) {
+        run_fail_locked(r, "hogwild: more batches left by failed workers than there is room for");
+        return;
+    }
+    r->hog.orphans[r->hog.norphans++] = (range){lo, hi};
+}
+
+/* hogwild across hosts: every --sync-every x W batches this host completes, the worker that
+ * completed the batch averages the hosts' stores while the others go on. Every host's part of the
+ * epoch holds the same number of batches, so every host averages at the same counts; rounds run
+ * one at a time, in order, and the epoch's last is left to its end.
+ * Counts one completed batch; when that makes a round due, waits for the previous round to end
+ * and returns the count the round is for, else 0. Caller holds r->mu (the wait releases it). */
+static uint64_t hogwild_round_turn_locked(run *r)
+{
+    uint64_t every = (uint64_t)r->cfg->sync_every * (uint64_t)r->W;
+    uint64_t due = ++r->hog.host_batches;
+    if (r->H == 1 || due % every != 0 || due >= hogwild_batches(r))
+        return 0;
+    while (!r->halt && r->hog.xavg_last + every < due)
+        pthread_cond_wait(&r->cv, &r->mu);
+    return r->halt ? 0 : due;
+}
+
+/* The round hogwild_round_turn_locked made due, outside r->mu. */
+static void hogwild_hosts_round(run *r, uint64_t due)
+{
+    gt_err e = {{0}};
+    int sig = hosts_round(r, &e);
+    pthread_mutex_lock(&r->mu);
+    r->hog.xavg_last = due;
+    hosts_agreed_locked(r, sig, &e);
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* A worker that failed with range rg taken: its batches go to the others, and it leaves. */
+static void hogwild_fail(run *r, worker *w, const range *rg, int nrg)
+{
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < nrg; i++)
+        hogwild_orphan_locked(r, rg[i].lo, rg[i].hi);
+    if (r->cfg->balance == GT_BALANCE_STATIC && nrg > 0) {
+        uint32_t slice = r->hog.span_n / (uint32_t)r->W;
+        uint32_t end = r->hog.span_lo + (uint32_t)w->index * slice +
+                       slice / (uint32_t)r->batch * (uint32_t)r->batch;
+        hogwild_orphan_locked(r, rg[nrg - 1].hi, end);
+    }
+    r->hog.pipe_inflight -= w->pipe_inflight;
+    w->pipe_inflight = 0;
+    worker_leave_locked(r, w, w->error);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* After a step's push: telemetry, evaluations and checkpoints that fell due (at the position of
+ * the batches pushed so far), the stop check and the rounds across hosts. */
+static void hogwild_done(run *r, worker *w, const gt_step_out *o, int n, uint64_t step)
+{
+    report_step(r, w, step, o->loss_sum, n);
+    worker_mark_time(w);
+    pthread_mutex_lock(&r->mu);
+    if (w->pipe_inflight) {
+        w->pipe_inflight--;
+        r->hog.pipe_inflight--;
+    }
+    run_account_step_locked(r, w, o, n);
+    jobs_post_due_locked(r, r->cfg->balance == GT_BALANCE_DYNAMIC
+                                 ? r->hog.cursor - r->hog.pipe_inflight
+                                 : w->slice_pos - w->pipe_inflight,
+                          atomic_load(&r->ps.updates));
+    if (stop_asked(r))
+        r->halt = 1;
+    uint64_t round = hogwild_round_turn_locked(r);
+    pthread_mutex_unlock(&r->mu);
+    if (round)
+        hogwild_hosts_round(r, round);
+}
+
+/* One epoch of one worker: pull, compute, push, batch after batch. */
+static void hogwild_epoch(run *r, worker *w)
+{
+    const gt_config *cfg = r->cfg;
+    range rg;
+    while (hogwild_next(r, w, &rg)) {
+        gt_batch b = {.ds = &r->data->train, .idx = r->perm + rg.lo, .n = (int)(rg.hi - rg.lo),
+                      .epoch = r->epoch, .seed = cfg->seed};
+        uint64_t step = atomic_load(&w->steps);
+        gt_step_out o = {0};
+        int rc = worker_pull(r, w);
+        if (rc == 0)
+            rc = worker_compute(r, w, &b, &o, step);
+        if (rc < 0) {
+            hogwild_fail(r, w, &rg, 1);
+            return;
+        }
+        if (rc == 0)
+            gt_ps_push(&r->ps, w->index, r->W, w->dev->grad, 1.0f, w->ver,
+                       run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
+        hogwild_done(r, w, &o, b.n, step);
+    }
+}
+
+/* One step of the overlapped loop: its batch, the buffers it pulled into and its results. */
+typedef struct pipe_step {
+    range rg;
+    gt_batch b;
+    uint64_t step;
+    int buf;
+    gt_step_out o;
+} pipe_step;
+
+/* Pulls into the step's buffers and begins it on the device (a device without step_begin, the
+ * CPU, computes it here: the same schedule, so the same arithmetic). */
+static int pipe_begin(run *r, worker *w, pipe_step *p)
+{
+    gt_device *d = w->dev;
+    gt_err e = {{0}};
+    if (worker_injected(r, w, p->step))
+        return -1;
+    d->params = w->pbuf[p->buf];
+    d->grad = w->gbuf[p->buf];
+    gt_ps_pull(&r->ps, d->params, w->vbuf[p->buf]);
+    int rc = d->ops->step_begin ? d->ops->step_begin(d, &p->b, &e)
+                                : d->ops->load_params(d, &e) || d->ops->train_step(d, &p->b, &p->o, &e);
+    if (rc) {
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits for the step and checks it as worker_compute does: 0, 1 (drop it) or -1. */
+static int pipe_end(run *r, worker *w, pipe_step *p)
+{
+    gt_device *d = w->dev;
+    gt_err e = {{0}};
+    if (d->ops->step_end && d->ops->step_end(d, &p->o, &e)) {
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    d->grad = w->gbuf[p->buf];
+    return worker_check(r, w, &p->o, p->step);
+}
+
+/* hogwild with --overlap: step k + 1 is pulled and begun before step k's gradient is pushed, so
+ * the device computes while the host pushes. Each step then misses its predecessor's update: one
+ * step more staleness, which the store's staleness telemetry counts. */
+static void hogwild_epoch_overlap(run *r, worker *w)
+{
+    const gt_config *cfg = r->cfg;
+    pipe_step q[2];
+    int head = 0, nq = 0, more = 1;
+    for (;;) {
+        pipe_step *p = &q[(head + nq) % 2];
+        while (more && nq < 2 && (more = hogwild_next(r, w, &p->rg))) {
+            p->b = (gt_batch){.ds = &r->data->train, .idx = r->perm + p->rg.lo,
+                              .n = (int)(p->rg.hi - p->rg.lo), .epoch = r->epoch, .seed = cfg->seed};
+            p->step = atomic_load(&w->steps) + (uint64_t)nq;
+            p->o = (gt_step_out){0};
+            p->buf = w->pipe_buf;
+            w->pipe_buf ^= 1;
+            pthread_mutex_lock(&r->mu);
+            w->pipe_inflight++;
+            r->hog.pipe_inflight++;
+            pthread_mutex_unlock(&r->mu);
+            nq++;
+            if (pipe_begin(r, w, p) < 0)
+                goto failed;
+            p = &q[(head + nq) % 2];
+        }
+        if (nq == 0)
+            return;
+        pipe_step *o = &q[head];
+        int rc = pipe_end(r, w, o);
+        if (rc < 0)
+            goto failed;
+        if (rc == 0)
+            gt_ps_push(&r->ps, w->index, r->W, w->gbuf[o->buf], 1.0f, w->vbuf[o->buf],
+                       run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
+        hogwild_done(r, w, &o->o, o->b.n, o->step);
+        head = (head + 1) % 2;
+        nq--;
+    }
+failed:;
+    /* Every batch still in flight goes to the others, oldest first. */
+    range rg[2];
+    for (int i = 0; i < nq; i++)
+        rg[i] = q[(head + i) % 2].rg;
+    hogwild_fail(r, w, rg, nq);
+}
+
+/* The mode's epoch: overlapped (--overlap) or one step at a time. */
+static void hogwild_run_epoch(run *r, worker *w, uint64_t first)
+{
+    (void)first; /* a resumed position is in the cursor and slices already */
+    if (r->cfg->overlap)
+        hogwild_epoch_overlap(r, w);
+    else
+        hogwild_epoch(r, w);
+}
+
+/* Whether this epoch's batches are all done. Caller holds r->mu. */
+static int hogwild_epoch_complete_locked(run *r)
+{
+    if (r->hog.norphans > 0)
+        return 0;
+    if (r->cfg->balance == GT_BALANCE_DYNAMIC)
+        return r->hog.cursor >= r->hog.nbatches;
+    for (int i = 0; i < r->W; i++)
+        if (atomic_load(&r->workers[i].alive) && r->workers[i].slice_pos < hogwild_epoch_steps(r))
+            return 0;
+    return 1;
+}
+
+/* Where an interrupted run stands: the cursor, or the slowest worker's slice. */
+static uint64_t hogwild_stop_step(const run *r)
+{
+    if (r->cfg->balance == GT_BALANCE_DYNAMIC)
+        return r->hog.cursor;
+    uint64_t step = UINT64_MAX;
+    for (int i = 0; i < r->W; i++)
+        if (r->workers[i].slice_pos < step)
+            step = r->workers[i].slice_pos;
+    return step;
+}
+
+/* The epoch's end: the cursor, slices and round counts back to the start. */
+static void hogwild_epoch_reset(run *r)
+{
+    r->hog.cursor = 0;
+    r->hog.host_batches = r->hog.xavg_last = 0;
+    for (int i = 0; i < r->W; i++)
+        r->workers[i].slice_pos = 0;
+}
+
+/* Each host trains its own part of the permutation; --balance static cuts it into W slices. */
+static int hogwild_check(run *r, gt_device **devices, gt_err *e)
+{
+    (void)devices;
+    r->hog.span_n = r->ntrain / (uint32_t)r->H;
+    r->hog.span_lo = (uint32_t)r->host * r->hog.span_n;
+    if ((uint64_t)r->batch * (r->cfg->balance == GT_BALANCE_STATIC ? r->W : 1) > r->hog.span_n)
+        return gt_fail(e, "--batch: %d x %d workers%s is more than the %u training samples",
+                       r->batch, r->Wg, r->H > 1 ? " of all hosts" : "", r->ntrain);
+    r->hog.nbatches = r->hog.span_n / (uint32_t)r->batch;
+    return 0;
+}
+
+/* --overlap's second buffers, the failed workers' batches and the resumed positions. */
+static int hogwild_init(run *r, gt_device **devices, const gt_start *start, gt_err *e)
+{
+    (void)devices;
+    (void)start;
+    r->hog.orphans = calloc((size_t)(HOGWILD_ORPHANS_PER_WORKER * r->W), sizeof(range));
+    if (!r->hog.orphans)
+        return gt_fail(e, "out of memory");
+    for (int i = 0; r->cfg->overlap && i < r->W; i++) {
+        worker *w = &r->workers[i];
+        w->pbuf[0] = w->dev->params;
+        w->gbuf[0] = w->dev->grad;
+        w->vbuf[0] = w->ver;
+        w->pbuf[1] = gt_host_alloc(r->n * sizeof(float));
+        w->gbuf[1] = gt_host_alloc(r->n * sizeof(float));
+        w->vbuf[1] = calloc((size_t)r->ps.nranges, sizeof(uint64_t));
+        if (!w->pbuf[1] || !w->gbuf[1] || !w->vbuf[1])
+            return gt_fail(e, "out of memory for --overlap's second buffers");
+    }
+    r->hog.cursor = r->start_clock;
+    int slices = r->cfg->balance == GT_BALANCE_STATIC;
+    for (int i = 0; slices && i < r->W; i++)
+        r->workers[i].slice_pos = r->start_clock; /* a resumed step counts batches of a slice */
+    uint64_t every = (uint64_t)r->cfg->sync_every * (uint64_t)r->W;
+    r->hog.host_batches = r->start_clock * (slices ? (uint64_t)r->W : 1);
+    r->hog.xavg_last = r->hog.host_batches - r->hog.host_batches % every;
+    return 0;
+}
+
+const gt_mode_ops gt_mode_hogwild = {
+    .name = "hogwild",
+    .hosts_rounds = 1,
+    .hosts_average = 1,
+    .check = hogwild_check,
+    .init = hogwild_init,
+    .epoch = hogwild_run_epoch,
+    .epoch_complete_locked = hogwild_epoch_complete_locked,
+    .epoch_steps = hogwild_epoch_steps,
+    .stop_step = hogwild_stop_step,
+    .epoch_reset = hogwild_epoch_reset,
+};

@@ -1,0 +1,123 @@
+/* mode_local.c - local SGD: each worker steps its own replica with its own optimizer state, and
+ * the live replicas are averaged into the store every --sync-every clocks and at epoch ends
+ * (across hosts, then averaged over the hosts). */
+#include "run.h"
+
+#include <string.h>
+
+/* local mode: after the second averaging barrier the store holds the host's average; across
+ * hosts it becomes the average of the hosts' (every host has as many replicas, so this is the
+ * mean of all replicas) before anyone pulls it. */
+static void local_average_leader(run *r)
+{
+    for (uint64_t c = r->clk.applied; c < r->clk.local_done; c++)
+        r->clk.claimed[c % (uint64_t)r->clk.R] = r->clk.deposited[c % (uint64_t)r->clk.R] = 0;
+    r->clk.applied = r->clk.local_done;
+    atomic_store(&r->ps.updates, (uint64_t)r->epoch * r->clk.clocks + r->clk.applied);
+    if (r->H > 1 && !r->failed) {
+        gt_err e = {{0}};
+        int sig = hosts_round(r, &e);
+        hosts_agreed_locked(r, sig, &e);
+    }
+    jobs_post_due_locked(r, r->clk.applied, (uint64_t)r->epoch * r->clk.clocks + r->clk.applied);
+    if (stop_asked(r))
+        r->halt = 1;
+}
+
+/* Averages the live replicas into the store, stripes split across the live workers, and pulls
+ * the average back. First every share of the interval must be in: a share a failed worker left is
+ * trained by a survivor. Optimizer state stays with each replica, as in Darknet. */
+static int local_average(run *r, worker *w, uint64_t upto)
+{
+    int filled = clocked_fill(r, w, upto);
+    if (filled <= 0)
+        return filled;
+    pthread_mutex_lock(&r->mu);
+    r->clk.local_done = upto + 1;
+    pthread_mutex_unlock(&r->mu);
+    memcpy(clocked_slot(r, 0, w->index), w->dev->params, r->n * sizeof(float));
+    run_barrier(r, w, NULL);
+    int s_lo, s_hi, nlive;
+    size_t lo, hi;
+    clocked_my_stripes(r, w, &s_lo, &s_hi, &nlive);
+    gt_ps_stripes_span(&r->ps, s_lo, s_hi, &lo, &hi);
+    float *dst = clocked_slot(r, 0, w->index);
+    for (size_t i = lo; i < hi; i++) {
+        double sum = 0;
+        for (int s = 0; s < r->W; s++)
+            if (atomic_load(&r->workers[s].alive))
+                sum += clocked_slot(r, 0, s)[i];
+        dst[i] = (float)(sum / nlive);
+    }
+    gt_ps_store_stripes(&r->ps, s_lo, s_hi, dst);
+    run_barrier(r, w, local_average_leader);
+    return worker_pull(r, w);
+}
+
+/* One clock of local mode: a local step on the worker's own share of the clock, and on shares a
+ * failed worker left in this averaging interval. */
+static int local_clock(run *r, worker *w, uint64_t c)
+{
+    if (clocked_claim_and_compute(r, w, c) != 0)
+        return -1;
+    if ((c + 1) % (uint64_t)r->cfg->sync_every == 0 || c + 1 == r->clk.clocks)
+        return local_average(r, w, c);
+    return 0;
+}
+
+/* share_done of local mode: one step of the worker's own replica with its own optimizer state
+ * (a dropped gradient, --on-nan skip, takes none). */
+static int local_step(run *r, worker *w, uint64_t clock, int share, int rc)
+{
+    (void)clock;
+    (void)share;
+    if (rc != 0)
+        return 0;
+    gt_err e = {{0}};
+    gt_optim_step st = gt_optim_prepare(&r->cfg->optim, ++w->local_updates,
+                                        run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
+    gt_optim_apply(&r->cfg->optim, &st, w->dev->params, w->dev->grad, 1.0f, w->state[0],
+                   w->state[1], r->n);
+    if (w->dev->ops->load_params(w->dev, &e) != 0) {
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Each epoch starts from the store, where the last averaging left the replicas' mean. */
+static int local_begin(run *r, worker *w) { return worker_pull(r, w); }
+
+/* One averaging interval of clocks in flight, one slot ring to average the replicas in; each
+ * replica has its own optimizer state, resumed at the store's update count. */
+static int local_init(run *r, gt_device **devices, const gt_start *start, gt_err *e)
+{
+    (void)devices;
+    int every = r->cfg->sync_every < (int)r->clk.clocks ? r->cfg->sync_every : (int)r->clk.clocks;
+    if (clocked_init(r, every, 1, e) != 0)
+        return -1;
+    for (int i = 0; i < r->W; i++) {
+        worker *w = &r->workers[i];
+        for (int k = 0; k < r->ps.nstate; k++)
+            if (!(w->state[k] = gt_alloc(r->n * sizeof(float))))
+                return gt_fail(e, "out of memory for local optimizer state");
+        if (start->resumed)
+            w->local_updates = start->resumed->updates;
+    }
+    return 0;
+}
+
+const gt_mode_ops gt_mode_local = {
+    .name = "local",
+    .hosts_rounds = 1,
+    .clocked = 1,
+    .init = local_init,
+    .epoch = clocked_epoch,
+    .clocked_begin = local_begin,
+    .clock = local_clock,
+    .share_done = local_step,
+    .epoch_complete_locked = clocked_epoch_complete_locked,
+    .epoch_steps = clocked_epoch_steps,
+    .stop_step = clocked_stop_step,
+    .epoch_reset = clocked_epoch_reset,
+};

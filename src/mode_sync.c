@@ -1,0 +1,81 @@
+/* mode_sync.c - sync: every worker computes its share of a clock on the same parameters; the
+ * summed gradient (summed over the hosts too) is applied once, split by stripe across the live
+ * workers, between two barriers. Bit-reproducible whatever the thread timing. */
+#include "run.h"
+#include "gputrain/cluster.h"
+
+/* Leader work after the apply: the clock is done; due jobs and signals are seen here. */
+static void sync_after_apply_leader(run *r)
+{
+    uint64_t c = r->clk.applied;
+    gt_ps_note_staleness(&r->ps, 0);
+    r->clk.claimed[c % (uint64_t)r->clk.R] = 0;
+    r->clk.deposited[c % (uint64_t)r->clk.R] = 0;
+    r->clk.applied = c + 1;
+    atomic_fetch_add(&r->ps.updates, 1);
+    jobs_post_due_locked(r, r->clk.applied, (uint64_t)r->epoch * r->clk.clocks + r->clk.applied);
+    if (stop_asked(r))
+        r->halt = 1;
+}
+
+/* sync across hosts: the clock's gradient, summed over this host's shares, is summed over the
+ * hosts, so every host applies the same update to its store; and the hosts agree on stopping. */
+static void sync_hosts_leader(run *r)
+{
+    gt_err e = {{0}};
+    if (r->failed)
+        return;
+    int sig = -1;
+    if (gt_cluster_sum_floats(clocked_slot(r, r->clk.applied, 0), r->n, "the sync gradient", &e) == 0)
+        sig = hosts_stop_signal(&e);
+    hosts_agreed_locked(r, sig, &e);
+}
+
+/* One clock of sync mode: everyone computes on the same parameters; the summed gradient is
+ * applied, split by stripe across the live workers, between two barriers. A share whose worker
+ * failed during the clock is taken by a survivor after the first barrier. */
+static int sync_clock(run *r, worker *w, uint64_t c)
+{
+    if (worker_pull(r, w) != 0)
+        return -1;
+    int filled = clocked_fill(r, w, c);
+    if (filled <= 0)
+        return filled;
+    int s_lo, s_hi, nlive;
+    clocked_my_stripes(r, w, &s_lo, &s_hi, &nlive);
+    /* Stable until the barrier after the apply: every share of the clock is in. */
+    uint64_t t = atomic_load(&r->ps.updates) + 1;
+    double ep = run_progress_epochs(r, atomic_load(&r->stats.samples_total));
+    /* The mean over every host's shares: all hosts apply the same sum. */
+    float gscale = 1.0f / (float)r->Wg;
+    if (r->H == 1) {
+        clocked_apply(r, c, s_lo, s_hi, gscale, t, ep);
+    } else {
+        /* Sum this host's shares, then the hosts' sums; apply what is then in slot 0 once. */
+        clocked_reduce_slots(r, c, s_lo, s_hi);
+        run_barrier(r, w, sync_hosts_leader);
+        gt_ps_apply_stripes(&r->ps, s_lo, s_hi, clocked_slot(r, c, 0), gscale, t, ep);
+    }
+    run_barrier(r, w, sync_after_apply_leader);
+    return 0;
+}
+
+static int sync_init(run *r, gt_device **devices, const gt_start *start, gt_err *e)
+{
+    (void)devices;
+    (void)start;
+    return clocked_init(r, 1, 1, e);
+}
+
+const gt_mode_ops gt_mode_sync = {
+    .name = "sync",
+    .clocked = 1,
+    .init = sync_init,
+    .epoch = clocked_epoch,
+    .clock = sync_clock,
+    .share_done = clocked_slot_store,
+    .epoch_complete_locked = clocked_epoch_complete_locked,
+    .epoch_steps = clocked_epoch_steps,
+    .stop_step = clocked_stop_step,
+    .epoch_reset = clocked_epoch_reset,
+};

@@ -1,0 +1,296 @@
+/* run.h - the pieces of a training run, private to src/ (the public face is gputrain/train.h).
+ *
+ * A run is one `run` struct shared by the calling thread and one worker thread per device. Its
+ * state is split into the parts each module owns; r->mu guards every part but the set-up fields
+ * (written before the workers start) and the atomics.
+ *
+ *   run_core.c      failure and accounting shared by every module
+ *   barrier.c       the barrier over the live workers
+ *   report.c        the only writer of terminal lines and JSONL log records
+ *   hosts.c         the calls across hosts (MPI): averaging, agreeing on stops and epoch ends
+ *   jobs.c          snapshots for the calling thread: evaluations and checkpoints
+ *   supervisor.c    signals, the job loop of the calling thread, the stall watchdog
+ *   worker.c        one worker's life: pull, compute, leave; the epoch loop and its end
+ *   mode_hogwild.c  hogwild and lock-free hogwild, with and without --overlap
+ *   mode_clocked.c  the clocked core: shares, slots and claims of sync, ssp, local, allreduce
+ *   mode_sync.c, mode_ssp.c, mode_local.c, mode_allreduce.c   one clocked mode each
+ *   train.c         the mode table, set-up and teardown (gt_train_run)
+ *
+ * A mode is one gt_mode_ops row (below) in train.c's table. */
+#ifndef GT_RUN_H
+#define GT_RUN_H
+
+#include "gputrain/train.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* The shares of a clock (claimed, deposited) are bits of one uint64_t mask, one bit per worker of
+ * this host: the worker limit may not pass this. */
+#define RUN_SHARE_BITS 64
+_Static_assert(GT_MAX_WORKERS <= RUN_SHARE_BITS, "a clock's shares are bits of one uint64_t");
+
+#define RUN_MAX_JOBS 4 /* snapshots waiting for the calling thread; workers wait when full */
+#define JOB_EVAL 1
+#define JOB_CKPT 2
+
+struct run;
+struct worker;
+
+/* A snapshot of the store for the calling thread to evaluate and/or write as a checkpoint. */
+typedef struct job {
+    int kinds;            /* JOB_EVAL | JOB_CKPT */
+    float *params;
+    float *state[2];      /* optimizer state (checkpoints only) */
+    uint32_t epoch;       /* epochs completed when taken */
+    uint64_t step;        /* clocks/batches completed inside the next epoch */
+    uint64_t samples, updates;
+    double wall;
+    double train_loss, train_acc;
+} job;
+
+typedef struct range {
+    uint32_t lo, hi; /* positions in the permutation */
+} range;
+
+/* Leader work of a barrier: runs under r->mu in the last worker to arrive. */
+typedef void (*leader_fn)(struct run *r);
+
+/* One mode: what the worker loop, the set-up and the calling thread ask of it. NULL where a mode
+ * has nothing to do. */
+typedef struct gt_mode_ops {
+    const char *name;        /* as logs and checkpoints write it */
+    int clocked;             /* runs on the clocked core (mode_clocked.c) */
+    int replicas;            /* every worker keeps its own replica that takes the same step: a
+                              * worker that fails ends the run, and signals are acted on only at
+                              * the mode's own barrier */
+    int hosts_rounds;        /* across hosts, the stores are averaged in rounds */
+    int hosts_average;       /* across hosts, the stores are averaged at epoch ends too */
+    /* Set-up before the store: the mode's own refusals of the settings, its devices' set-up. */
+    int (*check)(struct run *r, gt_device **devices, gt_err *e);
+    /* Set-up after the store, before the workers start: buffers, resumed positions. */
+    int (*init)(struct run *r, gt_device **devices, const gt_start *start, gt_err *e);
+    /* A worker thread's first act; -1 ends the run (the worker's error says why). */
+    int (*worker_start)(struct run *r, struct worker *w);
+    /* One epoch of one worker from step `first` (a resumed run's position), or until a halt. */
+    void (*epoch)(struct run *r, struct worker *w, uint64_t first);
+    /* Clocked modes: the epoch's start, one clock and the epoch's end for one worker. */
+    int (*clocked_begin)(struct run *r, struct worker *w);
+    int (*clock)(struct run *r, struct worker *w, uint64_t c);
+    int (*clocked_end)(struct run *r, struct worker *w, uint64_t done);
+    /* Clocked modes: where a computed share goes (rc 1: the gradient is dropped, --on-nan skip). */
+    int (*share_done)(struct run *r, struct worker *w, uint64_t clock, int share, int rc);
+    /* Whether the epoch's batches are all done. Caller holds r->mu. */
+    int (*epoch_complete_locked)(struct run *r);
+    /* Steps of an epoch as checkpoints count them; where an interrupted run stands in it. */
+    uint64_t (*epoch_steps)(const struct run *r);
+    uint64_t (*stop_step)(const struct run *r);
+    /* The epoch's end, under r->mu in the barrier's leader: positions back to the start. */
+    void (*epoch_reset)(struct run *r);
+    /* A fatal error: release workers that wait on each other outside r->mu. */
+    void (*abort)(void);
+} gt_mode_ops;
+
+typedef struct worker {
+    struct run *run;
+    int index;                 /* also the share it owns in clocked modes */
+    gt_device *dev;
+    pthread_t thread;
+    uint64_t *ver;             /* stripe versions at the last pull */
+    /* hogwild --overlap: two parameter, gradient and version buffers, one per step in flight
+     * ([0] are dev->params, dev->grad and ver) */
+    float *pbuf[2], *gbuf[2];
+    uint64_t *vbuf[2];
+    int pipe_buf;              /* the buffer the next step takes */
+    uint64_t pipe_inflight;    /* its steps begun and not yet pushed */
+    float *state[2];           /* local mode: the replica's optimizer state */
+    uint64_t local_updates;    /* local mode: the replica's Adam t */
+    _Atomic uint64_t steps, samples;
+    _Atomic uint64_t last_progress_ns;
+    _Atomic int alive;
+    int stalled_reported;      /* the watchdog warned and the worker has not moved since */
+    double wait_s, t_first, t_last;
+    uint64_t slice_pos;        /* hogwild static: batches done in its slice this epoch */
+    uint64_t clock;            /* clocked modes: the clock it is working on (ssp's spread) */
+    char error[GT_ERRLEN];
+} worker;
+
+/* barrier.c: the barrier over the live workers. */
+typedef struct run_barrier_state {
+    int count;                 /* workers waiting */
+    uint64_t gen;              /* completed barriers: a waiter leaves when it changes */
+    leader_fn fn;              /* leader work of the barrier being waited at */
+    double wait_s;             /* time all workers spent waiting at barriers */
+} run_barrier_state;
+
+/* mode_clocked.c and the clocked modes: clocks, shares and gradient slots. */
+typedef struct run_clocked {
+    uint32_t clocks;           /* clocks per epoch */
+    int R;                     /* clocks in flight: ssp staleness + 1, local --sync-every, sync 1 */
+    int nslots;                /* gradient slot rings: R, or 1 for local (replicas to average) */
+    float *slots;              /* nslots * W * n */
+    uint64_t *claimed, *deposited; /* per ring slot: bit per share */
+    uint64_t *slot_read_clock; /* per ring slot: lowest applied count its gradients were read at */
+    uint64_t applied;          /* clocks applied this epoch */
+    int applying;              /* ssp: a worker is applying clock `applied` */
+    uint64_t spread_max;       /* ssp: largest gap between the fastest and slowest worker clock */
+    uint64_t pending_upto;     /* the last clock the workers at a sync/local barrier worked on */
+    int halt_seen;             /* halt as a barrier's leader saw it: the same for every worker */
+    int complete_seen;         /* whether clocks [applied, pending_upto] had all their shares then */
+    uint64_t local_done;       /* local: clocks done when the averaging in progress began */
+} run_clocked;
+
+/* mode_hogwild.c: the epoch's batches and the rounds across hosts. */
+typedef struct run_hogwild {
+    uint32_t span_lo, span_n;  /* the positions of the permutation this host trains on */
+    uint32_t nbatches;         /* dynamic: batches per epoch */
+    uint64_t cursor;           /* dynamic: next batch */
+    uint64_t pipe_inflight;    /* --overlap: batches taken and begun but not yet pushed */
+    range *orphans;            /* batches failed workers left, for the others: room for 3 per */
+    int norphans;              /* worker (two in flight and a static slice's rest) */
+    uint64_t host_batches;     /* across hosts: batches completed this epoch, which time the */
+    uint64_t xavg_last;        /* averaging rounds; host_batches at the last round */
+} run_hogwild;
+
+/* hosts.c: averaging across hosts. */
+typedef struct run_hosts {
+    float *xsnap, *xavg;       /* the store as pulled, then the hosts' mean */
+    int stop_sig;              /* the signal the hosts agreed to stop on */
+} run_hosts;
+
+/* run_core.c: training statistics since the last evaluation, and totals. */
+typedef struct run_stats {
+    double loss_acc;
+    uint64_t correct_acc, seen_acc;
+    _Atomic uint64_t samples_total; /* of every host: this host's times H */
+    uint64_t skipped;          /* gradients dropped under --on-nan skip */
+} run_stats;
+
+/* jobs.c: the queue to the calling thread and when the next jobs fall due. */
+typedef struct run_jobs {
+    job q[RUN_MAX_JOBS];
+    int n;
+    uint64_t next_eval;        /* samples at which the next mid-epoch evaluation is due */
+    uint64_t next_ckpt;        /* clocks/updates at which the next step checkpoint is due */
+} run_jobs;
+
+/* report.c: the JSONL log (host 0 only). */
+typedef struct run_report {
+    FILE *log;
+    pthread_mutex_t log_mu;    /* step records come from every worker */
+} run_report;
+
+typedef struct run {
+    /* set up before the workers start, read-only afterwards */
+    const gt_config *cfg;
+    const gt_model *m;
+    const gt_data *data;
+    const gt_mode_ops *ops;
+    gt_ps ps;
+    int W;                     /* this host's workers at the start: its shares of each clock */
+    int H;                     /* hosts (processes) in the run; 1 without MPI */
+    int host;                  /* this host's rank: 0 evaluates, logs and checkpoints */
+    int Wg;                    /* workers of all hosts: the shares of a clock */
+    int share0;                /* global index of this host's first share */
+    worker *workers;
+    gt_device *evaluator;
+    size_t n;                  /* parameters */
+    uint32_t ntrain;
+    uint32_t *perm;            /* this epoch's permutation (the epoch's barrier leader renews it) */
+    int batch;
+    double t0;
+
+    pthread_mutex_t mu;        /* guards what follows but atomics */
+    pthread_cond_t cv;
+    int nlive;                 /* workers alive */
+    uint32_t epoch;            /* current epoch (0-based) */
+    uint64_t start_clock;      /* resumed runs start the first epoch at this step */
+    int halt;                  /* workers leave at the next check */
+    int leave;                 /* set by the epoch barrier's leader: every worker leaves there */
+    int failed;                /* a fatal error (error[]) ends the run */
+    char error[GT_ERRLEN];
+    int done;                  /* workers that have finished */
+    double t_done;             /* when the last worker finished: training wall time ends here */
+    run_barrier_state bar;
+    run_clocked clk;
+    run_hogwild hog;
+    run_hosts hosts;
+    run_stats stats;
+    run_jobs jq;
+    run_report rep;
+} run;
+
+/* run_core.c */
+void run_fail_locked(run *r, const char *msg);
+void run_fail(run *r, const char *msg);
+double run_progress_epochs(const run *r, uint64_t samples_total);
+void run_account_step_locked(run *r, worker *w, const gt_step_out *o, int n);
+
+/* barrier.c */
+void barrier_complete_locked(run *r);
+void run_barrier(run *r, worker *w, leader_fn fn);
+
+/* report.c */
+void report_step(run *r, worker *w, uint64_t step, double loss, int n);
+void report_point(run *r, const gt_eval_point *p);
+void report_worker_left(run *r, worker *w, const char *why);
+void report_stall(run *r, worker *w, double idle);
+void report_progress(run *r, uint32_t epoch, int final);
+int report_close(run *r, const gt_run_result *res, int rc, gt_err *e);
+
+/* supervisor.c */
+int stop_asked(const run *r);
+int supervise(run *r, gt_run_result *res, gt_err *e);
+
+/* hosts.c */
+int hosts_check_same(run *r, const gt_start *start, gt_err *e);
+int hosts_average(run *r, gt_err *e);
+int hosts_stop_signal(gt_err *e);
+void hosts_agreed_locked(run *r, int sig, const gt_err *e);
+int hosts_round(run *r, gt_err *e);
+int hosts_epoch_end_locked(run *r, int complete);
+
+/* jobs.c */
+void job_free(job *j);
+int jobs_snapshot_locked(run *r, job *j, int kinds, uint32_t epoch, uint64_t step);
+void jobs_post_snapshot_locked(run *r, int kinds, uint32_t epoch, uint64_t step);
+void jobs_post_due_locked(run *r, uint64_t step_in_epoch, uint64_t clocks_total);
+int jobs_handle(run *r, job *j, gt_run_result *res, gt_err *e);
+int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e);
+
+/* worker.c */
+int worker_injected(run *r, worker *w, uint64_t done);
+int worker_check(run *r, worker *w, const gt_step_out *o, uint64_t step);
+int worker_compute(run *r, worker *w, const gt_batch *b, gt_step_out *o, uint64_t step);
+int worker_pull(run *r, worker *w);
+void worker_mark_time(worker *w);
+void worker_leave_locked(run *r, worker *w, const char *why);
+void worker_fail_run_locked(run *r, worker *w);
+void *worker_main(void *arg);
+
+/* mode_clocked.c: the core the clocked modes share */
+int clocked_init(run *r, int R, int nslots, gt_err *e);
+void clocked_epoch(run *r, worker *w, uint64_t first_clock);
+int clocked_epoch_complete_locked(run *r);
+uint64_t clocked_epoch_steps(const run *r);
+uint64_t clocked_stop_step(const run *r);
+void clocked_epoch_reset(run *r);
+float *clocked_slot(run *r, uint64_t clock, int share);
+int clocked_slot_store(run *r, worker *w, uint64_t clock, int share, int rc);
+void clocked_gather_share(run *r, uint64_t clock, int share, gt_batch *b);
+int clocked_claim_share_locked(run *r, worker *w, uint64_t upto, uint64_t *clock_out);
+int clocked_share(run *r, worker *w, uint64_t clock, int share);
+int clocked_claim_and_compute(run *r, worker *w, uint64_t upto);
+int clocked_fill(run *r, worker *w, uint64_t upto);
+void clocked_my_stripes(run *r, worker *w, int *s_lo, int *s_hi, int *nlive);
+void clocked_reduce_slots(run *r, uint64_t clock, int s_lo, int s_hi);
+void clocked_apply(run *r, uint64_t clock, int s_lo, int s_hi, float gscale, uint64_t t,
+                   double epoch);
+uint64_t clocked_full_mask(const run *r);
+
+/* the modes (one file each) */
+extern const gt_mode_ops gt_mode_hogwild, gt_mode_sync, gt_mode_ssp, gt_mode_local,
+    gt_mode_allreduce;
+
+#endif

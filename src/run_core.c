@@ -1,0 +1,44 @@
+/* run_core.c - what every part of a run shares: ending it with an error, and counting its
+ * progress (samples, loss, accuracy) so that evaluation and the learning rate see one total. */
+#include "run.h"
+
+#include <stdio.h>
+
+/* Ends the run with an error; the caller holds r->mu. */
+void run_fail_locked(run *r, const char *msg)
+{
+    if (!r->failed) {
+        r->failed = 1;
+        snprintf(r->error, sizeof r->error, "%s", msg);
+    }
+    if (r->ops->abort)
+        r->ops->abort(); /* workers may be waiting on each other outside r->mu */
+    r->halt = 1;
+    pthread_cond_broadcast(&r->cv);
+}
+
+void run_fail(run *r, const char *msg)
+{
+    pthread_mutex_lock(&r->mu);
+    run_fail_locked(r, msg);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* samples_total counts the samples of every host (this host's times H), so progress, and with it
+ * the learning rate, is the same on every host and as on one host with all the workers. */
+double run_progress_epochs(const run *r, uint64_t samples_total)
+{
+    return (double)samples_total / (double)r->ntrain;
+}
+
+/* Counts one computed step in the run's statistics and the worker's. Caller holds r->mu. */
+void run_account_step_locked(run *r, worker *w, const gt_step_out *o, int n)
+{
+    r->stats.loss_acc += o->loss_sum;
+    r->stats.correct_acc += (uint64_t)o->correct;
+    r->stats.seen_acc += (uint64_t)n;
+    atomic_fetch_add(&r->stats.samples_total, (uint64_t)n * (uint64_t)r->H);
+    atomic_fetch_add(&w->steps, 1);
+    atomic_fetch_add(&w->samples, (uint64_t)n);
+    atomic_store(&w->last_progress_ns, gt_now_ns());
+}
