@@ -9,7 +9,7 @@
  * A step's device work - that upload, forward, loss and backward (the fused kernels of
  * fused_cuda.cu for LeNet-shaped models, else layer by layer through cuDNN and cuBLAS), the
  * gradient and the loss back into pinned host memory - is captured once per shape (batch size,
- * slot, upload, keep_grad) into a CUDA graph and replayed: a step then costs the host one graph
+ * slot, keep_grad, host gradient buffer) into a CUDA graph and replayed: a step then costs the host one graph
  * launch and one synchronisation instead of some forty library calls of 5-60 us each. A shape's
  * first step runs eagerly, which also lets cuDNN and the module loader do their one-time work
  * outside a capture, and its graph is captured right after for the steps that follow. */
@@ -20,8 +20,8 @@
 #include <string.h>
 
 #define CUDA_EVAL_CHUNK 1024
-/* Captured step graphs kept per device: two slots times a full and a last short batch, with and
- * without an in-graph upload, and two host gradient buffers (--overlap), fit. */
+/* Captured step graphs kept per device: two slots times a full and a last short batch times two
+ * host gradient buffers (--overlap), with and without keep_grad, fit. */
 #define CUDA_GRAPHS 16
 
 /* Where the parts of a batch of n samples sit in a staging slot, host and device alike. */
@@ -32,24 +32,19 @@ typedef struct slot_layout {
 typedef struct cuda_slot {
     uint8_t *host;            /* pinned */
     uint8_t *dev;
-    cudaEvent_t uploaded;     /* recorded on the copy stream after a prefetch upload */
     cudaEvent_t consumed;     /* recorded on the compute stream after the step that read it */
-    const gt_dataset *ds;     /* the batch it holds: its dataset, n, key and ids */
-    int n;                    /* 0: holds no batch */
-    uint64_t staged;          /* staging order, to replace the older slot */
 } cuda_slot;
 
 /* One captured step, replayed for every step of its shape. */
 typedef struct cuda_graph {
     cudaGraphExec_t exec;     /* NULL: an empty entry */
-    int n, slot, upload, keep_grad;
+    int n, slot, keep_grad;
     const float *grad_dst;    /* the host gradient buffer its copy writes */
     uint64_t used;            /* the step that last ran it: the least recent is replaced */
 } cuda_graph;
 
 typedef struct cuda_impl {
     gt_cuda_ctx *ctx;
-    cudaStream_t copy;
     int cap;                           /* samples one forward pass holds: max(max_batch, chunk) */
     size_t in_len;
     int nclasses;
@@ -59,7 +54,6 @@ typedef struct cuda_impl {
     float *dact[2];                    /* gradient flowing backward (ping-pong), max_batch rows */
     uint8_t *mask[GT_MAX_LAYERS];      /* dropout keep flags, max_batch rows */
     cuda_slot slot[2];
-    uint64_t nstaged;
     int inflight[2], ninflight;        /* slots of begun, not yet ended steps, oldest first */
     uint8_t *eval_x, *eval_y;          /* one evaluation chunk's images and labels */
     gt_cuda_result *result;
@@ -100,21 +94,21 @@ static void graph_drop_all(cuda_impl *g)
     }
 }
 
-static cuda_graph *graph_find(cuda_impl *g, int n, int slot, int upload, int keep_grad,
+static cuda_graph *graph_find(cuda_impl *g, int n, int slot, int keep_grad,
                               const float *grad_dst)
 {
     for (int i = 0; i < CUDA_GRAPHS; i++) {
         cuda_graph *gr = &g->graph[i];
-        if (gr->exec && gr->n == n && gr->slot == slot && gr->upload == upload &&
-            gr->keep_grad == keep_grad && gr->grad_dst == grad_dst)
+        if (gr->exec && gr->n == n && gr->slot == slot && gr->keep_grad == keep_grad &&
+            gr->grad_dst == grad_dst)
             return gr;
     }
     return NULL;
 }
 
 /* Keeps exec in an empty entry, else in place of the least recently used one. */
-static void graph_store(cuda_impl *g, cudaGraphExec_t exec, int n, int slot, int upload,
-                        int keep_grad, const float *grad_dst)
+static void graph_store(cuda_impl *g, cudaGraphExec_t exec, int n, int slot, int keep_grad,
+                        const float *grad_dst)
 {
     cuda_graph *gr = &g->graph[0];
     for (int i = 0; i < CUDA_GRAPHS && gr->exec; i++)
@@ -125,7 +119,6 @@ static void graph_store(cuda_impl *g, cudaGraphExec_t exec, int n, int slot, int
     gr->exec = exec;
     gr->n = n;
     gr->slot = slot;
-    gr->upload = upload;
     gr->keep_grad = keep_grad;
     gr->grad_dst = grad_dst;
     gr->used = g->nsteps;
@@ -154,14 +147,9 @@ static void cuda_free_impl(cuda_impl *g)
     for (size_t i = 0; i < sizeof host / sizeof *host; i++)
         if (host[i])
             cudaFreeHost(host[i]);
-    for (int s = 0; s < 2; s++) {
-        if (g->slot[s].uploaded)
-            cudaEventDestroy(g->slot[s].uploaded);
+    for (int s = 0; s < 2; s++)
         if (g->slot[s].consumed)
             cudaEventDestroy(g->slot[s].consumed);
-    }
-    if (g->copy)
-        cudaStreamDestroy(g->copy);
     cudaGetLastError();
 }
 
@@ -172,8 +160,6 @@ static void cuda_close(gt_device *d)
         if (g->ctx) {
             cudaSetDevice(g->ctx->ordinal);
             cudaStreamSynchronize(g->ctx->stream);
-            if (g->copy)
-                cudaStreamSynchronize(g->copy);
             gt_cuda_allreduce_free(g->allreduce);
             cuda_free_impl(g);
             gt_cuda_ctx_close(g->ctx);
@@ -219,8 +205,6 @@ static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
         if (gt_cuda_malloc(c, (void **)&g->slot[s].dev, slot_bytes, e) ||
             cuda_alloc_host(c, (void **)&g->slot[s].host, slot_bytes, e))
             return -1;
-        GT_CUDA_CHECK(c->name, e,
-                      cudaEventCreateWithFlags(&g->slot[s].uploaded, cudaEventDisableTiming));
         GT_CUDA_CHECK(c->name, e,
                       cudaEventCreateWithFlags(&g->slot[s].consumed, cudaEventDisableTiming));
     }
@@ -287,23 +271,6 @@ static int cuda_check_batch(const gt_device *d, const cuda_impl *g, const gt_bat
     return cuda_check_dataset(d, g, b->ds, e);
 }
 
-static int slot_holds(const cuda_slot *s, const gt_batch *b, size_t in_len)
-{
-    const gt_cuda_key *key = (const gt_cuda_key *)s->host;
-    return s->n == b->n && s->ds == b->ds && key->seed == b->seed && key->epoch == b->epoch &&
-           memcmp(s->host + slot_layout_for(b->n, in_len).ids, b->idx,
-                  (size_t)b->n * sizeof(uint32_t)) == 0;
-}
-
-/* The slot holding b, or -1. */
-static int slot_find(const cuda_impl *g, const gt_batch *b)
-{
-    for (int s = 0; s < 2; s++)
-        if (slot_holds(&g->slot[s], b, g->in_len))
-            return s;
-    return -1;
-}
-
 static int slot_busy(const cuda_impl *g, int s)
 {
     for (int i = 0; i < g->ninflight; i++)
@@ -312,15 +279,10 @@ static int slot_busy(const cuda_impl *g, int s)
     return 0;
 }
 
-/* A slot no begun step still reads: an empty one, else the one staged longer ago. */
+/* A slot no begun step still reads (the caller allows at most one begun step beside it). */
 static int slot_free(const cuda_impl *g)
 {
-    for (int s = 0; s < 2; s++)
-        if (g->slot[s].n == 0 && !slot_busy(g, s))
-            return s;
-    if (slot_busy(g, 0) || slot_busy(g, 1))
-        return slot_busy(g, 0) ? 1 : 0;
-    return g->slot[0].staged < g->slot[1].staged ? 0 : 1;
+    return slot_busy(g, 0) ? 1 : 0;
 }
 
 /* Gathers b into the slot's pinned bytes; the upload is the caller's. */
@@ -328,9 +290,6 @@ static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch 
 {
     const gt_dataset *ds = b->ds;
     slot_layout lay = slot_layout_for(b->n, g->in_len);
-    /* A prefetch upload from this host buffer must be done before it is overwritten. */
-    GT_CUDA_CHECK(d->name, e, cudaEventSynchronize(s->uploaded));
-    s->n = 0;
     gt_cuda_key *key = (gt_cuda_key *)s->host;
     uint32_t *ids = (uint32_t *)(s->host + lay.ids);
     uint8_t *labels = s->host + lay.labels, *images = s->host + lay.images;
@@ -349,9 +308,6 @@ static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch 
     key->seed = b->seed;
     key->epoch = b->epoch;
     key->unused = 0;
-    s->ds = ds;
-    s->n = b->n;
-    s->staged = ++g->nstaged;
     return 0;
 }
 
@@ -417,16 +373,15 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
 }
 
 /* Everything the GPU does for one training step, in stream order: what a graph captures. */
-static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, int upload, gt_err *e)
+static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
 {
     gt_cuda_ctx *c = g->ctx;
     cuda_slot *slot = &g->slot[s];
     slot_layout lay = slot_layout_for(n, g->in_len);
     size_t grad_bytes = d->model->nparams * sizeof(float);
-    if (upload)
-        GT_CUDA_CHECK(d->name, e,
-                      cudaMemcpyAsync(slot->dev, slot->host, lay.total, cudaMemcpyHostToDevice,
-                                      c->stream));
+    GT_CUDA_CHECK(d->name, e,
+                  cudaMemcpyAsync(slot->dev, slot->host, lay.total, cudaMemcpyHostToDevice,
+                                  c->stream));
     if (g->fused ? gt_fused_train(c, &g->fnet, g->params, slot->dev + lay.images,
                                   slot->dev + lay.labels, n, g->grad, g->result, e)
                  : cuda_layers_train(d, g, slot, n, e))
@@ -444,7 +399,7 @@ static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, int uploa
 /* Captures the step's work for this shape into a graph for the steps that follow. Where capture
  * fails (a library that will not be captured), steps stay eager from then on and the reason is
  * kept for gt_cuda_device_get_path: the eager step just run is correct either way. */
-static void graph_capture(gt_device *d, cuda_impl *g, int s, int n, int upload)
+static void graph_capture(gt_device *d, cuda_impl *g, int s, int n)
 {
     cudaStream_t stream = g->ctx->stream;
     cudaGraph_t graph = NULL;
@@ -453,7 +408,7 @@ static void graph_capture(gt_device *d, cuda_impl *g, int s, int n, int upload)
     int rc = 0;
     cudaError_t st = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed);
     if (st == cudaSuccess) {
-        rc = cuda_step_enqueue(d, g, s, n, upload, &inner);
+        rc = cuda_step_enqueue(d, g, s, n, &inner);
         st = cudaStreamEndCapture(stream, &graph);
         if (!rc && st == cudaSuccess)
             st = cudaGraphInstantiate(&exec, graph, 0);
@@ -468,24 +423,24 @@ static void graph_capture(gt_device *d, cuda_impl *g, int s, int n, int upload)
         graph_drop_all(g);
         return;
     }
-    graph_store(g, exec, n, s, upload, d->keep_grad, d->grad);
+    graph_store(g, exec, n, s, d->keep_grad, d->grad);
 }
 
 /* Replays the graph of this shape, or runs the step eagerly and captures it. */
-static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, int upload, gt_err *e)
+static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
 {
     g->nsteps++;
     if (!g->graphs)
-        return cuda_step_enqueue(d, g, s, n, upload, e);
-    cuda_graph *gr = graph_find(g, n, s, upload, d->keep_grad, d->grad);
+        return cuda_step_enqueue(d, g, s, n, e);
+    cuda_graph *gr = graph_find(g, n, s, d->keep_grad, d->grad);
     if (gr) {
         gr->used = g->nsteps;
         GT_CUDA_CHECK(d->name, e, cudaGraphLaunch(gr->exec, g->ctx->stream));
         return 0;
     }
-    if (cuda_step_enqueue(d, g, s, n, upload, e))
+    if (cuda_step_enqueue(d, g, s, n, e))
         return -1;
-    graph_capture(d, g, s, n, upload);
+    graph_capture(d, g, s, n);
     return 0;
 }
 
@@ -509,18 +464,8 @@ static int cuda_step_queue(gt_device *d, cuda_impl *g, const gt_batch *b, int *s
     gt_cuda_ctx *c = g->ctx;
     if (cuda_check_batch(d, g, b, e))
         return -1;
-    int s = slot_find(g, b), upload = s < 0;
-    if (s >= 0 && slot_busy(g, s))
-        return gt_fail(e, "%s: the same batch is begun twice", d->name);
-    if (upload) {
-        s = slot_free(g);
-        if (slot_gather(d, g, &g->slot[s], b, e))
-            return -1;
-    } else {
-        GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(c->stream, g->slot[s].uploaded, 0));
-    }
-    g->slot[s].n = 0;
-    if (cuda_step_run(d, g, s, b->n, upload, e))
+    int s = slot_free(g);
+    if (slot_gather(d, g, &g->slot[s], b, e) || cuda_step_run(d, g, s, b->n, e))
         return -1;
     GT_CUDA_CHECK(d->name, e, cudaEventRecord(g->slot[s].consumed, c->stream));
     *slot_out = s;
@@ -778,13 +723,6 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
         return -1;
     }
     snprintf(d->name, sizeof d->name, "%s", g->ctx->name);
-    cudaError_t st = cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking);
-    if (st != cudaSuccess) {
-        gt_cuda_fail(e, d->name, "cudaStreamCreateWithFlags", cudaGetErrorString(st), __FILE__,
-                     __LINE__);
-        cuda_close(d);
-        return -1;
-    }
     if (cuda_alloc_buffers(d, g, e) || cuda_plan_layers(d, g, e) || cuda_plan_fused(d, g, e)) {
         cuda_close(d);
         return -1;
