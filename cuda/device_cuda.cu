@@ -61,6 +61,8 @@ typedef struct cuda_impl {
     gt_cuda_allreduce *allreduce;      /* NCCL communicator and optimizer state, allreduce mode */
     gt_fused_net fnet;                 /* the fused step's shapes and buffers, where fusable */
     int fusable, fused, graphs;        /* see gt_cuda_path */
+    int epilogues;                     /* see gt_cuda_path */
+    int head[GT_MAX_LAYERS];           /* the layer whose epilogue runs layer l; l if none */
     cuda_graph graph[CUDA_GRAPHS];
     uint64_t nsteps;
     char graph_error[GT_ERRLEN];       /* why capture failed; "" if it never did */
@@ -252,6 +254,34 @@ static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
     return gt_cuda_ctx_set_workspace(c, need, e);
 }
 
+/* Which layers each convolution's or linear layer's epilogue can run (used with epilogues on). */
+static void cuda_plan_epilogues(const gt_model *m, cuda_impl *g)
+{
+    for (int l = 0; l < m->nlayers; l++)
+        g->head[l] = l;
+    for (int l = 0; l < m->nlayers; l++) {
+        int k = gt_cuda_layer_plan_epilogue(&g->layer[l], m->layers + l + 1, m->nlayers - l - 1);
+        for (int j = 1; j <= k; j++)
+            g->head[l + j] = l;
+        l += k;
+    }
+}
+
+/* GT_LAYER_PATH: plain (or unset) runs each layer on its own, epilogue fuses as gt_cuda_path
+ * says. */
+static int cuda_layer_path_env(int *epilogues, gt_err *e)
+{
+    const char *v = getenv("GT_LAYER_PATH");
+    *epilogues = 0;
+    if (!v || !*v || strcmp(v, "plain") == 0)
+        return 0;
+    if (strcmp(v, "epilogue") == 0) {
+        *epilogues = 1;
+        return 0;
+    }
+    return gt_fail(e, "GT_LAYER_PATH: bad value '%.40s' (plain or epilogue)", v);
+}
+
 /* ---- batches --------------------------------------------------------------------------------- */
 
 static int cuda_check_dataset(const gt_device *d, const cuda_impl *g, const gt_dataset *ds,
@@ -313,13 +343,30 @@ static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch 
 
 /* ---- passes ---------------------------------------------------------------------------------- */
 
+/* Layers after l that l's epilogue runs on this path. */
+static int cuda_absorbed(const cuda_impl *g, int l)
+{
+    return g->epilogues ? g->layer[l].absorbs : 0;
+}
+
 /* Forward through every layer; without train, dropout is the identity and is skipped (the next
- * layer reads its input). *logits is the last layer's output. */
+ * layer reads its input). *logits is the last layer's output. With epilogues, a layer and those
+ * its epilogue runs are one call, which writes the last one's output. */
 static int cuda_forward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, int train,
                         const float **logits, gt_err *e)
 {
     const float *x = g->act[0];
     for (int l = 0; l < m->nlayers; l++) {
+        int k = cuda_absorbed(g, l);
+        if (k) {
+            pass.mask = g->mask[l + k];
+            if (gt_cuda_layer_forward_epilogue(g->ctx, &g->layer[l], &pass, x, g->act[l + 1],
+                                               g->act[l + 1 + k], train, e))
+                return -1;
+            l += k;
+            x = g->act[l + 1];
+            continue;
+        }
         if (!train && m->layers[l].kind == GT_DROPOUT)
             continue;
         pass.mask = g->mask[l];
@@ -331,11 +378,22 @@ static int cuda_forward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, int 
     return 0;
 }
 
-/* Backward from dact[0] (the loss gradient); the first layer computes no input gradient. */
+/* Backward from dact[0] (the loss gradient); the first layer computes no input gradient. A
+ * layer with an epilogue takes the gradient at its last absorbed layer's output, keeps the one
+ * at its own output in the other buffer and leaves its input gradient where dy was. */
 static int cuda_backward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, gt_err *e)
 {
     float *dy = g->dact[0], *dx = g->dact[1];
     for (int l = m->nlayers - 1; l >= 0; l--) {
+        int h = g->epilogues ? g->head[l] : l;
+        if (h != l) {
+            pass.mask = g->mask[l];
+            if (gt_cuda_layer_backward_epilogue(g->ctx, &g->layer[h], &pass, g->act[h],
+                                                g->act[h + 1], dy, dx, h ? dy : NULL, e))
+                return -1;
+            l = h;
+            continue;
+        }
         gt_layer_kind kind = m->layers[l].kind;
         if (l == 0 && kind != GT_CONV && kind != GT_LINEAR)
             break;
@@ -635,12 +693,24 @@ int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e)
     return 0;
 }
 
+int gt_cuda_device_set_epilogues(gt_device *d, int on, gt_err *e)
+{
+    cuda_impl *g = cuda_impl_of(d);
+    if (!g)
+        return gt_fail(e, "gt_cuda_device_set_epilogues: not a CUDA device");
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    graph_drop_all(g);
+    g->epilogues = on != 0;
+    return 0;
+}
+
 int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out)
 {
     cuda_impl *g = cuda_impl_of(d);
     if (!g)
         return -1;
     out->fused = g->fused;
+    out->epilogues = g->epilogues;
     out->fusable = g->fusable;
     out->graphs = g->graphs;
     out->ngraphs = 0;
@@ -700,8 +770,8 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
                         gt_err *e)
 {
     *out = NULL;
-    int cap = max_batch > CUDA_EVAL_CHUNK ? max_batch : CUDA_EVAL_CHUNK;
-    if (cuda_check_model(m, max_batch, ordinal, cap, e))
+    int cap = max_batch > CUDA_EVAL_CHUNK ? max_batch : CUDA_EVAL_CHUNK, epilogues;
+    if (cuda_check_model(m, max_batch, ordinal, cap, e) || cuda_layer_path_env(&epilogues, e))
         return -1;
     gt_device *d = (gt_device *)calloc(1, sizeof *d);
     cuda_impl *g = (cuda_impl *)calloc(1, sizeof *g);
@@ -727,6 +797,8 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
         cuda_close(d);
         return -1;
     }
+    cuda_plan_epilogues(m, g);
+    g->epilogues = epilogues;
     *out = d;
     return 0;
 }
