@@ -62,6 +62,7 @@ typedef struct cuda_impl {
     gt_fused_net fnet;                 /* the fused step's shapes and buffers, where fusable */
     int fusable, fused, graphs;        /* see gt_cuda_path */
     int epilogues;                     /* see gt_cuda_path */
+    int layers_ready;                  /* cuda_plan_layers ran: the layer path can run */
     int head[GT_MAX_LAYERS];           /* the layer whose epilogue runs layer l; l if none */
     cuda_graph graph[CUDA_GRAPHS];
     uint64_t nsteps;
@@ -227,13 +228,20 @@ static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
     return 0;
 }
 
+static void cuda_plan_epilogues(const gt_model *m, cuda_impl *g);
+
 /* Times each convolution's algorithms at the training batch size with a generous workspace,
- * then keeps only the workspace the chosen ones need. */
+ * then keeps only the workspace the chosen ones need. Runs when the layer path is first chosen
+ * (at open for a model the fused kernels cannot run): the search writes the activation, input
+ * gradient and gradient buffers, so the stream must be idle and no gradient pending. */
 static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
 {
     gt_cuda_ctx *c = g->ctx;
     const gt_model *m = d->model;
     size_t free_bytes = 0, total_bytes = 0, need = 0;
+    GT_CUDA_CHECK(c->name, e, cudaStreamSynchronize(c->stream));
+    for (int l = 0; l < m->nlayers; l++)
+        gt_cuda_layer_destroy(&g->layer[l]); /* from an attempt that failed half-way */
     GT_CUDA_CHECK(c->name, e, cudaMemGetInfo(&free_bytes, &total_bytes));
     size_t search = free_bytes / 4 < GT_CUDA_SEARCH_WS ? free_bytes / 4 : GT_CUDA_SEARCH_WS;
     if (gt_cuda_ctx_set_workspace(c, search, e))
@@ -251,7 +259,11 @@ static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
             return -1;
         need = layer_need > need ? layer_need : need;
     }
-    return gt_cuda_ctx_set_workspace(c, need, e);
+    if (gt_cuda_ctx_set_workspace(c, need, e))
+        return -1;
+    cuda_plan_epilogues(m, g);
+    g->layers_ready = 1;
+    return 0;
 }
 
 /* Which layers each convolution's or linear layer's epilogue can run (used with epilogues on). */
@@ -687,6 +699,8 @@ int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e)
                        d->name, d->model->name);
     GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
     graph_drop_all(g);
+    if (!fused && !g->layers_ready && cuda_plan_layers(d, g, e))
+        return -1;
     g->fused = fused != 0;
     g->graphs = graphs != 0;
     g->graph_error[0] = '\0';
@@ -793,11 +807,11 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
         return -1;
     }
     snprintf(d->name, sizeof d->name, "%s", g->ctx->name);
-    if (cuda_alloc_buffers(d, g, e) || cuda_plan_layers(d, g, e) || cuda_plan_fused(d, g, e)) {
+    if (cuda_alloc_buffers(d, g, e) || cuda_plan_fused(d, g, e) ||
+        (!g->fused && cuda_plan_layers(d, g, e))) {
         cuda_close(d);
         return -1;
     }
-    cuda_plan_epilogues(m, g);
     g->epilogues = epilogues;
     *out = d;
     return 0;

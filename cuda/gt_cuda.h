@@ -98,7 +98,7 @@ struct gt_cuda_ctx {
     int tf32;
     char name[64];            /* "gpu:N (device name)", the start of every error message */
     cudaStream_t stream;      /* compute: every kernel, cuDNN and cuBLAS call of this context */
-    cudnnHandle_t cudnn;
+    cudnnHandle_t cudnn;      /* NULL until gt_cuda_ctx_cudnn (the first layer's init) */
     cublasHandle_t cublas;
     void *cublas_ws;
     void *ws;                 /* cuDNN workspace shared by all layers (one stream, one at a time) */
@@ -136,6 +136,8 @@ int gt_cuda_fail(gt_err *e, const char *gpu, const char *call, const char *what,
 /* After a kernel launch: a bad configuration is reported here, not at the next sync. */
 #define GT_CUDA_LAUNCHED(gpu, e) GT_CUDA_CHECK(gpu, e, cudaGetLastError())
 
+/* Creates the context's cuDNN handle on first use; gt_cuda_layer_init calls it. */
+int gt_cuda_ctx_cudnn(gt_cuda_ctx *c, gt_err *e);
 /* (Re)allocates the context's cuDNN workspace to exactly bytes; set-up time only. */
 int gt_cuda_ctx_set_workspace(gt_cuda_ctx *c, size_t bytes, gt_err *e);
 /* cudaMalloc with the size in the message. */
