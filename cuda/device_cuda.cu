@@ -9,10 +9,16 @@
  * A step's device work - that upload, forward, loss and backward (the fused kernels of
  * fused_cuda.cu for LeNet-shaped models, else layer by layer through cuDNN and cuBLAS), the
  * gradient and the loss back into pinned host memory - is captured once per shape (batch size,
- * slot, keep_grad, host gradient buffer) into a CUDA graph and replayed: a step then costs the host one graph
- * launch and one synchronisation instead of some forty library calls of 5-60 us each. A shape's
- * first step runs eagerly, which also lets cuDNN and the module loader do their one-time work
- * outside a capture, and its graph is captured right after for the steps that follow. */
+ * slot, keep_grad, host gradient buffer) into a CUDA graph and replayed: a step then costs the
+ * host one graph launch and one synchronisation instead of some forty library calls of 5-60 us
+ * each. A shape's first step runs eagerly, which also lets cuDNN and the module loader do their
+ * one-time work outside a capture, and its graph is captured right after for the steps that
+ * follow.
+ *
+ * With epilogues (GT_LAYER_PATH=epilogue) the layer path runs a convolution or linear layer and
+ * the ReLU, pooling or dropout after it as one forward and one backward call (layers_cuda.cu).
+ * A model the fused kernels run never times convolution algorithms unless the layer path is
+ * chosen. */
 #include "gt_cuda.h"
 
 #include <stdio.h>

@@ -56,7 +56,8 @@ gt_run() { # label env-path tf32(0|1) args...
     local label=$1 path=$2 tf=$3
     shift 3
     gt_run_bin "$bin" "$label" "$path" "$tf" "$@"
-    [ -z "$base" ] || [ "$path" = epilogue ] || gt_run_bin "$base" "$label (baseline)" "$path" "$tf" "$@"
+    [ -z "$base" ] || [ "$path" = epilogue ] ||
+        gt_run_bin "$base" "$label (baseline)" "$path" "$tf" "$@"
 }
 
 gt_run_bin() { # binary label env-path tf32(0|1) args...
@@ -113,7 +114,8 @@ wall_run() { # binary label
     "$1" --data "$data" --gpus "$gpu" --epochs 10 --mode allreduce --batch 64 --quiet \
         --no-progress --log "$work/wall.jsonl"
     end=$(date +%s.%N)
-    first=$(grep '"type":"eval"' "$work/wall.jsonl" | head -1 | sed 's/.*"wall_s":\([0-9.]*\).*/\1/')
+    first=$(grep '"type":"eval"' "$work/wall.jsonl" | head -1 |
+        sed 's/.*"wall_s":\([0-9.]*\).*/\1/')
     last=$(grep '"type":"eval"' "$work/wall.jsonl" | tail -1 | sed 's/.*"wall_s":\([0-9.]*\).*/\1/')
     awk -v s="$start" -v e="$end" -v f="$first" -v l="$last" -v n="$2" 'BEGIN {
         printf "%-44s %12s %10.3f\n", n ": launch to exit (s)", "-", e - s;
