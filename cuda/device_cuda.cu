@@ -13,12 +13,8 @@
  * host one graph launch and one synchronisation instead of some forty library calls of 5-60 us
  * each. A shape's first step runs eagerly, which also lets cuDNN and the module loader do their
  * one-time work outside a capture, and its graph is captured right after for the steps that
- * follow.
- *
- * With epilogues (GT_LAYER_PATH=epilogue) the layer path runs a convolution or linear layer and
- * the ReLU, pooling or dropout after it as one forward and one backward call (layers_cuda.cu).
- * A model the fused kernels run never times convolution algorithms unless the layer path is
- * chosen. */
+ * follow. With epilogues (GT_LAYER_PATH=epilogue) the layer path runs a convolution or linear
+ * layer and the ReLU, pooling or dropout after it as one call each way (layers_cuda.cu). */
 #include "gt_cuda.h"
 
 #include <stdio.h>
@@ -234,8 +230,6 @@ static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
     return 0;
 }
 
-static void cuda_plan_epilogues(const gt_model *m, cuda_impl *g);
-
 /* Times each convolution's algorithms at the training batch size with a generous workspace,
  * then keeps only the workspace the chosen ones need. Runs when the layer path is first chosen
  * (at open for a model the fused kernels cannot run): the search writes the activation, input
@@ -267,37 +261,9 @@ static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
     }
     if (gt_cuda_ctx_set_workspace(c, need, e))
         return -1;
-    cuda_plan_epilogues(m, g);
+    gt_cuda_layers_plan_epilogues(g->layer, m, g->head);
     g->layers_ready = 1;
     return 0;
-}
-
-/* Which layers each convolution's or linear layer's epilogue can run (used with epilogues on). */
-static void cuda_plan_epilogues(const gt_model *m, cuda_impl *g)
-{
-    for (int l = 0; l < m->nlayers; l++)
-        g->head[l] = l;
-    for (int l = 0; l < m->nlayers; l++) {
-        int k = gt_cuda_layer_plan_epilogue(&g->layer[l], m->layers + l + 1, m->nlayers - l - 1);
-        for (int j = 1; j <= k; j++)
-            g->head[l + j] = l;
-        l += k;
-    }
-}
-
-/* GT_LAYER_PATH: plain (or unset) runs each layer on its own, epilogue fuses as gt_cuda_path
- * says. */
-static int cuda_layer_path_env(int *epilogues, gt_err *e)
-{
-    const char *v = getenv("GT_LAYER_PATH");
-    *epilogues = 0;
-    if (!v || !*v || strcmp(v, "plain") == 0)
-        return 0;
-    if (strcmp(v, "epilogue") == 0) {
-        *epilogues = 1;
-        return 0;
-    }
-    return gt_fail(e, "GT_LAYER_PATH: bad value '%.40s' (plain or epilogue)", v);
 }
 
 /* ---- batches --------------------------------------------------------------------------------- */
@@ -791,7 +757,7 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
 {
     *out = NULL;
     int cap = max_batch > CUDA_EVAL_CHUNK ? max_batch : CUDA_EVAL_CHUNK, epilogues;
-    if (cuda_check_model(m, max_batch, ordinal, cap, e) || cuda_layer_path_env(&epilogues, e))
+    if (cuda_check_model(m, max_batch, ordinal, cap, e) || gt_cuda_layer_path_env(&epilogues, e))
         return -1;
     gt_device *d = (gt_device *)calloc(1, sizeof *d);
     cuda_impl *g = (cuda_impl *)calloc(1, sizeof *g);

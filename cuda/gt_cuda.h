@@ -68,11 +68,12 @@ typedef struct gt_cuda_path {
 } gt_cuda_path;
 
 /* Chooses the step's path (open picks fused where the model allows, and graphs); -1 with a
- * message when fused is asked of a model that does not allow it, or d is not a CUDA device. */
+ * message when fused is asked of a model that does not allow it, or d is not a CUDA device. The
+ * first choice of the layer path times its convolution algorithms: set-up time, no step in
+ * flight. */
 int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e);
 /* The layer path's epilogues on or off (gt_cuda_path.epilogues); open takes them from the
- * environment, GT_LAYER_PATH=plain (off, the default) or epilogue. -1 when d is not a CUDA
- * device. */
+ * environment (gt_cuda_layer_path_env). -1 when d is not a CUDA device. */
 int gt_cuda_device_set_epilogues(gt_device *d, int on, gt_err *e);
 /* 0 and the path of d, or -1 when d is not a CUDA device. */
 int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out);
@@ -203,9 +204,12 @@ int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_m
                                const float *x, const float *w, float *y, float *dx, float *dw,
                                size_t *ws_need, gt_err *e);
 
-/* What of next (the nnext layers after cl's) cl's epilogue can run: sets cl's epi fields and
- * returns cl->absorbs. */
-int gt_cuda_layer_plan_epilogue(gt_cuda_layer *cl, const gt_layer *next, int nnext);
+/* GT_LAYER_PATH: plain or unset (0) runs each layer on its own, epilogue (1) runs epilogues;
+ * any other value is an error naming the variable. */
+int gt_cuda_layer_path_env(int *epilogues, gt_err *e);
+/* Plans the epilogue of each of m's layers (its epi fields, after gt_cuda_layer_init) and sets
+ * head[l] to the layer whose epilogue runs layer l, l itself where none does. */
+void gt_cuda_layers_plan_epilogues(gt_cuda_layer *layer, const gt_model *m, int *head);
 /* A convolution or linear layer with its epilogue (cl->absorbs > 0): z gets the layer's output
  * before the bias, y the output of the last absorbed layer. Without train an absorbed dropout is
  * the identity; with it p->mask is the dropout's mask. */

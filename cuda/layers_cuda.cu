@@ -9,6 +9,7 @@
 #include "gt_cuda.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const float one = 1.0f, zero = 0.0f;
@@ -521,7 +522,9 @@ int gt_cuda_layer_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass
 
 /* ---- epilogues ------------------------------------------------------------------------------- */
 
-int gt_cuda_layer_plan_epilogue(gt_cuda_layer *cl, const gt_layer *next, int nnext)
+/* What of next (the nnext layers after cl's) cl's epilogue can run: cl's epi fields, and
+ * cl->absorbs returned. */
+static int layer_plan_epilogue(gt_cuda_layer *cl, const gt_layer *next, int nnext)
 {
     gt_layer_kind kind = cl->L.kind;
     cl->absorbs = 0;
@@ -543,6 +546,31 @@ int gt_cuda_layer_plan_epilogue(gt_cuda_layer *cl, const gt_layer *next, int nne
         cl->absorbs = 2;
     }
     return cl->absorbs;
+}
+
+int gt_cuda_layer_path_env(int *epilogues, gt_err *e)
+{
+    const char *v = getenv("GT_LAYER_PATH");
+    *epilogues = 0;
+    if (!v || !*v || strcmp(v, "plain") == 0)
+        return 0;
+    if (strcmp(v, "epilogue") == 0) {
+        *epilogues = 1;
+        return 0;
+    }
+    return gt_fail(e, "GT_LAYER_PATH: bad value '%.40s' (plain or epilogue)", v);
+}
+
+void gt_cuda_layers_plan_epilogues(gt_cuda_layer *layer, const gt_model *m, int *head)
+{
+    for (int l = 0; l < m->nlayers; l++)
+        head[l] = l;
+    for (int l = 0; l < m->nlayers; l++) {
+        int k = layer_plan_epilogue(&layer[l], m->layers + l + 1, m->nlayers - l - 1);
+        for (int j = 1; j <= k; j++)
+            head[l + j] = l;
+        l += k;
+    }
 }
 
 static const float *layer_bias(const gt_cuda_layer *cl, const float *params)

@@ -639,7 +639,8 @@ static void test_tf32(const gt_dataset *ds, gt_rng *r, const char *name, int epi
     int rc = gt_cuda_device_open(&d, &m, 32, 0, 1, &e);
     CHECK_MSG(rc == 0, "tf32 open: %s", e.msg);
     if (rc == 0) {
-        rc = gt_cuda_device_set_path(d, 0, 1, &e) || gt_cuda_device_set_epilogues(d, epilogues, &e);
+        rc = gt_cuda_device_set_path(d, 0, 1, &e) ||
+             gt_cuda_device_set_epilogues(d, epilogues, &e);
         CHECK_MSG(rc == 0, "tf32 path: %s", e.msg);
     }
     if (rc == 0) {
