@@ -123,8 +123,6 @@ static int ctx_init_device(gt_cuda_ctx *c, int ordinal, gt_err *e)
 static int ctx_create_handles(gt_cuda_ctx *c, gt_err *e)
 {
     GT_CUDA_CHECK(c->name, e, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    GT_CUDNN_CHECK(c->name, e, cudnnCreate(&c->cudnn));
-    GT_CUDNN_CHECK(c->name, e, cudnnSetStream(c->cudnn, c->stream));
     GT_CUBLAS_CHECK(c->name, e, cublasCreate(&c->cublas));
     GT_CUBLAS_CHECK(c->name, e, cublasSetStream(c->cublas, c->stream));
     GT_CUBLAS_CHECK(c->name, e,
@@ -133,6 +131,18 @@ static int ctx_create_handles(gt_cuda_ctx *c, gt_err *e)
     if (gt_cuda_malloc(c, &c->cublas_ws, GT_CUDA_CUBLAS_WS, e))
         return -1;
     GT_CUBLAS_CHECK(c->name, e, cublasSetWorkspace(c->cublas, c->cublas_ws, GT_CUDA_CUBLAS_WS));
+    return 0;
+}
+
+/* cuDNN's handle loads its libraries, a noticeable part of start-up, so a context whose device
+ * runs only the fused kernels never makes one. */
+int gt_cuda_ctx_cudnn(gt_cuda_ctx *c, gt_err *e)
+{
+    if (c->cudnn)
+        return 0;
+    GT_CUDA_CHECK(c->name, e, cudaSetDevice(c->ordinal));
+    GT_CUDNN_CHECK(c->name, e, cudnnCreate(&c->cudnn));
+    GT_CUDNN_CHECK(c->name, e, cudnnSetStream(c->cudnn, c->stream));
     return 0;
 }
 

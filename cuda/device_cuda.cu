@@ -9,10 +9,12 @@
  * A step's device work - that upload, forward, loss and backward (the fused kernels of
  * fused_cuda.cu for LeNet-shaped models, else layer by layer through cuDNN and cuBLAS), the
  * gradient and the loss back into pinned host memory - is captured once per shape (batch size,
- * slot, upload, keep_grad) into a CUDA graph and replayed: a step then costs the host one graph
- * launch and one synchronisation instead of some forty library calls of 5-60 us each. A shape's
- * first step runs eagerly, which also lets cuDNN and the module loader do their one-time work
- * outside a capture, and its graph is captured right after for the steps that follow. */
+ * slot, keep_grad, host gradient buffer) into a CUDA graph and replayed: a step then costs the
+ * host one graph launch and one synchronisation instead of some forty library calls of 5-60 us
+ * each. A shape's first step runs eagerly, which also lets cuDNN and the module loader do their
+ * one-time work outside a capture, and its graph is captured right after for the steps that
+ * follow. With epilogues (GT_LAYER_PATH=epilogue) the layer path runs a convolution or linear
+ * layer and the ReLU, pooling or dropout after it as one call each way (layers_cuda.cu). */
 #include "gt_cuda.h"
 
 #include <stdio.h>
@@ -20,8 +22,8 @@
 #include <string.h>
 
 #define CUDA_EVAL_CHUNK 1024
-/* Captured step graphs kept per device: two slots times a full and a last short batch, with and
- * without an in-graph upload, and two host gradient buffers (--overlap), fit. */
+/* Captured step graphs kept per device: two slots times a full and a last short batch times two
+ * host gradient buffers (--overlap), with and without keep_grad, fit. */
 #define CUDA_GRAPHS 16
 
 /* Where the parts of a batch of n samples sit in a staging slot, host and device alike. */
@@ -32,24 +34,19 @@ typedef struct slot_layout {
 typedef struct cuda_slot {
     uint8_t *host;            /* pinned */
     uint8_t *dev;
-    cudaEvent_t uploaded;     /* recorded on the copy stream after a prefetch upload */
     cudaEvent_t consumed;     /* recorded on the compute stream after the step that read it */
-    const gt_dataset *ds;     /* the batch it holds: its dataset, n, key and ids */
-    int n;                    /* 0: holds no batch */
-    uint64_t staged;          /* staging order, to replace the older slot */
 } cuda_slot;
 
 /* One captured step, replayed for every step of its shape. */
 typedef struct cuda_graph {
     cudaGraphExec_t exec;     /* NULL: an empty entry */
-    int n, slot, upload, keep_grad;
+    int n, slot, keep_grad;
     const float *grad_dst;    /* the host gradient buffer its copy writes */
     uint64_t used;            /* the step that last ran it: the least recent is replaced */
 } cuda_graph;
 
 typedef struct cuda_impl {
     gt_cuda_ctx *ctx;
-    cudaStream_t copy;
     int cap;                           /* samples one forward pass holds: max(max_batch, chunk) */
     size_t in_len;
     int nclasses;
@@ -59,7 +56,6 @@ typedef struct cuda_impl {
     float *dact[2];                    /* gradient flowing backward (ping-pong), max_batch rows */
     uint8_t *mask[GT_MAX_LAYERS];      /* dropout keep flags, max_batch rows */
     cuda_slot slot[2];
-    uint64_t nstaged;
     int inflight[2], ninflight;        /* slots of begun, not yet ended steps, oldest first */
     uint8_t *eval_x, *eval_y;          /* one evaluation chunk's images and labels */
     gt_cuda_result *result;
@@ -67,6 +63,9 @@ typedef struct cuda_impl {
     gt_cuda_allreduce *allreduce;      /* NCCL communicator and optimizer state, allreduce mode */
     gt_fused_net fnet;                 /* the fused step's shapes and buffers, where fusable */
     int fusable, fused, graphs;        /* see gt_cuda_path */
+    int epilogues;                     /* see gt_cuda_path */
+    int layers_ready;                  /* cuda_plan_layers ran: the layer path can run */
+    int head[GT_MAX_LAYERS];           /* the layer whose epilogue runs layer l; l if none */
     cuda_graph graph[CUDA_GRAPHS];
     uint64_t nsteps;
     char graph_error[GT_ERRLEN];       /* why capture failed; "" if it never did */
@@ -100,21 +99,21 @@ static void graph_drop_all(cuda_impl *g)
     }
 }
 
-static cuda_graph *graph_find(cuda_impl *g, int n, int slot, int upload, int keep_grad,
+static cuda_graph *graph_find(cuda_impl *g, int n, int slot, int keep_grad,
                               const float *grad_dst)
 {
     for (int i = 0; i < CUDA_GRAPHS; i++) {
         cuda_graph *gr = &g->graph[i];
-        if (gr->exec && gr->n == n && gr->slot == slot && gr->upload == upload &&
-            gr->keep_grad == keep_grad && gr->grad_dst == grad_dst)
+        if (gr->exec && gr->n == n && gr->slot == slot && gr->keep_grad == keep_grad &&
+            gr->grad_dst == grad_dst)
             return gr;
     }
     return NULL;
 }
 
 /* Keeps exec in an empty entry, else in place of the least recently used one. */
-static void graph_store(cuda_impl *g, cudaGraphExec_t exec, int n, int slot, int upload,
-                        int keep_grad, const float *grad_dst)
+static void graph_store(cuda_impl *g, cudaGraphExec_t exec, int n, int slot, int keep_grad,
+                        const float *grad_dst)
 {
     cuda_graph *gr = &g->graph[0];
     for (int i = 0; i < CUDA_GRAPHS && gr->exec; i++)
@@ -125,7 +124,6 @@ static void graph_store(cuda_impl *g, cudaGraphExec_t exec, int n, int slot, int
     gr->exec = exec;
     gr->n = n;
     gr->slot = slot;
-    gr->upload = upload;
     gr->keep_grad = keep_grad;
     gr->grad_dst = grad_dst;
     gr->used = g->nsteps;
@@ -154,14 +152,9 @@ static void cuda_free_impl(cuda_impl *g)
     for (size_t i = 0; i < sizeof host / sizeof *host; i++)
         if (host[i])
             cudaFreeHost(host[i]);
-    for (int s = 0; s < 2; s++) {
-        if (g->slot[s].uploaded)
-            cudaEventDestroy(g->slot[s].uploaded);
+    for (int s = 0; s < 2; s++)
         if (g->slot[s].consumed)
             cudaEventDestroy(g->slot[s].consumed);
-    }
-    if (g->copy)
-        cudaStreamDestroy(g->copy);
     cudaGetLastError();
 }
 
@@ -172,8 +165,6 @@ static void cuda_close(gt_device *d)
         if (g->ctx) {
             cudaSetDevice(g->ctx->ordinal);
             cudaStreamSynchronize(g->ctx->stream);
-            if (g->copy)
-                cudaStreamSynchronize(g->copy);
             gt_cuda_allreduce_free(g->allreduce);
             cuda_free_impl(g);
             gt_cuda_ctx_close(g->ctx);
@@ -220,8 +211,6 @@ static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
             cuda_alloc_host(c, (void **)&g->slot[s].host, slot_bytes, e))
             return -1;
         GT_CUDA_CHECK(c->name, e,
-                      cudaEventCreateWithFlags(&g->slot[s].uploaded, cudaEventDisableTiming));
-        GT_CUDA_CHECK(c->name, e,
                       cudaEventCreateWithFlags(&g->slot[s].consumed, cudaEventDisableTiming));
     }
     if (gt_cuda_malloc(c, (void **)&g->eval_x, cap * g->in_len, e) ||
@@ -242,12 +231,17 @@ static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
 }
 
 /* Times each convolution's algorithms at the training batch size with a generous workspace,
- * then keeps only the workspace the chosen ones need. */
+ * then keeps only the workspace the chosen ones need. Runs when the layer path is first chosen
+ * (at open for a model the fused kernels cannot run): the search writes the activation, input
+ * gradient and gradient buffers, so the stream must be idle and no gradient pending. */
 static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
 {
     gt_cuda_ctx *c = g->ctx;
     const gt_model *m = d->model;
     size_t free_bytes = 0, total_bytes = 0, need = 0;
+    GT_CUDA_CHECK(c->name, e, cudaStreamSynchronize(c->stream));
+    for (int l = 0; l < m->nlayers; l++)
+        gt_cuda_layer_destroy(&g->layer[l]); /* from an attempt that failed half-way */
     GT_CUDA_CHECK(c->name, e, cudaMemGetInfo(&free_bytes, &total_bytes));
     size_t search = free_bytes / 4 < GT_CUDA_SEARCH_WS ? free_bytes / 4 : GT_CUDA_SEARCH_WS;
     if (gt_cuda_ctx_set_workspace(c, search, e))
@@ -265,7 +259,11 @@ static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
             return -1;
         need = layer_need > need ? layer_need : need;
     }
-    return gt_cuda_ctx_set_workspace(c, need, e);
+    if (gt_cuda_ctx_set_workspace(c, need, e))
+        return -1;
+    gt_cuda_layers_plan_epilogues(g->layer, m, g->head);
+    g->layers_ready = 1;
+    return 0;
 }
 
 /* ---- batches --------------------------------------------------------------------------------- */
@@ -287,23 +285,6 @@ static int cuda_check_batch(const gt_device *d, const cuda_impl *g, const gt_bat
     return cuda_check_dataset(d, g, b->ds, e);
 }
 
-static int slot_holds(const cuda_slot *s, const gt_batch *b, size_t in_len)
-{
-    const gt_cuda_key *key = (const gt_cuda_key *)s->host;
-    return s->n == b->n && s->ds == b->ds && key->seed == b->seed && key->epoch == b->epoch &&
-           memcmp(s->host + slot_layout_for(b->n, in_len).ids, b->idx,
-                  (size_t)b->n * sizeof(uint32_t)) == 0;
-}
-
-/* The slot holding b, or -1. */
-static int slot_find(const cuda_impl *g, const gt_batch *b)
-{
-    for (int s = 0; s < 2; s++)
-        if (slot_holds(&g->slot[s], b, g->in_len))
-            return s;
-    return -1;
-}
-
 static int slot_busy(const cuda_impl *g, int s)
 {
     for (int i = 0; i < g->ninflight; i++)
@@ -312,15 +293,10 @@ static int slot_busy(const cuda_impl *g, int s)
     return 0;
 }
 
-/* A slot no begun step still reads: an empty one, else the one staged longer ago. */
+/* A slot no begun step still reads (the caller allows at most one begun step beside it). */
 static int slot_free(const cuda_impl *g)
 {
-    for (int s = 0; s < 2; s++)
-        if (g->slot[s].n == 0 && !slot_busy(g, s))
-            return s;
-    if (slot_busy(g, 0) || slot_busy(g, 1))
-        return slot_busy(g, 0) ? 1 : 0;
-    return g->slot[0].staged < g->slot[1].staged ? 0 : 1;
+    return slot_busy(g, 0) ? 1 : 0;
 }
 
 /* Gathers b into the slot's pinned bytes; the upload is the caller's. */
@@ -328,9 +304,6 @@ static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch 
 {
     const gt_dataset *ds = b->ds;
     slot_layout lay = slot_layout_for(b->n, g->in_len);
-    /* A prefetch upload from this host buffer must be done before it is overwritten. */
-    GT_CUDA_CHECK(d->name, e, cudaEventSynchronize(s->uploaded));
-    s->n = 0;
     gt_cuda_key *key = (gt_cuda_key *)s->host;
     uint32_t *ids = (uint32_t *)(s->host + lay.ids);
     uint8_t *labels = s->host + lay.labels, *images = s->host + lay.images;
@@ -349,21 +322,35 @@ static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch 
     key->seed = b->seed;
     key->epoch = b->epoch;
     key->unused = 0;
-    s->ds = ds;
-    s->n = b->n;
-    s->staged = ++g->nstaged;
     return 0;
 }
 
 /* ---- passes ---------------------------------------------------------------------------------- */
 
+/* Layers after l that l's epilogue runs on this path. */
+static int cuda_absorbed(const cuda_impl *g, int l)
+{
+    return g->epilogues ? g->layer[l].absorbs : 0;
+}
+
 /* Forward through every layer; without train, dropout is the identity and is skipped (the next
- * layer reads its input). *logits is the last layer's output. */
+ * layer reads its input). *logits is the last layer's output. With epilogues, a layer and those
+ * its epilogue runs are one call, which writes the last one's output. */
 static int cuda_forward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, int train,
                         const float **logits, gt_err *e)
 {
     const float *x = g->act[0];
     for (int l = 0; l < m->nlayers; l++) {
+        int k = cuda_absorbed(g, l);
+        if (k) {
+            pass.mask = g->mask[l + k];
+            if (gt_cuda_layer_forward_epilogue(g->ctx, &g->layer[l], &pass, x, g->act[l + 1],
+                                               g->act[l + 1 + k], train, e))
+                return -1;
+            l += k;
+            x = g->act[l + 1];
+            continue;
+        }
         if (!train && m->layers[l].kind == GT_DROPOUT)
             continue;
         pass.mask = g->mask[l];
@@ -375,11 +362,22 @@ static int cuda_forward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, int 
     return 0;
 }
 
-/* Backward from dact[0] (the loss gradient); the first layer computes no input gradient. */
+/* Backward from dact[0] (the loss gradient); the first layer computes no input gradient. A
+ * layer with an epilogue takes the gradient at its last absorbed layer's output, keeps the one
+ * at its own output in the other buffer and leaves its input gradient where dy was. */
 static int cuda_backward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, gt_err *e)
 {
     float *dy = g->dact[0], *dx = g->dact[1];
     for (int l = m->nlayers - 1; l >= 0; l--) {
+        int h = g->epilogues ? g->head[l] : l;
+        if (h != l) {
+            pass.mask = g->mask[l];
+            if (gt_cuda_layer_backward_epilogue(g->ctx, &g->layer[h], &pass, g->act[h],
+                                                g->act[h + 1], dy, dx, h ? dy : NULL, e))
+                return -1;
+            l = h;
+            continue;
+        }
         gt_layer_kind kind = m->layers[l].kind;
         if (l == 0 && kind != GT_CONV && kind != GT_LINEAR)
             break;
@@ -417,16 +415,15 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
 }
 
 /* Everything the GPU does for one training step, in stream order: what a graph captures. */
-static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, int upload, gt_err *e)
+static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
 {
     gt_cuda_ctx *c = g->ctx;
     cuda_slot *slot = &g->slot[s];
     slot_layout lay = slot_layout_for(n, g->in_len);
     size_t grad_bytes = d->model->nparams * sizeof(float);
-    if (upload)
-        GT_CUDA_CHECK(d->name, e,
-                      cudaMemcpyAsync(slot->dev, slot->host, lay.total, cudaMemcpyHostToDevice,
-                                      c->stream));
+    GT_CUDA_CHECK(d->name, e,
+                  cudaMemcpyAsync(slot->dev, slot->host, lay.total, cudaMemcpyHostToDevice,
+                                  c->stream));
     if (g->fused ? gt_fused_train(c, &g->fnet, g->params, slot->dev + lay.images,
                                   slot->dev + lay.labels, n, g->grad, g->result, e)
                  : cuda_layers_train(d, g, slot, n, e))
@@ -444,7 +441,7 @@ static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, int uploa
 /* Captures the step's work for this shape into a graph for the steps that follow. Where capture
  * fails (a library that will not be captured), steps stay eager from then on and the reason is
  * kept for gt_cuda_device_get_path: the eager step just run is correct either way. */
-static void graph_capture(gt_device *d, cuda_impl *g, int s, int n, int upload)
+static void graph_capture(gt_device *d, cuda_impl *g, int s, int n)
 {
     cudaStream_t stream = g->ctx->stream;
     cudaGraph_t graph = NULL;
@@ -453,7 +450,7 @@ static void graph_capture(gt_device *d, cuda_impl *g, int s, int n, int upload)
     int rc = 0;
     cudaError_t st = cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed);
     if (st == cudaSuccess) {
-        rc = cuda_step_enqueue(d, g, s, n, upload, &inner);
+        rc = cuda_step_enqueue(d, g, s, n, &inner);
         st = cudaStreamEndCapture(stream, &graph);
         if (!rc && st == cudaSuccess)
             st = cudaGraphInstantiate(&exec, graph, 0);
@@ -468,24 +465,24 @@ static void graph_capture(gt_device *d, cuda_impl *g, int s, int n, int upload)
         graph_drop_all(g);
         return;
     }
-    graph_store(g, exec, n, s, upload, d->keep_grad, d->grad);
+    graph_store(g, exec, n, s, d->keep_grad, d->grad);
 }
 
 /* Replays the graph of this shape, or runs the step eagerly and captures it. */
-static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, int upload, gt_err *e)
+static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
 {
     g->nsteps++;
     if (!g->graphs)
-        return cuda_step_enqueue(d, g, s, n, upload, e);
-    cuda_graph *gr = graph_find(g, n, s, upload, d->keep_grad, d->grad);
+        return cuda_step_enqueue(d, g, s, n, e);
+    cuda_graph *gr = graph_find(g, n, s, d->keep_grad, d->grad);
     if (gr) {
         gr->used = g->nsteps;
         GT_CUDA_CHECK(d->name, e, cudaGraphLaunch(gr->exec, g->ctx->stream));
         return 0;
     }
-    if (cuda_step_enqueue(d, g, s, n, upload, e))
+    if (cuda_step_enqueue(d, g, s, n, e))
         return -1;
-    graph_capture(d, g, s, n, upload);
+    graph_capture(d, g, s, n);
     return 0;
 }
 
@@ -509,18 +506,8 @@ static int cuda_step_queue(gt_device *d, cuda_impl *g, const gt_batch *b, int *s
     gt_cuda_ctx *c = g->ctx;
     if (cuda_check_batch(d, g, b, e))
         return -1;
-    int s = slot_find(g, b), upload = s < 0;
-    if (s >= 0 && slot_busy(g, s))
-        return gt_fail(e, "%s: the same batch is begun twice", d->name);
-    if (upload) {
-        s = slot_free(g);
-        if (slot_gather(d, g, &g->slot[s], b, e))
-            return -1;
-    } else {
-        GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(c->stream, g->slot[s].uploaded, 0));
-    }
-    g->slot[s].n = 0;
-    if (cuda_step_run(d, g, s, b->n, upload, e))
+    int s = slot_free(g);
+    if (slot_gather(d, g, &g->slot[s], b, e) || cuda_step_run(d, g, s, b->n, e))
         return -1;
     GT_CUDA_CHECK(d->name, e, cudaEventRecord(g->slot[s].consumed, c->stream));
     *slot_out = s;
@@ -684,9 +671,22 @@ int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e)
                        d->name, d->model->name);
     GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
     graph_drop_all(g);
+    if (!fused && !g->layers_ready && cuda_plan_layers(d, g, e))
+        return -1;
     g->fused = fused != 0;
     g->graphs = graphs != 0;
     g->graph_error[0] = '\0';
+    return 0;
+}
+
+int gt_cuda_device_set_epilogues(gt_device *d, int on, gt_err *e)
+{
+    cuda_impl *g = cuda_impl_of(d);
+    if (!g)
+        return gt_fail(e, "gt_cuda_device_set_epilogues: not a CUDA device");
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    graph_drop_all(g);
+    g->epilogues = on != 0;
     return 0;
 }
 
@@ -696,6 +696,7 @@ int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out)
     if (!g)
         return -1;
     out->fused = g->fused;
+    out->epilogues = g->epilogues;
     out->fusable = g->fusable;
     out->graphs = g->graphs;
     out->ngraphs = 0;
@@ -755,8 +756,8 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
                         gt_err *e)
 {
     *out = NULL;
-    int cap = max_batch > CUDA_EVAL_CHUNK ? max_batch : CUDA_EVAL_CHUNK;
-    if (cuda_check_model(m, max_batch, ordinal, cap, e))
+    int cap = max_batch > CUDA_EVAL_CHUNK ? max_batch : CUDA_EVAL_CHUNK, epilogues;
+    if (cuda_check_model(m, max_batch, ordinal, cap, e) || gt_cuda_layer_path_env(&epilogues, e))
         return -1;
     gt_device *d = (gt_device *)calloc(1, sizeof *d);
     cuda_impl *g = (cuda_impl *)calloc(1, sizeof *g);
@@ -778,17 +779,12 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
         return -1;
     }
     snprintf(d->name, sizeof d->name, "%s", g->ctx->name);
-    cudaError_t st = cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking);
-    if (st != cudaSuccess) {
-        gt_cuda_fail(e, d->name, "cudaStreamCreateWithFlags", cudaGetErrorString(st), __FILE__,
-                     __LINE__);
+    if (cuda_alloc_buffers(d, g, e) || cuda_plan_fused(d, g, e) ||
+        (!g->fused && cuda_plan_layers(d, g, e))) {
         cuda_close(d);
         return -1;
     }
-    if (cuda_alloc_buffers(d, g, e) || cuda_plan_layers(d, g, e) || cuda_plan_fused(d, g, e)) {
-        cuda_close(d);
-        return -1;
-    }
+    g->epilogues = epilogues;
     *out = d;
     return 0;
 }

@@ -59,6 +59,8 @@ int gt_cuda_test_optim(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_s
  * captured once per batch shape instead of launching its work one call at a time. */
 typedef struct gt_cuda_path {
     int fused;                 /* the fused kernels run the step */
+    int epilogues;             /* layer path: a convolution or linear layer runs the ReLU and the
+                                * pooling or dropout after it in one kernel with its bias */
     int fusable;               /* the model has the shape the fused kernels take */
     int graphs;                /* steps replay captured graphs */
     int ngraphs;               /* graphs captured and cached now */
@@ -66,8 +68,13 @@ typedef struct gt_cuda_path {
 } gt_cuda_path;
 
 /* Chooses the step's path (open picks fused where the model allows, and graphs); -1 with a
- * message when fused is asked of a model that does not allow it, or d is not a CUDA device. */
+ * message when fused is asked of a model that does not allow it, or d is not a CUDA device. The
+ * first choice of the layer path times its convolution algorithms: set-up time, no step in
+ * flight. */
 int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e);
+/* The layer path's epilogues on or off (gt_cuda_path.epilogues); open takes them from the
+ * environment (gt_cuda_layer_path_env). -1 when d is not a CUDA device. */
+int gt_cuda_device_set_epilogues(gt_device *d, int on, gt_err *e);
 /* 0 and the path of d, or -1 when d is not a CUDA device. */
 int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out);
 /* Copies the device's own gradient (what train_step left there, also with keep_grad) to host. */
@@ -130,7 +137,7 @@ struct gt_cuda_ctx {
     int tf32;
     char name[64];            /* "gpu:N (device name)", the start of every error message */
     cudaStream_t stream;      /* compute: every kernel, cuDNN and cuBLAS call of this context */
-    cudnnHandle_t cudnn;
+    cudnnHandle_t cudnn;      /* NULL until gt_cuda_ctx_cudnn (the first layer's init) */
     cublasHandle_t cublas;
     void *cublas_ws;
     void *ws;                 /* cuDNN workspace shared by all layers (one stream, one at a time) */
@@ -168,6 +175,8 @@ int gt_cuda_fail(gt_err *e, const char *gpu, const char *call, const char *what,
 /* After a kernel launch: a bad configuration is reported here, not at the next sync. */
 #define GT_CUDA_LAUNCHED(gpu, e) GT_CUDA_CHECK(gpu, e, cudaGetLastError())
 
+/* Creates the context's cuDNN handle on first use; gt_cuda_layer_init calls it. */
+int gt_cuda_ctx_cudnn(gt_cuda_ctx *c, gt_err *e);
 /* (Re)allocates the context's cuDNN workspace to exactly bytes; set-up time only. */
 int gt_cuda_ctx_set_workspace(gt_cuda_ctx *c, size_t bytes, gt_err *e);
 /* cudaMalloc with the size in the message. */
@@ -191,6 +200,12 @@ typedef struct gt_cuda_layer {
     int need_dx;              /* the backward-data algorithm was chosen (not the first layer) */
     cudnnPoolingDescriptor_t pool_desc;
     cudnnActivationDescriptor_t act_desc;
+    /* The epilogue (conv and linear only): the layers after this one it can run, each needing
+     * the one before: a ReLU, then a pooling (conv) or a dropout (linear). */
+    int absorbs;              /* 0: none; 1: the ReLU; 2: the ReLU and the next */
+    int epi_pool, epi_k;      /* GT_MAXPOOL or GT_AVGPOOL and its window; 0 when none */
+    float epi_p;              /* the dropout's rate; 0 when none */
+    uint32_t epi_drop_index;  /* the dropout's layer number, which keys its masks */
 } gt_cuda_layer;
 
 /* A training batch's dropout seed and epoch in device memory, beside its sample ids: a replayed
@@ -227,6 +242,23 @@ int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_m
                                const float *x, const float *w, float *y, float *dx, float *dw,
                                size_t *ws_need, gt_err *e);
 
+/* GT_LAYER_PATH: plain or unset (0) runs each layer on its own, epilogue (1) runs epilogues;
+ * any other value is an error naming the variable. */
+int gt_cuda_layer_path_env(int *epilogues, gt_err *e);
+/* Plans the epilogue of each of m's layers (its epi fields, after gt_cuda_layer_init) and sets
+ * head[l] to the layer whose epilogue runs layer l, l itself where none does. */
+void gt_cuda_layers_plan_epilogues(gt_cuda_layer *layer, const gt_model *m, int *head);
+/* A convolution or linear layer with its epilogue (cl->absorbs > 0): z gets the layer's output
+ * before the bias, y the output of the last absorbed layer. Without train an absorbed dropout is
+ * the identity; with it p->mask is the dropout's mask. */
+int gt_cuda_layer_forward_epilogue(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
+                                   const float *x, float *z, float *y, int train, gt_err *e);
+/* Its backward: dy is the gradient at the last absorbed layer's output, dz a scratch buffer for
+ * the gradient at z (n times the layer's out_len), dx as in gt_cuda_layer_backward. */
+int gt_cuda_layer_backward_epilogue(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
+                                    const float *x, const float *z, const float *dy, float *dz,
+                                    float *dx, gt_err *e);
+
 /* y = layer(x). Dropout always drops here: an evaluation pass skips the layer instead. */
 int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
                           const float *x, float *y, gt_err *e);
@@ -257,6 +289,36 @@ int gt_cuda_dropout_forward(gt_cuda_ctx *c, const float *x, float *y, uint8_t *m
                             gt_err *e);
 int gt_cuda_dropout_backward(gt_cuda_ctx *c, const float *dy, const uint8_t *mask, float *dx,
                              size_t n_len, float p, gt_err *e);
+
+/* A dropout run inside a linear layer's epilogue: rate, mask and the keys of
+ * gt_cuda_dropout_forward. */
+typedef struct gt_cuda_drop {
+    float p;
+    uint8_t *mask;
+    uint64_t seed;
+    uint32_t epoch;
+    const gt_cuda_key *key;
+    const uint32_t *ids;
+    uint32_t layer;
+} gt_cuda_drop;
+
+/* y = pool(relu(z + b)) for n samples of ch planes h x w (b per plane, NULL: none), pool
+ * GT_MAXPOOL or GT_AVGPOOL with window = stride k and the CPU's floor, or 0: y = relu(z + b). The
+ * CPU's arithmetic, tie-breaks included. */
+int gt_cuda_conv_epilogue_forward(gt_cuda_ctx *c, const float *z, const float *b, int n, int ch,
+                                  int h, int w, int pool, int k, float *y, gt_err *e);
+/* dz = the gradient at z given dy at y (same arguments); z and b as in the forward. */
+int gt_cuda_conv_epilogue_backward(gt_cuda_ctx *c, const float *z, const float *b,
+                                   const float *dy, int n, int ch, int h, int w, int pool, int k,
+                                   float *dz, gt_err *e);
+/* y = dropout(relu(z + b)) for n rows of len (b NULL: none; drop NULL: no dropout). */
+int gt_cuda_linear_epilogue_forward(gt_cuda_ctx *c, const float *z, const float *b, int n,
+                                    size_t len, const gt_cuda_drop *drop, float *y, gt_err *e);
+/* dz = the gradient at z given dy at y (mask NULL: no dropout, else its mask and rate p); db
+ * (NULL: none) accumulates the bias gradient, rows in order like the CPU. */
+int gt_cuda_linear_epilogue_backward(gt_cuda_ctx *c, const float *z, const float *b,
+                                     const float *dy, const uint8_t *mask, float p, int n,
+                                     int len, float *dz, float *db, gt_err *e);
 /* Adds the summed loss and argmax hits of n rows of k logits to *res; writes dlogits =
  * (softmax - onehot) * scale unless dlogits is NULL. Deterministic (one block, fixed order). */
 int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t *labels, int n,

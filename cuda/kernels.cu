@@ -210,3 +210,204 @@ int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t *lab
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
+
+/* ---- epilogues: bias, ReLU and a pooling or dropout after a convolution or linear layer ------ */
+
+/* The layer's output plus its bias through a ReLU: the value the CPU's ReLU layer outputs. */
+__device__ static inline float epi_relu(const float *z, const float *b, size_t i, size_t c)
+{
+    float v = z[i] + (b ? b[c] : 0.0f);
+    return v > 0.0f ? v : 0.0f;
+}
+
+/* One thread per output: of a pooling window (the first maximum wins ties, sums in window order,
+ * as gt_maxpool_forward and gt_avgpool_forward), or of the ReLU where pool is 0. */
+__global__ static void conv_epilogue_forward_kernel(const float *__restrict__ z,
+                                                    const float *__restrict__ b,
+                                                    float *__restrict__ y, size_t total, int ch,
+                                                    int h, int w, int pool, int k)
+{
+    GRID_STRIDE(i, total)
+    {
+        if (!pool) {
+            y[i] = epi_relu(z, b, i, (i / ((size_t)h * w)) % (size_t)ch);
+            continue;
+        }
+        int oh = h / k, ow = w / k;
+        size_t plane = i / ((size_t)oh * ow), o = i % ((size_t)oh * ow);
+        size_t base = plane * h * w + (o / ow) * k * w + (o % ow) * k, c = plane % (size_t)ch;
+        float best = 0.0f, sum = 0.0f;
+        for (int ky = 0; ky < k; ky++)
+            for (int kx = 0; kx < k; kx++) {
+                float v = epi_relu(z, b, base + (size_t)ky * w + kx, c);
+                if ((ky == 0 && kx == 0) || v > best)
+                    best = v;
+                sum += v;
+            }
+        y[i] = pool == GT_MAXPOOL ? best : sum * (1.0f / (float)(k * k));
+    }
+}
+
+/* Whether input element at (within its plane, window base and row width w) is the first maximum
+ * of its k x k window: the one gt_maxpool_forward's arg names. */
+__device__ static bool epi_is_argmax(const float *z, const float *b, size_t c, size_t base,
+                                     size_t at, int w, int k)
+{
+    size_t best = base;
+    float vbest = epi_relu(z, b, base, c);
+    for (int ky = 0; ky < k; ky++)
+        for (int kx = 0; kx < k; kx++) {
+            size_t idx = base + (size_t)ky * w + kx;
+            float v = epi_relu(z, b, idx, c);
+            if (v > vbest) {
+                vbest = v;
+                best = idx;
+            }
+        }
+    return best == at;
+}
+
+/* One thread per input element: the pooling's adjoint (gt_maxpool_backward, gt_avgpool_backward;
+ * rows and columns no window covers get zero), then the ReLU's (gt_act_backward). */
+__global__ static void conv_epilogue_backward_kernel(const float *__restrict__ z,
+                                                     const float *__restrict__ b,
+                                                     const float *__restrict__ dy,
+                                                     float *__restrict__ dz, size_t total, int ch,
+                                                     int h, int w, int pool, int k)
+{
+    GRID_STRIDE(i, total)
+    {
+        size_t plane = i / ((size_t)h * w), pos = i % ((size_t)h * w), c = plane % (size_t)ch;
+        float v = epi_relu(z, b, i, c), g = 0.0f;
+        if (!pool) {
+            g = dy[i];
+        } else {
+            int oh = h / k, ow = w / k, oy = (int)(pos / w) / k, ox = (int)(pos % w) / k;
+            if (oy < oh && ox < ow) {
+                g = dy[(plane * oh + oy) * ow + ox];
+                size_t base = plane * h * w + (size_t)oy * k * w + (size_t)ox * k;
+                if (pool == GT_MAXPOOL)
+                    g = epi_is_argmax(z, b, c, base, i, w, k) ? g : 0.0f;
+                else
+                    g = g * (1.0f / (float)(k * k));
+            }
+        }
+        dz[i] = v > 0.0f ? g : 0.0f;
+    }
+}
+
+static int conv_epilogue_check(const gt_cuda_ctx *c, int pool, int k, gt_err *e)
+{
+    if ((pool != 0 && pool != GT_MAXPOOL && pool != GT_AVGPOOL) || (pool && k < 1))
+        return gt_fail(e, "%s: convolution epilogue: pooling kind %d window %d", c->name, pool,
+                       k);
+    return 0;
+}
+
+int gt_cuda_conv_epilogue_forward(gt_cuda_ctx *c, const float *z, const float *b, int n, int ch,
+                                  int h, int w, int pool, int k, float *y, gt_err *e)
+{
+    if (conv_epilogue_check(c, pool, k, e))
+        return -1;
+    size_t total = (size_t)n * ch * (pool ? (size_t)(h / k) * (w / k) : (size_t)h * w);
+    if (total == 0)
+        return 0;
+    conv_epilogue_forward_kernel<<<grid_for(total), BLOCK, 0, c->stream>>>(z, b, y, total, ch, h,
+                                                                           w, pool, k);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+int gt_cuda_conv_epilogue_backward(gt_cuda_ctx *c, const float *z, const float *b,
+                                   const float *dy, int n, int ch, int h, int w, int pool, int k,
+                                   float *dz, gt_err *e)
+{
+    if (conv_epilogue_check(c, pool, k, e))
+        return -1;
+    size_t total = (size_t)n * ch * h * w;
+    if (total == 0)
+        return 0;
+    conv_epilogue_backward_kernel<<<grid_for(total), BLOCK, 0, c->stream>>>(z, b, dy, dz, total,
+                                                                            ch, h, w, pool, k);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+/* One thread per element: bias, ReLU, then where mask is non-NULL dropout with the arithmetic
+ * of dropout_forward_kernel. */
+__global__ static void linear_epilogue_forward_kernel(
+    const float *__restrict__ z, const float *__restrict__ b, float *__restrict__ y,
+    uint8_t *__restrict__ mask, size_t total, size_t len, float p, float scale, uint64_t seed,
+    uint32_t epoch, const gt_cuda_key *batch_key, const uint32_t *ids, uint32_t layer)
+{
+    if (batch_key) {
+        seed = batch_key->seed;
+        epoch = batch_key->epoch;
+    }
+    GRID_STRIDE(i, total)
+    {
+        size_t j = i % len;
+        float v = epi_relu(z, b, i, j);
+        if (mask) {
+            uint64_t key = gt_dropout_key(seed, epoch, ids[i / len], layer);
+            uint8_t keep = gt_counter_uniform(key, (uint32_t)j) >= p;
+            mask[i] = keep;
+            v = keep ? v * scale : 0.0f;
+        }
+        y[i] = v;
+    }
+}
+
+int gt_cuda_linear_epilogue_forward(gt_cuda_ctx *c, const float *z, const float *b, int n,
+                                    size_t len, const gt_cuda_drop *drop, float *y, gt_err *e)
+{
+    size_t total = (size_t)n * len;
+    if (total == 0)
+        return 0;
+    gt_cuda_drop none = {0.0f, NULL, 0, 0, NULL, NULL, 0};
+    const gt_cuda_drop *d = drop ? drop : &none;
+    float scale = drop ? 1.0f / (1.0f - d->p) : 1.0f; /* as the CPU computes it */
+    linear_epilogue_forward_kernel<<<grid_for(total), BLOCK, 0, c->stream>>>(
+        z, b, y, d->mask, total, len, d->p, scale, d->seed, d->epoch, d->key, d->ids, d->layer);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+/* One thread per column, rows in order: the dropout's adjoint where mask is non-NULL, the
+ * ReLU's, and the bias gradient summed in the CPU's order (bias_grad_kernel). */
+__global__ static void linear_epilogue_backward_kernel(
+    const float *__restrict__ z, const float *__restrict__ b, const float *__restrict__ dy,
+    const uint8_t *__restrict__ mask, float scale, float *__restrict__ dz,
+    float *__restrict__ db, int n, int len)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= len)
+        return;
+    float acc = db ? db[j] : 0.0f;
+#pragma unroll 8
+    for (int r = 0; r < n; r++) {
+        size_t i = (size_t)r * len + j;
+        float g = dy[i];
+        if (mask)
+            g = mask[i] ? g * scale : 0.0f;
+        g = epi_relu(z, b, i, (size_t)j) > 0.0f ? g : 0.0f;
+        dz[i] = g;
+        acc += g;
+    }
+    if (db)
+        db[j] = acc;
+}
+
+int gt_cuda_linear_epilogue_backward(gt_cuda_ctx *c, const float *z, const float *b,
+                                     const float *dy, const uint8_t *mask, float p, int n,
+                                     int len, float *dz, float *db, gt_err *e)
+{
+    if (n == 0 || len == 0)
+        return 0;
+    float scale = mask ? 1.0f / (1.0f - p) : 1.0f;
+    enum { COLS = 128 }; /* more blocks than BLOCK-wide ones for a 1024-wide layer */
+    linear_epilogue_backward_kernel<<<(len + COLS - 1) / COLS, COLS, 0, c->stream>>>(
+        z, b, dy, mask, scale, dz, db, n, len);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}

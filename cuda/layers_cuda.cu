@@ -9,6 +9,7 @@
 #include "gt_cuda.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const float one = 1.0f, zero = 0.0f;
@@ -66,13 +67,16 @@ static int conv_pick(const Perf *perf, int got, size_t limit, int deterministic,
     return -1;
 }
 
-/* Takes the best result for one direction; backward prefers deterministic algorithms so that
- * parity tests and reruns are stable, and settles for any that works. */
+/* Takes the best result for one direction. Without TF32, backward prefers deterministic
+ * algorithms so that parity tests and reruns are stable, and settles for any that works; with
+ * TF32 (not bit-reproducible anyway) every algorithm cuDNN offers competes, tensor ops, Winograd
+ * and non-deterministic ones included, as PyTorch's defaults allow. */
 template <typename Perf, typename Algo>
 static int conv_take(gt_cuda_ctx *c, gt_cuda_layer *cl, const Perf *perf, int got, size_t limit,
                      int deterministic, cudnnConvolutionDescriptor_t conv, Algo *algo,
                      size_t *need, const char *direction, gt_err *e)
 {
+    deterministic = deterministic && !c->tf32;
     int i = conv_pick(perf, got, limit, deterministic, c->tf32);
     if (i < 0 && deterministic)
         i = conv_pick(perf, got, limit, 0, c->tf32);
@@ -328,6 +332,8 @@ int gt_cuda_layer_init(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_layer *L, uin
     memset(cl, 0, sizeof *cl);
     cl->L = *L;
     cl->index = index;
+    if (gt_cuda_ctx_cudnn(c, e))
+        return -1;
     switch (L->kind) {
     case GT_CONV:
         return conv_init(c, cl, e);
@@ -457,14 +463,14 @@ static int conv_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *
 /* dW[out][in] += dy^T x is column-major dW^T (in x out) += x^T dy; dx[n][in] = dy W is
  * column-major dx^T (in x n) = W^T dy^T. */
 static int linear_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
-                           const float *x, const float *dy, float *dx, gt_err *e)
+                           const float *x, const float *dy, float *dx, int bias, gt_err *e)
 {
     const gt_layer *L = &cl->L;
     int in = (int)L->in_len, out = (int)L->out_len;
     GT_CUBLAS_CHECK(c->name, e,
                     cublasSgemm(c->cublas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, p->n, &one, x, in,
                                 dy, out, &one, p->grad + L->w_off, in));
-    if (L->b_len && gt_cuda_bias_grad(c, dy, p->grad + L->b_off, p->n, out, e))
+    if (bias && L->b_len && gt_cuda_bias_grad(c, dy, p->grad + L->b_off, p->n, out, e))
         return -1;
     if (dx)
         GT_CUBLAS_CHECK(c->name, e,
@@ -483,7 +489,7 @@ int gt_cuda_layer_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass
     case GT_CONV:
         return conv_backward(c, cl, p, x, dy, dx, e);
     case GT_LINEAR:
-        return linear_backward(c, cl, p, x, dy, dx, e);
+        return linear_backward(c, cl, p, x, dy, dx, 1, e);
     default:
         break;
     }
@@ -512,4 +518,125 @@ int gt_cuda_layer_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass
         break;
     }
     return layer_fail(c, cl, e, "unknown layer kind");
+}
+
+/* ---- epilogues ------------------------------------------------------------------------------- */
+
+/* What of next (the nnext layers after cl's) cl's epilogue can run: cl's epi fields, and
+ * cl->absorbs returned. */
+static int layer_plan_epilogue(gt_cuda_layer *cl, const gt_layer *next, int nnext)
+{
+    gt_layer_kind kind = cl->L.kind;
+    cl->absorbs = 0;
+    cl->epi_pool = cl->epi_k = 0;
+    cl->epi_p = 0.0f;
+    cl->epi_drop_index = 0;
+    if ((kind != GT_CONV && kind != GT_LINEAR) || nnext < 1 || next[0].kind != GT_RELU)
+        return 0;
+    cl->absorbs = 1;
+    if (nnext < 2)
+        return 1;
+    if (kind == GT_CONV && (next[1].kind == GT_MAXPOOL || next[1].kind == GT_AVGPOOL)) {
+        cl->epi_pool = next[1].kind;
+        cl->epi_k = next[1].k;
+        cl->absorbs = 2;
+    } else if (kind == GT_LINEAR && next[1].kind == GT_DROPOUT) {
+        cl->epi_p = next[1].p;
+        cl->epi_drop_index = cl->index + 2;
+        cl->absorbs = 2;
+    }
+    return cl->absorbs;
+}
+
+int gt_cuda_layer_path_env(int *epilogues, gt_err *e)
+{
+    const char *v = getenv("GT_LAYER_PATH");
+    *epilogues = 0;
+    if (!v || !*v || strcmp(v, "plain") == 0)
+        return 0;
+    if (strcmp(v, "epilogue") == 0) {
+        *epilogues = 1;
+        return 0;
+    }
+    return gt_fail(e, "GT_LAYER_PATH: bad value '%.40s' (plain or epilogue)", v);
+}
+
+void gt_cuda_layers_plan_epilogues(gt_cuda_layer *layer, const gt_model *m, int *head)
+{
+    for (int l = 0; l < m->nlayers; l++)
+        head[l] = l;
+    for (int l = 0; l < m->nlayers; l++) {
+        int k = layer_plan_epilogue(&layer[l], m->layers + l + 1, m->nlayers - l - 1);
+        for (int j = 1; j <= k; j++)
+            head[l + j] = l;
+        l += k;
+    }
+}
+
+static const float *layer_bias(const gt_cuda_layer *cl, const float *params)
+{
+    return cl->L.b_len ? params + cl->L.b_off : NULL;
+}
+
+static int epilogue_check(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
+{
+    if (cl->absorbs < 1 || (cl->L.kind != GT_CONV && cl->L.kind != GT_LINEAR))
+        return layer_fail(c, cl, e, "the layer has no epilogue");
+    if (cl->L.kind == GT_CONV && !cl->planned)
+        return layer_fail(c, cl, e, "convolution algorithms were never chosen");
+    return 0;
+}
+
+int gt_cuda_layer_forward_epilogue(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
+                                   const float *x, float *z, float *y, int train, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    if (epilogue_check(c, cl, e) || layer_set_batch(c, cl, p->n, e))
+        return -1;
+    const float *b = layer_bias(cl, p->params);
+    if (L->kind == GT_CONV) {
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnConvolutionForward(c->cudnn, &one, cl->x_desc, x, cl->w_desc,
+                                               p->params + L->w_off, cl->conv_fwd, cl->fwd_algo,
+                                               c->ws, c->ws_bytes, &zero, cl->y_desc, z));
+        return gt_cuda_conv_epilogue_forward(c, z, b, p->n, L->out_c, L->out_h, L->out_w,
+                                             cl->absorbs == 2 ? cl->epi_pool : 0, cl->epi_k, y,
+                                             e);
+    }
+    int in = (int)L->in_len, out = (int)L->out_len;
+    GT_CUBLAS_CHECK(c->name, e,
+                    cublasSgemm(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, p->n, in, &one,
+                                p->params + L->w_off, in, x, in, &zero, z, out));
+    gt_cuda_drop drop = {cl->epi_p, p->mask, p->seed, p->epoch, p->key, p->ids,
+                         cl->epi_drop_index};
+    int dropping = train && cl->absorbs == 2;
+    if (dropping && !p->mask)
+        return layer_fail(c, cl, e, "the epilogue's dropout has no mask buffer");
+    return gt_cuda_linear_epilogue_forward(c, z, b, p->n, L->out_len, dropping ? &drop : NULL,
+                                           y, e);
+}
+
+int gt_cuda_layer_backward_epilogue(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
+                                    const float *x, const float *z, const float *dy, float *dz,
+                                    float *dx, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    if (epilogue_check(c, cl, e) || layer_set_batch(c, cl, p->n, e))
+        return -1;
+    const float *b = layer_bias(cl, p->params);
+    if (L->kind == GT_CONV)
+        return gt_cuda_conv_epilogue_backward(c, z, b, dy, p->n, L->out_c, L->out_h, L->out_w,
+                                              cl->absorbs == 2 ? cl->epi_pool : 0, cl->epi_k,
+                                              dz, e) ||
+                       conv_backward(c, cl, p, x, dz, dx, e)
+                   ? -1
+                   : 0;
+    int dropping = cl->absorbs == 2;
+    if (dropping && !p->mask)
+        return layer_fail(c, cl, e, "the epilogue's dropout has no mask buffer");
+    if (gt_cuda_linear_epilogue_backward(c, z, b, dy, dropping ? p->mask : NULL, cl->epi_p, p->n,
+                                         (int)L->out_len, dz,
+                                         L->b_len ? p->grad + L->b_off : NULL, e))
+        return -1;
+    return linear_backward(c, cl, p, x, dz, dx, 0, e);
 }

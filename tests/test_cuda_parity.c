@@ -545,9 +545,38 @@ static void test_path(gt_device *d, gt_cpu_net *net, const float *params, const 
     gt_free(params2);
 }
 
-/* Every path of a model: the fused kernels where the model has their shape, and layer by layer,
- * each replaying captured graphs and eager. open must choose fused and graphs where it can, and
- * graphs must really be in use when asked for. */
+/* One path of an open device: steps, non-finite, overlapped steps, graphs in use when asked. */
+static void test_one_path(gt_device *d, gt_cpu_net *net, const float *params,
+                          const gt_dataset *ds, gt_rng *r, uint32_t eval_n, int fused,
+                          int epilogues, int graphs, const char *name)
+{
+    char label[64];
+    gt_err e = {""};
+    gt_cuda_path path = {0};
+    snprintf(label, sizeof label, "%.30s %s %s", name,
+             fused ? "fused" : epilogues ? "layers+epilogues" : "layers",
+             graphs ? "graphs" : "eager");
+    int set = gt_cuda_device_set_path(d, fused, graphs, &e);
+    if (set == 0)
+        set = gt_cuda_device_set_epilogues(d, epilogues, &e);
+    CHECK_MSG(set == 0, "%s: %s", label, e.msg);
+    if (set)
+        return;
+    g_kink_steps = 0;
+    test_path(d, net, params, ds, r, eval_n, label);
+    nonfinite_step(d, params, ds, label);
+    overlap_compare(d, net, params, ds, label);
+    CHECK_MSG(g_kink_steps <= 2, "%s: %d steps missed %g (one kink crossing is allowed)", label,
+              g_kink_steps, TOL);
+    CHECK(gt_cuda_device_get_path(d, &path) == 0);
+    CHECK_MSG(path.graphs == graphs && (!graphs || path.ngraphs > 0),
+              "%s: %d graphs in use (%s)", label, path.ngraphs, path.graph_error);
+    CHECK_MSG(path.epilogues == epilogues, "%s: epilogues %d", label, path.epilogues);
+}
+
+/* Every path of a model: the fused kernels where the model has their shape, and layer by layer
+ * with and without epilogues, each replaying captured graphs and eager. open must choose fused
+ * and graphs where it can, and graphs must really be in use when asked for. */
 static void test_model(const char *name, int max_batch, uint32_t eval_n, int fusable,
                        const gt_dataset *ds, gt_rng *r)
 {
@@ -578,32 +607,20 @@ static void test_model(const char *name, int max_batch, uint32_t eval_n, int fus
         CHECK(gt_cuda_device_set_path(d, 1, 1, &e) == (fusable ? 0 : -1));
     }
     for (int fused = fusable; rc == 0 && fused >= 0; fused--)
-        for (int graphs = 1; graphs >= 0; graphs--) {
-            char label[64];
-            snprintf(label, sizeof label, "%s %s %s", name, fused ? "fused" : "layers",
-                     graphs ? "graphs" : "eager");
-            int set = gt_cuda_device_set_path(d, fused, graphs, &e);
-            CHECK_MSG(set == 0, "%s: %s", label, e.msg);
-            if (set)
-                continue;
-            g_kink_steps = 0;
-            test_path(d, &net, params, ds, r, eval_n, label);
-            nonfinite_step(d, params, ds, label);
-            overlap_compare(d, &net, params, ds, label);
-            CHECK_MSG(g_kink_steps <= 2, "%s: %d steps missed %g (one kink crossing is allowed)",
-                      label, g_kink_steps, TOL);
-            CHECK(gt_cuda_device_get_path(d, &path) == 0);
-            CHECK_MSG(path.graphs == graphs && (!graphs || path.ngraphs > 0),
-                      "%s: %d graphs in use (%s)", label, path.ngraphs, path.graph_error);
-        }
+        for (int epi = 0; epi <= !fused; epi++)
+            for (int graphs = 1; graphs >= 0; graphs--)
+                test_one_path(d, &net, params, ds, r, eval_n, fused, epi, graphs, name);
     gt_device_close(d);
     gt_cpu_net_destroy(&net);
     gt_free(params);
 }
 
 /* TF32 tensor cores keep 10 mantissa bits: the step (layer by layer: the fused kernels use no
- * tensor cores) must run and land near the fp32 one. */
-static void test_tf32(const gt_dataset *ds, gt_rng *r)
+ * tensor cores; with TF32 every cuDNN algorithm competes) must run and land near the CPU's. The
+ * gradient tolerance is the model's: ~1e-3 rounding moves ReLU and max-pool kinks, and each
+ * crossing sends a sample's gradient through another unit (cnn-wide's max-pools cross most). */
+static void test_tf32(const gt_dataset *ds, gt_rng *r, const char *name, int epilogues,
+                      double grad_tol)
 {
     gt_model m;
     gt_cpu_net net;
@@ -612,7 +629,7 @@ static void test_tf32(const gt_dataset *ds, gt_rng *r)
     uint32_t idx[32];
     gt_batch b;
     int hits_cpu = 0;
-    CHECK(gt_model_build("lenet5", 1, 28, 28, 10, &m, &e) == 0);
+    CHECK(gt_model_build(name, 1, 28, 28, 10, &m, &e) == 0);
     float *params = gt_alloc(m.nparams * sizeof *params);
     float *grad_cpu = gt_alloc(m.nparams * sizeof *grad_cpu);
     gt_model_init_params(&m, params, 12);
@@ -622,23 +639,56 @@ static void test_tf32(const gt_dataset *ds, gt_rng *r)
     int rc = gt_cuda_device_open(&d, &m, 32, 0, 1, &e);
     CHECK_MSG(rc == 0, "tf32 open: %s", e.msg);
     if (rc == 0) {
-        rc = gt_cuda_device_set_path(d, 0, 1, &e);
+        rc = gt_cuda_device_set_path(d, 0, 1, &e) ||
+             gt_cuda_device_set_epilogues(d, epilogues, &e);
         CHECK_MSG(rc == 0, "tf32 path: %s", e.msg);
     }
     if (rc == 0) {
         gt_step_out out = {.correct = -1};
         memcpy(d->params, params, m.nparams * sizeof *params);
         rc = d->ops->load_params(d, &e) || d->ops->train_step(d, &b, &out, &e);
-        CHECK_MSG(rc == 0, "tf32 step: %s", e.msg);
+        CHECK_MSG(rc == 0, "tf32 %s step: %s", name, e.msg);
         CHECK_MSG(fabs(out.loss_sum - loss_cpu) <= 1e-2 * fabs(loss_cpu),
-                  "tf32: loss %.9g on the GPU, %.9g on the CPU", out.loss_sum, loss_cpu);
+                  "tf32 %s: loss %.9g on the GPU, %.9g on the CPU", name, out.loss_sum, loss_cpu);
         double err = rel_err(d->grad, grad_cpu, m.nparams);
-        CHECK_MSG(err <= 2e-2, "tf32: gradient relative error %.3g", err);
+        printf("tf32 %s%s: loss %.9g (CPU %.9g), gradient relative error %.3g\n", name,
+               epilogues ? " epilogues" : "", out.loss_sum, loss_cpu, err);
+        CHECK_MSG(err <= grad_tol, "tf32 %s: gradient relative error %.3g", name, err);
     }
     gt_device_close(d);
     gt_cpu_net_destroy(&net);
     gt_free(params);
     gt_free(grad_cpu);
+}
+
+/* GT_LAYER_PATH picks the layer path's epilogues at open; a bad value is an error naming it. */
+static void test_layer_path_env(void)
+{
+    gt_model m;
+    gt_device *d = NULL;
+    gt_err e = {""};
+    gt_cuda_path path = {0};
+    const char *old = getenv("GT_LAYER_PATH");
+    char *saved = old ? strdup(old) : NULL;
+    CHECK(gt_model_build("cnn-wide", 1, 28, 28, 10, &m, &e) == 0);
+    setenv("GT_LAYER_PATH", "fast", 1);
+    CHECK(gt_cuda_device_open(&d, &m, 4, 0, 0, &e) == -1 && d == NULL);
+    CHECK_MSG(strstr(e.msg, "GT_LAYER_PATH") && strstr(e.msg, "fast"), "message '%s'", e.msg);
+    const char *values[] = {"plain", "epilogue"};
+    for (int i = 0; i < 2; i++) {
+        setenv("GT_LAYER_PATH", values[i], 1);
+        int rc = gt_cuda_device_open(&d, &m, 4, 0, 0, &e);
+        CHECK_MSG(rc == 0, "GT_LAYER_PATH=%s: %s", values[i], e.msg);
+        if (rc == 0) {
+            CHECK(gt_cuda_device_get_path(d, &path) == 0 && path.epilogues == i);
+            gt_device_close(d);
+        }
+    }
+    if (saved)
+        setenv("GT_LAYER_PATH", saved, 1);
+    else
+        unsetenv("GT_LAYER_PATH");
+    free(saved);
 }
 
 static void test_missing_gpu(int count)
@@ -695,7 +745,14 @@ int main(void)
     test_model("lenet5", 300, 40, 1, &ds, &r);
     test_model("lenet5-classic", 16, 50, 1, &ds, &r);
     test_model("cnn-wide", 8, 40, 0, &ds, &r);
-    test_tf32(&ds, &r);
+    /* Every epilogue shape: a ReLU alone after a convolution, pooling windows that leave rows
+     * and columns over (26 / 3, 6 / 4), a linear ReLU with and without dropout. */
+    test_model("conv:4:3:1 relu conv:6:3 relu maxpool:3 conv:5:3 relu avgpool:4 fc:20 relu "
+               "dropout:0.3 fc:16 relu fc:10", 16, 40, 0, &ds, &r);
+    test_layer_path_env();
+    test_tf32(&ds, &r, "lenet5", 0, 2e-2);
+    test_tf32(&ds, &r, "cnn-wide", 0, 0.1);
+    test_tf32(&ds, &r, "cnn-wide", 1, 0.1);
     test_missing_gpu(count);
     gt_free(ds.images);
     gt_free(ds.labels);

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# onegpu_check.sh - one GPU: build with CUDA, run the parity test and compute-sanitizer on it, then
+# time the layer path's variants (GT_LAYER_PATH plain and epilogue, TF32 off and on) on cnn-wide
+# allreduce batch 128, lenet5 (fused kernels) at batch 64 and 256, a 10-epoch lenet5 run from launch
+# to exit, and PyTorch's whole-step CUDA graph beside them where tools/torch_lenet.py is present.
+# Prints a table last; every figure comes from this run on this card.
+#
+# Usage: tools/onegpu_check.sh --data DIR [--gpu 0] [--epochs 3] [--skip-sanitizer] [--skip-timing]
+#                              [--baseline BIN]   (BIN: an older gputrain, timed on the same rows)
+# (the sanitizer pass takes minutes: split it from the timings where a call has a time limit)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/tools/lib.sh"
+data="" gpu=0 epochs=3 sanitize=1 timing=1 base=
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --data) data=$2; shift 2 ;;
+        --gpu) gpu=$2; shift 2 ;;
+        --epochs) epochs=$2; shift 2 ;;
+        --skip-sanitizer) sanitize=0; shift ;;
+        --skip-timing) timing=0; shift ;;
+        --baseline) base=$2; shift 2 ;;
+        *) echo "onegpu_check: unknown option '$1'" >&2; exit 2 ;;
+    esac
+done
+[ -n "$data" ] || { echo "onegpu_check: --data DIR is required" >&2; exit 2; }
+build="$root/build-cuda"
+bin="$build/gputrain"
+work=$(mktemp -d)
+table="$work/table.txt"
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "$gpu" | head -1)
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+
+echo "== build ($commit)"
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGT_CUDA=ON -DGT_MPI=OFF >/dev/null
+cmake --build "$build" -j"$(nproc)" >/dev/null
+
+echo "== test_cuda_parity"
+(cd "$build" && GT_SOURCE_DIR="$root" CUDA_VISIBLE_DEVICES=$gpu ./test_cuda_parity \
+    >"$work/parity.log" 2>&1) && parity=passed || parity="FAILED (exit $?)"
+tail -n 20 "$work/parity.log"
+echo "test_cuda_parity: $parity"
+if [ "$sanitize" = 1 ]; then
+    echo "== compute-sanitizer memcheck on test_cuda_parity"
+    san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    (cd "$build" && GT_SOURCE_DIR="$root" CUDA_VISIBLE_DEVICES=$gpu timeout 420 \
+        "$san" --tool memcheck --leak-check full ./test_cuda_parity >"$work/memcheck.log" 2>&1) ||
+        echo "memcheck: exit $? (124: timed out)"
+    grep -E 'ERROR SUMMARY|failed|FAIL' "$work/memcheck.log" | tail -n 5
+fi
+[ "$timing" = 1 ] || { rm -rf "$work"; exit 0; }
+
+printf '%-44s %12s %10s\n' "run ($card, $epochs epochs)" "samples/s" "epoch s" >"$table"
+
+gt_run() { # label env-path tf32(0|1) args...
+    local label=$1 path=$2 tf=$3
+    shift 3
+    gt_run_bin "$bin" "$label" "$path" "$tf" "$@"
+    [ -z "$base" ] || [ "$path" = epilogue ] ||
+        gt_run_bin "$base" "$label (baseline)" "$path" "$tf" "$@"
+}
+
+gt_run_bin() { # binary label env-path tf32(0|1) args...
+    local bin=$1 label=$2 path=$3 tf=$4
+    shift 4
+    local log="$work/$(echo "$label" | tr -c 'A-Za-z0-9' _).jsonl"
+    local tfa=()
+    [ "$tf" = 1 ] && tfa=(--tf32)
+    GT_LAYER_PATH=$path "$bin" --data "$data" --gpus "$gpu" --epochs "$epochs" --log "$log" \
+        --quiet --no-progress "${tfa[@]}" "$@"
+    printf '%-44s %12s %10s\n' "gputrain $label" "$(gt_median_sps "$log")" \
+        "$(gt_median_epoch "$log")" >>"$table"
+}
+
+torch_run() { # label batch tf32 args...
+    local label=$1 batch=$2 tf=$3
+    shift 3
+    local out="$work/torch-$(echo "$label" | tr -c 'A-Za-z0-9' _).jsonl" sps
+    CUDA_VISIBLE_DEVICES=$gpu python3 "$root/tools/torch_lenet.py" --data "$data" --mode single \
+        --gpus 1 --batch "$batch" --epochs "$epochs" --opt sgd --lr 0.05 --graph 1 --tf32 "$tf" \
+        --out "$out" "$@" >"$out.txt" 2>&1 || { echo "pytorch $label: failed (see below)";
+        tail -n 5 "$out.txt"; return 0; }
+    sps=$(grep '^{' "$out.txt" | tail -1 | sed 's/.*"samples_per_s_steady": \([0-9.]*\).*/\1/')
+    printf '%-44s %12s %10s\n' "pytorch graph $label" "$sps" "-" >>"$table"
+}
+
+echo "== cnn-wide allreduce batch 128"
+for tf in 0 1; do
+    for path in plain epilogue; do
+        gt_run "cnn-wide b128 $path tf32=$tf" "$path" "$tf" --model cnn-wide --mode allreduce \
+            --batch 128
+    done
+done
+echo "== lenet5 (fused kernels)"
+for b in 64 256; do
+    gt_run "lenet5 allreduce b$b" plain 0 --mode allreduce --batch "$b"
+done
+gt_run "lenet5 hogwild b64" plain 0 --batch 64
+if [ -f "$root/tools/torch_lenet.py" ]; then
+    for tf in 0 1; do
+        torch_run "lenet5 b64 tf32=$tf" 64 "$tf"
+        torch_run "lenet5 b256 tf32=$tf" 256 "$tf"
+        if python3 "$root/tools/torch_lenet.py" --help 2>/dev/null | grep -q -- '--model'; then
+            torch_run "cnn-wide b128 tf32=$tf" 128 "$tf" --model cnn-wide
+        fi
+    done
+else
+    echo "(tools/torch_lenet.py not in this tree: no PyTorch rows)"
+fi
+
+wall_run() { # binary label
+    local start end first last
+    start=$(date +%s.%N)
+    "$1" --data "$data" --gpus "$gpu" --epochs 10 --mode allreduce --batch 64 --quiet \
+        --no-progress --log "$work/wall.jsonl"
+    end=$(date +%s.%N)
+    first=$(grep '"type":"eval"' "$work/wall.jsonl" | head -1 |
+        sed 's/.*"wall_s":\([0-9.]*\).*/\1/')
+    last=$(grep '"type":"eval"' "$work/wall.jsonl" | tail -1 | sed 's/.*"wall_s":\([0-9.]*\).*/\1/')
+    awk -v s="$start" -v e="$end" -v f="$first" -v l="$last" -v n="$2" 'BEGIN {
+        printf "%-44s %12s %10.3f\n", n ": launch to exit (s)", "-", e - s;
+        printf "%-44s %12s %10s\n", "  log wall_s at first / last eval", f, l }' >>"$table"
+}
+echo "== lenet5 10 epochs, launch to exit"
+wall_run "$bin" "lenet5 10 epochs"
+[ -z "$base" ] || wall_run "$base" "lenet5 10 epochs (baseline)"
+
+echo
+echo "== $card, commit $commit, $(date -u +%Y-%m-%dT%H:%MZ), test_cuda_parity $parity"
+cat "$table"
+rm -rf "$work"
