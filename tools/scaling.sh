@@ -7,6 +7,10 @@
 #
 # Usage: tools/scaling.sh [--data DIR] [--torch-ref tools/torch_lenet.py] [--bin build/gputrain]
 #                         [--epochs 5] [--gpus "1 2 4"] [--out results]
+#                         [--modes "hogwild hogwild-overlap sync ssp-s1 allreduce"]
+#                         [--models "lenet5 cnn-wide"] [--no-torch]
+# Mode labels: hogwild, hogwild-overlap, hogwild-lockfree, sync, ssp-sN (--staleness N),
+# local-kN (--sync-every N), allreduce.
 # --data defaults to datasets/fashion-mnist, then /usr/share/datasets/fashion-mnist.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,10 +18,14 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 gt_prog=scaling
 cmd="$0 $*"
 data="" ref="$root/tools/torch_lenet.py" bin="$root/build/gputrain" epochs=5 counts="1 2 4" out="$root/results"
+labels="hogwild hogwild-overlap sync ssp-s1 allreduce" models="lenet5 cnn-wide" torch=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --help) gt_usage "$0"; exit 0 ;;
-        --data | --torch-ref | --bin | --epochs | --gpus | --out) need_value "$1" $# ;;&
+        --data | --torch-ref | --bin | --epochs | --gpus | --out | --modes | --models) need_value "$1" $# ;;&
+        --modes) labels=$2; shift 2 ;;
+        --models) models=$2; shift 2 ;;
+        --no-torch) torch=0; shift ;;
         --data) data=$2; shift 2 ;;
         --torch-ref) ref=$2; shift 2 ;;
         --bin) bin=$2; shift 2 ;;
@@ -27,7 +35,14 @@ while [ $# -gt 0 ]; do
         *) usage_error "unknown option '$1'" ;;
     esac
 done
-[ -f "$ref" ] || usage_error "--torch-ref: '$ref' not found"
+[ "$torch" -eq 0 ] || [ -f "$ref" ] || usage_error "--torch-ref: '$ref' not found"
+for label in $labels; do
+    case "$label" in hogwild | hogwild-overlap | hogwild-lockfree | sync | allreduce) ;;
+        ssp-s[0-9]* | local-k[0-9]*) ;; *) usage_error "--modes: unknown mode '$label'" ;; esac
+done
+for model in $models; do
+    case "$model" in lenet5 | cnn-wide) ;; *) usage_error "--models: unknown model '$model' (lenet5, cnn-wide)" ;; esac
+done
 gt_find_data
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | head -1)
 ngpu=$(nvidia-smi -L | wc -l)
@@ -45,12 +60,17 @@ gpu_list() { seq -s, 0 $(($1 - 1)); }
 
 for g in $counts; do
     [ "$g" -le "$ngpu" ] || continue
-    for spec in "lenet5 64" "cnn-wide 128"; do
-        set -- $spec
-        model=$1 batch=$2
-        for label in hogwild hogwild-overlap sync allreduce; do
-            mode=${label%-overlap} extra=()
-            [ "$label" = hogwild-overlap ] && extra=(--overlap)
+    for model in $models; do
+        batch=64
+        [ "$model" = cnn-wide ] && batch=128
+        for label in $labels; do
+            case "$label" in
+                hogwild-overlap) mode=hogwild extra=(--overlap) ;;
+                hogwild-lockfree) mode=hogwild extra=(--stripes 0) ;;
+                ssp-s*) mode=ssp extra=(--staleness "${label#ssp-s}") ;;
+                local-k*) mode=local extra=(--sync-every "${label#local-k}") ;;
+                *) mode=$label extra=() ;;
+            esac
             log="$work/$model-$label-$g.jsonl"
             c=("$bin" --data "$data" --gpus "$(gpu_list "$g")" --model "$model" --mode "$mode" --batch "$batch"
                --epochs "$epochs" --log "$log" --quiet --no-progress "${extra[@]}")
@@ -65,6 +85,7 @@ for g in $counts; do
             echo "gputrain $model $label x$g: $sps samples/s, acc $acc"
         done
     done
+    [ "$torch" -eq 1 ] || continue
     c=(python3 "$ref" --data "$data" --mode ddp --gpus "$g" --batch 64 --epochs "$epochs")
     [ "$g" -eq 1 ] && c=(python3 "$ref" --data "$data" --mode single --gpus 1 --batch 64 --epochs "$epochs")
     if "${c[@]}" >"$work/ddp$g.out" 2>&1; then

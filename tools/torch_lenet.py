@@ -70,6 +70,24 @@ if torch is not None:
             x = F.relu(self.f1(x.flatten(1)))
             return self.f3(F.relu(self.f2(x)))
 
+    class CnnWide(nn.Module):
+        """gputrain's cnn-wide: conv:32:5:2 relu maxpool:2 conv:64:5:2 relu maxpool:2 fc:1024 relu
+        dropout:0.4 fc:10 (3.3 M parameters), with gputrain's parameter names."""
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(1, 32, 5, padding=2)
+            self.c2 = nn.Conv2d(32, 64, 5, padding=2)
+            self.f1 = nn.Linear(64 * 7 * 7, 1024)
+            self.f2 = nn.Linear(1024, 10)
+
+        def forward(self, x):
+            x = F.max_pool2d(F.relu(self.c1(x)), 2)
+            x = F.max_pool2d(F.relu(self.c2(x)), 2)
+            x = F.dropout(F.relu(self.f1(x.flatten(1))), 0.4, self.training)
+            return self.f2(x)
+
+    MODELS = {"lenet5": LeNet5, "cnn-wide": CnnWide}
+
 
 def to_device(images, labels, dev, limit=None):
     if limit:
@@ -177,7 +195,7 @@ def run(rank, args):
     xtr, ytr, xte, yte = load_fmnist(args.data)
     x, y = to_device(xtr, ytr, dev, args.train_samples)
     xt, yt = to_device(xte, yte, dev)
-    model = LeNet5().to(dev)
+    model = MODELS[args.model]().to(dev)
     net = model
     if world > 1:
         net = nn.parallel.DistributedDataParallel(model, device_ids=[rank] if dev.type == "cuda" else None)
@@ -249,6 +267,7 @@ def parse_args(argv):
     p.add_argument("--data", default="", help="Fashion-MNIST folder (IDX .gz; default datasets/fashion-mnist, "
                    "then /usr/share/datasets/fashion-mnist)")
     p.add_argument("--mode", default="single", choices=["single", "ddp"])
+    p.add_argument("--model", default="lenet5", choices=["lenet5", "cnn-wide"], help="gputrain's model of that name")
     p.add_argument("--gpus", type=int, default=1, help="processes (GPUs) in ddp mode")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: for a check without a GPU")
     p.add_argument("--batch", type=int, default=64, help="batch per GPU")
