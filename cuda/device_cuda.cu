@@ -411,7 +411,9 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
     if (gt_cuda_softmax_xent(c, logits, s->dev + lay.labels, n, g->nclasses, 1.0f / (float)n,
                              g->dact[0], g->result, e))
         return -1;
-    return cuda_backward(g, m, pass, e);
+    if (cuda_backward(g, m, pass, e))
+        return -1;
+    return gt_cuda_flag_nonfinite(c, g->grad, m->nparams, &g->result->nonfinite, e);
 }
 
 /* Everything the GPU does for one training step, in stream order: what a graph captures. */
@@ -520,10 +522,8 @@ static void cuda_step_result(const cuda_impl *g, int s, gt_step_out *out)
     const gt_cuda_result *res = g->result_host + s;
     out->loss_sum = res->loss_sum;
     out->correct = res->correct;
-    /* The fused reduction checked every gradient entry on the way out. */
-    out->grad_status = !g->fused      ? GT_GRAD_UNCHECKED
-                       : res->nonfinite ? GT_GRAD_NONFINITE
-                                        : GT_GRAD_FINITE;
+    /* The fused reduction, or the layer path's flag kernel, checked every gradient entry. */
+    out->grad_status = res->nonfinite ? GT_GRAD_NONFINITE : GT_GRAD_FINITE;
 }
 
 static int cuda_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt_err *e)

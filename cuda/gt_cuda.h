@@ -273,10 +273,12 @@ int gt_cuda_layer_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass
 typedef struct gt_cuda_result {
     double loss_sum;
     int correct;
-    int nonfinite;  /* fused training step: 1 when a gradient entry is not finite */
+    int nonfinite;  /* training step: 1 when a gradient entry is not finite */
 } gt_cuda_result;
 
 int gt_cuda_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_t len, gt_err *e);
+/* Sets *flag (device memory, zeroed by the caller) when an entry of g[0..len) is not finite. */
+int gt_cuda_flag_nonfinite(gt_cuda_ctx *c, const float *g, size_t len, int *flag, gt_err *e);
 /* y[r][j] += b[j] for rows r < n of width len. */
 int gt_cuda_bias_add(gt_cuda_ctx *c, float *y, const float *b, int n, int len, gt_err *e);
 /* db[j] += sum over rows r < n of dy[r][j], rows in order like the CPU. */

@@ -38,6 +38,26 @@ int gt_cuda_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_t len
     return 0;
 }
 
+/* Sets *flag when any of g[0..len) is Inf or NaN (exponent bits all ones, as gt_all_finite tests
+ * on the host): one read of the gradient on the device instead of the host's scan of its copy. */
+__global__ static void flag_nonfinite_kernel(const float *g, size_t len, int *flag)
+{
+    unsigned bad = 0;
+    GRID_STRIDE(i, len)
+    bad |= (__float_as_uint(g[i]) & 0x7f800000u) == 0x7f800000u;
+    if (__syncthreads_or(bad) && threadIdx.x == 0)
+        atomicOr(flag, 1);
+}
+
+int gt_cuda_flag_nonfinite(gt_cuda_ctx *c, const float *g, size_t len, int *flag, gt_err *e)
+{
+    if (len == 0)
+        return 0;
+    flag_nonfinite_kernel<<<grid_for(len), BLOCK, 0, c->stream>>>(g, len, flag);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
 __global__ static void bias_add_kernel(float *y, const float *b, size_t total, int len)
 {
     GRID_STRIDE(i, total)

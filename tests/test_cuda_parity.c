@@ -353,10 +353,8 @@ static void step_compare(gt_device *d, gt_cpu_net *net, const float *params, con
     CHECK_MSG(rc == 0, "%s: %s", what, e.msg);
     if (rc == 0)
         compare_step(d->model, &out, d->grad, loss_cpu, hits_cpu, grad_cpu, what);
-    /* The fused reduction vouches for a finite gradient; the layer path leaves it to the worker. */
-    gt_cuda_path path;
-    CHECK(gt_cuda_device_get_path(d, &path) == 0);
-    CHECK_MSG(out.grad_status == (path.fused ? GT_GRAD_FINITE : GT_GRAD_UNCHECKED),
+    /* Both paths vouch for a finite gradient (the fused reduction, the layer path's flag kernel). */
+    CHECK_MSG(out.grad_status == GT_GRAD_FINITE,
               "%s: gradient status %d", what, out.grad_status);
 }
 
@@ -432,14 +430,12 @@ static void nonfinite_step(gt_device *d, const float *params, const gt_dataset *
     gt_batch b;
     gt_step_out out = {.correct = -1, .grad_status = -1};
     gt_err e = {""};
-    gt_cuda_path p;
     bad[m->tensors[m->ntensors - 2].offset] = INFINITY; /* the last layer's first weight */
     make_batch(&b, idx, d->max_batch, ds, r);
-    CHECK(gt_cuda_device_get_path(d, &p) == 0);
     if (load_params(d, bad, path) == 0) {
         int rc = d->ops->train_step(d, &b, &out, &e);
         CHECK_MSG(rc == 0, "%s: non-finite step: %s", path, e.msg);
-        CHECK_MSG(out.grad_status == (p.fused ? GT_GRAD_NONFINITE : GT_GRAD_UNCHECKED),
+        CHECK_MSG(out.grad_status == GT_GRAD_NONFINITE,
                   "%s: non-finite step: gradient status %d", path, out.grad_status);
         CHECK_MSG(!gt_all_finite(d->grad, m->nparams), "%s: non-finite step: finite gradient",
                   path);
