@@ -10,7 +10,14 @@
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/tools/lib.sh"
+gt_prog=exchange_runs
+case "${1:-}" in
+    --help) gt_usage "$0"; exit 0 ;;
+    -*) usage_error "unknown option '$1'" ;;
+esac
+[ $# -ge 2 ] && [ $# -le 3 ] || usage_error "expected BIN DATA_DIR [EPOCHS]"
 bin=$1 data=$2 epochs=${3:-3}
+check_uint EPOCHS "$epochs"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 base=0

@@ -11,16 +11,18 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/tools/lib.sh"
+gt_prog=onegpu_check
 data="" gpu=0 epochs=3 sanitize=1 timing=1 base=
 while [ $# -gt 0 ]; do
     case "$1" in
+        --help) gt_usage "$0"; exit 0 ;;
         --data) data=$2; shift 2 ;;
         --gpu) gpu=$2; shift 2 ;;
         --epochs) epochs=$2; shift 2 ;;
         --skip-sanitizer) sanitize=0; shift ;;
         --skip-timing) timing=0; shift ;;
         --baseline) base=$2; shift 2 ;;
-        *) echo "onegpu_check: unknown option '$1'" >&2; exit 2 ;;
+        *) usage_error "unknown option '$1'" ;;
     esac
 done
 [ -n "$data" ] || { echo "onegpu_check: --data DIR is required" >&2; exit 2; }
