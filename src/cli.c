@@ -639,7 +639,7 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "                         (default: none)\n"
         "  --allow-nonfinite      load a checkpoint holding NaN or Inf values (default: refused)\n"
         "  --on-nan stop|skip     on a non-finite loss, stop the run or skip the update\n"
-        "                         (default %s)\n"
+        "                         (default: neither; the guard acts as --on-diverge says)\n"
         "  --on-diverge recover|stop  a loss that goes non-finite, climbs well above its start\n"
         "                         or stays at chance: roll back to the last good parameters\n"
         "                         and lower the step size, or stop with an error (default %s)\n"
@@ -653,8 +653,7 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "  --host-timeout SECONDS  under mpirun: a host that waits this long for the others in\n"
         "                         a collective ends the run, naming itself; 0 waits forever\n"
         "                         (default %g)\n\n",
-        d->keep, gt_name(GT_NAMES_ON_NAN, (int)d->on_nan),
-        gt_name(GT_NAMES_ON_DIVERGE, (int)d->on_diverge), d->host_timeout);
+        d->keep, gt_name(GT_NAMES_ON_DIVERGE, (int)d->on_diverge), d->host_timeout);
 }
 
 static void cli_usage_output(FILE *out)
