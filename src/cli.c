@@ -42,7 +42,7 @@ enum cli_opt {
     OPT_EVAL_EVERY, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WEIGHT_DECAY, OPT_BETA1,
     OPT_BETA2, OPT_EPS, OPT_SCHEDULE, OPT_WARMUP, OPT_STEP_EPOCHS, OPT_GAMMA, OPT_CHECKPOINT,
     OPT_CHECKPOINT_EVERY, OPT_KEEP, OPT_RESUME, OPT_INIT, OPT_ALLOW_NONFINITE, OPT_ON_NAN, OPT_INJECT_FAULT,
-    OPT_STALL_TIMEOUT, OPT_HOST_TIMEOUT, OPT_LOG, OPT_LOG_STEPS, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_VERSION,
+    OPT_STALL_TIMEOUT, OPT_HOST_TIMEOUT, OPT_LITERAL, OPT_ON_DIVERGE, OPT_LOG, OPT_LOG_STEPS, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_VERSION,
     OPT_END
 };
 
@@ -84,6 +84,8 @@ const struct option gt_cli_options[] = {
     {"inject-fault", required_argument, NULL, OPT_INJECT_FAULT},
     {"stall-timeout", required_argument, NULL, OPT_STALL_TIMEOUT},
     {"host-timeout", required_argument, NULL, OPT_HOST_TIMEOUT},
+    {"literal", no_argument, NULL, OPT_LITERAL},
+    {"on-diverge", required_argument, NULL, OPT_ON_DIVERGE},
     {"log", required_argument, NULL, OPT_LOG},
     {"log-steps", no_argument, NULL, OPT_LOG_STEPS},
     {"progress", no_argument, NULL, OPT_PROGRESS},
@@ -339,7 +341,7 @@ static int cli_apply_enum(int opt, const char *arg, gt_config *c, gt_err *e)
         gt_name_set set;
     } enums[] = {{OPT_MODE, GT_NAMES_MODE}, {OPT_BALANCE, GT_NAMES_BALANCE},
                  {OPT_OPTIMIZER, GT_NAMES_OPTIMIZER}, {OPT_SCHEDULE, GT_NAMES_SCHEDULE},
-                 {OPT_ON_NAN, GT_NAMES_ON_NAN}};
+                 {OPT_ON_NAN, GT_NAMES_ON_NAN}, {OPT_ON_DIVERGE, GT_NAMES_ON_DIVERGE}};
     int v, found = -1;
     for (size_t i = 0; i < sizeof enums / sizeof *enums; i++)
         if (enums[i].opt == opt)
@@ -354,6 +356,7 @@ static int cli_apply_enum(int opt, const char *arg, gt_config *c, gt_err *e)
     case GT_NAMES_OPTIMIZER: c->optim.kind = (gt_opt_kind)v; break;
     case GT_NAMES_SCHEDULE: c->optim.schedule = (gt_sched_kind)v; break;
     case GT_NAMES_ON_NAN: c->on_nan = (gt_on_nan)v; break;
+    case GT_NAMES_ON_DIVERGE: c->on_diverge = (gt_on_diverge)v; break;
     }
     return 0;
 }
@@ -399,6 +402,7 @@ static int cli_apply(int opt, const char *arg, gt_config *c, gt_err *e)
         return cli_parse_double(flag, arg, &RANGE_NONNEG, &c->host_timeout, e);
     case OPT_LOG: return cli_copy_string(flag, arg, c->log_path, sizeof c->log_path, e);
     case OPT_LOG_STEPS: c->log_steps = 1; return 0;
+    case OPT_LITERAL: c->literal = 1; return 0;
     case OPT_PROGRESS: c->progress = 1; return 0;
     case OPT_NO_PROGRESS: c->progress = 0; return 0;
     case OPT_QUIET: c->quiet = 1; return 0;
@@ -426,6 +430,18 @@ static int cli_fail_getopt(int ret, const char *word, gt_err *e)
     if (word[0] == '-' && word[1] != '-')
         return gt_fail(e, "unknown option '%s' (options start with --)", word);
     return gt_fail(e, "unknown option '%s'", word);
+}
+
+/* The GT_GIVEN_* bit of an option the recipe could change, 0 for the others. */
+static unsigned cli_given_bit(int opt)
+{
+    switch (opt) {
+    case OPT_LR: return GT_GIVEN_LR;
+    case OPT_MOMENTUM: return GT_GIVEN_MOMENTUM;
+    case OPT_WARMUP: return GT_GIVEN_WARMUP;
+    case OPT_ON_NAN: return GT_GIVEN_ON_NAN;
+    default: return 0;
+    }
 }
 
 /* Each option at most once; --progress and --no-progress count as one setting. */
@@ -490,6 +506,7 @@ static int cli_parse_options(int argc, char **argv, gt_config *c, FILE *out, gt_
         }
         if (cli_check_repeat(opt, seen, e) || cli_apply(opt, optarg, c, e))
             return -1;
+        c->given |= cli_given_bit(opt);
     }
     if (optind < argc)
         return gt_fail(e, "unexpected argument '%s'", argv[optind]);
@@ -622,7 +639,12 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "                         (default: none)\n"
         "  --allow-nonfinite      load a checkpoint holding NaN or Inf values (default: refused)\n"
         "  --on-nan stop|skip     on a non-finite loss, stop the run or skip the update\n"
-        "                         (default %s)\n"
+        "                         (default: neither; the guard acts as --on-diverge says)\n"
+        "  --on-diverge recover|stop  a loss that goes non-finite, climbs well above its start\n"
+        "                         or stays at chance: roll back to the last good parameters\n"
+        "                         and lower the step size, or stop with an error (default %s)\n"
+        "  --literal              run the recipe exactly as given: no corrections of momentum\n"
+        "                         or warm-up for the worker count and mode (default off)\n"
         "  --inject-fault WORKER:STEP  make a worker (numbered across hosts under mpirun) fail\n"
         "                         at its step, to test recovery\n"
         "                         (default: none)\n"
@@ -631,7 +653,7 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "  --host-timeout SECONDS  under mpirun: a host that waits this long for the others in\n"
         "                         a collective ends the run, naming itself; 0 waits forever\n"
         "                         (default %g)\n\n",
-        d->keep, gt_name(GT_NAMES_ON_NAN, (int)d->on_nan), d->host_timeout);
+        d->keep, gt_name(GT_NAMES_ON_DIVERGE, (int)d->on_diverge), d->host_timeout);
 }
 
 static void cli_usage_output(FILE *out)

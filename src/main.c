@@ -9,6 +9,7 @@
 #include "gputrain/cli.h"
 #include "gputrain/cluster.h"
 #include "gputrain/names.h"
+#include "gputrain/recipe.h"
 #include "gputrain/train.h"
 
 #include <errno.h>
@@ -218,10 +219,28 @@ static int load_start(const gt_config *c, const gt_model *m, const gt_data *d, f
     return 0;
 }
 
-/* *usage is set when the error is in a command-line value (--model), not in a run. */
-static int cmd_train(const gt_config *c, const gt_data *d, gt_run_result *res, int *interrupted,
-                     int *usage, gt_err *e)
+/* Workers in the whole run, as open_devices will open them on each host. */
+static int run_workers(const gt_config *c)
 {
+    int n = c->cpu_workers;
+    if (n == 0 && (c->gpus_all || !c->gpus_given)) {
+        int have = gt_cuda_device_count();
+        n = have == 0 ? 1 : have < GT_MAX_WORKERS ? have : GT_MAX_WORKERS;
+    } else if (n == 0) {
+        n = c->ngpus;
+    }
+    return n * gt_cluster_size();
+}
+
+/* *usage is set when the error is in a command-line value (--model), not in a run. The recipe's
+ * corrections for the run's worker count (recipe.h) apply to a copy of the config. */
+static int cmd_train(const gt_config *given, const gt_data *d, gt_run_result *res,
+                     int *interrupted, int *usage, gt_err *e)
+{
+    gt_config cc = *given;
+    const gt_config *c = &cc;
+    gt_recipe rec;
+    gt_recipe_apply(&cc, run_workers(c), d->train.n, &rec);
     gt_model m;
     if (gt_model_build(c->model, d->train.c, d->train.h, d->train.w, d->train.nclasses, &m, e) != 0) {
         *usage = 1;
@@ -259,7 +278,7 @@ static int cmd_train(const gt_config *c, const gt_data *d, gt_run_result *res, i
             printf("resuming %s at epoch %u step %llu (seed %llu)\n", c->resume, meta.epoch,
                    (unsigned long long)meta.step, (unsigned long long)meta.seed);
         gt_start start = {.params = params, .state = state, .nstate = nstate,
-                          .resumed = resumed ? &meta : NULL};
+                          .resumed = resumed ? &meta : NULL, .recipe = &rec};
         gt_train_install_signals();
         rc = gt_train_run(c, &m, d, devs, n, ev, &start, res, e);
         if (rc == 0)

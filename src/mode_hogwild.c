@@ -168,7 +168,7 @@ static void hogwild_epoch(run *r, worker *w)
             return;
         }
         if (rc == 0)
-            gt_ps_push(&r->ps, w->index, r->W, w->dev->grad, 1.0f, w->ver,
+            gt_ps_push(&r->ps, w->index, r->W, w->dev->grad, guard_scale(r), w->ver,
                        run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
         hogwild_done(r, w, &o, b.n, step);
     }
@@ -249,7 +249,7 @@ static void hogwild_epoch_overlap(run *r, worker *w)
         if (rc < 0)
             goto failed;
         if (rc == 0)
-            gt_ps_push(&r->ps, w->index, r->W, w->gbuf[o->buf], 1.0f, w->vbuf[o->buf],
+            gt_ps_push(&r->ps, w->index, r->W, w->gbuf[o->buf], guard_scale(r), w->vbuf[o->buf],
                        run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
         hogwild_done(r, w, &o->o, o->b.n, o->step);
         head = (head + 1) % 2;
@@ -351,6 +351,7 @@ static int hogwild_init(run *r, gt_device **devices, const gt_start *start, gt_e
 
 const gt_mode_ops gt_mode_hogwild = {
     .name = "hogwild",
+    .rollback = ROLLBACK_NOW,
     .hosts_rounds = 1,
     .hosts_average = 1,
     .check = hogwild_check,

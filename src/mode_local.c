@@ -14,6 +14,7 @@ static void local_average_leader(run *r)
         r->clk.claimed[c % (uint64_t)r->clk.R] = r->clk.deposited[c % (uint64_t)r->clk.R] = 0;
     r->clk.applied = r->clk.local_done;
     atomic_store(&r->ps.updates, (uint64_t)r->epoch * r->clk.clocks + r->clk.applied);
+    guard_at_average_locked(r); /* every replica waits here */
     if (r->H > 1 && !r->failed) {
         gt_err e = {{0}};
         int sig = hosts_round(r, &e);
@@ -76,7 +77,7 @@ static int local_step(run *r, worker *w, uint64_t clock, int share, int rc)
     gt_err e = {{0}};
     gt_optim_step st = gt_optim_prepare(&r->cfg->optim, ++w->local_updates,
                                         run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
-    gt_optim_apply(&r->cfg->optim, &st, w->dev->params, w->dev->grad, 1.0f, w->state[0],
+    gt_optim_apply(&r->cfg->optim, &st, w->dev->params, w->dev->grad, guard_scale(r), w->state[0],
                    w->state[1], r->n);
     if (w->dev->ops->load_params(w->dev, &e) != 0) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
@@ -109,6 +110,7 @@ static int local_init(run *r, gt_device **devices, const gt_start *start, gt_err
 
 const gt_mode_ops gt_mode_local = {
     .name = "local",
+    .rollback = ROLLBACK_AT_AVERAGE,
     .hosts_rounds = 1,
     .clocked = 1,
     .init = local_init,

@@ -25,7 +25,7 @@ static void ssp_apply_ready_locked(run *r)
         gt_err e = {{0}};
         int sig = 0;
         pthread_mutex_unlock(&r->mu);
-        clocked_apply(r, c, 0, r->ps.nranges, 1.0f / (float)r->W, t, ep);
+        clocked_apply(r, c, 0, r->ps.nranges, guard_scale(r) / (float)r->W, t, ep);
         if (round)
             sig = hosts_round(r, &e);
         pthread_mutex_lock(&r->mu);
@@ -144,6 +144,7 @@ static int ssp_init(run *r, gt_device **devices, const gt_start *start, gt_err *
 
 const gt_mode_ops gt_mode_ssp = {
     .name = "ssp",
+    .rollback = ROLLBACK_NOW,
     .hosts_rounds = 1,
     .clocked = 1,
     .hosts_average = 1,

@@ -46,8 +46,8 @@ static int sync_clock(run *r, worker *w, uint64_t c)
     /* Stable until the barrier after the apply: every share of the clock is in. */
     uint64_t t = atomic_load(&r->ps.updates) + 1;
     double ep = run_progress_epochs(r, atomic_load(&r->stats.samples_total));
-    /* The mean over every host's shares: all hosts apply the same sum. */
-    float gscale = 1.0f / (float)r->Wg;
+    /* The mean over every host's shares: all hosts apply the same sum; the guard's factor. */
+    float gscale = guard_scale(r) / (float)r->Wg;
     if (r->H == 1) {
         clocked_apply(r, c, s_lo, s_hi, gscale, t, ep);
     } else {
@@ -69,6 +69,7 @@ static int sync_init(run *r, gt_device **devices, const gt_start *start, gt_err 
 
 const gt_mode_ops gt_mode_sync = {
     .name = "sync",
+    .rollback = ROLLBACK_NOW,
     .clocked = 1,
     .init = sync_init,
     .epoch = clocked_epoch,

@@ -45,6 +45,11 @@ static const gt_name_head on_nan_rows[] = {
     {"skip", GT_NAN_SKIP},
 };
 
+static const gt_name_head on_diverge_rows[] = {
+    {"recover", GT_DIVERGE_RECOVER},
+    {"stop", GT_DIVERGE_STOP},
+};
+
 #define NAMES_SET(rows) {(rows), sizeof *(rows), (int)(sizeof(rows) / sizeof *(rows))}
 
 /* Indexed by gt_name_set. */
@@ -58,6 +63,7 @@ static const struct {
     [GT_NAMES_SCHEDULE] = NAMES_SET(schedule_rows),
     [GT_NAMES_BALANCE] = NAMES_SET(balance_rows),
     [GT_NAMES_ON_NAN] = NAMES_SET(on_nan_rows),
+    [GT_NAMES_ON_DIVERGE] = NAMES_SET(on_diverge_rows),
 };
 
 /* Row i of set as its head (every row struct starts with one); NULL past the end. */

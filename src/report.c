@@ -124,3 +124,42 @@ int report_close(run *r, const gt_run_result *res, int rc, gt_err *e)
     r->rep.log = NULL;
     return rc;
 }
+
+/* The recipe's corrections (recipe.h): a terminal line each, unless --quiet, and a log record each. */
+void report_recipe(run *r, const gt_recipe *rec)
+{
+    if (!rec || r->host != 0)
+        return;
+    for (int i = 0; i < rec->n && !r->cfg->quiet; i++)
+        printf("recipe: %s%s\n", rec->change[i], i + 1 == rec->n ? " [--literal: no corrections]" : "");
+    fflush(stdout);
+    if (!r->rep.log)
+        return;
+    pthread_mutex_lock(&r->rep.log_mu);
+    for (int i = 0; i < rec->n; i++)
+        fprintf(r->rep.log, "{\"type\":\"recipe\",\"change\":\"%s\"}\n", rec->change[i]);
+    pthread_mutex_unlock(&r->rep.log_mu);
+}
+
+/* The guard's event (run_guard.c): `what` is "diverged" or "stalled", `action` what was done. A
+ * terminal line when print (a run that stops says it in its error instead) and a log record. */
+void report_guard(run *r, const char *what, const char *action, int print)
+{
+    const gt_guard *g = &r->guard.g;
+    double loss = g->last_mean;
+    unsigned long long step = (unsigned long long)atomic_load(&r->ps.updates);
+    if (print && r->host == 0)
+        fprintf(stderr, "gputrain: %s at update %llu (loss %.4g, chance %.4g): %s; lower --lr or "
+                        "--momentum%s, or --on-diverge stop\n", what, step, loss,
+                g->cfg.chance_loss, action, strcmp(what, "stalled") == 0 ? ", or add --warmup" : "");
+    if (!r->rep.log)
+        return;
+    pthread_mutex_lock(&r->rep.log_mu);
+    uint32_t epochs = (uint32_t)r->cfg->epochs;
+    fprintf(r->rep.log, "{\"type\":\"%s\",\"epoch\":%u,\"step\":%llu,\"loss\":", what,
+            r->epoch < epochs ? r->epoch + 1 : epochs, step);
+    fprintf(r->rep.log, isfinite(loss) ? "%.6g" : "null", loss);
+    fprintf(r->rep.log, ",\"action\":\"%s\",\"lr_scale\":%g}\n", action, g->lr_scale);
+    fflush(r->rep.log);
+    pthread_mutex_unlock(&r->rep.log_mu);
+}

@@ -7,6 +7,7 @@
  *   run_core.c      failure and accounting shared by every module
  *   barrier.c       the barrier over the live workers
  *   report.c        the only writer of terminal lines and JSONL log records
+ *   run_guard.c     the divergence and stall guard: rollbacks and the step-size factor
  *   hosts.c         the calls across hosts (MPI): averaging, agreeing on stops and epoch ends
  *   jobs.c          snapshots for the calling thread: evaluations and checkpoints
  *   supervisor.c    signals, the job loop of the calling thread, the stall watchdog
@@ -21,6 +22,9 @@
 #define GT_RUN_H
 
 #include "gputrain/train.h"
+#include "gputrain/guard.h"
+#include "gputrain/ps_save.h"
+#include "gputrain/recipe.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -54,6 +58,14 @@ typedef struct range {
     uint32_t lo, hi; /* positions in the permutation */
 } range;
 
+/* How a mode acts on the guard's verdict (run_guard.c) when --on-diverge recover. */
+typedef enum run_rollback {
+    ROLLBACK_NOW = 0,      /* the store is restored at once, under r->mu, workers running: a push
+                            * or apply in flight meets each stripe before or after its restore */
+    ROLLBACK_AT_AVERAGE,   /* replicas hold their own parameters: at the next averaging barrier */
+    ROLLBACK_NONE,         /* the devices hold the parameters: the run stops instead */
+} run_rollback;
+
 /* Leader work of a barrier: runs under r->mu in the last worker to arrive. */
 typedef void (*leader_fn)(struct run *r);
 
@@ -67,6 +79,7 @@ typedef struct gt_mode_ops {
                               * the mode's own barrier */
     int hosts_rounds;        /* across hosts, the stores are averaged in rounds */
     int hosts_average;       /* across hosts, the stores are averaged at epoch ends too */
+    run_rollback rollback;   /* the guard's rollback (runs across hosts stop instead) */
     /* Set-up before the store: the mode's own refusals of the settings, its devices' set-up. */
     int (*check)(struct run *r, gt_device **devices, gt_err *e);
     /* Set-up after the store, before the workers start: buffers, resumed positions. */
@@ -175,6 +188,16 @@ typedef struct run_jobs {
     uint64_t next_ckpt;        /* clocks/updates at which the next step checkpoint is due */
 } run_jobs;
 
+/* run_guard.c: the divergence guard (guard.h), fed every step's loss under r->mu. */
+typedef struct run_guard {
+    gt_guard g;
+    gt_ps_saved good;          /* the last good store: parameters and optimizer state */
+    uint64_t good_step;        /* ps.updates when `good` was taken */
+    int pending;               /* ROLLBACK_AT_AVERAGE: a verdict to act on at the next average */
+    char note[256];            /* the last non-finite loss or gradient, for the message */
+    _Atomic float scale;       /* the step-size factor every gradient is scaled by (1 until a trip) */
+} run_guard;
+
 /* report.c: the JSONL log (host 0 only). */
 typedef struct run_report {
     FILE *log;
@@ -219,6 +242,7 @@ typedef struct run {
     run_stats stats;
     run_jobs jq;
     run_report rep;
+    run_guard guard;
 } run;
 
 /* run_core.c */
@@ -238,6 +262,17 @@ void report_worker_left(run *r, worker *w, const char *why);
 void report_stall(run *r, worker *w, double idle);
 void report_progress(run *r, uint32_t epoch, int final);
 int report_close(run *r, const gt_run_result *res, int rc, gt_err *e);
+void report_recipe(run *r, const gt_recipe *rec);
+void report_guard(run *r, const char *what, const char *action, int print);
+
+/* run_guard.c */
+int guard_init(run *r, gt_err *e);
+void guard_free(run *r);
+float guard_scale(run *r);
+void guard_observe_locked(run *r, double loss);
+int guard_nonfinite(run *r, const char *msg);
+void guard_at_average_locked(run *r);
+int guard_final(run *r, const gt_run_result *res, gt_err *e);
 
 /* supervisor.c */
 int stop_asked(const run *r);

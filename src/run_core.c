@@ -31,9 +31,11 @@ double run_progress_epochs(const run *r, uint64_t samples_total)
     return (double)samples_total / (double)r->ntrain;
 }
 
-/* Counts one computed step in the run's statistics and the worker's. Caller holds r->mu. */
+/* Counts one computed step in the run's statistics and the worker's, and shows its loss to the
+ * guard (run_guard.c). Caller holds r->mu. */
 void run_account_step_locked(run *r, worker *w, const gt_step_out *o, int n)
 {
+    guard_observe_locked(r, o->loss_sum / n);
     r->stats.loss_acc += o->loss_sum;
     r->stats.correct_acc += (uint64_t)o->correct;
     r->stats.seen_acc += (uint64_t)n;

@@ -140,7 +140,8 @@ static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_da
         if (!r->rep.log)
             return gt_fail(e, "--log: cannot open '%s' for writing: %s", cfg->log_path, strerror(errno));
     }
-    return 0;
+    report_recipe(r, start->recipe);
+    return guard_init(r, e);
 }
 
 /* Frees what run_init made and gives the devices their own buffers back. */
@@ -170,6 +171,7 @@ static void run_free(run *r)
     free(r->hog.orphans);
     for (int i = 0; i < r->jq.n; i++)
         job_free(&r->jq.q[i]);
+    guard_free(r);
     gt_ps_free(&r->ps);
     if (r->rep.log)
         fclose(r->rep.log);
@@ -296,6 +298,8 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
     }
     if (rc == 0 && res->interrupted && cfg->checkpoint[0] && r->host == 0)
         rc = save_interrupted(r, res, e);
+    if (rc == 0 && !res->interrupted)
+        rc = guard_final(r, res, e);
     rc = report_close(r, res, rc, e);
     run_free(r);
     free(r);

@@ -18,7 +18,8 @@ int worker_injected(run *r, worker *w, uint64_t done)
     return 0;
 }
 
-/* A step's loss and gradient (d->grad) are finite: 0; else 1 after --on-nan's action. */
+/* A step's loss and gradient (d->grad) are finite: 0; else 1 after the guard's action or, where
+ * --on-nan was given, --on-nan's. */
 int worker_check(run *r, worker *w, const gt_step_out *o, uint64_t step)
 {
     const gt_config *cfg = r->cfg;
@@ -30,6 +31,8 @@ int worker_check(run *r, worker *w, const gt_step_out *o, uint64_t step)
     snprintf(msg, sizeof msg, "non-finite %s at epoch %u step %llu on worker %d (%s)",
              isfinite(o->loss_sum) ? "gradient" : "loss", r->epoch + 1, (unsigned long long)step,
              r->share0 + w->index, w->dev->name);
+    if (guard_nonfinite(r, msg))
+        return 1;
     if (cfg->on_nan == GT_NAN_SKIP) {
         pthread_mutex_lock(&r->mu);
         r->stats.skipped++;

@@ -37,7 +37,7 @@ static double field(const gt_config *c, const char *name)
         "seed", "mode", "stripes", "staleness", "sync_every", "balance", "eval_every", "progress",
         "quiet", "checkpoint_every", "checkpoint_every_steps", "keep", "on_nan", "inject_worker",
         "inject_step", "stall_timeout", "tf32", "log_steps", "overlap", "host_timeout",
-        "allow_nonfinite"};
+        "allow_nonfinite", "literal", "on_diverge", "given"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -47,7 +47,7 @@ static double field(const gt_config *c, const char *name)
         c->staleness, c->sync_every, c->balance, c->eval_every, c->progress, c->quiet,
         c->checkpoint_every, c->checkpoint_every_steps, c->keep, c->on_nan, c->inject_worker,
         c->inject_step, c->stall_timeout, c->tf32, c->log_steps, c->overlap, c->host_timeout,
-        c->allow_nonfinite};
+        c->allow_nonfinite, c->literal, c->on_diverge, c->given};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -185,6 +185,15 @@ static const good_case GOOD[] = {
     {{"--allow-nonfinite"}, "allow_nonfinite", 1, NULL},
     {{"--on-nan", "skip"}, "on_nan", GT_NAN_SKIP, NULL},
     {{"--on-nan", "stop"}, "on_nan", GT_NAN_STOP, NULL},
+    {{"--on-nan", "stop"}, "given", GT_GIVEN_ON_NAN, NULL},
+    {{NULL}, "given", 0, NULL},
+    {{NULL}, "literal", 0, NULL},
+    {{"--literal"}, "literal", 1, NULL},
+    {{NULL}, "on_diverge", GT_DIVERGE_RECOVER, NULL},
+    {{"--on-diverge", "stop"}, "on_diverge", GT_DIVERGE_STOP, NULL},
+    {{"--on-diverge", "recover"}, "on_diverge", GT_DIVERGE_RECOVER, NULL},
+    {{"--lr", "0.1", "--momentum", "0.5", "--warmup", "1"}, "given",
+     GT_GIVEN_LR | GT_GIVEN_MOMENTUM | GT_GIVEN_WARMUP, NULL},
     {{"--inject-fault", "1:20"}, "inject_worker", 1, NULL},
     {{"--inject-fault", "1:20"}, "inject_step", 20, NULL},
     {{"--inject-fault", "0:0"}, "inject_step", 0, NULL},
@@ -284,6 +293,7 @@ static const bad_case BAD[] = {
     {{"--optimizer", "rmsprop"}, "--optimizer", "'rmsprop' is not one of sgd, adam"},
     {{"--schedule", "linear"}, "--schedule", "'linear' is not one of constant, step, cosine"},
     {{"--on-nan", "ignore"}, "--on-nan", "'ignore' is not one of stop, skip"},
+    {{"--on-diverge", "skip"}, "--on-diverge", "'skip' is not one of recover, stop"},
     {{"--checkpoint-every", "0"}, "--checkpoint-every", "0 is out of range"},
     {{"--checkpoint-every", "0s"}, "--checkpoint-every", "0s"},
     {{"--checkpoint-every", "3x"}, "--checkpoint-every", "'3x'"},
@@ -528,10 +538,11 @@ static void test_repeated_parses(void)
 static void test_name_tables(void)
 {
     static const gt_name_set sets[] = {GT_NAMES_MODE, GT_NAMES_OPTIMIZER, GT_NAMES_SCHEDULE,
-                                       GT_NAMES_BALANCE, GT_NAMES_ON_NAN};
+                                       GT_NAMES_BALANCE, GT_NAMES_ON_NAN, GT_NAMES_ON_DIVERGE};
     static const char *const flags[] = {"--mode", "--optimizer", "--schedule", "--balance",
-                                        "--on-nan"};
-    static const char *const fields[] = {"mode", "kind", "schedule", "balance", "on_nan"};
+                                        "--on-nan", "--on-diverge"};
+    static const char *const fields[] = {"mode", "kind", "schedule", "balance", "on_nan",
+                                         "on_diverge"};
     for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
         char list[256];
         gt_name_list(sets[s], " ", list, sizeof list);

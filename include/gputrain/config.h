@@ -24,6 +24,13 @@ typedef enum gt_mode {
 typedef enum gt_balance { GT_BALANCE_DYNAMIC = 0, GT_BALANCE_STATIC } gt_balance;
 typedef enum gt_on_nan { GT_NAN_STOP = 0, GT_NAN_SKIP } gt_on_nan;
 typedef enum gt_command { GT_CMD_TRAIN = 0, GT_CMD_EVAL } gt_command;
+typedef enum gt_on_diverge { GT_DIVERGE_RECOVER = 0, GT_DIVERGE_STOP } gt_on_diverge;
+
+/* Bits of gt_config.given: options the command line set, which the recipe never overrides. */
+#define GT_GIVEN_LR (1u << 0)
+#define GT_GIVEN_MOMENTUM (1u << 1)
+#define GT_GIVEN_WARMUP (1u << 2)
+#define GT_GIVEN_ON_NAN (1u << 3)
 
 typedef struct gt_config {
     gt_command command;
@@ -67,6 +74,11 @@ typedef struct gt_config {
     int inject_worker, inject_step; /* --inject-fault WORKER:STEP, -1 = none */
     double stall_timeout;         /* seconds, 0 = off */
     double host_timeout;          /* seconds a host waits in a collective; 0 = forever */
+
+    /* recipe corrections and the divergence guard (recipe.h, guard.h) */
+    unsigned given;               /* GT_GIVEN_* bits of the options the command line set */
+    int literal;                  /* --literal: the recipe exactly as given, no corrections */
+    gt_on_diverge on_diverge;     /* a diverged or stalled run: roll back and go on, or stop */
 
     /* GPU options */
     int tf32;

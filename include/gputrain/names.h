@@ -25,6 +25,7 @@ typedef enum gt_name_set {
     GT_NAMES_SCHEDULE, /* gt_sched_kind, --schedule */
     GT_NAMES_BALANCE,  /* gt_balance, --balance */
     GT_NAMES_ON_NAN,   /* gt_on_nan, --on-nan */
+    GT_NAMES_ON_DIVERGE, /* gt_on_diverge, --on-diverge */
 } gt_name_set;
 
 typedef struct gt_mode_row {

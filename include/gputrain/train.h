@@ -56,6 +56,7 @@ typedef struct gt_start {
     float *const *state;          /* optimizer state arrays to start from, or NULL (zeros) */
     int nstate;
     const gt_ckpt_meta *resumed;  /* non-NULL when resuming: epoch, step, samples, updates */
+    const struct gt_recipe *recipe; /* the corrections made to the config, reported; may be NULL */
 } gt_start;
 
 /* Trains model on data with the devices (one worker each) as cfg says; evaluator is a device of

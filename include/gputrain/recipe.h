@@ -1,0 +1,44 @@
+/* recipe.h - corrections of the training recipe for the worker count and the mode, so that the
+ * default recipe (tuned for one worker) trains with any number of workers.
+ *
+ * Asynchrony acts like extra momentum (Mitliagkas et al. 2016, "Asynchrony begets momentum"):
+ * with W workers pushing to one store, each update lands on parameters about W-1 updates newer
+ * than those it was computed on, which adds about 1 - 1/W of momentum. Stale aggregated updates
+ * (ssp) do the same with the staleness in clocks. So the explicit SGD momentum is lowered by the
+ * implicit one. A larger effective batch per update (sync and ssp sum W workers' batches) wants
+ * a warm-up of the step size (Goyal et al. 2017). Options the user gave (gt_config.given) are
+ * never changed, and --literal turns every correction off. With one worker, hogwild and sync are
+ * left exactly as given. See tools/convergence-notes.md for the measurements behind each rule. */
+#ifndef GT_RECIPE_H
+#define GT_RECIPE_H
+
+#include "gputrain/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GT_RECIPE_MAX 4    /* changes one recipe can make */
+#define GT_RECIPE_LEN 160  /* characters of one change's description */
+
+typedef struct gt_recipe {
+    int n;                                   /* changes made */
+    char change[GT_RECIPE_MAX][GT_RECIPE_LEN]; /* e.g. "hogwild x4: momentum 0.9 -> 0.15 (...)" */
+} gt_recipe;
+
+/* The momentum that asynchrony adds in c's mode with `workers` workers in all (across hosts):
+ * 0 for sync, local and allreduce. */
+double gt_recipe_implicit_momentum(const gt_config *c, int workers);
+
+/* Steps of linear warm-up that c's mode wants with `workers` workers in all: 0 where each
+ * update sees one worker's batch. */
+int gt_recipe_warmup_steps(const gt_config *c, int workers);
+
+/* Corrects c in place for `workers` workers in all and `ntrain` training samples, and lists what
+ * it changed in r (r->n == 0: nothing). A no-op with c->literal. */
+void gt_recipe_apply(gt_config *c, int workers, uint32_t ntrain, gt_recipe *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

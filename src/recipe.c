@@ -1,0 +1,115 @@
+/* recipe.c - corrections of the recipe for the worker count and mode (recipe.h). Pure: a config
+ * in, a config and a list of sentences out; report.c prints and logs them. */
+#include "gputrain/recipe.h"
+#include "gputrain/names.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+/* Updates computed on parameters this many updates old, on average, in c's mode. */
+static double recipe_delay(const gt_config *c, int workers)
+{
+    switch (c->mode) {
+    case GT_MODE_HOGWILD: /* --overlap too: one more step of delay measured worse (notes) */
+        return (double)(workers - 1);
+    case GT_MODE_SSP:
+        /* A clock's gradient is at most `staleness` updates old, about half that on average,
+         * and it is a mean over W batches, which damps the echo: staleness / 4 fits the
+         * measurements (tools/convergence-notes.md) better than staleness or staleness / 2. */
+        return workers > 1 ? (double)c->staleness / 4.0 : 0.0;
+    case GT_MODE_SYNC:      /* every worker computes on the same parameters */
+    case GT_MODE_LOCAL:     /* each replica steps on its own parameters */
+    case GT_MODE_ALLREDUCE:
+        break;
+    }
+    return 0.0;
+}
+
+double gt_recipe_implicit_momentum(const gt_config *c, int workers)
+{
+    double d = recipe_delay(c, workers);
+    return d / (d + 1.0);
+}
+
+/* Linear warm-up length: RECIPE_WARMUP_STEPS updates for each worker beyond the first, where
+ * one update sums every worker's batch. */
+#define RECIPE_WARMUP_STEPS 25
+/* ... but at most this share of the run's epochs. */
+#define RECIPE_WARMUP_SHARE 0.2
+
+int gt_recipe_warmup_steps(const gt_config *c, int workers)
+{
+    int summed = c->mode == GT_MODE_SYNC || c->mode == GT_MODE_SSP || c->mode == GT_MODE_ALLREDUCE;
+    if (!summed || workers < 2)
+        return 0;
+    return RECIPE_WARMUP_STEPS * (workers - 1);
+}
+
+static const char *recipe_mode_name(const gt_config *c)
+{
+    if (c->mode == GT_MODE_HOGWILD && c->stripes == 0)
+        return "hogwild lock-free";
+    if (c->mode == GT_MODE_HOGWILD && c->overlap)
+        return "hogwild --overlap";
+    return gt_mode_name(c->mode);
+}
+
+static void recipe_note(gt_recipe *r, const gt_config *c, int workers, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void recipe_note(gt_recipe *r, const gt_config *c, int workers, const char *fmt, ...)
+{
+    if (r->n >= GT_RECIPE_MAX)
+        return;
+    char *dst = r->change[r->n++];
+    int k = snprintf(dst, GT_RECIPE_LEN, "%s x%d: ", recipe_mode_name(c), workers);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dst + k, GT_RECIPE_LEN - (size_t)k, fmt, ap);
+    va_end(ap);
+}
+
+/* Rounded to two decimals, so that what is printed is what runs. */
+static float recipe_round2(double x) { return (float)(floor(x * 100.0 + 0.5) / 100.0); }
+
+static void recipe_momentum(gt_config *c, int workers, gt_recipe *r)
+{
+    double implicit = gt_recipe_implicit_momentum(c, workers);
+    if (c->optim.kind != GT_OPT_SGD || (c->given & GT_GIVEN_MOMENTUM) || implicit <= 0 ||
+        c->optim.momentum <= 0)
+        return;
+    /* the momentum as written (0.9, not the float 0.89999998) */
+    double want = floor((double)c->optim.momentum * 1e4 + 0.5) / 1e4 - implicit;
+    float m = want > 0 ? recipe_round2(want) : 0.0f;
+    recipe_note(r, c, workers, "momentum %g -> %g (asynchrony adds ~%.2g; --momentum sets it)",
+                (double)c->optim.momentum, (double)m, implicit);
+    c->optim.momentum = m;
+}
+
+static void recipe_warmup(gt_config *c, int workers, uint32_t ntrain, gt_recipe *r)
+{
+    int steps = gt_recipe_warmup_steps(c, workers);
+    if (steps == 0 || (c->given & GT_GIVEN_WARMUP) || c->optim.warmup_epochs > 0 || ntrain == 0)
+        return;
+    double epochs = (double)steps * (double)workers * (double)c->batch / (double)ntrain;
+    if (epochs > c->epochs * RECIPE_WARMUP_SHARE) { /* small data sets: a share of the run */
+        epochs = c->epochs * RECIPE_WARMUP_SHARE;
+        steps = (int)(epochs * ntrain / ((double)workers * c->batch));
+        if (steps < 1)
+            return;
+    }
+    c->optim.warmup_epochs = (float)epochs;
+    recipe_note(r, c, workers,
+                "lr warm-up over %d updates (%.3g epochs; batch %d per update; --warmup sets it)",
+                steps, epochs, workers * c->batch);
+}
+
+void gt_recipe_apply(gt_config *c, int workers, uint32_t ntrain, gt_recipe *r)
+{
+    r->n = 0;
+    if (c->literal || workers < 2)
+        return;
+    recipe_momentum(c, workers, r);
+    recipe_warmup(c, workers, ntrain, r);
+}

@@ -1,0 +1,143 @@
+/* run_guard.c - the divergence and stall guard of a run (guard.h) and what it acts on.
+ *
+ * Every step's loss reaches guard_observe_locked under r->mu (run_account_step_locked; a
+ * non-finite one from worker_check). A healthy window copies the store into r->guard.good; a trip
+ * rolls the store back to it, stripe by stripe under the stripe locks, and lowers the step-size
+ * factor r->guard.scale, which every gradient is scaled by from then on (for SGD, the step size).
+ * How a trip is acted on is the mode's (gt_mode_ops.rollback): hogwild restores without pausing
+ * (a push in flight lands on the restored store like any stale gradient); sync trips while shares
+ * are computed, between the applies; in ssp an apply running meanwhile meets each stripe before
+ * or after its restore; local replicas hold their own parameters, so there the rollback waits for
+ * the next average, where every worker waits; allreduce, and any run across hosts, stop. */
+#include "run.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Sets the guard up once the store holds the starting point, which is the first good one. */
+int guard_init(run *r, gt_err *e)
+{
+    gt_guard_cfg gc;
+    gt_guard_defaults(&gc, r->data->train.nclasses);
+    /* Losses arrive per worker step: a stall is stall_steps steps of each worker, and the
+     * warm-up's steps at chance are expected. */
+    gc.grace_steps = (uint64_t)((double)r->cfg->optim.warmup_epochs * r->ntrain / r->batch);
+    gc.stall_steps *= (uint64_t)r->W;
+    gt_guard_init(&r->guard.g, &gc);
+    atomic_init(&r->guard.scale, 1.0f);
+    if (gt_ps_saved_alloc(&r->guard.good, &r->ps, e) != 0)
+        return -1;
+    gt_ps_save(&r->ps, &r->guard.good);
+    r->guard.good_step = atomic_load(&r->ps.updates);
+    return 0;
+}
+
+void guard_free(run *r) { gt_ps_saved_free(&r->guard.good); }
+
+/* The factor every gradient is scaled by: 1 until the guard lowers it. */
+float guard_scale(run *r) { return atomic_load(&r->guard.scale); }
+
+/* Puts the good store back and lowers the step size. Caller holds r->mu. */
+static void guard_rollback_locked(run *r, gt_guard_verdict v)
+{
+    gt_ps_restore(&r->ps, &r->guard.good);
+    gt_guard_recovered(&r->guard.g, r->nlive * (r->cfg->overlap ? 2 : 1));
+    atomic_store(&r->guard.scale, (float)r->guard.g.lr_scale);
+    char action[128];
+    snprintf(action, sizeof action, "rolled back to update %llu and lowered the step size (lr x%g)",
+             (unsigned long long)r->guard.good_step, r->guard.g.lr_scale);
+    report_guard(r, gt_guard_verdict_name(v), action, 1);
+}
+
+/* Ends the run with the verdict and why it could not roll back. Caller holds r->mu. */
+static void guard_stop_locked(run *r, gt_guard_verdict v)
+{
+    const gt_guard *g = &r->guard.g;
+    char msg[GT_ERRLEN], why[64];
+    if (r->cfg->on_diverge == GT_DIVERGE_STOP)
+        snprintf(why, sizeof why, "--on-diverge stop");
+    else if (gt_guard_exhausted(g))
+        snprintf(why, sizeof why, "%d rollbacks did not help", g->recoveries);
+    else if (r->H > 1)
+        snprintf(why, sizeof why, "no rollback across hosts");
+    else
+        snprintf(why, sizeof why, "no rollback in %s", r->ops->name);
+    int finite = isfinite(g->last_mean);
+    snprintf(msg, sizeof msg, "%s at update %llu (%s%sloss %.4g, chance %.4g): stopped the run "
+             "(%s); lower --lr or --momentum", gt_guard_verdict_name(v),
+             (unsigned long long)atomic_load(&r->ps.updates), finite ? "" : r->guard.note,
+             finite ? "" : "; ", g->last_mean, g->cfg.chance_loss, why);
+    report_guard(r, gt_guard_verdict_name(v), "stopped the run", 0);
+    run_fail_locked(r, msg);
+}
+
+static void guard_trip_locked(run *r, gt_guard_verdict v)
+{
+    int recover = r->cfg->on_diverge == GT_DIVERGE_RECOVER && r->H == 1 &&
+                  r->ops->rollback != ROLLBACK_NONE && !gt_guard_exhausted(&r->guard.g);
+    if (!recover)
+        guard_stop_locked(r, v);
+    else if (r->ops->rollback == ROLLBACK_AT_AVERAGE)
+        r->guard.pending = (int)v;
+    else
+        guard_rollback_locked(r, v);
+}
+
+/* One step's mean loss. Caller holds r->mu. */
+void guard_observe_locked(run *r, double loss)
+{
+    if (r->guard.pending || r->failed || (!isfinite(loss) && r->cfg->on_nan == GT_NAN_SKIP))
+        return;
+    gt_guard_verdict v = gt_guard_observe(&r->guard.g, loss);
+    if (v == GT_GUARD_GOOD) {
+        gt_ps_save(&r->ps, &r->guard.good);
+        r->guard.good_step = atomic_load(&r->ps.updates);
+    } else if (v != GT_GUARD_OK) {
+        guard_trip_locked(r, v);
+    }
+}
+
+/* A non-finite loss or gradient (msg says which): unless --on-nan was given, the guard takes it,
+ * and the step's gradient is dropped. Returns 1 when the guard took it, 0 for --on-nan's action. */
+int guard_nonfinite(run *r, const char *msg)
+{
+    if (r->cfg->on_nan != GT_NAN_STOP || (r->cfg->given & GT_GIVEN_ON_NAN))
+        return 0;
+    pthread_mutex_lock(&r->mu);
+    snprintf(r->guard.note, sizeof r->guard.note, "%.200s", msg);
+    guard_observe_locked(r, NAN);
+    pthread_mutex_unlock(&r->mu);
+    return 1;
+}
+
+/* ROLLBACK_AT_AVERAGE, in the averaging barrier's leader, where every replica waits: the rollback
+ * a trip left pending, with the replicas' optimizer state cleared (they pull the restored store
+ * next). Caller holds r->mu. */
+void guard_at_average_locked(run *r)
+{
+    if (!r->guard.pending)
+        return;
+    for (int i = 0; i < r->W; i++)
+        for (int k = 0; k < r->ps.nstate; k++)
+            memset(r->workers[i].state[k], 0, r->n * sizeof(float));
+    guard_rollback_locked(r, (gt_guard_verdict)r->guard.pending);
+    r->guard.pending = 0;
+}
+
+/* A run that ends at chance accuracy says so (and fails under --on-diverge stop). */
+int guard_final(run *r, const gt_run_result *res, gt_err *e)
+{
+    if (r->host != 0 || res->npoints == 0 ||
+        !gt_guard_acc_at_chance(res->final_test_acc, r->data->train.nclasses))
+        return 0;
+    char action[96];
+    snprintf(action, sizeof action, "the run ended at chance accuracy %.4f", res->final_test_acc);
+    r->guard.g.last_mean = res->final_test_loss; /* what the line and the record report */
+    if (r->cfg->on_diverge == GT_DIVERGE_STOP) {
+        report_guard(r, gt_guard_verdict_name(GT_GUARD_STALLED), action, 0);
+        return gt_fail(e, "stalled: %s; lower --lr or --momentum, or add --warmup", action);
+    }
+    report_guard(r, gt_guard_verdict_name(GT_GUARD_STALLED), action, 1);
+    return 0;
+}

@@ -1,0 +1,194 @@
+/* test_recipe.c - the recipe corrections (recipe.h): identity with one worker and under
+ * --literal, the momentum rule per mode and worker count, warm-up where updates sum several
+ * batches, options the user gave left alone, and the sentences that describe each change. */
+#include "gputrain/recipe.h"
+
+#include "test_util.h"
+
+#define NTRAIN 60000u
+
+static gt_config base(gt_mode mode)
+{
+    gt_config c;
+    gt_config_defaults(&c);
+    c.mode = mode;
+    return c;
+}
+
+static int same_config(const gt_config *a, const gt_config *b)
+{
+    return memcmp(a, b, sizeof *a) == 0;
+}
+
+static void test_one_worker_identity(void)
+{
+    gt_mode modes[] = {GT_MODE_HOGWILD, GT_MODE_SYNC, GT_MODE_SSP, GT_MODE_LOCAL, GT_MODE_ALLREDUCE};
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+        gt_config c = base(modes[i]), before = c;
+        gt_recipe r;
+        gt_recipe_apply(&c, 1, NTRAIN, &r);
+        CHECK_MSG(r.n == 0 && same_config(&c, &before), "mode %d", (int)modes[i]);
+    }
+    gt_config c = base(GT_MODE_HOGWILD), before;
+    c.stripes = 0;
+    before = c;
+    gt_recipe r;
+    gt_recipe_apply(&c, 1, NTRAIN, &r);
+    CHECK(r.n == 0 && same_config(&c, &before));
+}
+
+static void test_literal_identity(void)
+{
+    for (int w = 1; w <= GT_MAX_WORKERS; w *= 2) {
+        gt_config c = base(w % 4 ? GT_MODE_HOGWILD : GT_MODE_SSP), before;
+        c.literal = 1;
+        before = c;
+        gt_recipe r;
+        gt_recipe_apply(&c, w, NTRAIN, &r);
+        CHECK_MSG(r.n == 0 && same_config(&c, &before), "workers %d", w);
+    }
+}
+
+static void test_hogwild_momentum(void)
+{
+    /* mu' = mu - (1 - 1/W), never below 0, rounded to two decimals */
+    int ws[] = {2, 4, 8, 64};
+    double want[] = {0.4, 0.15, 0.03, 0.0};
+    for (int i = 0; i < 4; i++) {
+        gt_config c = base(GT_MODE_HOGWILD);
+        gt_recipe r;
+        CHECK_CLOSE(gt_recipe_implicit_momentum(&c, ws[i]), 1.0 - 1.0 / ws[i], 1e-12);
+        gt_recipe_apply(&c, ws[i], NTRAIN, &r);
+        CHECK_CLOSE(c.optim.momentum, want[i], 1e-6);
+        CHECK(r.n == 1);
+        CHECK_CLOSE(c.optim.lr, 0.05, 1e-7);
+        CHECK(c.optim.warmup_epochs == 0);
+    }
+    gt_config c = base(GT_MODE_HOGWILD);
+    gt_recipe r;
+    gt_recipe_apply(&c, 4, NTRAIN, &r);
+    CHECK_MSG(strcmp(r.change[0], "hogwild x4: momentum 0.9 -> 0.15 (asynchrony adds ~0.75; "
+                                  "--momentum sets it)") == 0, "'%s'", r.change[0]);
+    /* lock-free and --overlap name themselves and take the same rule */
+    c = base(GT_MODE_HOGWILD);
+    c.stripes = 0;
+    gt_recipe_apply(&c, 2, NTRAIN, &r);
+    CHECK(strncmp(r.change[0], "hogwild lock-free x2: momentum 0.9 -> 0.4", 41) == 0);
+    c = base(GT_MODE_HOGWILD);
+    c.overlap = 1;
+    gt_config plain = base(GT_MODE_HOGWILD);
+    CHECK(gt_recipe_implicit_momentum(&c, 2) == gt_recipe_implicit_momentum(&plain, 2));
+    gt_recipe_apply(&c, 2, NTRAIN, &r);
+    CHECK(strncmp(r.change[0], "hogwild --overlap x2: momentum 0.9 -> 0.4", 41) == 0);
+}
+
+static void test_sync_and_local(void)
+{
+    gt_config c = base(GT_MODE_SYNC);
+    gt_recipe r;
+    gt_recipe_apply(&c, 4, NTRAIN, &r);
+    CHECK_CLOSE(c.optim.momentum, 0.9, 1e-7); /* every worker on the same parameters */
+    gt_config s = base(GT_MODE_SYNC);
+    int steps = gt_recipe_warmup_steps(&s, 4);
+    CHECK(steps > 0 && steps > gt_recipe_warmup_steps(&s, 2));
+    /* warm-up in epochs: steps updates of 4 x 64 samples out of NTRAIN */
+    CHECK_CLOSE(c.optim.warmup_epochs, (double)steps * 4 * 64 / NTRAIN, 1e-6);
+    CHECK(r.n == 1 && strstr(r.change[0], "sync x4: lr warm-up over") == r.change[0]);
+    c = base(GT_MODE_LOCAL);
+    gt_config before = c;
+    gt_recipe_apply(&c, 8, NTRAIN, &r);
+    CHECK(same_config(&c, &before) && r.n == 0); /* replicas step on their own batch */
+}
+
+static void test_warmup_share(void)
+{
+    /* a small data set: the warm-up is capped at a fifth of the run */
+    gt_config c = base(GT_MODE_SYNC);
+    c.epochs = 2;
+    gt_recipe r;
+    gt_recipe_apply(&c, 8, 6400, &r);
+    CHECK_CLOSE(c.optim.warmup_epochs, 0.4, 1e-6);
+    CHECK(r.n == 1 && strstr(r.change[0], "over 5 updates (0.4 epochs"));
+    /* under one update of warm-up: none */
+    c = base(GT_MODE_SYNC);
+    c.epochs = 1;
+    gt_recipe_apply(&c, 8, 640, &r);
+    CHECK(c.optim.warmup_epochs == 0 && r.n == 0);
+}
+
+static void test_ssp(void)
+{
+    gt_config c = base(GT_MODE_SSP);
+    c.staleness = 2;
+    gt_recipe r;
+    gt_recipe_apply(&c, 4, NTRAIN, &r);
+    CHECK(c.optim.momentum < 0.9f && c.optim.momentum >= 0);
+    CHECK(c.optim.warmup_epochs > 0);
+    CHECK(r.n == 2);
+    gt_config c4 = base(GT_MODE_SSP);
+    c4.staleness = 4;
+    gt_recipe_apply(&c4, 4, NTRAIN, &r);
+    CHECK(c4.optim.momentum <= c.optim.momentum); /* more staleness, less explicit momentum */
+    gt_config c0 = base(GT_MODE_SSP);
+    c0.staleness = 0; /* ssp at staleness 0 is sync */
+    CHECK(gt_recipe_implicit_momentum(&c0, 4) == 0);
+}
+
+static void test_given_flags_kept(void)
+{
+    gt_config c = base(GT_MODE_HOGWILD);
+    c.optim.momentum = 0.9f;
+    c.given = GT_GIVEN_MOMENTUM;
+    gt_recipe r;
+    gt_recipe_apply(&c, 8, NTRAIN, &r);
+    CHECK(c.optim.momentum == 0.9f && r.n == 0);
+    c = base(GT_MODE_SYNC);
+    c.given = GT_GIVEN_WARMUP; /* --warmup 0 is a choice too */
+    gt_recipe_apply(&c, 8, NTRAIN, &r);
+    CHECK(c.optim.warmup_epochs == 0 && r.n == 0);
+    c = base(GT_MODE_SSP);
+    c.given = GT_GIVEN_MOMENTUM;
+    gt_recipe_apply(&c, 4, NTRAIN, &r);
+    CHECK(c.optim.momentum == 0.9f && c.optim.warmup_epochs > 0 && r.n == 1);
+}
+
+static void test_other_optimizers(void)
+{
+    gt_config c = base(GT_MODE_HOGWILD);
+    c.optim.kind = GT_OPT_ADAM;
+    gt_recipe r;
+    gt_recipe_apply(&c, 4, NTRAIN, &r);
+    CHECK(r.n == 0); /* the momentum rule is for SGD */
+    c = base(GT_MODE_HOGWILD);
+    c.optim.momentum = 0;
+    gt_recipe_apply(&c, 4, NTRAIN, &r);
+    CHECK(r.n == 0 && c.optim.momentum == 0);
+}
+
+static void test_descriptions_fit(void)
+{
+    for (int w = 2; w <= GT_MAX_WORKERS; w++) {
+        gt_config c = base(GT_MODE_SSP);
+        c.staleness = 1000000;
+        c.batch = 65536;
+        gt_recipe r;
+        gt_recipe_apply(&c, w, 1, &r);
+        for (int i = 0; i < r.n; i++)
+            CHECK(strlen(r.change[i]) < GT_RECIPE_LEN - 1);
+        CHECK(c.optim.momentum >= 0);
+    }
+}
+
+int main(void)
+{
+    test_one_worker_identity();
+    test_literal_identity();
+    test_hogwild_momentum();
+    test_sync_and_local();
+    test_ssp();
+    test_warmup_share();
+    test_given_flags_kept();
+    test_other_optimizers();
+    test_descriptions_fit();
+    TEST_DONE();
+}
