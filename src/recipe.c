@@ -11,8 +11,11 @@
 static double recipe_delay(const gt_config *c, int workers)
 {
     switch (c->mode) {
-    case GT_MODE_HOGWILD: /* --overlap too: one more step of delay measured worse (notes) */
-        return (double)(workers - 1);
+    case GT_MODE_HOGWILD:
+        /* --overlap: on one worker its own previous step is the delay (measured on GPUs: cnn-wide
+         * diverged at momentum 0.9, lenet5 lost 5 points and recovered them at 0.5); with more
+         * workers, counting that step too measured worse (tools/convergence-notes.md). */
+        return workers > 1 ? (double)(workers - 1) : c->overlap ? 1.0 : 0.0;
     case GT_MODE_SSP:
         /* A clock's gradient is at most `staleness` updates old, about half that on average,
          * and it is a mean over W batches, which damps the echo: staleness / 4 fits the
@@ -108,7 +111,7 @@ static void recipe_warmup(gt_config *c, int workers, uint32_t ntrain, gt_recipe 
 void gt_recipe_apply(gt_config *c, int workers, uint32_t ntrain, gt_recipe *r)
 {
     r->n = 0;
-    if (c->literal || workers < 2)
+    if (c->literal || (workers < 2 && !(c->mode == GT_MODE_HOGWILD && c->overlap)))
         return;
     recipe_momentum(c, workers, r);
     recipe_warmup(c, workers, ntrain, r);

@@ -80,6 +80,12 @@ static void test_hogwild_momentum(void)
     CHECK(gt_recipe_implicit_momentum(&c, 2) == gt_recipe_implicit_momentum(&plain, 2));
     gt_recipe_apply(&c, 2, NTRAIN, &r);
     CHECK(strncmp(r.change[0], "hogwild --overlap x2: momentum 0.9 -> 0.4", 41) == 0);
+    /* one worker with --overlap: its own previous step is the delay */
+    c = base(GT_MODE_HOGWILD);
+    c.overlap = 1;
+    gt_recipe_apply(&c, 1, NTRAIN, &r);
+    CHECK_MSG(r.n == 1 && strncmp(r.change[0], "hogwild --overlap x1: momentum 0.9 -> 0.4", 41) == 0,
+              "'%s'", r.n ? r.change[0] : "");
 }
 
 static void test_sync_and_local(void)
