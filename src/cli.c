@@ -469,11 +469,10 @@ static int cli_check_combination(const gt_config *c, gt_err *e)
     return 0;
 }
 
-/* predict: takes the word at optind as an image or range (after "--", every word left), so
- * getopt goes on with the options after it. */
-static int cli_add_items(int argc, char **argv, gt_config *c, gt_err *e)
+/* predict: takes the word at optind as an image or range, or with rest every word left (those
+ * after "--"); getopt then goes on with the options after it. */
+static int cli_add_items(int argc, char **argv, gt_config *c, int rest, gt_err *e)
 {
-    int rest = optind > 1 && strcmp(argv[optind - 1], "--") == 0;
     do {
         if (c->nitems == GT_MAX_ITEMS)
             return gt_fail(e, "predict: more than %d images or ranges", GT_MAX_ITEMS);
@@ -493,11 +492,17 @@ static int cli_parse_options(int argc, char **argv, gt_config *c, FILE *out, gt_
     for (;;) {
         int at = optind > 0 ? optind : 1;
         const char *word = at < argc ? argv[at] : "";
+        if (c->command == GT_CMD_PREDICT && optind > 0 && strcmp(word, "--") == 0) {
+            optind++; /* getopt's own "--" handling would go back to an item already taken */
+            return optind < argc ? cli_add_items(argc, argv, c, 1, e) : 0;
+        }
         int opt = getopt_long(argc, argv, "+:h", gt_cli_options, &index);
         if (opt == -1 && c->command == GT_CMD_PREDICT && optind < argc) {
-            if (cli_add_items(argc, argv, c, e) != 0)
+            if (cli_add_items(argc, argv, c, optind == 2 && strcmp(argv[1], "--") == 0, e) != 0)
                 return -1;
-            continue;
+            if (optind < argc)
+                continue;
+            break;
         }
         if (opt == -1)
             break;
