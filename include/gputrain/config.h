@@ -74,7 +74,7 @@ typedef struct gt_config {
     int tf32;
 
     /* eval and predict */
-    int ignore_classes;           /* eval: measure a checkpoint whose class names differ */
+    int ignore_classes;           /* eval, predict: use a checkpoint whose class names differ */
     int top;                      /* predict: classes printed per image */
     int nitems;                   /* predict: image files and IDX ranges, in command-line order */
     const char *items[GT_MAX_ITEMS]; /* pointers into argv */
