@@ -90,7 +90,7 @@ static int ckpt_check_model(const gt_model *m, const char *path, gt_err *e)
 
 /* ---- saving --------------------------------------------------------------------------------------- */
 
-#define CKPT_NFIXED 14 /* metadata members besides the tensors' CRCs */
+#define CKPT_NFIXED 15 /* metadata members besides the tensors' CRCs */
 
 /* Everything one save writes: the tensors, their CRC members and the metadata text. */
 typedef struct ckpt_save {
@@ -102,6 +102,7 @@ typedef struct ckpt_save {
     char in_shape[40], nums[6][24], fingerprint[9];
     char *header;
     size_t hlen;
+    char *classes; /* the class names as a JSON array, or NULL */
 } ckpt_save;
 
 static void ckpt_save_free(ckpt_save *sv)
@@ -111,6 +112,7 @@ static void ckpt_save_free(ckpt_save *sv)
     free(sv->crc_hex);
     free(sv->kv);
     free(sv->header);
+    free(sv->classes);
 }
 
 /* Parameters first, then each optimizer state array, each with the model's tensor layout. */
@@ -164,10 +166,53 @@ static void ckpt_list_meta(ckpt_save *sv, const gt_model *m, const gt_ckpt_meta 
     ckpt_kv_u64(sv, 5, "seed", meta->seed);
     snprintf(sv->fingerprint, sizeof sv->fingerprint, "%08" PRIx32, meta->data_fingerprint);
     ckpt_kv(sv, "data_fingerprint", sv->fingerprint);
+    if (sv->classes)
+        ckpt_kv(sv, "classes", sv->classes);
     ckpt_kv(sv, CKPT_CRC_KEY, "00000000");
     for (int i = 0; i < sv->nout; i++)
         ckpt_kv(sv, sv->crc_key[i], sv->crc_hex[i]);
 }
+/* The class names as a JSON array of strings (quote, backslash and control bytes escaped), or
+ * NULL when out of memory. */
+static char *ckpt_classes_json(const gt_ckpt_meta *meta)
+{
+    char *out = malloc((size_t)meta->nnames * (6 * GT_CKPT_NAMELEN + 3) + 3), *p = out;
+    if (!out)
+        return NULL;
+    *p++ = '[';
+    for (int k = 0; k < meta->nnames; k++) {
+        p += sprintf(p, k ? ",\"" : "\"");
+        for (const unsigned char *c = (const unsigned char *)meta->class_names[k]; *c; c++) {
+            if (*c == '"' || *c == '\\')
+                p += sprintf(p, "\\%c", *c);
+            else if (*c < 0x20)
+                p += sprintf(p, "\\u%04x", *c);
+            else
+                *p++ = (char)*c;
+        }
+        *p++ = '"';
+    }
+    strcpy(p, "]");
+    return out;
+}
+
+/* Class names, when given: one per class, each 1..GT_CKPT_NAMELEN-1 bytes of UTF-8. */
+static int ckpt_check_names(const char *path, const gt_ckpt_meta *meta, int nclasses, gt_err *e)
+{
+    if (meta->nnames == 0)
+        return 0;
+    if (meta->nnames != nclasses || meta->nnames > GT_CKPT_MAX_CLASSES)
+        return gt_fail(e, "checkpoint %s: %d class names for %d classes", path, meta->nnames,
+                       nclasses);
+    for (int k = 0; k < meta->nnames; k++) {
+        const char *name = meta->class_names[k];
+        if (!name[0] || !ckpt_terminated(name, GT_CKPT_NAMELEN) || !gt_utf8_valid(name))
+            return gt_fail(e, "checkpoint %s: class name %d is empty, too long or not UTF-8",
+                           path, k);
+    }
+    return 0;
+}
+
 static int ckpt_check_save_args(const char *path, const gt_model *m, const float *params,
                                 float *const *state, int nstate, const gt_ckpt_meta *meta,
                                 int keep, gt_err *e)
@@ -180,7 +225,7 @@ static int ckpt_check_save_args(const char *path, const gt_model *m, const float
         return gt_fail(e, "checkpoint %s: no model, parameters or metadata to save", path);
     if (keep < 0 || keep > CKPT_MAX_KEEP)
         return gt_fail(e, "checkpoint %s: keep %d is outside 0..%d", path, keep, CKPT_MAX_KEEP);
-    if (ckpt_check_model(m, path, e) != 0)
+    if (ckpt_check_model(m, path, e) != 0 || ckpt_check_names(path, meta, m->nclasses, e) != 0)
         return -1;
     if (!gt_utf8_valid(m->name) || !gt_utf8_valid(m->spec))
         return gt_fail(e, "checkpoint %s: the model's name or spec is not valid UTF-8", path);
@@ -253,7 +298,9 @@ int gt_ckpt_save(const char *path, const gt_model *m, const float *params, float
                     .crc_hex = calloc(n, sizeof *sv.crc_hex),
                     .kv = calloc(n + CKPT_NFIXED, sizeof *sv.kv)};
     int rc = -1;
-    if (sv.out && sv.crc_key && sv.crc_hex && sv.kv) {
+    if (meta->nnames > 0)
+        sv.classes = ckpt_classes_json(meta);
+    if (sv.out && sv.crc_key && sv.crc_hex && sv.kv && (meta->nnames == 0 || sv.classes)) {
         ckpt_list_tensors(&sv, m, params, state, nstate, names);
         ckpt_list_meta(&sv, m, meta);
         sv.header = gt_st_build_header(sv.kv, sv.nkv, sv.out, sv.nout, &sv.hlen);
@@ -369,6 +416,39 @@ static int ckpt_parse_in_shape(const ckpt_file *cf, gt_ckpt_meta *meta, gt_err *
     return 0;
 }
 
+/* "classes", when present: a JSON array of nclasses strings, each a valid class name. */
+static int ckpt_parse_classes(const ckpt_file *cf, gt_ckpt_meta *mt, gt_err *e)
+{
+    const char *s = ckpt_meta_str(cf, "classes");
+    mt->nnames = 0;
+    if (!s)
+        return 0;
+    size_t len = strlen(s);
+    char *text = len <= (size_t)GT_CKPT_MAX_CLASSES * 6 * GT_CKPT_NAMELEN ? malloc(len + 1) : NULL;
+    gt_json_doc d = {0};
+    int rc = -1;
+    if (text) {
+        memcpy(text, s, len + 1);
+        rc = gt_json_parse(&d, text, len) == 0 && d.nodes[0].type == GT_JSON_ARRAY &&
+                     d.nodes[0].count == mt->nclasses && mt->nclasses <= GT_CKPT_MAX_CLASSES
+                 ? 0 : -1;
+    }
+    for (int c = rc == 0 ? d.nodes[0].child : -1, k = 0; c >= 0; c = d.nodes[c].next, k++) {
+        if (d.nodes[c].type != GT_JSON_STRING || strlen(d.nodes[c].str) >= GT_CKPT_NAMELEN) {
+            rc = -1;
+            break;
+        }
+        snprintf(mt->class_names[k], GT_CKPT_NAMELEN, "%s", d.nodes[c].str);
+    }
+    gt_json_free(&d);
+    free(text);
+    mt->nnames = rc == 0 ? mt->nclasses : 0;
+    if (rc != 0 || ckpt_check_names(cf->path, mt, mt->nclasses, e) != 0)
+        return gt_fail(e, "checkpoint %s: metadata \"classes\" is not a list of %d class names "
+                       "of 1..%d bytes", cf->path, mt->nclasses, GT_CKPT_NAMELEN - 1);
+    return 0;
+}
+
 /* The modes a checkpoint can come from (as --mode names them). */
 static int ckpt_known_mode(const char *mode)
 {
@@ -406,7 +486,7 @@ static int ckpt_parse_meta(ckpt_file *cf, gt_err *e)
                        cf->path);
     mt->nclasses = (int)nclasses;
     mt->epoch = (uint32_t)epoch;
-    return 0;
+    return ckpt_parse_classes(cf, mt, e);
 }
 
 /* Every tensor has a CRC, and every CRC names a tensor. */

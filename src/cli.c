@@ -42,7 +42,8 @@ enum cli_opt {
     OPT_EVAL_EVERY, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WEIGHT_DECAY, OPT_BETA1,
     OPT_BETA2, OPT_EPS, OPT_SCHEDULE, OPT_WARMUP, OPT_STEP_EPOCHS, OPT_GAMMA, OPT_CHECKPOINT,
     OPT_CHECKPOINT_EVERY, OPT_KEEP, OPT_RESUME, OPT_INIT, OPT_ALLOW_NONFINITE, OPT_ON_NAN, OPT_INJECT_FAULT,
-    OPT_STALL_TIMEOUT, OPT_HOST_TIMEOUT, OPT_LITERAL, OPT_ON_DIVERGE, OPT_LOG, OPT_LOG_STEPS, OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_HELP, OPT_VERSION,
+    OPT_STALL_TIMEOUT, OPT_HOST_TIMEOUT, OPT_LITERAL, OPT_ON_DIVERGE, OPT_LOG, OPT_LOG_STEPS,
+    OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_IGNORE_CLASSES, OPT_TOP, OPT_HELP, OPT_VERSION,
     OPT_END
 };
 
@@ -91,6 +92,8 @@ const struct option gt_cli_options[] = {
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"quiet", no_argument, NULL, OPT_QUIET},
+    {"ignore-classes", no_argument, NULL, OPT_IGNORE_CLASSES},
+    {"top", required_argument, NULL, OPT_TOP},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -407,6 +410,8 @@ static int cli_apply(int opt, const char *arg, gt_config *c, gt_err *e)
     case OPT_NO_PROGRESS: c->progress = 0; return 0;
     case OPT_QUIET: c->quiet = 1; return 0;
     case OPT_ALLOW_NONFINITE: c->allow_nonfinite = 1; return 0;
+    case OPT_IGNORE_CLASSES: c->ignore_classes = 1; return 0;
+    case OPT_TOP: return cli_parse_int(flag, arg, 1, GT_MAX_CLASSES, &c->top, e);
     default: return cli_apply_enum(opt, arg, c, e);
     }
 }
@@ -462,8 +467,11 @@ static int cli_check_combination(const gt_config *c, gt_err *e)
     if (c->resume[0] && c->init[0])
         return gt_fail(e, "--resume '%s' and --init '%s' cannot be used together", c->resume,
                        c->init);
-    if (c->command == GT_CMD_EVAL && !c->checkpoint[0])
-        return gt_fail(e, "eval: --checkpoint PATH is required");
+    if (c->command != GT_CMD_TRAIN && !c->checkpoint[0])
+        return gt_fail(e, "%s: --checkpoint PATH is required",
+                       c->command == GT_CMD_EVAL ? "eval" : "predict");
+    if (c->command == GT_CMD_PREDICT && c->nitems == 0)
+        return gt_fail(e, "predict: name at least one image file or IDX range (test:0-9)");
     if (c->overlap && c->mode != GT_MODE_HOGWILD)
         return gt_fail(e, "--overlap: only --mode hogwild overlaps its pushes, not '%s'",
                        gt_mode_name(c->mode));
@@ -474,6 +482,18 @@ static int cli_check_combination(const gt_config *c, gt_err *e)
     if (mode && mode->needs_nccl && c->on_nan == GT_NAN_SKIP)
         return gt_fail(e, "--on-nan skip: not available with --mode %s, where every GPU must "
                        "take the same step", gt_mode_name(c->mode));
+    return 0;
+}
+
+/* predict: takes the word at optind as an image or range, or with rest every word left (those
+ * after "--"); getopt then goes on with the options after it. */
+static int cli_add_items(int argc, char **argv, gt_config *c, int rest, gt_err *e)
+{
+    do {
+        if (c->nitems == GT_MAX_ITEMS)
+            return gt_fail(e, "predict: more than %d images or ranges", GT_MAX_ITEMS);
+        c->items[c->nitems++] = argv[optind++];
+    } while (rest && optind < argc);
     return 0;
 }
 
@@ -488,7 +508,18 @@ static int cli_parse_options(int argc, char **argv, gt_config *c, FILE *out, gt_
     for (;;) {
         int at = optind > 0 ? optind : 1;
         const char *word = at < argc ? argv[at] : "";
+        if (c->command == GT_CMD_PREDICT && optind > 0 && strcmp(word, "--") == 0) {
+            optind++; /* getopt's own "--" handling would go back to an item already taken */
+            return optind < argc ? cli_add_items(argc, argv, c, 1, e) : 0;
+        }
         int opt = getopt_long(argc, argv, "+:h", gt_cli_options, &index);
+        if (opt == -1 && c->command == GT_CMD_PREDICT && optind < argc) {
+            if (cli_add_items(argc, argv, c, optind == 2 && strcmp(argv[1], "--") == 0, e) != 0)
+                return -1;
+            if (optind < argc)
+                continue;
+            break;
+        }
         if (opt == -1)
             break;
         if (opt == '?' || opt == ':')
@@ -523,6 +554,9 @@ int gt_cli_parse(int argc, char **argv, gt_config *c, FILE *out, gt_err *e)
         skip = 1;
     } else if (argc > 1 && strcmp(argv[1], "eval") == 0) {
         c->command = GT_CMD_EVAL;
+        skip = 1;
+    } else if (argc > 1 && strcmp(argv[1], "predict") == 0) {
+        c->command = GT_CMD_PREDICT;
         skip = 1;
     }
     int rc = cli_parse_options(argc - skip, argv + skip, c, out, e);
@@ -638,6 +672,9 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "  --init PATH            start a fresh run from a checkpoint's parameters\n"
         "                         (default: none)\n"
         "  --allow-nonfinite      load a checkpoint holding NaN or Inf values (default: refused)\n"
+        "  --ignore-classes       eval, predict: use a checkpoint whose class names differ\n"
+        "                         from the data's (default: refused)\n"
+        "  --top K                predict: classes printed per image, 1..%d (default %d)\n"
         "  --on-nan stop|skip     on a non-finite loss, stop the run or skip the update\n"
         "                         (default: neither; the guard acts as --on-diverge says)\n"
         "  --on-diverge recover|stop  a loss that goes non-finite, climbs well above its start\n"
@@ -653,7 +690,7 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "  --host-timeout SECONDS  under mpirun: a host that waits this long for the others in\n"
         "                         a collective ends the run, naming itself; 0 waits forever\n"
         "                         (default %g)\n\n",
-        d->keep, gt_name(GT_NAMES_ON_DIVERGE, (int)d->on_diverge), d->host_timeout);
+        d->keep, GT_MAX_CLASSES, d->top, gt_name(GT_NAMES_ON_DIVERGE, (int)d->on_diverge), d->host_timeout);
 }
 
 static void cli_usage_output(FILE *out)
@@ -675,9 +712,12 @@ void gt_cli_usage(FILE *out)
     gt_config d;
     gt_config_defaults(&d);
     fprintf(out,
-        "Usage: gputrain [train|eval] [options]\n"
+        "Usage: gputrain [train|eval|predict] [options]\n"
         "  train (the default) trains a model; eval measures a saved checkpoint:\n"
         "  gputrain eval --checkpoint PATH [--data DIR] [--gpus LIST] [--batch N]\n"
+        "  predict prints each image's top classes (PNG/JPEG files, or IDX ranges such as\n"
+        "  test:0-9 of --data's splits, with the true label):\n"
+        "  gputrain predict --checkpoint PATH [--top K] [--data DIR] IMAGE|SPLIT:FIRST-LAST...\n"
         "Options are spelt in full and given at most once.\n\n");
     cli_usage_devices(out, &d);
     cli_usage_model(out, &d);

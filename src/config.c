@@ -28,4 +28,5 @@ void gt_config_defaults(gt_config *c)
     c->inject_worker = -1;
     c->inject_step = -1;
     c->host_timeout = GT_CLUSTER_TIMEOUT;
+    c->top = 3;
 }

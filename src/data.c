@@ -11,6 +11,7 @@
 
 #include "gputrain/atomic_file.h"
 #include "gputrain/image_file.h"
+#include "gputrain/json.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -402,9 +403,9 @@ static int folder_list_classes(const char *split_dir, name_list *classes, gt_err
         if (!path_is_dir(path))
             return gt_fail(e, "%s: not a folder (%s should hold only class folders)", path,
                            split_dir);
-        if (strlen(classes->names[k]) > 31)
-            return gt_fail(e, "%s: class name is %zu characters (limit 31)", path,
-                           strlen(classes->names[k]));
+        if (strlen(classes->names[k]) > 31 || !gt_utf8_valid(classes->names[k]))
+            return gt_fail(e, "%s: class name is %zu characters or not UTF-8 (limit 31 bytes)",
+                           path, strlen(classes->names[k]));
     }
     return 0;
 }
@@ -628,6 +629,23 @@ static int data_load_idx_split(const char *images, const char *labels, gt_datase
     return 0;
 }
 
+/* Fashion-MNIST is recognised by its test labels (CRC-32 of the 10000 label bytes, which
+ * --train-samples never cuts) and gets its class names; any other IDX data is named "0".."9". */
+#define FASHION_TEST_LABELS_CRC 0x242bc73fu
+static void data_idx_class_names(gt_data *out)
+{
+    static const char *const fashion[IDX_CLASSES] = {"T-shirt/top", "Trouser", "Pullover",
+        "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+    int is_fashion = out->test.n == 10000 &&
+                     gt_crc32(0, out->test.labels, out->test.n) == FASHION_TEST_LABELS_CRC;
+    for (int k = 0; k < IDX_CLASSES; k++) {
+        if (is_fashion)
+            snprintf(out->class_names[k], sizeof out->class_names[k], "%s", fashion[k]);
+        else
+            snprintf(out->class_names[k], sizeof out->class_names[k], "%d", k);
+    }
+}
+
 static int data_load_idx(const char *dir, gt_data *out, gt_err *e)
 {
     char paths[4][GT_PATHLEN];
@@ -645,8 +663,7 @@ static int data_load_idx(const char *dir, gt_data *out, gt_err *e)
     if (out->train.h != out->test.h || out->train.w != out->test.w)
         return gt_fail(e, "%s holds %dx%d images but %s holds %dx%d", paths[0], out->train.h,
                        out->train.w, paths[2], out->test.h, out->test.w);
-    for (int k = 0; k < IDX_CLASSES; k++)
-        snprintf(out->class_names[k], sizeof out->class_names[k], "%d", k);
+    data_idx_class_names(out);
     return 0;
 }
 

@@ -135,6 +135,9 @@ int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e)
     meta.updates = j->updates;
     meta.seed = cfg->seed;
     meta.data_fingerprint = r->data->fingerprint;
+    meta.nnames = r->m->nclasses;
+    for (int k = 0; k < meta.nnames; k++)
+        memcpy(meta.class_names[k], r->data->class_names[k], GT_CKPT_NAMELEN);
     float *const state[2] = {j->state[0], j->state[1]};
     if (gt_ckpt_save(cfg->checkpoint, r->m, j->params, state, r->ps.nstate, &meta, cfg->keep, e) != 0)
         return -1;

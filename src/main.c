@@ -9,6 +9,7 @@
 #include "gputrain/cli.h"
 #include "gputrain/cluster.h"
 #include "gputrain/names.h"
+#include "gputrain/predict.h"
 #include "gputrain/recipe.h"
 #include "gputrain/train.h"
 
@@ -147,7 +148,8 @@ static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
 {
     gt_model m;
     gt_ckpt_meta meta;
-    if (model_from_checkpoint(c->checkpoint, d, &m, &meta, e) != 0)
+    if (model_from_checkpoint(c->checkpoint, d, &m, &meta, e) != 0 ||
+        gt_predict_check_classes(c->checkpoint, &meta, d, c->ignore_classes, stderr, e) != 0)
         return -1;
     gt_device *devs[GT_MAX_WORKERS] = {0}, *ev = NULL;
     int n = 0;
@@ -370,6 +372,13 @@ int main(int argc, char **argv)
     if (pr != 0) {
         fprintf(stderr, "gputrain: %s (see gputrain --help)\n", e.msg);
         return EXIT_USAGE;
+    }
+    if (c.command == GT_CMD_PREDICT) { /* one process, on the CPU */
+        int usage = 0;
+        if (gt_predict_run(&c, stdout, &usage, &e) == 0)
+            return 0;
+        fprintf(stderr, "gputrain: %s\n", e.msg);
+        return usage ? EXIT_USAGE : EXIT_FAILED;
     }
     gt_cluster_set_timeout(c.host_timeout);
     if (gt_cluster_init(&e) != 0)

@@ -1055,6 +1055,73 @@ static void test_every_bit_flip(void)
     arrays_free(&b);
 }
 
+/* ---- class names ------------------------------------------------------------------------------- */
+
+static void set_names(gt_ckpt_meta *mt, int n, const char *const *names)
+{
+    mt->nnames = n;
+    for (int k = 0; k < n; k++)
+        snprintf(mt->class_names[k], sizeof mt->class_names[k], "%s", names[k]);
+}
+
+/* Names round-trip (quotes and backslashes included), a file without them loads with none, and
+ * a wrong count, bad UTF-8 or a damaged or forged "classes" value is refused. */
+static void test_class_names(void)
+{
+    gt_model m;
+    model_make(&m, "conv:2:3 fc:3", 4, 3);
+    arrays a;
+    arrays_alloc(&a, m.nparams);
+    arrays_random(&a, 13);
+    char path[512], bad[512];
+    test_path(path, sizeof path, "names");
+    test_path(bad, sizeof bad, "names bad");
+    gt_ckpt_meta mt, got;
+    gt_err e = {{0}};
+    meta_make(&mt, &m, "sgd");
+    CHECK_MSG(save(path, &m, &a, 0, &mt, 0, &e) == 0, "%s", e.msg);
+    CHECK_MSG(gt_ckpt_read_meta(path, &got, &e) == 0 && got.nnames == 0, "%s", e.msg);
+    const char *odd[] = {"a\"q", "b\\x\t", "Ankle boot \xc3\xa9"};
+    set_names(&mt, 3, odd);
+    CHECK_MSG(save(path, &m, &a, 0, &mt, 0, &e) == 0, "%s", e.msg);
+    CHECK_MSG(gt_ckpt_read_meta(path, &got, &e) == 0, "%s", e.msg);
+    CHECK(got.nnames == 3);
+    for (int k = 0; k < 3; k++)
+        CHECK_MSG(strcmp(got.class_names[k], odd[k]) == 0, "name %d: '%s'", k, got.class_names[k]);
+    const char *two[] = {"cat", "dog"}, *badutf[] = {"cat", "d\xffg", "emu"};
+    set_names(&mt, 2, two);
+    CHECK(save(bad, &m, &a, 0, &mt, 0, &e) == -1 && strstr(e.msg, "2 class names for 3") != NULL);
+    set_names(&mt, 3, badutf);
+    CHECK(save(bad, &m, &a, 0, &mt, 0, &e) == -1 && strstr(e.msg, "not UTF-8") != NULL);
+    const char *plain[] = {"cat", "dog", "emu"};
+    set_names(&mt, 3, plain);
+    CHECK_MSG(save(path, &m, &a, 0, &mt, 0, &e) == 0, "%s", e.msg);
+    const struct {
+        const char *from, *to;
+    } forged[] = {
+        {",\\\"emu\\\"]", "]"},
+        {"\\\"emu\\\"", "7"},
+        {"\\\"emu\\\"", "\\\"\\\""},
+        {"\\\"emu\\\"", "\\\"abcdefghijklmnopqrstuvwxyz012345\\\""},
+        {"\"[\\\"cat\\\"", "\"{\\\"cat\\\":\\\"x\\\"}[\\\"cat\\\""},
+    };
+    for (size_t i = 0; i < sizeof forged / sizeof *forged; i++) {
+        rewrite_header(path, bad, forged[i].from, forged[i].to);
+        expect_refused(bad, &m, 0, "\"classes\"");
+    }
+    size_t size;
+    unsigned char *file = file_read(path, &size);
+    size_t at = 8;
+    while (at + 3 < size && memcmp(file + at, "dog", 3) != 0)
+        at++;
+    CHECK(at + 3 < size);
+    file[at + 1] = 'u'; /* "dug", the header CRC left as it was */
+    file_write(bad, file, size);
+    expect_refused(bad, &m, 0, "CRC");
+    free(file);
+    arrays_free(&a);
+}
+
 int main(void)
 {
     const char *tmp = getenv("TMPDIR");
@@ -1077,6 +1144,7 @@ int main(void)
     test_rotation();
     test_unwritable();
     test_killed_saves();
+    test_class_names();
     remove_test_dir();
     TEST_DONE();
 }

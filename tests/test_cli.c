@@ -37,7 +37,7 @@ static double field(const gt_config *c, const char *name)
         "seed", "mode", "stripes", "staleness", "sync_every", "balance", "eval_every", "progress",
         "quiet", "checkpoint_every", "checkpoint_every_steps", "keep", "on_nan", "inject_worker",
         "inject_step", "stall_timeout", "tf32", "log_steps", "overlap", "host_timeout",
-        "allow_nonfinite", "literal", "on_diverge", "given"};
+        "allow_nonfinite", "literal", "on_diverge", "given", "ignore_classes", "top", "nitems"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -47,7 +47,8 @@ static double field(const gt_config *c, const char *name)
         c->staleness, c->sync_every, c->balance, c->eval_every, c->progress, c->quiet,
         c->checkpoint_every, c->checkpoint_every_steps, c->keep, c->on_nan, c->inject_worker,
         c->inject_step, c->stall_timeout, c->tf32, c->log_steps, c->overlap, c->host_timeout,
-        c->allow_nonfinite, c->literal, c->on_diverge, c->given};
+        c->allow_nonfinite, c->literal, c->on_diverge, c->given, c->ignore_classes, c->top,
+        c->nitems};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -107,6 +108,12 @@ static const good_case GOOD[] = {
     {{"train", "--epochs", "3"}, "epochs", 3, NULL},
     {{"eval", "--checkpoint", "m.st"}, "command", GT_CMD_EVAL, NULL},
     {{"eval", "--checkpoint", "m.st", "--batch", "256"}, "batch", 256, NULL},
+    {{"eval", "--checkpoint", "m.st", "--ignore-classes"}, "ignore_classes", 1, NULL},
+    {{NULL}, "top", 3, NULL},
+    {{"predict", "--checkpoint", "m.st", "a.png"}, "command", GT_CMD_PREDICT, NULL},
+    {{"predict", "--checkpoint", "m.st", "--top", "5", "a.png"}, "top", 5, NULL},
+    {{"predict", "a.png", "--checkpoint", "m.st", "test:0-9", "--top", "2"}, "nitems", 2, NULL},
+    {{"predict", "--checkpoint", "m.st", "a.png", "--", "--top", "b"}, "nitems", 3, NULL},
     {{"--gpus", "0,1,3"}, "ngpus", 3, NULL},
     {{"--gpus", "0,1,3"}, "gpu0", 0, NULL},
     {{"--gpus", "0,1,3"}, "gpu1", 1, NULL},
@@ -332,6 +339,10 @@ static const bad_case BAD[] = {
     {{"--progress", "--no-progress"}, "--progress", "--no-progress"},
     {{"eval"}, "eval", "--checkpoint PATH is required"},
     {{"eval", "--data", "x"}, "eval", "--checkpoint PATH is required"},
+    {{"predict", "a.png"}, "predict", "--checkpoint PATH is required"},
+    {{"predict", "--", "--checkpoint", "m.st"}, "predict", "--checkpoint PATH is required"},
+    {{"predict", "--checkpoint", "m.st"}, "predict", "at least one image"},
+    {{"predict", "--checkpoint", "m.st", "--top", "0", "a.png"}, "--top", "0 is out of range"},
     {{"x"}, "unexpected argument", "'x'"},
     {{"--epochs", "2", "x"}, "unexpected argument", "'x'"},
     {{"train", "eval"}, "unexpected argument", "'eval'"},

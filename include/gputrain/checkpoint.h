@@ -5,7 +5,9 @@
  * out x in); optimizer state follows as "optim.<state>.<tensor>" (state: momentum_buffer, exp_avg,
  * exp_avg_sq, as torch.optim names them). "__metadata__" (string values, as the format requires)
  * holds format, model_spec, model, mode, epoch, step, samples, updates, seed, data_fingerprint,
- * optimizer, "crc32.<tensor>" for every tensor, and header_crc32: the CRC-32 of the 8 length
+ * optimizer, classes (the class names, in label order, as a JSON array of strings inside the
+ * string; absent in checkpoints written before it existed), "crc32.<tensor>" for every tensor,
+ * and header_crc32: the CRC-32 of the 8 length
  * bytes and the whole header with its own 8 digits read as "00000000", so that every byte of the
  * file is covered by a CRC (format "gputrain-2"; "gputrain-1" files, which lack it, are refused).
  *
@@ -13,7 +15,8 @@
  * fsyncs the folder, so at any instant the path holds the old checkpoint or the new one, whole.
  * Loading checks every length, offset and CRC before a byte reaches the caller, and every
  * metadata field: known mode and optimizer, epoch <= 100000, samples, updates < 2^53, step <=
- * samples, lowercase hex CRCs and fingerprint. */
+ * samples, lowercase hex CRCs and fingerprint, class names (one per class, valid UTF-8, 1..31
+ * bytes). */
 #ifndef GT_CHECKPOINT_H
 #define GT_CHECKPOINT_H
 
@@ -23,6 +26,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#define GT_CKPT_MAX_CLASSES 256 /* class names a checkpoint can hold (labels are bytes) */
+#define GT_CKPT_NAMELEN 32      /* a class name's bytes, with its terminating NUL */
 
 typedef struct gt_ckpt_meta {
     char model_spec[GT_SPECLEN];
@@ -36,6 +42,8 @@ typedef struct gt_ckpt_meta {
     uint64_t updates;         /* optimizer updates applied (Adam's t) */
     uint64_t seed;
     uint32_t data_fingerprint;
+    int nnames;               /* class names held: nclasses, or 0 (a checkpoint written without) */
+    char class_names[GT_CKPT_MAX_CLASSES][GT_CKPT_NAMELEN];
 } gt_ckpt_meta;
 
 /* Writes a checkpoint atomically. state: gt_optim_nstate(optim) arrays of m->nparams (may be 0).

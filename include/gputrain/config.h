@@ -23,7 +23,7 @@ typedef enum gt_mode {
 
 typedef enum gt_balance { GT_BALANCE_DYNAMIC = 0, GT_BALANCE_STATIC } gt_balance;
 typedef enum gt_on_nan { GT_NAN_STOP = 0, GT_NAN_SKIP } gt_on_nan;
-typedef enum gt_command { GT_CMD_TRAIN = 0, GT_CMD_EVAL } gt_command;
+typedef enum gt_command { GT_CMD_TRAIN = 0, GT_CMD_EVAL, GT_CMD_PREDICT } gt_command;
 typedef enum gt_on_diverge { GT_DIVERGE_RECOVER = 0, GT_DIVERGE_STOP } gt_on_diverge;
 
 /* Bits of gt_config.given: options the command line set, which the recipe never overrides. */
@@ -31,6 +31,8 @@ typedef enum gt_on_diverge { GT_DIVERGE_RECOVER = 0, GT_DIVERGE_STOP } gt_on_div
 #define GT_GIVEN_MOMENTUM (1u << 1)
 #define GT_GIVEN_WARMUP (1u << 2)
 #define GT_GIVEN_ON_NAN (1u << 3)
+
+#define GT_MAX_ITEMS 1024 /* images and ranges one predict command takes */
 
 typedef struct gt_config {
     gt_command command;
@@ -82,6 +84,12 @@ typedef struct gt_config {
 
     /* GPU options */
     int tf32;
+
+    /* eval and predict */
+    int ignore_classes;           /* eval, predict: use a checkpoint whose class names differ */
+    int top;                      /* predict: classes printed per image */
+    int nitems;                   /* predict: image files and IDX ranges, in command-line order */
+    const char *items[GT_MAX_ITEMS]; /* pointers into argv */
 } gt_config;
 
 /* Every field at its default: what a run does when the command line says nothing. */

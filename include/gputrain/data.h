@@ -27,7 +27,9 @@ typedef struct gt_data {
     gt_dataset train, test;
     char dir[GT_PATHLEN];        /* where it was loaded from */
     char format[16];             /* "idx" or "folder" */
-    char class_names[GT_MAX_CLASSES][32]; /* folder datasets: the class folder names; idx: "0".."9" */
+    char class_names[GT_MAX_CLASSES][32]; /* folder datasets: the class folder names;
+                                          idx: Fashion-MNIST's ten names when its test
+                                          labels are Fashion-MNIST's, else "0".."9" */
     uint32_t fingerprint;        /* CRC-32 over train+test images and labels: ties checkpoints to data */
 } gt_data;
 

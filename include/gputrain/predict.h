@@ -1,0 +1,30 @@
+/* predict.h - `gputrain predict`: a checkpoint's top classes for image files and IDX samples, on
+ * the CPU reference network, and the class-name check that eval and predict share. */
+#ifndef GT_PREDICT_H
+#define GT_PREDICT_H
+
+#include "gputrain/checkpoint.h"
+#include "gputrain/config.h"
+
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Whether a checkpoint's class names (meta) are the data's: 0 when they are, when the checkpoint
+ * holds none (a warning line goes to warn) or when ignore is set; else -1 with a message naming
+ * the first class that differs. */
+int gt_predict_check_classes(const char *path, const gt_ckpt_meta *meta, const gt_data *d,
+                             int ignore, FILE *warn, gt_err *e);
+
+/* Runs the predict command (c->items: image files, or SPLIT:FIRST[-LAST] ranges of the IDX or
+ * folder dataset of --data), printing one line per image or sample to out: its top c->top classes
+ * with probabilities, and for dataset samples the true label; with samples, a last line gives the
+ * accuracy over them. *usage is set when the error is in a command-line item. */
+int gt_predict_run(const gt_config *c, FILE *out, int *usage, gt_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# cli_predict.sh - class names in checkpoints and `gputrain predict`, end to end on the CPU: a
+# checkpoint holds Fashion-MNIST's ten names; eval refuses data with other class names unless
+# --ignore-classes, and warns on a checkpoint without names; predict prints sorted top-K classes
+# whose probabilities sum to 1, the same for a PNG as for the IDX sample it was made from, true
+# labels for IDX ranges and, over the whole test split, eval's accuracy exactly; bad inputs give
+# one-line errors.
+. "$(dirname "$0")/lib_cli.sh"
+DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
+command -v python3 >/dev/null || { echo "skipped: python3 not found"; exit 77; }
+CK=$TMP/m.safetensors
+"$BIN" --data "$DATA" --gpus cpu:1 --epochs 1 --train-samples 2000 --no-progress --checkpoint "$CK" \
+    >"$TMP/train.out" 2>&1 || fail "training failed: $(cat "$TMP/train.out")"
+
+# The checkpoint's metadata holds the ten names, in label order, as a JSON array.
+python3 - "$CK" >"$TMP/names" <<'PY' || fail "no class names in the checkpoint: $(cat "$TMP/names")"
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    meta = json.loads(f.read(n))["__metadata__"]
+print("|".join(json.loads(meta["classes"])))
+PY
+want="T-shirt/top|Trouser|Pullover|Dress|Coat|Sandal|Shirt|Sneaker|Bag|Ankle boot"
+[ "$(cat "$TMP/names")" = "$want" ] || fail "class names are '$(cat "$TMP/names")', expected '$want'"
+
+# PNGs from IDX samples: png.py SPLIT INDEX OUT [SIDE] (SIDE crops the sample to SIDExSIDE).
+cat >"$TMP/png.py" <<'PY'
+import gzip, struct, sys, zlib
+data, split, index, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+side = int(sys.argv[5]) if len(sys.argv) > 5 else 28
+prefix = "train" if split == "train" else "t10k"
+px = gzip.open(f"{data}/{prefix}-images-idx3-ubyte.gz").read()[16 + 784 * index:16 + 784 * (index + 1)]
+rows = b"".join(b"\0" + px[28 * y:28 * y + side] for y in range(side))
+def chunk(kind, body):
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+with open(out, "wb") as f:
+    f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+PY
+png() { python3 "$TMP/png.py" "$DATA" "$@" || fail "cannot write PNG $*"; }
+png test 0 "$TMP/t0.png"
+
+# An image folder with ten other class names, one image each in train and test.
+for k in 0 1 2 3 4 5 6 7 8 9; do
+    for split in train test; do
+        mkdir -p "$TMP/other/$split/c$k"
+        png "$split" "$k" "$TMP/other/$split/c$k/a.png"
+    done
+done
+expect_error "class 0 is 'T-shirt/top'" "'c0'" "--ignore-classes" -- eval --checkpoint "$CK" --data "$TMP/other" --gpus cpu:1
+expect_exit 0 -- eval --checkpoint "$CK" --data "$TMP/other" --gpus cpu:1 --ignore-classes
+grep -q 'acc ' "$TMP/out" || fail "eval --ignore-classes printed no accuracy: $(cat "$TMP/out")"
+expect_exit 0 -- eval --checkpoint "$CK" --data "$DATA" --gpus cpu:1
+eval_line=$(cat "$TMP/out")
+[ ! -s "$TMP/err" ] || fail "eval on matching classes printed to stderr: $(cat "$TMP/err")"
+
+# A checkpoint without names (as older versions wrote): eval goes on with one warning line.
+python3 - "$CK" "$TMP/old.safetensors" <<'PY' || fail "cannot write a checkpoint without names"
+import json, struct, sys, zlib
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+del head["__metadata__"]["classes"]
+head["__metadata__"]["header_crc32"] = "00000000"
+text = json.dumps(head, separators=(",", ":")).encode()
+text += b" " * (-len(text) % 8)
+length = struct.pack("<Q", len(text))
+crc = "%08x" % zlib.crc32(length + text)
+text = text.replace(b'"header_crc32":"00000000"', b'"header_crc32":"' + crc.encode() + b'"')
+open(sys.argv[2], "wb").write(length + text + raw[8 + n:])
+PY
+expect_exit 0 -- eval --checkpoint "$TMP/old.safetensors" --data "$DATA" --gpus cpu:1
+[ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "warning: .*no class names" "$TMP/err" ||
+    fail "no one-line warning for a checkpoint without names: $(cat "$TMP/err")"
+
+# predict on a PNG: K classes, sorted, summing to 1 over all ten; the same as its IDX sample.
+probs() { sed 's/^[^:]*:[0-9]*:* //; s/ (true: .*)$//' | tr ',' '\n' | awk '{ print $NF }'; }
+for k in 1 3 10; do
+    expect_exit 0 -- predict --checkpoint "$CK" --top "$k" "$TMP/t0.png"
+    [ "$(wc -l <"$TMP/out")" -eq 1 ] || fail "predict --top $k: $(cat "$TMP/out")"
+    grep -q "^$TMP/t0.png: " "$TMP/out" || fail "predict does not name the file: $(cat "$TMP/out")"
+    [ "$(probs <"$TMP/out" | wc -l)" -eq "$k" ] || fail "predict --top $k printed: $(cat "$TMP/out")"
+    probs <"$TMP/out" | sort -rg -c 2>/dev/null || fail "predict --top $k is not sorted: $(cat "$TMP/out")"
+done
+probs <"$TMP/out" | awk '{ s += $1 } END { exit !(s > 0.998 && s < 1.002) }' ||
+    fail "probabilities of all ten classes do not sum to 1: $(cat "$TMP/out")"
+png_line=$(sed 's/^[^:]*: //' "$TMP/out")
+expect_exit 0 -- predict --checkpoint "$CK" --data "$DATA" --top 10 test:0
+[ "$(head -1 "$TMP/out" | sed 's/^test:0: //; s/ (true: .*)$//')" = "$png_line" ] ||
+    fail "the PNG of test:0 and test:0 predict differently: '$png_line' / $(head -1 "$TMP/out")"
+
+# An IDX range: one line per sample with its true label; over the test split, eval's accuracy.
+expect_exit 0 -- predict --checkpoint "$CK" --data "$DATA" test:0-9
+[ "$(grep -c '^test:[0-9]: .* (true: [^)]*)$' "$TMP/out")" -eq 10 ] || fail "test:0-9: $(cat "$TMP/out")"
+grep -q "^test:0: .*(true: Ankle boot)$" "$TMP/out" || fail "test:0 is an ankle boot: $(head -1 "$TMP/out")"
+expect_exit 0 -- predict --checkpoint "$CK" --data "$DATA" --top 1 test:0-9999
+hits=$(awk '/^test:/ { gsub(/^test:[0-9]+: | [0-9.]+ \(true: /, "|"); sub(/\)$/, ""); split($0, f, "|"); n += f[2] == f[3] } END { print n }' "$TMP/out")
+eval_hits=$(echo "$eval_line" | sed 's/.*(\([0-9]*\)\/10000)$/\1/')
+[ "$hits" = "$eval_hits" ] || fail "predict gets $hits/10000 right, eval $eval_line"
+grep -q "^accuracy .* ($eval_hits/10000)" "$TMP/out" || fail "predict's accuracy line: $(tail -1 "$TMP/out")"
+
+# Bad input: one line, nonzero, no hang.
+export EXPECT_TIMEOUT=30
+expect_error "$TMP/none.png" -- predict --checkpoint "$CK" "$TMP/none.png"
+png test 1 "$TMP/small.png" 20
+expect_error "$TMP/small.png" "20x20" "28x28" -- predict --checkpoint "$CK" "$TMP/small.png"
+expect_error "test:5-2" -- predict --checkpoint "$CK" --data "$DATA" test:5-2
+expect_error "test:9990-10000" "0-9999" -- predict --checkpoint "$CK" --data "$DATA" test:9990-10000
+expect_error "train:x" -- predict --checkpoint "$CK" train:x
+mkfifo "$TMP/fifo"
+expect_error "$TMP/fifo" -- predict --checkpoint "$CK" "$TMP/fifo"
+expect_error "predict" "image" -- predict --checkpoint "$CK"
+expect_error "--checkpoint" -- predict "$TMP/t0.png"
+expect_error "$TMP/none.st" -- predict --checkpoint "$TMP/none.st" "$TMP/t0.png"
+expect_error "--top" -- predict --checkpoint "$CK" --top 0 "$TMP/t0.png"
+finish
