@@ -31,7 +31,7 @@ bin="$build/gputrain"
 work=$(mktemp -d)
 table="$work/table.txt"
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "$gpu" | head -1)
-commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+commit=${GT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 
 echo "== build ($commit)"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGT_CUDA=ON -DGT_MPI=OFF >/dev/null
