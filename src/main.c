@@ -332,7 +332,7 @@ static int resume_settings(gt_config *c, const gt_data *d, int argc, char **argv
     }
     c->seed = meta.seed;
     if (meta.epoch >= (uint32_t)c->epochs) {
-        if (!c->quiet)
+        if (gt_cluster_rank() == 0) /* the result line, also under --quiet */
             printf("nothing to train: the checkpoint %s is at epoch %u of %d\n", c->resume,
                    meta.epoch, c->epochs);
         return 1;
