@@ -18,10 +18,13 @@ num() {
 }
 # ratio_below A B LIMIT: whether A / B < LIMIT.
 ratio_below() { awk -v a="$1" -v b="$2" -v l="$3" 'BEGIN { exit !(b > 0 && a / b < l) }'; }
-# glued FILE: lines with an evaluation's text that do not begin with it, once the progress bar's
-# drawings that were cleared (\r[...]...\r ESC[K) or ended (a line of bar drawings) are removed.
+# glued FILE: lines printed onto the progress bar. The bar's drawings that were cleared
+# (\r[...] ... \r ESC[K) and lines of nothing but drawings (the bar's own, ended) are removed;
+# what still holds a drawing, or an evaluation's text not at column 0, is glued.
+BAR=$'\r''\[[#.]+\] +[0-9.]+%  epoch [0-9]+/[0-9]+ +[0-9]+ samples/s'
 glued() {
-    sed -E 's/(\r\[[#.]+\][^\r]*)+\r\x1b\[K//g; s/\r$//' "$1" | grep -a 'train loss' | grep -av '^epoch '
+    sed -E "s|($BAR)+\r\x1b\[K||g; s|\r$||" "$1" | grep -avE "^($BAR)+\$" |
+        grep -aE '\[[#.]+\] +[0-9.]+%|train loss' | grep -av '^epoch '
 }
 
 # ---- the terminal -------------------------------------------------------------------------------
