@@ -114,7 +114,8 @@ static void config_run(run *r, FILE *f)
     put_field_str(f, "evaluator", r->evaluator ? r->evaluator->name : "");
     put_field_str(f, "model", r->m->name);
     put_field_str(f, "model_spec", r->m->spec);
-    fprintf(f, ",\"parameters\":%zu", r->n);
+    fprintf(f, ",\"parameters\":%zu,\"input\":\"%dx%dx%d\",\"nclasses\":%d", r->n, r->m->in_c,
+            r->m->in_h, r->m->in_w, r->m->nclasses);
     put_field_str(f, "data", r->data->dir);
     fprintf(f, ",\"data_fingerprint\":\"%08x\",\"train_samples\":%u,\"test_samples\":%u",
             r->data->fingerprint, r->ntrain, r->data->test.n);
