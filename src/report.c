@@ -404,12 +404,15 @@ static void report_workers(run *r, const gt_run_result *res)
     }
 }
 
-/* Ends the log with the run's summary and one record per worker, and closes it. Returns rc, or
+/* Ends the log with the run's summary and one record per worker (after a run_failed event with
+ * the error when rc is -1), and closes it. Returns rc, or
  * -1 with e set when rc was 0 and the log could not be written. */
 int report_close(run *r, const gt_run_result *res, int rc, gt_err *e)
 {
     if (!r->rep.log)
         return rc;
+    if (rc != 0)
+        report_event(r, "run_failed", e->msg);
     report_summary(r, res);
     report_workers(r, res);
     if (fclose(r->rep.log) != 0 && rc == 0)

@@ -119,6 +119,11 @@ grep -q '"event":"worker_failed",.*"worker":1,"device":"cpu:1","reason":"injecte
 grep -q '"type":"worker","worker":1,.*"failed":1,.*"reason":"injected fault at step 3"' "$TMP/f.jsonl" ||
     fail "failed worker's record lacks the reason: $(grep '"type":"worker"' "$TMP/f.jsonl")"
 
+# a run that fails: its error as a run_failed event before the summary
+expect_exit 1 -- --data "$DATA" --gpus cpu:1 --epochs 1 --train-samples 2000 --no-progress --inject-fault 0:3 --log "$TMP/ff.jsonl"
+grep -A1 '"event":"run_failed",.*"message":"every worker failed: worker 0 (cpu:0): injected fault at step 3' "$TMP/ff.jsonl" |
+    grep -q '"type":"summary"' || fail "no run_failed event before the summary: $(grep -v eval "$TMP/ff.jsonl")"
+
 # SIGINT before the first evaluation: a signal event, "not evaluated", test_acc null
 "$BIN" "${RUN[@]}" --epochs 2 --no-progress --log "$TMP/s.jsonl" >"$TMP/s.out" 2>"$TMP/s.err" </dev/null &
 pid=$!
