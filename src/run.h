@@ -175,7 +175,7 @@ typedef struct run_jobs {
     uint64_t next_ckpt;        /* clocks/updates at which the next step checkpoint is due */
 } run_jobs;
 
-/* report.c: the JSONL log (host 0 only) and the terminal. */
+/* report.c: the JSONL log (host 0 only). */
 typedef struct run_report {
     FILE *log;
     pthread_mutex_t log_mu;    /* guards the log (step records come from every worker) and the
