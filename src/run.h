@@ -241,7 +241,6 @@ int report_open(run *r, int resumed, gt_err *e);
 void report_event(run *r, const char *event, const char *message);
 void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step);
 void report_signal(run *r, int sig);
-double report_wall(const run *r);
 void report_step(run *r, worker *w, uint64_t step, double loss, int n);
 void report_point(run *r, const gt_eval_point *p);
 void report_worker_left(run *r, worker *w, const char *why);
