@@ -90,7 +90,7 @@ static int ckpt_check_model(const gt_model *m, const char *path, gt_err *e)
 
 /* ---- saving --------------------------------------------------------------------------------------- */
 
-#define CKPT_NFIXED 15 /* metadata members besides the tensors' CRCs */
+#define CKPT_NFIXED 16 /* metadata members besides the tensors' CRCs */
 
 /* Everything one save writes: the tensors, their CRC members and the metadata text. */
 typedef struct ckpt_save {
@@ -99,7 +99,7 @@ typedef struct ckpt_save {
     char (*crc_hex)[9];
     gt_st_kv *kv;
     int nout, nkv;
-    char in_shape[40], nums[6][24], fingerprint[9];
+    char in_shape[40], nums[7][24], fingerprint[9];
     char *header;
     size_t hlen;
     char *classes; /* the class names as a JSON array, or NULL */
@@ -164,6 +164,7 @@ static void ckpt_list_meta(ckpt_save *sv, const gt_model *m, const gt_ckpt_meta 
     ckpt_kv_u64(sv, 3, "samples", meta->samples);
     ckpt_kv_u64(sv, 4, "updates", meta->updates);
     ckpt_kv_u64(sv, 5, "seed", meta->seed);
+    ckpt_kv_u64(sv, 6, "wall_ms", meta->wall_ms);
     snprintf(sv->fingerprint, sizeof sv->fingerprint, "%08" PRIx32, meta->data_fingerprint);
     ckpt_kv(sv, "data_fingerprint", sv->fingerprint);
     if (sv->classes)
@@ -476,6 +477,11 @@ static int ckpt_parse_meta(ckpt_file *cf, gt_err *e)
         ckpt_meta_u64(cf, "step", 0, mt->samples, &mt->step, e) != 0 ||
         ckpt_meta_u64(cf, "updates", 0, CKPT_MAX_COUNT, &mt->updates, e) != 0 ||
         ckpt_meta_u64(cf, "seed", 0, UINT64_MAX, &mt->seed, e) != 0)
+        return -1;
+    /* Written since the wall time was kept: an older file resumes its wall time from 0. */
+    mt->wall_ms = 0;
+    if (ckpt_meta_str(cf, "wall_ms") &&
+        ckpt_meta_u64(cf, "wall_ms", 0, CKPT_MAX_COUNT, &mt->wall_ms, e) != 0)
         return -1;
     if (ckpt_state_names(mt->optimizer, &names) < 0)
         return gt_fail(e, "checkpoint %s: unknown optimizer \"%s\"", cf->path, mt->optimizer);

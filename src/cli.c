@@ -701,8 +701,9 @@ static void cli_usage_output(FILE *out)
         "  --log-steps            with --log, also one line per training step with its loss (default: off)\n"
         "  --progress             show a progress line (default: when stderr is a terminal)\n"
         "  --no-progress          never show it (default: when stderr is a terminal)\n"
-        "  --quiet                print nothing on stdout; errors and warnings still go to\n"
-        "                         stderr (default off)\n"
+        "  --quiet                print only the final result line (done: ...) on stdout, and\n"
+        "                         errors and warnings on stderr; no progress line unless\n"
+        "                         --progress (default off)\n"
         "  --help                 print this help and exit\n"
         "  --version              print the version and exit\n");
 }

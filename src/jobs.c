@@ -51,7 +51,7 @@ int jobs_snapshot_locked(run *r, job *j, int kinds, uint32_t epoch, uint64_t ste
     j->step = step;
     j->samples = atomic_load(&r->stats.samples_total);
     j->updates = atomic_load(&r->ps.updates);
-    j->wall = gt_now() - r->t0;
+    j->wall = r->wall0 + gt_now() - r->t0; /* counts on from a resumed run's time */
     if (kinds & JOB_EVAL) {
         j->train_loss = r->stats.seen_acc ? r->stats.loss_acc / (double)r->stats.seen_acc : NAN;
         j->train_acc = r->stats.seen_acc ? (double)r->stats.correct_acc / (double)r->stats.seen_acc : NAN;
@@ -138,10 +138,12 @@ int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e)
     meta.nnames = r->m->nclasses;
     for (int k = 0; k < meta.nnames; k++)
         memcpy(meta.class_names[k], r->data->class_names[k], GT_CKPT_NAMELEN);
+    meta.wall_ms = (uint64_t)llround(j->wall * 1e3);
     float *const state[2] = {j->state[0], j->state[1]};
     if (gt_ckpt_save(cfg->checkpoint, r->m, j->params, state, r->ps.nstate, &meta, cfg->keep, e) != 0)
         return -1;
     snprintf(res->checkpoint_written, sizeof res->checkpoint_written, "%s", cfg->checkpoint);
+    report_checkpoint(r, cfg->checkpoint, j->epoch, j->step);
     return 0;
 }
 

@@ -95,16 +95,26 @@ static void close_devices(gt_device **devs, int n, gt_device *evaluator)
     gt_device_close(evaluator);
 }
 
+/* The result: the `done:` line (also under --quiet; host 0 only), then unless --quiet one line
+ * per worker, the contention figures and the checkpoint written. Throughput is this run's own: a
+ * resumed run's samples and time since it began. */
 static void print_summary(const gt_config *c, const gt_run_result *res, gt_device **devs)
 {
-    if (c->quiet)
+    if (gt_cluster_rank() != 0)
         return;
-    char hosts[48] = "";
+    char hosts[48] = "", acc[32] = "not evaluated", before[64] = "";
     if (res->nhosts > 1)
         snprintf(hosts, sizeof hosts, " on each of %d hosts (host 0's below)", res->nhosts);
-    printf("done: %s, %d worker%s%s, %llu samples in %.2f s: %.0f samples/s, test acc %.4f\n",
+    if (res->npoints > 0)
+        snprintf(acc, sizeof acc, "test acc %.4f", res->final_test_acc);
+    if (res->resumed_samples > 0)
+        snprintf(before, sizeof before, " (%llu since epoch 0)", (unsigned long long)res->samples);
+    printf("done: %s, %d worker%s%s, %llu samples%s in %.2f s: %.0f samples/s, %s\n",
            gt_mode_name(c->mode), res->nworkers, res->nworkers == 1 ? "" : "s", hosts,
-           (unsigned long long)res->samples, res->wall_s, res->samples_per_s, res->final_test_acc);
+           (unsigned long long)(res->samples - res->resumed_samples), before, res->wall_s,
+           res->samples_per_s, acc);
+    if (c->quiet)
+        return;
     for (int i = 0; i < res->nworkers; i++) {
         const gt_worker_stats *s = &res->workers[i];
         printf("  worker %d %-28s %7llu steps %9.0f samples/s  waited %5.1f%%%s%s\n", i,
@@ -123,6 +133,15 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
     printf("\n");
     if (res->checkpoint_written[0])
         printf("checkpoint: %s\n", res->checkpoint_written);
+}
+
+/* The workers' device names for the start-up header, comma-separated. */
+static void device_names(gt_device **devs, int n, char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", devs[i]->name);
 }
 
 static unsigned ckpt_flags(const gt_config *c)
@@ -271,14 +290,17 @@ static int cmd_train(const gt_config *given, const gt_data *d, gt_run_result *re
         char hosts[32] = "";
         if (gt_cluster_size() > 1)
             snprintf(hosts, sizeof hosts, " on each of %d hosts", gt_cluster_size());
+        char names[4096];
+        device_names(devs, n, names, sizeof names);
         if (!c->quiet)
             printf("gputrain: %s (%zu parameters) on %s, %s%s, %d worker%s x batch %d%s, %u train / %u test samples (%s)\n",
                    m.name, m.nparams, d->dir, gt_mode_name(c->mode),
                    c->mode == GT_MODE_HOGWILD && c->stripes == 0 ? " lock-free" : "", n,
-                   n == 1 ? "" : "s", c->batch, hosts, d->train.n, d->test.n, devs[0]->name);
+                   n == 1 ? "" : "s", c->batch, hosts, d->train.n, d->test.n, names);
         if (resumed && !c->quiet)
             printf("resuming %s at epoch %u step %llu (seed %llu)\n", c->resume, meta.epoch,
                    (unsigned long long)meta.step, (unsigned long long)meta.seed);
+        fflush(stdout); /* before the progress bar on stderr */
         gt_start start = {.params = params, .state = state, .nstate = nstate,
                           .resumed = resumed ? &meta : NULL, .recipe = &rec};
         gt_train_install_signals();
@@ -331,7 +353,7 @@ static int resume_settings(gt_config *c, const gt_data *d, int argc, char **argv
     }
     c->seed = meta.seed;
     if (meta.epoch >= (uint32_t)c->epochs) {
-        if (!c->quiet)
+        if (gt_cluster_rank() == 0) /* the result line, also under --quiet */
             printf("nothing to train: the checkpoint %s is at epoch %u of %d\n", c->resume,
                    meta.epoch, c->epochs);
         return 1;

@@ -1,12 +1,252 @@
-/* report.c - the only writer of terminal lines and of the JSONL log: step and evaluation
- * records, the run's summary, worker warnings and the progress bar. */
+/* report.c - the only writer of terminal lines and of the JSONL log.
+ *
+ * The log (host 0 only) opens with a config record (every setting, the build, the data and the
+ * devices), then carries eval and step records, event records (a worker failed, a checkpoint was
+ * written, a signal came, and whatever report_event is given), and ends with the summary and one
+ * worker record per worker. The terminal gets the evaluation lines (stdout), warnings and the
+ * progress bar (stderr); the bar's line is ended or cleared before any other line, so no line is
+ * ever printed onto it. */
 #include "run.h"
+#include "gputrain/json.h"
 #include "gputrain/names.h"
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
+
+#ifndef GT_VERSION
+#define GT_VERSION "dev"
+#endif
+#ifdef GT_HAVE_CUDA
+#define REPORT_CUDA "true"
+#else
+#define REPORT_CUDA "false"
+#endif
+#ifdef GT_HAVE_NCCL
+#define REPORT_NCCL "true"
+#else
+#define REPORT_NCCL "false"
+#endif
+#ifdef GT_HAVE_MPI
+#define REPORT_MPI "true"
+#else
+#define REPORT_MPI "false"
+#endif
+
+/* ---- the terminal ------------------------------------------------------------------------------ */
+
+/* Takes the terminal for a line: the bar's line, if open, is cleared on a terminal and ended
+ * elsewhere (a file or pipe keeps every redraw, so it must not run into the next line). */
+static void term_begin(run *r)
+{
+    pthread_mutex_lock(&r->rep.log_mu);
+    if (r->rep.bar_drawn) {
+        fputs(isatty(2) ? "\r\033[K" : "\n", stderr);
+        fflush(stderr);
+        r->rep.bar_drawn = 0;
+    }
+}
+
+static void term_end(run *r)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pthread_mutex_unlock(&r->rep.log_mu);
+}
+
+/* ---- JSON text ---------------------------------------------------------------------------------- */
+
+/* s as a JSON string: quotes, backslashes and control bytes escaped, invalid UTF-8 as U+FFFD. */
+static void put_json_str(FILE *f, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t left = strlen(s);
+    fputc('"', f);
+    while (left > 0) {
+        size_t n = 1;
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else if (*p < 0x80)
+            fputc(*p, f);
+        else if ((n = gt_utf8_len(p, left)) > 0)
+            fwrite(p, 1, n, f);
+        else
+            fputs("\\ufffd", f), n = 1;
+        p += n;
+        left -= n;
+    }
+    fputc('"', f);
+}
+
+/* ,"key":"value" */
+static void put_field_str(FILE *f, const char *key, const char *value)
+{
+    fprintf(f, ",\"%s\":", key);
+    put_json_str(f, value);
+}
+
+/* Training wall time as logs count it: from the start of the first run a resumed one goes on. */
+static double report_wall_s(const run *r)
+{
+    return r->wall0 + (r->t0 > 0 ? gt_now() - r->t0 : 0);
+}
+
+/* ---- the config record --------------------------------------------------------------------------- */
+
+/* Version, build, mode, devices, model and data. */
+static void config_run(run *r, FILE *f)
+{
+    const gt_config *c = r->cfg;
+    fprintf(f, "{\"type\":\"config\",\"version\":\"%s\",\"cuda\":%s,\"nccl\":%s,\"mpi\":%s",
+            GT_VERSION, REPORT_CUDA, REPORT_NCCL, REPORT_MPI);
+    put_field_str(f, "mode", r->ops->name);
+    fprintf(f, ",\"workers\":%d,\"hosts\":%d,\"devices\":[", r->Wg, r->H);
+    for (int i = 0; i < r->W; i++) {
+        if (i)
+            fputc(',', f);
+        put_json_str(f, r->workers[i].dev->name);
+    }
+    fputc(']', f);
+    put_field_str(f, "evaluator", r->evaluator ? r->evaluator->name : "");
+    put_field_str(f, "model", r->m->name);
+    put_field_str(f, "model_spec", r->m->spec);
+    fprintf(f, ",\"parameters\":%zu,\"input\":\"%dx%dx%d\",\"nclasses\":%d", r->n, r->m->in_c,
+            r->m->in_h, r->m->in_w, r->m->nclasses);
+    put_field_str(f, "data", r->data->dir);
+    fprintf(f, ",\"data_fingerprint\":\"%08x\",\"train_samples\":%u,\"test_samples\":%u",
+            r->data->fingerprint, r->ntrain, r->data->test.n);
+    fprintf(f, ",\"batch\":%d,\"epochs\":%d,\"seed\":%llu,\"eval_every\":%d", c->batch, c->epochs,
+            (unsigned long long)c->seed, c->eval_every);
+}
+
+/* The optimizer, its schedule and the mode's own settings. */
+static void config_training(run *r, FILE *f)
+{
+    const gt_config *c = r->cfg;
+    const gt_optim_cfg *o = &c->optim;
+    put_field_str(f, "optimizer", gt_optimizer_name(o->kind));
+    fprintf(f, ",\"lr\":%g,\"momentum\":%g,\"nesterov\":%s,\"weight_decay\":%g,\"beta1\":%g,"
+               "\"beta2\":%g,\"eps\":%g", o->lr, o->momentum, o->nesterov ? "true" : "false",
+            o->weight_decay, o->beta1, o->beta2, o->eps);
+    put_field_str(f, "schedule", gt_schedule_name(o->schedule));
+    fprintf(f, ",\"warmup\":%g,\"step_epochs\":%g,\"gamma\":%g", o->warmup_epochs, o->step_epochs,
+            o->gamma);
+    fprintf(f, ",\"stripes\":%d,\"staleness\":%d,\"sync_every\":%d", r->ps.nstripes,
+            c->staleness, c->sync_every); /* stripes: as chosen where --stripes left it open */
+    put_field_str(f, "balance", gt_name(GT_NAMES_BALANCE, (int)c->balance));
+    fprintf(f, ",\"overlap\":%s,\"tf32\":%s", c->overlap ? "true" : "false",
+            c->tf32 ? "true" : "false");
+    put_field_str(f, "on_nan", (c->given & GT_GIVEN_ON_NAN) ? gt_name(GT_NAMES_ON_NAN, (int)c->on_nan)
+                                                             : "guard");
+    put_field_str(f, "on_diverge", gt_name(GT_NAMES_ON_DIVERGE, (int)c->on_diverge));
+    fprintf(f, ",\"literal\":%s", c->literal ? "true" : "false");
+}
+
+/* Checkpoints, faults, the log itself, and where this run starts. */
+static void config_files(run *r, FILE *f)
+{
+    const gt_config *c = r->cfg;
+    put_field_str(f, "checkpoint", c->checkpoint);
+    fprintf(f, ",\"checkpoint_every\":%d", c->checkpoint_every);
+    put_field_str(f, "checkpoint_unit", c->checkpoint_every_steps ? "steps" : "epochs");
+    fprintf(f, ",\"keep\":%d", c->keep);
+    put_field_str(f, "resume", c->resume);
+    put_field_str(f, "init", c->init);
+    fprintf(f, ",\"allow_nonfinite\":%s,\"log_steps\":%s", c->allow_nonfinite ? "true" : "false",
+            c->log_steps ? "true" : "false");
+    if (c->inject_worker >= 0)
+        fprintf(f, ",\"inject_fault\":\"%d:%d\"", c->inject_worker, c->inject_step);
+    else
+        fputs(",\"inject_fault\":null", f);
+    fprintf(f, ",\"stall_timeout\":%g,\"host_timeout\":%g", c->stall_timeout, c->host_timeout);
+    fprintf(f, ",\"start_epoch\":%u,\"start_step\":%llu,\"start_samples\":%llu,\"start_wall_s\":%.4f}\n",
+            r->epoch, (unsigned long long)r->start_clock, (unsigned long long)r->samples0, r->wall0);
+}
+
+/* Opens --log (host 0 only; appended to when resuming) and writes its config record. */
+int report_open(run *r, int resumed, gt_err *e)
+{
+    const gt_config *cfg = r->cfg;
+    if (!cfg->log_path[0] || r->host != 0)
+        return 0;
+    r->rep.log = fopen(cfg->log_path, resumed ? "a" : "w");
+    if (!r->rep.log)
+        return gt_fail(e, "--log: cannot open '%s' for writing: %s", cfg->log_path, strerror(errno));
+    config_run(r, r->rep.log);
+    config_training(r, r->rep.log);
+    config_files(r, r->rep.log);
+    fflush(r->rep.log);
+    return 0;
+}
+
+/* ---- event records -------------------------------------------------------------------------------- */
+
+/* An event record's start; fields follow, then event_end_locked. Caller holds rep.log_mu. */
+static void event_begin_locked(run *r, const char *event)
+{
+    fprintf(r->rep.log, "{\"type\":\"event\",\"event\":\"%s\",\"wall_s\":%.4f,\"samples\":%llu", event,
+            report_wall_s(r), (unsigned long long)atomic_load(&r->stats.samples_total));
+}
+
+static void event_end_locked(run *r)
+{
+    fputs("}\n", r->rep.log);
+    fflush(r->rep.log);
+}
+
+/* An event with a message: what other parts of the run (guards, recoveries) record. */
+void report_event(run *r, const char *event, const char *message)
+{
+    if (!r->rep.log)
+        return;
+    pthread_mutex_lock(&r->rep.log_mu);
+    event_begin_locked(r, event);
+    put_field_str(r->rep.log, "message", message ? message : "");
+    event_end_locked(r);
+    pthread_mutex_unlock(&r->rep.log_mu);
+}
+
+/* A checkpoint was written at (epoch, step): where a resume of it starts. */
+void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step)
+{
+    if (!r->rep.log)
+        return;
+    pthread_mutex_lock(&r->rep.log_mu);
+    event_begin_locked(r, "checkpoint_written");
+    put_field_str(r->rep.log, "path", path);
+    fprintf(r->rep.log, ",\"epoch\":%u,\"step\":%llu", epoch, (unsigned long long)step);
+    event_end_locked(r);
+    pthread_mutex_unlock(&r->rep.log_mu);
+}
+
+static const char *signal_name(int sig)
+{
+    switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    default: return "signal";
+    }
+}
+
+/* A signal asked the run to stop. */
+void report_signal(run *r, int sig)
+{
+    if (!r->rep.log)
+        return;
+    pthread_mutex_lock(&r->rep.log_mu);
+    event_begin_locked(r, "signal");
+    fprintf(r->rep.log, ",\"signal\":%d", sig);
+    put_field_str(r->rep.log, "name", signal_name(sig));
+    event_end_locked(r);
+    pthread_mutex_unlock(&r->rep.log_mu);
+}
+
+/* ---- training records and lines ------------------------------------------------------------------- */
 
 /* One training step's mean loss (--log-steps). */
 void report_step(run *r, worker *w, uint64_t step, double loss, int n)
@@ -19,12 +259,13 @@ void report_step(run *r, worker *w, uint64_t step, double loss, int n)
     pthread_mutex_unlock(&r->rep.log_mu);
 }
 
-/* One evaluation: a log record and, unless --quiet, a terminal line. */
+/* One evaluation: a log record and, unless --quiet, a terminal line whose throughput is this
+ * run's own (a resumed run's samples and time since it began). */
 void report_point(run *r, const gt_eval_point *p)
 {
     const gt_config *cfg = r->cfg;
+    term_begin(r);
     if (r->rep.log) {
-        pthread_mutex_lock(&r->rep.log_mu);
         fprintf(r->rep.log,
                 "{\"type\":\"eval\",\"epoch\":%u,\"step\":%llu,\"samples\":%llu,\"wall_s\":%.4f,"
                 "\"train_loss\":%.6f,\"train_acc\":%.6f,\"test_loss\":%.6f,\"test_acc\":%.6f,"
@@ -34,24 +275,41 @@ void report_point(run *r, const gt_eval_point *p)
                 p->test_loss, p->test_acc,
                 gt_optim_lr(&cfg->optim, run_progress_epochs(r, p->samples)), r->ops->name, r->Wg);
         fflush(r->rep.log);
-        pthread_mutex_unlock(&r->rep.log_mu);
     }
     if (!cfg->quiet) {
-        double sps = p->wall_s > 0 ? (double)p->samples / p->wall_s : 0;
+        double run_s = p->wall_s - r->wall0;
+        double sps = run_s > 0 ? (double)(p->samples - r->samples0) / run_s : 0;
         printf("epoch %3u  step %7llu  train loss %.4f acc %.4f  test loss %.4f acc %.4f  %9.0f samples/s  %7.1f s\n",
                p->epoch, (unsigned long long)p->step, p->train_loss, p->train_acc, p->test_loss,
                p->test_acc, sps, p->wall_s);
-        fflush(stdout);
     }
+    term_end(r);
 }
 
-/* The progress bar on standard error (--progress), redrawn in place; final ends its line. */
+/* Samples of every host in one epoch: what the bar counts to. */
+static uint64_t epoch_samples(const run *r)
+{
+    if (r->ops->clocked)
+        return (uint64_t)r->clk.clocks * (uint64_t)r->Wg * (uint64_t)r->batch;
+    uint64_t batches = r->ops->epoch_steps(r);
+    if (r->cfg->balance == GT_BALANCE_STATIC)
+        batches *= (uint64_t)r->W;
+    return batches * (uint64_t)r->batch * (uint64_t)r->H;
+}
+
+/* Whether to draw the bar: --progress, or by default when stderr is a terminal and not --quiet. */
+static int progress_on(const run *r)
+{
+    return r->cfg->progress > 0 || (r->cfg->progress < 0 && !r->cfg->quiet && isatty(2));
+}
+
+/* The progress bar on standard error, redrawn in place; final ends its line. Its throughput is
+ * this run's own. */
 void report_progress(run *r, uint32_t epoch, int final)
 {
-    if (r->cfg->progress <= 0 && !(r->cfg->progress < 0 && isatty(2)))
+    if (!progress_on(r))
         return;
-    uint64_t per_epoch = r->ops->clocked ? (uint64_t)r->clk.clocks * r->Wg * r->batch : r->ntrain;
-    uint64_t total = per_epoch * (uint64_t)r->cfg->epochs;
+    uint64_t total = epoch_samples(r) * (uint64_t)r->cfg->epochs;
     uint64_t samples = atomic_load(&r->stats.samples_total);
     double frac = total ? (double)samples / (double)total : 1;
     if (frac > 1)
@@ -61,64 +319,105 @@ void report_progress(run *r, uint32_t epoch, int final)
     for (int i = 0; i < width; i++)
         bar[i] = i < filled ? '#' : '.';
     bar[width] = 0;
-    double wall = gt_now() - r->t0;
-    fprintf(stderr, "\r[%s] %5.1f%%  epoch %u/%d  %8.0f samples/s", bar, 100 * frac,
-            epoch + 1 > (uint32_t)r->cfg->epochs ? (uint32_t)r->cfg->epochs : epoch + 1,
-            r->cfg->epochs, wall > 0 ? samples / wall : 0);
+    double wall = (final && r->t_done > 0 ? r->t_done : gt_now()) - r->t0;
+    uint32_t shown = epoch + 1 > (uint32_t)r->cfg->epochs ? (uint32_t)r->cfg->epochs : epoch + 1;
+    pthread_mutex_lock(&r->rep.log_mu); /* a redraw overwrites the bar's own line */
+    fprintf(stderr, "\r[%s] %5.1f%%  epoch %u/%d  %8.0f samples/s", bar, 100 * frac, shown,
+            r->cfg->epochs, wall > 0 ? (double)(samples - r->samples0) / wall : 0);
     if (final)
         fputc('\n', stderr);
+    r->rep.bar_drawn = !final;
+    fflush(stderr);
+    pthread_mutex_unlock(&r->rep.log_mu);
 }
 
-/* The warning line of a worker that leaves the run. */
+/* The warning line and the event record of a worker that leaves the run. */
 void report_worker_left(run *r, worker *w, const char *why)
 {
+    term_begin(r);
     fprintf(stderr, "gputrain: warning: worker %d (%s) left the run: %s\n", r->share0 + w->index,
             w->dev->name, why);
+    if (r->rep.log) {
+        event_begin_locked(r, "worker_failed");
+        fprintf(r->rep.log, ",\"worker\":%d", r->share0 + w->index);
+        put_field_str(r->rep.log, "device", w->dev->name);
+        put_field_str(r->rep.log, "reason", why);
+        event_end_locked(r);
+    }
+    term_end(r);
 }
 
 /* The watchdog's warning line: a worker idle for idle seconds. */
 void report_stall(run *r, worker *w, double idle)
 {
+    term_begin(r);
     fprintf(stderr, "gputrain: warning: worker %d (%s) made no progress for %.1f s (--stall-timeout %g)\n",
             r->share0 + w->index, w->dev->name, idle, r->cfg->stall_timeout);
+    term_end(r);
 }
 
-/* The log's last records: the run and each of this host's workers. */
+/* ---- the last records ----------------------------------------------------------------------------- */
+
+/* The run's summary: wall_s and samples count from the start of the first run a resumed one goes
+ * on; run_wall_s, run_samples and samples_per_s are this run's own. */
 static void report_summary(run *r, const gt_run_result *res)
 {
     const gt_config *cfg = r->cfg;
-    fprintf(r->rep.log,
+    FILE *f = r->rep.log;
+    fprintf(f,
             "{\"type\":\"summary\",\"mode\":\"%s\",\"workers\":%d,\"hosts\":%d,\"model\":\"%s\",\"batch\":%d,"
-            "\"optimizer\":\"%s\",\"lr\":%g,\"momentum\":%g,\"seed\":%llu,\"epochs\":%d,"
-            "\"stripes\":%d,\"samples\":%llu,\"wall_s\":%.4f,"
+            "\"optimizer\":\"%s\",\"lr\":%g,\"momentum\":%g,\"weight_decay\":%g,\"schedule\":\"%s\","
+            "\"warmup\":%g,\"seed\":%llu,\"epochs\":%d,\"stripes\":%d,\"samples\":%llu,\"wall_s\":%.4f,"
+            "\"run_samples\":%llu,\"run_wall_s\":%.4f,"
             "\"samples_per_s\":%.1f,\"stale_max\":%llu,\"stale_mean\":%.4f,\"stale_p99\":%.0f,"
             "\"lock_wait_share\":%.6f,\"barrier_wait_share\":%.6f,\"clock_spread_max\":%llu,"
-            "\"skipped_nonfinite\":%llu,\"test_acc\":%.6f,\"interrupted\":%d}\n",
-            r->ops->name, r->Wg, r->H, r->m->name, cfg->batch,
-            gt_optimizer_name(cfg->optim.kind), cfg->optim.lr, cfg->optim.momentum,
-            (unsigned long long)cfg->seed, cfg->epochs, r->ps.nstripes, (unsigned long long)res->samples, res->wall_s,
-            res->samples_per_s, (unsigned long long)res->stale_max, res->stale_mean,
+            "\"skipped_nonfinite\":%llu,",
+            r->ops->name, r->Wg, r->H, r->m->name, cfg->batch, gt_optimizer_name(cfg->optim.kind),
+            cfg->optim.lr, cfg->optim.momentum, cfg->optim.weight_decay,
+            gt_schedule_name(cfg->optim.schedule), cfg->optim.warmup_epochs,
+            (unsigned long long)cfg->seed, cfg->epochs, r->ps.nstripes, (unsigned long long)res->samples,
+            res->resumed_wall_s + res->wall_s, (unsigned long long)(res->samples - res->resumed_samples),
+            res->wall_s, res->samples_per_s, (unsigned long long)res->stale_max, res->stale_mean,
             res->stale_p99, res->lock_wait_share, res->barrier_wait_share,
-            (unsigned long long)res->clock_spread_max, (unsigned long long)res->skipped_nonfinite,
-            res->final_test_acc, res->interrupted);
+            (unsigned long long)res->clock_spread_max, (unsigned long long)res->skipped_nonfinite);
+    if (res->npoints > 0)
+        fprintf(f, "\"test_acc\":%.6f", res->final_test_acc);
+    else
+        fputs("\"test_acc\":null", f);
+    fprintf(f, ",\"interrupted\":%d", res->interrupted);
+    put_field_str(f, "data", r->data->dir);
+    fprintf(f, ",\"version\":\"%s\"}\n", GT_VERSION);
+}
+
+/* One record per worker of this host; a failed one says why. */
+static void report_workers(run *r, const gt_run_result *res)
+{
     for (int i = 0; i < r->W; i++) {
         const gt_worker_stats *s = &res->workers[i];
         fprintf(r->rep.log,
-                "{\"type\":\"worker\",\"worker\":%d,\"device\":\"%s\",\"steps\":%llu,\"samples\":%llu,"
-                "\"samples_per_s\":%.1f,\"wait_s\":%.4f,\"failed\":%d}\n",
-                i, r->workers[i].dev->name, (unsigned long long)s->steps,
+                "{\"type\":\"worker\",\"worker\":%d,\"steps\":%llu,\"samples\":%llu,"
+                "\"samples_per_s\":%.1f,\"wait_s\":%.4f,\"failed\":%d",
+                r->share0 + i, (unsigned long long)s->steps,
                 (unsigned long long)s->samples, s->busy_s > 0 ? s->samples / s->busy_s : 0,
                 s->wait_s, s->failed);
+        put_field_str(r->rep.log, "device", r->workers[i].dev->name);
+        if (s->failed)
+            put_field_str(r->rep.log, "reason", s->error);
+        fputs("}\n", r->rep.log);
     }
 }
 
-/* Ends the log with the run's summary and one record per worker, and closes it. Returns rc, or
+/* Ends the log with the run's summary and one record per worker (after a run_failed event with
+ * the error when rc is -1), and closes it. Returns rc, or
  * -1 with e set when rc was 0 and the log could not be written. */
 int report_close(run *r, const gt_run_result *res, int rc, gt_err *e)
 {
     if (!r->rep.log)
         return rc;
+    if (rc != 0)
+        report_event(r, "run_failed", e->msg);
     report_summary(r, res);
+    report_workers(r, res);
     if (fclose(r->rep.log) != 0 && rc == 0)
         rc = gt_fail(e, "--log: writing '%s' failed: %s", r->cfg->log_path, strerror(errno));
     r->rep.log = NULL;
@@ -148,18 +447,20 @@ void report_guard(run *r, const char *what, const char *action, int print)
     const gt_guard *g = &r->guard.g;
     double loss = g->last_mean;
     unsigned long long step = (unsigned long long)atomic_load(&r->ps.updates);
+    term_begin(r);
     if (print && r->host == 0)
         fprintf(stderr, "gputrain: %s at update %llu (loss %.4g, chance %.4g): %s; lower --lr or "
                         "--momentum%s, or --on-diverge stop\n", what, step, loss,
                 g->cfg.chance_loss, action, strcmp(what, "stalled") == 0 ? ", or add --warmup" : "");
-    if (!r->rep.log)
+    if (!r->rep.log) {
+        term_end(r);
         return;
-    pthread_mutex_lock(&r->rep.log_mu);
+    }
     uint32_t epochs = (uint32_t)r->cfg->epochs;
     fprintf(r->rep.log, "{\"type\":\"%s\",\"epoch\":%u,\"step\":%llu,\"loss\":", what,
             r->epoch < epochs ? r->epoch + 1 : epochs, step);
     fprintf(r->rep.log, isfinite(loss) ? "%.6g" : "null", loss);
     fprintf(r->rep.log, ",\"action\":\"%s\",\"lr_scale\":%g}\n", action, g->lr_scale);
     fflush(r->rep.log);
-    pthread_mutex_unlock(&r->rep.log_mu);
+    term_end(r);
 }

@@ -201,7 +201,9 @@ typedef struct run_guard {
 /* report.c: the JSONL log (host 0 only). */
 typedef struct run_report {
     FILE *log;
-    pthread_mutex_t log_mu;    /* step records come from every worker */
+    pthread_mutex_t log_mu;    /* guards the log (step records come from every worker) and the
+                                * terminal's lines */
+    int bar_drawn;             /* the progress bar's line is open: ended before any other line */
 } run_report;
 
 typedef struct run {
@@ -223,6 +225,9 @@ typedef struct run {
     uint32_t *perm;            /* this epoch's permutation (the epoch's barrier leader renews it) */
     int batch;
     double t0;
+    uint64_t samples0;         /* samples_total when this run began (a resumed checkpoint's) */
+    double wall0;              /* training wall time before this run (a resumed checkpoint's):
+                                * logged wall_s counts up from it */
 
     pthread_mutex_t mu;        /* guards what follows but atomics */
     pthread_cond_t cv;
@@ -256,6 +261,10 @@ void barrier_complete_locked(run *r);
 void run_barrier(run *r, worker *w, leader_fn fn);
 
 /* report.c */
+int report_open(run *r, int resumed, gt_err *e);
+void report_event(run *r, const char *event, const char *message);
+void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step);
+void report_signal(run *r, int sig);
 void report_step(run *r, worker *w, uint64_t step, double loss, int n);
 void report_point(run *r, const gt_eval_point *p);
 void report_worker_left(run *r, worker *w, const char *why);

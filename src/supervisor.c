@@ -57,10 +57,23 @@ static void watchdog(run *r)
     }
 }
 
+/* Logs the signal that asks this run to stop, once: this host's own, or across hosts the one
+ * the hosts agreed on (sig_host, read under r->mu). */
+static void note_signal(run *r, int sig_host, int *noted)
+{
+    int sig = atomic_load(&g_stop_signal);
+    if (!sig)
+        sig = sig_host;
+    if (sig && !*noted) {
+        report_signal(r, sig);
+        *noted = 1;
+    }
+}
+
 /* Runs jobs until every worker has finished; returns -1 on the first job error. */
 int supervise(run *r, gt_run_result *res, gt_err *e)
 {
-    int rc = 0;
+    int rc = 0, noted = 0;
     pthread_mutex_lock(&r->mu);
     for (;;) {
         while (r->jq.n > 0) {
@@ -91,13 +104,17 @@ int supervise(run *r, gt_run_result *res, gt_err *e)
         }
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
         uint32_t epoch = r->epoch;
+        int sig_host = r->hosts.stop_sig;
         pthread_mutex_unlock(&r->mu);
+        note_signal(r, sig_host, &noted);
         watchdog(r);
         report_progress(r, epoch, 0);
         pthread_mutex_lock(&r->mu);
     }
     uint32_t epoch = r->epoch;
+    int sig_host = r->hosts.stop_sig;
     pthread_mutex_unlock(&r->mu);
+    note_signal(r, sig_host, &noted);
     report_progress(r, epoch, 1);
     return rc;
 }

@@ -16,7 +16,6 @@
 #include "run.h"
 #include "gputrain/cluster.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,9 +96,11 @@ static void run_position(run *r, const gt_start *start)
         atomic_store(&r->stats.samples_total, start->resumed->samples);
         atomic_store(&r->ps.updates, start->resumed->updates);
         r->start_clock = start->resumed->step;
+        r->wall0 = (double)start->resumed->wall_ms * 1e-3;
         if (r->start_clock >= (r->ops->clocked ? r->clk.clocks : r->hog.nbatches))
             r->start_clock = 0;
     }
+    r->samples0 = atomic_load(&r->stats.samples_total);
     r->clk.applied = r->start_clock;
     if (cfg->eval_every > 0)
         r->jq.next_eval = atomic_load(&r->stats.samples_total) +
@@ -135,11 +136,8 @@ static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_da
     if (r->ops->init(r, devices, start, e) != 0)
         return -1;
     gt_permutation(r->perm, r->ntrain, cfg->seed, r->epoch);
-    if (cfg->log_path[0] && r->host == 0) {
-        r->rep.log = fopen(cfg->log_path, start->resumed ? "a" : "w");
-        if (!r->rep.log)
-            return gt_fail(e, "--log: cannot open '%s' for writing: %s", cfg->log_path, strerror(errno));
-    }
+    if (report_open(r, start->resumed != NULL, e) != 0)
+        return -1;
     report_recipe(r, start->recipe);
     return guard_init(r, e);
 }
@@ -187,6 +185,8 @@ static void fill_result(run *r, gt_run_result *res, double wall)
     res->nhosts = r->H;
     res->wall_s = wall;
     res->samples = atomic_load(&r->stats.samples_total);
+    res->resumed_samples = r->samples0;
+    res->resumed_wall_s = r->wall0;
     double busy = 0;
     for (int i = 0; i < r->W; i++) {
         worker *w = &r->workers[i];
@@ -290,7 +290,7 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
     /* Training time: until the last worker finished, not the final evaluation after it. */
     double wall = (r->t_done > 0 ? r->t_done : gt_now()) - r->t0;
     fill_result(r, res, wall);
-    res->samples_per_s = wall > 0 ? (double)res->samples / wall : 0;
+    res->samples_per_s = wall > 0 ? (double)(res->samples - res->resumed_samples) / wall : 0;
     res->interrupted = r->H > 1 ? r->hosts.stop_sig : gt_train_stop_signal();
     if (rc == 0 && r->failed) {
         rc = -1;

@@ -1055,6 +1055,36 @@ static void test_every_bit_flip(void)
     arrays_free(&b);
 }
 
+/* The training wall time round-trips, a bad value is refused by name, and a file written before
+ * it was kept (no wall_ms) reads as 0. */
+static void test_wall_time(void)
+{
+    gt_model m;
+    model_make(&m, "conv:2:3 fc:3", 4, 3);
+    arrays a;
+    arrays_alloc(&a, m.nparams);
+    arrays_random(&a, 12);
+    gt_ckpt_meta mt, out;
+    meta_make(&mt, &m, "sgd");
+    mt.wall_ms = 987654321;
+    char path[512], bad[512];
+    test_path(path, sizeof path, "wall");
+    test_path(bad, sizeof bad, "wall bad");
+    gt_err e = {{0}};
+    CHECK_MSG(save(path, &m, &a, 0, &mt, 0, &e) == 0, "%s", e.msg);
+    CHECK_MSG(gt_ckpt_read_meta(path, &out, &e) == 0, "%s", e.msg);
+    CHECK(out.wall_ms == 987654321);
+    rewrite_header(path, bad, "\"wall_ms\":\"987654321\"", "\"wall_ms\":\"-1\"");
+    expect_refused(bad, &m, 0, "\"wall_ms\"");
+    rewrite_header(path, bad, "\"wall_ms\":\"987654321\"", "\"wall_ms\":\"9007199254740993\"");
+    expect_refused(bad, &m, 0, "\"wall_ms\"");
+    rewrite_header(path, bad, "\"wall_ms\":\"987654321\",", "");
+    memset(&out, 0x5a, sizeof out);
+    CHECK_MSG(gt_ckpt_read_meta(bad, &out, &e) == 0, "%s", e.msg);
+    CHECK(out.wall_ms == 0 && out.epoch == mt.epoch);
+    arrays_free(&a);
+}
+
 /* ---- class names ------------------------------------------------------------------------------- */
 
 static void set_names(gt_ckpt_meta *mt, int n, const char *const *names)
@@ -1144,6 +1174,7 @@ int main(void)
     test_rotation();
     test_unwritable();
     test_killed_saves();
+    test_wall_time();
     test_class_names();
     remove_test_dir();
     TEST_DONE();

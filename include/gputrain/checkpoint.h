@@ -6,7 +6,8 @@
  * exp_avg_sq, as torch.optim names them). "__metadata__" (string values, as the format requires)
  * holds format, model_spec, model, mode, epoch, step, samples, updates, seed, data_fingerprint,
  * optimizer, classes (the class names, in label order, as a JSON array of strings inside the
- * string; absent in checkpoints written before it existed), "crc32.<tensor>" for every tensor,
+ * string; absent in checkpoints written before it existed), wall_ms (optional: files without
+ * it read as 0), "crc32.<tensor>" for every tensor,
  * and header_crc32: the CRC-32 of the 8 length
  * bytes and the whole header with its own 8 digits read as "00000000", so that every byte of the
  * file is covered by a CRC (format "gputrain-2"; "gputrain-1" files, which lack it, are refused).
@@ -14,9 +15,9 @@
  * A save writes a temporary file in the same folder, fsyncs it, renames it over the target and
  * fsyncs the folder, so at any instant the path holds the old checkpoint or the new one, whole.
  * Loading checks every length, offset and CRC before a byte reaches the caller, and every
- * metadata field: known mode and optimizer, epoch <= 100000, samples, updates < 2^53, step <=
- * samples, lowercase hex CRCs and fingerprint, class names (one per class, valid UTF-8, 1..31
- * bytes). */
+ * metadata field: known mode and optimizer, epoch <= 100000, samples, updates, wall_ms < 2^53,
+ * step <= samples, lowercase hex CRCs and fingerprint, class names (one per class, valid UTF-8,
+ * 1..31 bytes). */
 #ifndef GT_CHECKPOINT_H
 #define GT_CHECKPOINT_H
 
@@ -44,6 +45,8 @@ typedef struct gt_ckpt_meta {
     uint32_t data_fingerprint;
     int nnames;               /* class names held: nclasses, or 0 (a checkpoint written without) */
     char class_names[GT_CKPT_MAX_CLASSES][GT_CKPT_NAMELEN];
+    uint64_t wall_ms;         /* training wall time up to the checkpoint, over every run resumed
+                               * into it; 0 where the file does not say */
 } gt_ckpt_meta;
 
 /* Writes a checkpoint atomically. state: gt_optim_nstate(optim) arrays of m->nparams (may be 0).

@@ -34,9 +34,11 @@ typedef struct gt_run_result {
     int npoints;
     int cap_points;               /* room in points (it grows; gt_run_result_free frees it) */
     gt_eval_point *points;        /* every evaluation, in order */
-    double wall_s;                /* whole training time, evaluation excluded where it overlaps */
-    double samples_per_s;
-    uint64_t samples;             /* of every host */
+    double wall_s;                /* this run's training time, evaluation excluded where it overlaps */
+    double samples_per_s;         /* this run's: (samples - resumed_samples) / wall_s */
+    uint64_t samples;             /* of every host, since epoch 0 (a resumed run's included) */
+    uint64_t resumed_samples;     /* samples the resumed checkpoint had trained; 0 for a fresh run */
+    double resumed_wall_s;        /* its training time (0 where it did not record it) */
     int nworkers;                 /* this host's workers (workers[] below) */
     int nhosts;                   /* processes (hosts) the run spanned, 1 without MPI */
     gt_worker_stats workers[GT_MAX_WORKERS];

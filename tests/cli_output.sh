@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# cli_output.sh - what a user sees and what the log holds: under a terminal (a pseudo-terminal from
+# util-linux `script`) no evaluation line is printed onto the progress bar, the bar reaches 100%
+# and the header names every device; with stdout and stderr in one file the bar's line is ended
+# first; --quiet prints the done: line only; a run stopped before its first evaluation says "not
+# evaluated"; a resumed run reports its own throughput and its log's wall_s counts on; the log
+# opens with a config record holding every documented key and carries event records (checkpoint
+# written, worker failed with its reason, signal). Exits 77 after the other checks when `script`
+# is missing.
+. "$(dirname "$0")/lib_cli.sh"
+DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
+EXPECT_TIMEOUT=300
+RUN=(--data "$DATA" --gpus cpu:2)
+
+# num FILE TYPE KEY [N]: KEY's number in the Nth record of TYPE (default: the last one).
+num() {
+    grep "\"type\":\"$2\"" "$1" | sed -n "${4:-\$}p" | grep -o "\"$3\":[-0-9.e+]*" | head -1 | cut -d: -f2
+}
+# ratio_below A B LIMIT: whether A / B < LIMIT.
+ratio_below() { awk -v a="$1" -v b="$2" -v l="$3" 'BEGIN { exit !(b > 0 && a / b < l) }'; }
+# glued FILE: lines printed onto the progress bar. The bar's drawings that were cleared
+# (\r[...] ... \r ESC[K) and lines of nothing but drawings (the bar's own, ended) are removed;
+# what still holds a drawing, or an evaluation's text not at column 0, is glued.
+BAR=$'\r''\[[#.]+\] +[0-9.]+%  epoch [0-9]+/[0-9]+ +[0-9]+ samples/s'
+glued() {
+    sed -E "s|($BAR)+\r\x1b\[K||g; s|\r$||" "$1" | grep -avE "^($BAR)+\$" |
+        grep -aE '\[[#.]+\] +[0-9.]+%|train loss' | grep -av '^epoch '
+}
+
+# ---- the terminal -------------------------------------------------------------------------------
+# 20000 / 48 leaves a partial batch that hogwild does not train: the bar counts the samples an
+# epoch trains. A small --eval-every prints lines while the bar is up.
+TERM_RUN=("${RUN[@]}" --epochs 1 --train-samples 20000 --batch 48 --eval-every 25)
+if command -v script >/dev/null 2>&1; then
+    cmd="$BIN ${TERM_RUN[*]}"
+    timeout -k 5 300 script -qfec "$cmd" /dev/null >"$TMP/tty" 2>&1 </dev/null ||
+        fail "under a terminal: exit $?: $(tail -c 300 "$TMP/tty")"
+    [ -z "$(glued "$TMP/tty")" ] || fail "evaluation lines glued to the bar: $(glued "$TMP/tty" | head -2)"
+    grep -aq $'\r\x1b\\[K' "$TMP/tty" || fail "the bar was never cleared for a line (too fast to test?)"
+    [ "$(grep -ac '^epoch ' "$TMP/tty")" -ge 3 ] || fail "too few evaluation lines: $(cat -v "$TMP/tty" | head -5)"
+    grep -aq '100.0%' "$TMP/tty" || fail "the bar stops short of 100%: $(tr '\r' '\n' <"$TMP/tty" | grep -a '%' | tail -1)"
+    grep -aq '(cpu:0, cpu:1)' "$TMP/tty" || fail "the header does not name both devices: $(head -1 "$TMP/tty")"
+    # --quiet under a terminal: the done: line alone, no bar
+    timeout -k 5 300 script -qfec "$cmd --quiet" /dev/null >"$TMP/ttyq" 2>&1 </dev/null
+    tr -d '\r' <"$TMP/ttyq" >"$TMP/ttyq.txt"
+    [ "$(wc -l <"$TMP/ttyq.txt")" -eq 1 ] && grep -q '^done: .*test acc 0\.[0-9]*$' "$TMP/ttyq.txt" ||
+        fail "--quiet under a terminal: $(cat -v "$TMP/ttyq")"
+    HAVE_SCRIPT=1
+else
+    HAVE_SCRIPT=0
+fi
+
+# --progress with stdout and stderr in one file: the bar's line is ended before each line
+timeout -k 5 300 "$BIN" "${TERM_RUN[@]}" --progress >"$TMP/both" 2>&1 </dev/null || fail "--progress 2>&1: exit $?"
+[ -z "$(glued "$TMP/both")" ] || fail "--progress 2>&1: lines glued to the bar: $(glued "$TMP/both" | head -2)"
+
+# --quiet: exactly the final line on stdout, nothing on stderr
+expect_exit 0 -- "${RUN[@]}" --epochs 1 --train-samples 2000 --quiet
+[ "$(wc -l <"$TMP/out")" -eq 1 ] && grep -q '^done: hogwild, 2 workers, .* samples/s, test acc 0\.[0-9]*$' "$TMP/out" ||
+    fail "--quiet stdout: $(cat "$TMP/out")"
+[ -s "$TMP/err" ] && fail "--quiet stderr: $(cat "$TMP/err")"
+grep -q -- '--quiet *print only the final result line' <("$BIN" --help) || fail "--help does not say what --quiet prints"
+
+# ---- resume: this run's own throughput, wall_s counting on --------------------------------------
+# Three epochs, then the fourth resumed: counting every sample since epoch 0 over the resumed
+# run's time would make its throughput about 4x the first run's.
+R=("${RUN[@]}" --train-samples 4096 --no-progress --checkpoint "$TMP/rs.st" --log "$TMP/rs.jsonl")
+expect_exit 0 -- "${R[@]}" --epochs 3
+sps1=$(num "$TMP/rs.jsonl" summary samples_per_s) wall1=$(num "$TMP/rs.jsonl" eval wall_s)
+expect_exit 0 -- "${R[@]}" --epochs 4 --resume "$TMP/rs.st"
+cp "$TMP/out" "$TMP/rs.out"
+sps2=$(num "$TMP/rs.jsonl" summary samples_per_s)
+line_sps=$(grep '^epoch *4 ' "$TMP/rs.out" | sed -E 's/.* ([0-9]+) samples\/s .*/\1/')
+done_sps=$(grep '^done:' "$TMP/rs.out" | sed -E 's/.* ([0-9]+) samples\/s.*/\1/')
+for s in "$sps2" "$line_sps" "$done_sps"; do
+    ratio_below "$s" "$sps1" 2.5 && ratio_below "$sps1" "$s" 4 ||
+        fail "resumed throughput $s samples/s against the first run's $sps1: $(cat "$TMP/rs.out")"
+done
+grep -q '^done: hogwild, 2 workers, 4096 samples (16384 since epoch 0)' "$TMP/rs.out" ||
+    fail "resumed done: line: $(grep '^done:' "$TMP/rs.out")"
+wall2=$(num "$TMP/rs.jsonl" eval wall_s 4)
+ratio_below "$wall1" "$wall2" 1 || fail "wall_s restarts on resume: epoch 3 at $wall1 s, epoch 4 at $wall2 s"
+start=$(num "$TMP/rs.jsonl" config start_wall_s 2)
+ratio_below 0 "$start" 1 && ratio_below "$start" "$wall2" 1 ||
+    fail "resumed config record: start_wall_s $start (epoch 3 at $wall1 s, epoch 4 at $wall2 s)"
+[ "$(num "$TMP/rs.jsonl" summary run_samples)" = 4096 ] && [ "$(num "$TMP/rs.jsonl" summary samples)" = 16384 ] ||
+    fail "resumed summary: $(grep summary "$TMP/rs.jsonl" | tail -1)"
+# a finished run, --quiet: says so, exit 0
+expect_exit 0 -- "${R[@]}" --epochs 4 --resume "$TMP/rs.st" --quiet
+grep -q '^nothing to train: ' "$TMP/out" && [ "$(wc -l <"$TMP/out")" -eq 1 ] || fail "finished run, --quiet: $(cat "$TMP/out")"
+
+# ---- the log's records ---------------------------------------------------------------------------
+CONFIG_KEYS="version cuda nccl mpi mode workers hosts devices evaluator model model_spec parameters input
+nclasses data data_fingerprint train_samples test_samples batch epochs seed eval_every optimizer lr momentum
+nesterov weight_decay beta1 beta2 eps schedule warmup step_epochs gamma stripes staleness sync_every
+balance overlap tf32 on_nan checkpoint checkpoint_every checkpoint_unit keep resume init
+allow_nonfinite log_steps inject_fault stall_timeout host_timeout start_epoch start_step
+start_samples start_wall_s"
+SUMMARY_KEYS="mode workers hosts model batch optimizer lr momentum weight_decay schedule warmup seed
+epochs stripes samples wall_s run_samples run_wall_s samples_per_s stale_max stale_mean stale_p99
+lock_wait_share barrier_wait_share clock_spread_max skipped_nonfinite test_acc interrupted data
+version"
+head -1 "$TMP/rs.jsonl" | grep -q '^{"type":"config",' || fail "the log does not open with a config record"
+for k in $CONFIG_KEYS; do
+    head -1 "$TMP/rs.jsonl" | grep -q "\"$k\":" || fail "config record lacks \"$k\""
+done
+head -1 "$TMP/rs.jsonl" | grep -q "\"devices\":\[\"cpu:0\",\"cpu:1\"\].*\"data\":\"$DATA\"" ||
+    fail "config record: $(head -1 "$TMP/rs.jsonl")"
+for k in $SUMMARY_KEYS; do
+    grep '"type":"summary"' "$TMP/rs.jsonl" | tail -1 | grep -q "\"$k\":" || fail "summary record lacks \"$k\""
+done
+grep -q "^{\"type\":\"event\",\"event\":\"checkpoint_written\",\"wall_s\":[0-9.]*,\"samples\":16384,\"path\":\"$TMP/rs.st\",\"epoch\":4,\"step\":0}$" "$TMP/rs.jsonl" ||
+    fail "no checkpoint_written event for epoch 4: $(grep event "$TMP/rs.jsonl")"
+
+# a worker that fails: its event and its worker record give the reason
+expect_exit 0 -- "${RUN[@]}" --epochs 1 --train-samples 2000 --no-progress --inject-fault 1:3 --log "$TMP/f.jsonl"
+grep -q '"event":"worker_failed",.*"worker":1,"device":"cpu:1","reason":"injected fault at step 3"' "$TMP/f.jsonl" ||
+    fail "no worker_failed event with its reason: $(grep -v eval "$TMP/f.jsonl")"
+grep -q '"type":"worker","worker":1,.*"failed":1,.*"reason":"injected fault at step 3"' "$TMP/f.jsonl" ||
+    fail "failed worker's record lacks the reason: $(grep '"type":"worker"' "$TMP/f.jsonl")"
+
+# a run that fails: its error as a run_failed event before the summary
+expect_exit 1 -- --data "$DATA" --gpus cpu:1 --epochs 1 --train-samples 2000 --no-progress --inject-fault 0:3 --log "$TMP/ff.jsonl"
+grep -A1 '"event":"run_failed",.*"message":"every worker failed: worker 0 (cpu:0): injected fault at step 3' "$TMP/ff.jsonl" |
+    grep -q '"type":"summary"' || fail "no run_failed event before the summary: $(grep -v eval "$TMP/ff.jsonl")"
+
+# SIGINT before the first evaluation: a signal event, "not evaluated", test_acc null
+"$BIN" "${RUN[@]}" --epochs 2 --no-progress --log "$TMP/s.jsonl" >"$TMP/s.out" 2>"$TMP/s.err" </dev/null &
+pid=$!
+for _ in $(seq 1 300); do grep -q '"type":"config"' "$TMP/s.jsonl" 2>/dev/null && break; sleep 0.1; done
+sleep 0.3
+kill -INT $pid
+wait $pid
+rc=$?
+if grep -q '"type":"eval"' "$TMP/s.jsonl"; then
+    echo "note: the run evaluated before SIGINT came; 'not evaluated' not checked"
+else
+    grep -q '^done: .*, not evaluated$' "$TMP/s.out" || fail "interrupted before evaluating: $(cat "$TMP/s.out")"
+    grep -q '"test_acc":null' "$TMP/s.jsonl" || fail "summary test_acc: $(grep summary "$TMP/s.jsonl")"
+fi
+grep -q 'test acc 0\.0000' "$TMP/s.out" && fail "interrupted run reports test acc 0.0000"
+[ $rc -eq 130 ] || fail "SIGINT: exit $rc"
+grep -q '"event":"signal",.*"signal":2,"name":"SIGINT"' "$TMP/s.jsonl" || fail "no signal event: $(grep -v eval "$TMP/s.jsonl")"
+
+if [ "$HAVE_SCRIPT" = 0 ] && [ $FAILS -eq 0 ]; then
+    echo "skipped: the terminal checks need script (util-linux); the others passed"
+    exit 77
+fi
+finish
