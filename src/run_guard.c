@@ -16,6 +16,17 @@
 #include <string.h>
 
 /* Sets the guard up once the store holds the starting point, which is the first good one. */
+/* Updates between two copies of a good store, at least. */
+enum { GUARD_SAVE_EVERY = 100 };
+
+/* Whether a trip may roll back (else it stops the run): --on-diverge recover, one host, and a
+ * mode that can. */
+static int guard_can_recover(const run *r)
+{
+    return r->cfg->on_diverge == GT_DIVERGE_RECOVER && r->H == 1 &&
+           r->ops->rollback != ROLLBACK_NONE;
+}
+
 int guard_init(run *r, gt_err *e)
 {
     gt_guard_cfg gc;
@@ -26,6 +37,8 @@ int guard_init(run *r, gt_err *e)
     gc.stall_steps *= (uint64_t)r->W;
     gt_guard_init(&r->guard.g, &gc);
     atomic_init(&r->guard.scale, 1.0f);
+    if (!guard_can_recover(r))
+        return 0; /* it stops the run instead: no copy to keep */
     if (gt_ps_saved_alloc(&r->guard.good, &r->ps, e) != 0)
         return -1;
     gt_ps_save(&r->ps, &r->guard.good);
@@ -74,8 +87,7 @@ static void guard_stop_locked(run *r, gt_guard_verdict v)
 
 static void guard_trip_locked(run *r, gt_guard_verdict v)
 {
-    int recover = r->cfg->on_diverge == GT_DIVERGE_RECOVER && r->H == 1 &&
-                  r->ops->rollback != ROLLBACK_NONE && !gt_guard_exhausted(&r->guard.g);
+    int recover = guard_can_recover(r) && !gt_guard_exhausted(&r->guard.g);
     if (!recover)
         guard_stop_locked(r, v);
     else if (r->ops->rollback == ROLLBACK_AT_AVERAGE)
@@ -90,9 +102,15 @@ void guard_observe_locked(run *r, double loss)
     if (r->guard.pending || r->failed || (!isfinite(loss) && r->cfg->on_nan == GT_NAN_SKIP))
         return;
     gt_guard_verdict v = gt_guard_observe(&r->guard.g, loss);
+    uint64_t now = atomic_load(&r->ps.updates);
     if (v == GT_GUARD_GOOD) {
-        gt_ps_save(&r->ps, &r->guard.good);
-        r->guard.good_step = atomic_load(&r->ps.updates);
+        /* A copy of the store costs a pass over parameters and state under r->mu (26 MB for
+         * cnn-wide): keep one every GUARD_SAVE_EVERY updates at most, and none where no rollback
+         * can use it. */
+        if (guard_can_recover(r) && now - r->guard.good_step >= GUARD_SAVE_EVERY) {
+            gt_ps_save(&r->ps, &r->guard.good);
+            r->guard.good_step = now;
+        }
     } else if (v != GT_GUARD_OK) {
         guard_trip_locked(r, v);
     }

@@ -11,6 +11,10 @@ BASE=(--data "$DATA" --seed 1 --no-progress)
 COMMON=("${BASE[@]}" --train-samples 12000 --epochs 2)
 SMALL=("${BASE[@]}" --train-samples 640 --epochs 1)
 FLOOR=${GT_CONVERGE_FLOOR:-0.2}
+# hogwild --overlap at 4 workers learns slowest (momentum 0.15 and two steps in flight a worker):
+# on a loaded 2-core machine it has ended this short run at 0.16; 0.13 is still well off chance
+# (0.10, where a run that did not train ends).
+ASYNC_FLOOR=${GT_CONVERGE_ASYNC_FLOOR:-0.13}
 if [ "${GT_QUICK:-0}" = 1 ]; then echo "skipped: too slow for sanitizer builds"; exit 77; fi
 
 acc_of() { sed -n 's/^done:.*test acc \([0-9.]*\).*/\1/p' "$1"; }
@@ -25,6 +29,7 @@ for w in 2 4; do
         "$BIN" "${COMMON[@]}" --gpus cpu:$w $m >"$TMP/o" 2>"$TMP/e" || { fail "cpu:$w $m exited $?: $(cat "$TMP/e")"; continue; }
         acc=$(acc_of "$TMP/o")
         at_least "$acc" "$FLOOR" && continue
+        case "$m" in *sync*|*local*) ;; *) at_least "$acc" "$ASYNC_FLOOR" && continue ;; esac
         # The asynchronous modes depend on thread timing: on a loaded 2-core machine hogwild
         # --overlap once ended this short run at chance (it trains in 2 full epochs). What must
         # hold for them is that a run never ends at chance silently; sync and local must learn.
