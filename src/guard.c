@@ -71,6 +71,14 @@ static gt_guard_verdict guard_window(gt_guard *g, double m, int n)
     return GT_GUARD_GOOD;
 }
 
+void gt_guard_wait_longer(gt_guard *g)
+{
+    g->cfg.stall_steps *= 2;
+    g->at_chance = 0;
+}
+
+int gt_guard_never_good(const gt_guard *g) { return g->goods == 0; }
+
 gt_guard_verdict gt_guard_observe(gt_guard *g, double loss)
 {
     if (g->ignore > 0) {

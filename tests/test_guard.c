@@ -91,6 +91,25 @@ static void test_stall_from_start(void)
     CHECK(goods == 0);
 }
 
+/* A stall before anything was learned is a slow start: waiting longer doubles the patience and
+ * counts afresh; a run that learned and then died is not one (test_dead_after_blowup). */
+static void test_slow_start_waits(void)
+{
+    gt_guard_cfg c;
+    gt_guard_defaults(&c, 10);
+    gt_guard g;
+    gt_guard_init(&g, &c);
+    int first = feed_until(&g, at_chance, 1000, GT_GUARD_STALLED, NULL);
+    CHECK(first >= 0 && gt_guard_never_good(&g));
+    gt_guard_wait_longer(&g);
+    CHECK(g.cfg.stall_steps == 2 * c.stall_steps && g.recoveries == 0 && g.lr_scale == 1.0);
+    int second = feed_until(&g, at_chance, 1000, GT_GUARD_STALLED, NULL);
+    CHECK_MSG(second >= (int)(2 * c.stall_steps) - 1 && second < (int)(2 * c.stall_steps) + 50,
+              "second stall after %d steps", second);
+    gt_guard_init(&g, &c);
+    CHECK(feed_until(&g, healthy, 100, GT_GUARD_GOOD, NULL) >= 0 && !gt_guard_never_good(&g));
+}
+
 static void test_stall_grace(void)
 {
     gt_guard_cfg c;
@@ -174,6 +193,7 @@ int main(void)
     test_nonfinite_at_once();
     test_climb();
     test_stall_from_start();
+    test_slow_start_waits();
     test_stall_grace();
     test_dead_after_blowup();
     test_recover_and_limit();
