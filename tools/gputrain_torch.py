@@ -19,7 +19,6 @@ Command line (the test set is Fashion-MNIST's IDX files, pixels / 255, as gputra
 prints "test acc A (CORRECT/N)". Exit status 0, 1 on a bad file, 2 on a command-line error.
 """
 import argparse
-import gzip
 import json
 import os
 import re
@@ -27,8 +26,10 @@ import struct
 import sys
 import zlib
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_lenet import find_data, load_idx  # noqa: E402 (the tools' one IDX reader and data search)
+
 MAX_HEADER = 100 << 20
-DATA_DIRS = ("datasets/fashion-mnist", "/usr/share/datasets/fashion-mnist")
 
 
 class CheckpointError(Exception):
@@ -223,23 +224,6 @@ def load_torch(path, device="cpu"):
     model.load_state_dict({k: torch.from_numpy(v) for k, v in params.items()}, strict=True)
     state = {p: {s: torch.from_numpy(v).to(device) for s, v in st.items()} for p, st in optim.items()}
     return model.to(device).eval(), state, meta
-
-
-def load_idx(path):
-    import numpy as np
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
-def find_data(given):
-    here = os.path.dirname(os.path.abspath(__file__))
-    for d in ([given] if given else [os.path.join(here, "..", DATA_DIRS[0]), DATA_DIRS[1]]):
-        if os.path.isfile(os.path.join(d, "t10k-labels-idx1-ubyte.gz")):
-            return d
-    return None
 
 
 def evaluate(args):
