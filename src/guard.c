@@ -77,7 +77,10 @@ void gt_guard_wait_longer(gt_guard *g)
     g->at_chance = 0;
 }
 
-int gt_guard_never_good(const gt_guard *g) { return g->goods == 0; }
+int gt_guard_slow_start(const gt_guard *g)
+{
+    return g->goods == 0 && g->last_mean < g->cfg.chance_loss;
+}
 
 gt_guard_verdict gt_guard_observe(gt_guard *g, double loss)
 {

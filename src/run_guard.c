@@ -85,13 +85,13 @@ static void guard_stop_locked(run *r, gt_guard_verdict v)
     run_fail_locked(r, msg);
 }
 
-/* A stall before anything was learned: say so, and let the run go on with more patience. */
+/* A slow start (gt_guard_slow_start): say so, and let the run go on with more patience. */
 static void guard_wait_locked(run *r)
 {
     gt_guard_wait_longer(&r->guard.g);
     char action[160];
-    snprintf(action, sizeof action, "at chance since the start, nothing better to roll back to: "
-             "waiting up to %llu more steps",
+    snprintf(action, sizeof action, "near chance since the start but falling, nothing better to "
+             "roll back to: waiting up to %llu more steps",
              (unsigned long long)r->guard.g.cfg.stall_steps);
     report_guard(r, gt_guard_verdict_name(GT_GUARD_STALLED), action, 1);
 }
@@ -99,7 +99,7 @@ static void guard_wait_locked(run *r)
 static void guard_trip_locked(run *r, gt_guard_verdict v)
 {
     int recover = guard_can_recover(r) && !gt_guard_exhausted(&r->guard.g);
-    if (recover && v == GT_GUARD_STALLED && gt_guard_never_good(&r->guard.g))
+    if (recover && v == GT_GUARD_STALLED && gt_guard_slow_start(&r->guard.g))
         guard_wait_locked(r);
     else if (!recover)
         guard_stop_locked(r, v);

@@ -24,6 +24,8 @@ static double healthy(int i) { return 2.3 * exp(-i / 200.0) + 0.3 + 0.05 * sin(i
 static double at_chance(int i) { return log(10.0) + 0.005 * sin(i * 0.9); }
 static double climbing(int i) { return i < 100 ? healthy(i) : 1.0 + 0.05 * (i - 100); }
 static double learn_then_die(int i) { return i < 150 ? healthy(i) : i < 160 ? 2.48 : at_chance(i); }
+static double slow_start(int i) { return log(10.0) - 0.03 + 0.005 * sin(i * 0.9); }
+static double dead_above(int i) { return log(10.0) + 0.03 + 0.005 * sin(i * 0.9); }
 static double nan_at_60(int i) { return i == 60 ? NAN : healthy(i); }
 
 static void test_defaults(void)
@@ -91,23 +93,27 @@ static void test_stall_from_start(void)
     CHECK(goods == 0);
 }
 
-/* A stall before anything was learned is a slow start: waiting longer doubles the patience and
- * counts afresh; a run that learned and then died is not one (test_dead_after_blowup). */
+/* A stall that never left chance but sits below it is a slow start: waiting longer doubles the
+ * patience and counts afresh. One at or above chance (a step size too large), or after the run
+ * had learned (test_dead_after_blowup), is not. */
 static void test_slow_start_waits(void)
 {
     gt_guard_cfg c;
     gt_guard_defaults(&c, 10);
     gt_guard g;
     gt_guard_init(&g, &c);
-    int first = feed_until(&g, at_chance, 1000, GT_GUARD_STALLED, NULL);
-    CHECK(first >= 0 && gt_guard_never_good(&g));
+    int first = feed_until(&g, slow_start, 1000, GT_GUARD_STALLED, NULL);
+    CHECK(first >= 0 && gt_guard_slow_start(&g));
     gt_guard_wait_longer(&g);
     CHECK(g.cfg.stall_steps == 2 * c.stall_steps && g.recoveries == 0 && g.lr_scale == 1.0);
-    int second = feed_until(&g, at_chance, 1000, GT_GUARD_STALLED, NULL);
+    int second = feed_until(&g, slow_start, 1000, GT_GUARD_STALLED, NULL);
     CHECK_MSG(second >= (int)(2 * c.stall_steps) - 1 && second < (int)(2 * c.stall_steps) + 50,
               "second stall after %d steps", second);
     gt_guard_init(&g, &c);
-    CHECK(feed_until(&g, healthy, 100, GT_GUARD_GOOD, NULL) >= 0 && !gt_guard_never_good(&g));
+    CHECK(feed_until(&g, dead_above, 1000, GT_GUARD_STALLED, NULL) >= 0 && !gt_guard_slow_start(&g));
+    gt_guard_init(&g, &c);
+    CHECK(feed_until(&g, learn_then_die, 2000, GT_GUARD_STALLED, NULL) >= 0 &&
+          !gt_guard_slow_start(&g));
 }
 
 static void test_stall_grace(void)

@@ -70,12 +70,13 @@ gt_guard_verdict gt_guard_observe(gt_guard *g, double loss);
  * were computed from parameters before the rollback. */
 void gt_guard_recovered(gt_guard *g, int in_flight);
 
-/* A stall with no good window since the start is a slow start, not a collapse: there is nothing
- * better to return to, and a lower step size only slows it more. The caller lets it run on: this
- * doubles stall_steps and counts the steps at chance afresh. */
+/* Whether a stall is a slow start rather than a dead or diverging run: no window was ever good
+ * (nothing learned yet, so nothing better to return to) and the last window's mean is below the
+ * chance loss (moving the right way; a step size too large sits at or above it). A lower step
+ * size would only slow a slow start more. */
+int gt_guard_slow_start(const gt_guard *g);
+/* Lets a slow start run on: doubles stall_steps and counts the steps at chance afresh. */
 void gt_guard_wait_longer(gt_guard *g);
-/* Whether no window was ever good (the run has not yet learned anything to keep). */
-int gt_guard_never_good(const gt_guard *g);
 /* Whether max_recoveries were spent: the next trip must stop the run. */
 int gt_guard_exhausted(const gt_guard *g);
 
