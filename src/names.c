@@ -19,7 +19,8 @@ static const gt_mode_row mode_rows[] = {
      "each worker trains its own replica, averaged every --sync-every\n"
      "steps: the least communication."},
     {{"allreduce", GT_MODE_ALLREDUCE}, 1, 1,
-     "GPUs only: NCCL ring all-reduce, the same math as sync."},
+     "GPUs only: gradients summed over the GPUs (peer to peer in one\n"
+     "process, NCCL across hosts), the same math as sync."},
 };
 
 static const gt_optimizer_row optimizer_rows[] = {

@@ -18,7 +18,7 @@ typedef enum gt_mode {
     GT_MODE_SYNC,        /* one aggregated update per step, all workers on the same parameters */
     GT_MODE_SSP,         /* aggregated per clock, a worker at most --staleness clocks ahead */
     GT_MODE_LOCAL,       /* local replicas averaged every --sync-every steps */
-    GT_MODE_ALLREDUCE,   /* NCCL all-reduce between GPUs (GPU only) */
+    GT_MODE_ALLREDUCE,   /* all-reduce between GPUs (peer to peer, or NCCL) */
 } gt_mode;
 
 typedef enum gt_balance { GT_BALANCE_DYNAMIC = 0, GT_BALANCE_STATIC } gt_balance;

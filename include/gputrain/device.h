@@ -44,7 +44,7 @@ typedef struct gt_device_ops {
      * are begun and not ended; train_step is refused while any is. */
     int (*step_begin)(gt_device *d, const gt_batch *b, gt_err *e);
     int (*step_end)(gt_device *d, gt_step_out *out, gt_err *e);
-    /* The allreduce mode (optional, NULL where unsupported; the CUDA backend with NCCL): after a
+    /* The allreduce mode (optional, NULL where unsupported; the CUDA backend): after a
      * train_step with d->keep_grad set, sum the gradient over every device of the communicator
      * (gt_cuda_allreduce_init) and apply one optimizer update, gradient scaled by gscale, to the
      * device's own parameters and optimizer state. Replicas stay bit-identical. */
@@ -77,8 +77,9 @@ int gt_cpu_device_open(gt_device **out, const gt_model *m, int max_batch, int in
 int gt_cuda_device_count(void);
 int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int ordinal, int tf32,
                         gt_err *e);
-/* Creates one NCCL communicator per device (all CUDA devices of this run, in order) and the device
- * optimizer state the allreduce mode needs; -1 with a message when NCCL is not available. */
+/* Sets up the exchange between the devices (all CUDA devices of this run, in order: the peer
+ * all-reduce in one process, NCCL across hosts or with GT_ALLREDUCE=nccl) and the device optimizer
+ * state the allreduce mode needs; -1 with a message when no exchange is available. */
 int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_err *e);
 /* Makes every pending and later all-reduce of this process return an error instead of waiting
  * (a worker failed, or the run is ending): the abort path that keeps a lost GPU from hanging the
