@@ -7,20 +7,24 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-/* Updates computed on parameters this many updates old, on average, in c's mode. */
+/* The delay, in updates, that the momentum rule counts in c's mode: the Mitliagkas et al. rule
+ * (d updates of delay act like momentum d / (d + 1)) with d fitted to 10-epoch lenet5 runs on 1, 2
+ * and 4 GPUs (tools/convergence-notes.md, section 7). Counting the whole delay over-corrects: the
+ * run keeps too little momentum and ends under-trained. */
 static double recipe_delay(const gt_config *c, int workers)
 {
     switch (c->mode) {
     case GT_MODE_HOGWILD:
-        /* --overlap: on one worker its own previous step is the delay (measured on GPUs: cnn-wide
-         * diverged at momentum 0.9, lenet5 lost 5 points and recovered them at 0.5); with more
-         * workers, counting that step too measured worse (tools/convergence-notes.md). */
-        return workers > 1 ? (double)(workers - 1) : c->overlap ? 1.0 : 0.0;
+        /* W - 1 other workers push between a pull and its push; half of that fits. --overlap
+         * adds the worker's own step in flight: W / 2 (one worker: 0.5, momentum 0.57). */
+        if (c->overlap)
+            return workers / 2.0;
+        return (workers - 1) / 2.0;
     case GT_MODE_SSP:
-        /* A clock's gradient is at most `staleness` updates old, about half that on average,
-         * and it is a mean over W batches, which damps the echo: staleness / 4 fits the
-         * measurements (tools/convergence-notes.md) better than staleness or staleness / 2. */
-        return workers > 1 ? (double)c->staleness / 4.0 : 0.0;
+        /* A clock's gradient is up to `staleness` clocks old and a mean over W batches, which
+         * damps the echo: staleness x (W - 1) / 16 fits (2 workers: momentum 0.79 at s = 2, 0.7
+         * at s = 4; 4 workers: 0.63 and 0.47). */
+        return (double)c->staleness * (workers - 1) / 16.0;
     case GT_MODE_SYNC:      /* every worker computes on the same parameters */
     case GT_MODE_LOCAL:     /* each replica steps on its own parameters */
     case GT_MODE_ALLREDUCE:

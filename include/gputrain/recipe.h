@@ -2,10 +2,11 @@
  * default recipe (tuned for one worker) trains with any number of workers.
  *
  * Asynchrony acts like extra momentum (Mitliagkas et al. 2016, "Asynchrony begets momentum"):
- * with W workers pushing to one store, each update lands on parameters about W-1 updates newer
- * than those it was computed on, which adds about 1 - 1/W of momentum. Stale aggregated updates
- * (ssp) do the same with the staleness in clocks. So the explicit SGD momentum is lowered by the
- * implicit one. A larger effective batch per update (sync and ssp sum W workers' batches) wants
+ * a delay of d updates acts like momentum d / (d + 1). With W workers pushing to one store, each
+ * update lands on parameters about W-1 updates newer than those it was computed on; counting half
+ * of that delay fits the measurements (the whole of it leaves runs under-trained). Stale
+ * aggregated updates (ssp) do the same with a share of the staleness in clocks. So the explicit
+ * SGD momentum is lowered by the implicit one. A larger effective batch per update (sync and ssp sum W workers' batches) wants
  * a warm-up of the step size (Goyal et al. 2017). Options the user gave (gt_config.given) are
  * never changed, and --literal turns every correction off. With one worker, hogwild and sync are
  * left exactly as given. See tools/convergence-notes.md for the measurements behind each rule. */
@@ -23,7 +24,7 @@ extern "C" {
 
 typedef struct gt_recipe {
     int n;                                   /* changes made */
-    char change[GT_RECIPE_MAX][GT_RECIPE_LEN]; /* e.g. "hogwild x4: momentum 0.9 -> 0.15 (...)" */
+    char change[GT_RECIPE_MAX][GT_RECIPE_LEN]; /* e.g. "hogwild x4: momentum 0.9 -> 0.3 (...)" */
 } gt_recipe;
 
 /* The momentum that asynchrony adds in c's mode with `workers` workers in all (across hosts):
