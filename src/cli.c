@@ -372,7 +372,7 @@ static int cli_apply(int opt, const char *arg, gt_config *c, gt_err *e)
     switch (opt) {
     case OPT_GPUS: return gt_cli_parse_gpus(arg, c, e);
     case OPT_STRIPES: return cli_parse_int(flag, arg, 0, 65536, &c->stripes, e);
-    case OPT_STALENESS: return cli_parse_int(flag, arg, 0, 1000000, &c->staleness, e);
+    case OPT_STALENESS: return cli_parse_int(flag, arg, 0, GT_MAX_STALENESS, &c->staleness, e);
     case OPT_SYNC_EVERY: return cli_parse_int(flag, arg, 1, 1000000, &c->sync_every, e);
     case OPT_TF32: c->tf32 = 1; return 0;
     case OPT_OVERLAP: c->overlap = 1; return 0;
@@ -598,7 +598,7 @@ static void cli_usage_devices(FILE *out, const gt_config *d)
         "                         of parameters, 1..256). 0 is lock-free, true\n"
         "                         Hogwild: no locks, relaxed atomics; updates may interleave\n"
         "                         element-wise and be lost\n"
-        "  --staleness N          ssp: steps a worker may run ahead, 0..1000000 (default %d)\n"
+        "  --staleness N          ssp: steps a worker may run ahead, 0..%d (default %d)\n"
         "  --sync-every N         local: steps between averages; across hosts (mpirun), also\n"
         "                         hogwild and ssp: steps between averages of the hosts' stores,\n"
         "                         1..1000000 (default %d)\n"
@@ -609,7 +609,7 @@ static void cli_usage_devices(FILE *out, const gt_config *d)
         "                         a GPU computes while the host pushes; every step misses its\n"
         "                         predecessor's update (one step more staleness; default off)\n"
         "  --tf32                 allow TF32 tensor-core math on GPUs (default off)\n\n",
-        d->staleness, d->sync_every, gt_name(GT_NAMES_BALANCE, (int)d->balance));
+        GT_MAX_STALENESS, d->staleness, d->sync_every, gt_name(GT_NAMES_BALANCE, (int)d->balance));
 }
 
 static void cli_usage_model(FILE *out, const gt_config *d)
