@@ -139,10 +139,8 @@ static int ssp_init(run *r, gt_device **devices, const gt_start *start, gt_err *
 }
 
 const gt_mode_ops gt_mode_ssp = {
-    .name = "ssp",
     .rollback = ROLLBACK_NOW,
     .hosts_rounds = 1,
-    .clocked = 1,
     .hosts_average = 1,
     .init = ssp_init,
     .epoch = clocked_epoch,

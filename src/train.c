@@ -15,11 +15,13 @@
  * evaluates, logs and writes checkpoints. */
 #include "run.h"
 #include "gputrain/cluster.h"
+#include "gputrain/names.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* Every mode, by its gt_mode value. */
+/* Every mode's behaviour, by its gt_mode value; its name and properties are its row in the
+ * names table (names.c). */
 static const gt_mode_ops *const modes[] = {
     [GT_MODE_HOGWILD] = &gt_mode_hogwild,
     [GT_MODE_SYNC] = &gt_mode_sync,
@@ -32,9 +34,13 @@ static const gt_mode_ops *const modes[] = {
 static int run_shape(run *r, const gt_config *cfg, gt_device **devices, int ndevices,
                      const gt_start *start, gt_err *e)
 {
-    if ((size_t)cfg->mode >= sizeof modes / sizeof *modes || !modes[cfg->mode])
+    const gt_mode_row *row = gt_mode_row_of(cfg->mode);
+    if (!row || (size_t)cfg->mode >= sizeof modes / sizeof *modes || !modes[cfg->mode])
         return gt_fail(e, "--mode: unknown mode %d", (int)cfg->mode);
-    r->ops = modes[cfg->mode];
+    r->mode = *modes[cfg->mode];
+    r->mode.name = row->head.name;
+    r->mode.clocked = row->clocked;
+    r->ops = &r->mode;
     if (ndevices < 1 || ndevices > GT_MAX_WORKERS)
         return gt_fail(e, "--gpus: %d workers (1..%d supported)", ndevices, GT_MAX_WORKERS);
     r->H = gt_cluster_size();
