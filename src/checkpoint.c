@@ -9,6 +9,7 @@
 
 #include "gputrain/atomic_file.h"
 #include "gputrain/json.h"
+#include "gputrain/names.h"
 #include "gputrain/safetensors.h"
 
 #include <errno.h>
@@ -453,11 +454,8 @@ static int ckpt_parse_classes(const ckpt_file *cf, gt_ckpt_meta *mt, gt_err *e)
 /* The modes a checkpoint can come from (as --mode names them). */
 static int ckpt_known_mode(const char *mode)
 {
-    static const char *const modes[] = {"hogwild", "sync", "ssp", "local", "allreduce"};
-    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
-        if (strcmp(mode, modes[i]) == 0)
-            return 1;
-    return 0;
+    gt_mode m;
+    return gt_mode_parse(mode, &m) == 0;
 }
 
 static int ckpt_parse_meta(ckpt_file *cf, gt_err *e)
