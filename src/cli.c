@@ -685,8 +685,9 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "  --inject-fault WORKER:STEP  make a worker (numbered across hosts under mpirun) fail\n"
         "                         at its step, to test recovery\n"
         "                         (default: none)\n"
-        "  --stall-timeout SECONDS  warn when a worker makes no progress for this long; the\n"
-        "                         run goes on, > 0 (default: off)\n"
+        "  --stall-timeout SECONDS  warn on stderr when a worker makes no progress for this\n"
+        "                         long, once until it moves again; it is not counted as failed\n"
+        "                         and the run goes on, > 0 (default: off)\n"
         "  --host-timeout SECONDS  under mpirun: a host that waits this long for the others in\n"
         "                         a collective ends the run, naming itself; 0 waits forever\n"
         "                         (default %g)\n\n",

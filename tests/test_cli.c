@@ -492,6 +492,10 @@ static void test_help(void)
             continue;
         CHECK_MSG(strstr(entry, "default"), "--help gives no default for --%s", o->name);
     }
+    char entry[2048], range[32];
+    snprintf(range, sizeof range, "0..%d", GT_MAX_STALENESS);
+    CHECK_MSG(help_entry(text, "staleness", entry, sizeof entry) == 0 && strstr(entry, range),
+              "--help does not give --staleness's range %s", range);
     const char *words[] = {"hogwild", "sync", "ssp", "local", "allreduce", "lock-free",
                            "Devices and modes", "Model and data", "Optimisation",
                            "Checkpoints and faults", "Output", "16 KiB"};
