@@ -632,7 +632,7 @@ static void cli_usage_model(FILE *out, const gt_config *d)
 
 static void cli_usage_optim(FILE *out, const gt_optim_cfg *o)
 {
-    char words[2][128];
+    char words[2][GT_NAMES_LIST_LEN];
     gt_name_list(GT_NAMES_OPTIMIZER, "|", words[0], sizeof words[0]);
     gt_name_list(GT_NAMES_SCHEDULE, "|", words[1], sizeof words[1]);
     fprintf(out,

@@ -223,18 +223,26 @@ static void fill_result(run *r, gt_run_result *res, double wall)
     res->skipped_nonfinite = r->stats.skipped;
 }
 
-/* The run's error: every worker's where all failed, else the first fatal one. */
+/* The run's error: the first fatal one, or where all failed every worker's, as many as fit in
+ * one message and then how many more (each worker's own line was reported when it left). */
 static void run_error(run *r, gt_err *e)
 {
     if (r->nlive > 0) {
         gt_fail(e, "%s", r->error);
         return;
     }
-    char buf[GT_ERRLEN] = "every worker failed:";
+    char buf[GT_ERRLEN] = "every worker failed:", one[160];
+    size_t len = strlen(buf);
     for (int i = 0; i < r->W; i++) {
-        size_t len = strlen(buf);
-        snprintf(buf + len, sizeof buf - len, " worker %d (%.40s): %.80s;", r->share0 + i,
-                 r->workers[i].dev->name, r->workers[i].error);
+        int n = snprintf(one, sizeof one, " worker %d (%.40s): %.80s;", r->share0 + i,
+                         r->workers[i].dev->name, r->workers[i].error);
+        size_t room = sizeof buf - len - (i + 1 < r->W ? sizeof " and 64 more" : 1);
+        if ((size_t)n > room) {
+            snprintf(buf + len, sizeof buf - len, " and %d more", r->W - i);
+            break;
+        }
+        memcpy(buf + len, one, (size_t)n + 1);
+        len += (size_t)n;
     }
     gt_fail(e, "%s", buf);
 }

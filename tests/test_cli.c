@@ -3,6 +3,7 @@
 #include "gputrain/model.h" /* GT_SPECLEN, which config.h uses */
 #include "gputrain/cli.h"
 #include "gputrain/names.h"
+#include "gputrain/checkpoint.h"
 #include "test_util.h"
 
 #include <getopt.h>
@@ -560,7 +561,10 @@ static void test_name_tables(void)
     static const char *const fields[] = {"mode", "kind", "schedule", "balance", "on_nan",
                                          "on_diverge"};
     for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
-        char list[256];
+        char list[GT_NAMES_LIST_LEN];
+        CHECK_MSG(gt_name_list(sets[s], ", ", list, sizeof list) == 0, "%s's words do not fit "
+                  "GT_NAMES_LIST_LEN", flags[s]);
+        CHECK(gt_name_list(sets[s], ", ", list, 4) == -1 && strlen(list) < 4);
         gt_name_list(sets[s], " ", list, sizeof list);
         int rows = 0, v = -1;
         for (char *w = strtok(list, " "); w; w = strtok(NULL, " "), rows++) {
@@ -590,6 +594,12 @@ static void test_name_tables(void)
     CHECK(gt_optimizer_row_of(GT_OPT_ADAM)->nstate == 2 && gt_mode_row_of(GT_MODE_SYNC)->clocked &&
           !gt_mode_row_of(GT_MODE_HOGWILD)->clocked && gt_mode_row_of((gt_mode)99) == NULL);
     CHECK(gt_mode_count() == 5 && gt_mode_row_at(gt_mode_count()) == NULL);
+    /* checkpoints store the mode's and the optimizer's word in fixed fields */
+    gt_ckpt_meta meta;
+    for (int i = 0; i < gt_mode_count(); i++)
+        CHECK(strlen(gt_mode_row_at(i)->head.name) < sizeof meta.mode);
+    for (int k = 0; gt_optimizer_row_of((gt_opt_kind)k); k++)
+        CHECK(strlen(gt_optimizer_name((gt_opt_kind)k)) < sizeof meta.optimizer);
 }
 
 int main(void)
