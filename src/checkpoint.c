@@ -22,11 +22,11 @@
 
 #define CKPT_FORMAT "gputrain-2"
 #define CKPT_OLD_FORMAT "gputrain-1" /* no header CRC: refused, since its metadata is unchecked */
-#define CKPT_MAX_EPOCH 100000ull      /* as many as --epochs accepts */
+#define CKPT_MAX_EPOCH ((unsigned long long)GT_MAX_EPOCHS) /* as many as --epochs accepts */
 #define CKPT_MAX_COUNT (1ull << 53)   /* samples, steps, updates: exact as doubles, never wrapping */
 #define CKPT_CRC_KEY "header_crc32"
 #define CKPT_CRC_HOLE "\"" CKPT_CRC_KEY "\":\"00000000\""
-#define CKPT_MAX_KEEP 1000             /* as many as --keep accepts */
+#define CKPT_MAX_KEEP GT_MAX_KEEP      /* as many as --keep accepts */
 
 static const char *const ckpt_sgd_states[] = {"momentum_buffer"};
 static const char *const ckpt_adam_states[] = {"exp_avg", "exp_avg_sq"};

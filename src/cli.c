@@ -379,8 +379,8 @@ static int cli_apply(int opt, const char *arg, gt_config *c, gt_err *e)
     case OPT_MODEL: return cli_copy_string(flag, arg, c->model, sizeof c->model, e);
     case OPT_DATA: return cli_copy_string(flag, arg, c->data, sizeof c->data, e);
     case OPT_TRAIN_SAMPLES: return cli_parse_train_samples(arg, c, e);
-    case OPT_BATCH: return cli_parse_int(flag, arg, 1, 65536, &c->batch, e);
-    case OPT_EPOCHS: return cli_parse_int(flag, arg, 1, 100000, &c->epochs, e);
+    case OPT_BATCH: return cli_parse_int(flag, arg, 1, GT_MAX_BATCH, &c->batch, e);
+    case OPT_EPOCHS: return cli_parse_int(flag, arg, 1, GT_MAX_EPOCHS, &c->epochs, e);
     case OPT_SEED: return cli_parse_u64(flag, arg, &c->seed, e);
     case OPT_EVAL_EVERY: return cli_parse_int(flag, arg, 0, INT_MAX, &c->eval_every, e);
     case OPT_LR: return cli_parse_float(flag, arg, &RANGE_POSITIVE, &o->lr, e);
@@ -395,7 +395,7 @@ static int cli_apply(int opt, const char *arg, gt_config *c, gt_err *e)
     case OPT_GAMMA: return cli_parse_float(flag, arg, &RANGE_UNIT_HIGH, &o->gamma, e);
     case OPT_CHECKPOINT: return cli_copy_string(flag, arg, c->checkpoint, sizeof c->checkpoint, e);
     case OPT_CHECKPOINT_EVERY: return cli_parse_checkpoint_every(arg, c, e);
-    case OPT_KEEP: return cli_parse_int(flag, arg, 0, 1000, &c->keep, e);
+    case OPT_KEEP: return cli_parse_int(flag, arg, 0, GT_MAX_KEEP, &c->keep, e);
     case OPT_RESUME: return cli_copy_string(flag, arg, c->resume, sizeof c->resume, e);
     case OPT_INIT: return cli_copy_string(flag, arg, c->init, sizeof c->init, e);
     case OPT_INJECT_FAULT: return cli_parse_inject_fault(arg, c, e);
@@ -620,14 +620,15 @@ static void cli_usage_model(FILE *out, const gt_config *d)
         "                         holding one (default %s)\n"
         "  --data DIR             IDX files or one folder per class (default: the usual places)\n"
         "  --train-samples N      train on the first N samples only, N >= 1 (default: all)\n"
-        "  --batch N              samples per step and worker, in every mode, 1..65536\n"
+        "  --batch N              samples per step and worker, in every mode, 1..%d\n"
         "                         (default %d)\n"
-        "  --epochs N             passes over the training set, 1..100000 (default %d)\n"
+        "  --epochs N             passes over the training set, 1..%d (default %d)\n"
         "  --seed N               initialisation and shuffling seed, 0..2^64-1\n"
         "                         (default %" PRIu64 ")\n"
         "  --eval-every N         evaluate every N steps of each worker, also at epoch ends;\n"
         "                         0 = at epoch ends only, 0..%d (default %d)\n\n",
-        d->model, d->batch, d->epochs, d->seed, INT_MAX, d->eval_every);
+        d->model, GT_MAX_BATCH, d->batch, GT_MAX_EPOCHS, d->epochs, d->seed, INT_MAX,
+        d->eval_every);
 }
 
 static void cli_usage_optim(FILE *out, const gt_optim_cfg *o)
@@ -666,7 +667,7 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "                         (default: none)\n"
         "  --checkpoint-every N|Ns  every N epochs, or every N steps with an s suffix, N >= 1\n"
         "                         (default: at the end only)\n"
-        "  --keep K               older checkpoints kept beside the newest, 0..1000 (default %d)\n"
+        "  --keep K               older checkpoints kept beside the newest, 0..%d (default %d)\n"
         "  --resume PATH          continue a run: parameters, optimizer state and progress\n"
         "                         (default: none; not with --init)\n"
         "  --init PATH            start a fresh run from a checkpoint's parameters\n"
@@ -691,7 +692,7 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "  --host-timeout SECONDS  under mpirun: a host that waits this long for the others in\n"
         "                         a collective ends the run, naming itself; 0 waits forever\n"
         "                         (default %g)\n\n",
-        d->keep, GT_MAX_CLASSES, d->top, gt_name(GT_NAMES_ON_DIVERGE, (int)d->on_diverge), d->host_timeout);
+        GT_MAX_KEEP, d->keep, GT_MAX_CLASSES, d->top, gt_name(GT_NAMES_ON_DIVERGE, (int)d->on_diverge), d->host_timeout);
 }
 
 static void cli_usage_output(FILE *out)
