@@ -215,8 +215,8 @@ typedef struct run {
     const gt_config *cfg;
     const gt_model *m;
     const gt_data *data;
-    gt_mode_ops mode;          /* the mode's operations, with its row's name and properties */
-    const gt_mode_ops *ops;    /* &mode */
+    gt_mode_ops mode_ops;      /* the mode's operations, with its row's name and properties */
+    const gt_mode_ops *ops;    /* &mode_ops */
     gt_ps ps;
     int W;                     /* this host's workers at the start: its shares of each clock */
     int H;                     /* hosts (processes) in the run; 1 without MPI */

@@ -37,10 +37,10 @@ static int run_shape(run *r, const gt_config *cfg, gt_device **devices, int ndev
     const gt_mode_row *row = gt_mode_row_of(cfg->mode);
     if (!row || (size_t)cfg->mode >= sizeof modes / sizeof *modes || !modes[cfg->mode])
         return gt_fail(e, "--mode: unknown mode %d", (int)cfg->mode);
-    r->mode = *modes[cfg->mode];
-    r->mode.name = row->head.name;
-    r->mode.clocked = row->clocked;
-    r->ops = &r->mode;
+    r->mode_ops = *modes[cfg->mode];
+    r->mode_ops.name = row->head.name;
+    r->mode_ops.clocked = row->clocked;
+    r->ops = &r->mode_ops;
     if (ndevices < 1 || ndevices > GT_MAX_WORKERS)
         return gt_fail(e, "--gpus: %d workers (1..%d supported)", ndevices, GT_MAX_WORKERS);
     r->H = gt_cluster_size();
@@ -223,6 +223,8 @@ static void fill_result(run *r, gt_run_result *res, double wall)
     res->skipped_nonfinite = r->stats.skipped;
 }
 
+_Static_assert(GT_MAX_WORKERS < 100, "run_error leaves room for a two-digit worker count");
+
 /* The run's error: the first fatal one, or where all failed every worker's, as many as fit in
  * one message and then how many more (each worker's own line was reported when it left). */
 static void run_error(run *r, gt_err *e)
@@ -236,6 +238,7 @@ static void run_error(run *r, gt_err *e)
     for (int i = 0; i < r->W; i++) {
         int n = snprintf(one, sizeof one, " worker %d (%.40s): %.80s;", r->share0 + i,
                          r->workers[i].dev->name, r->workers[i].error);
+        /* but the last, leave room for " and N more" (N <= GT_MAX_WORKERS, two digits) */
         size_t room = sizeof buf - len - (i + 1 < r->W ? sizeof " and 64 more" : 1);
         if ((size_t)n > room) {
             snprintf(buf + len, sizeof buf - len, " and %d more", r->W - i);
