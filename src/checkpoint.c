@@ -9,6 +9,7 @@
 
 #include "gputrain/atomic_file.h"
 #include "gputrain/json.h"
+#include "gputrain/names.h"
 #include "gputrain/safetensors.h"
 
 #include <errno.h>
@@ -21,11 +22,11 @@
 
 #define CKPT_FORMAT "gputrain-2"
 #define CKPT_OLD_FORMAT "gputrain-1" /* no header CRC: refused, since its metadata is unchecked */
-#define CKPT_MAX_EPOCH 100000ull      /* as many as --epochs accepts */
+#define CKPT_MAX_EPOCH ((unsigned long long)GT_MAX_EPOCHS) /* as many as --epochs accepts */
 #define CKPT_MAX_COUNT (1ull << 53)   /* samples, steps, updates: exact as doubles, never wrapping */
 #define CKPT_CRC_KEY "header_crc32"
 #define CKPT_CRC_HOLE "\"" CKPT_CRC_KEY "\":\"00000000\""
-#define CKPT_MAX_KEEP 1000             /* as many as --keep accepts */
+#define CKPT_MAX_KEEP GT_MAX_KEEP      /* as many as --keep accepts */
 
 static const char *const ckpt_sgd_states[] = {"momentum_buffer"};
 static const char *const ckpt_adam_states[] = {"exp_avg", "exp_avg_sq"};
@@ -453,11 +454,8 @@ static int ckpt_parse_classes(const ckpt_file *cf, gt_ckpt_meta *mt, gt_err *e)
 /* The modes a checkpoint can come from (as --mode names them). */
 static int ckpt_known_mode(const char *mode)
 {
-    static const char *const modes[] = {"hogwild", "sync", "ssp", "local", "allreduce"};
-    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
-        if (strcmp(mode, modes[i]) == 0)
-            return 1;
-    return 0;
+    gt_mode m;
+    return gt_mode_parse(mode, &m) == 0;
 }
 
 static int ckpt_parse_meta(ckpt_file *cf, gt_err *e)

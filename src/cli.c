@@ -372,15 +372,15 @@ static int cli_apply(int opt, const char *arg, gt_config *c, gt_err *e)
     switch (opt) {
     case OPT_GPUS: return gt_cli_parse_gpus(arg, c, e);
     case OPT_STRIPES: return cli_parse_int(flag, arg, 0, 65536, &c->stripes, e);
-    case OPT_STALENESS: return cli_parse_int(flag, arg, 0, 1000000, &c->staleness, e);
+    case OPT_STALENESS: return cli_parse_int(flag, arg, 0, GT_MAX_STALENESS, &c->staleness, e);
     case OPT_SYNC_EVERY: return cli_parse_int(flag, arg, 1, 1000000, &c->sync_every, e);
     case OPT_TF32: c->tf32 = 1; return 0;
     case OPT_OVERLAP: c->overlap = 1; return 0;
     case OPT_MODEL: return cli_copy_string(flag, arg, c->model, sizeof c->model, e);
     case OPT_DATA: return cli_copy_string(flag, arg, c->data, sizeof c->data, e);
     case OPT_TRAIN_SAMPLES: return cli_parse_train_samples(arg, c, e);
-    case OPT_BATCH: return cli_parse_int(flag, arg, 1, 65536, &c->batch, e);
-    case OPT_EPOCHS: return cli_parse_int(flag, arg, 1, 100000, &c->epochs, e);
+    case OPT_BATCH: return cli_parse_int(flag, arg, 1, GT_MAX_BATCH, &c->batch, e);
+    case OPT_EPOCHS: return cli_parse_int(flag, arg, 1, GT_MAX_EPOCHS, &c->epochs, e);
     case OPT_SEED: return cli_parse_u64(flag, arg, &c->seed, e);
     case OPT_EVAL_EVERY: return cli_parse_int(flag, arg, 0, INT_MAX, &c->eval_every, e);
     case OPT_LR: return cli_parse_float(flag, arg, &RANGE_POSITIVE, &o->lr, e);
@@ -395,7 +395,7 @@ static int cli_apply(int opt, const char *arg, gt_config *c, gt_err *e)
     case OPT_GAMMA: return cli_parse_float(flag, arg, &RANGE_UNIT_HIGH, &o->gamma, e);
     case OPT_CHECKPOINT: return cli_copy_string(flag, arg, c->checkpoint, sizeof c->checkpoint, e);
     case OPT_CHECKPOINT_EVERY: return cli_parse_checkpoint_every(arg, c, e);
-    case OPT_KEEP: return cli_parse_int(flag, arg, 0, 1000, &c->keep, e);
+    case OPT_KEEP: return cli_parse_int(flag, arg, 0, GT_MAX_KEEP, &c->keep, e);
     case OPT_RESUME: return cli_copy_string(flag, arg, c->resume, sizeof c->resume, e);
     case OPT_INIT: return cli_copy_string(flag, arg, c->init, sizeof c->init, e);
     case OPT_INJECT_FAULT: return cli_parse_inject_fault(arg, c, e);
@@ -598,7 +598,7 @@ static void cli_usage_devices(FILE *out, const gt_config *d)
         "                         of parameters, 1..256). 0 is lock-free, true\n"
         "                         Hogwild: no locks, relaxed atomics; updates may interleave\n"
         "                         element-wise and be lost\n"
-        "  --staleness N          ssp: steps a worker may run ahead, 0..1000000 (default %d)\n"
+        "  --staleness N          ssp: steps a worker may run ahead, 0..%d (default %d)\n"
         "  --sync-every N         local: steps between averages; across hosts (mpirun), also\n"
         "                         hogwild and ssp: steps between averages of the hosts' stores,\n"
         "                         1..1000000 (default %d)\n"
@@ -609,7 +609,7 @@ static void cli_usage_devices(FILE *out, const gt_config *d)
         "                         a GPU computes while the host pushes; every step misses its\n"
         "                         predecessor's update (one step more staleness; default off)\n"
         "  --tf32                 allow TF32 tensor-core math on GPUs (default off)\n\n",
-        d->staleness, d->sync_every, gt_name(GT_NAMES_BALANCE, (int)d->balance));
+        GT_MAX_STALENESS, d->staleness, d->sync_every, gt_name(GT_NAMES_BALANCE, (int)d->balance));
 }
 
 static void cli_usage_model(FILE *out, const gt_config *d)
@@ -620,19 +620,20 @@ static void cli_usage_model(FILE *out, const gt_config *d)
         "                         holding one (default %s)\n"
         "  --data DIR             IDX files or one folder per class (default: the usual places)\n"
         "  --train-samples N      train on the first N samples only, N >= 1 (default: all)\n"
-        "  --batch N              samples per step and worker, in every mode, 1..65536\n"
+        "  --batch N              samples per step and worker, in every mode, 1..%d\n"
         "                         (default %d)\n"
-        "  --epochs N             passes over the training set, 1..100000 (default %d)\n"
+        "  --epochs N             passes over the training set, 1..%d (default %d)\n"
         "  --seed N               initialisation and shuffling seed, 0..2^64-1\n"
         "                         (default %" PRIu64 ")\n"
         "  --eval-every N         evaluate every N steps of each worker, also at epoch ends;\n"
         "                         0 = at epoch ends only, 0..%d (default %d)\n\n",
-        d->model, d->batch, d->epochs, d->seed, INT_MAX, d->eval_every);
+        d->model, GT_MAX_BATCH, d->batch, GT_MAX_EPOCHS, d->epochs, d->seed, INT_MAX,
+        d->eval_every);
 }
 
 static void cli_usage_optim(FILE *out, const gt_optim_cfg *o)
 {
-    char words[2][128];
+    char words[2][GT_NAMES_LIST_LEN];
     gt_name_list(GT_NAMES_OPTIMIZER, "|", words[0], sizeof words[0]);
     gt_name_list(GT_NAMES_SCHEDULE, "|", words[1], sizeof words[1]);
     fprintf(out,
@@ -666,7 +667,7 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "                         (default: none)\n"
         "  --checkpoint-every N|Ns  every N epochs, or every N steps with an s suffix, N >= 1\n"
         "                         (default: at the end only)\n"
-        "  --keep K               older checkpoints kept beside the newest, 0..1000 (default %d)\n"
+        "  --keep K               older checkpoints kept beside the newest, 0..%d (default %d)\n"
         "  --resume PATH          continue a run: parameters, optimizer state and progress\n"
         "                         (default: none; not with --init)\n"
         "  --init PATH            start a fresh run from a checkpoint's parameters\n"
@@ -685,12 +686,13 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "  --inject-fault WORKER:STEP  make a worker (numbered across hosts under mpirun) fail\n"
         "                         at its step, to test recovery\n"
         "                         (default: none)\n"
-        "  --stall-timeout SECONDS  warn when a worker makes no progress for this long; the\n"
-        "                         run goes on, > 0 (default: off)\n"
+        "  --stall-timeout SECONDS  warn on stderr when a worker makes no progress for this\n"
+        "                         long, once until it moves again; it is not counted as failed\n"
+        "                         and the run goes on, > 0 (default: off)\n"
         "  --host-timeout SECONDS  under mpirun: a host that waits this long for the others in\n"
         "                         a collective ends the run, naming itself; 0 waits forever\n"
         "                         (default %g)\n\n",
-        d->keep, GT_MAX_CLASSES, d->top, gt_name(GT_NAMES_ON_DIVERGE, (int)d->on_diverge), d->host_timeout);
+        GT_MAX_KEEP, d->keep, GT_MAX_CLASSES, d->top, gt_name(GT_NAMES_ON_DIVERGE, (int)d->on_diverge), d->host_timeout);
 }
 
 static void cli_usage_output(FILE *out)

@@ -124,9 +124,7 @@ static int allreduce_init(run *r, gt_device **devices, const gt_start *start, gt
 }
 
 const gt_mode_ops gt_mode_allreduce = {
-    .name = "allreduce",
     .rollback = ROLLBACK_NONE,
-    .clocked = 1,
     .replicas = 1,
     .check = allreduce_check,
     .init = allreduce_init,

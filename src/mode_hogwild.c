@@ -350,7 +350,6 @@ static int hogwild_init(run *r, gt_device **devices, const gt_start *start, gt_e
 }
 
 const gt_mode_ops gt_mode_hogwild = {
-    .name = "hogwild",
     .rollback = ROLLBACK_NOW,
     .hosts_rounds = 1,
     .hosts_average = 1,

@@ -109,10 +109,8 @@ static int local_init(run *r, gt_device **devices, const gt_start *start, gt_err
 }
 
 const gt_mode_ops gt_mode_local = {
-    .name = "local",
     .rollback = ROLLBACK_AT_AVERAGE,
     .hosts_rounds = 1,
-    .clocked = 1,
     .init = local_init,
     .epoch = clocked_epoch,
     .clocked_begin = local_begin,

@@ -5,10 +5,6 @@
 
 #include <stdint.h>
 
-/* More staleness than this many clocks in flight is moot, and costs memory: --staleness is
- * capped here. */
-#define SSP_MAX_IN_FLIGHT 64
-
 /* ssp: whoever finds the oldest clock complete applies it, in clock order. Caller holds r->mu,
  * which is released during each apply (the applying flag keeps it to one thread at a time). */
 static void ssp_apply_ready_locked(run *r)
@@ -57,7 +53,7 @@ static uint64_t slowest_clock_locked(run *r)
  * worker failed. */
 static int ssp_wait_locked(run *r, worker *w, uint64_t c)
 {
-    uint64_t s = (uint64_t)r->clk.R - 1; /* --staleness, capped by the clocks the slots hold */
+    uint64_t s = (uint64_t)r->clk.R - 1; /* --staleness: the slots hold R = staleness + 1 clocks */
     while (!r->halt && r->clk.applied + s < c) {
         uint64_t cc;
         int share = clocked_claim_share_locked(r, w, c - 1, &cc);
@@ -136,17 +132,15 @@ static int ssp_init(run *r, gt_device **devices, const gt_start *start, gt_err *
 {
     (void)devices;
     (void)start;
-    int R = r->cfg->staleness + 1;
-    if (R > SSP_MAX_IN_FLIGHT)
-        R = SSP_MAX_IN_FLIGHT;
-    return clocked_init(r, R, R, e);
+    int s = r->cfg->staleness;
+    if (s < 0 || s > GT_MAX_STALENESS) /* the command line refuses these; other callers too */
+        return gt_fail(e, "--staleness: %d is out of range (0..%d)", s, GT_MAX_STALENESS);
+    return clocked_init(r, s + 1, s + 1, e);
 }
 
 const gt_mode_ops gt_mode_ssp = {
-    .name = "ssp",
     .rollback = ROLLBACK_NOW,
     .hosts_rounds = 1,
-    .clocked = 1,
     .hosts_average = 1,
     .init = ssp_init,
     .epoch = clocked_epoch,

@@ -68,9 +68,7 @@ static int sync_init(run *r, gt_device **devices, const gt_start *start, gt_err 
 }
 
 const gt_mode_ops gt_mode_sync = {
-    .name = "sync",
     .rollback = ROLLBACK_NOW,
-    .clocked = 1,
     .init = sync_init,
     .epoch = clocked_epoch,
     .clock = sync_clock,

@@ -102,30 +102,31 @@ int gt_name_value(gt_name_set set, const char *word, int *value)
     return -1;
 }
 
-void gt_name_list(gt_name_set set, const char *sep, char *buf, size_t size)
+int gt_name_list(gt_name_set set, const char *sep, char *buf, size_t size)
 {
     const gt_name_head *h;
     size_t used = 0;
     if (size == 0)
-        return;
+        return -1;
     buf[0] = 0;
     for (int i = 0; (h = name_row(set, i)) != NULL; i++) {
         const char *parts[2] = {i ? sep : "", h->name};
         for (int p = 0; p < 2; p++) {
             size_t n = strlen(parts[p]);
             if (used + n >= size)
-                return;
+                return -1;
             memcpy(buf + used, parts[p], n + 1);
             used += n;
         }
     }
+    return 0;
 }
 
 int gt_name_parse(gt_name_set set, const char *flag, const char *word, int *value, gt_err *e)
 {
     if (gt_name_value(set, word, value) == 0)
         return 0;
-    char list[256];
+    char list[GT_NAMES_LIST_LEN];
     gt_name_list(set, ", ", list, sizeof list);
     return gt_fail(e, "--%s: '%s' is not one of %s", flag, word, list);
 }

@@ -17,7 +17,8 @@
  *   mode_sync.c, mode_ssp.c, mode_local.c, mode_allreduce.c   one clocked mode each
  *   train.c         the mode table, set-up and teardown (gt_train_run)
  *
- * A mode is one gt_mode_ops row (below) in train.c's table. */
+ * A mode is one row of the names table (names.c: its word and properties) and one gt_mode_ops
+ * (below, its behaviour) in train.c's table. */
 #ifndef GT_RUN_H
 #define GT_RUN_H
 
@@ -72,8 +73,11 @@ typedef void (*leader_fn)(struct run *r);
 /* One mode: what the worker loop, the set-up and the calling thread ask of it. NULL where a mode
  * has nothing to do. */
 typedef struct gt_mode_ops {
+    /* Copied at set-up (train.c) from the mode's row of the names table (names.h), which is their
+     * one source: a mode file leaves them out. */
     const char *name;        /* as logs and checkpoints write it */
     int clocked;             /* runs on the clocked core (mode_clocked.c) */
+    /* The mode's own. */
     int replicas;            /* every worker keeps its own replica that takes the same step: a
                               * worker that fails ends the run, and signals are acted on only at
                               * the mode's own barrier */
@@ -211,7 +215,8 @@ typedef struct run {
     const gt_config *cfg;
     const gt_model *m;
     const gt_data *data;
-    const gt_mode_ops *ops;
+    gt_mode_ops mode_ops;      /* the mode's operations, with its row's name and properties */
+    const gt_mode_ops *ops;    /* &mode_ops */
     gt_ps ps;
     int W;                     /* this host's workers at the start: its shares of each clock */
     int H;                     /* hosts (processes) in the run; 1 without MPI */

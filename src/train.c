@@ -15,11 +15,13 @@
  * evaluates, logs and writes checkpoints. */
 #include "run.h"
 #include "gputrain/cluster.h"
+#include "gputrain/names.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* Every mode, by its gt_mode value. */
+/* Every mode's behaviour, by its gt_mode value; its name and properties are its row in the
+ * names table (names.c). */
 static const gt_mode_ops *const modes[] = {
     [GT_MODE_HOGWILD] = &gt_mode_hogwild,
     [GT_MODE_SYNC] = &gt_mode_sync,
@@ -32,9 +34,13 @@ static const gt_mode_ops *const modes[] = {
 static int run_shape(run *r, const gt_config *cfg, gt_device **devices, int ndevices,
                      const gt_start *start, gt_err *e)
 {
-    if ((size_t)cfg->mode >= sizeof modes / sizeof *modes || !modes[cfg->mode])
+    const gt_mode_row *row = gt_mode_row_of(cfg->mode);
+    if (!row || (size_t)cfg->mode >= sizeof modes / sizeof *modes || !modes[cfg->mode])
         return gt_fail(e, "--mode: unknown mode %d", (int)cfg->mode);
-    r->ops = modes[cfg->mode];
+    r->mode_ops = *modes[cfg->mode];
+    r->mode_ops.name = row->head.name;
+    r->mode_ops.clocked = row->clocked;
+    r->ops = &r->mode_ops;
     if (ndevices < 1 || ndevices > GT_MAX_WORKERS)
         return gt_fail(e, "--gpus: %d workers (1..%d supported)", ndevices, GT_MAX_WORKERS);
     r->H = gt_cluster_size();
@@ -217,18 +223,29 @@ static void fill_result(run *r, gt_run_result *res, double wall)
     res->skipped_nonfinite = r->stats.skipped;
 }
 
-/* The run's error: every worker's where all failed, else the first fatal one. */
+_Static_assert(GT_MAX_WORKERS < 100, "run_error leaves room for a two-digit worker count");
+
+/* The run's error: the first fatal one, or where all failed every worker's, as many as fit in
+ * one message and then how many more (each worker's own line was reported when it left). */
 static void run_error(run *r, gt_err *e)
 {
     if (r->nlive > 0) {
         gt_fail(e, "%s", r->error);
         return;
     }
-    char buf[GT_ERRLEN] = "every worker failed:";
+    char buf[GT_ERRLEN] = "every worker failed:", one[160];
+    size_t len = strlen(buf);
     for (int i = 0; i < r->W; i++) {
-        size_t len = strlen(buf);
-        snprintf(buf + len, sizeof buf - len, " worker %d (%.40s): %.80s;", r->share0 + i,
-                 r->workers[i].dev->name, r->workers[i].error);
+        int n = snprintf(one, sizeof one, " worker %d (%.40s): %.80s;", r->share0 + i,
+                         r->workers[i].dev->name, r->workers[i].error);
+        /* but the last, leave room for " and N more" (N <= GT_MAX_WORKERS, two digits) */
+        size_t room = sizeof buf - len - (i + 1 < r->W ? sizeof " and 64 more" : 1);
+        if ((size_t)n > room) {
+            snprintf(buf + len, sizeof buf - len, " and %d more", r->W - i);
+            break;
+        }
+        memcpy(buf + len, one, (size_t)n + 1);
+        len += (size_t)n;
     }
     gt_fail(e, "%s", buf);
 }

@@ -12,6 +12,7 @@ expect_error "--epochs" "12abc" -- --epochs 12abc
 expect_error "--foo" -- --foo
 expect_error "--stripes" "-1" -- --stripes -1
 expect_error "--staleness" "-1" -- --staleness -1
+expect_error "--staleness" "100 is out of range (0..63)" -- --mode ssp --staleness 100
 expect_error "--sync-every" "0" -- --sync-every 0
 expect_error "--mode" "bogus" -- --mode bogus
 expect_error "--overlap" "sync" -- --overlap --mode sync

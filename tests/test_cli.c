@@ -3,6 +3,7 @@
 #include "gputrain/model.h" /* GT_SPECLEN, which config.h uses */
 #include "gputrain/cli.h"
 #include "gputrain/names.h"
+#include "gputrain/checkpoint.h"
 #include "test_util.h"
 
 #include <getopt.h>
@@ -138,7 +139,7 @@ static const good_case GOOD[] = {
     {{"--stripes", "0"}, "stripes", 0, NULL},
     {{"--stripes", "65536"}, "stripes", 65536, NULL},
     {{"--staleness", "0"}, "staleness", 0, NULL},
-    {{"--staleness", "1000000"}, "staleness", 1000000, NULL},
+    {{"--staleness", "63"}, "staleness", GT_MAX_STALENESS, NULL},
     {{"--sync-every", "1"}, "sync_every", 1, NULL},
     {{"--sync-every", "1000000"}, "sync_every", 1000000, NULL},
     {{"--balance", "static"}, "balance", GT_BALANCE_STATIC, NULL},
@@ -290,7 +291,8 @@ static const bad_case BAD[] = {
     {{"--stripes", "-1"}, "--stripes", "-1 is out of range (0..65536)"},
     {{"--stripes", "65537"}, "--stripes", "65537"},
     {{"--staleness", "-1"}, "--staleness", "-1"},
-    {{"--staleness", "1000001"}, "--staleness", "1000001"},
+    {{"--staleness", "64"}, "--staleness", "64 is out of range (0..63)"},
+    {{"--staleness", "1000000"}, "--staleness", "1000000 is out of range (0..63)"},
     {{"--sync-every", "0"}, "--sync-every", "0 is out of range"},
     {{"--eval-every", "-1"}, "--eval-every", "-1"},
     {{"--mode", "foo"}, "--mode", "'foo' is not one of hogwild, sync, ssp, local, allreduce"},
@@ -491,6 +493,10 @@ static void test_help(void)
             continue;
         CHECK_MSG(strstr(entry, "default"), "--help gives no default for --%s", o->name);
     }
+    char entry[2048], range[32];
+    snprintf(range, sizeof range, "0..%d", GT_MAX_STALENESS);
+    CHECK_MSG(help_entry(text, "staleness", entry, sizeof entry) == 0 && strstr(entry, range),
+              "--help does not give --staleness's range %s", range);
     const char *words[] = {"hogwild", "sync", "ssp", "local", "allreduce", "lock-free",
                            "Devices and modes", "Model and data", "Optimisation",
                            "Checkpoints and faults", "Output", "16 KiB"};
@@ -555,7 +561,10 @@ static void test_name_tables(void)
     static const char *const fields[] = {"mode", "kind", "schedule", "balance", "on_nan",
                                          "on_diverge"};
     for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
-        char list[256];
+        char list[GT_NAMES_LIST_LEN];
+        CHECK_MSG(gt_name_list(sets[s], ", ", list, sizeof list) == 0, "%s's words do not fit "
+                  "GT_NAMES_LIST_LEN", flags[s]);
+        CHECK(gt_name_list(sets[s], ", ", list, 4) == -1 && strlen(list) < 4);
         gt_name_list(sets[s], " ", list, sizeof list);
         int rows = 0, v = -1;
         for (char *w = strtok(list, " "); w; w = strtok(NULL, " "), rows++) {
@@ -585,6 +594,12 @@ static void test_name_tables(void)
     CHECK(gt_optimizer_row_of(GT_OPT_ADAM)->nstate == 2 && gt_mode_row_of(GT_MODE_SYNC)->clocked &&
           !gt_mode_row_of(GT_MODE_HOGWILD)->clocked && gt_mode_row_of((gt_mode)99) == NULL);
     CHECK(gt_mode_count() == 5 && gt_mode_row_at(gt_mode_count()) == NULL);
+    /* checkpoints store the mode's and the optimizer's word in fixed fields */
+    gt_ckpt_meta meta;
+    for (int i = 0; i < gt_mode_count(); i++)
+        CHECK(strlen(gt_mode_row_at(i)->head.name) < sizeof meta.mode);
+    for (int k = 0; gt_optimizer_row_of((gt_opt_kind)k); k++)
+        CHECK(strlen(gt_optimizer_name((gt_opt_kind)k)) < sizeof meta.optimizer);
 }
 
 int main(void)

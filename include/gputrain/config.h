@@ -13,6 +13,17 @@ extern "C" {
 
 #define GT_MAX_WORKERS 64
 
+/* ssp keeps one gradient slot per clock in flight, and a worker runs at most --staleness clocks
+ * ahead of the oldest unapplied one: staleness + 1 slots, each holding every worker's gradient.
+ * More staleness than this is moot and costs that memory, so --staleness above it is refused. */
+#define GT_MAX_STALENESS 63
+
+/* Limits of other options, written once for the parser, --help and the checkpoints that must
+ * hold what a run may record. */
+#define GT_MAX_BATCH 65536   /* --batch: samples per step and worker */
+#define GT_MAX_EPOCHS 100000 /* --epochs, and the epoch a checkpoint may claim */
+#define GT_MAX_KEEP 1000     /* --keep: older checkpoints beside the newest */
+
 typedef enum gt_mode {
     GT_MODE_HOGWILD = 0, /* asynchronous pushes under stripe locks (--stripes 0: no locks) */
     GT_MODE_SYNC,        /* one aggregated update per step, all workers on the same parameters */

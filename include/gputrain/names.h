@@ -57,8 +57,13 @@ int gt_name_value(gt_name_set set, const char *word, int *value);
 /* gt_name_value for the command line: -1 with "--FLAG: 'WORD' is not one of a, b, c" in e. */
 int gt_name_parse(gt_name_set set, const char *flag, const char *word, int *value, gt_err *e);
 
-/* The words of set in table order, separated by sep, into buf (truncated to size). */
-void gt_name_list(gt_name_set set, const char *sep, char *buf, size_t size);
+/* Room for any set's words joined by a separator of up to two characters, as --help and the
+ * parser's errors list them (test_cli checks that every set fits). */
+#define GT_NAMES_LIST_LEN 128
+
+/* The words of set in table order, separated by sep, into buf: 0, or -1 when they do not all fit
+ * in size (buf then holds the words that do). */
+int gt_name_list(gt_name_set set, const char *sep, char *buf, size_t size);
 
 /* The row of a mode or optimizer, NULL when none has that value. */
 const gt_mode_row *gt_mode_row_of(gt_mode m);
