@@ -167,7 +167,8 @@ int guard_final(run *r, const gt_run_result *res, gt_err *e)
     r->guard.g.last_mean = res->final_test_loss; /* what the line and the record report */
     if (r->cfg->on_diverge == GT_DIVERGE_STOP) {
         report_guard(r, gt_guard_verdict_name(GT_GUARD_STALLED), action, 0);
-        return gt_fail(e, "stalled: %s; lower --lr or --momentum, or add --warmup", action);
+        return gt_fail(e, "stalled: %s: stopped the run (--on-diverge stop); lower --lr or --momentum, "
+                       "or add --warmup", action);
     }
     report_guard(r, gt_guard_verdict_name(GT_GUARD_STALLED), action, 1);
     return 0;
