@@ -36,7 +36,8 @@
 #                      host's CPUs and memory, and the README says the matrix ran this way)
 #   --torch-seeds LIST seeds of the PyTorch reference (default: --seeds)
 #   --dry-run          print the run commands, run nothing
-#   --replot           run nothing: rebuild the CSVs and charts of --out DIR from its runs/
+#   --replot           run nothing: rebuild the CSVs, charts and README of --out DIR from its runs/
+#                      (the README from the bench.env the run saved)
 #   --help             this text
 # A run whose log already ends with its summary and whose exit status was 0 is kept, not rerun, so
 # the same command continues an interrupted matrix.
@@ -181,10 +182,95 @@ while [ $# -gt 0 ]; do
     esac
 done
 
+# The README of an --out folder, from the settings a run saved in bench.env (bench_save_env).
+bench_readme() {
+    {
+        echo "# Benchmark: hogwild vs synchronous, $card_tag, $date_utc"
+        echo
+        echo "Written by tools/bench.sh; every number below comes from the logs in runs/ (see runs.csv)."
+        echo
+        echo "- command: \`$command_line\`"
+        echo "- card: $card ($backend workers); $host_cores host CPU cores"
+        echo "- date (UTC): $date_utc; commit: $commit"
+        echo "- data: $data, $epoch_samples training samples per epoch, $epochs epochs, batch $batch per worker,"
+        echo "  lr ${lr:-gputrain default}, momentum ${momentum:-gputrain default} (hogwild-m0.5: 0.5), $evals_per_epoch evaluations per epoch,"
+        echo "  seeds ${seed_list[*]}; <mode>-literal runs add gputrain --literal (asynchrony corrections off)"
+        echo "- PyTorch reference: $torch_note"
+        if [ "$parallel" -eq 1 ] && [ "$backend" = gpu ]; then
+            echo "- --parallel: runs of W GPUs ran $ngpus/W at a time on disjoint GPUs of this host, sharing its CPUs"
+            echo "  and memory (the PyTorch reference ran alone)"
+        fi
+        echo
+        echo "samples/s is the median epoch throughput after the first epoch (steady_samples_per_s), mean"
+        echo "over seeds +- half the range; accuracy is the final test accuracy, mean (min-max); time to 0.87"
+        echo "is the mean wall time of the first evaluation at or above 0.87, over the seeds that got there;"
+        echo "bad runs counts the runs that diverged (a non-finite loss, or stopped by the guard) or stalled"
+        echo "(final test accuracy below 0.15, chance is 0.10)."
+        if [ -n "$train_samples" ] && [ "$torch_note" = "${torch_note#not run}" ]; then
+            echo
+            echo "The PyTorch runs train on the whole training set (the reference has no --train-samples)."
+        fi
+        # Rows in matrix order: model, then mode as listed above, then worker count.
+        awk -F, -v models="${model_list[*]}" -v labels="${run_labels[*]} pytorch" -v workers="${worker_list[*]}" '
+            NR == 1 { for (k = 1; k <= NF; k++) c[$k] = k; next }
+            { key[++n] = $(c["model"]) SUBSEP $(c["label"]) SUBSEP $(c["workers"]); row[key[n]] = $0 }
+            END {
+                nm = split(models, M, " "); nl = split(labels, L, " "); nw = split(workers, W, " ")
+                for (i = 1; i <= nm; i++) for (j = 1; j <= nl; j++) for (k = 1; k <= nw; k++)
+                    if ((M[i], L[j], W[k]) in row) { $0 = row[M[i], L[j], W[k]]; done[M[i], L[j], W[k]] = 1; print_row() }
+                for (i = 1; i <= n; i++) if (!(key[i] in done)) { $0 = row[key[i]]; print_row() }
+            }
+            function v(name) { return $(c[name]) }
+            function f(x, fmt) { return x == "" ? "-" : sprintf(fmt, x) }
+            function print_row(    sps, acc, t87, runs, bad) {
+                if (v("model") != last) {
+                    printf "\n## %s\n\n| mode | workers | runs | bad runs | samples/s | final test acc | time to 0.87 (s) | stale mean | lock wait | barrier wait |\n", v("model")
+                    print "|---|---:|---:|---|---:|---|---:|---:|---:|---:|"
+                    last = v("model")
+                }
+                sps = v("steady_samples_per_s_mean") == "" ? "-" : sprintf("%.0f +- %.0f", v("steady_samples_per_s_mean"), (v("steady_samples_per_s_max") - v("steady_samples_per_s_min")) / 2)
+                acc = v("final_acc_mean") == "" ? "-" : sprintf("%.4f (%.4f-%.4f)", v("final_acc_mean"), v("final_acc_min"), v("final_acc_max"))
+                t87 = sprintf("%s (%d/%d)", f(v("time_to_087_mean"), "%.2f"), v("reached_087"), v("runs"))
+                runs = v("runs") (v("runs_not_ok") > 0 ? " (" v("runs_not_ok") " not ok)" : "")
+                bad = (v("runs_diverged") > 0 ? v("runs_diverged") " diverged " : "") (v("runs_stalled") > 0 ? v("runs_stalled") " stalled" : "")
+                printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v("label"), v("workers"), runs, bad == "" ? "-" : "**" bad "**", sps, acc, t87,
+                    f(v("stale_mean_mean"), "%.2f"), f(v("lock_wait_share_mean") == "" ? "" : 100 * v("lock_wait_share_mean"), "%.2f%%"),
+                    f(v("barrier_wait_share_mean") == "" ? "" : 100 * v("barrier_wait_share_mean"), "%.2f%%")
+            }' "$out/aggregate.csv"
+        echo
+        echo "## Runs that did not finish cleanly, diverged or stalled"
+        echo
+        awk -F, 'NR == 1 { for (k = 1; k <= NF; k++) c[$k] = k; next }
+            $(c["status"]) != "ok" || $(c["flag"]) != "" {
+                printf "- %s: %s%s (final test acc %s)\n", $(c["run"]), $(c["status"]), $(c["flag"]) == "" ? "" : ", " $(c["flag"]), $(c["final_test_acc"]); n++ }
+            END { if (!n) print "none" }' "$out/runs.csv"
+        echo
+        echo "## Files"
+        echo
+        echo "- runs/: one JSONL log per run (\`<model>__<mode>__w<workers>__s<seed>.jsonl\`), its command (.cmd), output and exit status"
+        echo "- evals.csv (every evaluation), runs.csv (one row per run), aggregate.csv (over seeds), curves/, throughput/"
+        for png in "$out"/*.png; do [ -f "$png" ] && echo "- $(basename "$png")"; done
+    } >"$out/README.md"
+    note "wrote $out/README.md"
+}
+
+# The settings the README names, saved beside the runs so that --replot can write it again (a
+# matrix cut short by a time limit is then finished by --replot, not rerun).
+bench_save_env() {
+    declare -p card card_tag backend date_utc command_line data epoch_samples epochs batch lr momentum \
+        evals_per_epoch seed_list torch_note parallel ngpus train_samples model_list run_labels \
+        worker_list host_cores commit >"$out/bench.env"
+}
+
 if [ "$replot" -eq 1 ]; then
     [ -n "$out" ] && [ -d "$out/runs" ] || usage_error "--replot needs --out DIR with the runs/ of an earlier benchmark"
     gt_need_matplotlib
     bench_charts "$out"
+    if [ -f "$out/bench.env" ]; then
+        # shellcheck disable=SC1091
+        . "$out/bench.env"
+        bench_readme
+    fi
     exit 0
 fi
 
@@ -311,6 +397,15 @@ device_list() {
 }
 
 run_done() { [ -f "$1.jsonl" ] && grep -q '"type":"summary"' "$1.jsonl" && [ "$(cat "$1.rc" 2>/dev/null)" = 0 ]; }
+
+commit=${GT_COMMIT:-$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+if [ -z "${GT_COMMIT:-}" ] && [ "$commit" != unknown ] && [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    commit="$commit (with uncommitted changes)"
+fi
+
+host_cores=$(nproc)
+torch_note="not run (the benchmark was cut short before it)"
+[ "$dry_run" -eq 1 ] || bench_save_env
 
 # ---- the matrix -----------------------------------------------------------------------------------
 total=$((${#model_list[@]} * ${#run_labels[@]} * ${#worker_list[@]} * ${#seed_list[@]}))
@@ -451,79 +546,8 @@ fi
 # ---- CSV, charts, README --------------------------------------------------------------------------
 bench_charts "$out"
 
-commit=${GT_COMMIT:-$(git -C "$root" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
-if [ -z "${GT_COMMIT:-}" ] && [ "$commit" != unknown ] && [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
-    commit="$commit (with uncommitted changes)"
-fi
-
-{
-    echo "# Benchmark: hogwild vs synchronous, $card_tag, $date_utc"
-    echo
-    echo "Written by tools/bench.sh; every number below comes from the logs in runs/ (see runs.csv)."
-    echo
-    echo "- command: \`$command_line\`"
-    echo "- card: $card ($backend workers); $(nproc) host CPU cores"
-    echo "- date (UTC): $date_utc; commit: $commit"
-    echo "- data: $data, $epoch_samples training samples per epoch, $epochs epochs, batch $batch per worker,"
-    echo "  lr ${lr:-gputrain default}, momentum ${momentum:-gputrain default} (hogwild-m0.5: 0.5), $evals_per_epoch evaluations per epoch,"
-    echo "  seeds ${seed_list[*]}; <mode>-literal runs add gputrain --literal (asynchrony corrections off)"
-    echo "- PyTorch reference: $torch_note"
-    if [ "$parallel" -eq 1 ] && [ "$backend" = gpu ]; then
-        echo "- --parallel: runs of W GPUs ran $ngpus/W at a time on disjoint GPUs of this host, sharing its CPUs"
-        echo "  and memory (the PyTorch reference ran alone)"
-    fi
-    echo
-    echo "samples/s is the median epoch throughput after the first epoch (steady_samples_per_s), mean"
-    echo "over seeds +- half the range; accuracy is the final test accuracy, mean (min-max); time to 0.87"
-    echo "is the mean wall time of the first evaluation at or above 0.87, over the seeds that got there;"
-    echo "bad runs counts the runs that diverged (a non-finite loss, or stopped by the guard) or stalled"
-    echo "(final test accuracy below 0.15, chance is 0.10)."
-    if [ -n "$train_samples" ] && [ "$torch_note" = "${torch_note#not run}" ]; then
-        echo
-        echo "The PyTorch runs train on the whole training set (the reference has no --train-samples)."
-    fi
-    # Rows in matrix order: model, then mode as listed above, then worker count.
-    awk -F, -v models="${model_list[*]}" -v labels="${run_labels[*]} pytorch" -v workers="${worker_list[*]}" '
-        NR == 1 { for (k = 1; k <= NF; k++) c[$k] = k; next }
-        { key[++n] = $(c["model"]) SUBSEP $(c["label"]) SUBSEP $(c["workers"]); row[key[n]] = $0 }
-        END {
-            nm = split(models, M, " "); nl = split(labels, L, " "); nw = split(workers, W, " ")
-            for (i = 1; i <= nm; i++) for (j = 1; j <= nl; j++) for (k = 1; k <= nw; k++)
-                if ((M[i], L[j], W[k]) in row) { $0 = row[M[i], L[j], W[k]]; done[M[i], L[j], W[k]] = 1; print_row() }
-            for (i = 1; i <= n; i++) if (!(key[i] in done)) { $0 = row[key[i]]; print_row() }
-        }
-        function v(name) { return $(c[name]) }
-        function f(x, fmt) { return x == "" ? "-" : sprintf(fmt, x) }
-        function print_row(    sps, acc, t87, runs, bad) {
-            if (v("model") != last) {
-                printf "\n## %s\n\n| mode | workers | runs | bad runs | samples/s | final test acc | time to 0.87 (s) | stale mean | lock wait | barrier wait |\n", v("model")
-                print "|---|---:|---:|---|---:|---|---:|---:|---:|---:|"
-                last = v("model")
-            }
-            sps = v("steady_samples_per_s_mean") == "" ? "-" : sprintf("%.0f +- %.0f", v("steady_samples_per_s_mean"), (v("steady_samples_per_s_max") - v("steady_samples_per_s_min")) / 2)
-            acc = v("final_acc_mean") == "" ? "-" : sprintf("%.4f (%.4f-%.4f)", v("final_acc_mean"), v("final_acc_min"), v("final_acc_max"))
-            t87 = sprintf("%s (%d/%d)", f(v("time_to_087_mean"), "%.2f"), v("reached_087"), v("runs"))
-            runs = v("runs") (v("runs_not_ok") > 0 ? " (" v("runs_not_ok") " not ok)" : "")
-            bad = (v("runs_diverged") > 0 ? v("runs_diverged") " diverged " : "") (v("runs_stalled") > 0 ? v("runs_stalled") " stalled" : "")
-            printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v("label"), v("workers"), runs, bad == "" ? "-" : "**" bad "**", sps, acc, t87,
-                f(v("stale_mean_mean"), "%.2f"), f(v("lock_wait_share_mean") == "" ? "" : 100 * v("lock_wait_share_mean"), "%.2f%%"),
-                f(v("barrier_wait_share_mean") == "" ? "" : 100 * v("barrier_wait_share_mean"), "%.2f%%")
-        }' "$out/aggregate.csv"
-    echo
-    echo "## Runs that did not finish cleanly, diverged or stalled"
-    echo
-    awk -F, 'NR == 1 { for (k = 1; k <= NF; k++) c[$k] = k; next }
-        $(c["status"]) != "ok" || $(c["flag"]) != "" {
-            printf "- %s: %s%s (final test acc %s)\n", $(c["run"]), $(c["status"]), $(c["flag"]) == "" ? "" : ", " $(c["flag"]), $(c["final_test_acc"]); n++ }
-        END { if (!n) print "none" }' "$out/runs.csv"
-    echo
-    echo "## Files"
-    echo
-    echo "- runs/: one JSONL log per run (\`<model>__<mode>__w<workers>__s<seed>.jsonl\`), its command (.cmd), output and exit status"
-    echo "- evals.csv (every evaluation), runs.csv (one row per run), aggregate.csv (over seeds), curves/, throughput/"
-    for png in "$out"/*.png; do [ -f "$png" ] && echo "- $(basename "$png")"; done
-} >"$out/README.md"
-note "wrote $out/README.md"
+bench_save_env
+bench_readme
 if [ "$failed" -gt 0 ]; then
     note "$failed run(s) failed; see the .err files in $logs"
     exit 1
