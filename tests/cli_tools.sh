@@ -52,4 +52,22 @@ if python3 -c 'import matplotlib' 2>/dev/null; then
 else
     echo "plot.py not checked: python3 cannot import matplotlib"
 fi
+# steps_diff.py: two CPU sync runs of one command log the same per-step losses (8 steps x 2
+# workers); another seed does not.
+if DATA=$(find_data); then
+    for k in a b; do
+        "$BIN" --data "$DATA" --gpus cpu:2 --mode sync --epochs 1 --train-samples 1024 --no-progress \
+            --log-steps --log "$TMP/steps-$k.jsonl" >/dev/null 2>&1 || fail "steps run $k failed"
+    done
+    "$BIN" --data "$DATA" --gpus cpu:2 --mode sync --epochs 1 --train-samples 1024 --no-progress \
+        --seed 2 --log-steps --log "$TMP/steps-c.jsonl" >/dev/null 2>&1 || fail "steps run c failed"
+    python3 "$SRC/tools/steps_diff.py" --out "$TMP/steps.md" "$TMP/steps-a.jsonl" "$TMP/steps-b.jsonl" >"$TMP/sd" 2>&1 ||
+        fail "steps_diff: the same run differs: $(cat "$TMP/sd")"
+    grep -q '| 16 | 16 | identical |' "$TMP/steps.md" || fail "steps_diff table: $(cat "$TMP/steps.md")"
+    python3 "$SRC/tools/steps_diff.py" "$TMP/steps-a.jsonl" "$TMP/steps-c.jsonl" >"$TMP/sd" 2>&1
+    [ $? -eq 1 ] && grep -q 'first difference' "$TMP/sd" || fail "steps_diff: seeds 1 and 2 alike: $(cat "$TMP/sd")"
+    python3 "$SRC/tools/steps_diff.py" "$TMP/steps-a.jsonl" "$TMP/nothing.jsonl" >"$TMP/sd" 2>&1
+    [ $? -eq 1 ] && grep -q 'nothing.jsonl' "$TMP/sd" || fail "steps_diff: a missing log: $(cat "$TMP/sd")"
+fi
+
 finish
