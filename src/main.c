@@ -50,36 +50,43 @@ static int die(const gt_err *e, int code)
     return code;
 }
 
-/* One GPU's open (context, handles, buffers) on a thread of its own. */
+/* One GPU's open (context, handles, buffers) on a thread of its own; on the first GPU the
+ * evaluator's follows on the same thread, not beside it: for a model the fused kernels cannot
+ * run, each device times cuDNN's algorithms as it opens, and two doing so on one GPU at once
+ * would slow each other's timings. */
 typedef struct gpu_open_job {
-    gt_device **out;
+    gt_device **out, **evaluator; /* evaluator: NULL but on the first GPU of host 0 */
     const gt_model *m;
-    int batch, ordinal, tf32, rc;
-    gt_err err;
+    int batch, ordinal, tf32;
+    int rc, ev_rc;
+    gt_err err, ev_err;
 } gpu_open_job;
 
 static void *gpu_open_run(void *arg)
 {
     gpu_open_job *j = arg;
     j->rc = gt_cuda_device_open(j->out, j->m, j->batch, j->ordinal, j->tf32, &j->err);
+    if (j->rc == 0 && j->evaluator)
+        j->ev_rc = gt_cuda_device_open(j->evaluator, j->m, j->batch, j->ordinal, j->tf32,
+                                       &j->ev_err);
     return NULL;
 }
 
-/* Opens the workers' GPUs, and the evaluator's (the first GPU again) where evaluator is
- * non-NULL, all at once, one thread each (in turn where a thread cannot start). On a failure
- * closes every one that opened and reports the first error in --gpus order, the evaluator's
- * last: the error that opening them one after the other would have stopped at. */
+/* Opens the workers' GPUs at once, one thread each (in turn where a thread cannot start), and
+ * the evaluator where evaluator is non-NULL. On a failure closes every one that opened and
+ * reports the first error in --gpus order, the evaluator's last: the error that opening them one
+ * after the other would have stopped at. */
 static int open_gpus(const gt_config *cfg, const gt_model *m, gt_device **devs, int *ndevs,
                      gt_device **evaluator, gt_err *e)
 {
-    enum { MAX_OPEN = GT_MAX_WORKERS + 1 };
-    gpu_open_job job[MAX_OPEN];
-    pthread_t thread[MAX_OPEN];
-    gt_device *opened[MAX_OPEN] = {0};
-    int started[MAX_OPEN] = {0}, n = cfg->ngpus + (evaluator != NULL), rc = 0;
+    gpu_open_job job[GT_MAX_WORKERS];
+    pthread_t thread[GT_MAX_WORKERS];
+    int started[GT_MAX_WORKERS] = {0}, n = cfg->ngpus, rc = 0;
+    gt_device *ev = NULL;
     for (int i = 0; i < n; i++) {
-        int ordinal = cfg->gpus[i < cfg->ngpus ? i : 0];
-        job[i] = (gpu_open_job){&opened[i], m, cfg->batch, ordinal, cfg->tf32, 0, {{0}}};
+        devs[i] = NULL;
+        job[i] = (gpu_open_job){&devs[i], i == 0 && evaluator ? &ev : NULL, m, cfg->batch,
+                                cfg->gpus[i], cfg->tf32, 0, 0, {{0}}, {{0}}};
         started[i] = n > 1 && pthread_create(&thread[i], NULL, gpu_open_run, &job[i]) == 0;
         if (!started[i])
             gpu_open_run(&job[i]);
@@ -92,15 +99,19 @@ static int open_gpus(const gt_config *cfg, const gt_model *m, gt_device **devs, 
             rc = -1;
         }
     }
-    for (int i = 0; i < n; i++) {
-        if (rc != 0)
-            gt_device_close(opened[i]);
-        else if (i < cfg->ngpus)
-            devs[i] = opened[i];
-        else
-            *evaluator = opened[i];
+    if (rc == 0 && n > 0 && job[0].ev_rc != 0) {
+        *e = job[0].ev_err;
+        rc = -1;
     }
-    *ndevs = rc != 0 ? 0 : cfg->ngpus;
+    for (int i = 0; rc != 0 && i < n; i++) {
+        gt_device_close(devs[i]);
+        devs[i] = NULL;
+    }
+    if (rc != 0)
+        gt_device_close(ev);
+    else if (evaluator)
+        *evaluator = ev;
+    *ndevs = rc != 0 ? 0 : n;
     return rc;
 }
 
