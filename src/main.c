@@ -233,8 +233,9 @@ static double launch_time(void)
 }
 
 /* The result: the `done:` line (also under --quiet; host 0 only) with the training time and the
- * start-up before it (launch to training), then unless --quiet one line per worker, the contention figures and the checkpoint written. Throughput is this run's own: a
- * resumed run's samples and time since it began. */
+ * start-up before it (launch to training), then unless --quiet one line per worker, the
+ * contention figures and the checkpoint written. Throughput is this run's own: a resumed run's
+ * samples and time since it began. */
 static void print_summary(const gt_config *c, const gt_run_result *res, gt_device **devs)
 {
     if (gt_cluster_rank() != 0)
