@@ -1,6 +1,11 @@
 /* main.c - the gputrain command: parse, load data, build the model, open the devices, train or
  * evaluate, report. The only place that prints an error and chooses the exit code.
  *
+ * Start-up overlaps its two slow parts: the data loads on a thread of its own while the model is
+ * built from the data's header and the devices open for it, each GPU on a thread of its own.
+ * Errors still come in the order of a start-up done one step after the other: the data's, the
+ * command line's, the checkpoint's, then the devices'.
+ *
  * Under mpirun every host runs this same program; host 0 prints, and an error on any host ends
  * the processes of every host (gt_cluster_abort), so none is left waiting for it. */
 #define _GNU_SOURCE /* sched_getaffinity */
@@ -17,6 +22,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 /* Exit codes: a value on the command line that cannot work, and anything else that failed. */
 enum { EXIT_USAGE = 2, EXIT_FAILED = 1 };
@@ -41,6 +48,71 @@ static int die(const gt_err *e, int code)
         gt_cluster_finalize();
     }
     return code;
+}
+
+/* One GPU's open (context, handles, buffers) on a thread of its own; on the first GPU the
+ * evaluator's follows on the same thread, not beside it: for a model the fused kernels cannot
+ * run, each device times cuDNN's algorithms as it opens, and two doing so on one GPU at once
+ * would slow each other's timings. */
+typedef struct gpu_open_job {
+    gt_device **out, **evaluator; /* evaluator: NULL but on the first GPU of host 0 */
+    const gt_model *m;
+    int batch, ordinal, tf32;
+    int rc, ev_rc;
+    gt_err err, ev_err;
+} gpu_open_job;
+
+static void *gpu_open_run(void *arg)
+{
+    gpu_open_job *j = arg;
+    j->rc = gt_cuda_device_open(j->out, j->m, j->batch, j->ordinal, j->tf32, &j->err);
+    if (j->rc == 0 && j->evaluator)
+        j->ev_rc = gt_cuda_device_open(j->evaluator, j->m, j->batch, j->ordinal, j->tf32,
+                                       &j->ev_err);
+    return NULL;
+}
+
+/* Opens the workers' GPUs at once, one thread each (in turn where a thread cannot start), and
+ * the evaluator where evaluator is non-NULL. On a failure closes every one that opened and
+ * reports the first error in --gpus order, the evaluator's last: the error that opening them one
+ * after the other would have stopped at. */
+static int open_gpus(const gt_config *cfg, const gt_model *m, gt_device **devs, int *ndevs,
+                     gt_device **evaluator, gt_err *e)
+{
+    gpu_open_job job[GT_MAX_WORKERS];
+    pthread_t thread[GT_MAX_WORKERS];
+    int started[GT_MAX_WORKERS] = {0}, n = cfg->ngpus, rc = 0;
+    gt_device *ev = NULL;
+    for (int i = 0; i < n; i++) {
+        devs[i] = NULL;
+        job[i] = (gpu_open_job){&devs[i], i == 0 && evaluator ? &ev : NULL, m, cfg->batch,
+                                cfg->gpus[i], cfg->tf32, 0, 0, {{0}}, {{0}}};
+        started[i] = n > 1 && pthread_create(&thread[i], NULL, gpu_open_run, &job[i]) == 0;
+        if (!started[i])
+            gpu_open_run(&job[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        if (started[i])
+            pthread_join(thread[i], NULL);
+        if (job[i].rc != 0 && rc == 0) {
+            *e = job[i].err;
+            rc = -1;
+        }
+    }
+    if (rc == 0 && n > 0 && job[0].ev_rc != 0) {
+        *e = job[0].ev_err;
+        rc = -1;
+    }
+    for (int i = 0; rc != 0 && i < n; i++) {
+        gt_device_close(devs[i]);
+        devs[i] = NULL;
+    }
+    if (rc != 0)
+        gt_device_close(ev);
+    else if (evaluator)
+        *evaluator = ev;
+    *ndevs = rc != 0 ? 0 : n;
+    return rc;
 }
 
 /* Opens one device per worker, and the evaluator (a device of its own on the first GPU, or the
@@ -68,12 +140,7 @@ static int open_devices(const gt_config *c, const gt_model *m, gt_device **devs,
         }
         return evaluator ? gt_cpu_device_open(evaluator, m, cfg.batch, cfg.cpu_workers, e) : 0;
     }
-    for (int i = 0; i < cfg.ngpus; i++) {
-        if (gt_cuda_device_open(&devs[i], m, cfg.batch, cfg.gpus[i], cfg.tf32, e) != 0)
-            return -1;
-        *ndevs = i + 1;
-    }
-    return evaluator ? gt_cuda_device_open(evaluator, m, cfg.batch, cfg.gpus[0], cfg.tf32, e) : 0;
+    return open_gpus(&cfg, m, devs, ndevs, evaluator, e);
 }
 
 /* Open MPI binds each process to one core when it starts few of them, which suits one process
@@ -95,9 +162,80 @@ static void close_devices(gt_device **devs, int n, gt_device *evaluator)
     gt_device_close(evaluator);
 }
 
-/* The result: the `done:` line (also under --quiet; host 0 only), then unless --quiet one line
- * per worker, the contention figures and the checkpoint written. Throughput is this run's own: a
- * resumed run's samples and time since it began. */
+/* What start-up prepares for training: when the process was launched, and the model and the
+ * devices (one per worker, and host 0's evaluator) opened for it while the data loaded. */
+typedef struct setup {
+    double launched;                      /* on gt_now's clock */
+    gt_model *m;                          /* NULL: no model built, no device open */
+    gt_device *devs[GT_MAX_WORKERS], *ev;
+    int n;                                /* devs[0, n) are open */
+    int opened;                           /* open_devices ran for m: its result in rc, err */
+    int rc;
+    gt_err err;
+} setup;
+
+/* Builds the model for samples of ch x h x w and k classes. */
+static int setup_model(const gt_config *c, int ch, int h, int w, int k, setup *s, gt_err *e)
+{
+    s->m = malloc(sizeof *s->m);
+    if (!s->m)
+        return gt_fail(e, "out of memory");
+    if (gt_model_build(c->model, ch, h, w, k, s->m, e) != 0) {
+        free(s->m);
+        s->m = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Opens the devices for s->m; whether they opened is kept in s->rc and s->err. */
+static void setup_open(const gt_config *c, setup *s)
+{
+    s->rc = open_devices(c, s->m, s->devs, &s->n, gt_cluster_rank() == 0 ? &s->ev : NULL,
+                         &s->err);
+    s->opened = 1;
+}
+
+/* Closes the devices and frees the model; launched stays. */
+static void setup_close(setup *s)
+{
+    close_devices(s->devs, s->n, s->ev);
+    free(s->m);
+    memset(s->devs, 0, sizeof s->devs);
+    s->m = NULL;
+    s->ev = NULL;
+    s->n = s->opened = s->rc = 0;
+}
+
+/* When this process was launched, on gt_now's clock: its start as the kernel records it (to the
+ * clock tick, 10 ms), so that start-up counts the loading of the program and its libraries
+ * before main. Where /proc cannot tell, or says more than a few seconds (a wrapper that exec'd
+ * into gputrain late), the time main began. */
+static double launch_time(void)
+{
+    double now = gt_now();
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    size_t len = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[len] = '\0';
+    const char *p = strrchr(buf, ')'); /* after the command name, which may hold anything */
+    unsigned long long start;
+    struct timespec boot;
+    long tick = sysconf(_SC_CLK_TCK);
+    if (!p || tick <= 0 || clock_gettime(CLOCK_BOOTTIME, &boot) != 0 ||
+        sscanf(p + 1, " %*c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
+                      "%*s %llu", &start) != 1) /* fields 3 to 21, then 22: starttime */
+        return now;
+    double age = (double)boot.tv_sec + 1e-9 * (double)boot.tv_nsec - (double)start / (double)tick;
+    return age >= 0 && age < 5 ? now - age : now;
+}
+
+/* The result: the `done:` line (also under --quiet; host 0 only) with the training time and the
+ * start-up before it (launch to training), then unless --quiet one line per worker, the
+ * contention figures and the checkpoint written. Throughput is this run's own: a resumed run's
+ * samples and time since it began. */
 static void print_summary(const gt_config *c, const gt_run_result *res, gt_device **devs)
 {
     if (gt_cluster_rank() != 0)
@@ -109,10 +247,10 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
         snprintf(acc, sizeof acc, "test acc %.4f", res->final_test_acc);
     if (res->resumed_samples > 0)
         snprintf(before, sizeof before, " (%llu since epoch 0)", (unsigned long long)res->samples);
-    printf("done: %s, %d worker%s%s, %llu samples%s in %.2f s: %.0f samples/s, %s\n",
+    printf("done: %s, %d worker%s%s, %llu samples%s in %.2f s (startup %.2f s): %.0f samples/s, %s\n",
            gt_mode_name(c->mode), res->nworkers, res->nworkers == 1 ? "" : "s", hosts,
            (unsigned long long)(res->samples - res->resumed_samples), before, res->wall_s,
-           res->samples_per_s, acc);
+           res->startup_s, res->samples_per_s, acc);
     if (c->quiet)
         return;
     for (int i = 0; i < res->nworkers; i++) {
@@ -136,7 +274,7 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
 }
 
 /* The workers' device names for the start-up header, comma-separated. */
-static void device_names(gt_device **devs, int n, char *buf, size_t cap)
+static void device_names(gt_device *const *devs, int n, char *buf, size_t cap)
 {
     size_t len = 0;
     buf[0] = '\0';
@@ -253,66 +391,91 @@ static int run_workers(const gt_config *c)
     return n * gt_cluster_size();
 }
 
+/* The model for this data: the one start-up built, with its devices open, where the data has
+ * the shape start-up read from its header; else (devices closed) one built now, *usage set where
+ * --model does not build. */
+static int train_model(const gt_config *c, const gt_data *d, setup *s, int *usage, gt_err *e)
+{
+    const gt_dataset *t = &d->train;
+    const gt_model *m = s->m;
+    if (m && m->in_c == t->c && m->in_h == t->h && m->in_w == t->w && m->nclasses == t->nclasses)
+        return 0;
+    setup_close(s);
+    if (setup_model(c, t->c, t->h, t->w, t->nclasses, s, e) != 0) {
+        *usage = 1;
+        return -1;
+    }
+    return 0;
+}
+
+/* Prints the start-up header: model, data, mode, workers, devices; and the resumed position. */
+static void print_header(const gt_config *c, const gt_data *d, const setup *s, int resumed,
+                         const gt_ckpt_meta *meta)
+{
+    warn_cpu_binding(s->n);
+    char hosts[32] = "";
+    if (gt_cluster_size() > 1)
+        snprintf(hosts, sizeof hosts, " on each of %d hosts", gt_cluster_size());
+    char names[4096];
+    device_names(s->devs, s->n, names, sizeof names);
+    if (!c->quiet)
+        printf("gputrain: %s (%zu parameters) on %s, %s%s, %d worker%s x batch %d%s, %u train / %u test samples (%s)\n",
+               s->m->name, s->m->nparams, d->dir, gt_mode_name(c->mode),
+               c->mode == GT_MODE_HOGWILD && c->stripes == 0 ? " lock-free" : "", s->n,
+               s->n == 1 ? "" : "s", c->batch, hosts, d->train.n, d->test.n, names);
+    if (resumed && !c->quiet)
+        printf("resuming %s at epoch %u step %llu (seed %llu)\n", c->resume, meta->epoch,
+               (unsigned long long)meta->step, (unsigned long long)meta->seed);
+    fflush(stdout); /* before the progress bar on stderr */
+}
+
 /* *usage is set when the error is in a command-line value (--model), not in a run. The recipe's
- * corrections for the run's worker count (recipe.h) apply to a copy of the config. */
-static int cmd_train(const gt_config *given, const gt_data *d, gt_run_result *res,
+ * corrections for the run's worker count (recipe.h) apply to a copy of the config. The devices
+ * are those start-up opened (s), or are opened here; the caller closes them. */
+static int cmd_train(const gt_config *given, const gt_data *d, setup *s, gt_run_result *res,
                      int *interrupted, int *usage, gt_err *e)
 {
     gt_config cc = *given;
     const gt_config *c = &cc;
     gt_recipe rec;
     gt_recipe_apply(&cc, run_workers(c), d->train.n, &rec);
-    gt_model m;
-    if (gt_model_build(c->model, d->train.c, d->train.h, d->train.w, d->train.nclasses, &m, e) != 0) {
-        *usage = 1;
+    if (train_model(c, d, s, usage, e) != 0)
         return -1;
-    }
+    const gt_model *m = s->m;
     int nstate = gt_optim_nstate(&c->optim);
-    float *params = gt_alloc(m.nparams * sizeof(float));
+    float *params = gt_alloc(m->nparams * sizeof(float));
     float *state[2] = {NULL, NULL};
     for (int i = 0; i < nstate; i++)
-        state[i] = gt_alloc(m.nparams * sizeof(float));
+        state[i] = gt_alloc(m->nparams * sizeof(float));
     if (!params || (nstate > 0 && !state[0]) || (nstate > 1 && !state[1])) {
         gt_free(params);
         gt_free(state[0]);
         gt_free(state[1]);
-        return gt_fail(e, "out of memory for %zu parameters", m.nparams);
+        return gt_fail(e, "out of memory for %zu parameters", m->nparams);
     }
     gt_ckpt_meta meta;
     int resumed = 0;
-    gt_device *devs[GT_MAX_WORKERS] = {0}, *ev = NULL;
-    int n = 0, host0 = gt_cluster_rank() == 0;
-    int rc = load_start(c, &m, d, params, state, nstate, &meta, &resumed, e);
-    if (rc == 0)
-        rc = open_devices(c, &m, devs, &n, host0 ? &ev : NULL, e);
+    int rc = load_start(c, m, d, params, state, nstate, &meta, &resumed, e);
+    if (rc == 0 && !s->opened)
+        setup_open(c, s);
+    if (rc == 0 && s->rc != 0) {
+        *e = s->err;
+        rc = -1;
+    }
     if (rc == 0) {
-        warn_cpu_binding(n);
-        char hosts[32] = "";
-        if (gt_cluster_size() > 1)
-            snprintf(hosts, sizeof hosts, " on each of %d hosts", gt_cluster_size());
-        char names[4096];
-        device_names(devs, n, names, sizeof names);
-        if (!c->quiet)
-            printf("gputrain: %s (%zu parameters) on %s, %s%s, %d worker%s x batch %d%s, %u train / %u test samples (%s)\n",
-                   m.name, m.nparams, d->dir, gt_mode_name(c->mode),
-                   c->mode == GT_MODE_HOGWILD && c->stripes == 0 ? " lock-free" : "", n,
-                   n == 1 ? "" : "s", c->batch, hosts, d->train.n, d->test.n, names);
-        if (resumed && !c->quiet)
-            printf("resuming %s at epoch %u step %llu (seed %llu)\n", c->resume, meta.epoch,
-                   (unsigned long long)meta.step, (unsigned long long)meta.seed);
-        fflush(stdout); /* before the progress bar on stderr */
+        print_header(c, d, s, resumed, &meta);
         gt_start start = {.params = params, .state = state, .nstate = nstate,
-                          .resumed = resumed ? &meta : NULL, .recipe = &rec};
+                          .resumed = resumed ? &meta : NULL, .recipe = &rec,
+                          .launched = s->launched};
         gt_train_install_signals();
-        rc = gt_train_run(c, &m, d, devs, n, ev, &start, res, e);
+        rc = gt_train_run(c, m, d, s->devs, s->n, s->ev, &start, res, e);
         if (rc == 0)
-            print_summary(c, res, devs);
+            print_summary(c, res, s->devs);
         *interrupted = res->interrupted;
         if (rc == 0 && res->interrupted && !c->quiet)
             printf("interrupted by signal %d%s%s\n", res->interrupted,
                    res->checkpoint_written[0] ? "; state saved to " : "", res->checkpoint_written);
     }
-    close_devices(devs, n, ev);
     gt_free(params);
     gt_free(state[0]);
     gt_free(state[1]);
@@ -384,8 +547,58 @@ static int check_model_spec(const gt_config *c, const gt_data *d, gt_err *e)
     return rc;
 }
 
+/* The data load, and the pinning of its training images, on a thread of its own. */
+typedef struct data_job {
+    const gt_config *c;
+    gt_data *data;
+    int rc;
+    gt_err err;
+} data_job;
+
+static void *data_job_run(void *arg)
+{
+    data_job *j = arg;
+    const gt_dataset *t = &j->data->train;
+    j->rc = gt_data_load(j->c->data, j->c->train_samples, j->data, &j->err);
+    if (j->rc == 0)
+        gt_host_register(t->images, (size_t)t->n * t->c * t->h * t->w);
+    return NULL;
+}
+
+static void data_release(gt_data *d)
+{
+    gt_host_unregister(d->train.images);
+    gt_data_free(d);
+}
+
+/* Loads the data on a thread of its own (here, where none starts) while, for training, the model
+ * is built from the data's header and the devices are opened for it (s). A device's error waits
+ * in s until training would have opened them; the data's comes out here. */
+static int load_while_opening(const gt_config *c, gt_data *data, setup *s, gt_err *e)
+{
+    data_job job = {c, data, 0, {{0}}};
+    pthread_t t;
+    int threaded = pthread_create(&t, NULL, data_job_run, &job) == 0;
+    if (!threaded)
+        data_job_run(&job);
+    int ch, h, w, k;
+    gt_err ignored; /* a --model that does not build is reported once the data is in */
+    if (c->command != GT_CMD_EVAL && gt_data_probe(c->data, &ch, &h, &w, &k) == 0 &&
+        setup_model(c, ch, h, w, k, s, &ignored) == 0)
+        setup_open(c, s);
+    if (threaded)
+        pthread_join(t, NULL);
+    if (job.rc != 0) {
+        setup_close(s);
+        *e = job.err;
+        return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    setup su = {.launched = launch_time()};
     gt_config c;
     gt_err e = {{0}};
     int pr = gt_cli_parse(argc, argv, &c, stdout, &e);
@@ -414,34 +627,36 @@ int main(int argc, char **argv)
         return usage ? usage_error(&e) : die(&e, EXIT_FAILED);
 
     gt_data data;
-    if (gt_data_load(c.data[0] ? c.data : NULL, c.train_samples, &data, &e) != 0)
+    if (load_while_opening(&c, &data, &su, &e) != 0)
         return die(&e, EXIT_FAILED);
     if (c.command != GT_CMD_EVAL && check_model_spec(&c, &data, &e) != 0) {
-        gt_data_free(&data);
+        setup_close(&su);
+        data_release(&data);
         return usage_error(&e); /* a bad --model is a command-line error */
     }
     int left = c.command != GT_CMD_EVAL && c.resume[0]
                    ? resume_settings(&c, &data, argc, argv, &usage, &e) : 0;
     if (left != 0) {
-        gt_data_free(&data);
+        setup_close(&su);
+        data_release(&data);
         if (left < 0)
             return usage ? usage_error(&e) : die(&e, EXIT_FAILED);
         gt_cluster_finalize();
         return 0;
     }
-    gt_host_register(data.train.images, (size_t)data.train.n * data.train.c * data.train.h * data.train.w);
     int rc, interrupted = 0;
     usage = 0;
     if (c.command == GT_CMD_EVAL) {
         rc = gt_cluster_rank() == 0 ? cmd_eval(&c, &data, &e) : 0;
     } else {
         gt_run_result *res = calloc(1, sizeof *res);
-        rc = res ? cmd_train(&c, &data, res, &interrupted, &usage, &e) : gt_fail(&e, "out of memory");
+        rc = res ? cmd_train(&c, &data, &su, res, &interrupted, &usage, &e)
+                 : gt_fail(&e, "out of memory");
         gt_run_result_free(res);
         free(res);
     }
-    gt_host_unregister(data.train.images);
-    gt_data_free(&data);
+    setup_close(&su);
+    data_release(&data);
     if (rc != 0)
         return die(&e, usage ? EXIT_USAGE : EXIT_FAILED);
     gt_cluster_finalize();

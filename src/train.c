@@ -300,6 +300,7 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
         return -1;
     }
     r->t0 = gt_now();
+    res->startup_s = start->launched > 0 ? r->t0 - start->launched : 0;
     int started = start_workers(r);
     int rc = supervise(r, res, e);
     for (int i = 0; i < started; i++)

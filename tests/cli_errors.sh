@@ -42,6 +42,17 @@ expect_error "--resume" "--init" -- --resume a --init b
 expect_error "allreduce" -- --data "$DATA" --gpus cpu:2 --mode allreduce --train-samples 200 --epochs 1
 expect_error "--on-nan skip" "allreduce" -- --mode allreduce --on-nan skip
 
+# the devices open while the data loads, yet errors keep the order of one step after the other:
+# the data's, the command line's, the checkpoint's, then the first device's in --gpus order
+# (GPU 63 exists on no test machine; a CPU build refuses every GPU)
+for i in 1 2 3; do
+    expect_error "t10k-labels-idx1-ubyte" "truncated" -- --data "$TMP/bad" --gpus 63,62 --epochs 1
+    expect_error "--model" "nosuchmodel" -- --data "$DATA" --gpus 63,62 --model nosuchmodel
+    expect_error "$TMP/missing.safetensors" -- --data "$DATA" --gpus 63,62 --init "$TMP/missing.safetensors"
+    expect_error "GPU 63" -- --data "$DATA" --gpus 63,62 --epochs 1
+    grep -q "GPU 62" "$TMP/err" && fail "the second GPU's error came out: $(cat "$TMP/err")"
+done
+
 # command-line errors exit 2, also those found only once the data is loaded (--model); a file
 # that cannot be read exits 1
 expect_exit() {

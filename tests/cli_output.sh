@@ -61,6 +61,18 @@ expect_exit 0 -- "${RUN[@]}" --epochs 1 --train-samples 2000 --quiet
 [ -s "$TMP/err" ] && fail "--quiet stderr: $(cat "$TMP/err")"
 grep -q -- '--quiet *print only the final result line' <("$BIN" --help) || fail "--help does not say what --quiet prints"
 
+# start-up (launch to training) beside the training time: in the done: line and the summary, more
+# than nothing and less than the whole process took
+t0=$(date +%s.%N)
+expect_exit 0 -- "${RUN[@]}" --epochs 1 --train-samples 2000 --quiet --log "$TMP/su.jsonl"
+t1=$(date +%s.%N)
+su=$(num "$TMP/su.jsonl" summary startup_s)
+su_line=$(sed -nE 's/^done: .* samples in [0-9.]+ s \(startup ([0-9]+\.[0-9]{2}) s\): .*/\1/p' "$TMP/out")
+[ -n "$su_line" ] && awk -v a="$su" -v b="$su_line" 'BEGIN { d = a - b; exit !(d < 0.006 && d > -0.006) }' ||
+    fail "done: line start-up '$su_line' against the summary's startup_s '$su': $(cat "$TMP/out")"
+ratio_below 0 "$su" 1 && awk -v s="$su" -v a="$t0" -v b="$t1" 'BEGIN { exit !(s < b - a) }' ||
+    fail "startup_s $su: not within the process's $t0 .. $t1"
+
 # ---- resume: this run's own throughput, wall_s counting on --------------------------------------
 # Three epochs, then the fourth resumed: counting every sample since epoch 0 over the resumed
 # run's time would make its throughput about 4x the first run's.
@@ -99,7 +111,7 @@ start_samples start_wall_s"
 SUMMARY_KEYS="mode workers hosts model batch optimizer lr momentum weight_decay schedule warmup seed
 epochs stripes samples wall_s run_samples run_wall_s samples_per_s stale_max stale_mean stale_p99
 lock_wait_share barrier_wait_share clock_spread_max skipped_nonfinite test_acc interrupted data
-version"
+version startup_s"
 head -1 "$TMP/rs.jsonl" | grep -q '^{"type":"config",' || fail "the log does not open with a config record"
 for k in $CONFIG_KEYS; do
     head -1 "$TMP/rs.jsonl" | grep -q "\"$k\":" || fail "config record lacks \"$k\""

@@ -448,6 +448,41 @@ static void test_idx_dataset(void)
     CHECK(d.train.images == NULL && d.test.images == NULL);
 }
 
+/* The shape start-up builds the model from, read from the train images' header alone; and the
+ * splits, loaded at the same time, report their errors as one after the other would. */
+static void test_data_probe(void)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tp("probe"));
+    write_idx_dir(dir, good_layout);
+    int c = 0, h = 0, w = 0, k = 0;
+    uint32_t n = 0;
+    gt_err e = {{0}};
+    CHECK(gt_data_probe(dir, &c, &h, &w, &k) == 0 && c == 1 && h == 3 && w == 4 && k == 10);
+    CHECK_MSG(gt_idx_read_image_header(tp("probe/train-images-idx3-ubyte.gz"), &n, &h, &w, &e) == 0,
+              "%s", e.msg);
+    CHECK(n == 6 && h == 3 && w == 4);
+    CHECK(gt_data_probe(tp("nowhere"), &c, &h, &w, &k) == -1);
+    CHECK(gt_data_probe(tp("grey"), &c, &h, &w, &k) == -1); /* an image folder: not cheap */
+    uint32_t bad_magic[4] = {0x801, 6, 3, 4};
+    write_header(tp("probe/train-images-idx3-ubyte.gz"), bad_magic, 4);
+    CHECK(gt_data_probe(dir, &c, &h, &w, &k) == -1);
+    CHECK_REFUSED(gt_idx_read_image_header(tp("probe/train-images-idx3-ubyte.gz"), &n, &h, &w,
+                                           &e_), "train-images-idx3-ubyte.gz", "bad magic");
+
+    /* Both splits broken: the train split's error, every time, and nothing held. */
+    idx_layout bad_label = good_layout;
+    bad_label.bad_label_index = 2;
+    for (int i = 0; i < 20; i++) {
+        gt_data d;
+        write_idx_dir(dir, bad_label);
+        write_file(tp("probe/t10k-labels-idx1-ubyte"), 0, "", 0);
+        CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "train-labels-idx1-ubyte.gz",
+                      "label at index 2 is 10");
+        CHECK(d.train.images == NULL && d.test.images == NULL && d.test.labels == NULL);
+    }
+}
+
 /* With no folder given, datasets/fashion-mnist under the working directory comes first. */
 static void test_default_search(void)
 {
@@ -794,6 +829,7 @@ int main(void)
     test_gzip_integrity();
     test_idx_dataset();
     test_folder_grey();
+    test_data_probe();
     test_folder_rgb();
     test_png_damage();
     test_default_search();

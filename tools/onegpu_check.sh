@@ -2,7 +2,8 @@
 # onegpu_check.sh - one GPU: build with CUDA, run the parity test and compute-sanitizer on it, then
 # time the layer path's variants (GT_LAYER_PATH plain and epilogue, TF32 off and on) on cnn-wide
 # allreduce batch 128, lenet5 (fused kernels) at batch 64 and 256, a 10-epoch lenet5 run from launch
-# to exit, and PyTorch's whole-step CUDA graph beside them where tools/torch_lenet.py is present.
+# to exit (split into start-up, training and the rest as its log gives them), and PyTorch's
+# whole-step CUDA graph beside them where tools/torch_lenet.py is present.
 # Prints a table last; every figure comes from this run on this card.
 #
 # Usage: tools/onegpu_check.sh --data DIR [--gpu 0] [--epochs 3] [--skip-sanitizer] [--skip-timing]
@@ -110,18 +111,29 @@ else
     echo "(tools/torch_lenet.py not in this tree: no PyTorch rows)"
 fi
 
+# summary_num LOG KEY: the summary record's number KEY, or "-" where the log has none (an older
+# gputrain's log has no startup_s).
+summary_num() {
+    local v
+    v=$(grep '"type":"summary"' "$1" | tail -1 | grep -o "\"$2\":[-0-9.e+]*" | cut -d: -f2)
+    echo "${v:--}"
+}
+
+# The whole process timed from outside, and its parts as the log gives them: start-up (launch to
+# training: data load, devices, libraries), training (the summary's run_wall_s) and the rest
+# (the last evaluation, closing the devices, exit).
 wall_run() { # binary label
-    local start end first last
+    local start end startup train
     start=$(date +%s.%N)
     "$1" --data "$data" --gpus "$gpu" --epochs 10 --mode allreduce --batch 64 --quiet \
         --no-progress --log "$work/wall.jsonl"
     end=$(date +%s.%N)
-    first=$(grep '"type":"eval"' "$work/wall.jsonl" | head -1 |
-        sed 's/.*"wall_s":\([0-9.]*\).*/\1/')
-    last=$(grep '"type":"eval"' "$work/wall.jsonl" | tail -1 | sed 's/.*"wall_s":\([0-9.]*\).*/\1/')
-    awk -v s="$start" -v e="$end" -v f="$first" -v l="$last" -v n="$2" 'BEGIN {
+    startup=$(summary_num "$work/wall.jsonl" startup_s)
+    train=$(summary_num "$work/wall.jsonl" run_wall_s)
+    awk -v s="$start" -v e="$end" -v u="$startup" -v t="$train" -v n="$2" 'BEGIN {
         printf "%-44s %12s %10.3f\n", n ": launch to exit (s)", "-", e - s;
-        printf "%-44s %12s %10s\n", "  log wall_s at first / last eval", f, l }' >>"$table"
+        rest = (u == "-" || t == "-") ? "-" : sprintf("%.3f", e - s - u - t);
+        printf "%-44s %12s %10s\n", "  start-up / training / rest (s)", u " / " t, rest }' >>"$table"
 }
 echo "== lenet5 10 epochs, launch to exit"
 wall_run "$bin" "lenet5 10 epochs"

@@ -14,6 +14,10 @@ extern "C" {
 
 #define GT_PATHLEN 1024
 #define GT_MAX_CLASSES 256 /* labels are uint8_t, so a 257th class could not be named */
+/* Limits on what a file may claim, checked before anything is allocated from it. */
+#define GT_DATA_MAX_SAMPLES 100000000u  /* samples in one split */
+#define GT_DATA_MAX_SIDE 4096u          /* pixels on either side of an image */
+#define GT_DATA_MAX_BYTES (8ull << 30)  /* bytes of one split's images */
 
 typedef struct gt_dataset {
     uint32_t n;       /* samples */
@@ -41,10 +45,18 @@ typedef struct gt_data {
 int gt_data_load(const char *dir, uint32_t train_limit, gt_data *out, gt_err *e);
 void gt_data_free(gt_data *d);
 
-/* One IDX file: images (magic 0x00000803, rank 3) or labels (0x00000801, rank 1). The byte count
- * must match the header exactly. Exposed for tests. */
+/* The shape of one sample (channels, height, width) and the class count of the dataset that
+ * gt_data_load(dir, ...) would load, read from the train images' IDX header alone, so that the
+ * model can be built and the devices opened while the data still loads. Returns 0, or -1 where
+ * that is not cheap to know (an image folder) or the header is bad: gt_data_load says why. */
+int gt_data_probe(const char *dir, int *c, int *h, int *w, int *nclasses);
+
+/* One IDX file (data_idx.c): images (magic 0x00000803, rank 3) or labels (0x00000801, rank 1).
+ * The byte count must match the header exactly. Exposed for tests. */
 int gt_idx_load_images(const char *path, uint32_t *n, int *h, int *w, uint8_t **pixels, gt_err *e);
 int gt_idx_load_labels(const char *path, uint32_t *n, uint8_t **labels, gt_err *e);
+/* An images file's header alone: its image count and size, checked as gt_idx_load_images does. */
+int gt_idx_read_image_header(const char *path, uint32_t *n, int *h, int *w, gt_err *e);
 
 /* Image-folder dataset ROOT/<split>/<class>/<file>; every image must share one size and channel
  * count (1 or 3; grey-with-alpha and RGBA are reduced to 1 and 3). */

@@ -35,6 +35,7 @@ typedef struct gt_run_result {
     int cap_points;               /* room in points (it grows; gt_run_result_free frees it) */
     gt_eval_point *points;        /* every evaluation, in order */
     double wall_s;                /* this run's training time, evaluation excluded where it overlaps */
+    double startup_s;             /* from the process's launch (gt_start.launched) to training */
     double samples_per_s;         /* this run's: (samples - resumed_samples) / wall_s */
     uint64_t samples;             /* of every host, since epoch 0 (a resumed run's included) */
     uint64_t resumed_samples;     /* samples the resumed checkpoint had trained; 0 for a fresh run */
@@ -59,6 +60,7 @@ typedef struct gt_start {
     int nstate;
     const gt_ckpt_meta *resumed;  /* non-NULL when resuming: epoch, step, samples, updates */
     const struct gt_recipe *recipe; /* the corrections made to the config, reported; may be NULL */
+    double launched;              /* when the process was launched, on gt_now's clock; 0: unknown */
 } gt_start;
 
 /* Trains model on data with the devices (one worker each) as cfg says; evaluator is a device of

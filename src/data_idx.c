@@ -1,0 +1,319 @@
+/* data_idx.c - MNIST-style IDX files, gzip or plain, read into memory as uint8.
+ *
+ * Every file is treated as hostile. Header fields are checked against fixed limits before anything
+ * is allocated from them, the payload must be exactly as long as the header says, and the payload
+ * buffer grows with the bytes actually read, so a header that lies about its size costs at most
+ * IDX_FIRST_BUFFER bytes before it is caught. A gzip file is inflated with zlib's own stream, which
+ * checks the member's CRC-32 and length trailer. */
+#include "gputrain/data.h"
+
+#include "gputrain/atomic_file.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define IDX_READ_CHUNK (1u << 20)
+#define IDX_FIRST_BUFFER ((size_t)64 << 20)
+
+/* ---- IDX files ------------------------------------------------------------------------------ */
+
+typedef struct idx_stream {
+    const char *path;
+    FILE *plain;        /* a plain file, or NULL for gzip */
+    int fd;             /* gzip: the compressed file */
+    z_stream z;         /* gzip: one member, its CRC-32 and length checked by inflate */
+    unsigned char *in;  /* gzip: compressed input buffer */
+    int gz_done;        /* gzip: the member ended and its trailer matched */
+} idx_stream;
+
+#define IDX_GZ_IN (1u << 17)
+
+/* Gzip is recognised by its magic bytes, not the name, so a gunzipped file keeping its .gz name
+ * (or the reverse) still loads. */
+static int idx_open(idx_stream *s, const char *path, gt_err *e)
+{
+    memset(s, 0, sizeof *s);
+    s->path = path;
+    s->fd = -1;
+    const char *why;
+    int fd = gt_open_regular(path, &why);
+    if (fd < 0)
+        return gt_fail(e, "%s: cannot open: %s", path, why);
+    unsigned char magic[2];
+    if (pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+        s->in = malloc(IDX_GZ_IN);
+        if (s->in && inflateInit2(&s->z, 16 + MAX_WBITS) == Z_OK) {
+            s->fd = fd;
+            return 0;
+        }
+        free(s->in);
+        s->in = NULL;
+    } else {
+        s->plain = fdopen(fd, "rb");
+    }
+    if (!s->plain) {
+        close(fd);
+        return gt_fail(e, "%s: cannot open: out of memory", path);
+    }
+    return 0;
+}
+
+static void idx_close(idx_stream *s)
+{
+    if (s->fd >= 0) {
+        inflateEnd(&s->z);
+        close(s->fd);
+        free(s->in);
+    }
+    if (s->plain)
+        fclose(s->plain);
+    s->fd = -1;
+    s->plain = NULL;
+}
+
+/* Refills the compressed input: 1, 0 at the end of the file, -1 with errno. */
+static int idx_gz_fill(idx_stream *s)
+{
+    ssize_t r;
+    do {
+        r = read(s->fd, s->in, IDX_GZ_IN);
+    } while (r < 0 && errno == EINTR);
+    if (r > 0) {
+        s->z.next_in = s->in;
+        s->z.avail_in = (uInt)r;
+    }
+    return r > 0 ? 1 : (int)r;
+}
+
+/* Inflates up to len bytes; fewer only at the end of the member, which must be the end of the
+ * file: inflate checks the trailer's CRC-32 and length, and anything after it is refused. */
+static long long idx_gz_read(idx_stream *s, unsigned char *buf, unsigned len, gt_err *e)
+{
+    s->z.next_out = buf;
+    s->z.avail_out = len;
+    while (s->z.avail_out > 0 && !s->gz_done) {
+        int more = s->z.avail_in > 0 ? 1 : idx_gz_fill(s);
+        if (more < 0)
+            return gt_fail(e, "%s: read error: %s", s->path, strerror(errno));
+        if (more == 0)
+            return gt_fail(e, "%s: corrupt gzip stream (unexpected end of file)", s->path);
+        int rc = inflate(&s->z, Z_NO_FLUSH);
+        if (rc == Z_STREAM_END) {
+            s->gz_done = 1;
+            if (s->z.avail_in > 0 || idx_gz_fill(s) != 0)
+                return gt_fail(e, "%s: bytes after the end of the gzip stream", s->path);
+        } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+            return gt_fail(e, "%s: corrupt gzip stream (%s)", s->path,
+                           s->z.msg ? s->z.msg : zError(rc));
+        }
+    }
+    return (long long)(len - s->z.avail_out);
+}
+
+/* Reads up to len bytes, fewer only at the end of the file. Returns the count, or -1 with e set. */
+static long long idx_read(idx_stream *s, void *buf, size_t len, gt_err *e)
+{
+    size_t got = 0;
+    while (got < len) {
+        unsigned want = len - got > IDX_READ_CHUNK ? IDX_READ_CHUNK : (unsigned)(len - got);
+        if (!s->plain) {
+            long long r = idx_gz_read(s, (unsigned char *)buf + got, want, e);
+            if (r < 0)
+                return -1;
+            got += (size_t)r;
+            if (r < want)
+                break;
+        } else {
+            size_t r = fread((char *)buf + got, 1, want, s->plain);
+            got += r;
+            if (r < want) {
+                if (ferror(s->plain))
+                    return gt_fail(e, "%s: read error: %s", s->path, strerror(errno));
+                break;
+            }
+        }
+    }
+    return (long long)got;
+}
+
+static uint32_t idx_be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Reads the magic (unsigned byte data of the given rank) and the rank dimensions, all > 0. */
+static int idx_read_header(idx_stream *s, int rank, const char *kind, uint32_t *dims, gt_err *e)
+{
+    unsigned char hdr[4];
+    const uint32_t want = 0x800u | (uint32_t)rank;
+    long long got = idx_read(s, hdr, 4, e);
+    if (got < 0)
+        return -1;
+    if (got == 0)
+        return gt_fail(e, "%s: empty file (expected an IDX %s header)", s->path, kind);
+    if (got < 4)
+        return gt_fail(e, "%s: truncated header (%lld of 4 magic bytes)", s->path, got);
+    uint32_t magic = idx_be32(hdr);
+    if ((magic & 0xffffff00u) == 0x800u && magic != want)
+        return gt_fail(e, "%s: bad magic 0x%08x (expected 0x%08x for %s): rank %u, not %d", s->path,
+                       magic, want, kind, magic & 0xffu, rank);
+    if (magic != want)
+        return gt_fail(e, "%s: bad magic 0x%08x (expected 0x%08x for %s)", s->path, magic, want,
+                       kind);
+    for (int i = 0; i < rank; i++) {
+        got = idx_read(s, hdr, 4, e);
+        if (got < 0)
+            return -1;
+        if (got < 4)
+            return gt_fail(e, "%s: truncated header (ends inside dimension %d of %d)", s->path,
+                           i + 1, rank);
+        dims[i] = idx_be32(hdr);
+        if (dims[i] == 0)
+            return gt_fail(e, "%s: dimension %d of the %s header is 0", s->path, i + 1, kind);
+    }
+    if (dims[0] > GT_DATA_MAX_SAMPLES)
+        return gt_fail(e, "%s: header claims %u %s (limit %u)", s->path, dims[0], kind,
+                       GT_DATA_MAX_SAMPLES);
+    return 0;
+}
+
+/* Allocates a buffer of min(cap * 2, want) bytes holding the first used bytes of *buf. */
+static int idx_grow(uint8_t **buf, size_t *cap, size_t used, size_t want)
+{
+    size_t next = *cap > want / 2 ? want : *cap * 2;
+    uint8_t *bigger = gt_alloc(next);
+    if (!bigger)
+        return -1;
+    memcpy(bigger, *buf, used);
+    gt_free(*buf);
+    *buf = bigger;
+    *cap = next;
+    return 0;
+}
+
+/* Counts what is left in the stream; a well-formed file has nothing after its payload. */
+static long long idx_count_rest(idx_stream *s, gt_err *e)
+{
+    unsigned char scratch[16384];
+    long long total = 0, r;
+    while ((r = idx_read(s, scratch, sizeof scratch, e)) > 0)
+        total += r;
+    return r < 0 ? -1 : total;
+}
+
+/* Reads exactly want bytes of payload and insists on the end of the file after them. */
+static int idx_read_payload(idx_stream *s, size_t want, const char *what, uint8_t **out, gt_err *e)
+{
+    size_t cap = want < IDX_FIRST_BUFFER ? want : IDX_FIRST_BUFFER, got = 0;
+    uint8_t *buf = gt_alloc(cap);
+    if (!buf)
+        return gt_fail(e, "%s: out of memory reading %zu bytes of %s", s->path, cap, what);
+    for (;;) {
+        long long r = idx_read(s, buf + got, cap - got, e);
+        if (r < 0)
+            goto fail;
+        got += (size_t)r;
+        if (got < cap) {
+            gt_fail(e, "%s: truncated: the header declares %zu bytes of %s but only %zu follow",
+                    s->path, want, what, got);
+            goto fail;
+        }
+        if (got == want)
+            break;
+        if (idx_grow(&buf, &cap, got, want) != 0) {
+            gt_fail(e, "%s: out of memory reading %zu bytes of %s", s->path, want, what);
+            goto fail;
+        }
+    }
+    long long rest = idx_count_rest(s, e);
+    if (rest < 0)
+        goto fail;
+    if (rest > 0) {
+        gt_fail(e, "%s: %lld trailing byte(s) after the %zu bytes of %s the header declares",
+                s->path, rest, want, what);
+        goto fail;
+    }
+    *out = buf;
+    return 0;
+fail:
+    gt_free(buf);
+    return -1;
+}
+
+static int idx_check_image_dims(const char *path, const uint32_t *d, gt_err *e)
+{
+    if (d[1] > GT_DATA_MAX_SIDE || d[2] > GT_DATA_MAX_SIDE)
+        return gt_fail(e, "%s: header claims %ux%u pixels per image (limit %ux%u)", path, d[1],
+                       d[2], GT_DATA_MAX_SIDE, GT_DATA_MAX_SIDE);
+    unsigned long long bytes = (unsigned long long)d[0] * d[1] * d[2];
+    if (bytes >= GT_DATA_MAX_BYTES || bytes > SIZE_MAX)
+        return gt_fail(e, "%s: header claims %u images of %ux%u = %llu bytes (limit 8 GiB)", path,
+                       d[0], d[1], d[2], bytes);
+    return 0;
+}
+
+/* Opens an images file and reads its header: dims = count, rows, columns. Closes s on error. */
+static int idx_open_images(idx_stream *s, const char *path, uint32_t *d, gt_err *e)
+{
+    if (idx_open(s, path, e) != 0)
+        return -1;
+    if (idx_read_header(s, 3, "images", d, e) != 0 || idx_check_image_dims(path, d, e) != 0) {
+        idx_close(s);
+        return -1;
+    }
+    return 0;
+}
+
+int gt_idx_read_image_header(const char *path, uint32_t *n, int *h, int *w, gt_err *e)
+{
+    idx_stream s;
+    uint32_t d[3] = {0};
+    if (idx_open_images(&s, path, d, e) != 0)
+        return -1;
+    idx_close(&s);
+    *n = d[0];
+    *h = (int)d[1];
+    *w = (int)d[2];
+    return 0;
+}
+
+int gt_idx_load_images(const char *path, uint32_t *n, int *h, int *w, uint8_t **pixels, gt_err *e)
+{
+    idx_stream s;
+    uint32_t d[3] = {0};
+    uint8_t *buf = NULL;
+    if (idx_open_images(&s, path, d, e) != 0)
+        return -1;
+    int rc = idx_read_payload(&s, (size_t)d[0] * d[1] * d[2], "pixels", &buf, e);
+    idx_close(&s);
+    if (rc != 0)
+        return -1;
+    *n = d[0];
+    *h = (int)d[1];
+    *w = (int)d[2];
+    *pixels = buf;
+    return 0;
+}
+
+int gt_idx_load_labels(const char *path, uint32_t *n, uint8_t **labels, gt_err *e)
+{
+    idx_stream s;
+    uint32_t d[1] = {0};
+    uint8_t *buf = NULL;
+    if (idx_open(&s, path, e) != 0)
+        return -1;
+    int rc = idx_read_header(&s, 1, "labels", d, e);
+    if (rc == 0)
+        rc = idx_read_payload(&s, d[0], "labels", &buf, e);
+    idx_close(&s);
+    if (rc != 0)
+        return -1;
+    *n = d[0];
+    *labels = buf;
+    return 0;
+}
+
