@@ -405,6 +405,7 @@ fi
 
 host_cores=$(nproc)
 torch_note="not run (the benchmark was cut short before it)"
+[ "$no_torch" -eq 0 ] || torch_note="not run (--no-torch)"
 [ "$dry_run" -eq 1 ] || bench_save_env
 
 # ---- the matrix -----------------------------------------------------------------------------------
