@@ -99,7 +99,8 @@ done
     echo
     echo "Both layouts train the same global batch (4 x the per-GPU batch) on the same data and seed;"
     echo "sync sums the gradient on the host (in 2x2 also through MPI_Allreduce between the processes),"
-    echo "allreduce with one NCCL communicator over the 4 GPUs. samples/s: median epoch after the first"
+    echo "allreduce sums on the GPUs: in 1x4 with the peer-to-peer all-reduce of one process, in 2x2"
+    echo "with one NCCL communicator over the 4 GPUs. samples/s: median epoch after the first"
     echo "(from the log's evaluation points) and whole run (the summary line). 2x2/1x4: the ratio of"
     echo "median-epoch samples/s, the throughput kept when the GPUs are split over two processes."
     echo
