@@ -589,7 +589,8 @@ static void cli_usage_devices(FILE *out, const gt_config *d)
     fprintf(out,
         "Devices and modes:\n"
         "  --gpus LIST|all|cpu:N  GPU ordinals such as 0,1,2,3, every GPU (all), or N CPU worker\n"
-        "                         threads, 1..%d (default: all GPUs if there are any, else cpu:1)\n"
+        "                         threads; 1..%d workers (default: all GPUs if there are any,\n"
+        "                         else cpu:1)\n"
         "  --mode MODE            how the workers combine their gradients (default %s):\n",
         GT_MAX_WORKERS, gt_mode_name(d->mode));
     cli_usage_modes(out);

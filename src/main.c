@@ -127,7 +127,11 @@ static int open_devices(const gt_config *c, const gt_model *m, gt_device **devs,
             return gt_fail(e, "--gpus: 'all' asked for GPUs, but none was found");
         if (have == 0)
             cfg.cpu_workers = 1;
-        cfg.ngpus = have < GT_MAX_WORKERS ? have : GT_MAX_WORKERS;
+        if (have > GT_MAX_WORKERS)
+            return gt_fail(e, "--gpus: %s finds %d GPUs, more than the %d workers a run can have; "
+                           "list at most %d with --gpus 0,1,...", cfg.gpus_given ? "'all'" : "the default",
+                           have, GT_MAX_WORKERS, GT_MAX_WORKERS);
+        cfg.ngpus = have;
         for (int i = 0; i < cfg.ngpus; i++)
             cfg.gpus[i] = i;
     }
@@ -384,7 +388,7 @@ static int run_workers(const gt_config *c)
     int n = c->cpu_workers;
     if (n == 0 && (c->gpus_all || !c->gpus_given)) {
         int have = gt_cuda_device_count();
-        n = have == 0 ? 1 : have < GT_MAX_WORKERS ? have : GT_MAX_WORKERS;
+        n = have == 0 ? 1 : have < GT_MAX_WORKERS ? have : GT_MAX_WORKERS; /* more: refused when opened */
     } else if (n == 0) {
         n = c->ngpus;
     }
