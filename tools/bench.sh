@@ -62,8 +62,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/tools/lib.sh"
 gt_prog=bench
-command_line=$(printf '%q ' "$0" "$@")
-command_line=${command_line% }
+gt_command_line "$0" "$@"
 
 check_list() {
     local flag=$1 item

@@ -27,10 +27,7 @@ while [ $# -gt 0 ]; do
 done
 [ -f "$ref" ] || usage_error "--torch-ref: '$ref' not found"
 gt_find_data
-card=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "$gpu" | head -1)
-tag=$(echo "$card" | tr ' ' '-' | tr -cd 'A-Za-z0-9._-')
-date=$(date -u +%Y-%m-%d)
-commit=${GT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+gt_card_meta "$gpu"
 mkdir -p "$out"
 work=$(mktemp -d)
 csv="$out/perf-$tag-$date.csv"

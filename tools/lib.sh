@@ -66,3 +66,18 @@ gt_find_data() {
     [ -f "$data/train-labels-idx1-ubyte.gz" ] || usage_error "--data: '$data/train-labels-idx1-ubyte.gz' not found"
     data=$(cd "$data" && pwd)
 }
+
+# gt_card_meta GPU: sets card (the GPU's name), tag (the name as a file-name part), date (UTC) and
+# commit (GT_COMMIT, else the checkout's short hash, else "unknown") for a results file.
+gt_card_meta() {
+    card=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "$1" | head -1)
+    tag=$(echo "$card" | tr ' ' '-' | tr -cd 'A-Za-z0-9._-')
+    date=$(date -u +%Y-%m-%d)
+    commit=${GT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+}
+
+# gt_command_line "$0" "$@": sets command_line, the command as typed (shell-quoted).
+gt_command_line() {
+    command_line=$(printf '%q ' "$@")
+    command_line=${command_line% }
+}

@@ -45,10 +45,7 @@ fi
 "$bin" --version | grep -qw nccl && "$bin" --version | grep -qw mpi ||
     { echo "mpi_gpu: $bin lacks NCCL or MPI: $("$bin" --version)" >&2; exit 1; }
 
-card=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | head -1)
-tag=$(echo "$card" | tr ' ' '-' | tr -cd 'A-Za-z0-9._-')
-date=$(date -u +%Y-%m-%d)
-commit=${GT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+gt_card_meta 0
 mkdir -p "$out"
 md="$out/mpi-$tag-$date$name.md"
 work=$(mktemp -d)

@@ -38,8 +38,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/tools/lib.sh"
 gt_prog=reproduce
-command_line=$(printf '%q ' "$0" "$@")
-command_line=${command_line% }
+gt_command_line "$0" "$@"
 
 # The reference each run is measured against: kind (min = at least, band = inside), low, high, source.
 run_reference() {

@@ -44,11 +44,8 @@ for model in $models; do
     case "$model" in lenet5 | cnn-wide) ;; *) usage_error "--models: unknown model '$model' (lenet5, cnn-wide)" ;; esac
 done
 gt_find_data
-card=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | head -1)
+gt_card_meta 0
 ngpu=$(nvidia-smi -L | wc -l)
-tag=$(echo "$card" | tr ' ' '-' | tr -cd 'A-Za-z0-9._-')
-date=$(date -u +%Y-%m-%d)
-commit=${GT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 mkdir -p "$out"
 work=$(mktemp -d)
 csv="$out/scaling-$tag-$date.csv"
