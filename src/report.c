@@ -356,6 +356,27 @@ void report_stall(run *r, worker *w, double idle)
     term_end(r);
 }
 
+/* The warning line (host 0) and the event record of a resume whose checkpoint step lies past this
+ * run's steps per epoch: the epoch restarts from its first batch. The record's epoch and step are
+ * the checkpoint's (completed epochs, steps into the next), as in checkpoint_written. */
+void report_resume_restart(run *r, uint64_t step, uint64_t epoch_steps)
+{
+    if (r->host != 0)
+        return;
+    term_begin(r);
+    fprintf(stderr, "gputrain: warning: --resume: the checkpoint is at step %llu of its epoch, past "
+                    "this run's %llu steps per epoch (another --batch, --gpus or host count); epoch "
+                    "%u restarts from its first batch\n",
+            (unsigned long long)step, (unsigned long long)epoch_steps, r->epoch + 1);
+    if (r->rep.log) {
+        event_begin_locked(r, "resume_restarts_epoch");
+        fprintf(r->rep.log, ",\"epoch\":%u,\"step\":%llu,\"steps_per_epoch\":%llu", r->epoch,
+                (unsigned long long)step, (unsigned long long)epoch_steps);
+        event_end_locked(r);
+    }
+    term_end(r);
+}
+
 /* ---- the last records ----------------------------------------------------------------------------- */
 
 /* The run's summary: wall_s and samples count from the start of the first run a resumed one goes
