@@ -216,15 +216,7 @@ static void fill_result(run *r, gt_run_result *res, double wall)
     uint64_t count = atomic_load(&r->ps.stale_count);
     res->stale_max = atomic_load(&r->ps.stale_max);
     res->stale_mean = count ? (double)atomic_load(&r->ps.stale_sum) / (double)count : 0;
-    uint64_t acc = 0;
-    res->stale_p99 = 0;
-    for (int b = 0; b < GT_STALE_BINS && count; b++) {
-        acc += atomic_load(&r->ps.stale_hist[b]);
-        if (acc * 100 >= count * 99) {
-            res->stale_p99 = b;
-            break;
-        }
-    }
+    res->stale_p99 = (double)gt_ps_stale_percentile(&r->ps, 99, &res->stale_p99_capped);
     res->lock_wait_share = busy > 0 ? (double)atomic_load(&r->ps.lock_wait_ns) * 1e-9 / busy : 0;
     res->barrier_wait_share = busy > 0 ? r->bar.wait_s / busy : 0;
     res->clock_spread_max = r->clk.spread_max;
