@@ -93,9 +93,10 @@ static int run_alloc(run *r, gt_device **devices, const gt_start *start, gt_err 
 }
 
 /* Where the run starts: a resumed run's epoch, counters and step in the epoch; when the first
- * evaluation and step checkpoint fall due. Returns 1 when the resumed step lies past this run's
- * epoch (a checkpoint of another --batch, --gpus or host count: the file does not say which
- * samples of the epoch its steps covered), so the epoch restarts from its first batch. */
+ * evaluation and step checkpoint fall due. A step checkpoint at an epoch's last step resumes at
+ * the next epoch's start, as an interrupted run's does. Returns 1 when the resumed step lies past
+ * this run's epoch (a checkpoint of another --batch, --gpus or host count: the file does not say
+ * which samples of the epoch its steps covered), so the epoch restarts from its first batch. */
 static int run_position(run *r, const gt_start *start)
 {
     const gt_config *cfg = r->cfg;
@@ -106,10 +107,12 @@ static int run_position(run *r, const gt_start *start)
         atomic_store(&r->ps.updates, start->resumed->updates);
         r->start_clock = start->resumed->step;
         r->wall0 = (double)start->resumed->wall_ms * 1e-3;
-        if (r->start_clock >= r->ops->epoch_steps(r)) {
+        uint64_t steps = r->ops->epoch_steps(r);
+        if (r->start_clock == steps)
+            r->epoch++;
+        restarts = r->start_clock > steps;
+        if (r->start_clock >= steps)
             r->start_clock = 0;
-            restarts = 1;
-        }
     }
     r->samples0 = atomic_load(&r->stats.samples_total);
     r->clk.applied = r->start_clock;
