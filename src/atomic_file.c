@@ -1,6 +1,7 @@
 /* atomic_file.c - whole-or-nothing file replacement with rotation of older versions (see
  * atomic_file.h): temp file, fsync, hard-link rotation, rename, folder fsync. */
 #include "gputrain/atomic_file.h"
+#include "gputrain/config.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -17,9 +18,19 @@
 #ifndef NAME_MAX
 #define NAME_MAX 255
 #endif
-#define ATOMIC_SUFFIX 5          /* ".lock", or ".K" for K up to 1000 */
+#define ATOMIC_SUFFIX 5          /* ".lock", or ".K" for K up to GT_MAX_KEEP */
 #define ATOMIC_BASE_MAX (NAME_MAX - ATOMIC_SUFFIX)
 #define ATOMIC_TMP_BASE (NAME_MAX - 20) /* room for ".tmp.PID.K" */
+
+/* Decimal digits of 0 <= n <= INT_MAX. */
+#define ATOMIC_DIGITS(n) ((n) < 10 ? 1 : (n) < 100 ? 2 : (n) < 1000 ? 3 : (n) < 10000 ? 4 \
+                        : (n) < 100000 ? 5 : (n) < 1000000 ? 6 : (n) < 10000000 ? 7 \
+                        : (n) < 100000000 ? 8 : (n) < 1000000000 ? 9 : 10)
+_Static_assert(1 + ATOMIC_DIGITS(GT_MAX_KEEP) <= ATOMIC_SUFFIX,
+               "ATOMIC_SUFFIX must hold \".K\" for every --keep K up to GT_MAX_KEEP");
+_Static_assert(sizeof ".tmp." - 1 + ATOMIC_DIGITS(INT_MAX) + 1 + ATOMIC_DIGITS(GT_MAX_KEEP) <=
+                   NAME_MAX - ATOMIC_TMP_BASE,
+               "ATOMIC_TMP_BASE must leave room for \".tmp.PID.K\" (an int PID, K up to GT_MAX_KEEP)");
 #define ATOMIC_SHOWN 160         /* a longer path is shown by its end, so a reason after it fits */
 
 /* A path for a message: "%s%s" with SHOWN(p). */

@@ -191,6 +191,21 @@ static void ps_record_staleness(gt_ps *ps, uint64_t stale)
 
 void gt_ps_note_staleness(gt_ps *ps, uint64_t stale) { ps_record_staleness(ps, stale); }
 
+uint64_t gt_ps_stale_percentile(gt_ps *ps, int pct, int *capped)
+{
+    uint64_t count = atomic_load_explicit(&ps->stale_count, memory_order_relaxed), acc = 0;
+    uint64_t b = 0;
+    while (count > 0 && b < GT_STALE_BINS - 1) {
+        acc += atomic_load_explicit(&ps->stale_hist[b], memory_order_relaxed);
+        if (acc * 100 >= count * (uint64_t)pct)
+            break;
+        b++;
+    }
+    if (capped)
+        *capped = count > 0 && b == GT_STALE_BINS - 1;
+    return b;
+}
+
 /* One stripe's update; the caller holds its lock (or runs lock-free). */
 static void ps_apply_range(gt_ps *ps, const gt_stripe *st, const float *g, float gscale,
                            const gt_optim_step *step)

@@ -356,11 +356,33 @@ void report_stall(run *r, worker *w, double idle)
     term_end(r);
 }
 
+/* The warning line (host 0) and the event record of a resume whose checkpoint step lies past this
+ * run's steps per epoch: the epoch restarts from its first batch. The record's epoch and step are
+ * the checkpoint's (completed epochs, steps into the next), as in checkpoint_written. */
+void report_resume_restart(run *r, uint64_t step, uint64_t epoch_steps)
+{
+    if (r->host != 0)
+        return;
+    term_begin(r);
+    fprintf(stderr, "gputrain: warning: --resume: the checkpoint is at step %llu of its epoch, past "
+                    "this run's %llu steps per epoch (another --batch, --gpus or host count); epoch "
+                    "%u restarts from its first batch\n",
+            (unsigned long long)step, (unsigned long long)epoch_steps, r->epoch + 1);
+    if (r->rep.log) {
+        event_begin_locked(r, "resume_restarts_epoch");
+        fprintf(r->rep.log, ",\"epoch\":%u,\"step\":%llu,\"steps_per_epoch\":%llu", r->epoch,
+                (unsigned long long)step, (unsigned long long)epoch_steps);
+        event_end_locked(r);
+    }
+    term_end(r);
+}
+
 /* ---- the last records ----------------------------------------------------------------------------- */
 
 /* The run's summary: wall_s and samples count from the start of the first run a resumed one goes
  * on; run_wall_s, run_samples and samples_per_s are this run's own, and startup_s this process's
- * time from its launch to the start of training. */
+ * time from its launch to the start of training. stale_max is exact; stale_p99 comes from the
+ * histogram, and stale_p99_capped says it is its last bin (the true p99 is that or more). */
 static void report_summary(run *r, const gt_run_result *res)
 {
     const gt_config *cfg = r->cfg;
@@ -371,6 +393,7 @@ static void report_summary(run *r, const gt_run_result *res)
             "\"warmup\":%g,\"seed\":%llu,\"epochs\":%d,\"stripes\":%d,\"samples\":%llu,\"wall_s\":%.4f,"
             "\"run_samples\":%llu,\"run_wall_s\":%.4f,\"startup_s\":%.4f,"
             "\"samples_per_s\":%.1f,\"stale_max\":%llu,\"stale_mean\":%.4f,\"stale_p99\":%.0f,"
+            "\"stale_p99_capped\":%s,"
             "\"lock_wait_share\":%.6f,\"barrier_wait_share\":%.6f,\"clock_spread_max\":%llu,"
             "\"skipped_nonfinite\":%llu,",
             r->ops->name, r->Wg, r->H, r->m->name, cfg->batch, gt_optimizer_name(cfg->optim.kind),
@@ -379,7 +402,7 @@ static void report_summary(run *r, const gt_run_result *res)
             (unsigned long long)cfg->seed, cfg->epochs, r->ps.nstripes, (unsigned long long)res->samples,
             res->resumed_wall_s + res->wall_s, (unsigned long long)(res->samples - res->resumed_samples),
             res->wall_s, res->startup_s, res->samples_per_s, (unsigned long long)res->stale_max, res->stale_mean,
-            res->stale_p99, res->lock_wait_share, res->barrier_wait_share,
+            res->stale_p99, res->stale_p99_capped ? "true" : "false", res->lock_wait_share, res->barrier_wait_share,
             (unsigned long long)res->clock_spread_max, (unsigned long long)res->skipped_nonfinite);
     if (res->npoints > 0)
         fprintf(f, "\"test_acc\":%.6f", res->final_test_acc);

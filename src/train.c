@@ -93,17 +93,25 @@ static int run_alloc(run *r, gt_device **devices, const gt_start *start, gt_err 
 }
 
 /* Where the run starts: a resumed run's epoch, counters and step in the epoch; when the first
- * evaluation and step checkpoint fall due. */
-static void run_position(run *r, const gt_start *start)
+ * evaluation and step checkpoint fall due. A step checkpoint at an epoch's last step resumes at
+ * the next epoch's start, as an interrupted run's does. Returns 1 when the resumed step lies past
+ * this run's epoch (a checkpoint of another --batch, --gpus or host count: the file does not say
+ * which samples of the epoch its steps covered), so the epoch restarts from its first batch. */
+static int run_position(run *r, const gt_start *start)
 {
     const gt_config *cfg = r->cfg;
+    int restarts = 0;
     if (start->resumed) {
         r->epoch = start->resumed->epoch;
         atomic_store(&r->stats.samples_total, start->resumed->samples);
         atomic_store(&r->ps.updates, start->resumed->updates);
         r->start_clock = start->resumed->step;
         r->wall0 = (double)start->resumed->wall_ms * 1e-3;
-        if (r->start_clock >= (r->ops->clocked ? r->clk.clocks : r->hog.nbatches))
+        uint64_t steps = r->ops->epoch_steps(r);
+        if (r->start_clock == steps)
+            r->epoch++;
+        restarts = r->start_clock > steps;
+        if (r->start_clock >= steps)
             r->start_clock = 0;
     }
     r->samples0 = atomic_load(&r->stats.samples_total);
@@ -116,6 +124,7 @@ static void run_position(run *r, const gt_start *start)
                                         : atomic_load(&r->ps.updates);
         r->jq.next_ckpt = done + (uint64_t)cfg->checkpoint_every;
     }
+    return restarts;
 }
 
 /* Sets the run up; on failure run_free undoes what was done. */
@@ -138,12 +147,14 @@ static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_da
     if (run_shape(r, cfg, devices, ndevices, start, e) != 0 ||
         run_alloc(r, devices, start, e) != 0)
         return -1;
-    run_position(r, start);
+    int restarts = run_position(r, start);
     if (r->ops->init(r, devices, start, e) != 0)
         return -1;
     gt_permutation(r->perm, r->ntrain, cfg->seed, r->epoch);
     if (report_open(r, start->resumed != NULL, e) != 0)
         return -1;
+    if (restarts)
+        report_resume_restart(r, start->resumed->step, r->ops->epoch_steps(r));
     report_recipe(r, start->recipe);
     return guard_init(r, e);
 }
@@ -208,15 +219,7 @@ static void fill_result(run *r, gt_run_result *res, double wall)
     uint64_t count = atomic_load(&r->ps.stale_count);
     res->stale_max = atomic_load(&r->ps.stale_max);
     res->stale_mean = count ? (double)atomic_load(&r->ps.stale_sum) / (double)count : 0;
-    uint64_t acc = 0;
-    res->stale_p99 = 0;
-    for (int b = 0; b < GT_STALE_BINS && count; b++) {
-        acc += atomic_load(&r->ps.stale_hist[b]);
-        if (acc * 100 >= count * 99) {
-            res->stale_p99 = b;
-            break;
-        }
-    }
+    res->stale_p99 = (double)gt_ps_stale_percentile(&r->ps, 99, &res->stale_p99_capped);
     res->lock_wait_share = busy > 0 ? (double)atomic_load(&r->ps.lock_wait_ns) * 1e-9 / busy : 0;
     res->barrier_wait_share = busy > 0 ? r->bar.wait_s / busy : 0;
     res->clock_spread_max = r->clk.spread_max;

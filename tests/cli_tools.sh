@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # cli_tools.sh - the scripts in tools/: every one answers --help with exit 0 and a bad option with
 # exit 2; jsonl2csv.py reads gputrain logs (non-finite numbers included) into the CSV columns the
-# benchmark uses, with time to 0.87 and the diverged/stalled flag; plot.py draws them (where
-# matplotlib imports). Needs no data and no GPU.
+# benchmark uses, with time to 0.87, the diverged/stalled flag, startup_s and stale_p99_capped
+# (empty where a log lacks them); plot.py draws them (where matplotlib imports). Needs no data and
+# no GPU.
 . "$(dirname "$0")/lib_cli.sh"
 SRC=${GT_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 for t in "$SRC"/tools/*.sh "$SRC"/tools/*.py; do
@@ -23,7 +24,7 @@ ev() { # epoch samples wall test_acc train_loss
         "$1" "$2" "$2" "$3" "$5" "$4"
 }
 sm() { printf '{"type":"summary","mode":"hogwild","workers":2,"samples":%s,"wall_s":%s,"samples_per_s":%s,"test_acc":%s,"interrupted":0}\n' "$@"; }
-{ ev 1 1000 1.0 0.80 0.6; ev 2 2000 2.0 0.88 0.4; sm 2000 2.0 1000 0.88; } >"$TMP/logs/lenet5__hogwild__w2__s1.jsonl"
+{ ev 1 1000 1.0 0.80 0.6; ev 2 2000 2.0 0.88 0.4; sm 2000 2.0 1000 0.88 | sed 's/}$/,"startup_s":0.4210,"stale_p99":63,"stale_p99_capped":true}/'; } >"$TMP/logs/lenet5__hogwild__w2__s1.jsonl"
 { ev 1 1000 1.0 0.10 2.30; ev 2 2000 2.0 0.10 2.30; sm 2000 2.0 1000 0.10; } >"$TMP/logs/lenet5__hogwild__w2__s2.jsonl"
 { ev 1 1000 1.0 0.70 0.9; ev 2 2000 2.0 0.10 nan; sm 2000 2.0 1000 0.10; } >"$TMP/logs/lenet5__hogwild__w2__s3.jsonl"
 echo 0 | tee "$TMP/logs/"*.rc >/dev/null
@@ -39,6 +40,10 @@ for r in csv.DictReader(open(sys.argv[1])):
 [ "$(col "$TMP/out/runs.csv" lenet5__hogwild__w2__s1 time_to_087)" = 2.0 ] || fail "time_to_087 of s1 is not 2.0"
 [ "$(col "$TMP/out/runs.csv" lenet5__hogwild__w2__s1 samples_to_087)" = 2000 ] || fail "samples_to_087 of s1 is not 2000"
 [ "$(col "$TMP/out/runs.csv" lenet5__hogwild__w2__s2 time_to_087)" = "" ] || fail "s2 never reached 0.87"
+[ "$(col "$TMP/out/runs.csv" lenet5__hogwild__w2__s1 startup_s)" = 0.4210 ] || fail "startup_s of s1 is not 0.4210"
+[ "$(col "$TMP/out/runs.csv" lenet5__hogwild__w2__s2 startup_s)" = "" ] || fail "s2 logged no startup_s, yet has one"
+[ "$(col "$TMP/out/runs.csv" lenet5__hogwild__w2__s1 stale_p99_capped)/$(col "$TMP/out/runs.csv" lenet5__hogwild__w2__s2 stale_p99_capped)" = true/ ] ||
+    fail "stale_p99_capped of s1/s2 is not true/(empty)"
 [ "$(col "$TMP/out/aggregate.csv" hogwild runs_stalled)/$(col "$TMP/out/aggregate.csv" hogwild runs_diverged)" = 1/1 ] ||
     fail "aggregate.csv does not count 1 stalled and 1 diverged run"
 [ "$(col "$TMP/out/aggregate.csv" hogwild final_acc_mean)" = 0.36 ] || fail "final_acc_mean is not 0.36"

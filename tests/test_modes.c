@@ -1,9 +1,11 @@
 /* test_modes.c - the training modes on CPU workers, end to end through gt_train_run:
  * sync over W workers equals one worker at W times the batch, ssp honours its staleness bound and
  * at 0 equals sync, every mode learns, failed workers hand their data to the survivors, and
- * non-finite losses stop the run or are skipped. Runs under ThreadSanitizer in CI (GT_QUICK=1
- * shrinks the runs there). */
+ * non-finite losses stop the run or are skipped. "Every mode" is every row of the modes table
+ * (names.c) that CPU workers run, so a new mode is tested here without editing this file. Runs
+ * under ThreadSanitizer in CI (GT_QUICK=1 shrinks the runs there). */
 #include "gputrain/cli.h"
+#include "gputrain/names.h"
 #include "gputrain/train.h"
 #include "test_util.h"
 
@@ -32,10 +34,15 @@ static void base_config(gt_config *c, const char *mode, int workers, int batch)
     c->epochs = 1;
     c->quiet = 1;
     c->progress = 0;
-    const char *names[] = {"hogwild", "sync", "ssp", "local"};
-    for (int i = 0; i < 4; i++)
-        if (strcmp(mode, names[i]) == 0)
-            c->mode = (gt_mode)i;
+    CHECK_MSG(gt_mode_parse(mode, &c->mode) == 0, "no mode '%s' in the names table", mode);
+}
+
+/* Row i of the modes table when CPU workers can run it (allreduce needs NCCL), else NULL. */
+static const gt_mode_row *cpu_mode(int i)
+{
+    const gt_mode_row *row = gt_mode_row_at(i);
+    CHECK(row != NULL);
+    return row && !row->needs_nccl ? row : NULL;
 }
 
 static outcome train(gt_config *c)
@@ -125,36 +132,51 @@ static void test_ssp(void)
     free(op.res);
 }
 
-/* Every mode learns: lenet5 on 2 CPU workers, one epoch of the loaded samples. */
+/* One mode (variant: "", "-lockfree" or "-static") learns: lenet5 on 2 CPU workers, one epoch
+ * of the loaded samples. */
+static void mode_learns(const char *mode, const char *variant)
+{
+    gt_config c;
+    /* The recipe that reaches 0.74-0.78 in every mode on 6,000 samples (a sweep over batch, lr,
+     * schedule and betas on seeds 1-3); sanitizer builds train on less with larger batches and
+     * only check that the run learns. */
+    base_config(&c, mode, 2, g_quick ? 8 : 1);
+    c.optim.kind = GT_OPT_ADAM;
+    c.optim.lr = 5e-3f;
+    c.optim.beta2 = 0.99f;
+    c.optim.schedule = GT_SCHED_COSINE;
+    c.optim.warmup_epochs = 0.15f;
+    c.optim.total_epochs = 1;
+    if (strcmp(variant, "-lockfree") == 0)
+        c.stripes = 0;
+    if (strcmp(variant, "-static") == 0)
+        c.balance = GT_BALANCE_STATIC;
+    outcome o = train(&c);
+    double need = g_quick ? 0.3 : 0.70;
+    CHECK_MSG(o.rc == 0, "%s%s: %s", mode, variant, o.err);
+    CHECK_MSG(o.res->final_test_acc >= need, "%s%s: test accuracy %.4f < %.2f", mode, variant,
+              o.res->final_test_acc, need);
+    CHECK(o.res->npoints == 1);
+    CHECK(o.res->workers[0].steps > 0 && o.res->workers[1].steps > 0);
+    printf("%s%-*s acc %.4f  %6.0f samples/s\n", mode, 17 - (int)strlen(mode), variant,
+           o.res->final_test_acc, o.res->samples_per_s);
+    gt_run_result_free(o.res);
+    free(o.res);
+}
+
+/* Every mode of the names table that CPU workers run learns; an unclocked one (workers take
+ * batches themselves) also lock-free (--stripes 0) and with --balance static. */
 static void test_every_mode_learns(void)
 {
-    const char *modes[] = {"hogwild", "hogwild-lockfree", "hogwild-static", "sync", "ssp", "local"};
-    for (int i = 0; i < 6; i++) {
-        gt_config c;
-        /* The recipe that reaches 0.74-0.78 in every mode on 6,000 samples (a sweep over batch,
-         * lr, schedule and betas on seeds 1-3); sanitizer builds train on less with larger
-         * batches and only check that the run learns. */
-        base_config(&c, strncmp(modes[i], "hogwild", 7) == 0 ? "hogwild" : modes[i], 2, g_quick ? 8 : 1);
-        c.optim.kind = GT_OPT_ADAM;
-        c.optim.lr = 5e-3f;
-        c.optim.beta2 = 0.99f;
-        c.optim.schedule = GT_SCHED_COSINE;
-        c.optim.warmup_epochs = 0.15f;
-        c.optim.total_epochs = 1;
-        if (strcmp(modes[i], "hogwild-lockfree") == 0)
-            c.stripes = 0;
-        if (strcmp(modes[i], "hogwild-static") == 0)
-            c.balance = GT_BALANCE_STATIC;
-        outcome o = train(&c);
-        double need = g_quick ? 0.3 : 0.70;
-        CHECK_MSG(o.rc == 0, "%s: %s", modes[i], o.err);
-        CHECK_MSG(o.res->final_test_acc >= need, "%s: test accuracy %.4f < %.2f", modes[i],
-                  o.res->final_test_acc, need);
-        CHECK(o.res->npoints == 1);
-        CHECK(o.res->workers[0].steps > 0 && o.res->workers[1].steps > 0);
-        printf("%-17s acc %.4f  %6.0f samples/s\n", modes[i], o.res->final_test_acc, o.res->samples_per_s);
-        gt_run_result_free(o.res);
-        free(o.res);
+    for (int i = 0; i < gt_mode_count(); i++) {
+        const gt_mode_row *row = cpu_mode(i);
+        if (!row)
+            continue;
+        mode_learns(row->head.name, "");
+        if (!row->clocked) {
+            mode_learns(row->head.name, "-lockfree");
+            mode_learns(row->head.name, "-static");
+        }
     }
 }
 
@@ -222,27 +244,31 @@ static void test_overlap(void)
     }
 }
 
-/* A failed worker leaves; the survivors train on its data; when all fail the run fails. */
+/* A failed worker leaves; the survivors train on its data; when all fail the run fails. Every
+ * mode of the names table that CPU workers run. */
 static void test_faults(void)
 {
-    const char *modes[] = {"hogwild", "sync", "ssp", "local"};
     int workers[] = {2, 4};
     for (int wi = 0; wi < 2; wi++)
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < gt_mode_count(); i++) {
+            const gt_mode_row *row = cpu_mode(i);
+            if (!row)
+                continue;
+            const char *mode = row->head.name;
             gt_config c, ref;
-            base_config(&c, modes[i], workers[wi], 16);
-            base_config(&ref, modes[i], workers[wi], 16);
+            base_config(&c, mode, workers[wi], 16);
+            base_config(&ref, mode, workers[wi], 16);
             c.inject_worker = 1;
             c.inject_step = 3;
             outcome o = train(&c), r = train(&ref);
-            CHECK_MSG(o.rc == 0, "%s x%d: %s", modes[i], workers[wi], o.err);
+            CHECK_MSG(o.rc == 0, "%s x%d: %s", mode, workers[wi], o.err);
             CHECK(o.res->workers[1].failed && strstr(o.res->workers[1].error, "injected"));
             CHECK(o.res->workers[1].steps == 3);
             CHECK(!o.res->workers[0].failed);
             /* Every sample the reference run trained on was trained on here too, except, in
              * hogwild, at most the failed worker's in-flight batch, which is re-queued. */
             CHECK_MSG(o.res->samples == r.res->samples, "%s x%d: %llu samples, reference %llu",
-                      modes[i], workers[wi], (unsigned long long)o.res->samples,
+                      mode, workers[wi], (unsigned long long)o.res->samples,
                       (unsigned long long)r.res->samples);
             CHECK(o.res->npoints == 1);
             gt_run_result_free(o.res);
@@ -281,15 +307,24 @@ static void test_nan(void)
     free(o.res);
 }
 
-static void test_allreduce_refused(void)
+/* A mode that needs NCCL refuses CPU workers with an error naming it. */
+static void test_nccl_modes_refused(void)
 {
-    gt_config c;
-    base_config(&c, "sync", 2, 32);
-    c.mode = GT_MODE_ALLREDUCE;
-    outcome o = train(&c);
-    CHECK(o.rc != 0 && strstr(o.err, "allreduce"));
-    gt_run_result_free(o.res);
-    free(o.res);
+    int refused = 0;
+    for (int i = 0; i < gt_mode_count(); i++) {
+        const gt_mode_row *row = gt_mode_row_at(i);
+        if (!row || !row->needs_nccl)
+            continue;
+        gt_config c;
+        base_config(&c, row->head.name, 2, 32);
+        outcome o = train(&c);
+        CHECK_MSG(o.rc != 0 && strstr(o.err, row->head.name), "%s on CPU workers: rc %d, '%s'",
+                  row->head.name, o.rc, o.err);
+        gt_run_result_free(o.res);
+        free(o.res);
+        refused++;
+    }
+    CHECK(refused > 0);
 }
 
 /* Every evaluation is kept, however many: --eval-every 1 evaluates after each clock (more points
@@ -325,7 +360,7 @@ int main(void)
         fprintf(stderr, "%s\n", e.msg);
         return 1;
     }
-    test_allreduce_refused();
+    test_nccl_modes_refused();
     test_sync_equivalence();
     test_ssp();
     test_every_mode_learns();

@@ -189,6 +189,40 @@ static void test_staleness(void)
     gt_ps_free(&ps);
 }
 
+/* The staleness percentile: exact below the histogram's last bin; at it (GT_STALE_BINS - 1 counts
+ * every staleness from there up) it says it is capped, while stale_max stays exact. */
+static void test_stale_percentile(void)
+{
+    gt_optim_cfg c = plain_sgd();
+    gt_ps ps;
+    gt_err e;
+    int capped = -1;
+    const uint64_t last = GT_STALE_BINS - 1;
+    CHECK(gt_ps_init(&ps, 64, 1, &c, &e) == 0);
+    CHECK(gt_ps_stale_percentile(&ps, 99, &capped) == 0 && capped == 0); /* nothing observed */
+    for (int i = 0; i < 99; i++)
+        gt_ps_note_staleness(&ps, 5);
+    gt_ps_note_staleness(&ps, 200); /* 1% beyond the last bin: p99 is still exact */
+    CHECK(gt_ps_stale_percentile(&ps, 99, &capped) == 5 && capped == 0);
+    CHECK(gt_ps_stale_percentile(&ps, 100, &capped) == last && capped == 1);
+    CHECK(atomic_load(&ps.stale_max) == 200);
+    gt_ps_note_staleness(&ps, last - 1); /* 100 of 101 at or below the bin before the last */
+    CHECK(gt_ps_stale_percentile(&ps, 99, &capped) == last - 1 && capped == 0);
+    gt_ps_note_staleness(&ps, 1000); /* 100 of 102: p99 lies in the last bin */
+    CHECK(gt_ps_stale_percentile(&ps, 99, &capped) == last && capped == 1);
+    CHECK(atomic_load(&ps.stale_max) == 1000);
+    gt_ps_free(&ps);
+    CHECK(gt_ps_init(&ps, 64, 1, &c, &e) == 0);
+    for (int i = 0; i < 100; i++)
+        gt_ps_note_staleness(&ps, last - 1);
+    CHECK(gt_ps_stale_percentile(&ps, 99, NULL) == last - 1);
+    CHECK(gt_ps_stale_percentile(&ps, 99, &capped) == last - 1 && capped == 0);
+    gt_ps_note_staleness(&ps, last); /* exactly the last bin's first value: capped too */
+    CHECK(gt_ps_stale_percentile(&ps, 100, &capped) == last && capped == 1);
+    CHECK(atomic_load(&ps.stale_max) == last);
+    gt_ps_free(&ps);
+}
+
 /* Momentum state lives in the store and is updated with the parameters. */
 static void test_momentum_state(void)
 {
@@ -359,6 +393,7 @@ int main(void)
     test_lock_free_bounds();
     test_layout();
     test_staleness();
+    test_stale_percentile();
     test_momentum_state();
     for (size_t i = 0; i < sizeof stripes / sizeof *stripes; i++)
         test_no_lost_update(stripes[i], 3);

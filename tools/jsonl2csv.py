@@ -12,7 +12,10 @@ empty. An optional LOGDIR/<run>.rc holds the run's exit status.
 Writes into OUTDIR (default LOGDIR):
   evals.csv      one row per evaluation of every run
   runs.csv       one row per run: summary line, final and best accuracy, time and samples to reach
-                 0.85/0.87/0.88/0.90 (empty if never), throughput, epoch time, staleness, waits,
+                 0.85/0.87/0.88/0.90 (empty if never), throughput, epoch time, startup_s (the
+                 summary's time from the process's launch to the start of training; empty for logs
+                 without it), staleness (stale_p99_capped: true where the p99 is the histogram's
+                 last bin, so the true p99 is that or more; empty for logs without it), waits,
                  repeated_evals (evaluation lines that repeat the point before them, left out),
                  flag ("diverged": a non-finite loss or accuracy, or the trainer's guard stopped the
                  run; "stalled": final test accuracy below 1.5x chance) and guard_events (the
@@ -72,6 +75,8 @@ def fnum(v):
     """Text of a number as the CSVs carry it: empty for none, %.6g otherwise."""
     if v is None or v == "":
         return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
     if isinstance(v, float) and not math.isfinite(v):
         return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
     if isinstance(v, int) and not isinstance(v, bool):
@@ -263,8 +268,8 @@ def write_evals(out, ff, runs):
     write_csv(os.path.join(out, "evals.csv"), header, rows)
 
 
-SUMMARY_KEYS = ("stale_max", "stale_mean", "stale_p99", "lock_wait_share", "barrier_wait_share",
-                "clock_spread_max", "skipped_nonfinite")
+SUMMARY_KEYS = ("startup_s", "stale_max", "stale_mean", "stale_p99", "stale_p99_capped", "lock_wait_share",
+                "barrier_wait_share", "clock_spread_max", "skipped_nonfinite")
 
 
 def write_runs(out, ff, runs):

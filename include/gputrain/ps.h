@@ -93,6 +93,12 @@ void gt_ps_stripes_span(const gt_ps *ps, int s_lo, int s_hi, size_t *lo, size_t 
 /* Adds one staleness observation (the clocked modes measure it themselves). */
 void gt_ps_note_staleness(gt_ps *ps, uint64_t stale);
 
+/* The pct-th percentile (1..100) of the staleness observed: the smallest staleness with at least
+ * pct% of the observations at or below it; 0 when there are none. *capped (may be NULL) is set to
+ * 1 when that is the histogram's last bin, GT_STALE_BINS - 1, which counts every staleness from
+ * there up, so the true percentile is that or more; to 0 otherwise. (stale_max is exact.) */
+uint64_t gt_ps_stale_percentile(gt_ps *ps, int pct, int *capped);
+
 /* A walk over fewer parameters than this runs on its caller alone: below it, waking helpers costs
  * more than they save (a lenet5 push is ~9 us). */
 #define GT_PS_POOL_MIN ((size_t)256 * 1024)

@@ -45,6 +45,7 @@ typedef struct gt_run_result {
     gt_worker_stats workers[GT_MAX_WORKERS];
     uint64_t stale_max;
     double stale_mean, stale_p99;
+    int stale_p99_capped;         /* stale_p99 is the histogram's last bin: the true p99 is that or more */
     double lock_wait_share, barrier_wait_share;
     uint64_t clock_spread_max;    /* ssp: largest gap between fastest and slowest worker clock */
     uint64_t skipped_nonfinite;
