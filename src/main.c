@@ -265,8 +265,9 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
                res->wall_s > 0 ? 100 * s->wait_s / res->wall_s : 0.0, s->failed ? "  FAILED: " : "",
                s->failed ? s->error : "");
     }
-    printf("  staleness max %llu mean %.2f p99 %.0f; lock wait %.2f%%, barrier wait %.2f%% of worker time",
-           (unsigned long long)res->stale_max, res->stale_mean, res->stale_p99,
+    printf("  staleness max %llu mean %.2f p99 %s%.0f; lock wait %.2f%%, barrier wait %.2f%% of worker time",
+           (unsigned long long)res->stale_max, res->stale_mean, res->stale_p99_capped ? ">=" : "",
+           res->stale_p99,
            100 * res->lock_wait_share, 100 * res->barrier_wait_share);
     if (c->mode == GT_MODE_SSP)
         printf("; clock spread max %llu", (unsigned long long)res->clock_spread_max);

@@ -109,7 +109,7 @@ balance overlap tf32 on_nan checkpoint checkpoint_every checkpoint_unit keep res
 allow_nonfinite log_steps inject_fault stall_timeout host_timeout start_epoch start_step
 start_samples start_wall_s"
 SUMMARY_KEYS="mode workers hosts model batch optimizer lr momentum weight_decay schedule warmup seed
-epochs stripes samples wall_s run_samples run_wall_s samples_per_s stale_max stale_mean stale_p99
+epochs stripes samples wall_s run_samples run_wall_s samples_per_s stale_max stale_mean stale_p99 stale_p99_capped
 lock_wait_share barrier_wait_share clock_spread_max skipped_nonfinite test_acc interrupted data
 version startup_s"
 head -1 "$TMP/rs.jsonl" | grep -q '^{"type":"config",' || fail "the log does not open with a config record"
