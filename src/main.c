@@ -170,6 +170,7 @@ static void close_devices(gt_device **devs, int n, gt_device *evaluator)
  * devices (one per worker, and host 0's evaluator) opened for it while the data loaded. */
 typedef struct setup {
     double launched;                      /* on gt_now's clock */
+    double data_s, devices_s;             /* the data load's and the devices' own time; -1: not yet */
     gt_model *m;                          /* NULL: no model built, no device open */
     gt_device *devs[GT_MAX_WORKERS], *ev;
     int n;                                /* devs[0, n) are open */
@@ -195,8 +196,10 @@ static int setup_model(const gt_config *c, int ch, int h, int w, int k, setup *s
 /* Opens the devices for s->m; whether they opened is kept in s->rc and s->err. */
 static void setup_open(const gt_config *c, setup *s)
 {
+    double t = gt_now();
     s->rc = open_devices(c, s->m, s->devs, &s->n, gt_cluster_rank() == 0 ? &s->ev : NULL,
                          &s->err);
+    s->devices_s = (s->devices_s > 0 ? s->devices_s : 0) + gt_now() - t; /* a reopen adds */
     s->opened = 1;
 }
 
@@ -244,17 +247,20 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
 {
     if (gt_cluster_rank() != 0)
         return;
-    char hosts[48] = "", acc[32] = "not evaluated", before[64] = "";
+    char hosts[48] = "", acc[32] = "not evaluated", before[64] = "", parts[64] = "";
     if (res->nhosts > 1)
         snprintf(hosts, sizeof hosts, " on each of %d hosts (host 0's below)", res->nhosts);
     if (res->npoints > 0)
         snprintf(acc, sizeof acc, "test acc %.4f", res->final_test_acc);
     if (res->resumed_samples > 0)
         snprintf(before, sizeof before, " (%llu since epoch 0)", (unsigned long long)res->samples);
-    printf("done: %s, %d worker%s%s, %llu samples%s in %.2f s (startup %.2f s): %.0f samples/s, %s\n",
+    if (res->startup_data_s >= 0 && res->startup_devices_s >= 0)
+        snprintf(parts, sizeof parts, ": data %.2f s beside devices %.2f s", res->startup_data_s,
+                 res->startup_devices_s);
+    printf("done: %s, %d worker%s%s, %llu samples%s in %.2f s (startup %.2f s%s): %.0f samples/s, %s\n",
            gt_mode_name(c->mode), res->nworkers, res->nworkers == 1 ? "" : "s", hosts,
            (unsigned long long)(res->samples - res->resumed_samples), before, res->wall_s,
-           res->startup_s, res->samples_per_s, acc);
+           res->startup_s, parts, res->samples_per_s, acc);
     if (c->quiet)
         return;
     for (int i = 0; i < res->nworkers; i++) {
@@ -471,7 +477,8 @@ static int cmd_train(const gt_config *given, const gt_data *d, setup *s, gt_run_
         print_header(c, d, s, resumed, &meta);
         gt_start start = {.params = params, .state = state, .nstate = nstate,
                           .resumed = resumed ? &meta : NULL, .recipe = &rec,
-                          .launched = s->launched};
+                          .launched = s->launched, .data_s = s->data_s,
+                          .devices_s = s->devices_s};
         gt_train_install_signals();
         rc = gt_train_run(c, m, d, s->devs, s->n, s->ev, &start, res, e);
         if (rc == 0)
@@ -557,6 +564,7 @@ typedef struct data_job {
     const gt_config *c;
     gt_data *data;
     int rc;
+    double seconds; /* the load's own time */
     gt_err err;
 } data_job;
 
@@ -564,9 +572,11 @@ static void *data_job_run(void *arg)
 {
     data_job *j = arg;
     const gt_dataset *t = &j->data->train;
+    double t0 = gt_now();
     j->rc = gt_data_load(j->c->data, j->c->train_samples, j->data, &j->err);
     if (j->rc == 0)
         gt_host_register(t->images, (size_t)t->n * t->c * t->h * t->w);
+    j->seconds = gt_now() - t0;
     return NULL;
 }
 
@@ -581,7 +591,7 @@ static void data_release(gt_data *d)
  * in s until training would have opened them; the data's comes out here. */
 static int load_while_opening(const gt_config *c, gt_data *data, setup *s, gt_err *e)
 {
-    data_job job = {c, data, 0, {{0}}};
+    data_job job = {c, data, 0, 0, {{0}}};
     pthread_t t;
     int threaded = pthread_create(&t, NULL, data_job_run, &job) == 0;
     if (!threaded)
@@ -593,6 +603,7 @@ static int load_while_opening(const gt_config *c, gt_data *data, setup *s, gt_er
         setup_open(c, s);
     if (threaded)
         pthread_join(t, NULL);
+    s->data_s = job.seconds;
     if (job.rc != 0) {
         setup_close(s);
         *e = job.err;
@@ -603,7 +614,7 @@ static int load_while_opening(const gt_config *c, gt_data *data, setup *s, gt_er
 
 int main(int argc, char **argv)
 {
-    setup su = {.launched = launch_time()};
+    setup su = {.launched = launch_time(), .data_s = -1, .devices_s = -1};
     gt_config c;
     gt_err e = {{0}};
     int pr = gt_cli_parse(argc, argv, &c, stdout, &e);

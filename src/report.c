@@ -381,7 +381,8 @@ void report_resume_restart(run *r, uint64_t step, uint64_t epoch_steps)
 
 /* The run's summary: wall_s and samples count from the start of the first run a resumed one goes
  * on; run_wall_s, run_samples and samples_per_s are this run's own, and startup_s this process's
- * time from its launch to the start of training. stale_max is exact; stale_p99 comes from the
+ * time from its launch to the start of training, of which startup_data_s loaded the data while
+ * startup_devices_s opened the devices (side by side; -1 where not measured). stale_max is exact; stale_p99 comes from the
  * histogram, and stale_p99_capped says it is its last bin (the true p99 is that or more). */
 static void report_summary(run *r, const gt_run_result *res)
 {
@@ -391,7 +392,8 @@ static void report_summary(run *r, const gt_run_result *res)
             "{\"type\":\"summary\",\"mode\":\"%s\",\"workers\":%d,\"hosts\":%d,\"model\":\"%s\",\"batch\":%d,"
             "\"optimizer\":\"%s\",\"lr\":%g,\"momentum\":%g,\"weight_decay\":%g,\"schedule\":\"%s\","
             "\"warmup\":%g,\"seed\":%llu,\"epochs\":%d,\"stripes\":%d,\"samples\":%llu,\"wall_s\":%.4f,"
-            "\"run_samples\":%llu,\"run_wall_s\":%.4f,\"startup_s\":%.4f,"
+            "\"run_samples\":%llu,\"run_wall_s\":%.4f,\"startup_s\":%.4f,\"startup_data_s\":%.4f,"
+            "\"startup_devices_s\":%.4f,"
             "\"samples_per_s\":%.1f,\"stale_max\":%llu,\"stale_mean\":%.4f,\"stale_p99\":%.0f,"
             "\"stale_p99_capped\":%s,"
             "\"lock_wait_share\":%.6f,\"barrier_wait_share\":%.6f,\"clock_spread_max\":%llu,"
@@ -401,7 +403,7 @@ static void report_summary(run *r, const gt_run_result *res)
             gt_schedule_name(cfg->optim.schedule), cfg->optim.warmup_epochs,
             (unsigned long long)cfg->seed, cfg->epochs, r->ps.nstripes, (unsigned long long)res->samples,
             res->resumed_wall_s + res->wall_s, (unsigned long long)(res->samples - res->resumed_samples),
-            res->wall_s, res->startup_s, res->samples_per_s, (unsigned long long)res->stale_max, res->stale_mean,
+            res->wall_s, res->startup_s, res->startup_data_s, res->startup_devices_s, res->samples_per_s, (unsigned long long)res->stale_max, res->stale_mean,
             res->stale_p99, res->stale_p99_capped ? "true" : "false", res->lock_wait_share, res->barrier_wait_share,
             (unsigned long long)res->clock_spread_max, (unsigned long long)res->skipped_nonfinite);
     if (res->npoints > 0)

@@ -304,6 +304,8 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
     }
     r->t0 = gt_now();
     res->startup_s = start->launched > 0 ? r->t0 - start->launched : 0;
+    res->startup_data_s = start->data_s;
+    res->startup_devices_s = start->devices_s;
     int started = start_workers(r);
     int rc = supervise(r, res, e);
     for (int i = 0; i < started; i++)

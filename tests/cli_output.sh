@@ -67,11 +67,16 @@ t0=$(date +%s.%N)
 expect_exit 0 -- "${RUN[@]}" --epochs 1 --train-samples 2000 --quiet --log "$TMP/su.jsonl"
 t1=$(date +%s.%N)
 su=$(num "$TMP/su.jsonl" summary startup_s)
-su_line=$(sed -nE 's/^done: .* samples in [0-9.]+ s \(startup ([0-9]+\.[0-9]{2}) s\): .*/\1/p' "$TMP/out")
+su_line=$(sed -nE 's/^done: .* samples in [0-9.]+ s \(startup ([0-9]+\.[0-9]{2}) s: data [0-9.]+ s beside devices [0-9.]+ s\): .*/\1/p' "$TMP/out")
 [ -n "$su_line" ] && awk -v a="$su" -v b="$su_line" 'BEGIN { d = a - b; exit !(d < 0.006 && d > -0.006) }' ||
     fail "done: line start-up '$su_line' against the summary's startup_s '$su': $(cat "$TMP/out")"
 ratio_below 0 "$su" 1 && awk -v s="$su" -v a="$t0" -v b="$t1" 'BEGIN { exit !(s < b - a) }' ||
     fail "startup_s $su: not within the process's $t0 .. $t1"
+# its parts ran side by side, each within the whole
+for k in startup_data_s startup_devices_s; do
+    v=$(num "$TMP/su.jsonl" summary $k)
+    awk -v v="$v" -v s="$su" 'BEGIN { exit !(v != "" && v >= 0 && v <= s) }' || fail "$k '$v' not within startup_s $su"
+done
 
 # ---- resume: this run's own throughput, wall_s counting on --------------------------------------
 # Three epochs, then the fourth resumed: counting every sample since epoch 0 over the resumed
@@ -111,7 +116,7 @@ start_samples start_wall_s"
 SUMMARY_KEYS="mode workers hosts model batch optimizer lr momentum weight_decay schedule warmup seed
 epochs stripes samples wall_s run_samples run_wall_s samples_per_s stale_max stale_mean stale_p99 stale_p99_capped
 lock_wait_share barrier_wait_share clock_spread_max skipped_nonfinite test_acc interrupted data
-version startup_s"
+version startup_s startup_data_s startup_devices_s"
 head -1 "$TMP/rs.jsonl" | grep -q '^{"type":"config",' || fail "the log does not open with a config record"
 for k in $CONFIG_KEYS; do
     head -1 "$TMP/rs.jsonl" | grep -q "\"$k\":" || fail "config record lacks \"$k\""

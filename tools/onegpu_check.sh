@@ -123,17 +123,20 @@ summary_num() {
 # training: data load, devices, libraries), training (the summary's run_wall_s) and the rest
 # (the last evaluation, closing the devices, exit).
 wall_run() { # binary label
-    local start end startup train
+    local start end startup train sdata sdev
     start=$(date +%s.%N)
     "$1" --data "$data" --gpus "$gpu" --epochs 10 --mode allreduce --batch 64 --quiet \
         --no-progress --log "$work/wall.jsonl"
     end=$(date +%s.%N)
     startup=$(summary_num "$work/wall.jsonl" startup_s)
+    sdata=$(summary_num "$work/wall.jsonl" startup_data_s)
+    sdev=$(summary_num "$work/wall.jsonl" startup_devices_s)
     train=$(summary_num "$work/wall.jsonl" run_wall_s)
-    awk -v s="$start" -v e="$end" -v u="$startup" -v t="$train" -v n="$2" 'BEGIN {
+    awk -v s="$start" -v e="$end" -v u="$startup" -v t="$train" -v n="$2" -v d="$sdata" -v v="$sdev" 'BEGIN {
         printf "%-44s %12s %10.3f\n", n ": launch to exit (s)", "-", e - s;
         rest = (u == "-" || t == "-") ? "-" : sprintf("%.3f", e - s - u - t);
-        printf "%-44s %12s %10s\n", "  start-up / training / rest (s)", u " / " t, rest }' >>"$table"
+        printf "%-44s %12s %10s\n", "  start-up / training / rest (s)", u " / " t, rest;
+        printf "%-44s %12s %10s\n", "  start-up: data load beside devices (s)", d " / " v, "-" }' >>"$table"
 }
 echo "== lenet5 10 epochs, launch to exit"
 wall_run "$bin" "lenet5 10 epochs"

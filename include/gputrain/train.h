@@ -36,6 +36,8 @@ typedef struct gt_run_result {
     gt_eval_point *points;        /* every evaluation, in order */
     double wall_s;                /* this run's training time, evaluation excluded where it overlaps */
     double startup_s;             /* from the process's launch (gt_start.launched) to training */
+    double startup_data_s;        /* of which the data load took this long (beside the devices) */
+    double startup_devices_s;     /* and opening the devices this long (-1: either unknown) */
     double samples_per_s;         /* this run's: (samples - resumed_samples) / wall_s */
     uint64_t samples;             /* of every host, since epoch 0 (a resumed run's included) */
     uint64_t resumed_samples;     /* samples the resumed checkpoint had trained; 0 for a fresh run */
@@ -62,6 +64,8 @@ typedef struct gt_start {
     const gt_ckpt_meta *resumed;  /* non-NULL when resuming: epoch, step, samples, updates */
     const struct gt_recipe *recipe; /* the corrections made to the config, reported; may be NULL */
     double launched;              /* when the process was launched, on gt_now's clock; 0: unknown */
+    double data_s, devices_s;     /* start-up's data load and device opening, each its own time;
+                                   * -1: not measured */
 } gt_start;
 
 /* Trains model on data with the devices (one worker each) as cfg says; evaluator is a device of
