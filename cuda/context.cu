@@ -55,9 +55,10 @@ void gt_host_free(void *p)
     gt_free(p);
 }
 
-void gt_host_register(void *p, size_t bytes)
+void gt_host_register(int device, void *p, size_t bytes)
 {
-    if (p && bytes && cudaHostRegister(p, bytes, cudaHostRegisterPortable) != cudaSuccess)
+    if (p && bytes && (cudaSetDevice(device) != cudaSuccess ||
+                       cudaHostRegister(p, bytes, cudaHostRegisterPortable) != cudaSuccess))
         cudaGetLastError();
 }
 

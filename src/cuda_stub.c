@@ -14,7 +14,7 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
 
 void *gt_host_alloc(size_t bytes) { return gt_alloc(bytes); }
 void gt_host_free(void *p) { gt_free(p); }
-void gt_host_register(void *p, size_t bytes) {}
+void gt_host_register(int device, void *p, size_t bytes) {}
 void gt_host_unregister(void *p) {}
 
 int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_err *e)

@@ -568,14 +568,26 @@ typedef struct data_job {
     gt_err err;
 } data_job;
 
+/* The GPU whose context pins the training images for the workers' copies: the first the run
+ * uses, so that no other GPU gets a context; -1 for CPU workers, which copy nothing. */
+static int pin_device(const gt_config *c)
+{
+    if (c->cpu_workers > 0)
+        return -1;
+    if (c->gpus_given && !c->gpus_all)
+        return c->ngpus > 0 ? c->gpus[0] : -1;
+    return gt_cuda_device_count() > 0 ? 0 : -1;
+}
+
 static void *data_job_run(void *arg)
 {
     data_job *j = arg;
     const gt_dataset *t = &j->data->train;
     double t0 = gt_now();
     j->rc = gt_data_load(j->c->data, j->c->train_samples, j->data, &j->err);
-    if (j->rc == 0)
-        gt_host_register(t->images, (size_t)t->n * t->c * t->h * t->w);
+    int dev = j->rc == 0 ? pin_device(j->c) : -1;
+    if (dev >= 0)
+        gt_host_register(dev, t->images, (size_t)t->n * t->c * t->h * t->w);
     j->seconds = gt_now() - t0;
     return NULL;
 }

@@ -712,7 +712,7 @@ static void test_host_memory(void)
     CHECK(nonzero == 0);
     gt_host_free(p);
     uint8_t *q = gt_alloc(BYTES);
-    gt_host_register(q, BYTES);
+    gt_host_register(0, q, BYTES);
     memset(q, 1, BYTES);
     gt_host_unregister(q);
     gt_free(q);

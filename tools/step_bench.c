@@ -45,8 +45,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", e.msg);
         return 1;
     }
-    gt_host_register(data->train.images,
-                     (size_t)data->train.n * data->train.c * data->train.h * data->train.w);
+    gt_host_register(0, data->train.images,
+                        (size_t)data->train.n * data->train.c * data->train.h * data->train.w);
     gt_optim_defaults(&oc);
     if (gt_ps_init(&ps, m.nparams, -1, &oc, &e) ||
         gt_cuda_device_open(&d, &m, batch, 0, 0, &e) ||

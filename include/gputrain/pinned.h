@@ -15,8 +15,9 @@ extern "C" {
  * out of memory. Freed with gt_host_free. */
 void *gt_host_alloc(size_t bytes);
 void gt_host_free(void *p);
-/* Pins an existing buffer (the dataset) for DMA where CUDA exists; no-op otherwise. */
-void gt_host_register(void *p, size_t bytes);
+/* Pins an existing buffer (the dataset) for DMA where CUDA exists, in GPU `device`'s context
+ * (portable: every GPU's copies use it); no-op otherwise, and where pinning fails. */
+void gt_host_register(int device, void *p, size_t bytes);
 void gt_host_unregister(void *p);
 
 #ifdef __cplusplus
