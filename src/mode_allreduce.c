@@ -1,6 +1,8 @@
 /* mode_allreduce.c - allreduce: every GPU keeps a replica; each clock's gradient is summed over
- * the GPUs by NCCL and every replica takes the same optimizer step on its own GPU. Worker 0
- * brings its replica into the store where evaluation and checkpoints read it. */
+ * the GPUs (peer-to-peer on one host, NCCL across hosts) and every replica takes the same
+ * optimizer step on its own GPU. Worker 0 brings its replica into the store where evaluation,
+ * checkpoints and the guard's good copies read it; a rollback restores the store at a barrier and
+ * every replica reloads it there. */
 #include "run.h"
 
 #define ALLREDUCE_STOP_EVERY 64 /* clocks between the barriers where a signal is acted on */
@@ -24,6 +26,7 @@ static int allreduce_publish(run *r, worker *w)
  * hosts the hosts agree. */
 static void allreduce_stop_leader(run *r)
 {
+    guard_at_barrier_locked(r);
     if (r->H > 1 && !r->failed) {
         gt_err e = {{0}};
         int sig = hosts_stop_signal(&e);
@@ -33,7 +36,60 @@ static void allreduce_stop_leader(run *r)
     }
 }
 
-/* One clock of allreduce: the worker's share, the gradient summed over the GPUs by NCCL and one
+/* A replica takes the store's parameters and optimizer state: at the start, and after a rollback
+ * restored the store. */
+static int allreduce_load(run *r, worker *w)
+{
+    gt_err e = {{0}};
+    if (worker_pull(r, w) != 0 ||
+        w->dev->ops->set_state(w->dev, r->ps.state[0], r->ps.state[1], &e) != 0) {
+        if (e.msg[0])
+            snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Worker 0 after update t: the store is brought up to date where an evaluation or checkpoint is
+ * due or the guard wants a good copy. Called and returns with r->mu held. */
+static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t t)
+{
+    atomic_store(&r->ps.updates, t);
+    uint64_t total = (uint64_t)r->epoch * r->clk.clocks + c + 1;
+    int due = (r->jq.next_eval && atomic_load(&r->stats.samples_total) >= r->jq.next_eval) ||
+              (r->jq.next_ckpt && total >= r->jq.next_ckpt);
+    int save = guard_save_wanted_locked(r);
+    if (!due && !save)
+        return 0;
+    pthread_mutex_unlock(&r->mu);
+    int rc = allreduce_publish(r, w);
+    pthread_mutex_lock(&r->mu);
+    if (rc != 0)
+        return -1;
+    if (save)
+        guard_saved_locked(r, t);
+    if (due) {
+        r->clk.applied = c + 1;
+        jobs_post_due_locked(r, c + 1, total);
+    }
+    return 0;
+}
+
+/* Every ALLREDUCE_STOP_EVERY clocks: the barrier where signals and the guard's rollback are acted
+ * on; a replica reloads the store when a rollback happened there. */
+static int allreduce_barrier(run *r, worker *w)
+{
+    pthread_mutex_lock(&r->mu);
+    unsigned restores = r->guard.restores;
+    pthread_mutex_unlock(&r->mu);
+    run_barrier(r, w, allreduce_stop_leader);
+    pthread_mutex_lock(&r->mu);
+    int reload = r->guard.restores != restores;
+    pthread_mutex_unlock(&r->mu);
+    return reload ? allreduce_load(r, w) : 0;
+}
+
+/* One clock of allreduce: the worker's share, the gradient summed over the GPUs and one
  * optimizer update of every replica on its own GPU. No host traffic but the loss. */
 static int allreduce_clock(run *r, worker *w, uint64_t c)
 {
@@ -46,7 +102,9 @@ static int allreduce_clock(run *r, worker *w, uint64_t c)
     uint64_t t = (uint64_t)r->epoch * r->clk.clocks + c + 1;
     gt_optim_step st = gt_optim_prepare(&r->cfg->optim, t,
                                         run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
-    if (w->dev->ops->reduce_update(w->dev, &r->cfg->optim, &st, 1.0f / (float)r->Wg, &e) != 0) {
+    /* guard_scale changes only at the barrier, where every replica waits: all read the same. */
+    if (w->dev->ops->reduce_update(w->dev, &r->cfg->optim, &st, guard_scale(r) / (float)r->Wg,
+                                   &e) != 0) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
     }
@@ -54,38 +112,20 @@ static int allreduce_clock(run *r, worker *w, uint64_t c)
     worker_mark_time(w);
     pthread_mutex_lock(&r->mu);
     run_account_step_locked(r, w, &o, b.n);
-    if (w->index == 0) {
-        atomic_store(&r->ps.updates, t);
-        uint64_t total = (uint64_t)r->epoch * r->clk.clocks + c + 1;
-        int due = (r->jq.next_eval && atomic_load(&r->stats.samples_total) >= r->jq.next_eval) ||
-                  (r->jq.next_ckpt && total >= r->jq.next_ckpt);
-        if (due) {
-            pthread_mutex_unlock(&r->mu);
-            if (allreduce_publish(r, w) != 0)
-                return -1;
-            pthread_mutex_lock(&r->mu);
-            r->clk.applied = c + 1;
-            jobs_post_due_locked(r, c + 1, total);
-        }
-    }
+    int rc = w->index == 0 ? allreduce_after_update_locked(r, w, c, t) : 0;
     pthread_mutex_unlock(&r->mu);
+    if (rc != 0)
+        return -1;
     if (c % ALLREDUCE_STOP_EVERY == ALLREDUCE_STOP_EVERY - 1)
-        run_barrier(r, w, allreduce_stop_leader);
+        return allreduce_barrier(r, w);
     return 0;
 }
 
 /* Every replica starts from the store: parameters and (resumed) optimizer state. */
 static int allreduce_start(run *r, worker *w)
 {
-    gt_err e = {{0}};
     w->dev->keep_grad = 1;
-    if (worker_pull(r, w) != 0 ||
-        w->dev->ops->set_state(w->dev, r->ps.state[0], r->ps.state[1], &e) != 0) {
-        if (e.msg[0])
-            snprintf(w->error, sizeof w->error, "%s", e.msg);
-        return -1;
-    }
-    return 0;
+    return allreduce_load(r, w);
 }
 
 /* Worker 0 brings where the replicas stand into the store, for the epoch's evaluation or an
@@ -124,7 +164,7 @@ static int allreduce_init(run *r, gt_device **devices, const gt_start *start, gt
 }
 
 const gt_mode_ops gt_mode_allreduce = {
-    .rollback = ROLLBACK_NONE,
+    .rollback = ROLLBACK_AT_BARRIER,
     .replicas = 1,
     .check = allreduce_check,
     .init = allreduce_init,

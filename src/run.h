@@ -64,7 +64,10 @@ typedef enum run_rollback {
     ROLLBACK_NOW = 0,      /* the store is restored at once, under r->mu, workers running: a push
                             * or apply in flight meets each stripe before or after its restore */
     ROLLBACK_AT_AVERAGE,   /* replicas hold their own parameters: at the next averaging barrier */
-    ROLLBACK_NONE,         /* the devices hold the parameters: the run stops instead */
+    ROLLBACK_AT_BARRIER,   /* the devices hold identical replicas and the store is current only
+                            * when the mode brings it there: the mode saves good points
+                            * (guard_save_wanted) and restores at its next barrier
+                            * (guard_at_barrier_locked), where every replica reloads the store */
 } run_rollback;
 
 /* Leader work of a barrier: runs under r->mu in the last worker to arrive. */
@@ -197,7 +200,9 @@ typedef struct run_guard {
     gt_guard g;
     gt_ps_saved good;          /* the last good store: parameters and optimizer state */
     uint64_t good_step;        /* ps.updates when `good` was taken */
-    int pending;               /* ROLLBACK_AT_AVERAGE: a verdict to act on at the next average */
+    int pending;               /* ROLLBACK_AT_AVERAGE/_AT_BARRIER: a verdict to act on there */
+    int save_wanted;           /* ROLLBACK_AT_BARRIER: a good window asks the mode for a copy */
+    unsigned restores;         /* rollbacks done so far (a replica reloads when it moves) */
     char note[256];            /* the last non-finite loss or gradient, for the message */
     _Atomic float scale;       /* the step-size factor every gradient is scaled by (1 until a trip) */
 } run_guard;
@@ -287,6 +292,9 @@ float guard_scale(run *r);
 void guard_observe_locked(run *r, double loss);
 int guard_nonfinite(run *r, const char *msg);
 void guard_at_average_locked(run *r);
+int guard_save_wanted_locked(run *r);
+void guard_saved_locked(run *r, uint64_t step);
+void guard_at_barrier_locked(run *r);
 int guard_final(run *r, const gt_run_result *res, gt_err *e);
 
 /* supervisor.c */

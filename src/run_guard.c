@@ -8,7 +8,10 @@
  * (a push in flight lands on the restored store like any stale gradient); sync trips while shares
  * are computed, between the applies; in ssp an apply running meanwhile meets each stripe before
  * or after its restore; local replicas hold their own parameters, so there the rollback waits for
- * the next average, where every worker waits; allreduce, and any run across hosts, stop. */
+ * the next average, where every worker waits; allreduce's store is current only when worker 0
+ * brings its replica there, so a good window asks worker 0 for a copy and a trip waits for the
+ * mode's next barrier, where every replica reloads the restored store; any run across hosts
+ * stops. */
 #include "run.h"
 
 #include <math.h>
@@ -19,12 +22,10 @@
 /* Updates between two copies of a good store, at least. */
 enum { GUARD_SAVE_EVERY = 100 };
 
-/* Whether a trip may roll back (else it stops the run): --on-diverge recover, one host, and a
- * mode that can. */
+/* Whether a trip may roll back (else it stops the run): --on-diverge recover and one host. */
 static int guard_can_recover(const run *r)
 {
-    return r->cfg->on_diverge == GT_DIVERGE_RECOVER && r->H == 1 &&
-           r->ops->rollback != ROLLBACK_NONE;
+    return r->cfg->on_diverge == GT_DIVERGE_RECOVER && r->H == 1;
 }
 
 int guard_init(run *r, gt_err *e)
@@ -72,10 +73,8 @@ static void guard_stop_locked(run *r, gt_guard_verdict v)
         snprintf(why, sizeof why, "--on-diverge stop");
     else if (gt_guard_exhausted(g))
         snprintf(why, sizeof why, "%d rollbacks did not help", g->recoveries);
-    else if (r->H > 1)
-        snprintf(why, sizeof why, "no rollback across hosts");
     else
-        snprintf(why, sizeof why, "no rollback in %s", r->ops->name);
+        snprintf(why, sizeof why, "no rollback across hosts");
     int finite = isfinite(g->last_mean);
     snprintf(msg, sizeof msg, "%s at update %llu (%s%sloss %.4g, chance %.4g): stopped the run "
              "(%s); lower --lr or --momentum", gt_guard_verdict_name(v),
@@ -103,7 +102,7 @@ static void guard_trip_locked(run *r, gt_guard_verdict v)
         guard_wait_locked(r);
     else if (!recover)
         guard_stop_locked(r, v);
-    else if (r->ops->rollback == ROLLBACK_AT_AVERAGE)
+    else if (r->ops->rollback != ROLLBACK_NOW)
         r->guard.pending = (int)v;
     else
         guard_rollback_locked(r, v);
@@ -121,8 +120,10 @@ void guard_observe_locked(run *r, double loss)
          * cnn-wide): keep one every GUARD_SAVE_EVERY updates at most, and none where no rollback
          * can use it. */
         if (guard_can_recover(r) && now - r->guard.good_step >= GUARD_SAVE_EVERY) {
-            gt_ps_save(&r->ps, &r->guard.good);
-            r->guard.good_step = now;
+            if (r->ops->rollback == ROLLBACK_AT_BARRIER)
+                r->guard.save_wanted = 1;
+            else
+                guard_saved_locked(r, now);
         }
     } else if (v != GT_GUARD_OK) {
         guard_trip_locked(r, v);
@@ -154,6 +155,31 @@ void guard_at_average_locked(run *r)
             memset(r->workers[i].state[k], 0, r->n * sizeof(float));
     guard_rollback_locked(r, (gt_guard_verdict)r->guard.pending);
     r->guard.pending = 0;
+}
+
+/* ROLLBACK_AT_BARRIER: whether a good window asked for a copy of the store, which the mode brings
+ * up to date first and then hands to guard_saved_locked. Caller holds r->mu. */
+int guard_save_wanted_locked(run *r) { return r->guard.save_wanted; }
+
+/* The store, current as of update `step`, becomes the last good point. Caller holds r->mu. */
+void guard_saved_locked(run *r, uint64_t step)
+{
+    gt_ps_save(&r->ps, &r->guard.good);
+    r->guard.good_step = step;
+    r->guard.save_wanted = 0;
+}
+
+/* ROLLBACK_AT_BARRIER, in the leader of the mode's barrier, where every replica waits: the
+ * rollback a trip left pending. The store holds the good point's parameters and optimizer state
+ * afterwards, and r->guard.restores moves, which tells each replica to reload it. Caller holds
+ * r->mu. */
+void guard_at_barrier_locked(run *r)
+{
+    if (!r->guard.pending)
+        return;
+    guard_rollback_locked(r, (gt_guard_verdict)r->guard.pending);
+    r->guard.pending = 0;
+    r->guard.restores++;
 }
 
 /* A run that ends at chance accuracy says so (and fails under --on-diverge stop). */

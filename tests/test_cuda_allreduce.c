@@ -507,6 +507,7 @@ typedef struct outcome {
     gt_run_result *res;
     double step_loss[64]; /* mean loss of each of the first clocks, from --log-steps */
     int nsteps;
+    int rollbacks;        /* the guard's rollbacks, as the log records them */
     double wall_s;
 } outcome;
 
@@ -537,6 +538,20 @@ static int open_run_devices(const gt_config *c, const gt_model *m, gt_device **d
     return gt_cuda_device_open(ev, m, c->batch, c->gpus[0], 0, e);
 }
 
+/* How many lines of the log at `path` hold `what`. */
+static int log_count(const char *path, const char *what)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, what) != NULL;
+    fclose(f);
+    return n;
+}
+
 static outcome train(gt_config *c)
 {
     outcome o = {0};
@@ -564,6 +579,7 @@ static outcome train(gt_config *c)
     gt_device_close(ev);
     gt_free(params);
     o.nsteps = gt_test_step_losses(log, c->ngpus, o.step_loss, 64);
+    o.rollbacks = log_count(log, "\"action\":\"rolled back");
     unlink(log);
     return o;
 }
@@ -652,6 +668,27 @@ static void test_abort(void)
     CHECK_MSG(strstr(a.o.err, "abort") && strstr(a.o.err, "gpu:"), "message: %s", a.o.err);
     gt_run_result_free(a.o.res);
     free(a.o.res);
+}
+
+/* The guard rolls an allreduce run back (the store restored at the mode's barrier, every replica
+ * reloading it) instead of stopping it: --lr 1.0 diverges or stalls, as on the CPU in
+ * tests/cli_converge.sh, and the run recovers to learn something. */
+static void test_rollback(void)
+{
+    gt_config c;
+    run_config(&c, GT_MODE_ALLREDUCE, g_w, 32, 3);
+    c.optim.lr = 1.0f;
+    c.given |= GT_GIVEN_LR;
+    c.log_steps = 0;
+    outcome o = train(&c);
+    double acc = o.res->npoints ? o.res->final_test_acc : 0;
+    printf("rollback: exit %d after %d rollback(s), test acc %.4f%s%s\n", o.rc, o.rollbacks, acc,
+           o.rc ? ": " : "", o.err);
+    CHECK_MSG(o.rollbacks >= 1, "no rollback logged (exit %d: %s)", o.rc, o.err);
+    CHECK_MSG(o.rc == 0 ? acc >= 0.5 : strstr(o.err, "rollbacks did not help") != NULL,
+              "exit %d, acc %.4f: %s", o.rc, acc, o.err);
+    gt_run_result_free(o.res);
+    free(o.res);
 }
 
 /* ---- (6) timing, printed only ---------------------------------------------------------------- */
@@ -782,6 +819,7 @@ int main(void)
         test_modes_agree("p2p");
         test_modes_agree("nccl");
         test_abort();
+        test_rollback();
         gt_data_free(&g_data);
     }
     time_model("lenet5", 64, &r);
