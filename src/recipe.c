@@ -112,11 +112,35 @@ static void recipe_warmup(gt_config *c, int workers, uint32_t ntrain, gt_recipe 
                 steps, epochs, workers * c->batch);
 }
 
+/* The share of momentum's step size, lr / (1 - momentum), that ssp's plain SGD keeps. */
+#define RECIPE_SSP_STEP_SHARE 0.4
+
+/* ssp over several workers: plain SGD at RECIPE_SSP_STEP_SHARE of the step size momentum gave
+ * (lr 0.05, momentum 0.9 -> lr 0.2, momentum 0). Stale clock sums and momentum echo each other:
+ * 10-epoch lenet5 runs on 4 GPUs ended 1.5-2 points higher this way than with the momentum rule
+ * (tools/convergence-notes.md, section 8). Returns 1 when it changed the recipe. */
+static int recipe_ssp_plain(gt_config *c, int workers, gt_recipe *r)
+{
+    if (c->mode != GT_MODE_SSP || c->staleness == 0 || workers < 2 || c->optim.kind != GT_OPT_SGD ||
+        c->optim.momentum <= 0 || c->optim.nesterov || (c->given & (GT_GIVEN_MOMENTUM | GT_GIVEN_LR)))
+        return 0;
+    double m = floor((double)c->optim.momentum * 1e4 + 0.5) / 1e4;
+    double lr = RECIPE_SSP_STEP_SHARE * (double)c->optim.lr / (1.0 - m);
+    float lr3 = (float)(floor(lr * 1e3 + 0.5) / 1e3); /* as printed */
+    recipe_note(r, c, workers, "momentum %g -> 0, lr %g -> %g (stale clocks echo momentum: plain "
+                "SGD at %g x lr / (1 - momentum); --momentum or --lr sets them)",
+                (double)c->optim.momentum, (double)c->optim.lr, (double)lr3, RECIPE_SSP_STEP_SHARE);
+    c->optim.momentum = 0.0f;
+    c->optim.lr = lr3;
+    return 1;
+}
+
 void gt_recipe_apply(gt_config *c, int workers, uint32_t ntrain, gt_recipe *r)
 {
     r->n = 0;
     if (c->literal || (workers < 2 && !(c->mode == GT_MODE_HOGWILD && c->overlap)))
         return;
-    recipe_momentum(c, workers, r);
+    if (!recipe_ssp_plain(c, workers, r))
+        recipe_momentum(c, workers, r);
     recipe_warmup(c, workers, ntrain, r);
 }

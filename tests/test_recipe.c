@@ -127,24 +127,38 @@ static void test_warmup_share(void)
 
 static void test_ssp(void)
 {
+    /* plain SGD at 0.4 x lr / (1 - momentum), whatever the staleness and worker count */
     gt_config c = base(GT_MODE_SSP);
     c.staleness = 2;
     gt_recipe r;
     gt_recipe_apply(&c, 4, NTRAIN, &r);
-    CHECK_CLOSE(c.optim.momentum, 0.63, 1e-6); /* d = s (W - 1) / 16 */
+    CHECK(c.optim.momentum == 0.0f);
+    CHECK_CLOSE(c.optim.lr, 0.2, 1e-6);
     CHECK(c.optim.warmup_epochs > 0);
-    CHECK(r.n == 2);
-    gt_config c4 = base(GT_MODE_SSP);
-    c4.staleness = 4;
-    gt_recipe_apply(&c4, 4, NTRAIN, &r);
-    CHECK_CLOSE(c4.optim.momentum, 0.47, 1e-6); /* more staleness, less explicit momentum */
+    CHECK(r.n == 2 && strstr(r.change[0], "momentum 0.9 -> 0, lr 0.05 -> 0.2"));
     gt_config c2 = base(GT_MODE_SSP);
-    c2.staleness = 2;
+    c2.staleness = 4;
+    c2.optim.lr = 0.01f;
+    c2.optim.momentum = 0.5f;
     gt_recipe_apply(&c2, 2, NTRAIN, &r);
-    CHECK_CLOSE(c2.optim.momentum, 0.79, 1e-6); /* fewer workers, less delay */
+    CHECK(c2.optim.momentum == 0.0f);
+    CHECK_CLOSE(c2.optim.lr, 0.008, 1e-6);
+    /* with --lr given, the momentum rule: d = s (W - 1) / 16 */
+    int s_[3] = {2, 4, 2}, w_[3] = {4, 4, 2};
+    double m_[3] = {0.63, 0.47, 0.79}; /* more staleness or workers, less explicit momentum */
+    for (int i = 0; i < 3; i++) {
+        gt_config cl = base(GT_MODE_SSP);
+        cl.staleness = s_[i];
+        cl.given = GT_GIVEN_LR;
+        gt_recipe_apply(&cl, w_[i], NTRAIN, &r);
+        CHECK_CLOSE(cl.optim.momentum, m_[i], 1e-6);
+        CHECK(cl.optim.lr == 0.05f);
+    }
     gt_config c0 = base(GT_MODE_SSP);
-    c0.staleness = 0; /* ssp at staleness 0 is sync */
+    c0.staleness = 0; /* ssp at staleness 0 is sync: no change but the warm-up */
     CHECK(gt_recipe_implicit_momentum(&c0, 4) == 0);
+    gt_recipe_apply(&c0, 4, NTRAIN, &r);
+    CHECK(c0.optim.momentum == 0.9f && c0.optim.lr == 0.05f && r.n == 1);
 }
 
 static void test_given_flags_kept(void)
