@@ -1,5 +1,6 @@
 /* jobs.c - snapshots of the store that workers post for the calling thread, which evaluates them
- * on its own device and writes checkpoints, so evaluation costs the workers one copy. */
+ * on its own device and writes checkpoints, so evaluation costs the workers one copy. allreduce's
+ * replicas evaluate shares of the test set themselves and post the result instead. */
 #include "run.h"
 #include "gputrain/names.h"
 #include "gputrain/checkpoint.h"
@@ -29,16 +30,39 @@ static void post_job_locked(run *r, job *j)
     pthread_cond_broadcast(&r->cv);
 }
 
-/* A copy of the store for a job: parameters always, optimizer state for checkpoints. Caller holds
- * r->mu; the store's own stripe locks keep each stripe consistent. */
+/* An evaluation the replicas made (r->reval) goes into the job, which then needs no parameters
+ * for it; the shares are summed in worker order. Caller holds r->mu. */
+static void take_replica_eval_locked(run *r, job *j)
+{
+    if (!(j->kinds & JOB_EVAL) || r->reval.mask == 0)
+        return;
+    double loss = 0;
+    uint64_t correct = 0;
+    for (int i = 0; i < r->W; i++)
+        if (r->reval.mask & (1ull << i)) {
+            loss += r->reval.loss_sum[i];
+            correct += r->reval.correct[i];
+        }
+    r->reval.mask = 0;
+    j->evaluated = 1;
+    j->test_loss = loss / r->data->test.n;
+    j->test_acc = (double)correct / r->data->test.n;
+}
+
+/* A copy of the store for a job: parameters (unless the replicas evaluated an evaluation-only
+ * job), optimizer state for checkpoints. Caller holds r->mu; the store's own stripe locks keep
+ * each stripe consistent. */
 int jobs_snapshot_locked(run *r, job *j, int kinds, uint32_t epoch, uint64_t step)
 {
     memset(j, 0, sizeof *j);
     j->kinds = kinds;
-    j->params = malloc(r->n * sizeof(float));
-    if (!j->params)
-        return -1;
-    gt_ps_pull(&r->ps, j->params, NULL);
+    take_replica_eval_locked(r, j);
+    if (!(j->evaluated && kinds == JOB_EVAL)) {
+        j->params = malloc(r->n * sizeof(float));
+        if (!j->params)
+            return -1;
+        gt_ps_pull(&r->ps, j->params, NULL);
+    }
     if (kinds & JOB_CKPT) {
         for (int i = 0; i < r->ps.nstate; i++) {
             j->state[i] = malloc(r->n * sizeof(float));
@@ -173,7 +197,12 @@ int jobs_handle(run *r, job *j, gt_run_result *res, gt_err *e)
                            .wall_s = j->wall,
                            .train_loss = j->train_loss,
                            .train_acc = j->train_acc};
-        rc = evaluate_snapshot(r, j->params, &p.test_loss, &p.test_acc, e);
+        if (j->evaluated) {
+            p.test_loss = j->test_loss;
+            p.test_acc = j->test_acc;
+        } else {
+            rc = evaluate_snapshot(r, j->params, &p.test_loss, &p.test_acc, e);
+        }
         if (rc == 0)
             rc = result_add_point(res, &p, e);
         if (rc == 0) {

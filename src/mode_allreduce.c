@@ -50,14 +50,13 @@ static int allreduce_load(run *r, worker *w)
     return 0;
 }
 
-/* Worker 0 after update t: the store is brought up to date where an evaluation or checkpoint is
- * due or the guard wants a good copy. Called and returns with r->mu held. */
+/* Worker 0 after update t: the store is brought up to date where a checkpoint is due or the guard
+ * wants a good copy. Called and returns with r->mu held. */
 static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t t)
 {
     atomic_store(&r->ps.updates, t);
     uint64_t total = (uint64_t)r->epoch * r->clk.clocks + c + 1;
-    int due = (r->jq.next_eval && atomic_load(&r->stats.samples_total) >= r->jq.next_eval) ||
-              (r->jq.next_ckpt && total >= r->jq.next_ckpt);
+    int due = r->jq.next_ckpt && total >= r->jq.next_ckpt; /* evaluations: allreduce_evaluate */
     int save = guard_save_wanted_locked(r);
     if (!due && !save)
         return 0;
@@ -72,6 +71,59 @@ static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t
         r->clk.applied = c + 1;
         jobs_post_due_locked(r, c + 1, total);
     }
+    return 0;
+}
+
+/* The replica's share of an evaluation: test samples [n k / W, n (k + 1) / W) for worker k, on
+ * its own GPU and parameters (every replica holds the same), into r->reval. Only host 0
+ * evaluates. */
+static int allreduce_eval_share(run *r, worker *w)
+{
+    if (r->host != 0)
+        return 0;
+    const gt_dataset *t = &r->data->test;
+    uint32_t lo = (uint32_t)((uint64_t)t->n * (uint64_t)w->index / (uint64_t)r->W);
+    uint32_t hi = (uint32_t)((uint64_t)t->n * (uint64_t)(w->index + 1) / (uint64_t)r->W);
+    gt_step_out o = {0};
+    gt_err e = {{0}};
+    if (w->dev->ops->evaluate(w->dev, t, lo, hi, &o, &e) != 0) {
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->reval.loss_sum[w->index] = o.loss_sum;
+    r->reval.correct[w->index] = o.correct;
+    r->reval.mask |= 1ull << w->index;
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+/* Leader of the evaluation barrier: the replicas' shares become the evaluation job. */
+static void allreduce_eval_leader(run *r)
+{
+    jobs_post_snapshot_locked(r, JOB_EVAL, r->epoch, r->reval.step);
+}
+
+/* --eval-every N: after every N-th clock of the run (counted from epoch 0, the same on every
+ * worker) but an epoch's last, whose evaluation follows at the epoch's end. */
+static int allreduce_eval_due(const run *r, uint64_t c)
+{
+    uint64_t every = (uint64_t)r->cfg->eval_every;
+    return every && c + 1 < r->clk.clocks &&
+           ((uint64_t)r->epoch * r->clk.clocks + c + 1) % every == 0;
+}
+
+/* A mid-epoch evaluation: every replica evaluates its share of the test set, which costs each GPU
+ * 1/W of one evaluation and no copy of the parameters; they meet at a barrier, whose leader posts
+ * the result. */
+static int allreduce_evaluate(run *r, worker *w, uint64_t c)
+{
+    if (allreduce_eval_share(r, w) != 0)
+        return -1;
+    pthread_mutex_lock(&r->mu);
+    r->reval.step = c + 1;
+    pthread_mutex_unlock(&r->mu);
+    run_barrier(r, w, allreduce_eval_leader);
     return 0;
 }
 
@@ -114,7 +166,7 @@ static int allreduce_clock(run *r, worker *w, uint64_t c)
     run_account_step_locked(r, w, &o, b.n);
     int rc = w->index == 0 ? allreduce_after_update_locked(r, w, c, t) : 0;
     pthread_mutex_unlock(&r->mu);
-    if (rc != 0)
+    if (rc != 0 || (allreduce_eval_due(r, c) && allreduce_evaluate(r, w, c) != 0))
         return -1;
     if (c % ALLREDUCE_STOP_EVERY == ALLREDUCE_STOP_EVERY - 1)
         return allreduce_barrier(r, w);
@@ -128,10 +180,13 @@ static int allreduce_start(run *r, worker *w)
     return allreduce_load(r, w);
 }
 
-/* Worker 0 brings where the replicas stand into the store, for the epoch's evaluation or an
- * interrupted run's checkpoint. */
+/* At an epoch's end every replica evaluates its share of the test set for the epoch's evaluation,
+ * and worker 0 brings where the replicas stand into the store, for checkpoints, an interrupted
+ * run's save and the run's result. */
 static int allreduce_end(run *r, worker *w, uint64_t done)
 {
+    if (done == r->clk.clocks && allreduce_eval_share(r, w) != 0)
+        return -1;
     if (w->index != 0)
         return 0;
     int rc = allreduce_publish(r, w);
@@ -160,6 +215,7 @@ static int allreduce_init(run *r, gt_device **devices, const gt_start *start, gt
 {
     (void)devices;
     (void)start;
+    r->jq.next_eval = 0; /* evaluations fall due by clock: allreduce_eval_due */
     return clocked_init(r, 1, 1, e);
 }
 

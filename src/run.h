@@ -53,6 +53,8 @@ typedef struct job {
     uint64_t samples, updates;
     double wall;
     double train_loss, train_acc;
+    int evaluated;        /* JOB_EVAL done already, by the replicas (allreduce): no params */
+    double test_loss, test_acc;
 } job;
 
 typedef struct range {
@@ -195,6 +197,14 @@ typedef struct run_jobs {
     uint64_t next_ckpt;        /* clocks/updates at which the next step checkpoint is due */
 } run_jobs;
 
+/* allreduce: one evaluation of the test set split over the replicas, each adding its share. */
+typedef struct run_replica_eval {
+    double loss_sum[RUN_SHARE_BITS]; /* per worker, summed in worker order */
+    uint64_t correct[RUN_SHARE_BITS];
+    uint64_t mask;             /* the workers whose share is in */
+    uint64_t step;             /* the clock inside the epoch after which it was taken */
+} run_replica_eval;
+
 /* run_guard.c: the divergence guard (guard.h), fed every step's loss under r->mu. */
 typedef struct run_guard {
     gt_guard g;
@@ -258,6 +268,7 @@ typedef struct run {
     run_jobs jq;
     run_report rep;
     run_guard guard;
+    run_replica_eval reval;
 } run;
 
 /* run_core.c */

@@ -627,6 +627,39 @@ static void test_modes_agree(const char *exchange)
     free(o1.res);
 }
 
+/* allreduce evaluates on its replicas, each GPU a share of the test set: mid-epoch (--eval-every)
+ * and at the epoch's end its points fall at the same updates as sync's, which evaluates the store
+ * on the evaluator, and agree with them (the same parameters; only the loss sums' order
+ * differs). */
+static void test_replica_eval(void)
+{
+    gt_config ca, cs;
+    run_config(&ca, GT_MODE_ALLREDUCE, g_w, 32, 1);
+    run_config(&cs, GT_MODE_SYNC, g_w, 32, 1);
+    ca.eval_every = cs.eval_every = 20;
+    ca.log_steps = cs.log_steps = 0;
+    outcome oa = train(&ca), os = train(&cs);
+    CHECK_MSG(oa.rc == 0 && os.rc == 0, "allreduce: %s; sync: %s", oa.err, os.err);
+    if (oa.rc == 0 && os.rc == 0) {
+        printf("replica evaluation: %d points (sync %d), final acc %.4f (sync %.4f)\n",
+               oa.res->npoints, os.res->npoints, oa.res->final_test_acc, os.res->final_test_acc);
+        CHECK(oa.res->npoints > 2 && oa.res->npoints == os.res->npoints);
+        for (int i = 0; i < oa.res->npoints && i < os.res->npoints; i++) {
+            const gt_eval_point *a = &oa.res->points[i], *y = &os.res->points[i];
+            CHECK_MSG(a->step == y->step, "point %d: update %llu, sync %llu", i,
+                      (unsigned long long)a->step, (unsigned long long)y->step);
+            CHECK_MSG(fabs(a->test_acc - y->test_acc) <= 0.002 &&
+                          fabs(a->test_loss - y->test_loss) <= 1e-3 * y->test_loss,
+                      "point %d: acc %.4f loss %.6f, sync %.4f %.6f", i, a->test_acc,
+                      a->test_loss, y->test_acc, y->test_loss);
+        }
+    }
+    gt_run_result_free(oa.res);
+    free(oa.res);
+    gt_run_result_free(os.res);
+    free(os.res);
+}
+
 typedef struct abort_run {
     gt_config cfg;
     outcome o;
@@ -822,6 +855,7 @@ int main(void)
         test_modes_agree("nccl");
         test_abort();
         test_rollback();
+        test_replica_eval();
         gt_data_free(&g_data);
     }
     time_model("lenet5", 64, &r);
