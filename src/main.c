@@ -559,7 +559,7 @@ static int check_model_spec(const gt_config *c, const gt_data *d, gt_err *e)
     return rc;
 }
 
-/* The data load, and the pinning of its training images, on a thread of its own. */
+/* The data load, and the pinning of its images, on a thread of its own. */
 typedef struct data_job {
     const gt_config *c;
     gt_data *data;
@@ -568,8 +568,8 @@ typedef struct data_job {
     gt_err err;
 } data_job;
 
-/* The GPU whose context pins the training images for the workers' copies: the first the run
- * uses, so that no other GPU gets a context; -1 for CPU workers, which copy nothing. */
+/* The GPU whose context pins the images for the workers' and the evaluator's copies: the first
+ * the run uses, so that no other GPU gets a context; -1 for CPU workers, which copy nothing. */
 static int pin_device(const gt_config *c)
 {
     if (c->cpu_workers > 0)
@@ -586,8 +586,11 @@ static void *data_job_run(void *arg)
     double t0 = gt_now();
     j->rc = gt_data_load(j->c->data, j->c->train_samples, j->data, &j->err);
     int dev = j->rc == 0 ? pin_device(j->c) : -1;
-    if (dev >= 0)
+    if (dev >= 0) {
+        const gt_dataset *v = &j->data->test;
         gt_host_register(dev, t->images, (size_t)t->n * t->c * t->h * t->w);
+        gt_host_register(dev, v->images, (size_t)v->n * v->c * v->h * v->w);
+    }
     j->seconds = gt_now() - t0;
     return NULL;
 }
@@ -595,6 +598,7 @@ static void *data_job_run(void *arg)
 static void data_release(gt_data *d)
 {
     gt_host_unregister(d->train.images);
+    gt_host_unregister(d->test.images);
     gt_data_free(d);
 }
 

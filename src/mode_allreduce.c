@@ -50,13 +50,15 @@ static int allreduce_load(run *r, worker *w)
     return 0;
 }
 
-/* Worker 0 after update t: the store is brought up to date where a checkpoint is due or the guard
- * wants a good copy. Called and returns with r->mu held. */
+/* Worker 0 after update t: the store is brought up to date where an evaluation on the evaluator
+ * (one GPU) or a checkpoint is due, or the guard wants a good copy. Called and returns with r->mu
+ * held. */
 static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t t)
 {
     atomic_store(&r->ps.updates, t);
     uint64_t total = (uint64_t)r->epoch * r->clk.clocks + c + 1;
-    int due = r->jq.next_ckpt && total >= r->jq.next_ckpt; /* evaluations: allreduce_evaluate */
+    int due = (r->jq.next_eval && atomic_load(&r->stats.samples_total) >= r->jq.next_eval) ||
+              (r->jq.next_ckpt && total >= r->jq.next_ckpt);
     int save = guard_save_wanted_locked(r);
     if (!due && !save)
         return 0;
@@ -73,6 +75,11 @@ static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t
     }
     return 0;
 }
+
+/* Several replicas evaluate the parameters themselves, each GPU a share of the test set, which
+ * costs each 1/W of an evaluation and no copy; one GPU leaves it to the evaluator beside it (its
+ * own context on the same GPU), which overlaps the training instead. */
+static int allreduce_on_replicas(const run *r) { return r->W > 1; }
 
 /* The replica's share of an evaluation: test samples [n k / W, n (k + 1) / W) for worker k, on
  * its own GPU and parameters (every replica holds the same), into r->reval. Only host 0
@@ -109,13 +116,12 @@ static void allreduce_eval_leader(run *r)
 static int allreduce_eval_due(const run *r, uint64_t c)
 {
     uint64_t every = (uint64_t)r->cfg->eval_every;
-    return every && c + 1 < r->clk.clocks &&
+    return every && allreduce_on_replicas(r) && c + 1 < r->clk.clocks &&
            ((uint64_t)r->epoch * r->clk.clocks + c + 1) % every == 0;
 }
 
-/* A mid-epoch evaluation: every replica evaluates its share of the test set, which costs each GPU
- * 1/W of one evaluation and no copy of the parameters; they meet at a barrier, whose leader posts
- * the result. */
+/* A mid-epoch evaluation on the replicas: each evaluates its share; they meet at a barrier, whose
+ * leader posts the result. */
 static int allreduce_evaluate(run *r, worker *w, uint64_t c)
 {
     if (allreduce_eval_share(r, w) != 0)
@@ -180,12 +186,12 @@ static int allreduce_start(run *r, worker *w)
     return allreduce_load(r, w);
 }
 
-/* At an epoch's end every replica evaluates its share of the test set for the epoch's evaluation,
+/* At an epoch's end the replicas evaluate their shares for the epoch's evaluation (several GPUs),
  * and worker 0 brings where the replicas stand into the store, for checkpoints, an interrupted
- * run's save and the run's result. */
+ * run's save, the evaluator (one GPU) and the run's result. */
 static int allreduce_end(run *r, worker *w, uint64_t done)
 {
-    if (done == r->clk.clocks && allreduce_eval_share(r, w) != 0)
+    if (allreduce_on_replicas(r) && done == r->clk.clocks && allreduce_eval_share(r, w) != 0)
         return -1;
     if (w->index != 0)
         return 0;
@@ -215,7 +221,8 @@ static int allreduce_init(run *r, gt_device **devices, const gt_start *start, gt
 {
     (void)devices;
     (void)start;
-    r->jq.next_eval = 0; /* evaluations fall due by clock: allreduce_eval_due */
+    if (allreduce_on_replicas(r))
+        r->jq.next_eval = 0; /* evaluations fall due by clock: allreduce_eval_due */
     return clocked_init(r, 1, 1, e);
 }
 
