@@ -112,6 +112,8 @@ typedef struct ps_walk {
     uint64_t *ver;             /* pull: versions out; push: versions of the gradient's pull */
     int only_changed;          /* pull: skip stripes whose version equals ver[s] */
     const float *g;            /* push: gradient */
+    float *const *addends;     /* apply: g += addends[k] stripe by stripe, in order, first */
+    int naddends;
     float gscale;
     const gt_optim_step *step;
     _Atomic uint64_t result;   /* pull: stripes copied; push: staleness (max) */
@@ -219,6 +221,18 @@ static void ps_apply_range(gt_ps *ps, const gt_stripe *st, const float *g, float
         gt_optim_apply(&ps->optim, step, ps->params + lo, g + lo, gscale, s0, s1, len);
 }
 
+/* Sums the walk's addends into its gradient over one stripe, in their order, so each element
+ * gets the same sum, bit for bit, as a reduction over the whole arrays would give. */
+static void ps_sum_range(const ps_walk *w, const gt_stripe *st)
+{
+    float *g = (float *)w->g;
+    for (int k = 0; k < w->naddends; k++) {
+        const float *a = w->addends[k];
+        for (size_t i = st->lo; i < st->hi; i++)
+            g[i] += a[i];
+    }
+}
+
 static void ps_push_part(void *arg, int part)
 {
     ps_walk *w = arg;
@@ -226,6 +240,7 @@ static void ps_push_part(void *arg, int part)
     uint64_t stale = 0;
     for (int i = w->count * part / w->nparts; i < w->count * (part + 1) / w->nparts; i++) {
         gt_stripe *st = ps_walk_stripe(w, i);
+        ps_sum_range(w, st);
         if (ps->nstripes > 0)
             ps_lock(ps, st);
         uint64_t v = atomic_fetch_add_explicit(&st->version, 1, memory_order_acq_rel);
@@ -263,11 +278,17 @@ uint64_t gt_ps_push(gt_ps *ps, int worker, int nworkers, const float *g, float g
 void gt_ps_apply_stripes(gt_ps *ps, int s_lo, int s_hi, const float *g, float gscale, uint64_t t,
                          double epoch)
 {
+    gt_ps_apply_stripes_sum(ps, s_lo, s_hi, (float *)g, NULL, 0, gscale, t, epoch);
+}
+
+void gt_ps_apply_stripes_sum(gt_ps *ps, int s_lo, int s_hi, float *g, float *const *addends,
+                             int naddends, float gscale, uint64_t t, double epoch)
+{
     gt_optim_step step = gt_optim_prepare(&ps->optim, t, epoch);
     if (s_hi <= s_lo)
         return;
-    ps_walk w = {.ps = ps, .first = s_lo, .count = s_hi - s_lo, .g = g, .gscale = gscale,
-                 .step = &step};
+    ps_walk w = {.ps = ps, .first = s_lo, .count = s_hi - s_lo, .g = g, .addends = addends,
+                 .naddends = naddends, .gscale = gscale, .step = &step};
     ps_walk_run(&w, ps_push_part, 0);
 }
 
@@ -322,6 +343,14 @@ int gt_ps_default_threads(int nworkers)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long t = cores - (nworkers > 1 ? nworkers - 1 : 0);
     return t < 1 ? 1 : t > 8 ? 8 : (int)t;
+}
+
+int gt_ps_walk_threads(gt_ps *ps, size_t nparams)
+{
+    if (atomic_load_explicit(&ps->pool_state, memory_order_acquire) != 2 || !ps->pool ||
+        nparams < ps->pool_min)
+        return 1;
+    return gt_ps_pool_helpers(ps->pool) + 1;
 }
 
 int gt_ps_set_threads(gt_ps *ps, int nthreads, size_t min_params, gt_err *e)

@@ -287,6 +287,53 @@ static void test_helpers_same_bits(gt_opt_kind kind)
     gt_ps_free(&b);
 }
 
+/* gt_ps_apply_stripes_sum gives the bits of summing the addends first, in order, then applying:
+ * for a split update (two parts, one thread) and one walk on 1 + 2 helpers, SGD momentum and Adam;
+ * g ends holding the sum. gt_ps_walk_threads tells what the walk ran on. */
+static void test_apply_sum(gt_opt_kind kind, int threads)
+{
+    enum { N = 4099, ADD = 3 };
+    gt_optim_cfg c;
+    gt_optim_defaults(&c);
+    c.kind = kind;
+    gt_ps a, b;
+    gt_err e;
+    CHECK(gt_ps_init(&a, N, 16, &c, &e) == 0 && gt_ps_init(&b, N, 16, &c, &e) == 0);
+    CHECK(gt_ps_walk_threads(&b, N) == 1);
+    CHECK(gt_ps_set_threads(&b, threads, 0, &e) == 0);
+    CHECK(gt_ps_walk_threads(&b, N) == threads);
+    float *g[ADD + 1], *ref = gt_alloc(N * sizeof(float)), *sum = gt_alloc(N * sizeof(float));
+    for (int k = 0; k <= ADD; k++)
+        g[k] = gt_alloc(N * sizeof(float));
+    for (int t = 1; t <= 5; t++) {
+        for (int k = 0; k <= ADD; k++)
+            for (int i = 0; i < N; i++)
+                g[k][i] = 1e-3f * (float)((i * 7 + k * 13 + t) % 23) / (float)(k + 3);
+        memcpy(ref, g[0], N * sizeof(float));
+        for (int k = 1; k <= ADD; k++)
+            for (int i = 0; i < N; i++)
+                ref[i] += g[k][i];
+        memcpy(sum, ref, N * sizeof(float));
+        gt_ps_apply_stripes(&a, 0, 16, ref, 0.25f, (uint64_t)t, 0.0);
+        if (threads == 1) { /* split as sync splits it across two workers */
+            gt_ps_apply_stripes_sum(&b, 0, 7, g[0], g + 1, ADD, 0.25f, (uint64_t)t, 0.0);
+            gt_ps_apply_stripes_sum(&b, 7, 16, g[0], g + 1, ADD, 0.25f, (uint64_t)t, 0.0);
+        } else {
+            gt_ps_apply_stripes_sum(&b, 0, 16, g[0], g + 1, ADD, 0.25f, (uint64_t)t, 0.0);
+        }
+        CHECK(memcmp(g[0], sum, N * sizeof(float)) == 0);
+    }
+    CHECK(memcmp(a.params, b.params, N * sizeof(float)) == 0);
+    for (int i = 0; i < a.nstate; i++)
+        CHECK(memcmp(a.state[i], b.state[i], N * sizeof(float)) == 0);
+    for (int k = 0; k <= ADD; k++)
+        gt_free(g[k]);
+    gt_free(ref);
+    gt_free(sum);
+    gt_ps_free(&a);
+    gt_ps_free(&b);
+}
+
 /* gt_ps_pull_changed copies exactly the stripes written since the last pull into that buffer. */
 static void test_pull_changed(int threads)
 {
@@ -399,6 +446,9 @@ int main(void)
         test_no_lost_update(stripes[i], 3);
     test_helpers_same_bits(GT_OPT_SGD);
     test_helpers_same_bits(GT_OPT_ADAM);
+    test_apply_sum(GT_OPT_SGD, 1);
+    test_apply_sum(GT_OPT_SGD, 3);
+    test_apply_sum(GT_OPT_ADAM, 3);
     test_pull_changed(1);
     test_pull_changed(3);
     test_pull_changed_concurrent(1);

@@ -73,6 +73,13 @@ uint64_t gt_ps_push(gt_ps *ps, int worker, int nworkers, const float *g, float g
 void gt_ps_apply_stripes(gt_ps *ps, int s_lo, int s_hi, const float *g, float gscale,
                          uint64_t t, double epoch);
 
+/* gt_ps_apply_stripes of the sum g + addends[0] + ... + addends[naddends - 1], added in that
+ * order into g (which holds the sum afterwards) stripe by stripe, just before each stripe's
+ * update: the same bits as summing the whole arrays first, in one walk that the helper threads
+ * share. */
+void gt_ps_apply_stripes_sum(gt_ps *ps, int s_lo, int s_hi, float *g, float *const *addends,
+                             int naddends, float gscale, uint64_t t, double epoch);
+
 /* Overwrites stripes [s_lo, s_hi) of the parameters with src (local-mode averaging). */
 void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src);
 
@@ -117,6 +124,11 @@ int gt_ps_default_threads(int nworkers);
  * first push of at least GT_PS_POOL_MIN parameters starts gt_ps_default_threads(its nworkers).
  * Only one walk uses the helpers at a time; another runs alone, as without helpers. */
 int gt_ps_set_threads(gt_ps *ps, int nthreads, size_t min_params, gt_err *e);
+
+/* The threads a walk over nparams parameters runs on now when the helpers are free, the caller
+ * included: 1 until helpers are started (gt_ps_set_threads or the first large push), and for a
+ * walk below their minimum. */
+int gt_ps_walk_threads(gt_ps *ps, size_t nparams);
 
 /* Pulls only the stripes whose version differs from ver[s] into dst, then sets ver[s] to the
  * version copied, as gt_ps_pull does; returns the number of stripes copied. ver must hold what the
