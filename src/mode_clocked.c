@@ -86,11 +86,13 @@ void clocked_apply(run *r, uint64_t clock, int s_lo, int s_hi, float gscale, uin
                             t, epoch);
 }
 
-/* Starts the store's helper threads for the clocked modes' applies, which call no push (the one
- * that starts them in hogwild): nthreads, or the store's default for `workers` busy workers. */
-int clocked_start_store_threads(run *r, int workers, gt_err *e)
+/* Starts the store's helper threads for the clocked modes, which call no push (what starts them
+ * in hogwild): a group per worker, so that the workers' pulls at the start of a clock each find
+ * one, the cores shared between the groups. */
+int clocked_start_store_threads(run *r, gt_err *e)
 {
-    return gt_ps_set_threads(&r->ps, gt_ps_default_threads(workers), GT_PS_POOL_MIN, e);
+    int npools = r->W < GT_PS_MAX_POOLS ? r->W : GT_PS_MAX_POOLS;
+    return gt_ps_set_pools(&r->ps, npools, gt_ps_default_threads(r->W), GT_PS_POOL_MIN, e);
 }
 
 /* share_done of the modes that sum shares: the gradient goes to its slot (where the device did

@@ -137,8 +137,7 @@ static int ssp_init(run *r, gt_device **devices, const gt_start *start, gt_err *
         return gt_fail(e, "--staleness: %d is out of range (0..%d)", s, GT_MAX_STALENESS);
     if (clocked_init(r, s + 1, s + 1, e) != 0)
         return -1;
-    /* One worker applies a clock while the others compute. */
-    return clocked_start_store_threads(r, r->W, e);
+    return clocked_start_store_threads(r, e);
 }
 
 const gt_mode_ops gt_mode_ssp = {

@@ -31,26 +31,6 @@ static void sync_hosts_leader(run *r)
     hosts_agreed_locked(r, sig, &e);
 }
 
-/* Stripes [s_lo, s_hi) of the clock's update for this worker. Where the store's helper threads
- * outnumber the live workers, the first live worker applies it all on them while the others wait
- * at the barrier (a stripe apply is memory-bound: T threads on one walk beat one thread on each of
- * nlive walks); else the update is split across the live workers. Across hosts it is always
- * split, since each worker also sums its part before the hosts' sum. */
-static void sync_my_stripes(run *r, worker *w, int *s_lo, int *s_hi)
-{
-    int nlive;
-    clocked_my_stripes(r, w, s_lo, s_hi, &nlive);
-    if (r->H > 1 || nlive == 1 || gt_ps_walk_threads(&r->ps, r->n) < nlive)
-        return;
-    pthread_mutex_lock(&r->mu);
-    int first = 0;
-    while (!atomic_load(&r->workers[first].alive))
-        first++;
-    pthread_mutex_unlock(&r->mu);
-    *s_lo = 0;
-    *s_hi = w->index == first ? r->ps.nranges : 0;
-}
-
 /* One clock of sync mode: everyone computes on the same parameters; the summed gradient is
  * applied, split by stripe across the live workers, between two barriers. A share whose worker
  * failed during the clock is taken by a survivor after the first barrier. */
@@ -61,8 +41,8 @@ static int sync_clock(run *r, worker *w, uint64_t c)
     int filled = clocked_fill(r, w, c);
     if (filled <= 0)
         return filled;
-    int s_lo, s_hi;
-    sync_my_stripes(r, w, &s_lo, &s_hi);
+    int s_lo, s_hi, nlive;
+    clocked_my_stripes(r, w, &s_lo, &s_hi, &nlive);
     /* Stable until the barrier after the apply: every share of the clock is in. */
     uint64_t t = atomic_load(&r->ps.updates) + 1;
     double ep = run_progress_epochs(r, atomic_load(&r->stats.samples_total));
@@ -86,8 +66,7 @@ static int sync_init(run *r, gt_device **devices, const gt_start *start, gt_err 
     (void)start;
     if (clocked_init(r, 1, 1, e) != 0)
         return -1;
-    /* The others wait at a barrier while one applies: the store may use every core. */
-    return clocked_start_store_threads(r, 1, e);
+    return clocked_start_store_threads(r, e);
 }
 
 const gt_mode_ops gt_mode_sync = {

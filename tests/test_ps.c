@@ -39,14 +39,15 @@ static gt_optim_cfg plain_sgd(void)
 
 /* Every thread pushes gradient (index+1) * (1 + i % 3) PUSHES times with plain SGD at lr 1; the
  * store must end at exactly minus the sum (small integers are exact in float). threads: the
- * store's helper threads for every walk (1: none). */
-static void test_no_lost_update(int stripes, int threads)
+ * store's threads for every walk (1: no helpers), in npools groups that walks use at once. */
+static void test_no_lost_update(int stripes, int npools, int threads)
 {
     gt_optim_cfg c = plain_sgd();
     gt_ps ps;
     gt_err e;
     CHECK(gt_ps_init(&ps, NPARAM, stripes, &c, &e) == 0);
-    CHECK(gt_ps_set_threads(&ps, threads, 0, &e) == 0);
+    CHECK(gt_ps_set_pools(&ps, npools, threads, 0, &e) == 0);
+    CHECK(ps.npools == (threads > 1 ? npools : 0));
     pusher p[THREADS];
     pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++) {
@@ -259,7 +260,7 @@ static void test_helpers_same_bits(gt_opt_kind kind)
     gt_err e;
     CHECK(gt_ps_init(&a, N, 37, &c, &e) == 0 && gt_ps_init(&b, N, 37, &c, &e) == 0);
     CHECK(gt_ps_set_threads(&a, 1, 0, &e) == 0 && gt_ps_set_threads(&b, 3, 0, &e) == 0);
-    CHECK(b.pool != NULL && a.pool == NULL);
+    CHECK(b.npools == 1 && a.npools == 0);
     CHECK(gt_ps_set_threads(&b, 2, 0, &e) != 0 && strstr(e.msg, "already"));
     float *g = gt_alloc(N * sizeof(float)), *pulled = gt_alloc(N * sizeof(float));
     uint64_t va[37], vb[37];
@@ -289,7 +290,7 @@ static void test_helpers_same_bits(gt_opt_kind kind)
 
 /* gt_ps_apply_stripes_sum gives the bits of summing the addends first, in order, then applying:
  * for a split update (two parts, one thread) and one walk on 1 + 2 helpers, SGD momentum and Adam;
- * g ends holding the sum. gt_ps_walk_threads tells what the walk ran on. */
+ * g ends holding the sum. */
 static void test_apply_sum(gt_opt_kind kind, int threads)
 {
     enum { N = 4099, ADD = 3 };
@@ -299,9 +300,7 @@ static void test_apply_sum(gt_opt_kind kind, int threads)
     gt_ps a, b;
     gt_err e;
     CHECK(gt_ps_init(&a, N, 16, &c, &e) == 0 && gt_ps_init(&b, N, 16, &c, &e) == 0);
-    CHECK(gt_ps_walk_threads(&b, N) == 1);
     CHECK(gt_ps_set_threads(&b, threads, 0, &e) == 0);
-    CHECK(gt_ps_walk_threads(&b, N) == threads);
     float *g[ADD + 1], *ref = gt_alloc(N * sizeof(float)), *sum = gt_alloc(N * sizeof(float));
     for (int k = 0; k <= ADD; k++)
         g[k] = gt_alloc(N * sizeof(float));
@@ -436,14 +435,16 @@ int main(void)
 {
     int stripes[] = {1, 3, 16, -1};
     for (size_t i = 0; i < sizeof stripes / sizeof *stripes; i++)
-        test_no_lost_update(stripes[i], 1);
+        test_no_lost_update(stripes[i], 1, 1);
     test_lock_free_bounds();
     test_layout();
     test_staleness();
     test_stale_percentile();
     test_momentum_state();
     for (size_t i = 0; i < sizeof stripes / sizeof *stripes; i++)
-        test_no_lost_update(stripes[i], 3);
+        test_no_lost_update(stripes[i], 1, 3);
+    test_no_lost_update(8, THREADS, 2);
+    test_no_lost_update(-1, 2, 3);
     test_helpers_same_bits(GT_OPT_SGD);
     test_helpers_same_bits(GT_OPT_ADAM);
     test_apply_sum(GT_OPT_SGD, 1);
@@ -455,5 +456,12 @@ int main(void)
     test_pull_changed_concurrent(3);
     CHECK(gt_ps_default_threads(1) >= 1 && gt_ps_default_threads(1) <= 8);
     CHECK(gt_ps_default_threads(1000) == 1);
+    gt_ps ps;
+    gt_err e;
+    gt_optim_cfg c = plain_sgd();
+    CHECK(gt_ps_init(&ps, NPARAM, 4, &c, &e) == 0);
+    CHECK(gt_ps_set_pools(&ps, GT_PS_MAX_POOLS + 1, 2, 0, &e) != 0 && strstr(e.msg, "groups"));
+    CHECK(gt_ps_set_pools(&ps, 2, 2, 0, &e) == 0 && ps.npools == 2);
+    gt_ps_free(&ps);
     TEST_DONE();
 }

@@ -4,14 +4,14 @@
  *   hogwild mode (src/mode_hogwild.c) does, with nothing between (the worst contention; a GPU
  *   worker spends its compute time between pull and push).
  * -p sync: each loops over the clocks of sync mode (src/mode_sync.c): pull -> finite check of its
- *   gradient slot (where a device writes its gradient) -> barrier -> the summed slots applied
- *   (gt_ps_apply_stripes_sum), by the first worker on the store's threads where they outnumber
- *   the workers, else split by stripe across the workers -> barrier.
+ *   gradient slot (where a device writes its gradient) -> barrier -> its part of the summed
+ *   slots' update (gt_ps_apply_stripes_sum), split by stripe across the workers -> barrier.
  * Usage: store_bench [-p hogwild|sync] [-s STEPS] [-r REPEATS] [-w W[,W...]] [-t T[,T...]]
  *                    [-o sgd|adam] [-m MODEL[,MODEL...]]
  *        defaults: -p hogwild -s 200 -r 3 -w 1,2 -o sgd -m lenet5,cnn-wide (SGD momentum 0.9,
- *        default stripes, the store's default threads). -t: the store's threads per walk
- *        (gt_ps_set_threads; its repeats interleave, so that load drift hits each count alike).
+ *        default stripes, the store's default threads). -t: the store's threads per walk, in a
+ *        group for each worker (gt_ps_set_pools; its repeats interleave, so that load drift hits
+ *        each count alike).
  *        Each row is the repeat with the least host time per step, so that other load on a shared
  *        machine shows up as little as it can.
  * Prints a markdown table: per worker step, the mean microseconds of the pull (gt_ps_pull), the
@@ -56,19 +56,6 @@ typedef struct bench_worker {
     int bad;                   /* a gradient the finite check refused (a bug in this tool) */
 } bench_worker;
 
-/* Stripes [*s_lo, *s_hi) of a sync clock's update for worker w, as src/mode_sync.c chooses. */
-static void sync_bench_stripes(const bench_worker *w, int *s_lo, int *s_hi)
-{
-    int nr = w->ps->nranges, W = w->nworkers;
-    if (W > 1 && gt_ps_walk_threads(w->ps, w->ps->n) >= W) {
-        *s_lo = 0;
-        *s_hi = w->index == 0 ? nr : 0;
-        return;
-    }
-    *s_lo = (int)((int64_t)nr * w->index / W);
-    *s_hi = (int)((int64_t)nr * (w->index + 1) / W);
-}
-
 /* One sync clock k: the slots stay as the workers left them (slot 0 accumulates the sum, as in
  * the mode, where a device then overwrites it; the values stay small and finite). */
 static void sync_bench_clock(bench_worker *w, int k)
@@ -80,8 +67,8 @@ static void sync_bench_clock(bench_worker *w, int k)
     double t2 = gt_now();
     pthread_barrier_wait(w->clock);
     double t3 = gt_now();
-    int s_lo, s_hi;
-    sync_bench_stripes(w, &s_lo, &s_hi);
+    int nr = w->ps->nranges, W = w->nworkers; /* split as clocked_my_stripes splits it */
+    int s_lo = (int)((int64_t)nr * w->index / W), s_hi = (int)((int64_t)nr * (w->index + 1) / W);
     float *rest[MAX_WORKERS];
     for (int i = 1; i < w->nworkers; i++)
         rest[i - 1] = w->slot0 + (size_t)i * w->ps->n;
@@ -165,7 +152,12 @@ static int bench_run(const bench_cfg *c, const gt_model *m, int W, int threads, 
     gt_ps ps;
     if (gt_ps_init(&ps, m->nparams, -1, &c->optim, e) != 0)
         return -1;
-    if (threads > 0 && gt_ps_set_threads(&ps, threads, GT_PS_POOL_MIN, e) != 0) {
+    /* As the store's default would: a group of helpers per worker (in sync, as the mode starts
+     * them; in hogwild, the first push does where none are given). */
+    int npools = W < GT_PS_MAX_POOLS ? W : GT_PS_MAX_POOLS;
+    if (threads == 0 && c->sync)
+        threads = gt_ps_default_threads(W);
+    if (threads > 0 && gt_ps_set_pools(&ps, npools, threads, GT_PS_POOL_MIN, e) != 0) {
         gt_ps_free(&ps);
         return -1;
     }

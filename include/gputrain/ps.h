@@ -23,6 +23,8 @@ extern "C" {
 
 #define GT_STALE_BINS 64 /* staleness histogram: 0..62 exact, 63 = 63 or more */
 
+#define GT_PS_MAX_POOLS 8 /* walks that use helper threads at once, at most */
+
 typedef struct gt_stripe {
     pthread_mutex_t lock;
     _Atomic uint64_t version;   /* updates applied to this stripe */
@@ -47,9 +49,10 @@ typedef struct gt_ps {
     _Atomic uint64_t stale_max;
     _Atomic uint64_t stale_sum, stale_count;
     /* helper threads for large pushes, pulls and stripe applies (src/ps_pool.c) */
-    struct gt_ps_pool *pool;    /* NULL until started, and where none would help */
+    struct gt_ps_pool *pools[GT_PS_MAX_POOLS]; /* each serves one walk at a time */
+    int npools;                 /* 0 until started, and where none would help */
     _Atomic int pool_state;     /* 0 undecided, 1 being started, 2 decided */
-    size_t pool_min;            /* a walk over at least this many parameters uses the pool */
+    size_t pool_min;            /* a walk over at least this many parameters uses a pool */
 } gt_ps;
 
 /* Default stripe count: enough that W workers starting at different stripes rarely collide, each
@@ -114,21 +117,21 @@ uint64_t gt_ps_stale_percentile(gt_ps *ps, int pct, int *capped);
  * that stripe. */
 #define GT_PS_VERSION_NONE UINT64_MAX
 
-/* Threads that apply one large push together, the pushing worker included, when nworkers workers
- * push: the host's online cores less the other workers, at most 8 (one push is bound by memory
- * bandwidth, which a few cores fill), at least 1. */
+/* Threads that run one large walk together, its caller included, when nworkers workers walk the
+ * store at once: the host's online cores shared between them, at most 8 (one walk is bound by
+ * memory bandwidth, which a few cores fill), at least 1. */
 int gt_ps_default_threads(int nworkers);
 
 /* Gives the store nthreads - 1 helper threads (nthreads <= 1: none) for pushes, pulls and stripe
  * applies of at least min_params parameters. Call once, before any worker runs; without it, the
- * first push of at least GT_PS_POOL_MIN parameters starts gt_ps_default_threads(its nworkers).
- * Only one walk uses the helpers at a time; another runs alone, as without helpers. */
+ * first push of at least GT_PS_POOL_MIN parameters starts helpers for its nworkers
+ * (gt_ps_set_pools with the default). Only one walk uses the helpers at a time; another runs
+ * alone, as without helpers. */
 int gt_ps_set_threads(gt_ps *ps, int nthreads, size_t min_params, gt_err *e);
 
-/* The threads a walk over nparams parameters runs on now when the helpers are free, the caller
- * included: 1 until helpers are started (gt_ps_set_threads or the first large push), and for a
- * walk below their minimum. */
-int gt_ps_walk_threads(gt_ps *ps, size_t nparams);
+/* gt_ps_set_threads for npools (1..GT_PS_MAX_POOLS) walks at once: npools groups of nthreads - 1
+ * helpers; a walk takes a free group, or runs alone where every group is busy. */
+int gt_ps_set_pools(gt_ps *ps, int npools, int nthreads, size_t min_params, gt_err *e);
 
 /* Pulls only the stripes whose version differs from ver[s] into dst, then sets ver[s] to the
  * version copied, as gt_ps_pull does; returns the number of stripes copied. ver must hold what the
