@@ -280,6 +280,7 @@ uint64_t gt_ps_push(gt_ps *ps, int worker, int nworkers, const float *g, float g
 void gt_ps_apply_stripes(gt_ps *ps, int s_lo, int s_hi, const float *g, float gscale, uint64_t t,
                          double epoch)
 {
+    /* With no addends the walk only reads g. */
     gt_ps_apply_stripes_sum(ps, s_lo, s_hi, (float *)g, NULL, 0, gscale, t, epoch);
 }
 
