@@ -8,11 +8,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Floats from one slot to the next: whole cache lines, so every slot starts on a line as a
+ * device's own gradient buffer does, and two workers writing neighbouring slots at once never
+ * share one. */
+static size_t clocked_slot_stride(const run *r)
+{
+    size_t line = GT_CACHELINE / sizeof(float);
+    return (r->n + line - 1) / line * line;
+}
+
 /* The gradient slot of one share of a clock. */
 float *clocked_slot(run *r, uint64_t clock, int share)
 {
     size_t ring = (size_t)(clock % (uint64_t)r->clk.nslots);
-    return r->clk.slots + (ring * (size_t)r->W + (size_t)share) * r->n;
+    return r->clk.slots + (ring * (size_t)r->W + (size_t)share) * clocked_slot_stride(r);
 }
 
 /* The bits of every share of this host. */
@@ -65,23 +74,37 @@ void clocked_reduce_slots(run *r, uint64_t clock, int s_lo, int s_hi)
 }
 
 /* Applies clock c's gradient, summed over this host's shares and scaled by gscale, to stripes
- * [s_lo, s_hi) as update t. */
+ * [s_lo, s_hi) as update t. The sum is taken stripe by stripe inside the store's walk, in share
+ * order (the bits of clocked_reduce_slots), so the store's helper threads share it too. */
 void clocked_apply(run *r, uint64_t clock, int s_lo, int s_hi, float gscale, uint64_t t,
                    double epoch)
 {
-    clocked_reduce_slots(r, clock, s_lo, s_hi);
-    gt_ps_apply_stripes(&r->ps, s_lo, s_hi, clocked_slot(r, clock, 0), gscale, t, epoch);
+    float *rest[RUN_SHARE_BITS];
+    for (int s = 1; s < r->W; s++)
+        rest[s - 1] = clocked_slot(r, clock, s);
+    gt_ps_apply_stripes_sum(&r->ps, s_lo, s_hi, clocked_slot(r, clock, 0), rest, r->W - 1, gscale,
+                            t, epoch);
 }
 
-/* share_done of the modes that sum shares: the gradient goes to its slot, or zeros where it was
- * dropped (--on-nan skip), so the sum keeps its order. */
+/* Starts the store's helper threads for the clocked modes, which call no push (what starts them
+ * in hogwild): a group per worker, so that the workers' pulls at the start of a clock each find
+ * one, the cores shared between the groups. */
+int clocked_start_store_threads(run *r, gt_err *e)
+{
+    int npools = r->W < GT_PS_MAX_POOLS ? r->W : GT_PS_MAX_POOLS;
+    return gt_ps_set_pools(&r->ps, npools, gt_ps_default_threads(r->W), GT_PS_POOL_MIN, e);
+}
+
+/* share_done of the modes that sum shares: the gradient goes to its slot (where the device did
+ * not write it there itself), or zeros where it was dropped (--on-nan skip), so the sum keeps its
+ * order. */
 int clocked_slot_store(run *r, worker *w, uint64_t clock, int share, int rc)
 {
     float *slot = clocked_slot(r, clock, share);
-    if (rc == 0)
-        memcpy(slot, w->dev->grad, r->n * sizeof(float));
-    else
+    if (rc != 0)
         memset(slot, 0, r->n * sizeof(float));
+    else if (w->dev->grad != slot)
+        memcpy(slot, w->dev->grad, r->n * sizeof(float));
     return 0;
 }
 
@@ -92,10 +115,17 @@ int clocked_share(run *r, worker *w, uint64_t clock, int share)
     gt_batch b;
     gt_step_out o = {0};
     clocked_gather_share(r, clock, share, &b);
+    /* The device writes the gradient straight into the share's slot (pinned like its own buffer),
+     * saving a copy of the whole gradient a share. A GPU keeps a step graph per host gradient
+     * buffer (16 at most), so only where the slots are few: sync's one ring, ssp up to s = 1. */
+    float *own = w->dev->grad;
+    if (r->ops->share_done == clocked_slot_store && r->clk.nslots <= 2)
+        w->dev->grad = clocked_slot(r, clock, share);
     int rc = worker_compute(r, w, &b, &o, clock);
+    if (rc >= 0)
+        rc = r->ops->share_done(r, w, clock, share, rc) != 0 ? -1 : rc;
+    w->dev->grad = own;
     if (rc < 0)
-        return -1;
-    if (r->ops->share_done(r, w, clock, share, rc) != 0)
         return -1;
     report_step(r, w, clock, o.loss_sum, b.n);
     worker_mark_time(w);
@@ -231,8 +261,9 @@ int clocked_init(run *r, int R, int nslots, gt_err *e)
 {
     r->clk.R = R;
     r->clk.nslots = nslots;
-    size_t slots = (size_t)nslots * (size_t)r->W * r->n;
-    if (slots / r->n != (size_t)nslots * (size_t)r->W)
+    size_t stride = clocked_slot_stride(r);
+    size_t slots = (size_t)nslots * (size_t)r->W * stride;
+    if (slots / stride != (size_t)nslots * (size_t)r->W)
         return gt_fail(e, "--staleness: %d needs too much memory", r->cfg->staleness);
     r->clk.slots = gt_host_alloc(slots * sizeof(float));
     r->clk.claimed = calloc((size_t)R, sizeof(uint64_t));

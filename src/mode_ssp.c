@@ -135,7 +135,9 @@ static int ssp_init(run *r, gt_device **devices, const gt_start *start, gt_err *
     int s = r->cfg->staleness;
     if (s < 0 || s > GT_MAX_STALENESS) /* the command line refuses these; other callers too */
         return gt_fail(e, "--staleness: %d is out of range (0..%d)", s, GT_MAX_STALENESS);
-    return clocked_init(r, s + 1, s + 1, e);
+    if (clocked_init(r, s + 1, s + 1, e) != 0)
+        return -1;
+    return clocked_start_store_threads(r, e);
 }
 
 const gt_mode_ops gt_mode_ssp = {

@@ -64,7 +64,9 @@ static int sync_init(run *r, gt_device **devices, const gt_start *start, gt_err 
 {
     (void)devices;
     (void)start;
-    return clocked_init(r, 1, 1, e);
+    if (clocked_init(r, 1, 1, e) != 0)
+        return -1;
+    return clocked_start_store_threads(r, e);
 }
 
 const gt_mode_ops gt_mode_sync = {

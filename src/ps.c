@@ -77,7 +77,8 @@ int gt_ps_init(gt_ps *ps, size_t n, int nstripes, const gt_optim_cfg *optim, gt_
 
 void gt_ps_free(gt_ps *ps)
 {
-    gt_ps_pool_destroy(ps->pool);
+    for (int i = 0; i < ps->npools; i++)
+        gt_ps_pool_destroy(ps->pools[i]);
     if (ps->stripes)
         for (int s = 0; s < ps->nranges; s++)
             pthread_mutex_destroy(&ps->stripes[s].lock);
@@ -112,19 +113,22 @@ typedef struct ps_walk {
     uint64_t *ver;             /* pull: versions out; push: versions of the gradient's pull */
     int only_changed;          /* pull: skip stripes whose version equals ver[s] */
     const float *g;            /* push: gradient */
+    float *const *addends;     /* apply: g += addends[k] stripe by stripe, in order, first */
+    int naddends;
     float gscale;
     const gt_optim_step *step;
     _Atomic uint64_t result;   /* pull: stripes copied; push: staleness (max) */
 } ps_walk;
 
-static gt_ps_pool *ps_pool_get(gt_ps *ps, size_t nparams, int nworkers);
+static int ps_pools_get(gt_ps *ps, size_t nparams, int nworkers);
 
-/* Runs fn over the walk's parts, on the helpers where the walk is large and they are free. */
+/* Runs fn over the walk's parts, on a free group of helpers where the walk is large. */
 static void ps_walk_run(ps_walk *w, gt_ps_pool_fn fn, int nworkers)
 {
     gt_ps *ps = w->ps;
-    gt_ps_pool *pool = ps_pool_get(ps, (size_t)w->count * ps->n / (size_t)ps->nranges, nworkers);
-    if (pool) {
+    int npools = ps_pools_get(ps, (size_t)w->count * ps->n / (size_t)ps->nranges, nworkers);
+    for (int i = 0; i < npools; i++) {
+        gt_ps_pool *pool = ps->pools[i];
         /* A few parts a thread, so a thread held up by another worker's lock leaves its share. */
         int parts = 4 * (gt_ps_pool_helpers(pool) + 1);
         w->nparts = parts < w->count ? parts : w->count;
@@ -219,6 +223,18 @@ static void ps_apply_range(gt_ps *ps, const gt_stripe *st, const float *g, float
         gt_optim_apply(&ps->optim, step, ps->params + lo, g + lo, gscale, s0, s1, len);
 }
 
+/* Sums the walk's addends into its gradient over one stripe, in their order, so each element
+ * gets the same sum, bit for bit, as a reduction over the whole arrays would give. */
+static void ps_sum_range(const ps_walk *w, const gt_stripe *st)
+{
+    float *g = (float *)w->g;
+    for (int k = 0; k < w->naddends; k++) {
+        const float *a = w->addends[k];
+        for (size_t i = st->lo; i < st->hi; i++)
+            g[i] += a[i];
+    }
+}
+
 static void ps_push_part(void *arg, int part)
 {
     ps_walk *w = arg;
@@ -226,6 +242,7 @@ static void ps_push_part(void *arg, int part)
     uint64_t stale = 0;
     for (int i = w->count * part / w->nparts; i < w->count * (part + 1) / w->nparts; i++) {
         gt_stripe *st = ps_walk_stripe(w, i);
+        ps_sum_range(w, st);
         if (ps->nstripes > 0)
             ps_lock(ps, st);
         uint64_t v = atomic_fetch_add_explicit(&st->version, 1, memory_order_acq_rel);
@@ -263,11 +280,18 @@ uint64_t gt_ps_push(gt_ps *ps, int worker, int nworkers, const float *g, float g
 void gt_ps_apply_stripes(gt_ps *ps, int s_lo, int s_hi, const float *g, float gscale, uint64_t t,
                          double epoch)
 {
+    /* With no addends the walk only reads g. */
+    gt_ps_apply_stripes_sum(ps, s_lo, s_hi, (float *)g, NULL, 0, gscale, t, epoch);
+}
+
+void gt_ps_apply_stripes_sum(gt_ps *ps, int s_lo, int s_hi, float *g, float *const *addends,
+                             int naddends, float gscale, uint64_t t, double epoch)
+{
     gt_optim_step step = gt_optim_prepare(&ps->optim, t, epoch);
     if (s_hi <= s_lo)
         return;
-    ps_walk w = {.ps = ps, .first = s_lo, .count = s_hi - s_lo, .g = g, .gscale = gscale,
-                 .step = &step};
+    ps_walk w = {.ps = ps, .first = s_lo, .count = s_hi - s_lo, .g = g, .addends = addends,
+                 .naddends = naddends, .gscale = gscale, .step = &step};
     ps_walk_run(&w, ps_push_part, 0);
 }
 
@@ -320,33 +344,55 @@ int gt_all_finite(const float *g, size_t n)
 int gt_ps_default_threads(int nworkers)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    long t = cores - (nworkers > 1 ? nworkers - 1 : 0);
+    long t = cores / (nworkers > 1 ? nworkers : 1);
     return t < 1 ? 1 : t > 8 ? 8 : (int)t;
 }
 
 int gt_ps_set_threads(gt_ps *ps, int nthreads, size_t min_params, gt_err *e)
 {
+    return gt_ps_set_pools(ps, 1, nthreads, min_params, e);
+}
+
+int gt_ps_set_pools(gt_ps *ps, int npools, int nthreads, size_t min_params, gt_err *e)
+{
+    if (npools < 1 || npools > GT_PS_MAX_POOLS)
+        return gt_fail(e, "parameter store: %d groups of helper threads (1..%d)", npools,
+                       GT_PS_MAX_POOLS);
     int undecided = 0;
     if (!atomic_compare_exchange_strong(&ps->pool_state, &undecided, 1))
         return gt_fail(e, "parameter store: helper threads are already set");
     ps->pool_min = min_params;
-    ps->pool = nthreads > 1 ? gt_ps_pool_create(nthreads - 1) : NULL;
+    int failed = 0;
+    for (int i = 0; nthreads > 1 && i < npools && !failed; i++) {
+        ps->pools[i] = gt_ps_pool_create(nthreads - 1);
+        failed = !ps->pools[i];
+        ps->npools += !failed;
+    }
+    if (failed) { /* all or none */
+        for (int i = 0; i < ps->npools; i++)
+            gt_ps_pool_destroy(ps->pools[i]);
+        ps->npools = 0;
+    }
     atomic_store_explicit(&ps->pool_state, 2, memory_order_release);
-    if (nthreads > 1 && !ps->pool)
-        return gt_fail(e, "parameter store: cannot start %d helper threads", nthreads - 1);
+    if (failed)
+        return gt_fail(e, "parameter store: cannot start %d x %d helper threads", npools,
+                       nthreads - 1);
     return 0;
 }
 
-/* The helpers for a walk over nparams parameters, or NULL. The first large push (nworkers > 0)
- * starts the default pool; a walk that finds it being started runs alone. */
-static gt_ps_pool *ps_pool_get(gt_ps *ps, size_t nparams, int nworkers)
+/* How many groups of helpers a walk over nparams parameters may try (ps->pools). The first large
+ * push (nworkers > 0) starts the default: a group per worker, so that pushes and pulls of
+ * different workers each find one; a walk that finds them being started runs alone. */
+static int ps_pools_get(gt_ps *ps, size_t nparams, int nworkers)
 {
     int state = atomic_load_explicit(&ps->pool_state, memory_order_acquire);
     if (state == 2)
-        return nparams >= ps->pool_min ? ps->pool : NULL;
-    if (state == 0 && nworkers > 0 && nparams >= GT_PS_POOL_MIN)
-        gt_ps_set_threads(ps, gt_ps_default_threads(nworkers), GT_PS_POOL_MIN, NULL);
-    return NULL;
+        return nparams >= ps->pool_min ? ps->npools : 0;
+    if (state == 0 && nworkers > 0 && nparams >= GT_PS_POOL_MIN) {
+        int npools = nworkers < GT_PS_MAX_POOLS ? nworkers : GT_PS_MAX_POOLS;
+        gt_ps_set_pools(ps, npools, gt_ps_default_threads(nworkers), GT_PS_POOL_MIN, NULL);
+    }
+    return 0;
 }
 
 int gt_ps_pull_changed(gt_ps *ps, float *dst, uint64_t *ver)

@@ -340,6 +340,7 @@ void *worker_main(void *arg);
 
 /* mode_clocked.c: the core the clocked modes share */
 int clocked_init(run *r, int R, int nslots, gt_err *e);
+int clocked_start_store_threads(run *r, gt_err *e);
 void clocked_epoch(run *r, worker *w, uint64_t first_clock);
 int clocked_epoch_complete_locked(run *r);
 uint64_t clocked_epoch_steps(const run *r);

@@ -39,14 +39,15 @@ static gt_optim_cfg plain_sgd(void)
 
 /* Every thread pushes gradient (index+1) * (1 + i % 3) PUSHES times with plain SGD at lr 1; the
  * store must end at exactly minus the sum (small integers are exact in float). threads: the
- * store's helper threads for every walk (1: none). */
-static void test_no_lost_update(int stripes, int threads)
+ * store's threads for every walk (1: no helpers), in npools groups that walks use at once. */
+static void test_no_lost_update(int stripes, int npools, int threads)
 {
     gt_optim_cfg c = plain_sgd();
     gt_ps ps;
     gt_err e;
     CHECK(gt_ps_init(&ps, NPARAM, stripes, &c, &e) == 0);
-    CHECK(gt_ps_set_threads(&ps, threads, 0, &e) == 0);
+    CHECK(gt_ps_set_pools(&ps, npools, threads, 0, &e) == 0);
+    CHECK(ps.npools == (threads > 1 ? npools : 0));
     pusher p[THREADS];
     pthread_t t[THREADS];
     for (int i = 0; i < THREADS; i++) {
@@ -259,7 +260,7 @@ static void test_helpers_same_bits(gt_opt_kind kind)
     gt_err e;
     CHECK(gt_ps_init(&a, N, 37, &c, &e) == 0 && gt_ps_init(&b, N, 37, &c, &e) == 0);
     CHECK(gt_ps_set_threads(&a, 1, 0, &e) == 0 && gt_ps_set_threads(&b, 3, 0, &e) == 0);
-    CHECK(b.pool != NULL && a.pool == NULL);
+    CHECK(b.npools == 1 && a.npools == 0);
     CHECK(gt_ps_set_threads(&b, 2, 0, &e) != 0 && strstr(e.msg, "already"));
     float *g = gt_alloc(N * sizeof(float)), *pulled = gt_alloc(N * sizeof(float));
     uint64_t va[37], vb[37];
@@ -283,6 +284,51 @@ static void test_helpers_same_bits(gt_opt_kind kind)
     CHECK(atomic_load(&a.stale_max) == 1 && atomic_load(&b.stale_max) == 1);
     gt_free(g);
     gt_free(pulled);
+    gt_ps_free(&a);
+    gt_ps_free(&b);
+}
+
+/* gt_ps_apply_stripes_sum gives the bits of summing the addends first, in order, then applying:
+ * for a split update (two parts, one thread) and one walk on 1 + 2 helpers, SGD momentum and Adam;
+ * g ends holding the sum. */
+static void test_apply_sum(gt_opt_kind kind, int threads)
+{
+    enum { N = 4099, ADD = 3 };
+    gt_optim_cfg c;
+    gt_optim_defaults(&c);
+    c.kind = kind;
+    gt_ps a, b;
+    gt_err e;
+    CHECK(gt_ps_init(&a, N, 16, &c, &e) == 0 && gt_ps_init(&b, N, 16, &c, &e) == 0);
+    CHECK(gt_ps_set_threads(&b, threads, 0, &e) == 0);
+    float *g[ADD + 1], *ref = gt_alloc(N * sizeof(float)), *sum = gt_alloc(N * sizeof(float));
+    for (int k = 0; k <= ADD; k++)
+        g[k] = gt_alloc(N * sizeof(float));
+    for (int t = 1; t <= 5; t++) {
+        for (int k = 0; k <= ADD; k++)
+            for (int i = 0; i < N; i++)
+                g[k][i] = 1e-3f * (float)((i * 7 + k * 13 + t) % 23) / (float)(k + 3);
+        memcpy(ref, g[0], N * sizeof(float));
+        for (int k = 1; k <= ADD; k++)
+            for (int i = 0; i < N; i++)
+                ref[i] += g[k][i];
+        memcpy(sum, ref, N * sizeof(float));
+        gt_ps_apply_stripes(&a, 0, 16, ref, 0.25f, (uint64_t)t, 0.0);
+        if (threads == 1) { /* split as sync splits it across two workers */
+            gt_ps_apply_stripes_sum(&b, 0, 7, g[0], g + 1, ADD, 0.25f, (uint64_t)t, 0.0);
+            gt_ps_apply_stripes_sum(&b, 7, 16, g[0], g + 1, ADD, 0.25f, (uint64_t)t, 0.0);
+        } else {
+            gt_ps_apply_stripes_sum(&b, 0, 16, g[0], g + 1, ADD, 0.25f, (uint64_t)t, 0.0);
+        }
+        CHECK(memcmp(g[0], sum, N * sizeof(float)) == 0);
+    }
+    CHECK(memcmp(a.params, b.params, N * sizeof(float)) == 0);
+    for (int i = 0; i < a.nstate; i++)
+        CHECK(memcmp(a.state[i], b.state[i], N * sizeof(float)) == 0);
+    for (int k = 0; k <= ADD; k++)
+        gt_free(g[k]);
+    gt_free(ref);
+    gt_free(sum);
     gt_ps_free(&a);
     gt_ps_free(&b);
 }
@@ -389,21 +435,33 @@ int main(void)
 {
     int stripes[] = {1, 3, 16, -1};
     for (size_t i = 0; i < sizeof stripes / sizeof *stripes; i++)
-        test_no_lost_update(stripes[i], 1);
+        test_no_lost_update(stripes[i], 1, 1);
     test_lock_free_bounds();
     test_layout();
     test_staleness();
     test_stale_percentile();
     test_momentum_state();
     for (size_t i = 0; i < sizeof stripes / sizeof *stripes; i++)
-        test_no_lost_update(stripes[i], 3);
+        test_no_lost_update(stripes[i], 1, 3);
+    test_no_lost_update(8, THREADS, 2);
+    test_no_lost_update(-1, 2, 3);
     test_helpers_same_bits(GT_OPT_SGD);
     test_helpers_same_bits(GT_OPT_ADAM);
+    test_apply_sum(GT_OPT_SGD, 1);
+    test_apply_sum(GT_OPT_SGD, 3);
+    test_apply_sum(GT_OPT_ADAM, 3);
     test_pull_changed(1);
     test_pull_changed(3);
     test_pull_changed_concurrent(1);
     test_pull_changed_concurrent(3);
     CHECK(gt_ps_default_threads(1) >= 1 && gt_ps_default_threads(1) <= 8);
     CHECK(gt_ps_default_threads(1000) == 1);
+    gt_ps ps;
+    gt_err e;
+    gt_optim_cfg c = plain_sgd();
+    CHECK(gt_ps_init(&ps, NPARAM, 4, &c, &e) == 0);
+    CHECK(gt_ps_set_pools(&ps, GT_PS_MAX_POOLS + 1, 2, 0, &e) != 0 && strstr(e.msg, "groups"));
+    CHECK(gt_ps_set_pools(&ps, 2, 2, 0, &e) == 0 && ps.npools == 2);
+    gt_ps_free(&ps);
     TEST_DONE();
 }

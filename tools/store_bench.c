@@ -1,18 +1,25 @@
 /* store_bench.c - what the host side of the parameter store costs per step, with the real
- * src/ps.c and src/optim.c and no device: W threads act as hogwild workers, each looping pull ->
- * finite check of its gradient -> push, as src/train.c's hogwild loop does, with nothing between
- * (the worst contention; a GPU worker spends its compute time between pull and push).
- * Usage: store_bench [-s STEPS] [-r REPEATS] [-w W[,W...]] [-t T[,T...]] [-o sgd|adam]
- *                    [-m MODEL[,MODEL...]]
- *        defaults: -s 200 -r 3 -w 1,2 -o sgd -m lenet5,cnn-wide (SGD momentum 0.9, default
- *        stripes, the store's default threads). -t: the store's threads per walk
- *        (gt_ps_set_threads; its repeats interleave, so that load drift hits each count alike).
+ * src/ps.c and src/optim.c and no device: W threads act as workers.
+ * -p hogwild (the default): each loops pull -> finite check of its gradient -> push, as the
+ *   hogwild mode (src/mode_hogwild.c) does, with nothing between (the worst contention; a GPU
+ *   worker spends its compute time between pull and push).
+ * -p sync: each loops over the clocks of sync mode (src/mode_sync.c): pull -> finite check of its
+ *   gradient slot (where a device writes its gradient) -> barrier -> its part of the summed
+ *   slots' update (gt_ps_apply_stripes_sum), split by stripe across the workers -> barrier.
+ * Usage: store_bench [-p hogwild|sync] [-s STEPS] [-r REPEATS] [-w W[,W...]] [-t T[,T...]]
+ *                    [-o sgd|adam] [-m MODEL[,MODEL...]]
+ *        defaults: -p hogwild -s 200 -r 3 -w 1,2 -o sgd -m lenet5,cnn-wide (SGD momentum 0.9,
+ *        default stripes, the store's default threads). -t: the store's threads per walk, in a
+ *        group for each worker (gt_ps_set_pools; its repeats interleave, so that load drift hits
+ *        each count alike).
  *        Each row is the repeat with the least host time per step, so that other load on a shared
  *        machine shows up as little as it can.
  * Prints a markdown table: per worker step, the mean microseconds of the pull (gt_ps_pull), the
- * finite check (gt_all_finite), the push (gt_ps_push), the lock wait of pulls and pushes together
- * (the store's telemetry), and apply = push - lock wait (exact when pulls never wait, as with one
- * worker; otherwise a lower bound); then the store's throughput in steps per second, all workers. */
+ * finite check (gt_all_finite), the push (gt_ps_push; sync: the apply, from the first barrier to
+ * the end of the second), the lock wait of pulls and pushes together (the store's telemetry), and
+ * apply = push - lock wait (exact when pulls never wait, as with one worker; otherwise a lower
+ * bound); the host time a step (sync: the wall time of a clock); then the store's throughput in
+ * worker steps per second, all workers. */
 #include "gputrain/model.h"
 #include "gputrain/optim.h"
 #include "gputrain/ps.h"
@@ -27,6 +34,7 @@
 #define WARM_STEPS 5
 
 typedef struct bench_cfg {
+    int sync; /* -p sync */
     int steps, repeats;
     int nw, workers[MAX_WORKERS];
     int nt, threads[MAX_WORKERS]; /* store threads; none given: one run with the default */
@@ -38,13 +46,42 @@ typedef struct bench_cfg {
 typedef struct bench_worker {
     gt_ps *ps;
     pthread_barrier_t *start;
+    pthread_barrier_t *clock;  /* -p sync: the workers' barrier */
     int index, nworkers, steps;
-    float *params, *grad;
+    float *params, *grad;      /* -p sync: grad is the worker's slot, slot 0 the first */
+    float *slot0;
     uint64_t *ver;
     double pull, finite, push; /* seconds, summed over the measured steps */
     double t_start, t_end;     /* clock at the first and after the last measured step */
     int bad;                   /* a gradient the finite check refused (a bug in this tool) */
 } bench_worker;
+
+/* One sync clock k: the slots stay as the workers left them (slot 0 accumulates the sum, as in
+ * the mode, where a device then overwrites it; the values stay small and finite). */
+static void sync_bench_clock(bench_worker *w, int k)
+{
+    double t0 = gt_now();
+    gt_ps_pull(w->ps, w->params, NULL);
+    double t1 = gt_now();
+    w->bad |= !gt_all_finite(w->grad, w->ps->n);
+    double t2 = gt_now();
+    pthread_barrier_wait(w->clock);
+    double t3 = gt_now();
+    int nr = w->ps->nranges, W = w->nworkers; /* split as clocked_my_stripes splits it */
+    int s_lo = (int)((int64_t)nr * w->index / W), s_hi = (int)((int64_t)nr * (w->index + 1) / W);
+    float *rest[MAX_WORKERS];
+    for (int i = 1; i < w->nworkers; i++)
+        rest[i - 1] = w->slot0 + (size_t)i * w->ps->n;
+    gt_ps_apply_stripes_sum(w->ps, s_lo, s_hi, w->slot0, rest, w->nworkers - 1, 1.0f,
+                            (uint64_t)(k + WARM_STEPS + 1), 0.0);
+    pthread_barrier_wait(w->clock);
+    double t4 = gt_now();
+    if (k >= 0) {
+        w->pull += t1 - t0;
+        w->finite += t2 - t1;
+        w->push += t4 - t3;
+    }
+}
 
 static void *bench_worker_loop(void *arg)
 {
@@ -54,6 +91,10 @@ static void *bench_worker_loop(void *arg)
             pthread_barrier_wait(w->start);
             pthread_barrier_wait(w->start);
             w->t_start = gt_now();
+        }
+        if (w->clock) {
+            sync_bench_clock(w, k);
+            continue;
         }
         double t0 = gt_now();
         gt_ps_pull(w->ps, w->params, w->ver);
@@ -73,12 +114,14 @@ static void *bench_worker_loop(void *arg)
 }
 
 static int bench_worker_init(bench_worker *w, gt_ps *ps, pthread_barrier_t *start, int index,
-                             const bench_cfg *c, int W)
+                             const bench_cfg *c, int W, float *slots, pthread_barrier_t *clock)
 {
     *w = (bench_worker){
         .ps = ps, .start = start, .index = index, .nworkers = W, .steps = c->steps};
+    if (c->sync)
+        w->clock = clock, w->slot0 = slots;
     w->params = gt_alloc(ps->n * sizeof(float));
-    w->grad = gt_alloc(ps->n * sizeof(float));
+    w->grad = c->sync ? slots + (size_t)index * ps->n : gt_alloc(ps->n * sizeof(float));
     w->ver = gt_alloc((size_t)ps->nranges * sizeof(uint64_t));
     if (!w->params || !w->grad || !w->ver)
         return -1;
@@ -91,7 +134,8 @@ static int bench_worker_init(bench_worker *w, gt_ps *ps, pthread_barrier_t *star
 static void bench_worker_free(bench_worker *w)
 {
     gt_free(w->params);
-    gt_free(w->grad);
+    if (!w->clock)
+        gt_free(w->grad);
     gt_free(w->ver);
 }
 
@@ -108,18 +152,25 @@ static int bench_run(const bench_cfg *c, const gt_model *m, int W, int threads, 
     gt_ps ps;
     if (gt_ps_init(&ps, m->nparams, -1, &c->optim, e) != 0)
         return -1;
-    if (threads > 0 && gt_ps_set_threads(&ps, threads, GT_PS_POOL_MIN, e) != 0) {
+    /* As the store's default would: a group of helpers per worker (in sync, as the mode starts
+     * them; in hogwild, the first push does where none are given). */
+    int npools = W < GT_PS_MAX_POOLS ? W : GT_PS_MAX_POOLS;
+    if (threads == 0 && c->sync)
+        threads = gt_ps_default_threads(W);
+    if (threads > 0 && gt_ps_set_pools(&ps, npools, threads, GT_PS_POOL_MIN, e) != 0) {
         gt_ps_free(&ps);
         return -1;
     }
     gt_model_init_params(m, ps.params, 1);
     bench_worker w[MAX_WORKERS];
     pthread_t t[MAX_WORKERS];
-    pthread_barrier_t start;
+    pthread_barrier_t start, clock;
     pthread_barrier_init(&start, NULL, (unsigned)W + 1);
-    int rc = 0, nstarted = 0;
+    pthread_barrier_init(&clock, NULL, (unsigned)W);
+    float *slots = c->sync ? gt_alloc((size_t)W * ps.n * sizeof(float)) : NULL;
+    int rc = c->sync && !slots ? -1 : 0, nstarted = 0;
     for (int i = 0; i < W && rc == 0; i++) {
-        rc = bench_worker_init(&w[i], &ps, &start, i, c, W);
+        rc = bench_worker_init(&w[i], &ps, &start, i, c, W, slots, &clock);
         if (rc == 0)
             rc = pthread_create(&t[i], NULL, bench_worker_loop, &w[i]);
         nstarted += rc == 0;
@@ -150,8 +201,10 @@ static int bench_run(const bench_cfg *c, const gt_model *m, int W, int threads, 
                        .finite = finite / steps,
                        .push = push / steps,
                        .wait = wait / steps,
-                       .host = (pull + finite + push) / steps,
+                       .host = c->sync ? wall / c->steps : (pull + finite + push) / steps,
                        .rate = steps / wall};
+    gt_free(slots);
+    pthread_barrier_destroy(&clock);
     pthread_barrier_destroy(&start);
     gt_ps_free(&ps);
     if (bad)
@@ -231,8 +284,8 @@ static int parse_args(int argc, char **argv, bench_cfg *c)
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
         if (i + 1 >= argc || strlen(f) != 2 || f[0] != '-') {
-            fprintf(stderr, "usage: store_bench [-s STEPS] [-r REPEATS] [-w W[,W...]] [-t T[,T...]] "
-                            "[-o sgd|adam] [-m MODEL[,MODEL...]]\n");
+            fprintf(stderr, "usage: store_bench [-p hogwild|sync] [-s STEPS] [-r REPEATS] "
+                            "[-w W[,W...]] [-t T[,T...]] [-o sgd|adam] [-m MODEL[,MODEL...]]\n");
             return -1;
         }
         char *v = argv[++i], *end;
@@ -255,7 +308,13 @@ static int parse_args(int argc, char **argv, bench_cfg *c)
                 return -1;
             }
             c->optim.kind = strcmp(v, "adam") == 0 ? GT_OPT_ADAM : GT_OPT_SGD;
-        } else if (strchr("srwtmo", f[1]) == NULL) {
+        } else if (f[1] == 'p') {
+            if (strcmp(v, "hogwild") != 0 && strcmp(v, "sync") != 0) {
+                fprintf(stderr, "store_bench: -p: bad path '%s' (hogwild or sync)\n", v);
+                return -1;
+            }
+            c->sync = strcmp(v, "sync") == 0;
+        } else if (strchr("srwtmop", f[1]) == NULL) {
             fprintf(stderr, "store_bench: unknown flag '%s'\n", f);
             return -1;
         }

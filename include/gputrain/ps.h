@@ -23,6 +23,8 @@ extern "C" {
 
 #define GT_STALE_BINS 64 /* staleness histogram: 0..62 exact, 63 = 63 or more */
 
+#define GT_PS_MAX_POOLS 8 /* walks that use helper threads at once, at most */
+
 typedef struct gt_stripe {
     pthread_mutex_t lock;
     _Atomic uint64_t version;   /* updates applied to this stripe */
@@ -47,9 +49,10 @@ typedef struct gt_ps {
     _Atomic uint64_t stale_max;
     _Atomic uint64_t stale_sum, stale_count;
     /* helper threads for large pushes, pulls and stripe applies (src/ps_pool.c) */
-    struct gt_ps_pool *pool;    /* NULL until started, and where none would help */
+    struct gt_ps_pool *pools[GT_PS_MAX_POOLS]; /* each serves one walk at a time */
+    int npools;                 /* 0 until started, and where none would help */
     _Atomic int pool_state;     /* 0 undecided, 1 being started, 2 decided */
-    size_t pool_min;            /* a walk over at least this many parameters uses the pool */
+    size_t pool_min;            /* a walk over at least this many parameters uses a pool */
 } gt_ps;
 
 /* Default stripe count: enough that W workers starting at different stripes rarely collide, each
@@ -72,6 +75,13 @@ uint64_t gt_ps_push(gt_ps *ps, int worker, int nworkers, const float *g, float g
  * delegate the update of a clock this way). */
 void gt_ps_apply_stripes(gt_ps *ps, int s_lo, int s_hi, const float *g, float gscale,
                          uint64_t t, double epoch);
+
+/* gt_ps_apply_stripes of the sum g + addends[0] + ... + addends[naddends - 1], added in that
+ * order into g (which holds the sum afterwards) stripe by stripe, just before each stripe's
+ * update: the same bits as summing the whole arrays first, in one walk that the helper threads
+ * share. */
+void gt_ps_apply_stripes_sum(gt_ps *ps, int s_lo, int s_hi, float *g, float *const *addends,
+                             int naddends, float gscale, uint64_t t, double epoch);
 
 /* Overwrites stripes [s_lo, s_hi) of the parameters with src (local-mode averaging). */
 void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src);
@@ -107,16 +117,21 @@ uint64_t gt_ps_stale_percentile(gt_ps *ps, int pct, int *capped);
  * that stripe. */
 #define GT_PS_VERSION_NONE UINT64_MAX
 
-/* Threads that apply one large push together, the pushing worker included, when nworkers workers
- * push: the host's online cores less the other workers, at most 8 (one push is bound by memory
- * bandwidth, which a few cores fill), at least 1. */
+/* Threads that run one large walk together, its caller included, when nworkers workers walk the
+ * store at once: the host's online cores shared between them, at most 8 (one walk is bound by
+ * memory bandwidth, which a few cores fill), at least 1. */
 int gt_ps_default_threads(int nworkers);
 
 /* Gives the store nthreads - 1 helper threads (nthreads <= 1: none) for pushes, pulls and stripe
  * applies of at least min_params parameters. Call once, before any worker runs; without it, the
- * first push of at least GT_PS_POOL_MIN parameters starts gt_ps_default_threads(its nworkers).
- * Only one walk uses the helpers at a time; another runs alone, as without helpers. */
+ * first push of at least GT_PS_POOL_MIN parameters starts helpers for its nworkers
+ * (gt_ps_set_pools with the default). Only one walk uses the helpers at a time; another runs
+ * alone, as without helpers. */
 int gt_ps_set_threads(gt_ps *ps, int nthreads, size_t min_params, gt_err *e);
+
+/* gt_ps_set_threads for npools (1..GT_PS_MAX_POOLS) walks at once: npools groups of nthreads - 1
+ * helpers; a walk takes a free group, or runs alone where every group is busy. */
+int gt_ps_set_pools(gt_ps *ps, int npools, int nthreads, size_t min_params, gt_err *e);
 
 /* Pulls only the stripes whose version differs from ver[s] into dst, then sets ver[s] to the
  * version copied, as gt_ps_pull does; returns the number of stripes copied. ver must hold what the
