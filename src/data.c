@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define STB_IMAGE_IMPLEMENTATION
 #define STBI_ONLY_PNG
@@ -257,6 +258,13 @@ static int folder_fill(const name_list *files, const uint32_t *ends, size_t ncla
     return 0;
 }
 
+/* The CRC-32s of a split held in memory (an IDX file's come with its load). */
+static void dataset_crc(gt_dataset *ds)
+{
+    ds->images_crc = gt_crc32(0, ds->images, (size_t)ds->n * ds->c * ds->h * ds->w);
+    ds->labels_crc = gt_crc32(0, ds->labels, ds->n);
+}
+
 int gt_folder_load(const char *root, const char *split, gt_dataset *out, char (*class_names)[32],
                    int *nclasses, gt_err *e)
 {
@@ -281,6 +289,7 @@ int gt_folder_load(const char *root, const char *split, gt_dataset *out, char (*
     if (folder_list_files(split_dir, &classes, &files, ends, e) != 0 ||
         folder_fill(&files, ends, classes.n, out, e) != 0)
         goto done;
+    dataset_crc(out);
     for (size_t k = 0; k < classes.n; k++)
         snprintf(class_names[k], 32, "%s", classes.names[k]);
     *nclasses = (int)classes.n;
@@ -331,8 +340,8 @@ static int data_detect(const char *dir)
 static int data_load_idx_split(const char *images, const char *labels, gt_dataset *ds, gt_err *e)
 {
     uint32_t nlabels;
-    if (gt_idx_load_images(images, &ds->n, &ds->h, &ds->w, &ds->images, e) != 0 ||
-        gt_idx_load_labels(labels, &nlabels, &ds->labels, e) != 0)
+    if (gt_idx_load_images(images, &ds->n, &ds->h, &ds->w, &ds->images, &ds->images_crc, e) != 0 ||
+        gt_idx_load_labels(labels, &nlabels, &ds->labels, &ds->labels_crc, e) != 0)
         return -1;
     ds->c = 1;
     ds->nclasses = IDX_CLASSES;
@@ -480,17 +489,21 @@ static int data_apply_limit(const char *dir, gt_dataset *ds, uint32_t limit, gt_
     ds->images = images;
     ds->labels = labels;
     ds->n = limit;
+    dataset_crc(ds);
     return 0;
 }
 
+/* The CRC-32 of train images, train labels, test images and test labels one after the other,
+ * combined from each one's own (crc32_combine), so that no pass over the data is made twice. */
 static uint32_t data_fingerprint(const gt_data *d)
 {
     const gt_dataset *splits[2] = {&d->train, &d->test};
     uint32_t crc = 0;
     for (int i = 0; i < 2; i++) {
         const gt_dataset *s = splits[i];
-        crc = gt_crc32(crc, s->images, (size_t)s->n * s->c * s->h * s->w);
-        crc = gt_crc32(crc, s->labels, s->n);
+        z_off_t bytes = (z_off_t)s->n * s->c * s->h * s->w;
+        crc = (uint32_t)crc32_combine(crc, s->images_crc, bytes);
+        crc = (uint32_t)crc32_combine(crc, s->labels_crc, (z_off_t)s->n);
     }
     return crc;
 }

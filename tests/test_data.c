@@ -157,8 +157,9 @@ static void check_images_file(const char *path, uint32_t n, uint32_t h, uint32_t
     uint32_t got_n = 0;
     int got_h = 0, got_w = 0;
     uint8_t *px = NULL;
+    uint32_t crc = 0;
     gt_err e = {{0}};
-    int rc = gt_idx_load_images(path, &got_n, &got_h, &got_w, &px, &e);
+    int rc = gt_idx_load_images(path, &got_n, &got_h, &got_w, &px, &crc, &e);
     CHECK_MSG(rc == 0, "%s", e.msg);
     if (rc != 0)
         return;
@@ -169,6 +170,9 @@ static void check_images_file(const char *path, uint32_t n, uint32_t h, uint32_t
             for (uint32_t x = 0; x < w; x++)
                 bad += px[(i * h + y) * w + x] != pixel_at(i, y, x);
     CHECK_MSG(bad == 0, "%s: %d wrong pixels", path, bad);
+    /* gzip: taken from the trailer less the header's share; plain: computed */
+    CHECK_MSG(crc == (uint32_t)crc32(0L, px, (uInt)(n * h * w)), "%s: pixels' CRC-32 %08x", path,
+              crc);
     gt_free(px);
 }
 
@@ -182,9 +186,10 @@ static void test_idx_good(void)
         check_images_file(img, 5, 3, 4);
         uint32_t n = 0;
         uint8_t *labels = NULL;
+        uint32_t crc = 0;
         gt_err e = {{0}};
-        CHECK_MSG(gt_idx_load_labels(lab, &n, &labels, &e) == 0, "%s", e.msg);
-        CHECK(n == 7);
+        CHECK_MSG(gt_idx_load_labels(lab, &n, &labels, &crc, &e) == 0, "%s", e.msg);
+        CHECK(n == 7 && crc == (uint32_t)crc32(0L, labels, n));
         for (uint32_t i = 0; labels && i < n; i++)
             CHECK(labels[i] == label_at(i));
         gt_free(labels);
@@ -203,8 +208,8 @@ static void test_idx_damage(void)
     uint8_t *buf = NULL;
     char f[1024];
     snprintf(f, sizeof f, "%s", tp("damaged"));
-#define LOAD_IMAGES gt_idx_load_images(f, &n, &h, &w, &buf, &e_)
-#define LOAD_LABELS gt_idx_load_labels(f, &n, &buf, &e_)
+#define LOAD_IMAGES gt_idx_load_images(f, &n, &h, &w, &buf, NULL, &e_)
+#define LOAD_LABELS gt_idx_load_labels(f, &n, &buf, NULL, &e_)
 
     write_images(f, 0, 0xd03, 2, 3, 3, 0);
     CHECK_REFUSED(LOAD_IMAGES, f, "bad magic 0x00000d03");
@@ -253,7 +258,8 @@ static void test_idx_damage(void)
         write_file(f, gz, "", 0);
         CHECK_REFUSED(LOAD_IMAGES, f, "empty file");
     }
-    CHECK_REFUSED(gt_idx_load_images(tp("no-such-file"), &n, &h, &w, &buf, &e_), "no-such-file",
+    CHECK_REFUSED(gt_idx_load_images(tp("no-such-file"), &n, &h, &w, &buf, NULL, &e_),
+                  "no-such-file",
                   "cannot open");
 
     /* A gzip stream with a damaged middle, and one cut short. */
@@ -323,37 +329,63 @@ static void test_gzip_integrity(void)
         unsigned char *gz = gzip_bytes(b.p, b.n, level, &len);
         write_file(f, 0, gz, len);
         gt_err e = {{0}};
-        CHECK_MSG(gt_idx_load_labels(f, &n, &buf, &e) == 0 && n == 300, "%s", e.msg);
+        CHECK_MSG(gt_idx_load_labels(f, &n, &buf, NULL, &e) == 0 && n == 300, "%s", e.msg);
         free(buf);
         buf = NULL;
         for (size_t cut = 1; cut <= 9; cut++) {
             write_file(f, 0, gz, len - cut);
-            CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "unexpected end of file");
+            CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, NULL, &e_), f, "unexpected end of file");
         }
         unsigned char *more = malloc(len + 1);
         memcpy(more, gz, len);
         more[len] = 0;
         write_file(f, 0, more, len + 1);
-        CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "after the end of the gzip stream");
+        CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, NULL, &e_), f,
+                      "after the end of the gzip stream");
         more[len - 5] ^= 1; /* the length trailer */
         write_file(f, 0, more, len);
-        CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "corrupt gzip stream");
+        CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, NULL, &e_), f, "corrupt gzip stream");
         more[len - 5] ^= 1;
         more[len - 8] ^= 0x10; /* the CRC-32 */
         write_file(f, 0, more, len);
-        CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "corrupt gzip stream");
+        CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, NULL, &e_), f, "corrupt gzip stream");
         if (level == 0) { /* a stored block: flip a label byte, and cut the trailer too */
             more[len - 8] ^= 0x10;
             more[len - 8 - 20] ^= 0x01;
             write_file(f, 0, more, len);
-            CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "corrupt gzip stream");
+            CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, NULL, &e_), f, "corrupt gzip stream");
             write_file(f, 0, more, len - 8);
-            CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, &e_), f, "unexpected end of file");
+            CHECK_REFUSED(gt_idx_load_labels(f, &n, &buf, NULL, &e_), f, "unexpected end of file");
         }
         free(more);
         free(gz);
     }
     free(b.p);
+}
+
+/* Payloads of 4 MiB and more have their pages faulted in on a thread of their own while the file
+ * is read: such files load with the right pixels and CRC-32, and a cut one is refused (the thread
+ * joined before the buffer is freed, which ASan's runs check). */
+static void test_idx_large(void)
+{
+    const uint32_t n = 2000, h = 32, w = 80; /* 5,120,000 bytes */
+    for (int gz = 0; gz < 2; gz++) {
+        const char *f = tp(gz ? "large.gz" : "large");
+        write_images(f, gz, 0x803, n, h, w, 0);
+        check_images_file(f, n, h, w);
+        uint32_t got_n;
+        int got_h, got_w;
+        uint8_t *buf = NULL;
+        write_images(f, gz, 0x803, n, h, w, -1000);
+        CHECK_REFUSED(gt_idx_load_images(f, &got_n, &got_h, &got_w, &buf, NULL, &e_), f,
+                      "truncated: the header declares 5120000 bytes of pixels but only 5119000");
+        struct stat st;
+        write_images(f, gz, 0x803, n, h, w, 0);
+        if (gz && stat(f, &st) == 0 && truncate(f, st.st_size / 2) == 0)
+            CHECK_REFUSED(gt_idx_load_images(f, &got_n, &got_h, &got_w, &buf, NULL, &e_), f,
+                          "unexpected end of file");
+        CHECK(buf == NULL);
+    }
 }
 
 /* Writes the four files into dir (train gzip, test plain), replacing what was there. */
@@ -387,6 +419,20 @@ static uint32_t expected_fingerprint(uint32_t ntrain, uint32_t ntest, uint32_t h
             uint8_t v = label_at(i);
             crc = crc32(crc, &v, 1);
         }
+    }
+    return (uint32_t)crc;
+}
+
+/* The fingerprint of loaded data by its definition: one CRC-32 over train images, train labels,
+ * test images and test labels one after the other, with zlib directly. */
+static uint32_t direct_fingerprint(const gt_data *d)
+{
+    const gt_dataset *splits[2] = {&d->train, &d->test};
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (int i = 0; i < 2; i++) {
+        const gt_dataset *s = splits[i];
+        crc = crc32(crc, s->images, (uInt)((size_t)s->n * s->c * s->h * s->w));
+        crc = crc32(crc, s->labels, s->n);
     }
     return (uint32_t)crc;
 }
@@ -607,7 +653,7 @@ static void test_folder_grey(void)
     CHECK(strcmp(d.format, "folder") == 0 && strcmp(d.class_names[2], "cat") == 0);
     CHECK(d.train.n == 6 && d.test.n == 3 && d.train.nclasses == 3);
     check_samples(&d.test, 1, (const int[]){7, 8, 9}, (const int[]){0, 1, 2}, 3);
-    CHECK(d.fingerprint != 0);
+    CHECK(d.fingerprint != 0 && d.fingerprint == direct_fingerprint(&d));
     gt_data_free(&d);
 
     const char *odd = tp("grey/train/ant/c.png");
@@ -707,6 +753,8 @@ static void test_fashion_mnist(void)
     gt_data part;
     CHECK_MSG(gt_data_load(dir, 6000, &part, &e) == 0, "%s", e.msg);
     CHECK(part.train.n == 6000 && part.test.n == 10000 && part.fingerprint != d.fingerprint);
+    /* the gzip trailers' CRC-32s combined, and a cut train split's computed, as one pass would */
+    CHECK(d.fingerprint == direct_fingerprint(&d) && part.fingerprint == direct_fingerprint(&part));
     if (part.train.images && d.train.images)
         CHECK(memcmp(part.train.images, d.train.images, 6000 * 784) == 0 &&
               memcmp(part.train.labels, d.train.labels, 6000) == 0);
@@ -827,6 +875,7 @@ int main(void)
     test_idx_good();
     test_idx_damage();
     test_gzip_integrity();
+    test_idx_large();
     test_idx_dataset();
     test_folder_grey();
     test_data_probe();

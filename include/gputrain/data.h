@@ -25,6 +25,7 @@ typedef struct gt_dataset {
     int nclasses;     /* labels are in [0, nclasses) */
     uint8_t *images;  /* n * c * h * w bytes, gt_alloc'd */
     uint8_t *labels;  /* n bytes, gt_alloc'd */
+    uint32_t images_crc, labels_crc; /* CRC-32 of images and labels: the fingerprint's parts */
 } gt_dataset;
 
 typedef struct gt_data {
@@ -52,9 +53,11 @@ void gt_data_free(gt_data *d);
 int gt_data_probe(const char *dir, int *c, int *h, int *w, int *nclasses);
 
 /* One IDX file (data_idx.c): images (magic 0x00000803, rank 3) or labels (0x00000801, rank 1).
- * The byte count must match the header exactly. Exposed for tests. */
-int gt_idx_load_images(const char *path, uint32_t *n, int *h, int *w, uint8_t **pixels, gt_err *e);
-int gt_idx_load_labels(const char *path, uint32_t *n, uint8_t **labels, gt_err *e);
+ * The byte count must match the header exactly. *crc (if crc is non-NULL) gets the CRC-32 of the
+ * pixels or labels, taken from the gzip trailer's where the file is gzip. Exposed for tests. */
+int gt_idx_load_images(const char *path, uint32_t *n, int *h, int *w, uint8_t **pixels,
+                       uint32_t *crc, gt_err *e);
+int gt_idx_load_labels(const char *path, uint32_t *n, uint8_t **labels, uint32_t *crc, gt_err *e);
 /* An images file's header alone: its image count and size, checked as gt_idx_load_images does. */
 int gt_idx_read_image_header(const char *path, uint32_t *n, int *h, int *w, gt_err *e);
 
