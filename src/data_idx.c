@@ -25,8 +25,8 @@
 
 #define IDX_READ_CHUNK (1u << 20)
 #define IDX_FIRST_BUFFER ((size_t)64 << 20)
-/* Smaller buffers fault in faster than a thread starts. */
-#define IDX_PREFAULT_MIN ((size_t)4 << 20)
+/* Smaller payloads are faulted in and checked faster than a thread starts. */
+#define IDX_COMPANION_MIN ((size_t)4 << 20)
 
 /* ---- IDX files ------------------------------------------------------------------------------ */
 
@@ -37,7 +37,9 @@ typedef struct idx_stream {
     z_stream z;         /* gzip: one member, its CRC-32 and length checked by inflate */
     unsigned char *in;  /* gzip: compressed input buffer */
     int gz_done;        /* gzip: the member ended and its trailer matched */
+    int own_check;      /* gzip: inflate's CRC-32 and length check is off, idx_check_trailer's on */
     uint32_t head_crc;  /* CRC-32 of the IDX header bytes read so far */
+    size_t head_len;    /* and their count */
 } idx_stream;
 
 #define IDX_GZ_IN (1u << 17)
@@ -53,10 +55,13 @@ static int idx_open(idx_stream *s, const char *path, gt_err *e)
     int fd = gt_open_regular(path, &why);
     if (fd < 0)
         return gt_fail(e, "%s: cannot open: %s", path, why);
-    unsigned char magic[2];
-    if (pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+    unsigned char magic[4] = {0};
+    if (pread(fd, magic, 4, 0) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
         s->in = malloc(IDX_GZ_IN);
         if (s->in && inflateInit2(&s->z, 16 + MAX_WBITS) == Z_OK) {
+            /* The trailer is checked by idx_check_trailer, beside the read; a header with a
+             * CRC-16 of its own (FHCRC) keeps inflate's checks, which cover that too. */
+            s->own_check = !(magic[3] & 0x02) && inflateValidate(&s->z, 0) == Z_OK;
             s->fd = fd;
             return 0;
         }
@@ -168,6 +173,7 @@ static int idx_read_header(idx_stream *s, int rank, const char *kind, uint32_t *
     if (got < 4)
         return gt_fail(e, "%s: truncated header (%lld of 4 magic bytes)", s->path, got);
     s->head_crc = gt_crc32(0, hdr, 4);
+    s->head_len = 4;
     uint32_t magic = idx_be32(hdr);
     if ((magic & 0xffffff00u) == 0x800u && magic != want)
         return gt_fail(e, "%s: bad magic 0x%08x (expected 0x%08x for %s): rank %u, not %d", s->path,
@@ -183,6 +189,7 @@ static int idx_read_header(idx_stream *s, int rank, const char *kind, uint32_t *
             return gt_fail(e, "%s: truncated header (ends inside dimension %d of %d)", s->path,
                            i + 1, rank);
         s->head_crc = gt_crc32(s->head_crc, hdr, 4);
+        s->head_len += 4;
         dims[i] = idx_be32(hdr);
         if (dims[i] == 0)
             return gt_fail(e, "%s: dimension %d of the %s header is 0", s->path, i + 1, kind);
@@ -218,52 +225,131 @@ static int idx_grow(uint8_t **buf, size_t *cap, size_t used, size_t want)
     return 0;
 }
 
-/* The whole pages of a buffer, faulted in writable by a thread of its own. MADV_POPULATE_WRITE
- * maps the pages without writing them, so it may race the reads that fill the buffer; where the
- * kernel lacks it (before Linux 5.14) it fails, and the reads fault the pages in themselves. */
-typedef struct idx_prefault {
-    void *start;
+/* A thread beside a large payload's read: it faults the buffer's whole pages in writable, then
+ * takes the CRC-32 of the bytes as the read publishes them, so that neither costs the read's
+ * thread. MADV_POPULATE_WRITE maps pages without writing them, so it may race the read; where the
+ * kernel lacks it (before Linux 5.14) it fails, and the read faults the pages in itself. */
+typedef struct idx_companion {
+    uint8_t *buf;
     size_t len;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t ready;  /* bytes of buf read so far; under mu */
+    int end;       /* no more will be read; under mu */
+    size_t done;   /* buf[0, done) is in crc: the thread's until joined */
+    uint32_t crc;
     pthread_t thread;
     int started;
-} idx_prefault;
+} idx_companion;
 
-static void *idx_prefault_run(void *arg)
-{
-    idx_prefault *f = arg;
-    madvise(f->start, f->len, MADV_POPULATE_WRITE);
-    return NULL;
-}
-
-static void idx_prefault_start(idx_prefault *f, uint8_t *buf, size_t len)
+static void idx_prefault(uint8_t *buf, size_t len)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     uintptr_t first = ((uintptr_t)buf + page - 1) / page * page;
     uintptr_t end = ((uintptr_t)buf + len) / page * page;
-    f->started = 0;
-    if (len < IDX_PREFAULT_MIN || end <= first)
+    if (end > first)
+        madvise((void *)first, end - first, MADV_POPULATE_WRITE);
+}
+
+static void *idx_companion_run(void *arg)
+{
+    idx_companion *c = arg;
+    idx_prefault(c->buf, c->len);
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (c->ready == c->done && !c->end)
+            pthread_cond_wait(&c->cv, &c->mu);
+        size_t ready = c->ready;
+        if (ready == c->done)
+            break;
+        pthread_mutex_unlock(&c->mu);
+        c->crc = gt_crc32(c->crc, c->buf + c->done, ready - c->done);
+        pthread_mutex_lock(&c->mu);
+        c->done = ready;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Starts the thread for buf where len is large enough to pay for it; else (or where it cannot
+ * start) the read's thread does the work, and done stays 0. */
+static void idx_companion_start(idx_companion *c, uint8_t *buf, size_t len)
+{
+    memset(c, 0, sizeof *c);
+    c->buf = buf;
+    c->len = len;
+    if (len < IDX_COMPANION_MIN)
         return;
-    f->start = (void *)first;
-    f->len = end - first;
-    f->started = pthread_create(&f->thread, NULL, idx_prefault_run, f) == 0;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    c->started = pthread_create(&c->thread, NULL, idx_companion_run, c) == 0;
+    if (!c->started) {
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+    }
 }
 
-/* Waits for the prefault to end; the buffer may be freed after. Idempotent. */
-static void idx_prefault_join(idx_prefault *f)
+static void idx_companion_publish(idx_companion *c, size_t ready)
 {
-    if (f->started)
-        pthread_join(f->thread, NULL);
-    f->started = 0;
+    if (!c->started)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->ready = ready;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
 }
 
-/* The CRC-32 of the want payload bytes in buf, which end the stream: for gzip, from the whole
- * member's CRC-32 that inflate kept, less the header's share (crc(head + payload) is
- * crc32_combine(crc(head), crc(payload)), which is linear in both); for a plain file, computed. */
-static uint32_t idx_payload_crc(const idx_stream *s, const uint8_t *buf, size_t want)
+/* Ends the thread once it has taken in what was published; the buffer may then be freed, and
+ * crc holds buf[0, done). Idempotent. */
+static void idx_companion_finish(idx_companion *c)
 {
-    if (s->plain)
-        return gt_crc32(0, buf, want);
-    return (uint32_t)(s->z.adler ^ crc32_combine(s->head_crc, 0, (z_off_t)want));
+    if (!c->started)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->end = 1;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->thread, NULL);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    c->started = 0;
+}
+
+/* Reads buf[*got, cap) a chunk at a time, publishing each to the companion; *got falls short of
+ * cap only at the end of the stream. */
+static int idx_fill(idx_stream *s, uint8_t *buf, size_t *got, size_t cap, idx_companion *c,
+                    gt_err *e)
+{
+    while (*got < cap) {
+        size_t want = cap - *got < IDX_READ_CHUNK ? cap - *got : IDX_READ_CHUNK;
+        long long r = idx_read(s, buf + *got, want, e);
+        if (r < 0)
+            return -1;
+        *got += (size_t)r;
+        idx_companion_publish(c, *got);
+        if ((size_t)r < want)
+            break;
+    }
+    return 0;
+}
+
+/* Where inflate's own check is off, the gzip trailer (the file's last 8 bytes, the stream having
+ * ended there) checked as inflate would: the CRC-32 and length of header and payload together. */
+static int idx_check_trailer(idx_stream *s, uint32_t payload_crc, size_t want, gt_err *e)
+{
+    unsigned char t[8];
+    if (!s->own_check)
+        return 0;
+    off_t end = lseek(s->fd, 0, SEEK_CUR);
+    if (end < 8 || pread(s->fd, t, 8, end - 8) != 8)
+        return gt_fail(e, "%s: read error: %s", s->path, strerror(errno));
+    uint32_t crc = (uint32_t)crc32_combine(s->head_crc, payload_crc, (z_off_t)want);
+    uint32_t len = (uint32_t)(s->head_len + want);
+    if (crc != ((uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16 | (uint32_t)t[3] << 24))
+        return gt_fail(e, "%s: corrupt gzip stream (incorrect data check)", s->path);
+    if (len != ((uint32_t)t[4] | (uint32_t)t[5] << 8 | (uint32_t)t[6] << 16 | (uint32_t)t[7] << 24))
+        return gt_fail(e, "%s: corrupt gzip stream (incorrect length check)", s->path);
+    return 0;
 }
 
 /* Counts what is left in the stream; a well-formed file has nothing after its payload. */
@@ -285,14 +371,13 @@ static int idx_read_payload(idx_stream *s, size_t want, const char *what, uint8_
     uint8_t *buf = idx_alloc(cap);
     if (!buf)
         return gt_fail(e, "%s: out of memory reading %zu bytes of %s", s->path, cap, what);
-    idx_prefault pf;
-    idx_prefault_start(&pf, buf, cap);
+    idx_companion comp;
+    idx_companion_start(&comp, buf, cap);
     for (;;) {
-        long long r = idx_read(s, buf + got, cap - got, e);
-        idx_prefault_join(&pf);
-        if (r < 0)
+        int rc = idx_fill(s, buf, &got, cap, &comp, e);
+        idx_companion_finish(&comp);
+        if (rc != 0)
             goto fail;
-        got += (size_t)r;
         if (got < cap) {
             gt_fail(e, "%s: truncated: the header declares %zu bytes of %s but only %zu follow",
                     s->path, want, what, got);
@@ -313,11 +398,15 @@ static int idx_read_payload(idx_stream *s, size_t want, const char *what, uint8_
                 s->path, rest, want, what);
         goto fail;
     }
+    uint32_t payload_crc = gt_crc32(comp.crc, buf + comp.done, want - comp.done);
+    if (idx_check_trailer(s, payload_crc, want, e) != 0)
+        goto fail;
     if (crc)
-        *crc = idx_payload_crc(s, buf, want);
+        *crc = payload_crc;
     *out = buf;
     return 0;
 fail:
+    idx_companion_finish(&comp);
     gt_free(buf);
     return -1;
 }

@@ -79,9 +79,9 @@ static void write_file(const char *path, int gz, const void *buf, size_t len)
     CHECK_MSG(ok, "cannot write %s", path);
 }
 
-/* n x h x w pattern pixels; extra < 0 cuts the payload short, extra > 0 appends bytes. */
-static void write_images(const char *path, int gz, uint32_t magic, uint32_t n, uint32_t h,
-                         uint32_t w, long extra)
+/* An images file's bytes: n x h x w pattern pixels; extra < 0 cuts the payload short, extra > 0
+ * appends bytes. */
+static blob images_blob(uint32_t magic, uint32_t n, uint32_t h, uint32_t w, long extra)
 {
     blob b = {0};
     blob_be32(&b, magic);
@@ -94,6 +94,13 @@ static void write_images(const char *path, int gz, uint32_t magic, uint32_t n, u
         uint8_t v = pixel_at(i, rest / w, rest % w);
         blob_put(&b, &v, 1);
     }
+    return b;
+}
+
+static void write_images(const char *path, int gz, uint32_t magic, uint32_t n, uint32_t h,
+                         uint32_t w, long extra)
+{
+    blob b = images_blob(magic, n, h, w, extra);
     write_file(path, gz, b.p, b.n);
     free(b.p);
 }
@@ -386,6 +393,41 @@ static void test_idx_large(void)
                           "unexpected end of file");
         CHECK(buf == NULL);
     }
+    /* the trailer, checked beside the read rather than by inflate; a header CRC-16 (FHCRC) */
+    const char *f = tp("large-trailer.gz");
+    blob b = images_blob(0x803, n, h, w, 0);
+    size_t len;
+    unsigned char *gz = gzip_bytes(b.p, b.n, 6, &len);
+    uint32_t got_n;
+    int got_h, got_w;
+    uint8_t *buf = NULL;
+    gz[len - 8] ^= 0x01;
+    write_file(f, 0, gz, len);
+    CHECK_REFUSED(gt_idx_load_images(f, &got_n, &got_h, &got_w, &buf, NULL, &e_), f,
+                  "corrupt gzip stream (incorrect data check)");
+    gz[len - 8] ^= 0x01;
+    gz[len - 2] ^= 0x01;
+    write_file(f, 0, gz, len);
+    CHECK_REFUSED(gt_idx_load_images(f, &got_n, &got_h, &got_w, &buf, NULL, &e_), f,
+                  "corrupt gzip stream (incorrect length check)");
+    gz[len - 2] ^= 0x01;
+    unsigned char *hc = malloc(len + 2); /* gzip_bytes writes a 10-byte header without flags */
+    memcpy(hc, gz, 10);
+    hc[3] |= 0x02;
+    uint32_t hcrc = (uint32_t)crc32(0L, hc, 10);
+    hc[10] = (unsigned char)hcrc;
+    hc[11] = (unsigned char)(hcrc >> 8);
+    memcpy(hc + 12, gz + 10, len - 10);
+    write_file(f, 0, hc, len + 2);
+    check_images_file(f, n, h, w);
+    hc[11] ^= 0x01;
+    write_file(f, 0, hc, len + 2);
+    CHECK_REFUSED(gt_idx_load_images(f, &got_n, &got_h, &got_w, &buf, NULL, &e_), f,
+                  "corrupt gzip stream");
+    CHECK(buf == NULL);
+    free(hc);
+    free(gz);
+    free(b.p);
 }
 
 /* Writes the four files into dir (train gzip, test plain), replacing what was there. */
