@@ -3,13 +3,15 @@
  * Every file is treated as hostile. Header fields are checked against fixed limits before anything
  * is allocated from them, the payload must be exactly as long as the header says, and the payload
  * buffer grows with the bytes actually read, so a header that lies about its size costs at most
- * IDX_FIRST_BUFFER bytes before it is caught. A gzip file is inflated with zlib's own stream, which
- * checks the member's CRC-32 and length trailer; that CRC-32, less the header's share, is the
- * payload's, so the dataset's fingerprint costs no second pass over a gzip file.
+ * IDX_FIRST_BUFFER bytes before it is caught. A gzip file is inflated with zlib's own stream, and
+ * its CRC-32 and length trailer are checked as inflate would check them.
  *
  * Start-up waits for the largest file (Fashion-MNIST's train images: 26 MB inflating to 47 MB), so
- * its payload buffer's pages are faulted in on a thread of their own while the file inflates into
- * them: the first touch of fresh pages costs about a tenth of the inflate. */
+ * the work beside the inflate is taken off its thread: a payload of 4 MiB or more has a companion
+ * thread that faults the buffer's fresh pages in (their first touch costs about a tenth of the
+ * inflate) and then takes the CRC-32 of the bytes as they are read (inflate's own check off). That
+ * CRC-32 checks the trailer and comes back to the caller, so the dataset's fingerprint costs no
+ * pass of its own. */
 #include "gputrain/data.h"
 
 #include "gputrain/atomic_file.h"
@@ -34,9 +36,9 @@ typedef struct idx_stream {
     const char *path;
     FILE *plain;        /* a plain file, or NULL for gzip */
     int fd;             /* gzip: the compressed file */
-    z_stream z;         /* gzip: one member, its CRC-32 and length checked by inflate */
+    z_stream z;         /* gzip: one member, inflated (its trailer checked: see own_check) */
     unsigned char *in;  /* gzip: compressed input buffer */
-    int gz_done;        /* gzip: the member ended and its trailer matched */
+    int gz_done;        /* gzip: the member ended (its trailer read; matched where inflate checks) */
     int own_check;      /* gzip: inflate's CRC-32 and length check is off, idx_check_trailer's on */
     uint32_t head_crc;  /* CRC-32 of the IDX header bytes read so far */
     size_t head_len;    /* and their count */
@@ -105,7 +107,8 @@ static int idx_gz_fill(idx_stream *s)
 }
 
 /* Inflates up to len bytes; fewer only at the end of the member, which must be the end of the
- * file: inflate checks the trailer's CRC-32 and length, and anything after it is refused. */
+ * file: inflate reads the trailer (and checks it, but where own_check), and anything after it is
+ * refused. */
 static long long idx_gz_read(idx_stream *s, unsigned char *buf, unsigned len, gt_err *e)
 {
     s->z.next_out = buf;

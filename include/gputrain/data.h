@@ -53,8 +53,8 @@ void gt_data_free(gt_data *d);
 int gt_data_probe(const char *dir, int *c, int *h, int *w, int *nclasses);
 
 /* One IDX file (data_idx.c): images (magic 0x00000803, rank 3) or labels (0x00000801, rank 1).
- * The byte count must match the header exactly. *crc (if crc is non-NULL) gets the CRC-32 of the
- * pixels or labels, taken from the gzip trailer's where the file is gzip. Exposed for tests. */
+ * The byte count must match the header exactly, and a gzip file's trailer its contents. *crc (if
+ * crc is non-NULL) gets the CRC-32 of the pixels or labels. Exposed for tests. */
 int gt_idx_load_images(const char *path, uint32_t *n, int *h, int *w, uint8_t **pixels,
                        uint32_t *crc, gt_err *e);
 int gt_idx_load_labels(const char *path, uint32_t *n, uint8_t **labels, uint32_t *crc, gt_err *e);
