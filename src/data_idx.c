@@ -27,6 +27,10 @@
 
 #define IDX_READ_CHUNK (1u << 20)
 #define IDX_FIRST_BUFFER ((size_t)64 << 20)
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14's value, for C libraries older than it */
+#endif
+
 /* Smaller payloads are faulted in and checked faster than a thread starts. */
 #define IDX_COMPANION_MIN ((size_t)4 << 20)
 
