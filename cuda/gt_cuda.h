@@ -198,6 +198,8 @@ typedef struct gt_cuda_layer {
     cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
     int planned;              /* the convolution algorithms are chosen */
     int need_dx;              /* the backward-data algorithm was chosen (not the first layer) */
+    float *bias_part;         /* conv with bias: GT_CUDA_BIAS_MAX_SPLITS partial sums a channel */
+    unsigned *bias_done;      /* and a counter a channel for gt_cuda_conv_bias_grad */
     cudnnPoolingDescriptor_t pool_desc;
     cudnnActivationDescriptor_t act_desc;
     /* The epilogue (conv and linear only): the layers after this one it can run, each needing
@@ -283,6 +285,14 @@ int gt_cuda_flag_nonfinite(gt_cuda_ctx *c, const float *g, size_t len, int *flag
 int gt_cuda_bias_add(gt_cuda_ctx *c, float *y, const float *b, int n, int len, gt_err *e);
 /* db[j] += sum over rows r < n of dy[r][j], rows in order like the CPU. */
 int gt_cuda_bias_grad(gt_cuda_ctx *c, const float *dy, float *db, int n, int len, gt_err *e);
+/* Partial sums a channel of gt_cuda_conv_bias_grad at most. */
+#define GT_CUDA_BIAS_MAX_SPLITS 32
+/* db[c] += the sum over samples r < n and positions of dy[r][c] (NCHW, hw positions a plane):
+ * a convolution's bias gradient. Splits of the samples are summed by separate blocks into part
+ * (ch * GT_CUDA_BIAS_MAX_SPLITS floats), then added in split order; done holds ch counters, zero
+ * before the call and after it. The bits depend on the shape only, not on scheduling. */
+int gt_cuda_conv_bias_grad(gt_cuda_ctx *c, const float *dy, float *db, float *part,
+                           unsigned *done, int n, int ch, int hw, gt_err *e);
 /* The mask is keyed by key's seed and epoch when key is non-NULL (device memory), else by seed and
  * epoch. */
 int gt_cuda_dropout_forward(gt_cuda_ctx *c, const float *x, float *y, uint8_t *mask, int n,

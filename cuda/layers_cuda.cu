@@ -259,6 +259,21 @@ static int layer_set_batch(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
     return 0;
 }
 
+/* The scratch of gt_cuda_conv_bias_grad, its counters zeroed once: each call leaves them zero. */
+static int conv_bias_alloc(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
+{
+    size_t ch = (size_t)cl->L.out_c;
+    if (!cl->L.b_len)
+        return 0;
+    if (gt_cuda_malloc(c, (void **)&cl->bias_part, ch * GT_CUDA_BIAS_MAX_SPLITS * sizeof(float),
+                       e) ||
+        gt_cuda_malloc(c, (void **)&cl->bias_done, ch * sizeof(unsigned), e))
+        return -1;
+    GT_CUDA_CHECK(c->name, e,
+                  cudaMemsetAsync(cl->bias_done, 0, ch * sizeof(unsigned), c->stream));
+    return 0;
+}
+
 static int conv_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
 {
     const gt_layer *L = &cl->L;
@@ -272,7 +287,7 @@ static int conv_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
     GT_CUDNN_CHECK(c->name, e,
                    cudnnSetFilter4dDescriptor(cl->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
                                               L->out_c, L->in_c, L->k, L->k));
-    if (tensor_set(c, cl->bias_desc, 1, L->out_c, 1, 1, e))
+    if (tensor_set(c, cl->bias_desc, 1, L->out_c, 1, 1, e) || conv_bias_alloc(c, cl, e))
         return -1;
     for (int i = 0; i < 3; i++) {
         GT_CUDNN_CHECK(c->name, e, cudnnCreateConvolutionDescriptor(convs[i]));
@@ -371,6 +386,10 @@ void gt_cuda_layer_destroy(gt_cuda_layer *cl)
         cudnnDestroyPoolingDescriptor(cl->pool_desc);
     if (cl->act_desc)
         cudnnDestroyActivationDescriptor(cl->act_desc);
+    if (cl->bias_part)
+        cudaFree(cl->bias_part);
+    if (cl->bias_done)
+        cudaFree(cl->bias_done);
     memset(cl, 0, sizeof *cl);
 }
 
@@ -447,10 +466,10 @@ static int conv_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *
                                                   cl->conv_bwd_filter, cl->bwd_filter_algo, c->ws,
                                                   c->ws_bytes, &one, cl->w_desc,
                                                   p->grad + L->w_off));
-    if (L->b_len)
-        GT_CUDNN_CHECK(c->name, e,
-                       cudnnConvolutionBackwardBias(c->cudnn, &one, cl->y_desc, dy, &one,
-                                                    cl->bias_desc, p->grad + L->b_off));
+    if (L->b_len && gt_cuda_conv_bias_grad(c, dy, p->grad + L->b_off, cl->bias_part,
+                                           cl->bias_done, p->n, L->out_c,
+                                           L->out_h * L->out_w, e))
+        return -1;
     if (dx)
         GT_CUDNN_CHECK(c->name, e,
                        cudnnConvolutionBackwardData(c->cudnn, &one, cl->w_desc,

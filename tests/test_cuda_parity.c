@@ -55,6 +55,27 @@ static void subtract(float *a, const float *start, size_t n)
         a[i] -= start[i];
 }
 
+/* The bias gradient again from the same start (db0): the same bits, whatever order the blocks of
+ * its reduction ran in. added is what the first run added to db0. */
+static void conv_bias_rerun(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w,
+                            const float *wt, const float *b, int o, int k, int pad,
+                            const float *dy, const float *db0, const float *added)
+{
+    int oh = h + 2 * pad - k + 1, ow = w + 2 * pad - k + 1;
+    size_t yl = (size_t)n * o * oh * ow, wl = (size_t)o * ch * k * k;
+    float *y = gt_alloc(yl * 4), *dw = gt_alloc(wl * 4), *db = copy_floats(db0, o);
+    gt_err e = {""};
+    int rc = gt_cuda_test_conv2d(c, x, n, ch, h, w, wt, b, o, k, pad, dy, y, NULL, dw, db, &e);
+    CHECK_MSG(rc == 0, "conv rerun: %s", e.msg);
+    subtract(db, db0, o);
+    CHECK_MSG(rc != 0 || memcmp(db, added, (size_t)o * sizeof *db) == 0,
+              "conv k%d %d samples of %dx%d: the bias gradient changed bits on a rerun", k, n, oh,
+              ow);
+    gt_free(y);
+    gt_free(dw);
+    gt_free(db);
+}
+
 static void test_conv(gt_cuda_ctx *c, gt_rng *r, int n, int ch, int h, int w, int o, int k,
                       int pad, int with_dx)
 {
@@ -86,6 +107,7 @@ static void test_conv(gt_cuda_ctx *c, gt_rng *r, int n, int ch, int h, int w, in
     CHECK_REL(dw_gpu, dw_cpu, wl, what);
     snprintf(what, sizeof what, "conv k%d pad%d bias grad", k, pad);
     CHECK_REL(db_gpu, db_cpu, o, what);
+    conv_bias_rerun(c, x, n, ch, h, w, wt, b, o, k, pad, dy, db0, db_gpu);
     if (with_dx) {
         snprintf(what, sizeof what, "conv k%d pad%d input grad", k, pad);
         CHECK_REL(dx_gpu, dx_cpu, xl, what);
@@ -280,6 +302,11 @@ static void test_layers(gt_rng *r)
     test_conv(c, r, 3, 2, 9, 8, 4, 3, 0, 1);
     test_conv(c, r, 2, 3, 7, 7, 5, 5, 2, 1);
     test_conv(c, r, 4, 1, 12, 12, 6, 5, 0, 0);
+    /* cnn-wide's convolutions: the bias gradient's reduction in several splits (28 x 28 planes,
+     * whole float4s; 14 x 14, a short last split), then 7 x 7 planes in scalar loads. */
+    test_conv(c, r, 37, 1, 28, 28, 32, 5, 2, 0);
+    test_conv(c, r, 47, 32, 14, 14, 64, 5, 2, 1);
+    test_conv(c, r, 150, 3, 7, 7, 5, 3, 1, 1);
     test_linear(c, r, 5, 37, 13);
     test_linear(c, r, 64, 400, 120);
     test_pool(c, r, GT_AVGPOOL, 2, 3, 8, 8, 2);
