@@ -332,7 +332,8 @@ int gt_cuda_linear_epilogue_backward(gt_cuda_ctx *c, const float *z, const float
                                      const float *dy, const uint8_t *mask, float p, int n,
                                      int len, float *dz, float *db, gt_err *e);
 /* Adds the summed loss and argmax hits of n rows of k logits to *res; writes dlogits =
- * (softmax - onehot) * scale unless dlogits is NULL. Deterministic (one block, fixed order). */
+ * (softmax - onehot) * scale unless dlogits is NULL. Deterministic (one block, a fixed tree);
+ * up to 64 classes a thread takes a row and does the CPU's arithmetic in its order. */
 int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t *labels, int n,
                          int k, float scale, float *dlogits, gt_cuda_result *res, gt_err *e);
 

@@ -13,7 +13,8 @@
 #include <math.h>
 #include <stdint.h>
 
-enum { BLOCK = 256, MAX_BLOCKS = 4096, XENT_THREADS = 256, XENT_WARPS = XENT_THREADS / 32 };
+/* The loss kernel's block, and the most classes for which a thread takes a whole row. */
+enum { BLOCK = 256, MAX_BLOCKS = 4096, XENT_THREADS = 1024, XENT_THREAD_ROW_MAX = 64 };
 
 static unsigned grid_for(size_t len)
 {
@@ -130,20 +131,21 @@ __device__ static float conv_bias_thread_sum(const float *__restrict__ dy, int c
 }
 
 /* The sum of v over the block in a fixed tree; valid in thread 0. blockDim.x is a multiple of 32,
- * at most 1024. */
-__device__ static float block_sum(float v)
+ * at most 1024; every thread calls it. */
+template <typename T> __device__ static T block_sum(T v)
 {
-    __shared__ float warp_part[32];
+    __shared__ T warp_part[32];
     for (int off = 16; off > 0; off >>= 1)
         v += __shfl_xor_sync(0xffffffffu, v, off);
     unsigned warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     if ((threadIdx.x & 31) == 0)
         warp_part[warp] = v;
     __syncthreads();
-    float sum = 0.0f;
+    T sum = 0;
     if (threadIdx.x == 0)
         for (unsigned w = 0; w < nwarps; w++)
             sum += warp_part[w];
+    __syncthreads(); /* warp_part is free again for the next call */
     return sum;
 }
 
@@ -249,11 +251,12 @@ int gt_cuda_dropout_backward(gt_cuda_ctx *c, const float *dy, const uint8_t *mas
     return 0;
 }
 
-/* The first maximum of a row across a warp: each lane holds the first maximum of its strided
- * elements (index k when it has none); ties go to the smaller index, as in the CPU scan. */
-__device__ static void warp_argmax(float *m, int *arg)
+/* The first maximum of a row across a team of width lanes (a power of two up to 32, aligned in
+ * its warp): each lane holds the first maximum of its strided elements (index k when it has none);
+ * ties go to the smaller index, as in the CPU scan. */
+__device__ static void team_argmax(float *m, int *arg, int width)
 {
-    for (int off = 16; off > 0; off >>= 1) {
+    for (int off = width / 2; off > 0; off >>= 1) {
         float om = __shfl_xor_sync(0xffffffffu, *m, off);
         int oa = __shfl_xor_sync(0xffffffffu, *arg, off);
         if (oa != INT_MAX && (*arg == INT_MAX || om > *m || (om == *m && oa < *arg))) {
@@ -263,61 +266,64 @@ __device__ static void warp_argmax(float *m, int *arg)
     }
 }
 
-__device__ static double warp_sum(double v)
+__device__ static double team_sum(double v, int width)
 {
-    for (int off = 16; off > 0; off >>= 1)
+    for (int off = width / 2; off > 0; off >>= 1)
         v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
 }
 
-/* One block; warp w takes rows w, w + XENT_WARPS, ...; per-warp sums are added in warp order,
- * so the result does not depend on scheduling. */
-__global__ static void softmax_xent_kernel(const float *logits, const uint8_t *labels, int n,
-                                           int k, float scale, float *dlogits,
-                                           gt_cuda_result *res)
+/* One row's loss term, with the argmax hit in *hit and the gradient written where d is
+ * non-NULL; lane of width (team_argmax) takes elements lane, lane + width, ... A team of one
+ * lane does the CPU's arithmetic in the CPU's order. */
+__device__ static double xent_row(const float *z, int label, int k, float scale, float *d,
+                                  int lane, int width, int *hit)
 {
-    __shared__ double warp_loss[XENT_WARPS];
-    __shared__ int warp_hits[XENT_WARPS];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float m = 0;
+    int arg = INT_MAX;
+    for (int j = lane; j < k; j += width)
+        if (arg == INT_MAX || z[j] > m) {
+            m = z[j];
+            arg = j;
+        }
+    team_argmax(&m, &arg, width);
+    double zmax = m, sum = 0;
+    for (int j = lane; j < k; j += width)
+        sum += exp((double)z[j] - zmax);
+    sum = team_sum(sum, width);
+    *hit = arg == label;
+    for (int j = lane; d && j < k; j += width) {
+        double prob = exp((double)z[j] - zmax) / sum;
+        d[j] = (float)((prob - (j == label)) * scale);
+    }
+    return log(sum) - ((label < k ? (double)z[label] : (double)NAN) - zmax);
+}
+
+/* One block; a team of width lanes takes rows team, team + teams, ... (a thread a row for a
+ * few classes, where a warp a row would leave most lanes idle and run the rows one after
+ * another), and the block's sums go in a fixed tree, so the result does not depend on
+ * scheduling. */
+__global__ static void __launch_bounds__(XENT_THREADS)
+    softmax_xent_kernel(const float *logits, const uint8_t *labels, int n, int k, float scale,
+                        float *dlogits, int width, gt_cuda_result *res)
+{
+    int lane = threadIdx.x % width, teams = blockDim.x / width;
     double loss = 0;
     int hits = 0;
-    for (int r = warp; r < n; r += XENT_WARPS) {
-        const float *z = logits + (size_t)r * k;
-        float m = 0;
-        int arg = INT_MAX;
-        for (int j = lane; j < k; j += 32)
-            if (arg == INT_MAX || z[j] > m) {
-                m = z[j];
-                arg = j;
-            }
-        warp_argmax(&m, &arg);
-        double zmax = m, sum = 0;
-        for (int j = lane; j < k; j += 32)
-            sum += exp((double)z[j] - zmax);
-        sum = warp_sum(sum);
-        int label = labels[r];
+    for (int r = threadIdx.x / width; r < n; r += teams) {
+        int hit;
+        double term = xent_row(logits + (size_t)r * k, labels[r], k, scale,
+                               dlogits ? dlogits + (size_t)r * k : NULL, lane, width, &hit);
         if (lane == 0) {
-            loss += log(sum) - ((label < k ? (double)z[label] : (double)NAN) - zmax);
-            hits += arg == label;
-        }
-        if (!dlogits)
-            continue;
-        float *d = dlogits + (size_t)r * k;
-        for (int j = lane; j < k; j += 32) {
-            double prob = exp((double)z[j] - zmax) / sum;
-            d[j] = (float)((prob - (j == label)) * scale);
+            loss += term;
+            hits += hit;
         }
     }
-    if (lane == 0) {
-        warp_loss[warp] = loss;
-        warp_hits[warp] = hits;
-    }
-    __syncthreads();
+    loss = block_sum(loss);
+    hits = block_sum(hits);
     if (threadIdx.x == 0) {
-        for (int w = 0; w < XENT_WARPS; w++) {
-            res->loss_sum += warp_loss[w];
-            res->correct += warp_hits[w];
-        }
+        res->loss_sum += loss;
+        res->correct += hits;
     }
 }
 
@@ -326,8 +332,9 @@ int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t *lab
 {
     if (n == 0 || k == 0)
         return 0;
+    int width = k <= XENT_THREAD_ROW_MAX ? 1 : 32;
     softmax_xent_kernel<<<1, XENT_THREADS, 0, c->stream>>>(logits, labels, n, k, scale, dlogits,
-                                                           res);
+                                                           width, res);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }

@@ -269,6 +269,14 @@ static void test_xent(gt_cuda_ctx *c, gt_rng *r, int n, int k)
               hits_gpu, hits_cpu);
     snprintf(what, sizeof what, "softmax xent %dx%d gradient", n, k);
     CHECK_REL(d_gpu, d_cpu, len, what);
+    double loss_again = 0;
+    int hits_again = -1;
+    rc = gt_cuda_test_softmax_xent(c, z, labels, n, k, 1.0f / (float)n, d_cpu, &loss_again,
+                                   &hits_again, &e);
+    CHECK_MSG(rc == 0 && memcmp(&loss_again, &loss_gpu, sizeof loss_gpu) == 0 &&
+                  hits_again == hits_gpu && memcmp(d_cpu, d_gpu, len * 4) == 0,
+              "softmax xent %dx%d: a rerun changed bits (loss %.17g then %.17g)", n, k, loss_gpu,
+              loss_again);
     gt_free(z);
     gt_free(labels);
     gt_free(d_cpu);
@@ -317,7 +325,12 @@ static void test_layers(gt_rng *r)
     test_act(c, r, GT_SIGMOID, "sigmoid");
     test_act(c, r, GT_TANH, "tanh");
     test_dropout(c, r);
+    /* A thread a row (up to 64 classes; more rows than threads at 1500), a warp a row beyond. */
     test_xent(c, r, 37, 10);
+    test_xent(c, r, 128, 10);
+    test_xent(c, r, 1500, 10);
+    test_xent(c, r, 9, 64);
+    test_xent(c, r, 33, 65);
     test_xent(c, r, 20, 300);
     test_normalize(c, r);
     gt_cuda_ctx_close(c);
