@@ -198,6 +198,12 @@ typedef struct gt_cuda_layer {
     cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
     int planned;              /* the convolution algorithms are chosen */
     int need_dx;              /* the backward-data algorithm was chosen (not the first layer) */
+    /* The weight gradient as one GEMM (without TF32, where timing found it faster than the
+     * chosen cuDNN algorithm): dW = dy (channels x samples x positions) times im2col(x). */
+    int wgrad_gemm;           /* 1: conv_backward runs the GEMM; 0: cuDNN's algorithm */
+    int wgrad_cap;            /* samples its buffers hold */
+    float *wgrad_col;         /* wgrad_cap * out_h * out_w rows of in_c * k * k */
+    float *wgrad_dyt;         /* dy as out_c x wgrad_cap x out_h * out_w */
     float *bias_part;         /* conv with bias: GT_CUDA_BIAS_MAX_SPLITS partial sums a channel */
     unsigned *bias_done;      /* and a counter a channel for gt_cuda_conv_bias_grad */
     cudnnPoolingDescriptor_t pool_desc;
@@ -293,6 +299,14 @@ int gt_cuda_bias_grad(gt_cuda_ctx *c, const float *dy, float *db, int n, int len
  * before the call and after it. The bits depend on the shape only, not on scheduling. */
 int gt_cuda_conv_bias_grad(gt_cuda_ctx *c, const float *dy, float *db, float *part,
                            unsigned *done, int n, int ch, int hw, gt_err *e);
+/* dst[k][i][j] = src[i][k][j] for n samples of ch planes of plane floats. */
+int gt_cuda_nchw_to_cnhw(gt_cuda_ctx *c, const float *src, float *dst, int n, int ch, int plane,
+                         gt_err *e);
+/* col[(i * oh + oy) * ow + ox][(ci * k + ky) * k + kx] = x[i][ci][oy + ky - pad][ox + kx - pad]
+ * (zero in the padding) for a stride-1 k x k convolution of n samples of ch planes h x w:
+ * the rows of the weight gradient's GEMM. */
+int gt_cuda_im2col_rows(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w, int k,
+                        int pad, float *col, gt_err *e);
 /* The mask is keyed by key's seed and epoch when key is non-NULL (device memory), else by seed and
  * epoch. */
 int gt_cuda_dropout_forward(gt_cuda_ctx *c, const float *x, float *y, uint8_t *mask, int n,

@@ -198,6 +198,82 @@ int gt_cuda_conv_bias_grad(gt_cuda_ctx *c, const float *dy, float *db, float *pa
     return 0;
 }
 
+/* ---- a convolution's weight gradient as one GEMM: the operands' layouts ---------------------- */
+
+/* dst[k][i][j] = src[i][k][j]: samples x channels of planes to channels x samples. */
+__global__ static void nchw_to_cnhw_kernel(const float *__restrict__ src, float *__restrict__ dst,
+                                           unsigned total, unsigned n, unsigned ch,
+                                           unsigned plane)
+{
+    GRID_STRIDE(o, total)
+    {
+        unsigned j = (unsigned)o % plane, rest = (unsigned)o / plane, i = rest % n, k = rest / n;
+        dst[o] = src[((size_t)i * ch + k) * plane + j];
+    }
+}
+
+int gt_cuda_nchw_to_cnhw(gt_cuda_ctx *c, const float *src, float *dst, int n, int ch, int plane,
+                         gt_err *e)
+{
+    size_t total = (size_t)n * ch * plane;
+    if (total == 0)
+        return 0;
+    if (total > 0xffffffffu)
+        return gt_fail(e, "%s: transpose of %zu floats is too large", c->name, total);
+    nchw_to_cnhw_kernel<<<grid_for(total), BLOCK, 0, c->stream>>>(
+        src, dst, (unsigned)total, (unsigned)n, (unsigned)ch, (unsigned)plane);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+/* Thread row y of a block writes row m = (sample, oy, ox) of col, its threads x along the row's
+ * ch * k * k entries (channel, ky, kx), zero where the window reaches into the padding:
+ * consecutive threads write consecutive floats and read neighbouring inputs. K > 0 is the
+ * window size at compile time (its divisions become multiplications), 0 takes k. */
+template <int K>
+__global__ static void im2col_rows_kernel(const float *__restrict__ x, float *__restrict__ col,
+                                          unsigned rows, int ch, int h, int w, int k, int pad,
+                                          int oh, int ow)
+{
+    unsigned m = blockIdx.x * blockDim.y + threadIdx.y;
+    if (m >= rows)
+        return;
+    unsigned kw = K > 0 ? (unsigned)K : (unsigned)k, kk = kw * kw, row = (unsigned)ch * kk;
+    unsigned i = m / (unsigned)(oh * ow), pos = m % (unsigned)(oh * ow);
+    int y0 = (int)(pos / (unsigned)ow) - pad, x0 = (int)(pos % (unsigned)ow) - pad;
+    const float *xs = x + (size_t)i * ch * h * w;
+    float *dst = col + (size_t)m * row;
+    for (unsigned r = threadIdx.x; r < row; r += blockDim.x) {
+        unsigned ci = r / kk, rem = r % kk;
+        int iy = y0 + (int)(rem / kw), ix = x0 + (int)(rem % kw);
+        bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
+        dst[r] = inside ? xs[((size_t)ci * h + iy) * w + ix] : 0.0f;
+    }
+}
+
+int gt_cuda_im2col_rows(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w, int k,
+                        int pad, float *col, gt_err *e)
+{
+    int oh = h + 2 * pad - k + 1, ow = w + 2 * pad - k + 1;
+    size_t rows = (size_t)n * oh * ow, row = (size_t)ch * k * k;
+    if (rows == 0 || row == 0)
+        return 0;
+    if (rows > 0x7fffffffu || row > 0xffffffffu)
+        return gt_fail(e, "%s: im2col: %zu rows of %zu is too large", c->name, rows, row);
+    /* 256 threads: a row's width in warps (up to 8), the rest of the block more rows. */
+    unsigned bx = row >= 256 ? 256u : (unsigned)((row + 31) / 32 * 32), by = 256u / bx;
+    dim3 block(bx, by);
+    unsigned grid = (unsigned)((rows + by - 1) / by);
+    if (k == 5)
+        im2col_rows_kernel<5><<<grid, block, 0, c->stream>>>(x, col, (unsigned)rows, ch, h, w, k,
+                                                             pad, oh, ow);
+    else
+        im2col_rows_kernel<0><<<grid, block, 0, c->stream>>>(x, col, (unsigned)rows, ch, h, w, k,
+                                                             pad, oh, ow);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
 __global__ static void dropout_forward_kernel(const float *x, float *y, uint8_t *mask, size_t total,
                                               size_t len, float p, float scale, uint64_t seed,
                                               uint32_t epoch, const gt_cuda_key *batch_key,

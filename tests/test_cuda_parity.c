@@ -299,6 +299,41 @@ static void test_normalize(gt_cuda_ctx *c, gt_rng *r)
     CHECK_REL(gpu, cpu, LEN, "normalize");
 }
 
+/* Sets name to value (NULL: unsets it) and returns a copy of its old value for env_restore. */
+static char *env_swap(const char *name, const char *value)
+{
+    const char *old = getenv(name);
+    char *saved = old ? strdup(old) : NULL;
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+    return saved;
+}
+
+static void env_restore(const char *name, char *saved)
+{
+    if (saved)
+        setenv(name, saved, 1);
+    else
+        unsetenv(name);
+    free(saved);
+}
+
+/* The weight gradient through its GEMM path (transpose, im2col, cuBLAS), asked for by
+ * GT_CONV_WGRAD=gemm where timing might not pick it: padded and unpadded, 5 x 5 (the kernel's
+ * compiled window) and 3 x 3, cnn-wide's two convolutions. */
+static void test_conv_gemm(gt_cuda_ctx *c, gt_rng *r)
+{
+    char *saved = env_swap("GT_CONV_WGRAD", "gemm");
+    test_conv(c, r, 3, 2, 9, 8, 4, 3, 0, 1);
+    test_conv(c, r, 2, 3, 7, 7, 5, 5, 2, 1);
+    test_conv(c, r, 37, 1, 28, 28, 32, 5, 2, 0);
+    test_conv(c, r, 47, 32, 14, 14, 64, 5, 2, 1);
+    test_conv(c, r, 5, 3, 6, 5, 2, 3, 1, 1);
+    env_restore("GT_CONV_WGRAD", saved);
+}
+
 static void test_layers(gt_rng *r)
 {
     gt_cuda_ctx *c = NULL;
@@ -315,6 +350,7 @@ static void test_layers(gt_rng *r)
     test_conv(c, r, 37, 1, 28, 28, 32, 5, 2, 0);
     test_conv(c, r, 47, 32, 14, 14, 64, 5, 2, 1);
     test_conv(c, r, 150, 3, 7, 7, 5, 3, 1, 1);
+    test_conv_gemm(c, r);
     test_linear(c, r, 5, 37, 13);
     test_linear(c, r, 64, 400, 120);
     test_pool(c, r, GT_AVGPOOL, 2, 3, 8, 8, 2);
@@ -697,6 +733,22 @@ static void test_tf32(const gt_dataset *ds, gt_rng *r, const char *name, int epi
     gt_free(grad_cpu);
 }
 
+/* GT_CONV_WGRAD: a bad value fails the open with a message naming it; gemm runs cnn-wide's
+ * steps, both layer paths, with every convolution's weight gradient through the GEMM. */
+static void test_conv_wgrad_env(const gt_dataset *ds, gt_rng *r)
+{
+    gt_model m;
+    gt_device *d = NULL;
+    gt_err e = {""};
+    char *saved = env_swap("GT_CONV_WGRAD", "fast");
+    CHECK(gt_model_build("cnn-wide", 1, 28, 28, 10, &m, &e) == 0);
+    CHECK(gt_cuda_device_open(&d, &m, 4, 0, 0, &e) == -1 && d == NULL);
+    CHECK_MSG(strstr(e.msg, "GT_CONV_WGRAD") && strstr(e.msg, "fast"), "message '%s'", e.msg);
+    setenv("GT_CONV_WGRAD", "gemm", 1);
+    test_model("cnn-wide", 8, 40, 0, ds, r);
+    env_restore("GT_CONV_WGRAD", saved);
+}
+
 /* GT_LAYER_PATH picks the layer path's epilogues at open; a bad value is an error naming it. */
 static void test_layer_path_env(void)
 {
@@ -786,6 +838,7 @@ int main(void)
     test_model("conv:4:3:1 relu conv:6:3 relu maxpool:3 conv:5:3 relu avgpool:4 fc:20 relu "
                "dropout:0.3 fc:16 relu fc:10", 16, 40, 0, &ds, &r);
     test_layer_path_env();
+    test_conv_wgrad_env(&ds, &r);
     test_tf32(&ds, &r, "lenet5", 0, 2e-2);
     test_tf32(&ds, &r, "cnn-wide", 0, 0.1);
     test_tf32(&ds, &r, "cnn-wide", 1, 0.1);
