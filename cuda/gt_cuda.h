@@ -198,12 +198,15 @@ typedef struct gt_cuda_layer {
     cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
     int planned;              /* the convolution algorithms are chosen */
     int need_dx;              /* the backward-data algorithm was chosen (not the first layer) */
-    /* The weight gradient as one GEMM (without TF32, where timing found it faster than the
-     * chosen cuDNN algorithm): dW = dy (channels x samples x positions) times im2col(x). */
-    int wgrad_gemm;           /* 1: conv_backward runs the GEMM; 0: cuDNN's algorithm */
-    int wgrad_cap;            /* samples its buffers hold */
-    float *wgrad_col;         /* wgrad_cap * out_h * out_w rows of in_c * k * k */
-    float *wgrad_dyt;         /* dy as out_c x wgrad_cap x out_h * out_w */
+    /* The weight gradient by the project's own kernels (without TF32, where timing found them
+     * faster than the chosen cuDNN algorithm): for one input channel the taps kernel, else one
+     * GEMM, dW = dy (channels x samples x positions) times im2col(x). */
+    int wgrad_own;            /* 0: cuDNN's algorithm; 1: GEMM; 2: taps kernel */
+    int wgrad_cap;            /* samples the GEMM's buffers hold */
+    float *wgrad_col;         /* GEMM: wgrad_cap * out_h * out_w rows of in_c * k * k */
+    float *wgrad_dyt;         /* GEMM: dy as out_c x wgrad_cap x out_h * out_w */
+    float *wgrad_part;        /* taps: out_c * 25 * GT_CUDA_BIAS_MAX_SPLITS partial sums */
+    unsigned *wgrad_done;     /* taps: out_c counters */
     float *bias_part;         /* conv with bias: GT_CUDA_BIAS_MAX_SPLITS partial sums a channel */
     unsigned *bias_done;      /* and a counter a channel for gt_cuda_conv_bias_grad */
     cudnnPoolingDescriptor_t pool_desc;
@@ -299,6 +302,16 @@ int gt_cuda_bias_grad(gt_cuda_ctx *c, const float *dy, float *db, int n, int len
  * before the call and after it. The bits depend on the shape only, not on scheduling. */
 int gt_cuda_conv_bias_grad(gt_cuda_ctx *c, const float *dy, float *db, float *part,
                            unsigned *done, int n, int ch, int hw, gt_err *e);
+/* Whether gt_cuda_conv_wgrad_taps takes a convolution of in_c input channels and k x k: one
+ * input channel, 3 x 3 or 5 x 5 (25 taps at most, held in registers). */
+int gt_cuda_conv_wgrad_taps_fits(int in_c, int k);
+/* dw[o][tap] += the sum over samples and positions of dy[i][o][pos] times the input under the
+ * tap (stride 1, zero padding pad): a convolution's weight gradient, for few taps. part holds
+ * out_c * 25 * GT_CUDA_BIAS_MAX_SPLITS floats, done out_c counters (as gt_cuda_conv_bias_grad:
+ * zero before and after; the bits depend on the shape only). */
+int gt_cuda_conv_wgrad_taps(gt_cuda_ctx *c, const float *x, const float *dy, float *dw,
+                            float *part, unsigned *done, int n, int in_c, int h, int w,
+                            int out_c, int k, int pad, gt_err *e);
 /* dst[k][i][j] = src[i][k][j] for n samples of ch planes of plane floats. */
 int gt_cuda_nchw_to_cnhw(gt_cuda_ctx *c, const float *src, float *dst, int n, int ch, int plane,
                          gt_err *e);

@@ -171,6 +171,76 @@ __global__ static void conv_bias_grad_kernel(const float *__restrict__ dy, float
     done[c] = 0;
 }
 
+/* ---- a convolution's weight gradient for few taps: a deterministic two-stage sum ------------- */
+
+/* Block (s, o) sums, for each of output channel o's C * K * K taps r, dy[i][o][pos] times the
+ * input under tap r over samples [s * per, (s + 1) * per), each thread its positions in
+ * registers, then warps in a fixed tree and order; the block that finishes channel o last adds
+ * the splits' partials in split order to dw (conv_bias_grad_kernel's scheme). For a first layer
+ * (one input channel) cuDNN's deterministic algorithm took 483 us at cnn-wide's batch 128. */
+template <int C, int K>
+__global__ static void __launch_bounds__(BLOCK)
+    conv_wgrad_taps_kernel(const float *__restrict__ x, const float *__restrict__ dy, float *dw,
+                           float *part, unsigned *done, int n, int h, int w, int out_c, int pad,
+                           int oh, int ow, int per)
+{
+    enum { R = C * K * K };
+    __shared__ float warp_part[BLOCK / 32][R];
+    __shared__ int last;
+    int s = blockIdx.x, o = blockIdx.y, splits = gridDim.x;
+    int i0 = s * per, i1 = i0 + per < n ? i0 + per : n;
+    unsigned plane = (unsigned)(oh * ow), count = (unsigned)(i1 - i0) * plane;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        acc[r] = 0.0f;
+    for (unsigned v = threadIdx.x; v < count; v += blockDim.x) {
+        unsigned i = (unsigned)i0 + v / plane, pos = v % plane;
+        int oy = (int)(pos / (unsigned)ow) - pad, ox = (int)(pos % (unsigned)ow) - pad;
+        float g = dy[((size_t)i * out_c + o) * plane + pos];
+        const float *xs = x + (size_t)i * C * h * w;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            int iy = oy + (r % (K * K)) / K, ix = ox + r % K;
+            if (iy >= 0 && iy < h && ix >= 0 && ix < w)
+                acc[r] += g * xs[((size_t)(r / (K * K)) * h + iy) * w + ix];
+        }
+    }
+    unsigned warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        float v = acc[r];
+        for (int off = 16; off > 0; off >>= 1)
+            v += __shfl_xor_sync(0xffffffffu, v, off);
+        if ((threadIdx.x & 31) == 0)
+            warp_part[warp][r] = v;
+    }
+    __syncthreads();
+    float *mine = part + (size_t)o * R * GT_CUDA_BIAS_MAX_SPLITS;
+    if (threadIdx.x < R) {
+        float sum = 0.0f;
+        for (unsigned wi = 0; wi < blockDim.x / 32; wi++)
+            sum += warp_part[wi][threadIdx.x];
+        mine[threadIdx.x * GT_CUDA_BIAS_MAX_SPLITS + s] = sum;
+        __threadfence();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(done + o, 1u) == (unsigned)splits - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    if (threadIdx.x < R) {
+        float total = 0.0f;
+        for (int k = 0; k < splits; k++)
+            total += __ldcg(mine + threadIdx.x * GT_CUDA_BIAS_MAX_SPLITS + k);
+        dw[(size_t)o * R + threadIdx.x] += total;
+    }
+    if (threadIdx.x == 0)
+        done[o] = 0;
+}
+
 /* Samples a split sums: about BIAS_CHUNK values each, so that cnn-wide's convolutions at batch
  * 128 run 450-700 blocks; a function of the shape only, so the bits are too. */
 static int conv_bias_per_split(int n, int hw)
@@ -194,6 +264,33 @@ int gt_cuda_conv_bias_grad(gt_cuda_ctx *c, const float *dy, float *db, float *pa
     dim3 grid((unsigned)((n + per - 1) / per), (unsigned)ch);
     int vec = hw % 4 == 0 && ((uintptr_t)dy & 15) == 0;
     conv_bias_grad_kernel<<<grid, BLOCK, 0, c->stream>>>(dy, db, part, done, n, ch, hw, per, vec);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+int gt_cuda_conv_wgrad_taps_fits(int in_c, int k)
+{
+    return in_c == 1 && (k == 3 || k == 5);
+}
+
+int gt_cuda_conv_wgrad_taps(gt_cuda_ctx *c, const float *x, const float *dy, float *dw,
+                            float *part, unsigned *done, int n, int in_c, int h, int w,
+                            int out_c, int k, int pad, gt_err *e)
+{
+    int oh = h + 2 * pad - k + 1, ow = w + 2 * pad - k + 1;
+    if (n <= 0 || out_c <= 0 || oh <= 0 || ow <= 0)
+        return 0;
+    if (!gt_cuda_conv_wgrad_taps_fits(in_c, k) || out_c > 65535)
+        return gt_fail(e, "%s: weight-gradient taps kernel: %d input channels, %d x %d window, "
+                          "%d outputs", c->name, in_c, k, k, out_c);
+    int per = conv_bias_per_split(n, oh * ow);
+    dim3 grid((unsigned)((n + per - 1) / per), (unsigned)out_c);
+    if (k == 5)
+        conv_wgrad_taps_kernel<1, 5><<<grid, BLOCK, 0, c->stream>>>(x, dy, dw, part, done, n, h,
+                                                                    w, out_c, pad, oh, ow, per);
+    else
+        conv_wgrad_taps_kernel<1, 3><<<grid, BLOCK, 0, c->stream>>>(x, dy, dw, part, done, n, h,
+                                                                    w, out_c, pad, oh, ow, per);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }

@@ -201,13 +201,15 @@ static int conv_find(gt_cuda_ctx *c, gt_cuda_layer *cl, const float *x, const fl
                      need, "backward-data", e);
 }
 
-/* ---- the weight gradient as one GEMM ----------------------------------------------------------- */
+/* ---- the weight gradient by the project's own kernels ------------------------------------------ */
 
-/* dW[o][r] (+)= sum over rows m of dyt[o][m] col[m][r], m = (sample, position): column-major that
+enum { WGRAD_CUDNN = 0, WGRAD_GEMM = 1, WGRAD_TAPS = 2 };
+
+/* dW[o][r] += sum over rows m of dyt[o][m] col[m][r], m = (sample, position): column-major that
  * is dW^T (r x o) = col^T (r x m) dyt^T (m x o), each operand as it lies. cuBLAS's FP32 GEMM
  * gives the same bits every run on one GPU model. */
 static int conv_wgrad_gemm(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const float *x,
-                           const float *dy, float *dw, const float *beta, gt_err *e)
+                           const float *dy, float *dw, gt_err *e)
 {
     const gt_layer *L = &cl->L;
     int plane = L->out_h * L->out_w, row = L->in_c * L->k * L->k, m = n * plane;
@@ -216,42 +218,54 @@ static int conv_wgrad_gemm(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const float
         return -1;
     GT_CUBLAS_CHECK(c->name, e,
                     cublasSgemm(c->cublas, CUBLAS_OP_N, CUBLAS_OP_N, row, L->out_c, m, &one,
-                                cl->wgrad_col, row, cl->wgrad_dyt, m, beta, dw, row));
+                                cl->wgrad_col, row, cl->wgrad_dyt, m, &one, dw, row));
     return 0;
+}
+
+/* dW += the weight gradient of n samples by the layer's own path. */
+static int conv_wgrad_own(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const float *x,
+                          const float *dy, float *dw, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    if (cl->wgrad_own == WGRAD_TAPS)
+        return gt_cuda_conv_wgrad_taps(c, x, dy, dw, cl->wgrad_part, cl->wgrad_done, n, L->in_c,
+                                       L->in_h, L->in_w, L->out_c, L->k, L->pad, e);
+    return conv_wgrad_gemm(c, cl, n, x, dy, dw, e);
 }
 
 static void conv_wgrad_free(gt_cuda_layer *cl)
 {
-    if (cl->wgrad_col)
-        cudaFree(cl->wgrad_col);
-    if (cl->wgrad_dyt)
-        cudaFree(cl->wgrad_dyt);
-    cl->wgrad_col = cl->wgrad_dyt = NULL;
-    cl->wgrad_gemm = cl->wgrad_cap = 0;
+    void *bufs[4] = {cl->wgrad_col, cl->wgrad_dyt, cl->wgrad_part, cl->wgrad_done};
+    for (int i = 0; i < 4; i++)
+        if (bufs[i])
+            cudaFree(bufs[i]);
+    cl->wgrad_col = cl->wgrad_dyt = cl->wgrad_part = NULL;
+    cl->wgrad_done = NULL;
+    cl->wgrad_own = cl->wgrad_cap = 0;
 }
 
-/* GT_CONV_WGRAD: auto or unset (0: the GEMM where timing finds it faster), gemm (1: wherever its
- * buffers fit), cudnn (-1: never); any other value is an error naming the variable. */
+/* GT_CONV_WGRAD: auto or unset (0: the own path where timing finds it faster), own (1: wherever
+ * its buffers fit), cudnn (-1: never); any other value is an error naming the variable. */
 static int conv_wgrad_env(int *mode, gt_err *e)
 {
     const char *v = getenv("GT_CONV_WGRAD");
     *mode = 0;
     if (!v || !*v || strcmp(v, "auto") == 0)
         return 0;
-    if (strcmp(v, "gemm") == 0 || strcmp(v, "cudnn") == 0) {
-        *mode = v[0] == 'g' ? 1 : -1;
+    if (strcmp(v, "own") == 0 || strcmp(v, "cudnn") == 0) {
+        *mode = v[0] == 'o' ? 1 : -1;
         return 0;
     }
-    return gt_fail(e, "GT_CONV_WGRAD: bad value '%.40s' (auto, gemm or cudnn)", v);
+    return gt_fail(e, "GT_CONV_WGRAD: bad value '%.40s' (auto, own or cudnn)", v);
 }
 
-/* One run of the GEMM path between two events, its time in *ms. */
+/* One run of the own path between two events, its time in *ms. */
 static int conv_wgrad_timed_run(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const float *x,
                                 const float *dy, float *dw, cudaEvent_t ev[2], float *ms,
                                 gt_err *e)
 {
     GT_CUDA_CHECK(c->name, e, cudaEventRecord(ev[0], c->stream));
-    if (conv_wgrad_gemm(c, cl, n, x, dy, dw, &zero, e))
+    if (conv_wgrad_own(c, cl, n, x, dy, dw, e))
         return -1;
     GT_CUDA_CHECK(c->name, e, cudaEventRecord(ev[1], c->stream));
     GT_CUDA_CHECK(c->name, e, cudaEventSynchronize(ev[1]));
@@ -259,7 +273,7 @@ static int conv_wgrad_timed_run(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const 
     return 0;
 }
 
-/* The best of three timed runs of the GEMM path at batch n (after one to warm up), in ms. */
+/* The best of three timed runs of the own path at batch n (after one to warm up), in ms. */
 static int conv_wgrad_time(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const float *x,
                            const float *dy, float *dw, float *best, gt_err *e)
 {
@@ -281,35 +295,54 @@ static int conv_wgrad_time(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const float
     return rc;
 }
 
+/* The own path's buffers: the taps kernel's partial sums and zeroed counters, or the GEMM's
+ * operands for n samples (0 when they would pass 256 MB: then cuDNN's stays). */
+static int conv_wgrad_alloc(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    size_t out_c = (size_t)L->out_c;
+    if (gt_cuda_conv_wgrad_taps_fits(L->in_c, L->k)) {
+        cl->wgrad_own = WGRAD_TAPS;
+        if (gt_cuda_malloc(c, (void **)&cl->wgrad_part,
+                           out_c * 25 * GT_CUDA_BIAS_MAX_SPLITS * sizeof(float), e) ||
+            gt_cuda_malloc(c, (void **)&cl->wgrad_done, out_c * sizeof(unsigned), e))
+            return -1;
+        GT_CUDA_CHECK(c->name, e,
+                      cudaMemsetAsync(cl->wgrad_done, 0, out_c * sizeof(unsigned), c->stream));
+        return 0;
+    }
+    size_t rows = (size_t)n * L->out_h * L->out_w, row = (size_t)L->in_c * L->k * L->k;
+    size_t col_bytes = rows * row * sizeof(float), dyt_bytes = rows * out_c * sizeof(float);
+    if (col_bytes + dyt_bytes > (256u << 20))
+        return 0;
+    cl->wgrad_own = WGRAD_GEMM;
+    cl->wgrad_cap = n;
+    return gt_cuda_malloc(c, (void **)&cl->wgrad_col, col_bytes, e) ||
+                   gt_cuda_malloc(c, (void **)&cl->wgrad_dyt, dyt_bytes, e)
+               ? -1
+               : 0;
+}
+
 /* Without TF32 the deterministic cuDNN algorithms left for a backward filter can be slow (cnn-wide's
- * second convolution at batch 128: 483 us on an H100); the GEMM path takes over where it times
- * at least 20% faster than the chosen one (filter_ms, cuDNN's own timing), or where
- * GT_CONV_WGRAD=gemm asks. Its buffers hold n samples, at most 256 MB. */
+ * first convolution at batch 128: 483 us on an H100); the own path takes over where it times at
+ * least 20% faster than the chosen one (filter_ms, cuDNN's own timing), or where
+ * GT_CONV_WGRAD=own asks. */
 static int conv_wgrad_choose(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const float *x,
                              const float *dy, float *dw, float filter_ms, gt_err *e)
 {
-    const gt_layer *L = &cl->L;
-    size_t rows = (size_t)n * L->out_h * L->out_w, row = (size_t)L->in_c * L->k * L->k;
-    size_t col_bytes = rows * row * sizeof(float), dyt_bytes = rows * L->out_c * sizeof(float);
     int mode;
-    float gemm_ms = -1.0f;
+    float own_ms = -1.0f;
     conv_wgrad_free(cl);
     if (conv_wgrad_env(&mode, e))
         return -1;
-    if (mode < 0 || c->tf32 || col_bytes + dyt_bytes > (256u << 20))
+    if (mode < 0 || c->tf32)
         return 0;
-    if (gt_cuda_malloc(c, (void **)&cl->wgrad_col, col_bytes, e) ||
-        gt_cuda_malloc(c, (void **)&cl->wgrad_dyt, dyt_bytes, e)) {
+    if (conv_wgrad_alloc(c, cl, n, e) ||
+        (cl->wgrad_own && mode == 0 && conv_wgrad_time(c, cl, n, x, dy, dw, &own_ms, e))) {
         conv_wgrad_free(cl);
         return -1;
     }
-    cl->wgrad_cap = n;
-    if (mode == 0 && conv_wgrad_time(c, cl, n, x, dy, dw, &gemm_ms, e)) {
-        conv_wgrad_free(cl);
-        return -1;
-    }
-    cl->wgrad_gemm = mode > 0 || (filter_ms > 0.0f && gemm_ms < 0.8f * filter_ms);
-    if (!cl->wgrad_gemm)
+    if (mode == 0 && !(filter_ms > 0.0f && own_ms >= 0.0f && own_ms < 0.8f * filter_ms))
         conv_wgrad_free(cl);
     return 0;
 }
@@ -582,8 +615,8 @@ static int conv_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *
     const gt_layer *L = &cl->L;
     if (!cl->planned || (dx && !cl->need_dx))
         return layer_fail(c, cl, e, "convolution backward algorithms were never chosen");
-    if (cl->wgrad_gemm && p->n <= cl->wgrad_cap) {
-        if (conv_wgrad_gemm(c, cl, p->n, x, dy, p->grad + L->w_off, &one, e))
+    if (cl->wgrad_own && (cl->wgrad_own == WGRAD_TAPS || p->n <= cl->wgrad_cap)) {
+        if (conv_wgrad_own(c, cl, p->n, x, dy, p->grad + L->w_off, e))
             return -1;
     } else {
         GT_CUDNN_CHECK(c->name, e,

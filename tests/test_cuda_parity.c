@@ -320,17 +320,19 @@ static void env_restore(const char *name, char *saved)
     free(saved);
 }
 
-/* The weight gradient through its GEMM path (transpose, im2col, cuBLAS), asked for by
- * GT_CONV_WGRAD=gemm where timing might not pick it: padded and unpadded, 5 x 5 (the kernel's
- * compiled window) and 3 x 3, cnn-wide's two convolutions. */
+/* The weight gradient through the own path, asked for by GT_CONV_WGRAD=own where timing might
+ * not pick it: the taps kernel for one input channel (5 x 5 and 3 x 3, padded or not, cnn-wide's
+ * first convolution in several splits), the GEMM (transpose, im2col, cuBLAS) for more. */
 static void test_conv_gemm(gt_cuda_ctx *c, gt_rng *r)
 {
-    char *saved = env_swap("GT_CONV_WGRAD", "gemm");
+    char *saved = env_swap("GT_CONV_WGRAD", "own");
     test_conv(c, r, 3, 2, 9, 8, 4, 3, 0, 1);
     test_conv(c, r, 2, 3, 7, 7, 5, 5, 2, 1);
     test_conv(c, r, 37, 1, 28, 28, 32, 5, 2, 0);
     test_conv(c, r, 47, 32, 14, 14, 64, 5, 2, 1);
     test_conv(c, r, 5, 3, 6, 5, 2, 3, 1, 1);
+    test_conv(c, r, 6, 1, 9, 7, 3, 3, 1, 0);
+    test_conv(c, r, 3, 1, 10, 11, 4, 3, 0, 0);
     env_restore("GT_CONV_WGRAD", saved);
 }
 
@@ -733,8 +735,8 @@ static void test_tf32(const gt_dataset *ds, gt_rng *r, const char *name, int epi
     gt_free(grad_cpu);
 }
 
-/* GT_CONV_WGRAD: a bad value fails the open with a message naming it; gemm runs cnn-wide's
- * steps, both layer paths, with every convolution's weight gradient through the GEMM. */
+/* GT_CONV_WGRAD: a bad value fails the open with a message naming it; own runs cnn-wide's
+ * steps, both layer paths, with every convolution's weight gradient through the own path. */
 static void test_conv_wgrad_env(const gt_dataset *ds, gt_rng *r)
 {
     gt_model m;
@@ -744,7 +746,7 @@ static void test_conv_wgrad_env(const gt_dataset *ds, gt_rng *r)
     CHECK(gt_model_build("cnn-wide", 1, 28, 28, 10, &m, &e) == 0);
     CHECK(gt_cuda_device_open(&d, &m, 4, 0, 0, &e) == -1 && d == NULL);
     CHECK_MSG(strstr(e.msg, "GT_CONV_WGRAD") && strstr(e.msg, "fast"), "message '%s'", e.msg);
-    setenv("GT_CONV_WGRAD", "gemm", 1);
+    setenv("GT_CONV_WGRAD", "own", 1);
     test_model("cnn-wide", 8, 40, 0, ds, r);
     env_restore("GT_CONV_WGRAD", saved);
 }
