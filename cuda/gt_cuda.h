@@ -198,6 +198,17 @@ typedef struct gt_cuda_layer {
     cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
     int planned;              /* the convolution algorithms are chosen */
     int need_dx;              /* the backward-data algorithm was chosen (not the first layer) */
+    /* The weight gradient by the project's own kernels (without TF32, where timing found them
+     * faster than the chosen cuDNN algorithm): for one input channel the taps kernel, else one
+     * GEMM, dW = dy (channels x samples x positions) times im2col(x). */
+    int wgrad_own;            /* 0: cuDNN's algorithm; 1: GEMM; 2: taps kernel */
+    int wgrad_cap;            /* samples the GEMM's buffers hold */
+    float *wgrad_col;         /* GEMM: wgrad_cap * out_h * out_w rows of in_c * k * k */
+    float *wgrad_dyt;         /* GEMM: dy as out_c x wgrad_cap x out_h * out_w */
+    float *wgrad_part;        /* taps: out_c * 25 * GT_CUDA_BIAS_MAX_SPLITS partial sums */
+    unsigned *wgrad_done;     /* taps: out_c counters */
+    float *bias_part;         /* conv with bias: GT_CUDA_BIAS_MAX_SPLITS partial sums a channel */
+    unsigned *bias_done;      /* and a counter a channel for gt_cuda_conv_bias_grad */
     cudnnPoolingDescriptor_t pool_desc;
     cudnnActivationDescriptor_t act_desc;
     /* The epilogue (conv and linear only): the layers after this one it can run, each needing
@@ -283,6 +294,32 @@ int gt_cuda_flag_nonfinite(gt_cuda_ctx *c, const float *g, size_t len, int *flag
 int gt_cuda_bias_add(gt_cuda_ctx *c, float *y, const float *b, int n, int len, gt_err *e);
 /* db[j] += sum over rows r < n of dy[r][j], rows in order like the CPU. */
 int gt_cuda_bias_grad(gt_cuda_ctx *c, const float *dy, float *db, int n, int len, gt_err *e);
+/* Partial sums a channel of gt_cuda_conv_bias_grad at most. */
+#define GT_CUDA_BIAS_MAX_SPLITS 32
+/* db[c] += the sum over samples r < n and positions of dy[r][c] (NCHW, hw positions a plane):
+ * a convolution's bias gradient. Splits of the samples are summed by separate blocks into part
+ * (ch * GT_CUDA_BIAS_MAX_SPLITS floats), then added in split order; done holds ch counters, zero
+ * before the call and after it. The bits depend on the shape only, not on scheduling. */
+int gt_cuda_conv_bias_grad(gt_cuda_ctx *c, const float *dy, float *db, float *part,
+                           unsigned *done, int n, int ch, int hw, gt_err *e);
+/* Whether gt_cuda_conv_wgrad_taps takes a convolution of in_c input channels and k x k: one
+ * input channel, 3 x 3 or 5 x 5 (25 taps at most, held in registers). */
+int gt_cuda_conv_wgrad_taps_fits(int in_c, int k);
+/* dw[o][tap] += the sum over samples and positions of dy[i][o][pos] times the input under the
+ * tap (stride 1, zero padding pad): a convolution's weight gradient, for few taps. part holds
+ * out_c * 25 * GT_CUDA_BIAS_MAX_SPLITS floats, done out_c counters (as gt_cuda_conv_bias_grad:
+ * zero before and after; the bits depend on the shape only). */
+int gt_cuda_conv_wgrad_taps(gt_cuda_ctx *c, const float *x, const float *dy, float *dw,
+                            float *part, unsigned *done, int n, int in_c, int h, int w,
+                            int out_c, int k, int pad, gt_err *e);
+/* dst[k][i][j] = src[i][k][j] for n samples of ch planes of plane floats. */
+int gt_cuda_nchw_to_cnhw(gt_cuda_ctx *c, const float *src, float *dst, int n, int ch, int plane,
+                         gt_err *e);
+/* col[(i * oh + oy) * ow + ox][(ci * k + ky) * k + kx] = x[i][ci][oy + ky - pad][ox + kx - pad]
+ * (zero in the padding) for a stride-1 k x k convolution of n samples of ch planes h x w:
+ * the rows of the weight gradient's GEMM. */
+int gt_cuda_im2col_rows(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w, int k,
+                        int pad, float *col, gt_err *e);
 /* The mask is keyed by key's seed and epoch when key is non-NULL (device memory), else by seed and
  * epoch. */
 int gt_cuda_dropout_forward(gt_cuda_ctx *c, const float *x, float *y, uint8_t *mask, int n,
@@ -322,7 +359,8 @@ int gt_cuda_linear_epilogue_backward(gt_cuda_ctx *c, const float *z, const float
                                      const float *dy, const uint8_t *mask, float p, int n,
                                      int len, float *dz, float *db, gt_err *e);
 /* Adds the summed loss and argmax hits of n rows of k logits to *res; writes dlogits =
- * (softmax - onehot) * scale unless dlogits is NULL. Deterministic (one block, fixed order). */
+ * (softmax - onehot) * scale unless dlogits is NULL. Deterministic (one block, a fixed tree);
+ * up to 64 classes a thread takes a row and does the CPU's arithmetic in its order. */
 int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t *labels, int n,
                          int k, float scale, float *dlogits, gt_cuda_result *res, gt_err *e);
 

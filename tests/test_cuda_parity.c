@@ -55,6 +55,27 @@ static void subtract(float *a, const float *start, size_t n)
         a[i] -= start[i];
 }
 
+/* The bias gradient again from the same start (db0): the same bits, whatever order the blocks of
+ * its reduction ran in. added is what the first run added to db0. */
+static void conv_bias_rerun(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w,
+                            const float *wt, const float *b, int o, int k, int pad,
+                            const float *dy, const float *db0, const float *added)
+{
+    int oh = h + 2 * pad - k + 1, ow = w + 2 * pad - k + 1;
+    size_t yl = (size_t)n * o * oh * ow, wl = (size_t)o * ch * k * k;
+    float *y = gt_alloc(yl * 4), *dw = gt_alloc(wl * 4), *db = copy_floats(db0, o);
+    gt_err e = {""};
+    int rc = gt_cuda_test_conv2d(c, x, n, ch, h, w, wt, b, o, k, pad, dy, y, NULL, dw, db, &e);
+    CHECK_MSG(rc == 0, "conv rerun: %s", e.msg);
+    subtract(db, db0, o);
+    CHECK_MSG(rc != 0 || memcmp(db, added, (size_t)o * sizeof *db) == 0,
+              "conv k%d %d samples of %dx%d: the bias gradient changed bits on a rerun", k, n, oh,
+              ow);
+    gt_free(y);
+    gt_free(dw);
+    gt_free(db);
+}
+
 static void test_conv(gt_cuda_ctx *c, gt_rng *r, int n, int ch, int h, int w, int o, int k,
                       int pad, int with_dx)
 {
@@ -86,6 +107,7 @@ static void test_conv(gt_cuda_ctx *c, gt_rng *r, int n, int ch, int h, int w, in
     CHECK_REL(dw_gpu, dw_cpu, wl, what);
     snprintf(what, sizeof what, "conv k%d pad%d bias grad", k, pad);
     CHECK_REL(db_gpu, db_cpu, o, what);
+    conv_bias_rerun(c, x, n, ch, h, w, wt, b, o, k, pad, dy, db0, db_gpu);
     if (with_dx) {
         snprintf(what, sizeof what, "conv k%d pad%d input grad", k, pad);
         CHECK_REL(dx_gpu, dx_cpu, xl, what);
@@ -247,6 +269,14 @@ static void test_xent(gt_cuda_ctx *c, gt_rng *r, int n, int k)
               hits_gpu, hits_cpu);
     snprintf(what, sizeof what, "softmax xent %dx%d gradient", n, k);
     CHECK_REL(d_gpu, d_cpu, len, what);
+    double loss_again = 0;
+    int hits_again = -1;
+    rc = gt_cuda_test_softmax_xent(c, z, labels, n, k, 1.0f / (float)n, d_cpu, &loss_again,
+                                   &hits_again, &e);
+    CHECK_MSG(rc == 0 && memcmp(&loss_again, &loss_gpu, sizeof loss_gpu) == 0 &&
+                  hits_again == hits_gpu && memcmp(d_cpu, d_gpu, len * 4) == 0,
+              "softmax xent %dx%d: a rerun changed bits (loss %.17g then %.17g)", n, k, loss_gpu,
+              loss_again);
     gt_free(z);
     gt_free(labels);
     gt_free(d_cpu);
@@ -269,6 +299,43 @@ static void test_normalize(gt_cuda_ctx *c, gt_rng *r)
     CHECK_REL(gpu, cpu, LEN, "normalize");
 }
 
+/* Sets name to value (NULL: unsets it) and returns a copy of its old value for env_restore. */
+static char *env_swap(const char *name, const char *value)
+{
+    const char *old = getenv(name);
+    char *saved = old ? strdup(old) : NULL;
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+    return saved;
+}
+
+static void env_restore(const char *name, char *saved)
+{
+    if (saved)
+        setenv(name, saved, 1);
+    else
+        unsetenv(name);
+    free(saved);
+}
+
+/* The weight gradient through the own path, asked for by GT_CONV_WGRAD=own where timing might
+ * not pick it: the taps kernel for one input channel (5 x 5 and 3 x 3, padded or not, cnn-wide's
+ * first convolution in several splits), the GEMM (transpose, im2col, cuBLAS) for more. */
+static void test_conv_gemm(gt_cuda_ctx *c, gt_rng *r)
+{
+    char *saved = env_swap("GT_CONV_WGRAD", "own");
+    test_conv(c, r, 3, 2, 9, 8, 4, 3, 0, 1);
+    test_conv(c, r, 2, 3, 7, 7, 5, 5, 2, 1);
+    test_conv(c, r, 37, 1, 28, 28, 32, 5, 2, 0);
+    test_conv(c, r, 47, 32, 14, 14, 64, 5, 2, 1);
+    test_conv(c, r, 5, 3, 6, 5, 2, 3, 1, 1);
+    test_conv(c, r, 6, 1, 9, 7, 3, 3, 1, 0);
+    test_conv(c, r, 3, 1, 10, 11, 4, 3, 0, 0);
+    env_restore("GT_CONV_WGRAD", saved);
+}
+
 static void test_layers(gt_rng *r)
 {
     gt_cuda_ctx *c = NULL;
@@ -280,6 +347,12 @@ static void test_layers(gt_rng *r)
     test_conv(c, r, 3, 2, 9, 8, 4, 3, 0, 1);
     test_conv(c, r, 2, 3, 7, 7, 5, 5, 2, 1);
     test_conv(c, r, 4, 1, 12, 12, 6, 5, 0, 0);
+    /* cnn-wide's convolutions: the bias gradient's reduction in several splits (28 x 28 planes,
+     * whole float4s; 14 x 14, a short last split), then 7 x 7 planes in scalar loads. */
+    test_conv(c, r, 37, 1, 28, 28, 32, 5, 2, 0);
+    test_conv(c, r, 47, 32, 14, 14, 64, 5, 2, 1);
+    test_conv(c, r, 150, 3, 7, 7, 5, 3, 1, 1);
+    test_conv_gemm(c, r);
     test_linear(c, r, 5, 37, 13);
     test_linear(c, r, 64, 400, 120);
     test_pool(c, r, GT_AVGPOOL, 2, 3, 8, 8, 2);
@@ -290,7 +363,12 @@ static void test_layers(gt_rng *r)
     test_act(c, r, GT_SIGMOID, "sigmoid");
     test_act(c, r, GT_TANH, "tanh");
     test_dropout(c, r);
+    /* A thread a row (up to 64 classes; more rows than threads at 1500), a warp a row beyond. */
     test_xent(c, r, 37, 10);
+    test_xent(c, r, 128, 10);
+    test_xent(c, r, 1500, 10);
+    test_xent(c, r, 9, 64);
+    test_xent(c, r, 33, 65);
     test_xent(c, r, 20, 300);
     test_normalize(c, r);
     gt_cuda_ctx_close(c);
@@ -657,6 +735,22 @@ static void test_tf32(const gt_dataset *ds, gt_rng *r, const char *name, int epi
     gt_free(grad_cpu);
 }
 
+/* GT_CONV_WGRAD: a bad value fails the open with a message naming it; own runs cnn-wide's
+ * steps, both layer paths, with every convolution's weight gradient through the own path. */
+static void test_conv_wgrad_env(const gt_dataset *ds, gt_rng *r)
+{
+    gt_model m;
+    gt_device *d = NULL;
+    gt_err e = {""};
+    char *saved = env_swap("GT_CONV_WGRAD", "fast");
+    CHECK(gt_model_build("cnn-wide", 1, 28, 28, 10, &m, &e) == 0);
+    CHECK(gt_cuda_device_open(&d, &m, 4, 0, 0, &e) == -1 && d == NULL);
+    CHECK_MSG(strstr(e.msg, "GT_CONV_WGRAD") && strstr(e.msg, "fast"), "message '%s'", e.msg);
+    setenv("GT_CONV_WGRAD", "own", 1);
+    test_model("cnn-wide", 8, 40, 0, ds, r);
+    env_restore("GT_CONV_WGRAD", saved);
+}
+
 /* GT_LAYER_PATH picks the layer path's epilogues at open; a bad value is an error naming it. */
 static void test_layer_path_env(void)
 {
@@ -746,6 +840,7 @@ int main(void)
     test_model("conv:4:3:1 relu conv:6:3 relu maxpool:3 conv:5:3 relu avgpool:4 fc:20 relu "
                "dropout:0.3 fc:16 relu fc:10", 16, 40, 0, &ds, &r);
     test_layer_path_env();
+    test_conv_wgrad_env(&ds, &r);
     test_tf32(&ds, &r, "lenet5", 0, 2e-2);
     test_tf32(&ds, &r, "cnn-wide", 0, 0.1);
     test_tf32(&ds, &r, "cnn-wide", 1, 0.1);
