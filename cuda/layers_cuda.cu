@@ -244,14 +244,19 @@ static void conv_wgrad_free(gt_cuda_layer *cl)
     cl->wgrad_own = cl->wgrad_cap = 0;
 }
 
-/* GT_CONV_WGRAD: auto or unset (0: the own path where timing finds it faster), own (1: wherever
- * its buffers fit), cudnn (-1: never); any other value is an error naming the variable. */
+/* GT_CONV_WGRAD: cudnn or unset (-1: never, the default: whole runs measured no gain from the own
+ * path, tools/perf-notes.md lever F), auto (0: the own path where timing finds it faster), own
+ * (1: wherever its buffers fit); any other value is an error naming the variable. */
 static int conv_wgrad_env(int *mode, gt_err *e)
 {
     const char *v = getenv("GT_CONV_WGRAD");
-    *mode = 0;
-    if (!v || !*v || strcmp(v, "auto") == 0)
+    *mode = -1;
+    if (!v || !*v)
         return 0;
+    if (strcmp(v, "auto") == 0) {
+        *mode = 0;
+        return 0;
+    }
     if (strcmp(v, "own") == 0 || strcmp(v, "cudnn") == 0) {
         *mode = v[0] == 'o' ? 1 : -1;
         return 0;
@@ -324,9 +329,9 @@ static int conv_wgrad_alloc(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
 }
 
 /* Without TF32 the deterministic cuDNN algorithms left for a backward filter can be slow (cnn-wide's
- * first convolution at batch 128: 483 us on an H100); the own path takes over where it times at
- * least 20% faster than the chosen one (filter_ms, cuDNN's own timing), or where
- * GT_CONV_WGRAD=own asks. */
+ * first convolution at batch 128: 483 us on an H100 under Nsight Compute); with GT_CONV_WGRAD=auto
+ * the own path takes over where it times at least 20% faster than the chosen one (filter_ms,
+ * cuDNN's own timing), with GT_CONV_WGRAD=own always. */
 static int conv_wgrad_choose(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const float *x,
                              const float *dy, float *dw, float filter_ms, gt_err *e)
 {

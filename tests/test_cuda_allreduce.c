@@ -704,15 +704,17 @@ static void test_abort(void)
 }
 
 /* The guard rolls an allreduce run back (the store restored at the mode's barrier, every replica
- * reloading it) instead of stopping it: --lr 1.0 diverges or stalls, as on the CPU in
- * tests/cli_converge.sh, and the run recovers to learn something. */
+ * reloading it) instead of stopping it: --lr 10 drives the loss non-finite within steps (lr 1.0,
+ * as on the CPU in tests/cli_converge.sh, stalled at 4 GPUs but at 2 sat just above chance, out
+ * of the guard's reach), and the run either learns at a lowered step size or, after 6 rollbacks,
+ * ends with an error that says so. */
 static void test_rollback(void)
 {
     gt_config c;
     /* batch 8 a GPU: 6,000 samples make 187 clocks an epoch at 4 GPUs, enough for the guard's
      * 150-clock stall window and a barrier (every 64 clocks) after it */
     run_config(&c, GT_MODE_ALLREDUCE, g_w, 8, 3);
-    c.optim.lr = 1.0f;
+    c.optim.lr = 10.0f;
     c.given |= GT_GIVEN_LR;
     c.log_steps = 0;
     outcome o = train(&c);
