@@ -50,7 +50,9 @@ static gt_guard_verdict guard_window(gt_guard *g, double m, int n)
     double ref = g->reference > c->chance_loss ? g->reference : c->chance_loss;
     if (m > c->climb * ref)
         return GT_GUARD_DIVERGED;
-    int chance = fabs(m - c->chance_loss) <= c->band;
+    /* At chance or worse: a loss above ln C (worse than guessing uniformly) that stays below the
+     * divergence bar has learned nothing either. */
+    int chance = m >= c->chance_loss - c->band;
     if (!chance) {
         g->at_chance = 0;
     } else {

@@ -5,8 +5,8 @@
  * with the reference (the first window after a start or a recovery) and the chance loss ln C:
  *  - a non-finite loss is a divergence at once;
  *  - a mean above `climb` times max(reference, chance) is a divergence;
- *  - means within `band` of the chance loss for `stall_steps` steps in a row, counted after
- *    `grace_steps` (a warm-up), are a stall;
+ *  - means at chance or worse (above chance_loss - `band`, below the divergence bar) for
+ *    `stall_steps` steps in a row, counted after `grace_steps` (a warm-up), are a stall;
  *  - a finite mean that is neither, and within `good_slack` of the best mean so far and below
  *    the chance band, makes the current parameters a good point to return to.
  * With window 25, grace 0 and stall_steps 150, a stall is reported at most 175 steps after it
@@ -31,7 +31,7 @@ typedef enum gt_guard_verdict {
 typedef struct gt_guard_cfg {
     int window;           /* steps averaged per decision, >= 1 */
     double chance_loss;   /* ln C for C classes */
-    double band;          /* |mean - chance_loss| <= band counts as "at chance" */
+    double band;          /* mean >= chance_loss - band counts as "at chance" (or worse) */
     double climb;         /* divergence when mean > climb * max(reference, chance_loss) */
     double good_slack;    /* a window is good when mean <= best + good_slack */
     uint64_t grace_steps; /* steps at chance that are expected (warm-up), not counted */
