@@ -91,8 +91,7 @@ void clocked_apply(run *r, uint64_t clock, int s_lo, int s_hi, float gscale, uin
  * one, the cores shared between the groups. */
 int clocked_start_store_threads(run *r, gt_err *e)
 {
-    int npools = r->W < GT_PS_MAX_POOLS ? r->W : GT_PS_MAX_POOLS;
-    return gt_ps_set_pools(&r->ps, npools, gt_ps_default_threads(r->W), GT_PS_POOL_MIN, e);
+    return gt_ps_start_threads(&r->ps, r->W, e);
 }
 
 /* share_done of the modes that sum shares: the gradient goes to its slot (where the device did

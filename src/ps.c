@@ -348,6 +348,17 @@ int gt_ps_default_threads(int nworkers)
     return t < 1 ? 1 : t > 8 ? 8 : (int)t;
 }
 
+int gt_ps_default_pools(int nworkers)
+{
+    return nworkers < 1 ? 1 : nworkers < GT_PS_MAX_POOLS ? nworkers : GT_PS_MAX_POOLS;
+}
+
+int gt_ps_start_threads(gt_ps *ps, int nworkers, gt_err *e)
+{
+    return gt_ps_set_pools(ps, gt_ps_default_pools(nworkers), gt_ps_default_threads(nworkers),
+                           GT_PS_POOL_MIN, e);
+}
+
 int gt_ps_set_threads(gt_ps *ps, int nthreads, size_t min_params, gt_err *e)
 {
     return gt_ps_set_pools(ps, 1, nthreads, min_params, e);
@@ -388,10 +399,8 @@ static int ps_pools_get(gt_ps *ps, size_t nparams, int nworkers)
     int state = atomic_load_explicit(&ps->pool_state, memory_order_acquire);
     if (state == 2)
         return nparams >= ps->pool_min ? ps->npools : 0;
-    if (state == 0 && nworkers > 0 && nparams >= GT_PS_POOL_MIN) {
-        int npools = nworkers < GT_PS_MAX_POOLS ? nworkers : GT_PS_MAX_POOLS;
-        gt_ps_set_pools(ps, npools, gt_ps_default_threads(nworkers), GT_PS_POOL_MIN, NULL);
-    }
+    if (state == 0 && nworkers > 0 && nparams >= GT_PS_POOL_MIN)
+        gt_ps_start_threads(ps, nworkers, NULL);
     return 0;
 }
 

@@ -80,14 +80,19 @@ static void recipe_note(gt_recipe *r, const gt_config *c, int workers, const cha
 /* Rounded to two decimals, so that what is printed is what runs. */
 static float recipe_round2(double x) { return (float)(floor(x * 100.0 + 0.5) / 100.0); }
 
+/* The momentum as written (0.9, not the float 0.89999998). */
+static double recipe_momentum_written(const gt_config *c)
+{
+    return floor((double)c->optim.momentum * 1e4 + 0.5) / 1e4;
+}
+
 static void recipe_momentum(gt_config *c, int workers, gt_recipe *r)
 {
     double implicit = gt_recipe_implicit_momentum(c, workers);
     if (c->optim.kind != GT_OPT_SGD || (c->given & GT_GIVEN_MOMENTUM) || implicit <= 0 ||
         c->optim.momentum <= 0)
         return;
-    /* the momentum as written (0.9, not the float 0.89999998) */
-    double want = floor((double)c->optim.momentum * 1e4 + 0.5) / 1e4 - implicit;
+    double want = recipe_momentum_written(c) - implicit;
     float m = want > 0 ? recipe_round2(want) : 0.0f;
     recipe_note(r, c, workers, "momentum %g -> %g (asynchrony adds ~%.2g; --momentum sets it)",
                 (double)c->optim.momentum, (double)m, implicit);
@@ -124,8 +129,7 @@ static int recipe_ssp_plain(gt_config *c, int workers, gt_recipe *r)
     if (c->mode != GT_MODE_SSP || c->staleness == 0 || workers < 2 || c->optim.kind != GT_OPT_SGD ||
         c->optim.momentum <= 0 || c->optim.nesterov || (c->given & (GT_GIVEN_MOMENTUM | GT_GIVEN_LR)))
         return 0;
-    double m = floor((double)c->optim.momentum * 1e4 + 0.5) / 1e4;
-    double lr = RECIPE_SSP_STEP_SHARE * (double)c->optim.lr / (1.0 - m);
+    double lr = RECIPE_SSP_STEP_SHARE * (double)c->optim.lr / (1.0 - recipe_momentum_written(c));
     float lr3 = (float)(floor(lr * 1e3 + 0.5) / 1e3); /* as printed */
     recipe_note(r, c, workers, "momentum %g -> 0, lr %g -> %g (stale clocks echo momentum: plain "
                 "SGD at %g x lr / (1 - momentum); --momentum or --lr sets them)",

@@ -153,8 +153,7 @@ void guard_at_average_locked(run *r)
     for (int i = 0; i < r->W; i++)
         for (int k = 0; k < r->ps.nstate; k++)
             memset(r->workers[i].state[k], 0, r->n * sizeof(float));
-    guard_rollback_locked(r, (gt_guard_verdict)r->guard.pending);
-    r->guard.pending = 0;
+    guard_at_barrier_locked(r);
 }
 
 /* ROLLBACK_AT_BARRIER: whether a good window asked for a copy of the store, which the mode brings
@@ -169,10 +168,10 @@ void guard_saved_locked(run *r, uint64_t step)
     r->guard.save_wanted = 0;
 }
 
-/* ROLLBACK_AT_BARRIER, in the leader of the mode's barrier, where every replica waits: the
- * rollback a trip left pending. The store holds the good point's parameters and optimizer state
- * afterwards, and r->guard.restores moves, which tells each replica to reload it. Caller holds
- * r->mu. */
+/* ROLLBACK_AT_BARRIER (and, after its own step, ROLLBACK_AT_AVERAGE), in the leader of the mode's
+ * barrier, where every replica waits: the rollback a trip left pending. The store holds the good
+ * point's parameters and optimizer state afterwards, and r->guard.restores moves, which tells each
+ * replica to reload it. Caller holds r->mu. */
 void guard_at_barrier_locked(run *r)
 {
     if (!r->guard.pending)

@@ -154,7 +154,7 @@ static int bench_run(const bench_cfg *c, const gt_model *m, int W, int threads, 
         return -1;
     /* As the store's default would: a group of helpers per worker (in sync, as the mode starts
      * them; in hogwild, the first push does where none are given). */
-    int npools = W < GT_PS_MAX_POOLS ? W : GT_PS_MAX_POOLS;
+    int npools = gt_ps_default_pools(W);
     if (threads == 0 && c->sync)
         threads = gt_ps_default_threads(W);
     if (threads > 0 && gt_ps_set_pools(&ps, npools, threads, GT_PS_POOL_MIN, e) != 0) {

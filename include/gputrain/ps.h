@@ -133,6 +133,14 @@ int gt_ps_set_threads(gt_ps *ps, int nthreads, size_t min_params, gt_err *e);
  * helpers; a walk takes a free group, or runs alone where every group is busy. */
 int gt_ps_set_pools(gt_ps *ps, int npools, int nthreads, size_t min_params, gt_err *e);
 
+/* Groups of helpers when nworkers workers walk the store at once: one a worker, at most
+ * GT_PS_MAX_POOLS. */
+int gt_ps_default_pools(int nworkers);
+
+/* The default helpers for nworkers workers (gt_ps_default_pools groups of
+ * gt_ps_default_threads), for walks of at least GT_PS_POOL_MIN parameters. */
+int gt_ps_start_threads(gt_ps *ps, int nworkers, gt_err *e);
+
 /* Pulls only the stripes whose version differs from ver[s] into dst, then sets ver[s] to the
  * version copied, as gt_ps_pull does; returns the number of stripes copied. ver must hold what the
  * last pull into this same dst recorded (GT_PS_VERSION_NONE entries before the first), and dst
