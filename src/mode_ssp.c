@@ -85,30 +85,33 @@ static uint64_t slowest_clock_locked(run *r)
     return m;
 }
 
-/* A worker about to start a clock waits at most this share of its own seconds a clock for the
- * clock before it to complete: long enough for balanced workers to meet, short against a
- * straggler. */
-#define SSP_FRESH_GRACE 0.5
+/* A worker about to start a clock waits for the clocks before its own only on workers whose
+ * seconds a clock are at most this many times its own, and at most this many of its own clocks:
+ * balanced workers meet, a straggler is left behind within the bound. */
+#define SSP_FRESH_PACE 1.5
 
-/* Whether clocks [applied, c) will all be in by `deadline`: every share still missing is clock
- * c - 1's share of a live worker computing it now that, at its own pace, deposits it by then.
- * Caller holds r->mu. */
-static int ssp_fresh_soon_locked(run *r, uint64_t c, double now, double deadline)
+/* Whether clocks [applied, c) will all be in by `deadline`: every share still missing is that of
+ * a live worker that keeps w's pace (SSP_FRESH_PACE) and, at its own, computes the clocks it has
+ * left up to c - 1 by then. Caller holds r->mu. */
+static int ssp_fresh_soon_locked(run *r, const worker *w, uint64_t c, double now, double deadline)
 {
+    if (now >= deadline)
+        return 0;
     for (uint64_t k = r->clk.applied; k < c; k++) {
         uint64_t missing = clocked_full_mask(r) & ~r->clk.deposited[k % (uint64_t)r->clk.R];
         for (int s = 0; s < r->W; s++) {
             const worker *o = &r->workers[s];
             if (!(missing & (1ull << s)))
                 continue;
-            if (k + 1 != c || !atomic_load(&o->alive) || o->clock != k || o->share_s <= 0)
+            if (!atomic_load(&o->alive) || o->clock > k || o->share_s <= 0 ||
+                o->share_s > SSP_FRESH_PACE * w->share_s)
                 return 0;
             double t0 = o->clock_t0 > 0 ? o->clock_t0 : now; /* not yet begun: from now */
-            if (t0 + o->share_s > deadline)
+            if (t0 + (double)(c - o->clock) * o->share_s > deadline)
                 return 0;
         }
     }
-    return now < deadline;
+    return 1;
 }
 
 /* Waits on r->cv until `deadline` (gt_now's clock) at most. Caller holds r->mu. */
@@ -145,13 +148,13 @@ static int ssp_wait_bound_locked(run *r, worker *w, uint64_t c)
 
 /* Before clock c: reads as fresh as the others allow. The worker waits while more than
  * --staleness clocks before c are unapplied (the bound); within it, it waits only where every
- * clock before c is in or about to be (ssp_fresh_soon_locked), helping to apply them. Balanced
+ * clock before c is in or soon will be (ssp_fresh_soon_locked), helping to apply them. Balanced
  * workers so compute on every clock before theirs; a straggler still lets the others run ahead
  * up to the bound. Caller holds r->mu; -1 (r->mu released) when the worker failed. */
 static int ssp_wait_locked(run *r, worker *w, uint64_t c)
 {
     uint64_t s = (uint64_t)r->clk.R - 1; /* --staleness: the slots hold R = staleness + 1 clocks */
-    double deadline = gt_now() + SSP_FRESH_GRACE * w->share_s;
+    double deadline = gt_now() + SSP_FRESH_PACE * w->share_s;
     for (;;) {
         ssp_apply_ready_locked(r);
         if (r->halt || r->clk.applied >= c)
@@ -161,7 +164,7 @@ static int ssp_wait_locked(run *r, worker *w, uint64_t c)
                 return -1;
             continue;
         }
-        if (!ssp_fresh_soon_locked(r, c, gt_now(), deadline))
+        if (!ssp_fresh_soon_locked(r, w, c, gt_now(), deadline))
             return 0;
         ssp_wait_until_locked(r, deadline);
     }
