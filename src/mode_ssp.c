@@ -85,33 +85,40 @@ static uint64_t slowest_clock_locked(run *r)
     return m;
 }
 
-/* A worker about to start a clock waits for the clocks before its own only on workers whose
- * seconds a clock are at most this many times its own, and at most this many of its own clocks:
- * balanced workers meet, a straggler is left behind within the bound. */
+/* A worker about to start a clock waits for the clocks before its own at most this many of its
+ * own seconds a clock for each clock another worker has left before it, and only where that worker,
+ * at its own pace, is done by then: balanced workers meet again after a hitch, a straggler is left
+ * behind within the bound. */
 #define SSP_FRESH_PACE 1.5
 
-/* Whether clocks [applied, c) will all be in by `deadline`: every share still missing is that of
- * a live worker that keeps w's pace (SSP_FRESH_PACE) and, at its own, computes the clocks it has
- * left up to c - 1 by then. Caller holds r->mu. */
-static int ssp_fresh_soon_locked(run *r, const worker *w, uint64_t c, double now, double deadline)
+/* The weight of a clock's seconds in a worker's moving mean: about the last ten clocks, so that
+ * one clock slowed by a busy host does not make a straggler. */
+#define SSP_PACE_WEIGHT 0.1
+
+/* Until when worker w, waiting since `since`, waits for clocks [applied, c): every share still
+ * missing there is a live worker's that, at its own pace, computes the clocks it has left in the
+ * time they grant (SSP_FRESH_PACE). 0: go on without them. Caller holds r->mu. */
+static double ssp_fresh_until_locked(run *r, const worker *w, uint64_t c, double since,
+                                     double now)
 {
-    if (now >= deadline)
-        return 0;
+    double grant = SSP_FRESH_PACE * w->share_s, until = since + grant; /* the apply alone */
     for (uint64_t k = r->clk.applied; k < c; k++) {
         uint64_t missing = clocked_full_mask(r) & ~r->clk.deposited[k % (uint64_t)r->clk.R];
         for (int s = 0; s < r->W; s++) {
             const worker *o = &r->workers[s];
             if (!(missing & (1ull << s)))
                 continue;
-            if (!atomic_load(&o->alive) || o->clock > k || o->share_s <= 0 ||
-                o->share_s > SSP_FRESH_PACE * w->share_s)
+            if (!atomic_load(&o->alive) || o->clock > k || o->share_s <= 0)
                 return 0;
+            double left = (double)(c - o->clock), limit = since + left * grant;
             double t0 = o->clock_t0 > 0 ? o->clock_t0 : now; /* not yet begun: from now */
-            if (t0 + (double)(c - o->clock) * o->share_s > deadline)
+            if (t0 + left * o->share_s > limit)
                 return 0;
+            if (limit > until)
+                until = limit;
         }
     }
-    return 1;
+    return now < until ? until : 0;
 }
 
 /* Waits on r->cv until `deadline` (gt_now's clock) at most. Caller holds r->mu. */
@@ -148,13 +155,13 @@ static int ssp_wait_bound_locked(run *r, worker *w, uint64_t c)
 
 /* Before clock c: reads as fresh as the others allow. The worker waits while more than
  * --staleness clocks before c are unapplied (the bound); within it, it waits only where every
- * clock before c is in or soon will be (ssp_fresh_soon_locked), helping to apply them. Balanced
+ * clock before c is in or soon will be (ssp_fresh_until_locked), helping to apply them. Balanced
  * workers so compute on every clock before theirs; a straggler still lets the others run ahead
  * up to the bound. Caller holds r->mu; -1 (r->mu released) when the worker failed. */
 static int ssp_wait_locked(run *r, worker *w, uint64_t c)
 {
     uint64_t s = (uint64_t)r->clk.R - 1; /* --staleness: the slots hold R = staleness + 1 clocks */
-    double deadline = gt_now() + SSP_FRESH_PACE * w->share_s;
+    double since = gt_now();
     for (;;) {
         ssp_apply_ready_locked(r);
         if (r->halt || r->clk.applied >= c)
@@ -164,9 +171,10 @@ static int ssp_wait_locked(run *r, worker *w, uint64_t c)
                 return -1;
             continue;
         }
-        if (!ssp_fresh_soon_locked(r, w, c, gt_now(), deadline))
+        double until = ssp_fresh_until_locked(r, w, c, since, gt_now());
+        if (until == 0)
             return 0;
-        ssp_wait_until_locked(r, deadline);
+        ssp_wait_until_locked(r, until);
     }
 }
 
@@ -197,7 +205,7 @@ static int ssp_clock(run *r, worker *w, uint64_t c)
         return -1;
     pthread_mutex_lock(&r->mu);
     double took = gt_now() - t0;
-    w->share_s = w->share_s > 0 ? 0.75 * w->share_s + 0.25 * took : took;
+    w->share_s = w->share_s > 0 ? w->share_s + SSP_PACE_WEIGHT * (took - w->share_s) : took;
     w->clock_t0 = 0;
     w->clock = c + 1;
     ssp_apply_ready_locked(r);
