@@ -1,39 +1,77 @@
 /* mode_ssp.c - stale-synchronous parallel: a worker runs at most --staleness clocks ahead of the
- * oldest unapplied clock and computes on whatever the store holds; whoever completes the oldest
- * clock applies it, in clock order. */
+ * oldest unapplied clock and computes on whatever the store holds. The bound is a limit, not a
+ * target: a worker waits for the clock before its own where that clock is about to complete, so
+ * balanced workers read fresh parameters and only a straggler makes the others run ahead. A
+ * complete clock is applied at once, in clock order, shared by the workers at hand. */
 #include "run.h"
 
 #include <stdint.h>
+#include <time.h>
 
-/* ssp: whoever finds the oldest clock complete applies it, in clock order. Caller holds r->mu,
- * which is released during each apply (the applying flag keeps it to one thread at a time). */
+/* Begins the apply of clock `applied` where every share of it is in and none is in progress:
+ * one part of the stripes per live worker, so that workers waiting for it share it. Returns
+ * whether an apply is in progress. Caller holds r->mu. */
+static int ssp_apply_begin_locked(run *r)
+{
+    if (r->clk.apply_parts > 0)
+        return 1;
+    uint64_t c = r->clk.applied;
+    if (r->clk.deposited[c % (uint64_t)r->clk.R] != clocked_full_mask(r))
+        return 0;
+    int parts = r->nlive < r->ps.nranges ? r->nlive : r->ps.nranges;
+    r->clk.apply_parts = parts > 1 ? parts : 1;
+    r->clk.apply_next = r->clk.apply_done = 0;
+    r->clk.apply_t = atomic_load(&r->ps.updates) + 1;
+    r->clk.apply_epoch = run_progress_epochs(r, atomic_load(&r->stats.samples_total));
+    /* The mean over this host's shares: its store is averaged with the others'. Across hosts, a
+     * round every --sync-every clocks; the epoch's last round is left to its end. */
+    r->clk.apply_scale = guard_scale(r) / (float)r->W;
+    r->clk.apply_round = r->H > 1 && !r->halt && (c + 1) % (uint64_t)r->cfg->sync_every == 0 &&
+                         c + 1 < r->clk.clocks;
+    if (r->clk.apply_parts > 1)
+        pthread_cond_broadcast(&r->cv); /* waiters take parts */
+    return 1;
+}
+
+/* The last part of clock `applied` is in the store: the round across hosts where one is due, then
+ * the clock is done. Caller holds r->mu, released during the round. */
+static void ssp_apply_finish_locked(run *r)
+{
+    uint64_t c = r->clk.applied, k = c % (uint64_t)r->clk.R;
+    gt_err e = {{0}};
+    int sig = 0;
+    if (r->clk.apply_round) {
+        pthread_mutex_unlock(&r->mu);
+        sig = hosts_round(r, &e);
+        pthread_mutex_lock(&r->mu);
+    }
+    hosts_agreed_locked(r, sig, &e);
+    atomic_store(&r->ps.updates, r->clk.apply_t);
+    gt_ps_note_staleness(&r->ps, c - r->clk.slot_read_clock[k]);
+    r->clk.claimed[k] = r->clk.deposited[k] = 0;
+    r->clk.slot_read_clock[k] = UINT64_MAX;
+    r->clk.applied = c + 1;
+    r->clk.apply_parts = 0;
+    jobs_post_due_locked(r, r->clk.applied, (uint64_t)r->epoch * r->clk.clocks + r->clk.applied);
+    pthread_cond_broadcast(&r->cv);
+}
+
+/* ssp: complete clocks are applied in clock order the moment they are complete, by the worker
+ * that completed them and any worker waiting meanwhile, each taking a part of the stripes. Caller
+ * holds r->mu, which is released during each part. */
 static void ssp_apply_ready_locked(run *r)
 {
-    while (!r->clk.applying && r->clk.deposited[r->clk.applied % (uint64_t)r->clk.R] == clocked_full_mask(r)) {
-        uint64_t c = r->clk.applied, k = c % (uint64_t)r->clk.R;
-        r->clk.applying = 1;
-        uint64_t t = atomic_load(&r->ps.updates) + 1;
-        double ep = run_progress_epochs(r, atomic_load(&r->stats.samples_total));
-        /* The mean over this host's shares: its store is averaged with the others'. Across
-         * hosts, a round every --sync-every clocks; the epoch's last round is left to its end. */
-        int round = r->H > 1 && !r->halt && (c + 1) % (uint64_t)r->cfg->sync_every == 0 &&
-                    c + 1 < r->clk.clocks;
-        gt_err e = {{0}};
-        int sig = 0;
+    while (ssp_apply_begin_locked(r) && r->clk.apply_next < r->clk.apply_parts) {
+        int p = r->clk.apply_next++, n = r->clk.apply_parts;
+        uint64_t c = r->clk.applied, t = r->clk.apply_t;
+        double ep = r->clk.apply_epoch;
+        float gscale = r->clk.apply_scale;
         pthread_mutex_unlock(&r->mu);
-        clocked_apply(r, c, 0, r->ps.nranges, guard_scale(r) / (float)r->W, t, ep);
-        if (round)
-            sig = hosts_round(r, &e);
+        clocked_apply(r, c, (int)((int64_t)r->ps.nranges * p / n),
+                      (int)((int64_t)r->ps.nranges * (p + 1) / n), gscale, t, ep);
         pthread_mutex_lock(&r->mu);
-        hosts_agreed_locked(r, sig, &e);
-        atomic_store(&r->ps.updates, t);
-        gt_ps_note_staleness(&r->ps, c - r->clk.slot_read_clock[k]);
-        r->clk.claimed[k] = r->clk.deposited[k] = 0;
-        r->clk.slot_read_clock[k] = UINT64_MAX;
-        r->clk.applied = c + 1;
-        r->clk.applying = 0;
-        jobs_post_due_locked(r, r->clk.applied, (uint64_t)r->epoch * r->clk.clocks + r->clk.applied);
-        pthread_cond_broadcast(&r->cv);
+        if (++r->clk.apply_done == n)
+            ssp_apply_finish_locked(r);
     }
 }
 
@@ -47,43 +85,115 @@ static uint64_t slowest_clock_locked(run *r)
     return m;
 }
 
-/* Waits until at most --staleness clocks before c are unapplied. Meanwhile the worker trains any
- * share that a failed worker left in the clocks in flight: the survivors may all be waiting for
- * the clock it left, and nobody else would. Caller holds r->mu; -1 (r->mu released) when the
- * worker failed. */
-static int ssp_wait_locked(run *r, worker *w, uint64_t c)
+/* A worker about to start a clock waits for the clocks before its own at most this many of its
+ * own seconds a clock for each clock another worker has left before it, and only where that worker,
+ * at its own pace, is done by then: balanced workers meet again after a hitch, a straggler is left
+ * behind within the bound. */
+#define SSP_FRESH_PACE 1.5
+
+/* The weight of a clock's seconds in a worker's moving mean: about the last ten clocks, so that
+ * one clock slowed by a busy host does not make a straggler. */
+#define SSP_PACE_WEIGHT 0.1
+
+/* Until when worker w, waiting since `since`, waits for clocks [applied, c): every share still
+ * missing there is a live worker's that, at its own pace, computes the clocks it has left in the
+ * time they grant (SSP_FRESH_PACE). 0: go on without them. Caller holds r->mu. */
+static double ssp_fresh_until_locked(run *r, const worker *w, uint64_t c, double since,
+                                     double now)
 {
-    uint64_t s = (uint64_t)r->clk.R - 1; /* --staleness: the slots hold R = staleness + 1 clocks */
-    while (!r->halt && r->clk.applied + s < c) {
-        uint64_t cc;
-        int share = clocked_claim_share_locked(r, w, c - 1, &cc);
-        if (share < 0) {
-            pthread_cond_wait(&r->cv, &r->mu);
-            continue;
+    double grant = SSP_FRESH_PACE * w->share_s, until = since + grant; /* the apply alone */
+    for (uint64_t k = r->clk.applied; k < c; k++) {
+        uint64_t missing = clocked_full_mask(r) & ~r->clk.deposited[k % (uint64_t)r->clk.R];
+        for (int s = 0; s < r->W; s++) {
+            const worker *o = &r->workers[s];
+            if (!(missing & (1ull << s)))
+                continue;
+            if (!atomic_load(&o->alive) || o->clock > k || o->share_s <= 0)
+                return 0;
+            double left = (double)(c - o->clock), limit = since + left * grant;
+            double t0 = o->clock_t0 > 0 ? o->clock_t0 : now; /* not yet begun: from now */
+            if (t0 + left * o->share_s > limit)
+                return 0;
+            if (limit > until)
+                until = limit;
         }
-        pthread_mutex_unlock(&r->mu);
-        if (clocked_share(r, w, cc, share) != 0)
-            return -1;
-        pthread_mutex_lock(&r->mu);
-        ssp_apply_ready_locked(r);
     }
+    return now < until ? until : 0;
+}
+
+/* Waits on r->cv until `deadline` (gt_now's clock) at most. Caller holds r->mu. */
+static void ssp_wait_until_locked(run *r, double deadline)
+{
+    double left = deadline - gt_now();
+    if (left <= 0)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* r->cv waits on the default, real-time clock */
+    double ns = (double)ts.tv_nsec + left * 1e9;
+    ts.tv_sec += (time_t)(ns / 1e9);
+    ts.tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+}
+
+/* Beyond the bound: the worker trains any share that a failed worker left in the clocks in
+ * flight (the survivors may all be waiting for the clock it left, and nobody else would), or
+ * waits. Caller holds r->mu; -1 (r->mu released) when the worker failed. */
+static int ssp_wait_bound_locked(run *r, worker *w, uint64_t c)
+{
+    uint64_t cc;
+    int share = clocked_claim_share_locked(r, w, c - 1, &cc);
+    if (share < 0) {
+        pthread_cond_wait(&r->cv, &r->mu);
+        return 0;
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (clocked_share(r, w, cc, share) != 0)
+        return -1;
+    pthread_mutex_lock(&r->mu);
     return 0;
 }
 
-/* One clock of ssp: wait until at most `staleness` clocks are unapplied, compute on whatever the
- * store holds, deposit; whoever completes the oldest clock applies it. */
+/* Before clock c: reads as fresh as the others allow. The worker waits while more than
+ * --staleness clocks before c are unapplied (the bound); within it, it waits only where every
+ * clock before c is in or soon will be (ssp_fresh_until_locked), helping to apply them. Balanced
+ * workers so compute on every clock before theirs; a straggler still lets the others run ahead
+ * up to the bound. Caller holds r->mu; -1 (r->mu released) when the worker failed. */
+static int ssp_wait_locked(run *r, worker *w, uint64_t c)
+{
+    uint64_t s = (uint64_t)r->clk.R - 1; /* --staleness: the slots hold R = staleness + 1 clocks */
+    double since = gt_now();
+    for (;;) {
+        ssp_apply_ready_locked(r);
+        if (r->halt || r->clk.applied >= c)
+            return 0;
+        if (r->clk.applied + s < c) {
+            if (ssp_wait_bound_locked(r, w, c) != 0)
+                return -1;
+            continue;
+        }
+        double until = ssp_fresh_until_locked(r, w, c, since, gt_now());
+        if (until == 0)
+            return 0;
+        ssp_wait_until_locked(r, until);
+    }
+}
+
+/* One clock of ssp: wait as ssp_wait_locked says, compute on what the store holds, deposit; the
+ * clocks now complete are applied at once. */
 static int ssp_clock(run *r, worker *w, uint64_t c)
 {
     double t = gt_now();
     pthread_mutex_lock(&r->mu);
     if (ssp_wait_locked(r, w, c) != 0)
         return -1;
-    w->wait_s += gt_now() - t;
+    double t0 = gt_now();
+    w->wait_s += t0 - t;
     if (r->halt) {
         pthread_mutex_unlock(&r->mu);
         return 0;
     }
     w->clock = c;
+    w->clock_t0 = t0;
     uint64_t spread = c - slowest_clock_locked(r);
     if (spread > r->clk.spread_max)
         r->clk.spread_max = spread;
@@ -94,6 +204,9 @@ static int ssp_clock(run *r, worker *w, uint64_t c)
     if (worker_pull(r, w) != 0 || clocked_claim_and_compute(r, w, c) != 0)
         return -1;
     pthread_mutex_lock(&r->mu);
+    double took = gt_now() - t0;
+    w->share_s = w->share_s > 0 ? w->share_s + SSP_PACE_WEIGHT * (took - w->share_s) : took;
+    w->clock_t0 = 0;
     w->clock = c + 1;
     ssp_apply_ready_locked(r);
     if (stop_asked(r)) {

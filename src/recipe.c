@@ -7,6 +7,10 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+/* ssp over this many workers or fewer keeps the recipe of sync (tools/convergence-notes.md,
+ * section 9): a worker waits for a peer of its pace, so the two read fresh parameters. */
+#define RECIPE_SSP_FRESH_WORKERS 2
+
 /* The delay, in updates, that the momentum rule counts in c's mode: the Mitliagkas et al. rule
  * (d updates of delay act like momentum d / (d + 1)) with d fitted to 10-epoch lenet5 runs on 1, 2
  * and 4 GPUs (tools/convergence-notes.md, section 7). Counting the whole delay over-corrects: the
@@ -21,9 +25,12 @@ static double recipe_delay(const gt_config *c, int workers)
             return workers / 2.0;
         return (workers - 1) / 2.0;
     case GT_MODE_SSP:
-        /* A clock's gradient is up to `staleness` clocks old and a mean over W batches, which
-         * damps the echo: staleness x (W - 1) / 16 fits (2 workers: momentum 0.79 at s = 2, 0.7
-         * at s = 4; 4 workers: 0.63 and 0.47). */
+        /* Two workers of one pace compute on fresh parameters (mode_ssp.c waits for the clock
+         * before one's own where it is due): sync's recipe. With more, a clock's gradient is
+         * up to `staleness` clocks old and a mean over W batches, which damps the echo:
+         * staleness x (W - 1) / 16 fits (4 workers: momentum 0.63 at s = 2, 0.47 at s = 4). */
+        if (workers <= RECIPE_SSP_FRESH_WORKERS)
+            break;
         return (double)c->staleness * (workers - 1) / 16.0;
     case GT_MODE_SYNC:      /* every worker computes on the same parameters */
     case GT_MODE_LOCAL:     /* each replica steps on its own parameters */
@@ -120,13 +127,14 @@ static void recipe_warmup(gt_config *c, int workers, uint32_t ntrain, gt_recipe 
 /* The share of momentum's step size, lr / (1 - momentum), that ssp's plain SGD keeps. */
 #define RECIPE_SSP_STEP_SHARE 0.4
 
-/* ssp over several workers: plain SGD at RECIPE_SSP_STEP_SHARE of the step size momentum gave
- * (lr 0.05, momentum 0.9 -> lr 0.2, momentum 0). Stale clock sums and momentum echo each other:
- * 10-epoch lenet5 runs on 4 GPUs ended 1.5-2 points higher this way than with the momentum rule
- * (tools/convergence-notes.md, section 8). Returns 1 when it changed the recipe. */
+/* ssp over more than RECIPE_SSP_FRESH_WORKERS workers: plain SGD at RECIPE_SSP_STEP_SHARE of
+ * the step size momentum gave (lr 0.05, momentum 0.9 -> lr 0.2, momentum 0). Stale clock sums
+ * and momentum echo each other: 10-epoch lenet5 runs on 4 GPUs ended 1.5-2 points higher this way
+ * than with the momentum rule (tools/convergence-notes.md, section 8). Returns 1 when it changed
+ * the recipe. */
 static int recipe_ssp_plain(gt_config *c, int workers, gt_recipe *r)
 {
-    if (c->mode != GT_MODE_SSP || c->staleness == 0 || workers < 2 || c->optim.kind != GT_OPT_SGD ||
+    if (c->mode != GT_MODE_SSP || c->staleness == 0 || workers <= RECIPE_SSP_FRESH_WORKERS || c->optim.kind != GT_OPT_SGD ||
         c->optim.momentum <= 0 || c->optim.nesterov || (c->given & (GT_GIVEN_MOMENTUM | GT_GIVEN_LR)))
         return 0;
     double lr = RECIPE_SSP_STEP_SHARE * (double)c->optim.lr / (1.0 - recipe_momentum_written(c));

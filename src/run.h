@@ -135,6 +135,8 @@ typedef struct worker {
     double wait_s, t_first, t_last;
     uint64_t slice_pos;        /* hogwild static: batches done in its slice this epoch */
     uint64_t clock;            /* clocked modes: the clock it is working on (ssp's spread) */
+    double clock_t0;           /* ssp: when it began computing its share of `clock` (r->mu) */
+    double share_s;            /* ssp: moving mean of its seconds a clock, read to compute (r->mu) */
     char error[GT_ERRLEN];
 } worker;
 
@@ -155,7 +157,13 @@ typedef struct run_clocked {
     uint64_t *claimed, *deposited; /* per ring slot: bit per share */
     uint64_t *slot_read_clock; /* per ring slot: lowest applied count its gradients were read at */
     uint64_t applied;          /* clocks applied this epoch */
-    int applying;              /* ssp: a worker is applying clock `applied` */
+    /* ssp: the apply of clock `applied` in progress, cut into stripe parts that any worker
+     * claims (0 parts: none in progress); its update number, epoch and gradient scale */
+    int apply_parts, apply_next, apply_done;
+    uint64_t apply_t;
+    double apply_epoch;
+    float apply_scale;
+    int apply_round;           /* ssp: the apply ends with a round across hosts */
     uint64_t spread_max;       /* ssp: largest gap between the fastest and slowest worker clock */
     uint64_t pending_upto;     /* the last clock the workers at a sync/local barrier worked on */
     int halt_seen;             /* halt as a barrier's leader saw it: the same for every worker */

@@ -9,10 +9,16 @@
 #include "gputrain/train.h"
 #include "test_util.h"
 
+#include <time.h>
 #include <unistd.h>
 
 static gt_data g_data;
 static int g_quick;
+/* A straggler: worker g_slow's steps take g_slow_factor times as long (-1: none). */
+static int g_slow = -1;
+static double g_slow_factor;
+static gt_device_ops g_slow_ops;
+static int (*g_fast_step)(gt_device *, const gt_batch *, gt_step_out *, gt_err *);
 /* Sanitizer builds (GT_QUICK=1) run 10-50x slower: there a small network on fewer samples keeps
  * every thread interleaving exercised without the minutes. */
 static const char *g_model = "lenet5";
@@ -45,6 +51,25 @@ static const gt_mode_row *cpu_mode(int i)
     return row && !row->needs_nccl ? row : NULL;
 }
 
+static int slow_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt_err *e)
+{
+    double t = gt_now();
+    int rc = g_fast_step(d, b, out, e);
+    double extra = (gt_now() - t) * (g_slow_factor - 1);
+    struct timespec ts = {(time_t)extra, (long)((extra - (double)(time_t)extra) * 1e9)};
+    nanosleep(&ts, NULL);
+    return rc;
+}
+
+/* Makes worker g_slow's device the straggler. */
+static void make_slow(gt_device *d)
+{
+    g_slow_ops = *d->ops;
+    g_fast_step = g_slow_ops.train_step;
+    g_slow_ops.train_step = slow_train_step;
+    d->ops = &g_slow_ops;
+}
+
 static outcome train(gt_config *c)
 {
     outcome o = {0};
@@ -62,6 +87,8 @@ static outcome train(gt_config *c)
     gt_device *devs[8], *ev;
     for (int i = 0; i < c->cpu_workers; i++)
         CHECK(gt_cpu_device_open(&devs[i], &m, c->batch, i, &e) == 0);
+    if (g_slow >= 0 && g_slow < c->cpu_workers)
+        make_slow(devs[g_slow]);
     CHECK(gt_cpu_device_open(&ev, &m, c->batch, 99, &e) == 0);
     gt_start start = {.params = params};
     o.rc = gt_train_run(c, &m, &g_data, devs, c->cpu_workers, ev, &start, o.res, &e);
@@ -130,6 +157,38 @@ static void test_ssp(void)
     free(os.res);
     gt_run_result_free(op.res);
     free(op.res);
+}
+
+/* The bound is a limit, not a target: balanced workers compute on fresh parameters (their mean
+ * staleness well under the bound, where running ahead to it gives ~s), while a worker 4x slower
+ * than the others still lets them run ahead to the bound, which then holds them. */
+static void test_ssp_fresh(void)
+{
+    int s = 3;
+    gt_config c;
+    base_config(&c, "ssp", 2, 32);
+    c.staleness = s;
+    outcome o = train(&c);
+    CHECK(o.rc == 0);
+    printf("ssp s=%d balanced  staleness mean %.2f max %llu\n", s, o.res->stale_mean,
+           (unsigned long long)o.res->stale_max);
+    CHECK_MSG(o.res->stale_mean < s / 2.0, "balanced: staleness mean %.2f", o.res->stale_mean);
+    gt_run_result_free(o.res);
+    free(o.res);
+    g_slow = 2;
+    g_slow_factor = 4;
+    base_config(&c, "ssp", 3, 32);
+    c.staleness = s;
+    o = train(&c);
+    g_slow = -1;
+    CHECK(o.rc == 0);
+    printf("ssp s=%d straggler staleness mean %.2f spread max %llu\n", s, o.res->stale_mean,
+           (unsigned long long)o.res->clock_spread_max);
+    CHECK_MSG(o.res->clock_spread_max == (uint64_t)s, "straggler: spread %llu",
+              (unsigned long long)o.res->clock_spread_max);
+    CHECK(o.res->stale_max == (uint64_t)s && o.res->stale_mean > s / 2.0);
+    gt_run_result_free(o.res);
+    free(o.res);
 }
 
 /* One mode (variant: "", "-lockfree" or "-static") learns: lenet5 on 2 CPU workers, one epoch
@@ -363,6 +422,7 @@ int main(void)
     test_nccl_modes_refused();
     test_sync_equivalence();
     test_ssp();
+    test_ssp_fresh();
     test_every_mode_learns();
     test_faults();
     test_overlap();
