@@ -1,6 +1,6 @@
 /* fused_cuda.cu - the fused training step of LeNet-shaped models (conv act avgpool, conv act
  * avgpool, fc act, fc act, fc: lenet5 and lenet5-classic): its buffers and the launches of the
- * four kernels of fused_kernels.cuh; fused_plan.cu says which models qualify.
+ * three kernels of fused_kernels.cuh; fused_plan.cu says which models qualify.
  *
  * The layer-by-layer path stays the GPU reference and serves every other model; the parity test
  * holds both against the CPU. */
@@ -48,17 +48,13 @@ int gt_fused_alloc(gt_cuda_ctx *c, gt_fused_net *f, int cap, gt_err *e)
         return -1;
     f->cap = cap;
     gt_fused_plan_segs(f);
-    GT_CUDA_CHECK(c->name, e,
-                  cudaFuncSetAttribute(fused_forward_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)f->smem_forward));
-    const void *fc_kernels[] = {(const void *)fused_fc_kernel<1>, (const void *)fused_fc_kernel<2>,
-                                (const void *)fused_fc_kernel<FUSED_FC_SAMPLES>};
+    const void *forward[] = {(const void *)fused_forward_kernel<1>,
+                             (const void *)fused_forward_kernel<2>,
+                             (const void *)fused_forward_kernel<FUSED_FC_SAMPLES>};
     for (int k = 0; k < 3; k++)
         GT_CUDA_CHECK(c->name, e,
-                      cudaFuncSetAttribute(fc_kernels[k],
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)f->smem_fc));
+                      cudaFuncSetAttribute(forward[k], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)f->smem_forward));
     GT_CUDA_CHECK(c->name, e,
                   cudaDeviceGetAttribute(&f->nsm, cudaDevAttrMultiProcessorCount, c->ordinal));
     GT_CUDA_CHECK(c->name, e,
@@ -75,27 +71,25 @@ static int fused_check_n(gt_cuda_ctx *c, const gt_fused_net *f, int n, gt_err *e
     return 0;
 }
 
-/* Both convolution stages, then the linear layers with the loss (and, training, their
- * backward). */
+/* Both convolution stages, the linear layers and the loss (and, training, their backward) in
+ * one kernel. Samples per block: one while the batch fits two blocks an SM, then two, then
+ * FUSED_FC_SAMPLES, so that large batches read the linear layers' weights fewer times. */
 static int fused_forward(gt_cuda_ctx *c, gt_fused_net *f, const float *params,
                          const uint8_t *images, const uint8_t *labels, int n, int train,
                          gt_err *e)
 {
-    fused_forward_kernel<<<n, FUSED_THREADS, f->smem_forward, c->stream>>>(*f, params, images,
-                                                                          train);
-    GT_CUDA_LAUNCHED(c->name, e);
-    /* Samples per fc block: the fewest whose blocks still fit one wave (one block an SM). */
     float scale = 1.0f / (float)n;
-    if (n <= f->nsm)
-        fused_fc_kernel<1><<<n, FUSED_THREADS, f->smem_fc, c->stream>>>(*f, params, labels, n,
-                                                                          scale, train);
-    else if (n <= 2 * f->nsm)
-        fused_fc_kernel<2><<<(n + 1) / 2, FUSED_THREADS, f->smem_fc, c->stream>>>(
-            *f, params, labels, n, scale, train);
+    size_t smem = f->smem_forward;
+    if (n <= 2 * f->nsm)
+        fused_forward_kernel<1><<<n, FUSED_THREADS, smem, c->stream>>>(*f, params, images,
+                                                                        labels, n, scale, train);
+    else if (n <= 4 * f->nsm)
+        fused_forward_kernel<2><<<(n + 1) / 2, FUSED_THREADS, smem, c->stream>>>(
+            *f, params, images, labels, n, scale, train);
     else
-        fused_fc_kernel<FUSED_FC_SAMPLES>
-            <<<(n + FUSED_FC_SAMPLES - 1) / FUSED_FC_SAMPLES, FUSED_THREADS, f->smem_fc,
-               c->stream>>>(*f, params, labels, n, scale, train);
+        fused_forward_kernel<FUSED_FC_SAMPLES>
+            <<<(n + FUSED_FC_SAMPLES - 1) / FUSED_FC_SAMPLES, FUSED_THREADS, smem, c->stream>>>(
+                *f, params, images, labels, n, scale, train);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }

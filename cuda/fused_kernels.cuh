@@ -1,12 +1,12 @@
-/* fused_kernels.cuh - the four kernels of the fused LeNet step; fused_cuda.cu launches them and
+/* fused_kernels.cuh - the three kernels of the fused LeNet step; fused_cuda.cu launches them and
  * fused_plan.cu sizes them. A training step of the layer-by-layer path is some forty library
  * calls, nearly all launch and scheduling for LeNet's tiny tensors; these do the same arithmetic
- * in four launches:
+ * in three launches:
  *
- *   forward   one block per sample: input bytes -> x/255 -> conv, bias, act, pool -> conv, bias,
- *             act, pool, all in shared memory; keeps what backward needs in global memory
- *   fc        a few samples per block, each layer's weights staged in shared memory: the three
- *             linear layers forward, softmax cross-entropy, and backward to the fc input
+ *   forward   a few samples per block (one while the batch leaves SMs free): input bytes -> x/255
+ *             -> conv, bias, act, pool -> conv, bias, act, pool in shared memory, then the three
+ *             linear layers (weights read from L2 once per block), softmax cross-entropy and
+ *             backward to the fc input; keeps what backward and reduce need in global memory
  *   backward  per sample, one block per conv1 channel (back through conv2 into that channel,
  *             its pooling and activation, and its conv1 weight gradient) and one per group of
  *             conv2 output channels (their conv2 weight gradient): per-sample partials
@@ -213,91 +213,78 @@ __device__ static void fused_conv_stage(const gt_fused_conv *cv, const float *in
     }
 }
 
-/* Both convolution stages of sample blockIdx.x. keep: store the activation outputs for backward
- * (training); the pooled outputs are always stored, p2 being the linear layers' input. */
-__global__ static void __launch_bounds__(FUSED_THREADS)
-    fused_forward_kernel(const __grid_constant__ gt_fused_net f, const float *params,
-                         const uint8_t *images, int keep)
-{
-    extern __shared__ float fused_smem[];
-    const gt_fused_conv *c1 = &f.conv[0], *c2 = &f.conv[1];
-    size_t s = blockIdx.x;
-    int in1 = c1->in_c * (c1->in_h + 2 * c1->pad) * (c1->in_w + 2 * c1->pad);
-    int in2 = c2->in_c * (c2->in_h + 2 * c2->pad) * (c2->in_w + 2 * c2->pad);
-    int w1 = fused_weight_len(c1), w2 = fused_weight_len(c2);
-    float *x = fused_smem, *p1 = x + in1, *wa = p1 + in2, *ba = wa + w1, *wb = ba + c1->out_c;
-    float *bb = wb + w2;
-    fused_load_padded(images + s * f.in_len, c1->in_c, c1->in_h, c1->in_w, c1->pad, x);
-    for (int t = threadIdx.x; t < in2; t += blockDim.x)
-        p1[t] = 0.0f;
-    fused_copy(params + c1->w_off, wa, w1);
-    fused_copy(params + c1->b_off, ba, (int)c1->b_len);
-    fused_copy(params + c2->w_off, wb, w2);
-    fused_copy(params + c2->b_off, bb, (int)c2->b_len);
-    __syncthreads();
-    fused_conv_stage(c1, x, wa, c1->b_len ? ba : NULL, keep ? f.a1 + s * f.a1_len : NULL,
-                     f.p1 + s * f.p1_len, p1, c2->pad);
-    __syncthreads();
-    fused_conv_stage(c2, p1, wb, c2->b_len ? bb : NULL, keep ? f.a2 + s * f.a2_len : NULL,
-                     f.p2 + s * f.p2_len, NULL, 0);
-}
-
 /* ---- the linear layers and the loss ---------------------------------------------------------- */
 
-/* out[s][j] = act(b[j] + sum_i W[j][i] in[s][i]) for the block's S rows, W and b in shared
- * memory as fused_stage_layer left them: a warp per output j, its lanes across i, so each weight
- * row is read once for all rows. */
+/* Rows of a linear layer's weights a warp takes at once, and loads in flight per lane in its
+ * dot products: the weights come straight from L2 (each is read once per block), so the loads
+ * of several rows and columns are issued before the first multiply. */
+enum { FUSED_DENSE_ROWS = 4, FUSED_DENSE_UNROLL = 4 };
+
+/* out[s][j] = act(b[j] + sum_i W[j][i] in[s][i]) for the block's S rows (in, out in shared
+ * memory; W and b in params, global): a warp per FUSED_DENSE_ROWS outputs, its lanes across i,
+ * so each weight is read once for all rows. */
 template <int S>
-__device__ static void fused_dense(const gt_fused_fc *fc, const float *wt, const float *in,
-                                   float *out, int ns)
+__device__ static void fused_dense(const gt_fused_fc *fc, const float *__restrict__ params,
+                                   const float *in, float *out, int ns)
 {
-    const int lanes = 32;
+    const int lanes = 32, R = FUSED_DENSE_ROWS;
     int lane = threadIdx.x % lanes, warp = threadIdx.x / lanes, nwarps = blockDim.x / lanes;
-    for (int j = warp; j < fc->out; j += nwarps) {
-        float acc[S];
+    const float *w = params + fc->w_off;
+    for (int j0 = warp * R; j0 < fc->out; j0 += nwarps * R) {
+        const float *wr[R];
+        float acc[R][S];
 #pragma unroll
-        for (int s = 0; s < S; s++)
-            acc[s] = 0.0f;
-        for (int i = lane; i < fc->in; i += lanes) {
-            float wv = wt[j * fc->in + i];
+        for (int r = 0; r < R; r++) {
+            wr[r] = w + (size_t)min(j0 + r, fc->out - 1) * fc->in;
 #pragma unroll
             for (int s = 0; s < S; s++)
-                acc[s] += wv * in[s * fc->in + i];
+                acc[r][s] = 0.0f;
+        }
+#pragma unroll FUSED_DENSE_UNROLL
+        for (int i = lane; i < fc->in; i += lanes) {
+            float wv[R];
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                wv[r] = __ldg(wr[r] + i);
+#pragma unroll
+            for (int s = 0; s < S; s++) {
+                float xv = in[s * fc->in + i];
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    acc[r][s] += wv[r] * xv;
+            }
         }
 #pragma unroll
-        for (int s = 0; s < S; s++)
-            acc[s] = fused_warp_sum(acc[s]);
-        float b = fc->b_len ? wt[fc->out * fc->in + j] : 0.0f;
+        for (int r = 0; r < R; r++) {
+            int j = j0 + r;
+            float b = fc->b_len && j < fc->out ? __ldg(params + fc->b_off + j) : 0.0f;
 #pragma unroll
-        for (int s = 0; s < S; s++)
-            if (lane == 0 && s < ns)
-                out[s * fc->out + j] = fused_act(fc->act, b + acc[s]);
+            for (int s = 0; s < S; s++) {
+                float v = fused_warp_sum(acc[r][s]);
+                if (lane == 0 && s < ns && j < fc->out)
+                    out[s * fc->out + j] = fused_act(fc->act, b + v);
+            }
+        }
     }
 }
 
-/* dx[s][i] = sum_k W[k][i] dy[s][k], W in shared memory, then through the activation whose
- * output y is (y NULL: none): a thread per (row, i), consecutive threads on consecutive weights. */
-__device__ static void fused_dense_back(const gt_fused_fc *fc, const float *wt, const float *dy,
-                                        const float *y, int act, float *dx, int ns)
+/* dx[s][i] = sum_k W[k][i] dy[s][k], W in params (global), then through the activation whose
+ * output y is (y NULL: none): a thread per (row, i), consecutive threads on consecutive weights,
+ * the k loop unrolled so that its loads are in flight together. */
+__device__ static void fused_dense_back(const gt_fused_fc *fc, const float *__restrict__ params,
+                                        const float *dy, const float *y, int act, float *dx,
+                                        int ns)
 {
+    const float *w = params + fc->w_off;
     for (int t = threadIdx.x; t < ns * fc->in; t += blockDim.x) {
         int s = t / fc->in, i = t % fc->in;
+        const float *d = dy + s * fc->out, *wc = w + i;
         float acc = 0.0f;
+#pragma unroll 16
         for (int k = 0; k < fc->out; k++)
-            acc += dy[s * fc->out + k] * wt[k * fc->in + i];
+            acc += d[k] * __ldg(wc + (size_t)k * fc->in);
         dx[t] = y ? fused_act_grad(act, y[t], acc) : acc;
     }
-}
-
-/* A layer's weights, then its bias, into the block's weight buffer: the barrier before lets every
- * thread finish with the previous layer's, the one after publishes these. The fc kernel's shared
- * memory leaves it alone on its SM, so its loads are all the SM has in flight: twice the batch. */
-__device__ static void fused_stage_layer(const gt_fused_fc *fc, const float *params, float *wt)
-{
-    __syncthreads();
-    fused_copy<2 * FUSED_BATCH>(params + fc->w_off, wt, fc->out * fc->in);
-    fused_copy(params + fc->b_off, wt + fc->out * fc->in, (int)fc->b_len);
-    __syncthreads();
 }
 
 /* Softmax cross-entropy of the block's rows of k logits, a warp per row, in double as on the CPU:
@@ -341,50 +328,85 @@ static __device__ void fused_store_rows(const float *src, float *dst, int ns, in
         dst[t] = src[t];
 }
 
-/* S samples per block (1, 2 or FUSED_FC_SAMPLES: the launch takes the fewest that still fill
- * every SM once, so that a small batch spreads over more SMs): forward through the three linear
+/* The block's S rows (samples s0 .. s0 + ns - 1; rows past ns zero) through the three linear
  * layers, the loss and, when training, backward to the gradient at the first one's input (dp2),
- * keeping each layer's input and output gradient for the weight-gradient reduction. One shared
- * buffer holds the weights and bias of the layer at work, staged from L2 in one coalesced sweep
- * each time. The shared memory leaves one block an SM, so the launch bound lets it have every
- * register. Each row's arithmetic is the same whatever S is. */
+ * keeping each layer's input and output gradient for the weight-gradient reduction. rows holds
+ * S x [x, h1, h2, z, dz, dh2, dh1], x filled by the caller before a barrier. */
 template <int S>
-__global__ static void __launch_bounds__(FUSED_THREADS, 1)
-    fused_fc_kernel(const __grid_constant__ gt_fused_net f, const float *params,
-                    const uint8_t *labels, int n, float scale, int train)
+__device__ static void fused_fc_rows(const gt_fused_net &f, const float *__restrict__ params,
+                                     const uint8_t *labels, int s0, int ns, float scale,
+                                     int train, float *rows)
 {
-    extern __shared__ float fused_smem[];
     const gt_fused_fc *f1 = &f.fc[0], *f2 = &f.fc[1], *f3 = &f.fc[2];
-    int s0 = blockIdx.x * S, ns = n - s0 < S ? n - s0 : S;
-    float *x = fused_smem, *h1 = x + S * f1->in, *h2 = h1 + S * f1->out, *z = h2 + S * f2->out;
+    float *x = rows, *h1 = x + S * f1->in, *h2 = h1 + S * f1->out, *z = h2 + S * f2->out;
     float *dz = z + S * f3->out, *dh2 = dz + S * f3->out, *dh1 = dh2 + S * f2->out;
-    float *wt = dh1 + S * f1->out;
-    int len = S * (f1->in + 2 * f1->out + 2 * f2->out + 2 * f3->out);
-    fused_copy(f.p2 + (size_t)s0 * f1->in, x, ns * f1->in);
-    /* Rows past ns stay zero: the dense loops run over all S rows. */
-    for (int t = ns * f1->in + threadIdx.x; t < len; t += blockDim.x)
-        fused_smem[t] = 0.0f;
-    fused_stage_layer(f1, params, wt);
-    fused_dense<S>(f1, wt, x, h1, ns);
-    fused_stage_layer(f2, params, wt);
-    fused_dense<S>(f2, wt, h1, h2, ns);
-    fused_stage_layer(f3, params, wt);
-    fused_dense<S>(f3, wt, h2, z, ns);
+    fused_dense<S>(f1, params, x, h1, ns);
+    __syncthreads();
+    fused_dense<S>(f2, params, h1, h2, ns);
+    __syncthreads();
+    fused_dense<S>(f3, params, h2, z, ns);
     __syncthreads();
     fused_xent(z, f3->out, labels + s0, ns, scale, f.loss + s0, f.hits + s0, train ? dz : NULL);
     if (!train)
         return;
     __syncthreads();
-    fused_dense_back(f3, wt, dz, h2, f2->act, dh2, ns);
-    fused_stage_layer(f2, params, wt);
-    fused_dense_back(f2, wt, dh2, h1, f1->act, dh1, ns);
-    fused_stage_layer(f1, params, wt);
-    fused_dense_back(f1, wt, dh1, NULL, -1, f.dp2 + (size_t)s0 * f1->in, ns);
+    fused_dense_back(f3, params, dz, h2, f2->act, dh2, ns);
+    __syncthreads();
+    fused_dense_back(f2, params, dh2, h1, f1->act, dh1, ns);
+    __syncthreads();
+    fused_dense_back(f1, params, dh1, NULL, -1, f.dp2 + (size_t)s0 * f1->in, ns);
     fused_store_rows(h1, f.h1 + (size_t)s0 * f1->out, ns, f1->out);
     fused_store_rows(h2, f.h2 + (size_t)s0 * f2->out, ns, f2->out);
     fused_store_rows(dz, f.dz + (size_t)s0 * f3->out, ns, f3->out);
     fused_store_rows(dh2, f.dh2 + (size_t)s0 * f2->out, ns, f2->out);
     fused_store_rows(dh1, f.dh1 + (size_t)s0 * f1->out, ns, f1->out);
+}
+
+/* ---- forward, the loss and backward to the fc input ------------------------------------------ */
+
+/* S samples per block (1, 2 or FUSED_FC_SAMPLES: the launch takes the fewest that keep every
+ * SM's L2 traffic small enough): both convolution stages of each sample in turn (train: keeping
+ * the activation outputs for backward; the pooled outputs are always stored, p2 being the linear
+ * layers' input), then fused_fc_rows on all S. The linear layers read their weights from L2
+ * once per block, so a larger S reads them fewer times per step. */
+template <int S>
+__global__ static void __launch_bounds__(FUSED_THREADS)
+    fused_forward_kernel(const __grid_constant__ gt_fused_net f,
+                         const float *__restrict__ params, const uint8_t *images,
+                         const uint8_t *labels, int n, float scale, int train)
+{
+    extern __shared__ float fused_smem[];
+    const gt_fused_conv *c1 = &f.conv[0], *c2 = &f.conv[1];
+    const gt_fused_fc *fc = f.fc;
+    int s0 = blockIdx.x * S, ns = n - s0 < S ? n - s0 : S;
+    int in1 = c1->in_c * (c1->in_h + 2 * c1->pad) * (c1->in_w + 2 * c1->pad);
+    int in2 = c2->in_c * (c2->in_h + 2 * c2->pad) * (c2->in_w + 2 * c2->pad);
+    int w1 = fused_weight_len(c1), w2 = fused_weight_len(c2);
+    float *x = fused_smem, *p1 = x + in1, *wa = p1 + in2, *ba = wa + w1, *wb = ba + c1->out_c;
+    float *rows = wb + w2 + c2->out_c;
+    int len = S * (fc[0].in + 2 * fc[0].out + 2 * fc[1].out + 2 * fc[2].out);
+    /* p1's border and the rows past ns stay zero: the dense loops run over all S rows. */
+    for (int t = threadIdx.x; t < in2; t += blockDim.x)
+        p1[t] = 0.0f;
+    for (int t = ns * fc[0].in + threadIdx.x; t < len; t += blockDim.x)
+        rows[t] = 0.0f;
+    fused_copy(params + c1->w_off, wa, w1);
+    fused_copy(params + c1->b_off, ba, (int)c1->b_len);
+    fused_copy(params + c2->w_off, wb, w2);
+    fused_copy(params + c2->b_off, wb + w2, (int)c2->b_len);
+    for (int u = 0; u < ns; u++) {
+        size_t s = (size_t)s0 + u;
+        fused_load_padded(images + s * f.in_len, c1->in_c, c1->in_h, c1->in_w, c1->pad, x);
+        __syncthreads();
+        fused_conv_stage(c1, x, wa, c1->b_len ? ba : NULL, train ? f.a1 + s * f.a1_len : NULL,
+                         f.p1 + s * f.p1_len, p1, c2->pad);
+        __syncthreads();
+        fused_conv_stage(c2, p1, wb, c2->b_len ? wb + w2 : NULL,
+                         train ? f.a2 + s * f.a2_len : NULL, f.p2 + s * f.p2_len,
+                         rows + u * fc[0].in, 0);
+        __syncthreads();
+    }
+    fused_fc_rows<S>(f, params, labels, s0, ns, scale, train, rows);
 }
 
 /* ---- backward through the convolution stages ------------------------------------------------- */

@@ -54,7 +54,7 @@ int gt_cuda_test_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_
 int gt_cuda_test_optim(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_step *st, float *p,
                        const float *g, float gscale, float *s0, float *s1, size_t n, gt_err *e);
 
-/* How a CUDA device runs a training step. fused: the four kernels of fused_cuda.cu (LeNet-shaped
+/* How a CUDA device runs a training step. fused: the three kernels of fused_cuda.cu (LeNet-shaped
  * models only) instead of one library call per layer; graphs: each step replays a CUDA graph
  * captured once per batch shape instead of launching its work one call at a time. */
 typedef struct gt_cuda_path {
@@ -394,7 +394,7 @@ typedef struct gt_fused_seg {
 
 enum { GT_FUSED_PART = 0, GT_FUSED_OUTER, GT_FUSED_SUM, GT_FUSED_MAX_SEGS = 10 };
 
-/* Samples per block of the fused linear-layer kernel at most: each weight staged in shared memory
+/* Samples per block of the fused forward kernel at most: each linear-layer weight read from L2
  * serves this many (fewer where the batch leaves SMs idle). */
 #define GT_FUSED_FC_SAMPLES 4
 /* The convolution kernel size and pooling window the fused kernels are unrolled for (LeNet's). */
@@ -416,7 +416,7 @@ typedef struct gt_fused_net {
     size_t in_len;                /* input bytes per sample */
     size_t a1_len, p1_len, a2_len, p2_len; /* per-sample lengths of the buffers below */
     size_t part_len;              /* per-sample convolution gradient partials */
-    size_t smem_forward, smem_fc, smem_backward; /* dynamic shared memory of each kernel */
+    size_t smem_forward, smem_backward; /* dynamic shared memory of each kernel */
     int back_blocks;              /* backward blocks per sample: one per conv1 channel, then one
                                    * per GT_FUSED_WGRAD_OUT conv2 output channels */
     int nsm;                      /* the GPU's multiprocessors */
