@@ -94,16 +94,15 @@ static int fused_forward(gt_cuda_ctx *c, gt_fused_net *f, const float *params,
     return 0;
 }
 
-/* The first nsegs gradient segments and the loss sum: one thread each entry, one the loss. */
+/* The first nsegs gradient segments (gt_fused_seg_blocks each) and the loss sum (one block). */
 static int fused_reduce(gt_cuda_ctx *c, gt_fused_net *f, int nsegs, int n, float *grad,
                         gt_cuda_result *res, int accumulate, gt_err *e)
 {
-    size_t total = 1;
+    size_t blocks = 1;
     for (int s = 0; s < nsegs; s++)
-        total += f->seg[s].len;
-    unsigned blocks = (unsigned)((total + FUSED_THREADS - 1) / FUSED_THREADS);
-    fused_reduce_kernel<<<blocks, FUSED_THREADS, 0, c->stream>>>(*f, nsegs, n, grad, res,
-                                                                  accumulate);
+        blocks += gt_fused_seg_blocks(&f->seg[s]);
+    fused_reduce_kernel<<<(unsigned)blocks, FUSED_THREADS, 0, c->stream>>>(*f, nsegs, n, grad,
+                                                                           res, accumulate);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }

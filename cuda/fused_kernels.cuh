@@ -436,24 +436,53 @@ __device__ static void fused_pool_act_back(const gt_fused_conv *cv, const float 
 
 /* The input gradient of a convolution for input channel c: with dyp the output gradient under a
  * zero border of K-1-pad, dx[iy][ix] = sum over o, ky, kx of dyp[o][iy + ky][ix + kx] times
- * w[o][K-1-ky][K-1-kx], where w holds channel c's K x K weights of every output channel. */
+ * w[o][K-1-ky][K-1-kx], where w holds channel c's K x K weights of every output channel. A thread
+ * takes 2 x 2 outputs (the plan asks for an even input plane) over one group of output channels,
+ * keeping the (K+1)^2 patch under them in registers (61 shared loads per 100 FMAs, not 200); the
+ * groups' partial sums meet in scratch and are added in group order. */
 __device__ static void fused_conv_dgrad(const gt_fused_conv *cv, const float *w, const float *dyp,
-                                        float *dx)
+                                        float *scratch, float *dx)
 {
+    const int P = FUSED_K + 1, KK = FUSED_K * FUSED_K;
     int border = FUSED_K - 1 - cv->pad;
     int ph = cv->out_h + 2 * border, pw = cv->out_w + 2 * border, plane = cv->in_h * cv->in_w;
-    for (int t = threadIdx.x; t < plane; t += blockDim.x) {
-        int iy = t / cv->in_w, ix = t % cv->in_w;
-        float acc = 0.0f;
-        for (int o = 0; o < cv->out_c; o++) {
-            const float *d = dyp + (o * ph + iy) * pw + ix, *wo = w + o * FUSED_K * FUSED_K;
+    int qw = cv->in_w / 2, quads = cv->in_h / 2 * qw;
+    int groups = gt_fused_dgrad_groups(cv->in_h, cv->in_w, cv->out_c, FUSED_THREADS);
+    for (int t = threadIdx.x; t < groups * quads; t += blockDim.x) {
+        int g = t / quads, iy = t % quads / qw * 2, ix = t % qw * 2;
+        int o0 = g * cv->out_c / groups, o1 = (g + 1) * cv->out_c / groups;
+        float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        for (int o = o0; o < o1; o++) {
+            const float *d = dyp + (o * ph + iy) * pw + ix, *wo = w + o * KK;
+            float patch[P][P];
+#pragma unroll
+            for (int r = 0; r < P; r++)
+#pragma unroll
+                for (int q = 0; q < P; q++)
+                    patch[r][q] = d[r * pw + q];
 #pragma unroll
             for (int ky = 0; ky < FUSED_K; ky++)
 #pragma unroll
-                for (int kx = 0; kx < FUSED_K; kx++)
-                    acc += d[ky * pw + kx] *
-                           wo[(FUSED_K - 1 - ky) * FUSED_K + (FUSED_K - 1 - kx)];
+                for (int kx = 0; kx < FUSED_K; kx++) {
+                    float wv = wo[(FUSED_K - 1 - ky) * FUSED_K + (FUSED_K - 1 - kx)];
+#pragma unroll
+                    for (int qy = 0; qy < 2; qy++)
+#pragma unroll
+                        for (int qx = 0; qx < 2; qx++)
+                            acc[qy][qx] += patch[qy + ky][qx + kx] * wv;
+                }
         }
+#pragma unroll
+        for (int qy = 0; qy < 2; qy++)
+#pragma unroll
+            for (int qx = 0; qx < 2; qx++)
+                scratch[g * plane + (iy + qy) * cv->in_w + ix + qx] = acc[qy][qx];
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < plane; t += blockDim.x) {
+        float acc = 0.0f;
+        for (int g = 0; g < groups; g++)
+            acc += scratch[g * plane + t];
         dx[t] = acc;
     }
 }
@@ -490,11 +519,20 @@ __device__ static void fused_conv_wgrad(const gt_fused_conv *cv, int n_o, const 
         for (int y = y0; y < y1; y++) {
             const float *d = dy + o * plane + y * cv->out_w;
             const float *ir = in + (c * in_h + y + ky) * in_w;
+            /* The K inputs under x slide along the row in registers: one new load per x. */
+            float win[FUSED_K];
+#pragma unroll
+            for (int kx = 0; kx < FUSED_K; kx++)
+                win[kx] = ir[kx];
             for (int x = 0; x < cv->out_w; x++) {
                 float dv = d[x];
 #pragma unroll
                 for (int kx = 0; kx < FUSED_K; kx++)
-                    acc[kx] += dv * ir[x + kx];
+                    acc[kx] += dv * win[kx];
+#pragma unroll
+                for (int kx = 0; kx < FUSED_K - 1; kx++)
+                    win[kx] = win[kx + 1];
+                win[FUSED_K - 1] = ir[min(x + FUSED_K, in_w - 1)];
             }
         }
 #pragma unroll
@@ -560,7 +598,7 @@ __global__ static void __launch_bounds__(FUSED_THREADS, 5)
         [=](int t, float v) { w[t] = v; });
     fused_load_padded(images + s * f.in_len, c1->in_c, c1->in_h, c1->in_w, c1->pad, x);
     __syncthreads();
-    fused_conv_dgrad(c2, w, dr2, dp1);
+    fused_conv_dgrad(c2, w, dr2, scratch, dp1);
     __syncthreads();
     fused_pool_act_back(c1, f.a1 + s * f.a1_len + c * plane1, dp1, 1, dr1, 0);
     __syncthreads();
@@ -570,58 +608,108 @@ __global__ static void __launch_bounds__(FUSED_THREADS, 5)
 
 /* ---- the batch sums -------------------------------------------------------------------------- */
 
-/* Thread t < the segments' total writes one gradient entry, and sets res->nonfinite (zeroed
- * before the launch) when it is not finite; thread total sums the per-sample losses and hits into
- * res (added to it when accumulate, else replacing it). The sample loops are
- * unrolled so that many loads are in flight: the order of the additions stays the samples'. */
+/* grad[dst + e] = acc for one entry, flagging a non-finite one in res->nonfinite. */
+__device__ __forceinline__ static void fused_put(float *grad, size_t e, float acc,
+                                                 gt_cuda_result *res)
+{
+    grad[e] = acc;
+    if (!isfinite(acc))
+        atomicOr(&res->nonfinite, 1);
+}
+
+/* One tile of a linear layer's weight gradient, GT_FUSED_TILE_ROWS outputs j by
+ * GT_FUSED_TILE_COLS inputs i: the block stages dy[s][j] and x[s][i] of FUSED_TILE_SAMPLES samples
+ * at a time in shared memory and each thread sums 8 of the tile's entries (one i, 8 j), samples
+ * in order, so that each row of dy and x is read from L2 once per tile, not once per entry. */
+enum { FUSED_TILE_SAMPLES = 32, FUSED_TILE_JT = 8 };
+
+__device__ static void fused_reduce_outer(const gt_fused_seg *g, size_t tile, int n, float *grad,
+                                          gt_cuda_result *res)
+{
+    const int TI = GT_FUSED_TILE_COLS, TJ = GT_FUSED_TILE_ROWS, SC = FUSED_TILE_SAMPLES;
+    const int JT = FUSED_TILE_JT;
+    __shared__ float xs[SC][TI], ds[SC][TJ];
+    int ti = (g->x_len + TI - 1) / TI;
+    int i0 = (int)(tile % ti) * TI, j0 = (int)(tile / ti) * TJ;
+    int tx = threadIdx.x % TI, ty = threadIdx.x / TI;
+    float acc[JT];
+#pragma unroll
+    for (int r = 0; r < JT; r++)
+        acc[r] = 0.0f;
+    for (int sb = 0; sb < n; sb += SC) {
+        int sn = n - sb < SC ? n - sb : SC;
+        __syncthreads();
+        for (int e = threadIdx.x; e < SC * TI; e += blockDim.x) {
+            int s = e / TI, i = i0 + e % TI;
+            xs[s][e % TI] = s < sn && i < g->x_len ? g->x[(size_t)(sb + s) * g->x_len + i] : 0.0f;
+        }
+        for (int e = threadIdx.x; e < SC * TJ; e += blockDim.x) {
+            int s = e / TJ, j = j0 + e % TJ;
+            ds[s][e % TJ] = s < sn && j < g->dy_len ? g->dy[(size_t)(sb + s) * g->dy_len + j] : 0.0f;
+        }
+        __syncthreads();
+        if (ty * JT < TJ)
+            for (int s = 0; s < sn; s++) {
+                float xv = xs[s][tx];
+#pragma unroll
+                for (int r = 0; r < JT; r++)
+                    acc[r] += ds[s][ty * JT + r] * xv;
+            }
+    }
+    int i = i0 + tx;
+#pragma unroll
+    for (int r = 0; r < JT; r++) {
+        int j = j0 + ty * JT + r;
+        if (ty * JT < TJ && i < g->x_len && j < g->dy_len)
+            fused_put(grad, g->dst + (size_t)j * g->x_len + i, acc[r], res);
+    }
+}
+
+/* Entry t of a partials or bias segment: its batch sum, samples in order, the loop unrolled so
+ * that many loads are in flight. */
+__device__ static void fused_reduce_entry(const gt_fused_net &f, const gt_fused_seg *g, size_t t,
+                                          int n, float *grad, gt_cuda_result *res)
+{
+    const float *p = g->kind == GT_FUSED_PART ? f.part + g->col + t : g->dy + t;
+    size_t stride = g->kind == GT_FUSED_PART ? f.part_len : (size_t)g->dy_len;
+    float acc = 0.0f;
+#pragma unroll 16
+    for (int s = 0; s < n; s++)
+        acc += p[(size_t)s * stride];
+    fused_put(grad, g->dst + t, acc, res);
+}
+
+/* The blocks of each segment in turn (gt_fused_seg_blocks: a tile each for the linear layers'
+ * weights, a thread an entry for the rest), then one block whose thread 0 sums the per-sample
+ * losses and hits into res (added to it when accumulate, else replacing it). Every entry is
+ * summed over the samples in order, so results do not depend on scheduling; res->nonfinite
+ * (zeroed before the launch) is set when an entry is not finite. */
 __global__ static void __launch_bounds__(FUSED_THREADS)
     fused_reduce_kernel(const __grid_constant__ gt_fused_net f, int nsegs, int n, float *grad,
                         gt_cuda_result *res, int accumulate)
 {
-    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t b = blockIdx.x;
     int seg = 0;
-    while (seg < nsegs && t >= f.seg[seg].len)
-        t -= f.seg[seg++].len;
-    if (seg == nsegs) {
-        if (t != 0)
-            return;
-        double loss = 0;
-        int hits = 0;
-#pragma unroll 16
-        for (int s = 0; s < n; s++) {
-            loss += f.loss[s];
-            hits += f.hits[s];
-        }
-        res->loss_sum = accumulate ? res->loss_sum + loss : loss;
-        res->correct = accumulate ? res->correct + hits : hits;
+    while (seg < nsegs && b >= gt_fused_seg_blocks(&f.seg[seg]))
+        b -= gt_fused_seg_blocks(&f.seg[seg++]);
+    if (seg < nsegs) {
+        const gt_fused_seg *g = &f.seg[seg];
+        size_t t = b * blockDim.x + threadIdx.x;
+        if (g->kind == GT_FUSED_OUTER)
+            fused_reduce_outer(g, b, n, grad, res);
+        else if (t < g->len)
+            fused_reduce_entry(f, g, t, n, grad, res);
         return;
     }
-    const gt_fused_seg *g = &f.seg[seg];
-    float acc = 0.0f;
-    switch (g->kind) {
-    case GT_FUSED_PART: {
-        const float *p = f.part + g->col + t;
+    if (threadIdx.x != 0)
+        return;
+    double loss = 0;
+    int hits = 0;
 #pragma unroll 16
-        for (int s = 0; s < n; s++)
-            acc += p[(size_t)s * f.part_len];
-        break;
+    for (int s = 0; s < n; s++) {
+        loss += f.loss[s];
+        hits += f.hits[s];
     }
-    case GT_FUSED_OUTER: {
-        const float *dy = g->dy + t / g->x_len, *x = g->x + t % g->x_len;
-#pragma unroll 16
-        for (int s = 0; s < n; s++)
-            acc += dy[(size_t)s * g->dy_len] * x[(size_t)s * g->x_len];
-        break;
-    }
-    default: {
-        const float *dy = g->dy + t;
-#pragma unroll 16
-        for (int s = 0; s < n; s++)
-            acc += dy[(size_t)s * g->dy_len];
-        break;
-    }
-    }
-    grad[g->dst + t] = acc;
-    if (!isfinite(acc))
-        atomicOr(&res->nonfinite, 1);
+    res->loss_sum = accumulate ? res->loss_sum + loss : loss;
+    res->correct = accumulate ? res->correct + hits : hits;
 }
