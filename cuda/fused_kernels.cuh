@@ -215,17 +215,38 @@ __device__ static void fused_conv_stage(const gt_fused_conv *cv, const float *in
 
 /* ---- the linear layers and the loss ---------------------------------------------------------- */
 
-/* Rows of a linear layer's weights a warp takes at once, and loads in flight per lane in its
- * dot products: the weights come straight from L2 (each is read once per block), so the loads
- * of several rows and columns are issued before the first multiply. */
-enum { FUSED_DENSE_ROWS = 4, FUSED_DENSE_UNROLL = 4 };
+/* Rows of a linear layer's weights a warp takes at once: the weights come straight from L2 (each
+ * is read once per block), so a lane issues the loads of all its rows' columns before the first
+ * multiply. */
+enum { FUSED_DENSE_ROWS = 4 };
+
+/* W (1 or 4) consecutive floats from p: a float4 load when W is 4 (16-byte aligned). */
+template <int W> struct fused_vec;
+template <> struct fused_vec<1> {
+    float v[1];
+    __device__ __forceinline__ void load(const float *p) { v[0] = __ldg(p); }
+};
+template <> struct fused_vec<4> {
+    float v[4];
+    __device__ __forceinline__ void load(const float *p)
+    {
+        float4 q = __ldg((const float4 *)p);
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    }
+};
+
+/* Whether a linear layer's weight rows can be read as float4: every row starts 16-byte aligned. */
+__device__ __forceinline__ static int fused_dense_vec(const gt_fused_fc *fc, const float *params)
+{
+    return fc->in % 4 == 0 && ((uintptr_t)(params + fc->w_off) & 15) == 0;
+}
 
 /* out[s][j] = act(b[j] + sum_i W[j][i] in[s][i]) for the block's S rows (in, out in shared
- * memory; W and b in params, global): a warp per FUSED_DENSE_ROWS outputs, its lanes across i,
- * so each weight is read once for all rows. */
-template <int S>
-__device__ static void fused_dense(const gt_fused_fc *fc, const float *__restrict__ params,
-                                   const float *in, float *out, int ns)
+ * memory; W and b in params, global): a warp per FUSED_DENSE_ROWS outputs, each lane W
+ * consecutive columns at a time, so each weight is read once for all rows. */
+template <int S, int W>
+__device__ static void fused_dense_w(const gt_fused_fc *fc, const float *__restrict__ params,
+                                     const float *in, float *out, int ns)
 {
     const int lanes = 32, R = FUSED_DENSE_ROWS;
     int lane = threadIdx.x % lanes, warp = threadIdx.x / lanes, nwarps = blockDim.x / lanes;
@@ -240,19 +261,21 @@ __device__ static void fused_dense(const gt_fused_fc *fc, const float *__restric
             for (int s = 0; s < S; s++)
                 acc[r][s] = 0.0f;
         }
-#pragma unroll FUSED_DENSE_UNROLL
-        for (int i = lane; i < fc->in; i += lanes) {
-            float wv[R];
+#pragma unroll 4
+        for (int i = lane * W; i < fc->in; i += lanes * W) {
+            fused_vec<W> wv[R];
 #pragma unroll
             for (int r = 0; r < R; r++)
-                wv[r] = __ldg(wr[r] + i);
+                wv[r].load(wr[r] + i);
 #pragma unroll
-            for (int s = 0; s < S; s++) {
-                float xv = in[s * fc->in + i];
+            for (int s = 0; s < S; s++)
 #pragma unroll
-                for (int r = 0; r < R; r++)
-                    acc[r][s] += wv[r] * xv;
-            }
+                for (int u = 0; u < W; u++) {
+                    float xv = in[s * fc->in + i + u];
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+                        acc[r][s] += wv[r].v[u] * xv;
+                }
         }
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -268,21 +291,77 @@ __device__ static void fused_dense(const gt_fused_fc *fc, const float *__restric
     }
 }
 
+template <int S>
+__device__ static void fused_dense(const gt_fused_fc *fc, const float *__restrict__ params,
+                                   const float *in, float *out, int ns)
+{
+    if (fused_dense_vec(fc, params))
+        fused_dense_w<S, 4>(fc, params, in, out, ns);
+    else
+        fused_dense_w<S, 1>(fc, params, in, out, ns);
+}
+
+/* dx[s][i] = sum_k W[k][i] dy[s][k] (then through the activation whose output y is; y NULL:
+ * none) for W columns a thread over one of kq ranges of k, consecutive threads on consecutive
+ * weights, the k loop unrolled so that its loads are in flight together. With kq > 1 the ranges'
+ * partial sums go to scratch instead, and fused_dense_back adds them. */
+template <int W>
+__device__ static void fused_dense_back_w(const gt_fused_fc *fc, const float *__restrict__ w,
+                                          const float *dy, const float *y, int act, float *dx,
+                                          int len, int kq, float *scratch)
+{
+    int cols = len / W;
+    for (int t = threadIdx.x; t < kq * cols; t += blockDim.x) {
+        int q = t / cols, c = (t % cols) * W, s = c / fc->in, i = c % fc->in;
+        int k0 = q * fc->out / kq, k1 = (q + 1) * fc->out / kq;
+        const float *d = dy + s * fc->out;
+        float acc[W];
+#pragma unroll
+        for (int u = 0; u < W; u++)
+            acc[u] = 0.0f;
+#pragma unroll 8
+        for (int k = k0; k < k1; k++) {
+            fused_vec<W> wv;
+            wv.load(w + (size_t)k * fc->in + i);
+            float dv = d[k];
+#pragma unroll
+            for (int u = 0; u < W; u++)
+                acc[u] += dv * wv.v[u];
+        }
+#pragma unroll
+        for (int u = 0; u < W; u++) {
+            if (kq > 1)
+                scratch[q * len + c + u] = acc[u];
+            else
+                dx[c + u] = y ? fused_act_grad(act, y[c + u], acc[u]) : acc[u];
+        }
+    }
+}
+
 /* dx[s][i] = sum_k W[k][i] dy[s][k], W in params (global), then through the activation whose
- * output y is (y NULL: none): a thread per (row, i), consecutive threads on consecutive weights,
- * the k loop unrolled so that its loads are in flight together. */
+ * output y is (y NULL: none). A thread takes 4 columns (1 where the rows do not allow float4
+ * loads) of one row over one of kq ranges of k, kq as large as the block allows so that every
+ * thread has loads in flight; the ranges' partial sums meet in scratch (4 x blockDim floats)
+ * and are added in range order. */
 __device__ static void fused_dense_back(const gt_fused_fc *fc, const float *__restrict__ params,
                                         const float *dy, const float *y, int act, float *dx,
-                                        int ns)
+                                        int ns, float *scratch)
 {
     const float *w = params + fc->w_off;
-    for (int t = threadIdx.x; t < ns * fc->in; t += blockDim.x) {
-        int s = t / fc->in, i = t % fc->in;
-        const float *d = dy + s * fc->out, *wc = w + i;
-        float acc = 0.0f;
-#pragma unroll 16
-        for (int k = 0; k < fc->out; k++)
-            acc += d[k] * __ldg(wc + (size_t)k * fc->in);
+    int vec = fused_dense_vec(fc, params), len = ns * fc->in;
+    int kq = (int)blockDim.x / (vec ? len / 4 : len);
+    kq = kq < 1 ? 1 : kq > fc->out ? fc->out : kq;
+    if (vec)
+        fused_dense_back_w<4>(fc, w, dy, y, act, dx, len, kq, scratch);
+    else
+        fused_dense_back_w<1>(fc, w, dy, y, act, dx, len, kq, scratch);
+    if (kq == 1)
+        return;
+    __syncthreads();
+    for (int t = threadIdx.x; t < len; t += blockDim.x) {
+        float acc = scratch[t];
+        for (int q = 1; q < kq; q++)
+            acc += scratch[q * len + t];
         dx[t] = y ? fused_act_grad(act, y[t], acc) : acc;
     }
 }
@@ -331,7 +410,8 @@ static __device__ void fused_store_rows(const float *src, float *dst, int ns, in
 /* The block's S rows (samples s0 .. s0 + ns - 1; rows past ns zero) through the three linear
  * layers, the loss and, when training, backward to the gradient at the first one's input (dp2),
  * keeping each layer's input and output gradient for the weight-gradient reduction. rows holds
- * S x [x, h1, h2, z, dz, dh2, dh1], x filled by the caller before a barrier. */
+ * S x [x, h1, h2, z, dz, dh2, dh1] and then fused_dense_back's scratch, x filled by the caller
+ * before a barrier. */
 template <int S>
 __device__ static void fused_fc_rows(const gt_fused_net &f, const float *__restrict__ params,
                                      const uint8_t *labels, int s0, int ns, float scale,
@@ -340,6 +420,7 @@ __device__ static void fused_fc_rows(const gt_fused_net &f, const float *__restr
     const gt_fused_fc *f1 = &f.fc[0], *f2 = &f.fc[1], *f3 = &f.fc[2];
     float *x = rows, *h1 = x + S * f1->in, *h2 = h1 + S * f1->out, *z = h2 + S * f2->out;
     float *dz = z + S * f3->out, *dh2 = dz + S * f3->out, *dh1 = dh2 + S * f2->out;
+    float *scratch = dh1 + S * f1->out;
     fused_dense<S>(f1, params, x, h1, ns);
     __syncthreads();
     fused_dense<S>(f2, params, h1, h2, ns);
@@ -350,11 +431,11 @@ __device__ static void fused_fc_rows(const gt_fused_net &f, const float *__restr
     if (!train)
         return;
     __syncthreads();
-    fused_dense_back(f3, params, dz, h2, f2->act, dh2, ns);
+    fused_dense_back(f3, params, dz, h2, f2->act, dh2, ns, scratch);
     __syncthreads();
-    fused_dense_back(f2, params, dh2, h1, f1->act, dh1, ns);
+    fused_dense_back(f2, params, dh2, h1, f1->act, dh1, ns, scratch);
     __syncthreads();
-    fused_dense_back(f1, params, dh1, NULL, -1, f.dp2 + (size_t)s0 * f1->in, ns);
+    fused_dense_back(f1, params, dh1, NULL, -1, f.dp2 + (size_t)s0 * f1->in, ns, scratch);
     fused_store_rows(h1, f.h1 + (size_t)s0 * f1->out, ns, f1->out);
     fused_store_rows(h2, f.h2 + (size_t)s0 * f2->out, ns, f2->out);
     fused_store_rows(dz, f.dz + (size_t)s0 * f3->out, ns, f3->out);

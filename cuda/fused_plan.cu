@@ -90,6 +90,7 @@ static void plan_smem(gt_fused_net *f)
     size_t fwd = plan_padded(c1) + plan_padded(c2) + plan_weights(c1) + c1->out_c +
                  plan_weights(c2) + c2->out_c;
     fwd += (size_t)GT_FUSED_FC_SAMPLES * (f1->in + 2 * f1->out + 2 * f2->out + 2 * f3->out);
+    fwd += 4 * (size_t)GT_FUSED_THREADS; /* fused_dense_back's partial sums */
     int n_o = c2->out_c < GT_FUSED_WGRAD_OUT ? c2->out_c : GT_FUSED_WGRAD_OUT;
     size_t wgrad2 = (size_t)n_o * c2->out_h * c2->out_w + plan_padded(c2) +
                     plan_wgrad_scratch(c2, n_o);
