@@ -76,20 +76,21 @@ static int fused_check_n(gt_cuda_ctx *c, const gt_fused_net *f, int n, gt_err *e
  * FUSED_FC_SAMPLES, so that large batches read the linear layers' weights fewer times. */
 static int fused_forward(gt_cuda_ctx *c, gt_fused_net *f, const float *params,
                          const uint8_t *images, const uint8_t *labels, int n, int train,
-                         gt_err *e)
+                         gt_cuda_result *res, gt_err *e)
 {
     float scale = 1.0f / (float)n;
     size_t smem = f->smem_forward;
-    if (n <= 2 * f->nsm)
-        fused_forward_kernel<1><<<n, FUSED_THREADS, smem, c->stream>>>(*f, params, images,
-                                                                        labels, n, scale, train);
-    else if (n <= 4 * f->nsm)
-        fused_forward_kernel<2><<<(n + 1) / 2, FUSED_THREADS, smem, c->stream>>>(
-            *f, params, images, labels, n, scale, train);
+    int per = n <= 2 * f->nsm ? 1 : n <= 4 * f->nsm ? 2 : FUSED_FC_SAMPLES;
+    unsigned blocks = (unsigned)((n + per - 1) / per);
+    if (per == 1)
+        fused_forward_kernel<1><<<blocks, FUSED_THREADS, smem, c->stream>>>(
+            *f, params, images, labels, n, scale, train, res);
+    else if (per == 2)
+        fused_forward_kernel<2><<<blocks, FUSED_THREADS, smem, c->stream>>>(
+            *f, params, images, labels, n, scale, train, res);
     else
-        fused_forward_kernel<FUSED_FC_SAMPLES>
-            <<<(n + FUSED_FC_SAMPLES - 1) / FUSED_FC_SAMPLES, FUSED_THREADS, smem, c->stream>>>(
-                *f, params, images, labels, n, scale, train);
+        fused_forward_kernel<FUSED_FC_SAMPLES><<<blocks, FUSED_THREADS, smem, c->stream>>>(
+            *f, params, images, labels, n, scale, train, res);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
@@ -112,8 +113,7 @@ int gt_fused_train(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const u
 {
     if (fused_check_n(c, f, n, e))
         return -1;
-    GT_CUDA_CHECK(c->name, e, cudaMemsetAsync(&res->nonfinite, 0, sizeof res->nonfinite, c->stream));
-    if (fused_forward(c, f, params, images, labels, n, 1, e))
+    if (fused_forward(c, f, params, images, labels, n, 1, res, e))
         return -1;
     fused_backward_kernel<<<dim3((unsigned)n, (unsigned)f->back_blocks), FUSED_THREADS,
                             f->smem_backward, c->stream>>>(*f, params, images);
@@ -124,7 +124,7 @@ int gt_fused_train(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const u
 int gt_fused_eval(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const uint8_t *images,
                   const uint8_t *labels, int n, gt_cuda_result *res, gt_err *e)
 {
-    if (fused_check_n(c, f, n, e) || fused_forward(c, f, params, images, labels, n, 0, e))
+    if (fused_check_n(c, f, n, e) || fused_forward(c, f, params, images, labels, n, 0, res, e))
         return -1;
     return fused_reduce(c, f, 0, n, NULL, res, 1, e);
 }

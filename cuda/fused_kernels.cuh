@@ -449,16 +449,20 @@ __device__ static void fused_fc_rows(const gt_fused_net &f, const float *__restr
  * SM's L2 traffic small enough): both convolution stages of each sample in turn (train: keeping
  * the activation outputs for backward; the pooled outputs are always stored, p2 being the linear
  * layers' input), then fused_fc_rows on all S. The linear layers read their weights from L2
- * once per block, so a larger S reads them fewer times per step. */
+ * once per block, so a larger S reads them fewer times per step. Training, it also clears
+ * res->nonfinite for the reduction kernel (one graph node fewer than a memset). */
 template <int S>
 __global__ static void __launch_bounds__(FUSED_THREADS)
     fused_forward_kernel(const __grid_constant__ gt_fused_net f,
                          const float *__restrict__ params, const uint8_t *images,
-                         const uint8_t *labels, int n, float scale, int train)
+                         const uint8_t *labels, int n, float scale, int train,
+                         gt_cuda_result *res)
 {
     extern __shared__ float fused_smem[];
     const gt_fused_conv *c1 = &f.conv[0], *c2 = &f.conv[1];
     const gt_fused_fc *fc = f.fc;
+    if (train && blockIdx.x == 0 && threadIdx.x == 0)
+        res->nonfinite = 0; /* the reduction, later on the stream, sets it */
     int s0 = blockIdx.x * S, ns = n - s0 < S ? n - s0 : S;
     int in1 = c1->in_c * (c1->in_h + 2 * c1->pad) * (c1->in_w + 2 * c1->pad);
     int in2 = c2->in_c * (c2->in_h + 2 * c2->pad) * (c2->in_w + 2 * c2->pad);
@@ -726,7 +730,8 @@ __device__ static void fused_reduce_outer(const gt_fused_seg *g, size_t tile, in
         }
         for (int e = threadIdx.x; e < SC * TJ; e += blockDim.x) {
             int s = e / TJ, j = j0 + e % TJ;
-            ds[s][e % TJ] = s < sn && j < g->dy_len ? g->dy[(size_t)(sb + s) * g->dy_len + j] : 0.0f;
+            float v = s < sn && j < g->dy_len ? g->dy[(size_t)(sb + s) * g->dy_len + j] : 0.0f;
+            ds[s][e % TJ] = v;
         }
         __syncthreads();
         if (ty * JT < TJ)
@@ -764,7 +769,7 @@ __device__ static void fused_reduce_entry(const gt_fused_net &f, const gt_fused_
  * weights, a thread an entry for the rest), then one block whose thread 0 sums the per-sample
  * losses and hits into res (added to it when accumulate, else replacing it). Every entry is
  * summed over the samples in order, so results do not depend on scheduling; res->nonfinite
- * (zeroed before the launch) is set when an entry is not finite. */
+ * (zeroed by the forward kernel) is set when an entry is not finite. */
 __global__ static void __launch_bounds__(FUSED_THREADS)
     fused_reduce_kernel(const __grid_constant__ gt_fused_net f, int nsegs, int n, float *grad,
                         gt_cuda_result *res, int accumulate)
