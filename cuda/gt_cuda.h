@@ -400,8 +400,6 @@ enum { GT_FUSED_PART = 0, GT_FUSED_OUTER, GT_FUSED_SUM, GT_FUSED_MAX_SEGS = 10 }
 /* The convolution kernel size and pooling window the fused kernels are unrolled for (LeNet's). */
 #define GT_FUSED_K 5
 #define GT_FUSED_POOL 2
-/* Second-convolution output channels per weight-gradient block of the fused backward kernel. */
-#define GT_FUSED_WGRAD_OUT 4
 /* Threads per block of every fused kernel (the shared-memory plan depends on it). */
 #define GT_FUSED_THREADS 256
 
@@ -442,8 +440,7 @@ typedef struct gt_fused_net {
     size_t a1_len, p1_len, a2_len, p2_len; /* per-sample lengths of the buffers below */
     size_t part_len;              /* per-sample convolution gradient partials */
     size_t smem_forward, smem_backward; /* dynamic shared memory of each kernel */
-    int back_blocks;              /* backward blocks per sample: one per conv1 channel, then one
-                                   * per GT_FUSED_WGRAD_OUT conv2 output channels */
+    int back_blocks;              /* backward blocks per sample: one per conv1 channel */
     int nsm;                      /* the GPU's multiprocessors */
     float *a1, *p1, *a2, *p2;     /* activation outputs and pooled outputs of the two stages */
     float *h1, *h2;               /* outputs of the first two linear layers (after activation) */
