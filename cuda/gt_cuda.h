@@ -442,6 +442,8 @@ typedef struct gt_fused_net {
     size_t smem_forward, smem_backward; /* dynamic shared memory of each kernel */
     int back_blocks;              /* backward blocks per sample: one per conv1 channel */
     int nsm;                      /* the GPU's multiprocessors */
+    int samples;                  /* forward samples per block from GT_FUSED_SAMPLES (1, 2 or
+                                   * GT_FUSED_FC_SAMPLES); 0: chosen by the batch size */
     float *a1, *p1, *a2, *p2;     /* activation outputs and pooled outputs of the two stages */
     float *h1, *h2;               /* outputs of the first two linear layers (after activation) */
     float *dz, *dh2, *dh1, *dp2;  /* gradients: logits, linear pre-activations, the fc input */
