@@ -215,9 +215,9 @@ __device__ static void fused_conv_stage(const gt_fused_conv *cv, const float *in
 
 /* ---- the linear layers and the loss ---------------------------------------------------------- */
 
-/* Rows of a linear layer's weights a warp takes at once: the weights come straight from L2 (each
- * is read once per block), so a lane issues the loads of all its rows' columns before the first
- * multiply. */
+/* Rows of a linear layer's weights a warp takes at once (twice as many with one sample a block,
+ * whose accumulators leave the registers): the weights come straight from L2 (each is read once
+ * per block), so a lane issues the loads of all its rows' columns before the first multiply. */
 enum { FUSED_DENSE_ROWS = 4 };
 
 /* W (1 or 4) consecutive floats from p: a float4 load when W is 4 (16-byte aligned). */
@@ -242,21 +242,21 @@ __device__ __forceinline__ static int fused_dense_vec(const gt_fused_fc *fc, con
 }
 
 /* out[s][j] = act(b[j] + sum_i W[j][i] in[s][i]) for the block's S rows (in, out in shared
- * memory; W and b in params, global): a warp per FUSED_DENSE_ROWS outputs, each lane W
+ * memory; W and b in params, global): a warp per R outputs, each lane W
  * consecutive columns at a time, so each weight is read once for all rows. */
 template <int S, int W>
 __device__ static void fused_dense_w(const gt_fused_fc *fc, const float *__restrict__ params,
                                      const float *in, float *out, int ns)
 {
-    const int lanes = 32, R = FUSED_DENSE_ROWS;
+    const int lanes = 32, R = S == 1 ? 2 * FUSED_DENSE_ROWS : FUSED_DENSE_ROWS;
     int lane = threadIdx.x % lanes, warp = threadIdx.x / lanes, nwarps = blockDim.x / lanes;
     const float *w = params + fc->w_off;
     for (int j0 = warp * R; j0 < fc->out; j0 += nwarps * R) {
-        const float *wr[R];
+        int wr[R]; /* row offsets: 32-bit, the pointers would take twice the registers */
         float acc[R][S];
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            wr[r] = w + (size_t)min(j0 + r, fc->out - 1) * fc->in;
+            wr[r] = min(j0 + r, fc->out - 1) * fc->in;
 #pragma unroll
             for (int s = 0; s < S; s++)
                 acc[r][s] = 0.0f;
@@ -266,7 +266,7 @@ __device__ static void fused_dense_w(const gt_fused_fc *fc, const float *__restr
             fused_vec<W> wv[R];
 #pragma unroll
             for (int r = 0; r < R; r++)
-                wv[r].load(wr[r] + i);
+                wv[r].load(w + wr[r] + i);
 #pragma unroll
             for (int s = 0; s < S; s++)
 #pragma unroll
