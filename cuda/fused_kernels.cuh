@@ -261,31 +261,43 @@ __device__ static void fused_dense_w(const gt_fused_fc *fc, const float *__restr
             for (int s = 0; s < S; s++)
                 acc[r][s] = 0.0f;
         }
-#pragma unroll 4
-        for (int i = lane * W; i < fc->in; i += lanes * W) {
-            fused_vec<W> wv[R];
+        float b[R];
 #pragma unroll
-            for (int r = 0; r < R; r++)
-                wv[r].load(w + wr[r] + i);
+        for (int r = 0; r < R; r++)
+            b[r] = fc->b_len ? __ldg(params + fc->b_off + min(j0 + r, fc->out - 1)) : 0.0f;
+        for (int i0 = lane * W; i0 < fc->in; i0 += 2 * lanes * W) {
+            /* Two column steps a batch, the second clamped (no exit test between the loads). */
+            int i1 = min(i0 + lanes * W, fc->in - W);
+            fused_vec<W> wv[2][R];
 #pragma unroll
-            for (int s = 0; s < S; s++)
+            for (int r = 0; r < R; r++) {
+                wv[0][r].load(w + wr[r] + i0);
+                wv[1][r].load(w + wr[r] + i1);
+            }
 #pragma unroll
-                for (int u = 0; u < W; u++) {
-                    float xv = in[s * fc->in + i + u];
+            for (int h = 0; h < 2; h++) {
+                int i = h ? i1 : i0;
+                if (h && i0 + lanes * W >= fc->in)
+                    break;
 #pragma unroll
-                    for (int r = 0; r < R; r++)
-                        acc[r][s] += wv[r].v[u] * xv;
-                }
+                for (int s = 0; s < S; s++)
+#pragma unroll
+                    for (int u = 0; u < W; u++) {
+                        float xv = in[s * fc->in + i + u];
+#pragma unroll
+                        for (int r = 0; r < R; r++)
+                            acc[r][s] += wv[h][r].v[u] * xv;
+                    }
+            }
         }
 #pragma unroll
         for (int r = 0; r < R; r++) {
             int j = j0 + r;
-            float b = fc->b_len && j < fc->out ? __ldg(params + fc->b_off + j) : 0.0f;
 #pragma unroll
             for (int s = 0; s < S; s++) {
                 float v = fused_warp_sum(acc[r][s]);
                 if (lane == 0 && s < ns && j < fc->out)
-                    out[s * fc->out + j] = fused_act(fc->act, b + v);
+                    out[s * fc->out + j] = fused_act(fc->act, b[r] + v);
             }
         }
     }
@@ -303,7 +315,8 @@ __device__ static void fused_dense(const gt_fused_fc *fc, const float *__restric
 
 /* dx[s][i] = sum_k W[k][i] dy[s][k] (then through the activation whose output y is; y NULL:
  * none) for W columns a thread over one of kq ranges of k, consecutive threads on consecutive
- * weights, the k loop unrolled so that its loads are in flight together. With kq > 1 the ranges'
+ * weights, k in batches of FUSED_BATCH whose loads (index clamped, no exit test between them)
+ * are in flight together. With kq > 1 the ranges'
  * partial sums go to scratch instead, and fused_dense_back adds them. */
 template <int W>
 __device__ static void fused_dense_back_w(const gt_fused_fc *fc, const float *__restrict__ w,
@@ -319,14 +332,17 @@ __device__ static void fused_dense_back_w(const gt_fused_fc *fc, const float *__
 #pragma unroll
         for (int u = 0; u < W; u++)
             acc[u] = 0.0f;
-#pragma unroll 8
-        for (int k = k0; k < k1; k++) {
-            fused_vec<W> wv;
-            wv.load(w + (size_t)k * fc->in + i);
-            float dv = d[k];
+        for (int kb = k0; kb < k1; kb += FUSED_BATCH) {
+            fused_vec<W> wv[FUSED_BATCH];
 #pragma unroll
-            for (int u = 0; u < W; u++)
-                acc[u] += dv * wv.v[u];
+            for (int b = 0; b < FUSED_BATCH; b++)
+                wv[b].load(w + (size_t)min(kb + b, k1 - 1) * fc->in + i);
+#pragma unroll
+            for (int b = 0; b < FUSED_BATCH; b++)
+                if (kb + b < k1)
+#pragma unroll
+                    for (int u = 0; u < W; u++)
+                        acc[u] += d[kb + b] * wv[b].v[u];
         }
 #pragma unroll
         for (int u = 0; u < W; u++) {
@@ -621,7 +637,7 @@ __device__ static void fused_forward_wgrad2(const gt_fused_net &f, int s0, int n
  * step. Training, it also clears
  * res->nonfinite for the reduction kernel (one graph node fewer than a memset). */
 template <int S>
-__global__ static void __launch_bounds__(FUSED_THREADS)
+__global__ static void __launch_bounds__(FUSED_THREADS, 2)
     fused_forward_kernel(const __grid_constant__ gt_fused_net f,
                          const float *__restrict__ params, const uint8_t *images,
                          const uint8_t *labels, int n, float scale, int train,
@@ -715,8 +731,9 @@ __device__ __forceinline__ static void fused_put(float *grad, size_t e, float ac
 
 /* One tile of a linear layer's weight gradient, GT_FUSED_TILE_ROWS outputs j by
  * GT_FUSED_TILE_COLS inputs i: the block stages dy[s][j] and x[s][i] of FUSED_TILE_SAMPLES samples
- * at a time in shared memory and each thread sums 8 of the tile's entries (one i, 8 j), samples
- * in order, so that each row of dy and x is read from L2 once per tile, not once per entry. */
+ * at a time in shared memory (fused_staged: a thread's loads in flight together) and each thread
+ * sums 8 of the tile's entries (one i, 8 j), samples in order, so that each row of dy and x is
+ * read from L2 once per tile, not once per entry. */
 enum { FUSED_TILE_SAMPLES = 32, FUSED_TILE_JT = 8 };
 
 __device__ static void fused_reduce_outer(const gt_fused_seg *g, size_t tile, int n, float *grad,
@@ -735,15 +752,22 @@ __device__ static void fused_reduce_outer(const gt_fused_seg *g, size_t tile, in
     for (int sb = 0; sb < n; sb += SC) {
         int sn = n - sb < SC ? n - sb : SC;
         __syncthreads();
-        for (int e = threadIdx.x; e < SC * TI; e += blockDim.x) {
-            int s = e / TI, i = i0 + e % TI;
-            xs[s][e % TI] = s < sn && i < g->x_len ? g->x[(size_t)(sb + s) * g->x_len + i] : 0.0f;
-        }
-        for (int e = threadIdx.x; e < SC * TJ; e += blockDim.x) {
-            int s = e / TJ, j = j0 + e % TJ;
-            float v = s < sn && j < g->dy_len ? g->dy[(size_t)(sb + s) * g->dy_len + j] : 0.0f;
-            ds[s][e % TJ] = v;
-        }
+        const float *x = g->x + (size_t)sb * g->x_len, *dy = g->dy + (size_t)sb * g->dy_len;
+        int x_len = g->x_len, dy_len = g->dy_len;
+        fused_staged(
+            SC * TI,
+            [=](int e) {
+                int s = e / TI, i = i0 + e % TI;
+                return s < sn && i < x_len ? x[(size_t)s * x_len + i] : 0.0f;
+            },
+            [&](int e, float v) { xs[e / TI][e % TI] = v; });
+        fused_staged(
+            SC * TJ,
+            [=](int e) {
+                int s = e / TJ, j = j0 + e % TJ;
+                return s < sn && j < dy_len ? dy[(size_t)s * dy_len + j] : 0.0f;
+            },
+            [&](int e, float v) { ds[e / TJ][e % TJ] = v; });
         __syncthreads();
         if (ty * JT < TJ)
             for (int s = 0; s < sn; s++) {
