@@ -5,13 +5,14 @@
  *
  *   forward   a few samples per block (one while the batch leaves SMs free): input bytes -> x/255
  *             -> conv, bias, act, pool -> conv, bias, act, pool in shared memory, then the three
- *             linear layers (weights read from L2 once per block), softmax cross-entropy,
- *             backward to the fc input and conv2's weight gradient (per-sample partials); keeps
- *             what backward and reduce need in global memory
- *   backward  per sample, one block per conv1 channel: back through conv2 into that channel,
- *             its pooling and activation, and its conv1 weight gradient (per-sample partials)
- *   reduce    one thread per gradient entry: the batch sum of the partials and of the linear
- *             layers' outer products, samples in order, so results do not depend on scheduling
+ *             linear layers (weights read from L2 once per block), softmax cross-entropy and
+ *             backward to the fc input; keeps what backward and reduce need in global memory
+ *   backward  per sample, one block per conv1 channel (back through conv2 into that channel,
+ *             its pooling and activation, and its conv1 weight gradient) and one per group of
+ *             conv2 output channels (their conv2 weight gradient): per-sample partials
+ *   reduce    the batch sums, samples in order, so results do not depend on scheduling: a thread
+ *             per entry of the partials and biases, shared-memory tiles of the linear layers'
+ *             outer products
  *
  * Every expression mirrors src/layers.c (activations from their outputs, pooling as sum times
  * 1/k^2, the loss in double); only summation orders differ. The conv loops are unrolled for
@@ -608,33 +609,11 @@ __device__ static void fused_conv_wgrad(const gt_fused_conv *cv, int n_o, const 
 
 /* ---- forward, the loss and backward to the fc input ------------------------------------------ */
 
-/* Once dp2 is known, each of the block's samples' conv2 weight and bias gradient into the first
- * columns of its partials row: the gradient at conv2's output (pooling and activation backward)
- * and the padded p1 (reloaded: the block's p1 buffer, in, held the last sample's) in shared
- * memory, then fused_conv_wgrad over every output channel. buf holds the gradient and then
- * fused_conv_wgrad's scratch. */
-__device__ static void fused_forward_wgrad2(const gt_fused_net &f, int s0, int ns, float *in,
-                                            float *buf)
-{
-    const gt_fused_conv *c2 = &f.conv[1];
-    float *dr = buf, *scratch = dr + c2->out_c * c2->out_h * c2->out_w;
-    for (int u = 0; u < ns; u++) {
-        size_t s = (size_t)s0 + u;
-        float *row = f.part + s * f.part_len;
-        __syncthreads();
-        fused_pool_act_back(c2, f.a2 + s * f.a2_len, f.dp2 + s * f.p2_len, c2->out_c, dr, 0);
-        fused_load_padded(f.p1 + s * f.p1_len, c2->in_c, c2->in_h, c2->in_w, c2->pad, in);
-        __syncthreads();
-        fused_conv_wgrad(c2, c2->out_c, in, dr, scratch, row, row + fused_weight_len(c2));
-    }
-}
-
 /* S samples per block (1, 2 or FUSED_FC_SAMPLES: the launch takes the fewest that keep every
  * SM's L2 traffic small enough): both convolution stages of each sample in turn (train: keeping
  * the activation outputs for backward; the pooled outputs are always stored, p2 being the linear
- * layers' input), then fused_fc_rows on all S, then (training) fused_forward_wgrad2. The linear
- * layers read their weights from L2 once per block, so a larger S reads them fewer times per
- * step. Training, it also clears
+ * layers' input), then fused_fc_rows on all S. The linear layers read their weights from L2
+ * once per block, so a larger S reads them fewer times per step. Training, it also clears
  * res->nonfinite for the reduction kernel (one graph node fewer than a memset). */
 template <int S>
 __global__ static void __launch_bounds__(FUSED_THREADS, 2)
@@ -654,7 +633,7 @@ __global__ static void __launch_bounds__(FUSED_THREADS, 2)
     int w1 = fused_weight_len(c1), w2 = fused_weight_len(c2);
     float *x = fused_smem, *p1 = x + in1, *wa = p1 + in2, *ba = wa + w1, *wb = ba + c1->out_c;
     float *rows = wb + w2 + c2->out_c;
-    int rowlen = fc[0].in + 2 * fc[0].out + 2 * fc[1].out + 2 * fc[2].out, len = S * rowlen;
+    int len = S * (fc[0].in + 2 * fc[0].out + 2 * fc[1].out + 2 * fc[2].out);
     /* p1's border and the rows past ns stay zero: the dense loops run over all S rows. */
     for (int t = threadIdx.x; t < in2; t += blockDim.x)
         p1[t] = 0.0f;
@@ -677,15 +656,14 @@ __global__ static void __launch_bounds__(FUSED_THREADS, 2)
         __syncthreads();
     }
     fused_fc_rows<S>(f, params, labels, s0, ns, scale, train, rows);
-    if (train)
-        fused_forward_wgrad2(f, s0, ns, p1, rows + FUSED_FC_SAMPLES * rowlen + 4 * FUSED_THREADS);
 }
 
-/* Block (s, c): sample s, conv1 channel c: conv2's input gradient for channel c (which needs the
- * output gradient of every conv2 channel), back through c's pooling and activation, and c's conv1
- * weight and bias gradient, into the partials row [conv2 weights, conv2 bias (both written by
- * the forward kernel), conv1 weights, conv1 bias]. Five blocks an SM (48 registers a thread);
- * unbounded, the staging loops took it to 70. */
+/* Sample blockIdx.x. Blocks y < conv1's channels take channel c = y: conv2's input gradient for
+ * channel c (which needs the output gradient of every conv2 channel), back through c's pooling
+ * and activation, and c's conv1 weight gradient. The blocks after take GT_FUSED_WGRAD_OUT conv2
+ * output channels each and their conv2 weight gradient. The partials row holds [conv2 weights,
+ * conv2 bias, conv1 weights, conv1 bias]. Five blocks an SM (48 registers a thread) run batch
+ * 64's 640 blocks in one wave on 132 SMs; unbounded, the staging loops took it to 70. */
 __global__ static void __launch_bounds__(FUSED_THREADS, 5)
     fused_backward_kernel(const __grid_constant__ gt_fused_net f, const float *params,
                           const uint8_t *images)
@@ -694,9 +672,21 @@ __global__ static void __launch_bounds__(FUSED_THREADS, 5)
     const gt_fused_conv *c1 = &f.conv[0], *c2 = &f.conv[1];
     const int KK = FUSED_K * FUSED_K;
     size_t s = blockIdx.x;
-    int w2 = fused_weight_len(c2), w1 = fused_weight_len(c1);
+    int w2 = fused_weight_len(c2), w1 = fused_weight_len(c1), y = blockIdx.y;
     float *row = f.part + s * f.part_len, *a2 = f.a2 + s * f.a2_len, *dp2 = f.dp2 + s * f.p2_len;
-    int c = blockIdx.y, border = FUSED_K - 1 - c2->pad;
+    int plane2 = c2->out_h * c2->out_w, pool2 = c2->pool_h * c2->pool_w;
+    if (y >= c1->out_c) {
+        int o0 = (y - c1->out_c) * GT_FUSED_WGRAD_OUT, n_o = c2->out_c - o0;
+        n_o = n_o < GT_FUSED_WGRAD_OUT ? n_o : GT_FUSED_WGRAD_OUT;
+        float *dr2 = fused_smem, *in = dr2 + n_o * plane2;
+        float *scratch = in + c2->in_c * (c2->in_h + 2 * c2->pad) * (c2->in_w + 2 * c2->pad);
+        fused_pool_act_back(c2, a2 + o0 * plane2, dp2 + o0 * pool2, n_o, dr2, 0);
+        fused_load_padded(f.p1 + s * f.p1_len, c2->in_c, c2->in_h, c2->in_w, c2->pad, in);
+        __syncthreads();
+        fused_conv_wgrad(c2, n_o, in, dr2, scratch, row + o0 * c2->in_c * KK, row + w2 + o0);
+        return;
+    }
+    int c = y, border = FUSED_K - 1 - c2->pad;
     int dr2_len = c2->out_c * (c2->out_h + 2 * border) * (c2->out_w + 2 * border);
     int plane1 = c1->out_h * c1->out_w;
     float *dr2 = fused_smem, *w = dr2 + dr2_len, *dp1 = w + c2->out_c * KK;

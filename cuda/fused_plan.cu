@@ -91,8 +91,9 @@ static void plan_smem(gt_fused_net *f)
                  plan_weights(c2) + c2->out_c;
     fwd += (size_t)GT_FUSED_FC_SAMPLES * (f1->in + 2 * f1->out + 2 * f2->out + 2 * f3->out);
     fwd += 4 * (size_t)GT_FUSED_THREADS; /* fused_dense_back's partial sums */
-    /* fused_forward_wgrad2: the gradient at conv2's output, then its weight-gradient scratch */
-    fwd += (size_t)c2->out_c * c2->out_h * c2->out_w + plan_wgrad_scratch(c2, c2->out_c);
+    int n_o = c2->out_c < GT_FUSED_WGRAD_OUT ? c2->out_c : GT_FUSED_WGRAD_OUT;
+    size_t wgrad2 = (size_t)n_o * c2->out_h * c2->out_w + plan_padded(c2) +
+                    plan_wgrad_scratch(c2, n_o);
     size_t back1 = (size_t)c2->out_c * (c2->out_h + 2 * border) * (c2->out_w + 2 * border) +
                    (size_t)c2->out_c * kk + (size_t)c2->in_h * c2->in_w +
                    (size_t)c1->out_h * c1->out_w + plan_padded(c1);
@@ -100,8 +101,8 @@ static void plan_smem(gt_fused_net *f)
                    c2->in_h * c2->in_w;
     back1 += dgrad > plan_wgrad_scratch(c1, 1) ? dgrad : plan_wgrad_scratch(c1, 1);
     f->smem_forward = fwd * sizeof(float);
-    f->smem_backward = back1 * sizeof(float);
-    f->back_blocks = c1->out_c;
+    f->smem_backward = (wgrad2 > back1 ? wgrad2 : back1) * sizeof(float);
+    f->back_blocks = c1->out_c + (c2->out_c + GT_FUSED_WGRAD_OUT - 1) / GT_FUSED_WGRAD_OUT;
 }
 
 /* The kernels are unrolled for one kernel size and pooling window; padding must leave the

@@ -400,6 +400,8 @@ enum { GT_FUSED_PART = 0, GT_FUSED_OUTER, GT_FUSED_SUM, GT_FUSED_MAX_SEGS = 10 }
 /* The convolution kernel size and pooling window the fused kernels are unrolled for (LeNet's). */
 #define GT_FUSED_K 5
 #define GT_FUSED_POOL 2
+/* Second-convolution output channels per weight-gradient block of the fused backward kernel. */
+#define GT_FUSED_WGRAD_OUT 4
 /* Threads per block of every fused kernel (the shared-memory plan depends on it). */
 #define GT_FUSED_THREADS 256
 
@@ -440,7 +442,8 @@ typedef struct gt_fused_net {
     size_t a1_len, p1_len, a2_len, p2_len; /* per-sample lengths of the buffers below */
     size_t part_len;              /* per-sample convolution gradient partials */
     size_t smem_forward, smem_backward; /* dynamic shared memory of each kernel */
-    int back_blocks;              /* backward blocks per sample: one per conv1 channel */
+    int back_blocks;              /* backward blocks per sample: one per conv1 channel, then one
+                                   * per GT_FUSED_WGRAD_OUT conv2 output channels */
     int nsm;                      /* the GPU's multiprocessors */
     int samples;                  /* forward samples per block from GT_FUSED_SAMPLES (1, 2 or
                                    * GT_FUSED_FC_SAMPLES); 0: chosen by the batch size */
