@@ -18,8 +18,9 @@
  * 1/k^2, the loss in double); only summation orders differ. The conv loops are unrolled for
  * GT_FUSED_K x GT_FUSED_K kernels and GT_FUSED_POOL windows, keeping a thread's input patch and
  * accumulators in registers; every other size is a run-time value. Loops stride by blockDim.x (a
- * multiple of 32) and a barrier separates every phase, so the arithmetic does not depend on the
- * block size. */
+ * multiple of 32) and a barrier separates every phase; how some sums are split across threads
+ * (weight-gradient row chunks, input-gradient channel groups, the fc backward's ranges of k)
+ * follows the block size, GT_FUSED_THREADS at every launch, so a step's bits are fixed. */
 #include <limits.h>
 #include <math.h>
 
