@@ -9,7 +9,6 @@
 #include "fused_kernels.cuh"
 
 #include <stdlib.h>
-#include <string.h>
 
 void gt_fused_free(gt_fused_net *f)
 {
