@@ -725,7 +725,7 @@ __device__ __forceinline__ static void fused_put(float *grad, size_t e, float ac
  * at a time in shared memory (fused_staged: a thread's loads in flight together) and each thread
  * sums 8 of the tile's entries (one i, 8 j), samples in order, so that each row of dy and x is
  * read from L2 once per tile, not once per entry. */
-enum { FUSED_TILE_SAMPLES = 32, FUSED_TILE_JT = 8 };
+enum { FUSED_TILE_SAMPLES = 64, FUSED_TILE_JT = 8 };
 
 __device__ static void fused_reduce_outer(const gt_fused_seg *g, size_t tile, int n, float *grad,
                                           gt_cuda_result *res)
@@ -745,20 +745,21 @@ __device__ static void fused_reduce_outer(const gt_fused_seg *g, size_t tile, in
         __syncthreads();
         const float *x = g->x + (size_t)sb * g->x_len, *dy = g->dy + (size_t)sb * g->dy_len;
         int x_len = g->x_len, dy_len = g->dy_len;
-        fused_staged(
-            SC * TI,
+        /* x's rows then dy's, one batch of loads per thread (SC x (TI + TJ) / blockDim). */
+        fused_staged<SC * (TI + TJ) / FUSED_THREADS>(
+            SC * (TI + TJ),
             [=](int e) {
-                int s = e / TI, i = i0 + e % TI;
-                return s < sn && i < x_len ? x[(size_t)s * x_len + i] : 0.0f;
+                int xe = e < SC * TI, f = xe ? e : e - SC * TI, w = xe ? TI : TJ;
+                int s = f / w, c = (xe ? i0 : j0) + f % w, len = xe ? x_len : dy_len;
+                const float *src = xe ? x : dy;
+                return s < sn && c < len ? src[(size_t)s * len + c] : 0.0f;
             },
-            [&](int e, float v) { xs[e / TI][e % TI] = v; });
-        fused_staged(
-            SC * TJ,
-            [=](int e) {
-                int s = e / TJ, j = j0 + e % TJ;
-                return s < sn && j < dy_len ? dy[(size_t)s * dy_len + j] : 0.0f;
-            },
-            [&](int e, float v) { ds[e / TJ][e % TJ] = v; });
+            [&](int e, float v) {
+                if (e < SC * TI)
+                    xs[e / TI][e % TI] = v;
+                else
+                    ds[(e - SC * TI) / TJ][(e - SC * TI) % TJ] = v;
+            });
         __syncthreads();
         if (ty * JT < TJ)
             for (int s = 0; s < sn; s++) {
@@ -785,7 +786,7 @@ __device__ static void fused_reduce_entry(const gt_fused_net &f, const gt_fused_
     const float *p = g->kind == GT_FUSED_PART ? f.part + g->col + t : g->dy + t;
     size_t stride = g->kind == GT_FUSED_PART ? f.part_len : (size_t)g->dy_len;
     float acc = 0.0f;
-#pragma unroll 16
+#pragma unroll 32
     for (int s = 0; s < n; s++)
         acc += p[(size_t)s * stride];
     fused_put(grad, g->dst + t, acc, res);
@@ -817,7 +818,7 @@ __global__ static void __launch_bounds__(FUSED_THREADS)
         return;
     double loss = 0;
     int hits = 0;
-#pragma unroll 16
+#pragma unroll 32
     for (int s = 0; s < n; s++) {
         loss += f.loss[s];
         hits += f.hits[s];
