@@ -1,12 +1,14 @@
 /* fused_cuda.cu - the fused training step of LeNet-shaped models (conv act avgpool, conv act
  * avgpool, fc act, fc act, fc: lenet5 and lenet5-classic): its buffers and the launches of the
- * four kernels of fused_kernels.cuh; fused_plan.cu says which models qualify.
+ * three kernels of fused_kernels.cuh; fused_plan.cu says which models qualify.
  *
  * The layer-by-layer path stays the GPU reference and serves every other model; the parity test
  * holds both against the CPU. */
 #include "gt_cuda.h"
 
 #include "fused_kernels.cuh"
+
+#include <stdlib.h>
 
 void gt_fused_free(gt_fused_net *f)
 {
@@ -28,10 +30,29 @@ static int fused_malloc(gt_cuda_ctx *c, void **p, size_t rows, size_t len, size_
     return gt_cuda_malloc(c, p, rows * len * elem, e);
 }
 
+/* GT_FUSED_SAMPLES: the forward kernel's samples per block, 1, 2 or FUSED_FC_SAMPLES (an
+ * experiment: the default picks by batch size, fused_forward); any other value is an error naming
+ * the variable. */
+static int fused_samples_env(int *samples, gt_err *e)
+{
+    const char *v = getenv("GT_FUSED_SAMPLES");
+    *samples = 0;
+    if (!v || !*v)
+        return 0;
+    char *end;
+    long k = strtol(v, &end, 10);
+    if (*end || (k != 1 && k != 2 && k != FUSED_FC_SAMPLES))
+        return gt_fail(e, "GT_FUSED_SAMPLES: bad value '%.40s' (1, 2 or %d)", v, FUSED_FC_SAMPLES);
+    *samples = (int)k;
+    return 0;
+}
+
 int gt_fused_alloc(gt_cuda_ctx *c, gt_fused_net *f, int cap, gt_err *e)
 {
     const gt_fused_fc *fc = f->fc;
     size_t n = (size_t)cap, fl = sizeof(float);
+    if (fused_samples_env(&f->samples, e))
+        return -1;
     if (fused_malloc(c, (void **)&f->a1, n, f->a1_len, fl, e) ||
         fused_malloc(c, (void **)&f->p1, n, f->p1_len, fl, e) ||
         fused_malloc(c, (void **)&f->a2, n, f->a2_len, fl, e) ||
@@ -48,17 +69,13 @@ int gt_fused_alloc(gt_cuda_ctx *c, gt_fused_net *f, int cap, gt_err *e)
         return -1;
     f->cap = cap;
     gt_fused_plan_segs(f);
-    GT_CUDA_CHECK(c->name, e,
-                  cudaFuncSetAttribute(fused_forward_kernel,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)f->smem_forward));
-    const void *fc_kernels[] = {(const void *)fused_fc_kernel<1>, (const void *)fused_fc_kernel<2>,
-                                (const void *)fused_fc_kernel<FUSED_FC_SAMPLES>};
+    const void *forward[] = {(const void *)fused_forward_kernel<1>,
+                             (const void *)fused_forward_kernel<2>,
+                             (const void *)fused_forward_kernel<FUSED_FC_SAMPLES>};
     for (int k = 0; k < 3; k++)
         GT_CUDA_CHECK(c->name, e,
-                      cudaFuncSetAttribute(fc_kernels[k],
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)f->smem_fc));
+                      cudaFuncSetAttribute(forward[k], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)f->smem_forward));
     GT_CUDA_CHECK(c->name, e,
                   cudaDeviceGetAttribute(&f->nsm, cudaDevAttrMultiProcessorCount, c->ordinal));
     GT_CUDA_CHECK(c->name, e,
@@ -75,41 +92,43 @@ static int fused_check_n(gt_cuda_ctx *c, const gt_fused_net *f, int n, gt_err *e
     return 0;
 }
 
-/* Both convolution stages, then the linear layers with the loss (and, training, their
- * backward). */
+/* Both convolution stages, the linear layers and the loss (and, training, their backward) in
+ * one kernel. Samples per block (unless GT_FUSED_SAMPLES sets them): one while the batch fits two
+ * blocks an SM, then two, then FUSED_FC_SAMPLES, so that large batches read the linear layers'
+ * weights fewer times. */
 static int fused_forward(gt_cuda_ctx *c, gt_fused_net *f, const float *params,
                          const uint8_t *images, const uint8_t *labels, int n, int train,
-                         gt_err *e)
+                         gt_cuda_result *res, gt_err *e)
 {
-    fused_forward_kernel<<<n, FUSED_THREADS, f->smem_forward, c->stream>>>(*f, params, images,
-                                                                          train);
-    GT_CUDA_LAUNCHED(c->name, e);
-    /* Samples per fc block: the fewest whose blocks still fit one wave (one block an SM). */
     float scale = 1.0f / (float)n;
-    if (n <= f->nsm)
-        fused_fc_kernel<1><<<n, FUSED_THREADS, f->smem_fc, c->stream>>>(*f, params, labels, n,
-                                                                          scale, train);
-    else if (n <= 2 * f->nsm)
-        fused_fc_kernel<2><<<(n + 1) / 2, FUSED_THREADS, f->smem_fc, c->stream>>>(
-            *f, params, labels, n, scale, train);
+    size_t smem = f->smem_forward;
+    int per = f->samples         ? f->samples
+              : n <= 2 * f->nsm ? 1
+              : n <= 4 * f->nsm ? 2
+                                : FUSED_FC_SAMPLES;
+    unsigned blocks = (unsigned)((n + per - 1) / per);
+    if (per == 1)
+        fused_forward_kernel<1><<<blocks, FUSED_THREADS, smem, c->stream>>>(
+            *f, params, images, labels, n, scale, train, res);
+    else if (per == 2)
+        fused_forward_kernel<2><<<blocks, FUSED_THREADS, smem, c->stream>>>(
+            *f, params, images, labels, n, scale, train, res);
     else
-        fused_fc_kernel<FUSED_FC_SAMPLES>
-            <<<(n + FUSED_FC_SAMPLES - 1) / FUSED_FC_SAMPLES, FUSED_THREADS, f->smem_fc,
-               c->stream>>>(*f, params, labels, n, scale, train);
+        fused_forward_kernel<FUSED_FC_SAMPLES><<<blocks, FUSED_THREADS, smem, c->stream>>>(
+            *f, params, images, labels, n, scale, train, res);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
 
-/* The first nsegs gradient segments and the loss sum: one thread each entry, one the loss. */
+/* The first nsegs gradient segments (gt_fused_seg_blocks each) and the loss sum (one block). */
 static int fused_reduce(gt_cuda_ctx *c, gt_fused_net *f, int nsegs, int n, float *grad,
                         gt_cuda_result *res, int accumulate, gt_err *e)
 {
-    size_t total = 1;
+    size_t blocks = 1;
     for (int s = 0; s < nsegs; s++)
-        total += f->seg[s].len;
-    unsigned blocks = (unsigned)((total + FUSED_THREADS - 1) / FUSED_THREADS);
-    fused_reduce_kernel<<<blocks, FUSED_THREADS, 0, c->stream>>>(*f, nsegs, n, grad, res,
-                                                                  accumulate);
+        blocks += gt_fused_seg_blocks(&f->seg[s]);
+    fused_reduce_kernel<<<(unsigned)blocks, FUSED_THREADS, 0, c->stream>>>(*f, nsegs, n, grad,
+                                                                           res, accumulate);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
@@ -119,8 +138,7 @@ int gt_fused_train(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const u
 {
     if (fused_check_n(c, f, n, e))
         return -1;
-    GT_CUDA_CHECK(c->name, e, cudaMemsetAsync(&res->nonfinite, 0, sizeof res->nonfinite, c->stream));
-    if (fused_forward(c, f, params, images, labels, n, 1, e))
+    if (fused_forward(c, f, params, images, labels, n, 1, res, e))
         return -1;
     fused_backward_kernel<<<dim3((unsigned)n, (unsigned)f->back_blocks), FUSED_THREADS,
                             f->smem_backward, c->stream>>>(*f, params, images);
@@ -131,7 +149,7 @@ int gt_fused_train(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const u
 int gt_fused_eval(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const uint8_t *images,
                   const uint8_t *labels, int n, gt_cuda_result *res, gt_err *e)
 {
-    if (fused_check_n(c, f, n, e) || fused_forward(c, f, params, images, labels, n, 0, e))
+    if (fused_check_n(c, f, n, e) || fused_forward(c, f, params, images, labels, n, 0, res, e))
         return -1;
     return fused_reduce(c, f, 0, n, NULL, res, 1, e);
 }

@@ -89,21 +89,18 @@ static void plan_smem(gt_fused_net *f)
     size_t kk = GT_FUSED_K * GT_FUSED_K, border = GT_FUSED_K - 1 - c2->pad;
     size_t fwd = plan_padded(c1) + plan_padded(c2) + plan_weights(c1) + c1->out_c +
                  plan_weights(c2) + c2->out_c;
-    size_t wmax = 0;
-    for (int l = 0; l < 3; l++) {
-        size_t layer = (size_t)f->fc[l].out * f->fc[l].in + f->fc[l].b_len;
-        wmax = layer > wmax ? layer : wmax;
-    }
-    size_t fc = (size_t)GT_FUSED_FC_SAMPLES * (f1->in + 2 * f1->out + 2 * f2->out + 2 * f3->out) +
-                wmax;
+    fwd += (size_t)GT_FUSED_FC_SAMPLES * (f1->in + 2 * f1->out + 2 * f2->out + 2 * f3->out);
+    fwd += 4 * (size_t)GT_FUSED_THREADS; /* fused_dense_back's partial sums */
     int n_o = c2->out_c < GT_FUSED_WGRAD_OUT ? c2->out_c : GT_FUSED_WGRAD_OUT;
     size_t wgrad2 = (size_t)n_o * c2->out_h * c2->out_w + plan_padded(c2) +
                     plan_wgrad_scratch(c2, n_o);
     size_t back1 = (size_t)c2->out_c * (c2->out_h + 2 * border) * (c2->out_w + 2 * border) +
                    (size_t)c2->out_c * kk + (size_t)c2->in_h * c2->in_w +
-                   (size_t)c1->out_h * c1->out_w + plan_padded(c1) + plan_wgrad_scratch(c1, 1);
+                   (size_t)c1->out_h * c1->out_w + plan_padded(c1);
+    size_t dgrad = (size_t)gt_fused_dgrad_groups(c2->in_h, c2->in_w, c2->out_c, GT_FUSED_THREADS) *
+                   c2->in_h * c2->in_w;
+    back1 += dgrad > plan_wgrad_scratch(c1, 1) ? dgrad : plan_wgrad_scratch(c1, 1);
     f->smem_forward = fwd * sizeof(float);
-    f->smem_fc = fc * sizeof(float);
     f->smem_backward = (wgrad2 > back1 ? wgrad2 : back1) * sizeof(float);
     f->back_blocks = c1->out_c + (c2->out_c + GT_FUSED_WGRAD_OUT - 1) / GT_FUSED_WGRAD_OUT;
 }
@@ -139,11 +136,12 @@ int gt_fused_plan(const gt_model *m, size_t max_smem, gt_fused_net *f)
     size_t covered = 0;
     for (int l = 0; l < m->nlayers; l++)
         covered += L[l].w_len + L[l].b_len;
-    if (covered != m->nparams || !plan_conv_ok(&f->conv[0]) || !plan_conv_ok(&f->conv[1]))
+    /* The input gradient into conv1's channels takes its outputs 2 x 2. */
+    int even = f->conv[1].in_h % 2 == 0 && f->conv[1].in_w % 2 == 0;
+    if (covered != m->nparams || !plan_conv_ok(&f->conv[0]) || !plan_conv_ok(&f->conv[1]) || !even)
         return 0;
     plan_smem(f);
-    return f->smem_forward <= max_smem && f->smem_fc <= max_smem &&
-           f->smem_backward <= max_smem;
+    return f->smem_forward <= max_smem && f->smem_backward <= max_smem;
 }
 
 static void plan_add_seg(gt_fused_net *f, int kind, size_t dst, size_t len, size_t col,

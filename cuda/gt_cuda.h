@@ -54,7 +54,7 @@ int gt_cuda_test_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_
 int gt_cuda_test_optim(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_step *st, float *p,
                        const float *g, float gscale, float *s0, float *s1, size_t n, gt_err *e);
 
-/* How a CUDA device runs a training step. fused: the four kernels of fused_cuda.cu (LeNet-shaped
+/* How a CUDA device runs a training step. fused: the three kernels of fused_cuda.cu (LeNet-shaped
  * models only) instead of one library call per layer; graphs: each step replays a CUDA graph
  * captured once per batch shape instead of launching its work one call at a time. */
 typedef struct gt_cuda_path {
@@ -381,7 +381,7 @@ typedef struct gt_fused_fc {
     size_t w_off, b_off, b_len;
 } gt_fused_fc;
 
-/* Which gradient entries a thread of the reduction kernel sums, and from what: a run of the flat
+/* Which gradient entries the reduction kernel sums, and from what: a run of the flat
  * gradient array is the batch sum of per-sample partials (the convolutions), of outer products
  * dy x^T (linear weights) or of dy (linear biases). */
 typedef struct gt_fused_seg {
@@ -394,7 +394,7 @@ typedef struct gt_fused_seg {
 
 enum { GT_FUSED_PART = 0, GT_FUSED_OUTER, GT_FUSED_SUM, GT_FUSED_MAX_SEGS = 10 };
 
-/* Samples per block of the fused linear-layer kernel at most: each weight staged in shared memory
+/* Samples per block of the fused forward kernel at most: each linear-layer weight read from L2
  * serves this many (fewer where the batch leaves SMs idle). */
 #define GT_FUSED_FC_SAMPLES 4
 /* The convolution kernel size and pooling window the fused kernels are unrolled for (LeNet's). */
@@ -404,6 +404,31 @@ enum { GT_FUSED_PART = 0, GT_FUSED_OUTER, GT_FUSED_SUM, GT_FUSED_MAX_SEGS = 10 }
 #define GT_FUSED_WGRAD_OUT 4
 /* Threads per block of every fused kernel (the shared-memory plan depends on it). */
 #define GT_FUSED_THREADS 256
+
+/* A tile of a linear layer's weight gradient in the fused reduction: rows (outputs) x columns
+ * (inputs); GT_FUSED_THREADS threads cover it 8 rows a thread. */
+#define GT_FUSED_TILE_ROWS 32
+#define GT_FUSED_TILE_COLS 64
+
+/* Blocks of GT_FUSED_THREADS the fused reduction gives segment g: a tile each of an outer
+ * product's entries, a thread each of the other kinds'. */
+static inline __host__ __device__ size_t gt_fused_seg_blocks(const gt_fused_seg *g)
+{
+    if (g->kind == GT_FUSED_OUTER)
+        return (size_t)((g->dy_len + GT_FUSED_TILE_ROWS - 1) / GT_FUSED_TILE_ROWS) *
+               ((g->x_len + GT_FUSED_TILE_COLS - 1) / GT_FUSED_TILE_COLS);
+    return (g->len + GT_FUSED_THREADS - 1) / GT_FUSED_THREADS;
+}
+
+/* Output-channel groups of the fused backward kernel's input gradient (conv2 into one conv1
+ * channel): as many as leave every thread 2 x 2 outputs of one group; its scratch holds a plane
+ * per group. */
+static inline __host__ __device__ int gt_fused_dgrad_groups(int in_h, int in_w, int out_c,
+                                                            int threads)
+{
+    int quads = in_h / 2 * (in_w / 2), g = quads > 0 ? threads / quads : 1;
+    return g < 1 ? 1 : g > out_c ? out_c : g;
+}
 
 /* The shape of a LeNet-like model (conv act avgpool conv act avgpool fc act fc act fc, kernels
  * GT_FUSED_K with padding below it, pooling GT_FUSED_POOL) and the device buffers of its fused
@@ -416,10 +441,12 @@ typedef struct gt_fused_net {
     size_t in_len;                /* input bytes per sample */
     size_t a1_len, p1_len, a2_len, p2_len; /* per-sample lengths of the buffers below */
     size_t part_len;              /* per-sample convolution gradient partials */
-    size_t smem_forward, smem_fc, smem_backward; /* dynamic shared memory of each kernel */
+    size_t smem_forward, smem_backward; /* dynamic shared memory of each kernel */
     int back_blocks;              /* backward blocks per sample: one per conv1 channel, then one
                                    * per GT_FUSED_WGRAD_OUT conv2 output channels */
     int nsm;                      /* the GPU's multiprocessors */
+    int samples;                  /* forward samples per block from GT_FUSED_SAMPLES (1, 2 or
+                                   * GT_FUSED_FC_SAMPLES); 0: chosen by the batch size */
     float *a1, *p1, *a2, *p2;     /* activation outputs and pooled outputs of the two stages */
     float *h1, *h2;               /* outputs of the first two linear layers (after activation) */
     float *dz, *dh2, *dh1, *dp2;  /* gradients: logits, linear pre-activations, the fc input */

@@ -13,6 +13,8 @@
 #include "../cuda/gt_cuda.h"
 
 #define TOL 1e-4
+/* The largest batch of a whole-network test (the index arrays of its batches hold this many). */
+#define GT_TEST_MAX_BATCH 600
 
 /* ||gpu - cpu|| / ||cpu|| (the absolute norm when cpu is all zero). */
 static double rel_err(const float *gpu, const float *cpu, size_t len)
@@ -504,7 +506,7 @@ static void nonfinite_step(gt_device *d, const float *params, const gt_dataset *
     gt_rng_seed(r, 5);
     const gt_model *m = d->model;
     float *bad = copy_floats(params, m->nparams);
-    uint32_t idx[512];
+    uint32_t idx[GT_TEST_MAX_BATCH];
     gt_batch b;
     gt_step_out out = {.correct = -1, .grad_status = -1};
     gt_err e = {""};
@@ -533,7 +535,7 @@ static void overlap_compare(gt_device *d, gt_cpu_net *net, const float *params,
     size_t n = m->nparams;
     float *own_params = d->params, *own_grad = d->grad;
     float *p[2], *g[2], *cpu_grad = gt_alloc(n * sizeof(float));
-    uint32_t idx[2][512];
+    uint32_t idx[2][GT_TEST_MAX_BATCH];
     gt_batch b[2];
     gt_err e = {""};
     char what[160];
@@ -589,7 +591,7 @@ static void test_path(gt_device *d, gt_cpu_net *net, const float *params, const 
     int max_batch = d->max_batch;
     float *grad_cpu = gt_alloc(m->nparams * sizeof *grad_cpu);
     float *params2 = gt_alloc(m->nparams * sizeof *params2);
-    uint32_t idx1[512];
+    uint32_t idx1[GT_TEST_MAX_BATCH];
     gt_batch b1;
     char what[128];
     if (load_params(d, params, path) == 0) {
@@ -752,6 +754,44 @@ static void test_conv_wgrad_env(const gt_dataset *ds, gt_rng *r)
 }
 
 /* GT_LAYER_PATH picks the layer path's epilogues at open; a bad value is an error naming it. */
+/* GT_FUSED_SAMPLES: a bad value fails the open naming it; 1, 2 and 4 samples a forward block each
+ * give a lenet5 step that matches the CPU (whatever the batch would choose). */
+static void test_fused_samples_env(const gt_dataset *ds, gt_rng *r)
+{
+    gt_model m;
+    gt_cpu_net net;
+    gt_device *d = NULL;
+    gt_err e = {""};
+    uint32_t idx[16];
+    gt_batch b;
+    char what[64];
+    CHECK(gt_model_build("lenet5", 1, 28, 28, 10, &m, &e) == 0);
+    float *params = gt_alloc(m.nparams * sizeof *params);
+    float *grad = gt_alloc(m.nparams * sizeof *grad);
+    gt_model_init_params(&m, params, 13);
+    CHECK(gt_cpu_net_create(&net, &m, 16, &e) == 0);
+    setenv("GT_FUSED_SAMPLES", "3", 1);
+    CHECK(gt_cuda_device_open(&d, &m, 16, 0, 0, &e) == -1 && d == NULL);
+    CHECK_MSG(strstr(e.msg, "GT_FUSED_SAMPLES") && strstr(e.msg, "'3'"), "message '%s'", e.msg);
+    const char *values[] = {"1", "2", "4"};
+    for (int i = 0; i < 3; i++) {
+        setenv("GT_FUSED_SAMPLES", values[i], 1);
+        int rc = gt_cuda_device_open(&d, &m, 16, 0, 0, &e);
+        CHECK_MSG(rc == 0, "GT_FUSED_SAMPLES=%s: %s", values[i], e.msg);
+        if (rc)
+            continue;
+        snprintf(what, sizeof what, "GT_FUSED_SAMPLES=%s step (15 samples)", values[i]);
+        make_batch(&b, idx, 15, ds, r);
+        if (load_params(d, params, what) == 0)
+            step_compare(d, &net, params, &b, grad, what);
+        gt_device_close(d);
+    }
+    unsetenv("GT_FUSED_SAMPLES");
+    gt_cpu_net_destroy(&net);
+    gt_free(params);
+    gt_free(grad);
+}
+
 static void test_layer_path_env(void)
 {
     gt_model m;
@@ -831,8 +871,9 @@ int main(void)
     test_layers(&r);
     gt_test_random_dataset(&ds, &r, 1200);
     test_model("lenet5", 32, 1100, 1, &ds, &r);
-    /* Batches past the GPU's SM count: the fused fc kernel takes 2 and 4 samples a block. */
-    test_model("lenet5", 300, 40, 1, &ds, &r);
+    /* Batches past twice and four times the GPU's SM count (600 and 301 on 132 SMs): the fused
+     * forward kernel takes 4 and 2 samples a block. */
+    test_model("lenet5", GT_TEST_MAX_BATCH, 40, 1, &ds, &r);
     test_model("lenet5-classic", 16, 50, 1, &ds, &r);
     test_model("cnn-wide", 8, 40, 0, &ds, &r);
     /* Every epilogue shape: a ReLU alone after a convolution, pooling windows that leave rows
@@ -840,6 +881,7 @@ int main(void)
     test_model("conv:4:3:1 relu conv:6:3 relu maxpool:3 conv:5:3 relu avgpool:4 fc:20 relu "
                "dropout:0.3 fc:16 relu fc:10", 16, 40, 0, &ds, &r);
     test_layer_path_env();
+    test_fused_samples_env(&ds, &r);
     test_conv_wgrad_env(&ds, &r);
     test_tf32(&ds, &r, "lenet5", 0, 2e-2);
     test_tf32(&ds, &r, "cnn-wide", 0, 0.1);
