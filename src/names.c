@@ -13,8 +13,9 @@ static const gt_mode_row mode_rows[] = {
      "one aggregated update per step, equal to one worker at W times the\n"
      "batch; deterministic, and the reference for accuracy."},
     {{"ssp", GT_MODE_SSP}, 1, 0,
-     "bounded staleness: a worker runs at most --staleness steps ahead of the\n"
-     "slowest (0 = sync); for workers of uneven speed."},
+     "bounded staleness: a worker waits for peers of its own pace and runs at\n"
+     "most --staleness steps ahead of a slower one (0 = sync); for workers of\n"
+     "uneven speed."},
     {{"local", GT_MODE_LOCAL}, 1, 0,
      "each worker trains its own replica, averaged every --sync-every\n"
      "steps: the least communication."},
