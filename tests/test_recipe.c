@@ -127,12 +127,12 @@ static void test_warmup_share(void)
 
 static void test_ssp(void)
 {
-    /* over more than two workers: plain SGD at 0.4 x lr / (1 - momentum), whatever the
+    /* over more than four workers: plain SGD at 0.4 x lr / (1 - momentum), whatever the
      * staleness */
     gt_config c = base(GT_MODE_SSP);
     c.staleness = 2;
     gt_recipe r;
-    gt_recipe_apply(&c, 4, NTRAIN, &r);
+    gt_recipe_apply(&c, 8, NTRAIN, &r);
     CHECK(c.optim.momentum == 0.0f);
     CHECK_CLOSE(c.optim.lr, 0.2, 1e-6);
     CHECK(c.optim.warmup_epochs > 0);
@@ -141,22 +141,24 @@ static void test_ssp(void)
     c2.staleness = 4;
     c2.optim.lr = 0.01f;
     c2.optim.momentum = 0.5f;
-    gt_recipe_apply(&c2, 3, NTRAIN, &r);
+    gt_recipe_apply(&c2, 5, NTRAIN, &r);
     CHECK(c2.optim.momentum == 0.0f);
     CHECK_CLOSE(c2.optim.lr, 0.008, 1e-6);
-    /* two workers read fresh parameters: sync's recipe, the warm-up alone, at any staleness */
-    for (int s = 1; s <= 4; s++) {
-        gt_config c1 = base(GT_MODE_SSP);
-        c1.staleness = s;
-        CHECK(gt_recipe_implicit_momentum(&c1, 2) == 0);
-        gt_recipe_apply(&c1, 2, NTRAIN, &r);
-        CHECK_MSG(c1.optim.momentum == 0.9f && c1.optim.lr == 0.05f && r.n == 1 &&
-                      strstr(r.change[0], "warm-up") && c1.optim.warmup_epochs > 0,
-                  "staleness %d: %d changes", s, r.n);
-    }
+    /* two to four workers read fresh parameters: sync's recipe, the warm-up alone, at any
+     * staleness */
+    for (int s = 1; s <= 4; s++)
+        for (int w = 2; w <= 4; w++) {
+            gt_config c1 = base(GT_MODE_SSP);
+            c1.staleness = s;
+            CHECK(gt_recipe_implicit_momentum(&c1, w) == 0);
+            gt_recipe_apply(&c1, w, NTRAIN, &r);
+            CHECK_MSG(c1.optim.momentum == 0.9f && c1.optim.lr == 0.05f && r.n == 1 &&
+                          strstr(r.change[0], "warm-up") && c1.optim.warmup_epochs > 0,
+                      "staleness %d, %d workers: %d changes", s, w, r.n);
+        }
     /* with --lr given, the momentum rule: d = s (W - 1) / 16 */
-    int s_[3] = {2, 4, 2}, w_[3] = {4, 4, 8};
-    double m_[3] = {0.63, 0.47, 0.43}; /* more staleness or workers, less explicit momentum */
+    int s_[3] = {2, 4, 2}, w_[3] = {8, 8, 16};
+    double m_[3] = {0.43, 0.26, 0.25}; /* more staleness or workers, less explicit momentum */
     for (int i = 0; i < 3; i++) {
         gt_config cl = base(GT_MODE_SSP);
         cl.staleness = s_[i];

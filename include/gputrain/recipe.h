@@ -5,7 +5,7 @@
  * a delay of d updates acts like momentum d / (d + 1). With W workers pushing to one store, each
  * update lands on parameters about W-1 updates newer than those it was computed on; counting half
  * of that delay fits the measurements (the whole of it leaves runs under-trained). Stale
- * aggregated updates (ssp over three or more workers; two read fresh parameters) do the same
+ * aggregated updates (ssp over five or more workers; up to four read fresh parameters) do the same
  * with a share of the staleness in clocks. So the explicit
  * SGD momentum is lowered by the implicit one. A larger effective batch per update (sync and ssp sum W workers' batches) wants
  * a warm-up of the step size (Goyal et al. 2017). Options the user gave (gt_config.given) are
