@@ -6,7 +6,6 @@
 #include "run.h"
 
 #include <stdint.h>
-#include <time.h>
 
 /* Begins the apply of clock `applied` where every share of it is in and none is in progress:
  * one part of the stripes per live worker, so that workers waiting for it share it. Returns
@@ -121,20 +120,6 @@ static double ssp_fresh_until_locked(run *r, const worker *w, uint64_t c, double
     return now < until ? until : 0;
 }
 
-/* Waits on r->cv until `deadline` (gt_now's clock) at most. Caller holds r->mu. */
-static void ssp_wait_until_locked(run *r, double deadline)
-{
-    double left = deadline - gt_now();
-    if (left <= 0)
-        return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts); /* r->cv waits on the default, real-time clock */
-    double ns = (double)ts.tv_nsec + left * 1e9;
-    ts.tv_sec += (time_t)(ns / 1e9);
-    ts.tv_nsec = (long)(ns - (double)(time_t)(ns / 1e9) * 1e9);
-    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-}
-
 /* Beyond the bound: the worker trains any share that a failed worker left in the clocks in
  * flight (the survivors may all be waiting for the clock it left, and nobody else would), or
  * waits. Caller holds r->mu; -1 (r->mu released) when the worker failed. */
@@ -174,7 +159,7 @@ static int ssp_wait_locked(run *r, worker *w, uint64_t c)
         double until = ssp_fresh_until_locked(r, w, c, since, gt_now());
         if (until == 0)
             return 0;
-        ssp_wait_until_locked(r, until);
+        run_wait_locked(r, until - gt_now());
     }
 }
 

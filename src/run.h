@@ -283,6 +283,7 @@ typedef struct run {
 void run_fail_locked(run *r, const char *msg);
 void run_fail(run *r, const char *msg);
 double run_progress_epochs(const run *r, uint64_t samples_total);
+void run_wait_locked(run *r, double seconds);
 void run_account_step_locked(run *r, worker *w, const gt_step_out *o, int n);
 
 /* barrier.c */

@@ -3,6 +3,7 @@
 #include "run.h"
 
 #include <stdio.h>
+#include <time.h>
 
 /* Ends the run with an error; the caller holds r->mu. */
 void run_fail_locked(run *r, const char *msg)
@@ -22,6 +23,21 @@ void run_fail(run *r, const char *msg)
     pthread_mutex_lock(&r->mu);
     run_fail_locked(r, msg);
     pthread_mutex_unlock(&r->mu);
+}
+
+/* Waits on r->cv for at most `seconds` (none when not positive). r->cv waits on the default,
+ * real-time clock. Caller holds r->mu. */
+void run_wait_locked(run *r, double seconds)
+{
+    if (seconds <= 0)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double ns = (double)ts.tv_nsec + seconds * 1e9;
+    time_t whole = (time_t)(ns / 1e9);
+    ts.tv_sec += whole;
+    ts.tv_nsec = (long)(ns - (double)whole * 1e9);
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
 }
 
 /* samples_total counts the samples of every host (this host's times H), so progress, and with it

@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 /* Lock-free atomics are async-signal-safe, and unlike a volatile flag they are not a data race
@@ -95,14 +94,7 @@ int supervise(run *r, gt_run_result *res, gt_err *e)
             r->halt = 1;
             pthread_cond_broadcast(&r->cv);
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        run_wait_locked(r, 0.1);
         uint32_t epoch = r->epoch;
         int sig_host = r->hosts.stop_sig;
         pthread_mutex_unlock(&r->mu);
