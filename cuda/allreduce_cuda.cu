@@ -172,6 +172,9 @@ static int allreduce_p2p_update(gt_device *d, const gt_cuda_device_parts *p, gt_
     if (allreduce_p2p_check(d, a, e))
         return -1;
     const float *sum = p->grad;
+    if (a->p2p && !gt_p2p_two_shot(a->p2p) && gt_p2p_fuses_update(a->p2p)) /* one kernel */
+        return gt_p2p_launch_update(a->p2p, a->rank, p->ctx->stream, c, st, p->params, gscale,
+                                    a->state[0], a->state[1], e);
     if (a->p2p) {
         if (gt_p2p_launch(a->p2p, a->rank, GT_P2P_AUTO, p->ctx->stream, e))
             return -1;
@@ -284,19 +287,39 @@ static int allreduce_wait(gt_device *d, gt_cuda_allreduce *a, cudaStream_t s, in
     }
 }
 
+/* The device's parts and exchange for an update with optimizer c (op names the caller), its
+ * GPU current; NULL with e set where the device has no exchange or too few state arrays. */
+static gt_cuda_allreduce *allreduce_for_update(gt_device *d, gt_cuda_device_parts *p,
+                                               const gt_optim_cfg *c, const char *op, gt_err *e)
+{
+    if (parts_of(d, p, e))
+        return NULL;
+    gt_cuda_allreduce *a = *p->allreduce;
+    if (!a) {
+        gt_fail(e, "%s: %s: gt_cuda_allreduce_init was not called", d->name, op);
+        return NULL;
+    }
+    if (gt_optim_nstate(c) > a->nstate) {
+        gt_fail(e, "%s: %s: the optimizer needs %d state arrays, the device holds %d", d->name,
+                op, gt_optim_nstate(c), a->nstate);
+        return NULL;
+    }
+    cudaError_t st = cudaSetDevice(d->ordinal);
+    if (st != cudaSuccess) {
+        gt_cuda_fail(e, d->name, "cudaSetDevice(d->ordinal)", cudaGetErrorString(st), __FILE__,
+                     __LINE__);
+        return NULL;
+    }
+    return a;
+}
+
 int gt_cuda_reduce_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st,
                           float gscale, gt_err *e)
 {
     gt_cuda_device_parts p;
-    if (parts_of(d, &p, e))
-        return -1;
-    gt_cuda_allreduce *a = *p.allreduce;
+    gt_cuda_allreduce *a = allreduce_for_update(d, &p, c, "reduce_update", e);
     if (!a)
-        return gt_fail(e, "%s: reduce_update: gt_cuda_allreduce_init was not called", d->name);
-    if (gt_optim_nstate(c) > a->nstate)
-        return gt_fail(e, "%s: reduce_update: the optimizer needs %d state arrays, the device "
-                          "holds %d", d->name, gt_optim_nstate(c), a->nstate);
-    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+        return -1;
     if (a->path != AR_NCCL)
         return allreduce_p2p_update(d, &p, a, c, st, gscale, e);
     if (!a->comm)
@@ -317,6 +340,40 @@ int gt_cuda_reduce_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_st
         return -1;
     }
     return allreduce_wait(d, a, s, 1, "ncclAllReduce", e);
+}
+
+int gt_cuda_local_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st,
+                         float gscale, int average, gt_err *e)
+{
+    gt_cuda_device_parts p;
+    gt_cuda_allreduce *a = allreduce_for_update(d, &p, c, "local_update", e);
+    if (!a)
+        return -1;
+    if (average && a->path == AR_NCCL)
+        return gt_fail(e, "%s: local_update: averaging the replicas needs the peer exchange",
+                       d->name);
+    if (g_abort_gen.load() != a->gen)
+        return gt_fail(e, "%s: peer all-reduce %s", d->name, AR_ABORTED);
+    if (allreduce_p2p_check(d, a, e) ||
+        gt_cuda_optim_apply(p.ctx, c, st, p.params, p.grad, gscale, a->state[0], a->state[1],
+                            a->n, e))
+        return -1;
+    if (!average || !a->p2p) /* one replica is its own mean */
+        return 0;
+    /* The group reads every rank's gradient buffer: the parameters go there first (the next
+     * step overwrites it; the average's second barrier keeps it until every peer has read). */
+    GT_CUDA_CHECK(d->name, e,
+                  cudaMemcpyAsync(p.grad, p.params, a->n * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, p.ctx->stream));
+    return gt_p2p_launch_average(a->p2p, a->rank, p.ctx->stream, p.params, e);
+}
+
+int gt_cuda_allreduce_averages(gt_device *d)
+{
+    gt_cuda_device_parts p;
+    if (gt_cuda_device_parts_of(d, &p) != 0 || !*p.allreduce)
+        return 0;
+    return (*p.allreduce)->path != AR_NCCL;
 }
 
 /* The communicator's unique id: made here on one host; across hosts made by host 0 and sent to
@@ -497,6 +554,15 @@ int gt_cuda_reduce_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_st
 {
     return gt_fail(e, "%s: --mode allreduce: this gputrain was built without NCCL", d->name);
 }
+
+int gt_cuda_local_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st,
+                         float gscale, int average, gt_err *e)
+{
+    return gt_fail(e, "%s: the local mode's device step: this gputrain was built without NCCL",
+                   d->name);
+}
+
+int gt_cuda_allreduce_averages(gt_device *d) { return 0; }
 
 int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_err *e)
 {

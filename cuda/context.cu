@@ -124,26 +124,32 @@ static int ctx_init_device(gt_cuda_ctx *c, int ordinal, gt_err *e)
 static int ctx_create_handles(gt_cuda_ctx *c, gt_err *e)
 {
     GT_CUDA_CHECK(c->name, e, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    GT_CUBLAS_CHECK(c->name, e, cublasCreate(&c->cublas));
-    GT_CUBLAS_CHECK(c->name, e, cublasSetStream(c->cublas, c->stream));
-    GT_CUBLAS_CHECK(c->name, e,
-                    cublasSetMathMode(c->cublas, c->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                         : CUBLAS_DEFAULT_MATH));
-    if (gt_cuda_malloc(c, &c->cublas_ws, GT_CUDA_CUBLAS_WS, e))
-        return -1;
-    GT_CUBLAS_CHECK(c->name, e, cublasSetWorkspace(c->cublas, c->cublas_ws, GT_CUDA_CUBLAS_WS));
     return 0;
 }
 
-/* cuDNN's handle loads its libraries, a noticeable part of start-up, so a context whose device
- * runs only the fused kernels never makes one. */
-int gt_cuda_ctx_cudnn(gt_cuda_ctx *c, gt_err *e)
+/* cuDNN's and cuBLAS's handles load their libraries' state and kernels, a noticeable part of
+ * start-up, so a context whose device runs only the fused kernels never makes them: the layer
+ * path's first layer does. */
+int gt_cuda_ctx_layer_libs(gt_cuda_ctx *c, gt_err *e)
 {
-    if (c->cudnn)
+    if (c->cudnn && c->cublas)
         return 0;
     GT_CUDA_CHECK(c->name, e, cudaSetDevice(c->ordinal));
-    GT_CUDNN_CHECK(c->name, e, cudnnCreate(&c->cudnn));
-    GT_CUDNN_CHECK(c->name, e, cudnnSetStream(c->cudnn, c->stream));
+    if (!c->cudnn) {
+        GT_CUDNN_CHECK(c->name, e, cudnnCreate(&c->cudnn));
+        GT_CUDNN_CHECK(c->name, e, cudnnSetStream(c->cudnn, c->stream));
+    }
+    if (!c->cublas) {
+        GT_CUBLAS_CHECK(c->name, e, cublasCreate(&c->cublas));
+        GT_CUBLAS_CHECK(c->name, e, cublasSetStream(c->cublas, c->stream));
+        GT_CUBLAS_CHECK(c->name, e,
+                        cublasSetMathMode(c->cublas, c->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                             : CUBLAS_DEFAULT_MATH));
+        if (gt_cuda_malloc(c, &c->cublas_ws, GT_CUDA_CUBLAS_WS, e))
+            return -1;
+        GT_CUBLAS_CHECK(c->name, e,
+                        cublasSetWorkspace(c->cublas, c->cublas_ws, GT_CUDA_CUBLAS_WS));
+    }
     return 0;
 }
 

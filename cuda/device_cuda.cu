@@ -59,7 +59,8 @@ typedef struct cuda_impl {
     int inflight[2], ninflight;        /* slots of begun, not yet ended steps, oldest first */
     uint8_t *eval_x, *eval_y;          /* one evaluation chunk's images and labels */
     gt_cuda_result *result;
-    gt_cuda_result *result_host;       /* pinned, one per slot: a step's loss and hits */
+    gt_cuda_result *result_host;       /* pinned, one per slot (a step's loss and hits), then the
+                                        * evaluation's: a step may still be queued beside it */
     gt_cuda_allreduce *allreduce;      /* NCCL communicator and optimizer state, allreduce mode */
     gt_fused_net fnet;                 /* the fused step's shapes and buffers, where fusable */
     int fusable, fused, graphs;        /* see gt_cuda_path */
@@ -70,6 +71,9 @@ typedef struct cuda_impl {
     uint64_t nsteps;
     char graph_error[GT_ERRLEN];       /* why capture failed; "" if it never did */
 } cuda_impl;
+
+/* result_host's entry for evaluations, after the two slots'. */
+#define EVAL_RESULT 2
 
 static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
 
@@ -216,7 +220,7 @@ static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
     if (gt_cuda_malloc(c, (void **)&g->eval_x, cap * g->in_len, e) ||
         gt_cuda_malloc(c, (void **)&g->eval_y, cap, e) ||
         gt_cuda_malloc(c, (void **)&g->result, sizeof *g->result, e) ||
-        cuda_alloc_host(c, (void **)&g->result_host, 2 * sizeof *g->result_host, e))
+        cuda_alloc_host(c, (void **)&g->result_host, 3 * sizeof *g->result_host, e))
         return -1;
     /* Finite contents for timing the convolution algorithms. */
     GT_CUDA_CHECK(c->name, e, cudaMemset(g->params, 0, nparams * sizeof(float)));
@@ -541,19 +545,64 @@ static int cuda_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt
     return 0;
 }
 
+/* Queues b's step and counts it among the steps begun and not ended. */
+static int cuda_step_queue_inflight(gt_device *d, cuda_impl *g, const gt_batch *b, gt_err *e)
+{
+    int s;
+    if (cuda_step_queue(d, g, b, &s, e))
+        return -1;
+    g->inflight[g->ninflight++] = s;
+    return 0;
+}
+
+/* The device address of a pinned host buffer, or NULL where the device cannot read it (pageable
+ * memory: gt_host_alloc falls back to it where pinning fails). Asked each time: a buffer freed
+ * and another allocated at its address need not be pinned alike. */
+static const float *cuda_mapped(const float *host)
+{
+    cudaPointerAttributes a;
+    const float *dev = NULL;
+    if (cudaPointerGetAttributes(&a, host) == cudaSuccess && a.type == cudaMemoryTypeHost)
+        dev = (const float *)a.devicePointer;
+    cudaGetLastError();
+    return dev;
+}
+
 /* --overlap: the parameters' upload and the step are queued behind whatever step is still
  * running, so the host can push that one's gradient meanwhile. The step's graph copies the
  * gradient into d->grad as it is now (graphs are kept per host buffer). */
 static int cuda_step_begin(gt_device *d, const gt_batch *b, gt_err *e)
 {
     cuda_impl *g = (cuda_impl *)d->impl;
-    int s;
     if (g->ninflight == 2)
         return gt_fail(e, "%s: a third step begun before the first ended", d->name);
-    if (cuda_load_params(d, e) || cuda_step_queue(d, g, b, &s, e))
+    /* With a prediction, one kernel reads the pulled parameters from pinned host memory and
+     * writes them predicted (a pageable buffer: an upload, then the kernel). The running step's
+     * gradient is still in g->grad: the next step's graph, queued behind this, overwrites it. */
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    int predict = d->predict && g->ninflight == 1;
+    const float *src = predict ? cuda_mapped(d->params) : NULL;
+    if (!src) {
+        if (cuda_load_params(d, e))
+            return -1;
+        src = g->params;
+    }
+    if (predict && gt_cuda_optim_predict_from(g->ctx, d->predict->cfg, &d->predict->st, g->params,
+                                              src, g->grad, d->predict->gscale,
+                                              d->model->nparams, e))
         return -1;
-    g->inflight[g->ninflight++] = s;
-    return 0;
+    return cuda_step_queue_inflight(d, g, b, e);
+}
+
+/* The allreduce mode's pipelined step: queued on the parameters already on the device, behind
+ * the update queued before it. */
+static int cuda_step_queue_resident(gt_device *d, const gt_batch *b, gt_err *e)
+{
+    cuda_impl *g = (cuda_impl *)d->impl;
+    if (g->ninflight == 2)
+        return gt_fail(e, "%s: a third step queued before the first ended", d->name);
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    return cuda_step_queue_inflight(d, g, b, e);
 }
 
 static int cuda_step_end(gt_device *d, gt_step_out *out, gt_err *e)
@@ -617,26 +666,29 @@ static int cuda_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32
             return -1;
     }
     GT_CUDA_CHECK(d->name, e,
-                  cudaMemcpyAsync(g->result_host, g->result, sizeof *g->result,
+                  cudaMemcpyAsync(g->result_host + EVAL_RESULT, g->result, sizeof *g->result,
                                   cudaMemcpyDeviceToHost, c->stream));
     GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(c->stream));
-    out->loss_sum = g->result_host->loss_sum;
-    out->correct = g->result_host->correct;
+    out->loss_sum = g->result_host[EVAL_RESULT].loss_sum;
+    out->correct = g->result_host[EVAL_RESULT].correct;
     return 0;
 }
 
-/* The allreduce trio lives in allreduce_cuda.cu; without NCCL there is no reduce_update, and
- * train.c refuses that mode. */
+/* The allreduce trio and local_update live in allreduce_cuda.cu; without NCCL there is no
+ * reduce_update, and train.c refuses that mode. */
 static const gt_device_ops cuda_ops = {
     .load_params = cuda_load_params,
     .train_step = cuda_train_step,
     .evaluate = cuda_evaluate,
     .step_begin = cuda_step_begin,
     .step_end = cuda_step_end,
+    .step_queue = cuda_step_queue_resident,
 #ifdef GT_HAVE_NCCL
     .reduce_update = gt_cuda_reduce_update,
+    .local_update = gt_cuda_local_update,
 #else
     .reduce_update = NULL,
+    .local_update = NULL,
 #endif
     .get_params = gt_cuda_get_params,
     .set_state = gt_cuda_set_state,

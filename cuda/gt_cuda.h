@@ -104,12 +104,26 @@ int gt_p2p_create(gt_p2p **out, int nranks, const int *ordinals, const float *co
 /* Queues rank's part of one all-reduce on stream (a cudaStream_t of its GPU); every rank must
  * launch the same calls with the same algorithm in the same order. Capturable in a CUDA graph. */
 int gt_p2p_launch(gt_p2p *p, int rank, int algo, void *stream, gt_err *e);
+/* One-shot, the sum applied as it is made: rank's params (and optimizer state s0, s1, as
+ * gt_cuda_optim_apply takes them) updated by the sum times gscale under c's rule at step st, the
+ * same bits as gt_p2p_launch then gt_cuda_optim_apply on its result; no result is written.
+ * Every rank launches it alike in place of a gt_p2p_launch. */
+int gt_p2p_launch_update(gt_p2p *p, int rank, void *stream, const gt_optim_cfg *c,
+                         const gt_optim_step *st, float *params, float gscale, float *s0,
+                         float *s1, gt_err *e);
+/* One-shot, the mean of the ranks' inputs into rank's params (n floats on its GPU): each element
+ * summed in double in rank order from 0, divided by the rank count and rounded to float, as
+ * mode_local.c averages replicas through the store; no result is written. Every rank launches it
+ * alike in place of a gt_p2p_launch. */
+int gt_p2p_launch_average(gt_p2p *p, int rank, void *stream, float *params, gt_err *e);
 /* Rank's result: n floats in its GPU's memory, valid once its launch has finished and
  * gt_p2p_status is GT_P2P_OK; the same bits on every rank, each element summed in rank order. */
 const float *gt_p2p_result(const gt_p2p *p, int rank);
 /* GT_P2P_*: a call of rank gave up (its wait ran past the budget, an abort, or a rank left). */
 int gt_p2p_status(const gt_p2p *p, int rank);
 int gt_p2p_two_shot(const gt_p2p *p);
+/* Whether gt_p2p_launch_update is the faster way to update by the sum (small arrays). */
+int gt_p2p_fuses_update(const gt_p2p *p);
 double gt_p2p_budget_s(const gt_p2p *p);
 /* Ends every wait, now and later, of every group made before the call. */
 void gt_p2p_abort_all(void);
@@ -137,8 +151,8 @@ struct gt_cuda_ctx {
     int tf32;
     char name[64];            /* "gpu:N (device name)", the start of every error message */
     cudaStream_t stream;      /* compute: every kernel, cuDNN and cuBLAS call of this context */
-    cudnnHandle_t cudnn;      /* NULL until gt_cuda_ctx_cudnn (the first layer's init) */
-    cublasHandle_t cublas;
+    cudnnHandle_t cudnn;      /* NULL until gt_cuda_ctx_layer_libs (the first layer's init) */
+    cublasHandle_t cublas;    /* likewise */
     void *cublas_ws;
     void *ws;                 /* cuDNN workspace shared by all layers (one stream, one at a time) */
     size_t ws_bytes;
@@ -176,7 +190,7 @@ int gt_cuda_fail(gt_err *e, const char *gpu, const char *call, const char *what,
 #define GT_CUDA_LAUNCHED(gpu, e) GT_CUDA_CHECK(gpu, e, cudaGetLastError())
 
 /* Creates the context's cuDNN handle on first use; gt_cuda_layer_init calls it. */
-int gt_cuda_ctx_cudnn(gt_cuda_ctx *c, gt_err *e);
+int gt_cuda_ctx_layer_libs(gt_cuda_ctx *c, gt_err *e);
 /* (Re)allocates the context's cuDNN workspace to exactly bytes; set-up time only. */
 int gt_cuda_ctx_set_workspace(gt_cuda_ctx *c, size_t bytes, gt_err *e);
 /* cudaMalloc with the size in the message. */
@@ -479,6 +493,11 @@ int gt_fused_eval(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const ui
 int gt_cuda_optim_apply(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_step *st,
                         float *p, const float *g, float gscale, float *s0, float *s1, size_t n,
                         gt_err *e);
+/* --overlap's weight prediction on the device, on c's stream: p = src predicted with g as
+ * gt_optim_predict does it (src: p itself, or pinned host memory the device reads directly). */
+int gt_cuda_optim_predict_from(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_step *st,
+                               float *p, const float *src, const float *g, float gscale, size_t n,
+                               gt_err *e);
 
 /* One device's NCCL communicator and optimizer state (allreduce_cuda.cu). */
 typedef struct gt_cuda_allreduce gt_cuda_allreduce;
@@ -496,6 +515,8 @@ int gt_cuda_device_parts_of(gt_device *d, gt_cuda_device_parts *out);
 /* The device operations of the allreduce mode (device.h says what each does). */
 int gt_cuda_reduce_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st,
                           float gscale, gt_err *e);
+int gt_cuda_local_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st,
+                         float gscale, int average, gt_err *e);
 int gt_cuda_get_params(gt_device *d, float *s0, float *s1, gt_err *e);
 int gt_cuda_set_state(gt_device *d, const float *s0, const float *s1, gt_err *e);
 /* Releases the communicator and the state; a device's close calls it after its stream is idle. */

@@ -505,7 +505,7 @@ int gt_cuda_layer_init(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_layer *L, uin
     memset(cl, 0, sizeof *cl);
     cl->L = *L;
     cl->index = index;
-    if (gt_cuda_ctx_cudnn(c, e))
+    if (gt_cuda_ctx_layer_libs(c, e))
         return -1;
     switch (L->kind) {
     case GT_CONV:

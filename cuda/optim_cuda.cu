@@ -1,99 +1,29 @@
 /* optim_cuda.cu - the GPU twin of src/optim.c: SGD (plain, momentum, Nesterov) and Adam applied to
  * a device's parameters and optimizer state, for the allreduce mode, where every GPU updates its
- * own replica.
- *
- * Each element goes through the same float operations in the same order as the CPU loops, and
- * every one of them is an explicitly rounded intrinsic (__fmul_rn, __fadd_rn, __fsqrt_rn,
- * __fdiv_rn), which nvcc never contracts into a fused multiply-add. The per-update constants are
- * derived on the host by the same expressions as optim.c. So a GPU update equals gt_optim_apply
- * bit for bit, and replicas that start equal stay equal. */
+ * own replica. The arithmetic of an element, and why it equals the CPU's bit for bit, is in
+ * optim_elem.cuh. */
 #include "gt_cuda.h"
-
-#include <math.h>
+#include "optim_elem.cuh"
 
 static const size_t OPTIM_BLOCK = 256, OPTIM_MAX_BLOCKS = 4096;
-
-/* Per-update constants, as optim.c's optim_consts_make derives them. */
-typedef struct optim_consts {
-    float lr, mom, wd;
-    float b1, one_b1, b2, one_b2, eps;
-    float step_size, bc2_sqrt;
-} optim_consts;
-
-static optim_consts optim_consts_make(const gt_optim_cfg *c, const gt_optim_step *st)
-{
-    optim_consts k;
-    k.lr = st->lr;
-    k.mom = c->momentum;
-    k.wd = c->weight_decay;
-    k.b1 = c->beta1;
-    k.one_b1 = 1.0f - c->beta1;
-    k.b2 = c->beta2;
-    k.one_b2 = 1.0f - c->beta2;
-    k.eps = c->eps;
-    k.step_size = (float)((double)st->lr / (double)st->bc1);
-    k.bc2_sqrt = (float)sqrt((double)st->bc2);
-    return k;
-}
 
 #define OPTIM_GRID_STRIDE(i, n)                                                              \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
          i += (size_t)gridDim.x * blockDim.x)
 
-__device__ static inline float optim_grad(float g, float gscale, float p, float wd)
-{
-    float gi = __fmul_rn(g, gscale);
-    return wd != 0.0f ? __fadd_rn(gi, __fmul_rn(wd, p)) : gi;
-}
-
-__device__ static inline float optim_momentum(float buf, float g, float mom)
-{
-    return __fadd_rn(__fmul_rn(mom, buf), g);
-}
-
-__global__ static void optim_sgd_kernel(optim_consts k, float *p, const float *g, float gscale,
-                                        size_t n)
+template <int RULE>
+__global__ static void optim_kernel(optim_consts k, float *p, const float *g, float gscale,
+                                    float *s0, float *s1, size_t n)
 {
     OPTIM_GRID_STRIDE(i, n)
-    p[i] = __fsub_rn(p[i], __fmul_rn(k.lr, optim_grad(g[i], gscale, p[i], k.wd)));
+    optim_elem<RULE>(k, p, g[i], gscale, s0, s1, i);
 }
 
-__global__ static void optim_sgd_momentum_kernel(optim_consts k, float *p, const float *g,
-                                                 float gscale, float *buf, size_t n)
+/* Blocks for n grid-stride items. */
+static unsigned optim_grid(size_t n)
 {
-    OPTIM_GRID_STRIDE(i, n)
-    {
-        float b = optim_momentum(buf[i], optim_grad(g[i], gscale, p[i], k.wd), k.mom);
-        buf[i] = b;
-        p[i] = __fsub_rn(p[i], __fmul_rn(k.lr, b));
-    }
-}
-
-__global__ static void optim_sgd_nesterov_kernel(optim_consts k, float *p, const float *g,
-                                                 float gscale, float *buf, size_t n)
-{
-    OPTIM_GRID_STRIDE(i, n)
-    {
-        float gi = optim_grad(g[i], gscale, p[i], k.wd);
-        float b = optim_momentum(buf[i], gi, k.mom);
-        buf[i] = b;
-        p[i] = __fsub_rn(p[i], __fmul_rn(k.lr, __fadd_rn(gi, __fmul_rn(k.mom, b))));
-    }
-}
-
-__global__ static void optim_adam_kernel(optim_consts k, float *p, const float *g, float gscale,
-                                         float *m, float *v, size_t n)
-{
-    OPTIM_GRID_STRIDE(i, n)
-    {
-        float gi = optim_grad(g[i], gscale, p[i], k.wd);
-        float mi = __fadd_rn(__fmul_rn(k.b1, m[i]), __fmul_rn(k.one_b1, gi));
-        float vi = __fadd_rn(__fmul_rn(k.b2, v[i]), __fmul_rn(__fmul_rn(k.one_b2, gi), gi));
-        m[i] = mi;
-        v[i] = vi;
-        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), k.bc2_sqrt), k.eps);
-        p[i] = __fsub_rn(p[i], __fdiv_rn(__fmul_rn(k.step_size, mi), denom));
-    }
+    size_t blocks = (n + OPTIM_BLOCK - 1) / OPTIM_BLOCK;
+    return (unsigned)(blocks < OPTIM_MAX_BLOCKS ? blocks : OPTIM_MAX_BLOCKS);
 }
 
 int gt_cuda_optim_apply(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_step *st,
@@ -103,17 +33,72 @@ int gt_cuda_optim_apply(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_
     if (n == 0)
         return 0;
     optim_consts k = optim_consts_make(cfg, st);
-    size_t blocks = (n + OPTIM_BLOCK - 1) / OPTIM_BLOCK;
-    unsigned grid = (unsigned)(blocks < OPTIM_MAX_BLOCKS ? blocks : OPTIM_MAX_BLOCKS);
-    if (cfg->kind == GT_OPT_ADAM)
-        optim_adam_kernel<<<grid, OPTIM_BLOCK, 0, c->stream>>>(k, p, g, gscale, s0, s1, n);
-    else if (cfg->momentum == 0.0f)
-        optim_sgd_kernel<<<grid, OPTIM_BLOCK, 0, c->stream>>>(k, p, g, gscale, n);
-    else if (cfg->nesterov)
-        optim_sgd_nesterov_kernel<<<grid, OPTIM_BLOCK, 0, c->stream>>>(k, p, g, gscale, s0, n);
-    else
-        optim_sgd_momentum_kernel<<<grid, OPTIM_BLOCK, 0, c->stream>>>(k, p, g, gscale, s0, n);
+    unsigned grid = optim_grid(n);
+    switch (optim_rule(cfg)) {
+    case OPTIM_SGD:
+        optim_kernel<OPTIM_SGD><<<grid, OPTIM_BLOCK, 0, c->stream>>>(k, p, g, gscale, s0, s1, n);
+        break;
+    case OPTIM_MOMENTUM:
+        optim_kernel<OPTIM_MOMENTUM><<<grid, OPTIM_BLOCK, 0, c->stream>>>(k, p, g, gscale, s0, s1, n);
+        break;
+    case OPTIM_NESTEROV:
+        optim_kernel<OPTIM_NESTEROV><<<grid, OPTIM_BLOCK, 0, c->stream>>>(k, p, g, gscale, s0, s1, n);
+        break;
+    default:
+        optim_kernel<OPTIM_ADAM><<<grid, OPTIM_BLOCK, 0, c->stream>>>(k, p, g, gscale, s0, s1, n);
+        break;
+    }
     GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+/* --overlap's weight prediction: gt_optim_predict's arithmetic, non-finite gradients skipped,
+ * from src (pinned host memory the device reads, or p itself) into p. */
+__device__ static inline float optim_predict_one(const optim_consts &k, float p, float g,
+                                                 float gscale)
+{
+    return isfinite(g) ? optim_sgd_one(k, p, g, gscale) : p;
+}
+
+__global__ static void optim_predict_kernel(optim_consts k, float *p, const float *src,
+                                            const float *g, float gscale, size_t n)
+{
+    OPTIM_GRID_STRIDE(i, n)
+    p[i] = optim_predict_one(k, src[i], g[i], gscale);
+}
+
+/* The same, four floats a thread where every pointer is 16-byte aligned: reads of host memory
+ * over the bus want wide requests. */
+__global__ static void optim_predict4_kernel(optim_consts k, float4 *p, const float4 *src,
+                                             const float4 *g, float gscale, size_t n4)
+{
+    OPTIM_GRID_STRIDE(i, n4)
+    {
+        float4 s = src[i], d = g[i];
+        p[i] = make_float4(optim_predict_one(k, s.x, d.x, gscale), optim_predict_one(k, s.y, d.y, gscale),
+                           optim_predict_one(k, s.z, d.z, gscale), optim_predict_one(k, s.w, d.w, gscale));
+    }
+}
+
+int gt_cuda_optim_predict_from(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_step *st,
+                               float *p, const float *src, const float *g, float gscale, size_t n,
+                               gt_err *e)
+{
+    if (n == 0)
+        return 0;
+    optim_consts k = optim_consts_make(cfg, st);
+    int wide = ((uintptr_t)p | (uintptr_t)src | (uintptr_t)g) % 16 == 0;
+    size_t n4 = wide ? n / 4 : 0, done = n4 * 4;
+    if (n4) {
+        optim_predict4_kernel<<<optim_grid(n4), OPTIM_BLOCK, 0, c->stream>>>(
+            k, (float4 *)p, (const float4 *)src, (const float4 *)g, gscale, n4);
+        GT_CUDA_LAUNCHED(c->name, e);
+    }
+    if (done < n) {
+        optim_predict_kernel<<<optim_grid(n - done), OPTIM_BLOCK, 0, c->stream>>>(
+            k, p + done, src + done, g + done, gscale, n - done);
+        GT_CUDA_LAUNCHED(c->name, e);
+    }
     return 0;
 }
 

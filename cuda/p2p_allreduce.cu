@@ -18,6 +18,12 @@
  * in both algorithms.
  * The second barrier says "done reading your input and writing your result": after it a rank's
  * next step may overwrite its gradient.
+ * gt_p2p_launch_update (one-shot only) applies the optimizer's update to the rank's parameters
+ * as it sums, element by element (optim_elem.cuh), instead of writing the result: what a launch
+ * followed by gt_cuda_optim_apply on its result computes, the same bits, in one kernel. It pays
+ * below P2P_TWO_SHOT_BYTES only (gt_p2p_fuses_update): 2x H200, lenet5's 174 KB, 2 GPUs 1.10 M
+ * against 1.09 M samples/s; cnn-wide's 13 MB 296k against 300k, where the separate update kernel
+ * runs on more threads than the all-reduce starts (tools/perf-notes.md, lever 12).
  *
  * A wait is bounded: every 256 polls it reads the wall clock (%globaltimer) and two words in
  * pinned host memory, the process-wide abort generation (gt_p2p_abort_all) and the group's
@@ -25,6 +31,7 @@
  * into the rank's status word (pinned host memory, read by gt_p2p_status) and leaves: the stream
  * drains, the host sees the status and ends the run. A group with a nonzero status is spent. */
 #include "gt_cuda.h"
+#include "optim_elem.cuh"
 
 #include <atomic>
 #include <mutex>
@@ -57,6 +64,10 @@ struct p2p_args {
     unsigned long long budget_ns;
     size_t n;
     int rank;
+    /* gt_p2p_launch_update: this rank's parameters and optimizer state, the update's constants */
+    float *params, *s0, *s1;
+    optim_consts k;
+    float gscale;
 };
 
 struct gt_p2p {
@@ -153,21 +164,78 @@ __device__ static inline float4 p2p_sum4(const p2p_args &a, size_t i)
     return acc;
 }
 
-/* The n % 4 last elements, summed by each rank for itself. */
+/* P2P_AVERAGE: the mean of the ranks' inputs into the rank's params, each element summed in
+ * double in rank order from 0 and divided by the rank count, then rounded to float, as
+ * mode_local.c averages the replicas through the store. */
+enum { P2P_AVERAGE = 16 };
+
 template <int W>
+__device__ static inline float p2p_mean(const float (&v)[W])
+{
+    double acc = 0.0;
+#pragma unroll
+    for (int r = 0; r < W; r++)
+        acc = __dadd_rn(acc, (double)v[r]);
+    return __double2float_rn(__ddiv_rn(acc, (double)W));
+}
+
+template <int W>
+__device__ static inline void p2p_average4(const p2p_args &a, size_t i)
+{
+    float x[W], y[W], z[W], w[W];
+#pragma unroll
+    for (int r = 0; r < W; r++) {
+        float4 v = __ldcg((const float4 *)a.in[r] + i);
+        x[r] = v.x;
+        y[r] = v.y;
+        z[r] = v.z;
+        w[r] = v.w;
+    }
+    a.params[4 * i] = p2p_mean<W>(x);
+    a.params[4 * i + 1] = p2p_mean<W>(y);
+    a.params[4 * i + 2] = p2p_mean<W>(z);
+    a.params[4 * i + 3] = p2p_mean<W>(w);
+}
+
+/* The n % 4 last elements, summed by each rank for itself: into its result, or (RULE) its
+ * update applied. */
+template <int W, int RULE>
 __device__ static void p2p_tail(const p2p_args &a)
 {
     size_t i = (a.n & ~(size_t)3) + threadIdx.x;
     if (blockIdx.x != 0 || i >= a.n)
         return;
+    if (RULE == P2P_AVERAGE) {
+        float v[W];
+#pragma unroll
+        for (int r = 0; r < W; r++)
+            v[r] = __ldcg(a.in[r] + i);
+        a.params[i] = p2p_mean<W>(v);
+        return;
+    }
     float acc = __ldcg(a.in[0] + i);
 #pragma unroll
     for (int r = 1; r < W; r++)
         acc = __fadd_rn(acc, __ldcg(a.in[r] + i));
-    a.out[a.rank][i] = acc;
+    if (RULE != 0)
+        optim_elem<RULE>(a.k, a.params, acc, a.gscale, a.s0, a.s1, i);
+    else
+        a.out[a.rank][i] = acc;
 }
 
-template <int W, bool TWO_SHOT>
+/* The sums of float4 element i applied as the update of parameters 4i..4i+3. */
+template <int RULE>
+__device__ static inline void p2p_update4(const p2p_args &a, size_t i, float4 acc)
+{
+    optim_elem<RULE>(a.k, a.params, acc.x, a.gscale, a.s0, a.s1, 4 * i);
+    optim_elem<RULE>(a.k, a.params, acc.y, a.gscale, a.s0, a.s1, 4 * i + 1);
+    optim_elem<RULE>(a.k, a.params, acc.z, a.gscale, a.s0, a.s1, 4 * i + 2);
+    optim_elem<RULE>(a.k, a.params, acc.w, a.gscale, a.s0, a.s1, 4 * i + 3);
+}
+
+/* RULE 0: the sum into the results; else (one-shot only) the optimizer's update by it, or
+ * (P2P_AVERAGE) the mean into the parameters. */
+template <int W, bool TWO_SHOT, int RULE>
 __global__ static void __launch_bounds__(P2P_THREADS) p2p_kernel(p2p_args a)
 {
     unsigned long long deadline = p2p_clock_ns() + a.budget_ns;
@@ -182,16 +250,22 @@ __global__ static void __launch_bounds__(P2P_THREADS) p2p_kernel(p2p_args a)
     }
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += stride) {
+        if (RULE == P2P_AVERAGE) {
+            p2p_average4<W>(a, i);
+            continue;
+        }
         float4 acc = p2p_sum4<W>(a, i);
         if (TWO_SHOT) {
 #pragma unroll
             for (int r = 0; r < W; r++)
                 ((float4 *)a.out[(a.rank + r) % W])[i] = acc;
+        } else if (RULE) {
+            p2p_update4<RULE>(a, i, acc);
         } else {
             ((float4 *)a.out[a.rank])[i] = acc;
         }
     }
-    p2p_tail<W>(a);
+    p2p_tail<W, RULE>(a);
     if (p2p_barrier<W>(a, v + 2, deadline, TWO_SHOT) != GT_P2P_OK)
         return;
     if (threadIdx.x == 0)
@@ -202,10 +276,22 @@ __global__ static void __launch_bounds__(P2P_THREADS) p2p_kernel(p2p_args a)
 
 typedef void (*p2p_kernel_fn)(p2p_args);
 
-static p2p_kernel_fn p2p_kernel_for(int w, int two_shot)
+/* The kernel for w ranks: two-shot, or one-shot with the update rule `rule` (0: none;
+ * P2P_AVERAGE: the mean). */
+static p2p_kernel_fn p2p_kernel_for(int w, int two_shot, int rule)
 {
 #define P2P_CASE(W)                                                                           \
-    case W: return two_shot ? p2p_kernel<W, true> : p2p_kernel<W, false>;
+    case W:                                                                                   \
+        if (two_shot)                                                                         \
+            return p2p_kernel<W, true, 0>;                                                    \
+        switch (rule) {                                                                       \
+        case OPTIM_SGD: return p2p_kernel<W, false, OPTIM_SGD>;                               \
+        case OPTIM_MOMENTUM: return p2p_kernel<W, false, OPTIM_MOMENTUM>;                     \
+        case OPTIM_NESTEROV: return p2p_kernel<W, false, OPTIM_NESTEROV>;                     \
+        case OPTIM_ADAM: return p2p_kernel<W, false, OPTIM_ADAM>;                             \
+        case P2P_AVERAGE: return p2p_kernel<W, false, P2P_AVERAGE>;                           \
+        default: return p2p_kernel<W, false, 0>;                                              \
+        }
     switch (w) {
         P2P_CASE(2)
         P2P_CASE(3)
@@ -338,6 +424,11 @@ int gt_p2p_two_shot(const gt_p2p *p)
     return p->nranks > 2 && p->n * sizeof(float) >= P2P_TWO_SHOT_BYTES;
 }
 
+int gt_p2p_fuses_update(const gt_p2p *p)
+{
+    return p->n * sizeof(float) < P2P_TWO_SHOT_BYTES;
+}
+
 /* Blocks per call: every rank starts the same number, at most one per multiprocessor, so that
  * all of a call's blocks are resident together. */
 static unsigned p2p_blocks(const gt_p2p *p, int two_shot)
@@ -350,22 +441,48 @@ static unsigned p2p_blocks(const gt_p2p *p, int two_shot)
     return (unsigned)(want < cap ? want : cap);
 }
 
-int gt_p2p_launch(gt_p2p *p, int rank, int algo, void *stream, gt_err *e)
+/* Queues rank's kernel: the sum (rule 0), or one-shot with a's update arguments set. */
+static int p2p_launch(gt_p2p *p, int rank, int two_shot, int rule, p2p_args a, void *stream,
+                      gt_err *e)
 {
     char gpu[32];
     if (rank < 0 || rank >= p->nranks)
         return gt_fail(e, "peer all-reduce: rank %d of %d", rank, p->nranks);
     snprintf(gpu, sizeof gpu, "gpu:%d", p->ordinal[rank]);
-    int two_shot = algo == GT_P2P_AUTO ? gt_p2p_two_shot(p) : algo == GT_P2P_TWO_SHOT;
-    p2p_args a = p->args;
     a.seq = p->args.flags[rank] + (size_t)P2P_MAX_BLOCKS * GT_P2P_MAX_RANKS;
     a.status = p->host + P2P_STATUS + rank;
     a.rank = rank;
     GT_CUDA_CHECK(gpu, e, cudaSetDevice(p->ordinal[rank]));
-    p2p_kernel_for(p->nranks, two_shot)<<<p2p_blocks(p, two_shot), P2P_THREADS, 0,
-                                           (cudaStream_t)stream>>>(a);
+    p2p_kernel_for(p->nranks, two_shot, rule)<<<p2p_blocks(p, two_shot), P2P_THREADS, 0,
+                                                 (cudaStream_t)stream>>>(a);
     GT_CUDA_LAUNCHED(gpu, e);
     return 0;
+}
+
+int gt_p2p_launch(gt_p2p *p, int rank, int algo, void *stream, gt_err *e)
+{
+    int two_shot = algo == GT_P2P_AUTO ? gt_p2p_two_shot(p) : algo == GT_P2P_TWO_SHOT;
+    return p2p_launch(p, rank, two_shot, 0, p->args, stream, e);
+}
+
+int gt_p2p_launch_update(gt_p2p *p, int rank, void *stream, const gt_optim_cfg *c,
+                         const gt_optim_step *st, float *params, float gscale, float *s0,
+                         float *s1, gt_err *e)
+{
+    p2p_args a = p->args;
+    a.params = params;
+    a.s0 = s0;
+    a.s1 = s1;
+    a.k = optim_consts_make(c, st);
+    a.gscale = gscale;
+    return p2p_launch(p, rank, 0, optim_rule(c), a, stream, e);
+}
+
+int gt_p2p_launch_average(gt_p2p *p, int rank, void *stream, float *params, gt_err *e)
+{
+    p2p_args a = p->args;
+    a.params = params;
+    return p2p_launch(p, rank, 0, P2P_AVERAGE, a, stream, e);
 }
 
 const float *gt_p2p_result(const gt_p2p *p, int rank)

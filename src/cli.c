@@ -608,7 +608,10 @@ static void cli_usage_devices(FILE *out, const gt_config *d)
         "                         devices do more; static, equal shares (default %s)\n"
         "  --overlap              hogwild: pull and begin step k+1 before pushing step k, so\n"
         "                         a GPU computes while the host pushes; every step misses its\n"
-        "                         predecessor's update (one step more staleness; default off)\n"
+        "                         predecessor's update (one step more staleness; default off).\n"
+        "                         With SGD each step starts from the pulled parameters minus\n"
+        "                         its predecessor's plain SGD step (weight prediction; off\n"
+        "                         with --literal)\n"
         "  --tf32                 allow TF32 tensor-core math on GPUs (default off)\n\n",
         GT_MAX_STALENESS, d->staleness, d->sync_every, gt_name(GT_NAMES_BALANCE, (int)d->balance));
 }
@@ -683,7 +686,8 @@ static void cli_usage_checkpoints(FILE *out, const gt_config *d)
         "                         or stays at chance: roll back to the last good parameters\n"
         "                         and lower the step size, or stop with an error (default %s)\n"
         "  --literal              run the recipe exactly as given: no corrections of momentum,\n"
-        "                         step size or warm-up for the worker count and mode\n"
+        "                         step size or warm-up for the worker count and mode, no\n"
+        "                         weight prediction for --overlap\n"
         "                         (default off)\n"
         "  --inject-fault WORKER:STEP  make a worker (numbered across hosts under mpirun) fail\n"
         "                         at its step, to test recovery\n"

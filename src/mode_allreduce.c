@@ -2,10 +2,43 @@
  * the GPUs (peer-to-peer on one host, NCCL across hosts) and every replica takes the same
  * optimizer step on its own GPU. Worker 0 brings its replica into the store where evaluation,
  * checkpoints and the guard's good copies read it; a rollback restores the store at a barrier and
- * every replica reloads it there. */
+ * every replica reloads it there.
+ *
+ * The same operations are the device step of other modes (train.c, run_device_step), and of the
+ * local mode with its own update: each replica steps on its own gradient, and every --sync-every
+ * clocks and at an epoch's last the GPUs average the replicas (local_update); the store is
+ * brought up to date there only, where the replicas are one. */
 #include "run.h"
 
 #define ALLREDUCE_STOP_EVERY 64 /* clocks between the barriers where a signal is acted on */
+
+/* The local mode on the device step: replicas step apart and are averaged. */
+static int allreduce_is_local(const run *r) { return r->cfg->mode == GT_MODE_LOCAL; }
+
+/* Whether clock c ends with the replicas averaged (mode_local.c's local_clock): always in the
+ * allreduce mode, where they never differ, and with one replica. */
+static int allreduce_replicas_one(const run *r, uint64_t c)
+{
+    return !allreduce_is_local(r) || r->W == 1 || (c + 1) % (uint64_t)r->cfg->sync_every == 0 ||
+           c + 1 == r->clk.clocks;
+}
+
+/* Whether clock c ends at a barrier, where signals and the guard's rollbacks are acted on: every
+ * ALLREDUCE_STOP_EVERY clocks; local's replicas only where they are one (as through the store,
+ * which stops and rolls back at its averages): at the first average that ends an interval
+ * holding a multiple of ALLREDUCE_STOP_EVERY. One worker waits for nobody: a signal is acted on
+ * at the next clock. */
+static int allreduce_barrier_due(const run *r, uint64_t c)
+{
+    if (r->Wg == 1 && stop_asked(r))
+        return 1;
+    if (!allreduce_is_local(r) || r->W == 1)
+        return c % ALLREDUCE_STOP_EVERY == ALLREDUCE_STOP_EVERY - 1;
+    if (!allreduce_replicas_one(r, c))
+        return 0;
+    uint64_t k = (uint64_t)r->cfg->sync_every, prev = c + 1 > k ? c + 1 - k : 0;
+    return (c + 1) / ALLREDUCE_STOP_EVERY != prev / ALLREDUCE_STOP_EVERY;
+}
 
 /* allreduce: worker 0 brings the replica's parameters and optimizer state into the store, where
  * evaluation and checkpoints read them. The other workers never touch the store. */
@@ -79,7 +112,7 @@ static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t
 /* Several replicas evaluate the parameters themselves, each GPU a share of the test set, which
  * costs each 1/W of an evaluation and no copy; one GPU leaves it to the evaluator beside it (its
  * own context on the same GPU), which overlaps the training instead. */
-static int allreduce_on_replicas(const run *r) { return r->W > 1; }
+static int allreduce_on_replicas(const run *r) { return r->W > 1 && !allreduce_is_local(r); }
 
 /* The replica's share of an evaluation: test samples [n k / W, n (k + 1) / W) for worker k, on
  * its own GPU and parameters (every replica holds the same), into r->reval. Only host 0
@@ -147,36 +180,90 @@ static int allreduce_barrier(run *r, worker *w)
     return reload ? allreduce_load(r, w) : 0;
 }
 
-/* One clock of allreduce: the worker's share, the gradient summed over the GPUs and one
- * optimizer update of every replica on its own GPU. No host traffic but the loss. */
-static int allreduce_clock(run *r, worker *w, uint64_t c)
+/* Queues clock c's step on the device into *q (step_queue), or computes it now where the device
+ * cannot queue; its results come from allreduce_step_end. */
+static int allreduce_step_queue(run *r, worker *w, uint64_t c, worker_step *q)
 {
     gt_batch b;
-    gt_step_out o = {0};
     gt_err e = {{0}};
     clocked_gather_share(r, c, w->index, &b);
-    if (worker_compute(r, w, &b, &o, c) < 0)
+    /* The steps done before this one: those accounted and the one still queued. */
+    if (worker_injected(r, w, atomic_load(&w->steps) + (uint64_t)w->queued.pending))
         return -1;
-    uint64_t t = (uint64_t)r->epoch * r->clk.clocks + c + 1;
-    gt_optim_step st = gt_optim_prepare(&r->cfg->optim, t,
-                                        run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
-    /* guard_scale changes only at the barrier, where every replica waits: all read the same. */
-    if (w->dev->ops->reduce_update(w->dev, &r->cfg->optim, &st, guard_scale(r) / (float)r->Wg,
-                                   &e) != 0) {
+    int rc = w->dev->ops->step_queue ? w->dev->ops->step_queue(w->dev, &b, &e)
+                                     : w->dev->ops->train_step(w->dev, &b, &q->o, &e);
+    if (rc != 0) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
     }
-    report_step(r, w, c, o.loss_sum, b.n);
+    *q = (worker_step){.pending = 1, .n = b.n, .clock = c, .o = q->o};
+    return 0;
+}
+
+/* The oldest queued step's results (w->queued), once the device has them: checked, reported and
+ * accounted, and where due the store brought up to date and the replicas evaluated. The
+ * parameters on the device are then those after this step's update: the next clock's update is
+ * queued only after this. */
+static int allreduce_step_end(run *r, worker *w)
+{
+    gt_err e = {{0}};
+    worker_step *q = &w->queued;
+    q->pending = 0;
+    if (w->dev->ops->step_queue && w->dev->ops->step_end(w->dev, &q->o, &e) != 0) {
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    uint64_t c = q->clock;
+    if (worker_check(r, w, &q->o, c) < 0)
+        return -1;
+    uint64_t t = (uint64_t)r->epoch * r->clk.clocks + c + 1;
+    report_step(r, w, c, q->o.loss_sum, q->n);
     worker_mark_time(w);
     pthread_mutex_lock(&r->mu);
-    run_account_step_locked(r, w, &o, b.n);
-    int rc = w->index == 0 ? allreduce_after_update_locked(r, w, c, t) : 0;
+    run_account_step_locked(r, w, &q->o, q->n);
+    int publish = w->index == 0 && allreduce_replicas_one(r, c);
+    int rc = publish ? allreduce_after_update_locked(r, w, c, t) : 0;
     pthread_mutex_unlock(&r->mu);
     if (rc != 0 || (allreduce_eval_due(r, c) && allreduce_evaluate(r, w, c) != 0))
         return -1;
-    if (c % ALLREDUCE_STOP_EVERY == ALLREDUCE_STOP_EVERY - 1)
-        return allreduce_barrier(r, w);
     return 0;
+}
+
+/* One clock of allreduce: the worker's share, the gradient summed over the GPUs and one
+ * optimizer update of every replica on its own GPU. No host traffic but the loss. Pipelined:
+ * clock c's step is queued before clock c - 1's results are waited for, so the device computes
+ * while the host accounts them, and c's update is queued after that, so that what the host does
+ * with c - 1's results (a checkpoint, an evaluation, the guard's good copy) sees the parameters
+ * after update c - 1. Every device does its work in the unpipelined order, so the bits are the
+ * same. At a barrier and an epoch's last clock nothing is left queued. */
+static int allreduce_clock(run *r, worker *w, uint64_t c)
+{
+    worker_step cur = {0};
+    gt_err e = {{0}};
+    if (allreduce_step_queue(r, w, c, &cur) != 0 ||
+        (w->queued.pending && allreduce_step_end(r, w) != 0))
+        return -1;
+    w->queued = cur;
+    uint64_t t = (uint64_t)r->epoch * r->clk.clocks + c + 1;
+    /* Where the run stands, for the warm-up and the schedule, from the update's number: the same
+     * on every replica whatever the timing (the samples counter is not: each worker adds its own
+     * steps as it accounts them), and what sync's apply sees, every share of the clock in. */
+    double ep = run_progress_epochs(r, t * (uint64_t)r->Wg * (uint64_t)r->batch);
+    gt_optim_step st = gt_optim_prepare(&r->cfg->optim, t, ep);
+    /* guard_scale changes only at the barrier, where every replica waits: all read the same. */
+    int rc = allreduce_is_local(r)
+                 ? w->dev->ops->local_update(w->dev, &r->cfg->optim, &st, guard_scale(r),
+                                             r->W > 1 && allreduce_replicas_one(r, c), &e)
+                 : w->dev->ops->reduce_update(w->dev, &r->cfg->optim, &st,
+                                              guard_scale(r) / (float)r->Wg, &e);
+    if (rc != 0) {
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    int barrier = allreduce_barrier_due(r, c);
+    if ((barrier || c + 1 == r->clk.clocks) && allreduce_step_end(r, w) != 0)
+        return -1;
+    return barrier ? allreduce_barrier(r, w) : 0;
 }
 
 /* Every replica starts from the store: parameters and (resumed) optimizer state. */
@@ -191,6 +278,9 @@ static int allreduce_start(run *r, worker *w)
  * run's save, the evaluator (one GPU) and the run's result. */
 static int allreduce_end(run *r, worker *w, uint64_t done)
 {
+    /* A run halted between barriers (a failure elsewhere) may leave a step queued. */
+    if (w->queued.pending && allreduce_step_end(r, w) != 0)
+        return -1;
     if (allreduce_on_replicas(r) && done == r->clk.clocks && allreduce_eval_share(r, w) != 0)
         return -1;
     if (w->index != 0)
@@ -214,7 +304,15 @@ static int allreduce_check(run *r, gt_device **devices, gt_err *e)
     if (r->cfg->on_nan == GT_NAN_SKIP)
         return gt_fail(e, "--on-nan skip: not available with --mode allreduce, where every GPU "
                           "must take the same step");
-    return gt_cuda_allreduce_init(devices, r->W, &r->cfg->optim, e);
+    if (gt_cuda_allreduce_init(devices, r->W, &r->cfg->optim, e) != 0)
+        return -1;
+    /* local on the device step: its averages take the peer exchange (train.c then keeps the
+     * store in the step where there is none). */
+    for (int i = 0; allreduce_is_local(r) && i < r->W; i++)
+        if (!devices[i]->ops->local_update || !gt_cuda_allreduce_averages(devices[i]))
+            return gt_fail(e, "--mode local: %s cannot average replicas on the GPUs",
+                           devices[i]->name);
+    return 0;
 }
 
 static int allreduce_init(run *r, gt_device **devices, const gt_start *start, gt_err *e)

@@ -160,16 +160,25 @@ static void hogwild_epoch(run *r, worker *w)
                       .epoch = r->epoch, .seed = cfg->seed};
         uint64_t step = atomic_load(&w->steps);
         gt_step_out o = {0};
-        int rc = worker_pull(r, w);
+        /* The phases' clock: pull (the store's copy), device (upload, step, download), push. */
+        double t0 = gt_now();
+        gt_ps_pull(&r->ps, w->dev->params, w->ver);
+        double t1 = gt_now();
+        int rc = worker_load(w);
         if (rc == 0)
             rc = worker_compute(r, w, &b, &o, step);
         if (rc < 0) {
             hogwild_fail(r, w, &rg, 1);
             return;
         }
+        double t2 = gt_now();
         if (rc == 0)
             gt_ps_push(&r->ps, w->index, r->W, w->dev->grad, guard_scale(r), w->ver,
                        run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
+        double t3 = gt_now();
+        w->pull_s += t1 - t0;
+        w->device_s += t2 - t1;
+        w->push_s += t3 - t2;
         hogwild_done(r, w, &o, b.n, step);
     }
 }
@@ -184,8 +193,12 @@ typedef struct pipe_step {
 } pipe_step;
 
 /* Pulls into the step's buffers and begins it on the device (a device without step_begin, the
- * CPU, computes it here: the same schedule, so the same arithmetic). */
-static int pipe_begin(run *r, worker *w, pipe_step *p)
+ * CPU, computes it here: the same schedule, so the same arithmetic). With a step prev still in
+ * flight, its push is missing from what was pulled: with weight prediction (--overlap's default)
+ * the step starts from the pulled parameters minus prev's plain SGD step, on the device from
+ * prev's gradient there (the CPU's is here already), so a worker's own steps are not stale to
+ * it; the momentum term of that push and the other workers' pushes still are. */
+static int pipe_begin(run *r, worker *w, pipe_step *p, const pipe_step *prev)
 {
     gt_device *d = w->dev;
     gt_err e = {{0}};
@@ -193,9 +206,29 @@ static int pipe_begin(run *r, worker *w, pipe_step *p)
         return -1;
     d->params = w->pbuf[p->buf];
     d->grad = w->gbuf[p->buf];
+    double t0 = gt_now();
     gt_ps_pull(&r->ps, d->params, w->vbuf[p->buf]);
+    double t1 = gt_now();
+    w->pull_s += t1 - t0;
+    gt_predict pr;
+    d->predict = NULL;
+    if (prev && r->cfg->overlap_predict) {
+        /* The scalars prev's push will take: its update number may differ by the other
+         * workers' pushes in between, which moves only Adam's (not predicted) and a schedule by
+         * a fraction of a step. */
+        pr = (gt_predict){.cfg = &r->ps.optim,
+                          .st = gt_optim_prepare(&r->ps.optim, atomic_load(&r->ps.updates) + 1,
+                                                 run_progress_epochs(r, atomic_load(&r->stats.samples_total))),
+                          .gscale = guard_scale(r)};
+        if (d->ops->step_begin)
+            d->predict = &pr;
+        else
+            gt_optim_predict(pr.cfg, &pr.st, d->params, w->gbuf[prev->buf], pr.gscale, r->n);
+    }
     int rc = d->ops->step_begin ? d->ops->step_begin(d, &p->b, &e)
                                 : d->ops->load_params(d, &e) || d->ops->train_step(d, &p->b, &p->o, &e);
+    d->predict = NULL;
+    w->device_s += gt_now() - t1;
     if (rc) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
@@ -208,7 +241,10 @@ static int pipe_end(run *r, worker *w, pipe_step *p)
 {
     gt_device *d = w->dev;
     gt_err e = {{0}};
-    if (d->ops->step_end && d->ops->step_end(d, &p->o, &e)) {
+    double t0 = gt_now();
+    int bad = d->ops->step_end && d->ops->step_end(d, &p->o, &e);
+    w->device_s += gt_now() - t0;
+    if (bad) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
     }
@@ -238,7 +274,7 @@ static void hogwild_epoch_overlap(run *r, worker *w)
             r->hog.pipe_inflight++;
             pthread_mutex_unlock(&r->mu);
             nq++;
-            if (pipe_begin(r, w, p) < 0)
+            if (pipe_begin(r, w, p, nq == 2 ? &q[head] : NULL) < 0)
                 goto failed;
             p = &q[(head + nq) % 2];
         }
@@ -248,9 +284,11 @@ static void hogwild_epoch_overlap(run *r, worker *w)
         int rc = pipe_end(r, w, o);
         if (rc < 0)
             goto failed;
+        double t0 = gt_now();
         if (rc == 0)
             gt_ps_push(&r->ps, w->index, r->W, w->gbuf[o->buf], guard_scale(r), w->vbuf[o->buf],
                        run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
+        w->push_s += gt_now() - t0;
         hogwild_done(r, w, &o->o, o->b.n, o->step);
         head = (head + 1) % 2;
         nq--;

@@ -4,9 +4,16 @@
 #include "run.h"
 #include "gputrain/cluster.h"
 
-/* Leader work after the apply: the clock is done; due jobs and signals are seen here. */
+/* Leader work after the apply: the clock is done; due jobs and signals are seen here. The guard
+ * acts here too, where no worker computes: the workers read the store in place during a clock
+ * (sync_clock), so a rollback restores it, or a good point copies it, only between clocks. */
 static void sync_after_apply_leader(run *r)
 {
+    if (r->guard.pending)
+        guard_at_barrier_locked(r);
+    else if (guard_save_wanted_locked(r))
+        guard_saved_locked(r, atomic_load(&r->ps.updates) + 1);
+    r->guard.save_wanted = 0;
     uint64_t c = r->clk.applied;
     gt_ps_note_staleness(&r->ps, 0);
     r->clk.claimed[c % (uint64_t)r->clk.R] = 0;
@@ -33,12 +40,23 @@ static void sync_hosts_leader(run *r)
 
 /* One clock of sync mode: everyone computes on the same parameters; the summed gradient is
  * applied, split by stripe across the live workers, between two barriers. A share whose worker
- * failed during the clock is taken by a survivor after the first barrier. */
+ * failed during the clock is taken by a survivor after the first barrier.
+ * The store stands still from the barrier after one apply until every share of the next clock
+ * is in (the applies wait for them at a barrier), so the workers compute on it in place, with no
+ * pull into their own buffers: a GPU uploads straight from the pinned store, the CPU reads it. */
 static int sync_clock(run *r, worker *w, uint64_t c)
 {
-    if (worker_pull(r, w) != 0)
+    gt_device *d = w->dev;
+    gt_err e = {{0}};
+    float *own = d->params;
+    d->params = r->ps.params;
+    if (d->ops->load_params(d, &e) != 0) {
+        d->params = own;
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
+    }
     int filled = clocked_fill(r, w, c);
+    d->params = own;
     if (filled <= 0)
         return filled;
     int s_lo, s_hi, nlive;
@@ -70,7 +88,7 @@ static int sync_init(run *r, gt_device **devices, const gt_start *start, gt_err 
 }
 
 const gt_mode_ops gt_mode_sync = {
-    .rollback = ROLLBACK_NOW,
+    .rollback = ROLLBACK_AT_BARRIER,
     .init = sync_init,
     .epoch = clocked_epoch,
     .clock = sync_clock,

@@ -185,12 +185,28 @@ static inline float optim_adam_p(float p, float m, float v, const optim_consts *
     return p - (k->step_size * m) / denom;
 }
 
+/* Plain SGD on one element: the update and --overlap's weight prediction. */
+static inline float optim_sgd_one(const optim_consts *k, float p, float g, float gscale)
+{
+    return p - k->lr * optim_grad(g, gscale, p, k->wd);
+}
+
 static void optim_sgd(const optim_consts *k, float *restrict p, const float *restrict g,
                       float gscale, size_t n)
 {
-    const float lr = k->lr, wd = k->wd;
     for (size_t i = 0; i < n; i++)
-        p[i] = p[i] - lr * optim_grad(g[i], gscale, p[i], wd);
+        p[i] = optim_sgd_one(k, p[i], g[i], gscale);
+}
+
+void gt_optim_predict(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
+                      float gscale, size_t n)
+{
+    optim_consts k = optim_consts_make(c, st);
+    fp_mode mode = fp_flush_denormals();
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(g[i]))
+            p[i] = optim_sgd_one(&k, p[i], g[i], gscale);
+    fp_restore(mode);
 }
 
 static void optim_sgd_momentum(const optim_consts *k, float *restrict p, const float *restrict g,

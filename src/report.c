@@ -104,6 +104,7 @@ static void config_run(run *r, FILE *f)
     fprintf(f, "{\"type\":\"config\",\"version\":\"%s\",\"cuda\":%s,\"nccl\":%s,\"mpi\":%s",
             GT_VERSION, REPORT_CUDA, REPORT_NCCL, REPORT_MPI);
     put_field_str(f, "mode", r->ops->name);
+    put_field_str(f, "step", r->device_step ? "device" : "store");
     fprintf(f, ",\"workers\":%d,\"hosts\":%d,\"devices\":[", r->Wg, r->H);
     for (int i = 0; i < r->W; i++) {
         if (i)
@@ -138,7 +139,8 @@ static void config_training(run *r, FILE *f)
     fprintf(f, ",\"stripes\":%d,\"staleness\":%d,\"sync_every\":%d", r->ps.nstripes,
             c->staleness, c->sync_every); /* stripes: as chosen where --stripes left it open */
     put_field_str(f, "balance", gt_name(GT_NAMES_BALANCE, (int)c->balance));
-    fprintf(f, ",\"overlap\":%s,\"tf32\":%s", c->overlap ? "true" : "false",
+    fprintf(f, ",\"overlap\":%s,\"overlap_predict\":%s,\"tf32\":%s",
+            c->overlap ? "true" : "false", c->overlap_predict ? "true" : "false",
             c->tf32 ? "true" : "false");
     put_field_str(f, "on_nan", (c->given & GT_GIVEN_ON_NAN) ? gt_name(GT_NAMES_ON_NAN, (int)c->on_nan)
                                                              : "guard");
@@ -426,6 +428,10 @@ static void report_workers(run *r, const gt_run_result *res)
                 r->share0 + i, (unsigned long long)s->steps,
                 (unsigned long long)s->samples, s->busy_s > 0 ? s->samples / s->busy_s : 0,
                 s->wait_s, s->failed);
+        double us[3];
+        if (gt_worker_phases_us(s, us))
+            fprintf(r->rep.log, ",\"pull_us\":%.2f,\"device_us\":%.2f,\"push_us\":%.2f",
+                    us[0], us[1], us[2]);
         put_field_str(r->rep.log, "device", r->workers[i].dev->name);
         if (s->failed)
             put_field_str(r->rep.log, "reason", s->error);
@@ -464,6 +470,29 @@ void report_recipe(run *r, const gt_recipe *rec)
     for (int i = 0; i < rec->n; i++)
         fprintf(r->rep.log, "{\"type\":\"recipe\",\"change\":\"%s\"}\n", rec->change[i]);
     pthread_mutex_unlock(&r->rep.log_mu);
+}
+
+/* The steps on the GPUs, update included (train.c, run_device_step): a terminal line unless
+ * --quiet; the config record's "step" says it too. */
+void report_device_step(run *r)
+{
+    if (!r->device_step || r->cfg->mode == GT_MODE_ALLREDUCE || r->cfg->quiet || r->host != 0)
+        return;
+    if (r->W == 1)
+        printf("note: one worker: %s runs each step on %s, the update included, and brings the "
+               "store up to date where it is read (the same serial SGD; GT_STEP_PATH=store puts "
+               "the store in the step)\n", r->ops->name, r->workers[0].dev->name);
+    else if (r->cfg->mode == GT_MODE_LOCAL)
+        printf("note: local on %d GPUs steps each replica and averages them every %d clocks on "
+               "the GPUs (the same means); the store is brought up to date at the averages, and a "
+               "GPU that fails ends the run (GT_STEP_PATH=store: through the store, where the "
+               "others go on)\n", r->W, r->cfg->sync_every);
+    else
+        printf("note: %s on %d GPUs sums their gradients over the GPUs in worker order and takes "
+               "the update on each, as allreduce does (the same sums); the store is brought up to "
+               "date where it is read, and a GPU that fails ends the run (GT_STEP_PATH=store: "
+               "through the store, where the others go on)\n", r->ops->name, r->W);
+    fflush(stdout);
 }
 
 /* The guard's event (run_guard.c): `what` is "diverged" or "stalled", `action` what was done. A

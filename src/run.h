@@ -114,6 +114,13 @@ typedef struct gt_mode_ops {
     void (*abort)(void);
 } gt_mode_ops;
 
+/* The device step (mode_allreduce.c): a step queued on the device and not yet ended. */
+typedef struct worker_step {
+    int pending, n;
+    uint64_t clock;
+    gt_step_out o;
+} worker_step;
+
 typedef struct worker {
     struct run *run;
     int index;                 /* also the share it owns in clocked modes */
@@ -126,6 +133,7 @@ typedef struct worker {
     uint64_t *vbuf[2];
     int pipe_buf;              /* the buffer the next step takes */
     uint64_t pipe_inflight;    /* its steps begun and not yet pushed */
+    worker_step queued;        /* the device step: its step queued, not yet ended */
     float *state[2];           /* local mode: the replica's optimizer state */
     uint64_t local_updates;    /* local mode: the replica's Adam t */
     _Atomic uint64_t steps, samples;
@@ -133,6 +141,7 @@ typedef struct worker {
     _Atomic int alive;
     int stalled_reported;      /* the watchdog warned and the worker has not moved since */
     double wait_s, t_first, t_last;
+    double pull_s, device_s, push_s; /* hogwild: the step's phases, summed (gt_worker_stats) */
     uint64_t slice_pos;        /* hogwild static: batches done in its slice this epoch */
     uint64_t clock;            /* clocked modes: the clock it is working on (ssp's spread) */
     double clock_t0;           /* ssp: when it began computing its share of `clock` (r->mu) */
@@ -240,6 +249,7 @@ typedef struct run {
     const gt_data *data;
     gt_mode_ops mode_ops;      /* the mode's operations, with its row's name and properties */
     const gt_mode_ops *ops;    /* &mode_ops */
+    int device_step;           /* the steps take their update on the GPUs (train.c) */
     gt_ps ps;
     int W;                     /* this host's workers at the start: its shares of each clock */
     int H;                     /* hosts (processes) in the run; 1 without MPI */
@@ -303,6 +313,7 @@ void report_resume_restart(run *r, uint64_t step, uint64_t epoch_steps);
 void report_progress(run *r, uint32_t epoch, int final);
 int report_close(run *r, const gt_run_result *res, int rc, gt_err *e);
 void report_recipe(run *r, const gt_recipe *rec);
+void report_device_step(run *r);
 void report_guard(run *r, const char *what, const char *action, int print);
 
 /* run_guard.c */
@@ -342,6 +353,7 @@ int worker_injected(run *r, worker *w, uint64_t done);
 int worker_check(run *r, worker *w, const gt_step_out *o, uint64_t step);
 int worker_compute(run *r, worker *w, const gt_batch *b, gt_step_out *o, uint64_t step);
 int worker_pull(run *r, worker *w);
+int worker_load(worker *w);
 void worker_mark_time(worker *w);
 void worker_leave_locked(run *r, worker *w, const char *why);
 void worker_fail_run_locked(run *r, worker *w);

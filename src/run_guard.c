@@ -5,8 +5,9 @@
  * rolls the store back to it, stripe by stripe under the stripe locks, and lowers the step-size
  * factor r->guard.scale, which every gradient is scaled by from then on (for SGD, the step size).
  * How a trip is acted on is the mode's (gt_mode_ops.rollback): hogwild restores without pausing
- * (a push in flight lands on the restored store like any stale gradient); sync trips while shares
- * are computed, between the applies; in ssp an apply running meanwhile meets each stripe before
+ * (a push in flight lands on the restored store like any stale gradient); sync's workers read the
+ * store in place while they compute, so sync saves and restores in the leader of the barrier
+ * after each clock's apply, where none computes; in ssp an apply running meanwhile meets each stripe before
  * or after its restore; local replicas hold their own parameters, so there the rollback waits for
  * the next average, where every worker waits; allreduce's store is current only when worker 0
  * brings its replica there, so a good window asks worker 0 for a copy and a trip waits for the

@@ -30,6 +30,52 @@ static const gt_mode_ops *const modes[] = {
     [GT_MODE_ALLREDUCE] = &gt_mode_allreduce,
 };
 
+/* Whether the run's steps take their update on the device (1) or through the store (0). On one
+ * host whose workers are distinct GPUs that can update their own parameters (step_queue,
+ * reduce_update), the allreduce mode's step computes what other modes compute through the store:
+ * sync's sum of every worker's gradient in worker order and one update (with the GPUs' peer
+ * exchange, no pull or push in the step), local's replicas stepping apart and averaged between
+ * the GPUs, and with one worker every mode's serial SGD (but --overlap's). The store is brought
+ * up to date wherever it is read (evaluations, checkpoints, the guard's good copies, the run's
+ * end). What is given up: sync and local through the store go on without a GPU that fails; on
+ * the device a failed GPU ends the run. GT_STEP_PATH=store keeps the
+ * store in the step (that, and to measure it); -1 on a bad GT_STEP_PATH. */
+static int run_device_step(const gt_config *cfg, gt_device **devices, int ndevices, gt_err *e)
+{
+    const char *want = getenv("GT_STEP_PATH");
+    if (want && *want && strcmp(want, "auto") != 0 && strcmp(want, "store") != 0)
+        return gt_fail(e, "GT_STEP_PATH: '%.40s' is not auto or store", want);
+    if (cfg->mode == GT_MODE_ALLREDUCE)
+        return 1; /* its only step */
+    if (want && strcmp(want, "store") == 0)
+        return 0;
+    /* One worker: hogwild, ssp (nobody to run ahead of) and local (its average is itself) are
+     * serial SGD too; --overlap's step runs beside its predecessor's, which is not. local on
+     * several GPUs: each replica's step and update on its GPU, the averages between the GPUs
+     * (mode_allreduce.c). */
+    int same = cfg->mode == GT_MODE_SYNC || cfg->mode == GT_MODE_LOCAL ||
+               (ndevices == 1 && !cfg->overlap);
+    if (!same || gt_cluster_size() != 1 || cfg->on_nan == GT_NAN_SKIP)
+        return 0;
+    for (int i = 0; i < ndevices; i++) {
+        if (!devices[i]->ops->step_queue || !devices[i]->ops->reduce_update)
+            return 0;
+        for (int j = 0; j < i; j++)
+            if (devices[j]->ordinal == devices[i]->ordinal)
+                return 0; /* two workers on one GPU: the exchange takes one rank a GPU */
+    }
+    return 1;
+}
+
+/* The run executes mode exec's operations under the name of the mode asked for (row). */
+static void run_set_ops(run *r, gt_mode exec, const gt_mode_row *row)
+{
+    r->mode_ops = *modes[exec];
+    r->mode_ops.name = row->head.name;
+    r->mode_ops.clocked = gt_mode_row_of(exec)->clocked;
+    r->ops = &r->mode_ops;
+}
+
 /* The run's shape: workers, hosts and the checks that need nothing allocated. */
 static int run_shape(run *r, const gt_config *cfg, gt_device **devices, int ndevices,
                      const gt_start *start, gt_err *e)
@@ -37,20 +83,28 @@ static int run_shape(run *r, const gt_config *cfg, gt_device **devices, int ndev
     const gt_mode_row *row = gt_mode_row_of(cfg->mode);
     if (!row || (size_t)cfg->mode >= sizeof modes / sizeof *modes || !modes[cfg->mode])
         return gt_fail(e, "--mode: unknown mode %d", (int)cfg->mode);
-    r->mode_ops = *modes[cfg->mode];
-    r->mode_ops.name = row->head.name;
-    r->mode_ops.clocked = row->clocked;
-    r->ops = &r->mode_ops;
     if (ndevices < 1 || ndevices > GT_MAX_WORKERS)
         return gt_fail(e, "--gpus: %d workers (1..%d supported)", ndevices, GT_MAX_WORKERS);
+    r->device_step = run_device_step(cfg, devices, ndevices, e);
+    if (r->device_step < 0)
+        return -1;
+    run_set_ops(r, r->device_step ? GT_MODE_ALLREDUCE : cfg->mode, row);
     r->H = gt_cluster_size();
     r->host = gt_cluster_rank();
     r->Wg = r->H * r->W;
     r->share0 = r->host * r->W;
     if (hosts_check_same(r, start, e) != 0)
         return -1;
-    if (r->ops->check && r->ops->check(r, devices, e) != 0)
-        return -1;
+    if (r->ops->check && r->ops->check(r, devices, e) != 0) {
+        if (!r->device_step || cfg->mode == GT_MODE_ALLREDUCE)
+            return -1;
+        /* No exchange between these GPUs (peer access and NCCL both failed): the store's path. */
+        r->device_step = 0;
+        *e = (gt_err){{0}};
+        run_set_ops(r, cfg->mode, row);
+        if (r->ops->check && r->ops->check(r, devices, e) != 0)
+            return -1;
+    }
     uint64_t per_clock = (uint64_t)r->Wg * (uint64_t)r->batch;
     if (r->ops->clocked && per_clock > r->ntrain)
         return gt_fail(e, "--batch: %d x %d workers%s is more than the %u training samples", r->batch,
@@ -156,6 +210,7 @@ static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_da
     if (restarts)
         report_resume_restart(r, start->resumed->step, r->ops->epoch_steps(r));
     report_recipe(r, start->recipe);
+    report_device_step(r);
     return guard_init(r, e);
 }
 
@@ -212,6 +267,9 @@ static void fill_result(run *r, gt_run_result *res, double wall)
         s->samples = atomic_load(&w->samples);
         s->busy_s = w->t_last > w->t_first ? w->t_last - w->t_first : 0;
         s->wait_s = w->wait_s;
+        s->pull_s = w->pull_s;
+        s->device_s = w->device_s;
+        s->push_s = w->push_s;
         s->failed = !atomic_load(&w->alive);
         snprintf(s->error, sizeof s->error, "%s", w->error);
         busy += wall;
@@ -327,6 +385,16 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
     run_free(r);
     free(r);
     return rc;
+}
+
+int gt_worker_phases_us(const gt_worker_stats *s, double us[3])
+{
+    if (s->steps == 0 || s->pull_s + s->device_s + s->push_s <= 0)
+        return 0;
+    us[0] = 1e6 * s->pull_s / (double)s->steps;
+    us[1] = 1e6 * s->device_s / (double)s->steps;
+    us[2] = 1e6 * s->push_s / (double)s->steps;
+    return 1;
 }
 
 void gt_run_result_free(gt_run_result *res)

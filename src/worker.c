@@ -60,8 +60,14 @@ int worker_compute(run *r, worker *w, const gt_batch *b, gt_step_out *o, uint64_
 /* Pulls the store's parameters onto the worker's device; -1 with its error set. */
 int worker_pull(run *r, worker *w)
 {
-    gt_err e = {{0}};
     gt_ps_pull(&r->ps, w->dev->params, w->ver);
+    return worker_load(w);
+}
+
+/* Loads the pulled parameters (dev->params) onto the worker's device; -1 with its error set. */
+int worker_load(worker *w)
+{
+    gt_err e = {{0}};
     if (w->dev->ops->load_params(w->dev, &e) != 0) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;

@@ -69,4 +69,13 @@ grep -Eq '(diverged|stalled) at update .*rolled back' "$TMP/e" || fail "recover:
 grep -Eq '"type":"(diverged|stalled)".*"action":"rolled back' "$TMP/g.jsonl" || fail "recover: no event in the log"
 acc=$(acc_of "$TMP/o")
 [ $rc -ne 0 ] || at_least "$acc" 0.5 || fail "recover: exit 0 at test acc '$acc' (< 0.5)"
+
+# The same in sync, whose workers compute on the store in place: the guard rolls back between
+# clocks, and the run learns at the lowered step size.
+"$BIN" "${BASE[@]}" --epochs 4 --train-samples 24000 --gpus cpu:2 --mode sync --lr 1.0 --log "$TMP/y.jsonl" >"$TMP/o" 2>"$TMP/e"
+rc=$?
+grep -Eq '(diverged|stalled) at update .*rolled back' "$TMP/e" || fail "sync recover: no event line: $(cat "$TMP/e")"
+grep -Eq '"type":"(diverged|stalled)".*"action":"rolled back' "$TMP/y.jsonl" || fail "sync recover: no event in the log"
+acc=$(acc_of "$TMP/o")
+[ $rc -ne 0 ] || at_least "$acc" 0.5 || fail "sync recover: exit 0 at test acc '$acc' (< 0.5)"
 finish

@@ -50,8 +50,11 @@ for mode in $MODES; do
         >"$TMP/r" 2>&1 || fail "$mode: resume after a signal failed: $(cat "$TMP/r")"
 done
 
-# A second signal exits at once, without waiting for the step or the checkpoint.
-"$BIN" "${COMMON[@]}" --epochs 100000 --gpus cpu:1 --log "$TMP/log2.jsonl" >"$TMP/out" 2>&1 &
+# A second signal exits at once, without waiting for the step or the checkpoint. It leaves the
+# worker threads unjoined on purpose, which ThreadSanitizer's exit check would report as a leak
+# when the workers happen to have finished by then (1 run in 3 here): not asked of this run.
+TSAN_OPTIONS="${TSAN_OPTIONS:-} report_thread_leaks=0" \
+    "$BIN" "${COMMON[@]}" --epochs 100000 --gpus cpu:1 --log "$TMP/log2.jsonl" >"$TMP/out" 2>&1 &
 pid=$!
 wait_for_progress "$TMP/log2.jsonl" || fail "no evaluation within 60 s"
 kill -INT $pid

@@ -10,6 +10,7 @@
 #include "gputrain/device.h"
 #include "gputrain/layers.h"
 #include "gputrain/model.h"
+#include "gputrain/names.h"
 #include "gputrain/train.h"
 #include "test_util.h"
 
@@ -244,6 +245,154 @@ static void test_p2p_exact(gt_rng *rng)
         gt_p2p_release(p);
         p2p_bufs_close(&b);
     }
+}
+
+/* gt_p2p_launch_update: every rank's parameters and state equal the host's update by the
+ * rank-order sum (gt_optim_apply), bit for bit, for every rule; two calls each. */
+static void p2p_update_case(gt_rng *rng, const char *name, const gt_optim_cfg *cfg)
+{
+    const size_t n = 44426 + 3;
+    int nstate = gt_optim_nstate(cfg);
+    p2p_bufs b;
+    gt_p2p *p = NULL;
+    gt_err e = {""};
+    p2p_bufs_open(&b, n);
+    float *dev[MAX_W][3] = {{NULL}};
+    float *host[3] = {rand_floats(rng, n, -1, 1), nstate > 0 ? rand_floats(rng, n, -0.5f, 0.5f) : NULL,
+                      nstate > 1 ? rand_floats(rng, n, 0, 0.01f) : NULL};
+    float *sum = gt_alloc(n * sizeof(float)), *got = gt_alloc(n * sizeof(float));
+    for (int r = 0; r < g_w; r++) {
+        cudaSetDevice(r);
+        for (int k = 0; k < 3; k++)
+            if (host[k]) {
+                CHECK(cudaMalloc((void **)&dev[r][k], n * sizeof(float)) == cudaSuccess);
+                CHECK(cudaMemcpy(dev[r][k], host[k], n * sizeof(float), cudaMemcpyHostToDevice) ==
+                      cudaSuccess);
+            }
+    }
+    int rc = gt_p2p_create(&p, g_w, b.ord, (const float *const *)b.in, n, 30.0, &e);
+    CHECK_MSG(rc == 0, "p2p create: %s", e.msg);
+    int64_t worst = 0;
+    for (int call = 1; rc == 0 && call <= 2; call++) {
+        p2p_fill(&b, rng, n);
+        gt_optim_step st = gt_optim_prepare(cfg, (uint64_t)call, 0.3);
+        const float gscale = 1.0f / (float)g_w;
+        for (int r = 0; r < g_w && rc == 0; r++) {
+            rc = gt_p2p_launch_update(p, r, b.s[r], cfg, &st, dev[r][0], gscale, dev[r][1],
+                                      dev[r][2], &e);
+            CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
+        }
+        for (size_t i = 0; i < n; i++) {
+            float acc = b.host[0][i];
+            for (int r = 1; r < g_w; r++)
+                acc += b.host[r][i];
+            sum[i] = acc;
+        }
+        gt_optim_apply(cfg, &st, host[0], sum, gscale, host[1], host[2], n);
+        for (int r = 0; r < g_w; r++) {
+            cudaSetDevice(r);
+            CHECK(cudaStreamSynchronize(b.s[r]) == cudaSuccess);
+            CHECK_MSG(gt_p2p_status(p, r) == GT_P2P_OK, "%s: rank %d gave up", name, r);
+            for (int k = 0; k < 3; k++) {
+                if (!host[k])
+                    continue;
+                CHECK(cudaMemcpy(got, dev[r][k], n * sizeof(float), cudaMemcpyDeviceToHost) ==
+                      cudaSuccess);
+                int64_t u = max_ulp(got, host[k], n);
+                worst = u > worst ? u : worst;
+            }
+        }
+    }
+    printf("p2p sum and %-13s update on %d GPUs: max ulp against the host %lld\n", name, g_w,
+           (long long)worst);
+    CHECK_MSG(worst == 0, "%s: the fused update differs from gt_optim_apply on the rank-order sum",
+              name);
+    gt_p2p_release(p);
+    for (int r = 0; r < g_w; r++) {
+        cudaSetDevice(r);
+        for (int k = 0; k < 3; k++)
+            if (dev[r][k])
+                cudaFree(dev[r][k]);
+    }
+    p2p_bufs_close(&b);
+    for (int k = 0; k < 3; k++)
+        gt_free(host[k]);
+    gt_free(sum);
+    gt_free(got);
+}
+
+static void test_p2p_update(gt_rng *rng)
+{
+    gt_optim_cfg cfg;
+    gt_optim_defaults(&cfg);
+    cfg.momentum = 0.0f;
+    cfg.weight_decay = 1e-2f;
+    p2p_update_case(rng, "sgd", &cfg);
+    cfg.momentum = 0.9f;
+    cfg.weight_decay = 5e-4f;
+    p2p_update_case(rng, "sgd momentum", &cfg);
+    cfg.nesterov = 1;
+    p2p_update_case(rng, "sgd nesterov", &cfg);
+    gt_optim_defaults(&cfg);
+    cfg.kind = GT_OPT_ADAM;
+    cfg.lr = 1e-3f;
+    cfg.weight_decay = 1e-2f;
+    p2p_update_case(rng, "adam", &cfg);
+}
+
+/* gt_p2p_launch_average: every rank's parameters become the host's mean of the ranks' inputs
+ * (double sums in rank order, divided by the count), bit for bit; two calls. */
+static void test_p2p_average(gt_rng *rng)
+{
+    const size_t n = 44426 + 3;
+    p2p_bufs b;
+    gt_p2p *p = NULL;
+    gt_err e = {""};
+    p2p_bufs_open(&b, n);
+    float *dev[MAX_W] = {NULL};
+    float *ref = gt_alloc(n * sizeof(float)), *got = gt_alloc(n * sizeof(float));
+    for (int r = 0; r < g_w; r++) {
+        cudaSetDevice(r);
+        CHECK(cudaMalloc((void **)&dev[r], n * sizeof(float)) == cudaSuccess);
+    }
+    int rc = gt_p2p_create(&p, g_w, b.ord, (const float *const *)b.in, n, 30.0, &e);
+    CHECK_MSG(rc == 0, "p2p create: %s", e.msg);
+    size_t bad = n;
+    for (int call = 1; rc == 0 && call <= 2; call++) {
+        p2p_fill(&b, rng, n);
+        for (int r = 0; r < g_w && rc == 0; r++) {
+            rc = gt_p2p_launch_average(p, r, b.s[r], dev[r], &e);
+            CHECK_MSG(rc == 0, "average: %s", e.msg);
+        }
+        for (size_t i = 0; i < n; i++) {
+            double sum = 0;
+            for (int r = 0; r < g_w; r++)
+                sum += b.host[r][i];
+            ref[i] = (float)(sum / g_w);
+        }
+        for (int r = 0; r < g_w; r++) {
+            cudaSetDevice(r);
+            CHECK(cudaStreamSynchronize(b.s[r]) == cudaSuccess);
+            CHECK_MSG(gt_p2p_status(p, r) == GT_P2P_OK, "average: rank %d gave up", r);
+            CHECK(cudaMemcpy(got, dev[r], n * sizeof(float), cudaMemcpyDeviceToHost) ==
+                  cudaSuccess);
+            for (size_t i = 0; i < n && bad == n; i++)
+                if (memcmp(&got[i], &ref[i], sizeof(float)) != 0)
+                    bad = i;
+        }
+    }
+    printf("p2p mean of %zu floats on %d GPUs: %s\n", n, g_w,
+           bad == n ? "the host's double mean, bit for bit" : "DIFFERS");
+    CHECK_MSG(bad == n, "average: element %zu is %.9g, the host's mean %.9g", bad,
+              bad < n ? got[bad] : 0.0, bad < n ? ref[bad] : 0.0);
+    gt_p2p_release(p);
+    for (int r = 0; r < g_w; r++) {
+        cudaSetDevice(r);
+        cudaFree(dev[r]);
+    }
+    p2p_bufs_close(&b);
+    gt_free(ref);
+    gt_free(got);
 }
 
 /* Rank 0 alone calls: how its wait ends. how: 0 waits out the budget, 1 aborts every exchange,
@@ -508,6 +657,7 @@ typedef struct outcome {
     double step_loss[64]; /* mean loss of each of the first clocks, from --log-steps */
     int nsteps;
     int rollbacks;        /* the guard's rollbacks, as the log records them */
+    int device_step;      /* the config record says the steps took their update on the GPU */
     double wall_s;
 } outcome;
 
@@ -580,7 +730,18 @@ static outcome train(gt_config *c)
     gt_free(params);
     o.nsteps = gt_test_step_losses(log, c->ngpus, o.step_loss, 64);
     o.rollbacks = log_count(log, "\"action\":\"rolled back");
+    o.device_step = log_count(log, "\"step\":\"device\"") > 0;
     unlink(log);
+    return o;
+}
+
+/* A run with the store in every step (GT_STEP_PATH=store): sync's reference path, which sync
+ * on GPUs would otherwise leave for allreduce's step. */
+static outcome train_store(gt_config *c)
+{
+    setenv("GT_STEP_PATH", "store", 1);
+    outcome o = train(c);
+    unsetenv("GT_STEP_PATH");
     return o;
 }
 
@@ -594,7 +755,7 @@ static void test_modes_agree(const char *exchange)
     run_config(&cs, GT_MODE_SYNC, g_w, b, 1);
     run_config(&c1, GT_MODE_SYNC, 1, g_w * b, 1);
     setenv("GT_ALLREDUCE", exchange, 1);
-    outcome oa = train(&ca), os = train(&cs), o1 = train(&c1);
+    outcome oa = train(&ca), os = train_store(&cs), o1 = train_store(&c1);
     unsetenv("GT_ALLREDUCE");
     printf("exchange %s: ", exchange);
     CHECK_MSG(oa.rc == 0, "allreduce: %s", oa.err);
@@ -627,6 +788,83 @@ static void test_modes_agree(const char *exchange)
     free(o1.res);
 }
 
+/* The device step: every mode with one worker (serial SGD), sync with every GPU (the sums) and
+ * local with every GPU (replicas averaged on the GPUs) take each step's update on the GPUs (the
+ * allreduce mode's step, no store in it) and agree step by step with the store's path
+ * (GT_STEP_PATH=store), which the config record names; hogwild with several workers keeps the
+ * store. */
+static void test_device_step(void)
+{
+    const struct {
+        gt_mode mode;
+        int gpus, device;
+    } runs[] = {{GT_MODE_HOGWILD, 1, 1}, {GT_MODE_SYNC, 1, 1},  {GT_MODE_SSP, 1, 1},
+                {GT_MODE_LOCAL, 1, 1},   {GT_MODE_SYNC, g_w, 1}, {GT_MODE_LOCAL, g_w, 1},
+                {GT_MODE_HOGWILD, g_w, 0}};
+    for (size_t k = 0; k < sizeof runs / sizeof *runs; k++) {
+        gt_config cd, cs;
+        run_config(&cd, runs[k].mode, runs[k].gpus, 32, 1);
+        cs = cd;
+        outcome od = train(&cd), os = train_store(&cs);
+        char name[64];
+        snprintf(name, sizeof name, "%s x%d", gt_mode_name(runs[k].mode), runs[k].gpus);
+        CHECK_MSG(od.rc == 0 && os.rc == 0, "%s: %s%s", name, od.err, os.err);
+        CHECK_MSG(od.device_step == runs[k].device && os.device_step == 0,
+                  "%s: the config records say step %d and %d", name, od.device_step,
+                  os.device_step);
+        CHECK_MSG(!runs[k].device || (od.nsteps >= 30 && od.nsteps == os.nsteps),
+                  "%s: %d and %d steps", name, od.nsteps, os.nsteps);
+        for (int i = 0; runs[k].device && i < od.nsteps && i < os.nsteps; i++)
+            CHECK_MSG(fabs(od.step_loss[i] - os.step_loss[i]) <= 1e-4 * fabs(os.step_loss[i]),
+                      "%s step %d: on the device %.9g, through the store %.9g", name, i,
+                      od.step_loss[i], os.step_loss[i]);
+        if (od.rc == 0 && os.rc == 0) {
+            printf("%s: %s step acc %.4f, %.0f samples/s; store step acc %.4f, %.0f samples/s\n",
+                   name, runs[k].device ? "device" : "default", od.res->final_test_acc,
+                   od.res->samples_per_s, os.res->final_test_acc, os.res->samples_per_s);
+            if (runs[k].device)
+                CHECK_CLOSE(od.res->final_test_acc, os.res->final_test_acc, 0.005);
+        }
+        gt_run_result_free(od.res);
+        free(od.res);
+        gt_run_result_free(os.res);
+        free(os.res);
+    }
+}
+
+/* With a warm-up (the default recipe's from 2 GPUs up) every replica takes the same step size
+ * at the same update whatever the timing: two runs give the same bits, and sync's steps. */
+static void test_warmup_same(void)
+{
+    gt_config ca, cs;
+    run_config(&ca, GT_MODE_ALLREDUCE, g_w, 32, 1);
+    ca.optim.warmup_epochs = 0.1f;
+    cs = ca;
+    cs.mode = GT_MODE_SYNC;
+    outcome o1 = train(&ca), o2 = train(&ca), os = train_store(&cs);
+    CHECK_MSG(o1.rc == 0 && o2.rc == 0, "allreduce: %s%s", o1.err, o2.err);
+    CHECK_MSG(os.rc == 0, "sync: %s", os.err);
+    CHECK_MSG(o1.nsteps >= 30 && o1.nsteps == o2.nsteps && os.nsteps >= 30, "%d, %d and %d steps",
+              o1.nsteps, o2.nsteps, os.nsteps);
+    for (int i = 0; i < o1.nsteps && i < o2.nsteps && i < os.nsteps; i++) {
+        CHECK_MSG(o1.step_loss[i] == o2.step_loss[i], "step %d: %.9g, then %.9g", i,
+                  o1.step_loss[i], o2.step_loss[i]);
+        CHECK_MSG(fabs(o1.step_loss[i] - os.step_loss[i]) <= 1e-4 * fabs(os.step_loss[i]),
+                  "step %d: allreduce %.9g, sync %.9g", i, o1.step_loss[i], os.step_loss[i]);
+    }
+    if (o1.rc == 0 && o2.rc == 0 && os.rc == 0) {
+        printf("warm-up: allreduce x%d acc %.4f and %.4f, sync %.4f\n", g_w,
+               o1.res->final_test_acc, o2.res->final_test_acc, os.res->final_test_acc);
+        CHECK(o1.res->final_test_acc == o2.res->final_test_acc);
+        CHECK_CLOSE(o1.res->final_test_acc, os.res->final_test_acc, 0.005);
+    }
+    outcome *all[] = {&o1, &o2, &os};
+    for (int i = 0; i < 3; i++) {
+        gt_run_result_free(all[i]->res);
+        free(all[i]->res);
+    }
+}
+
 /* allreduce evaluates on its replicas, each GPU a share of the test set: mid-epoch (--eval-every)
  * and at the epoch's end its points fall at the same updates as sync's, which evaluates the store
  * on the evaluator, and agree with them (the same parameters; only the loss sums' order
@@ -638,7 +876,7 @@ static void test_replica_eval(void)
     run_config(&cs, GT_MODE_SYNC, g_w, 32, 1);
     ca.eval_every = cs.eval_every = 20;
     ca.log_steps = cs.log_steps = 0;
-    outcome oa = train(&ca), os = train(&cs);
+    outcome oa = train(&ca), os = train_store(&cs);
     CHECK_MSG(oa.rc == 0 && os.rc == 0, "allreduce: %s; sync: %s", oa.err, os.err);
     if (oa.rc == 0 && os.rc == 0) {
         printf("replica evaluation: %d points (sync %d), final acc %.4f (sync %.4f)\n",
@@ -703,7 +941,8 @@ static void test_abort(void)
     free(a.o.res);
 }
 
-/* The guard rolls an allreduce run back (the store restored at the mode's barrier, every replica
+/* The guard rolls an allreduce run, and local on the device step, back (the store restored at the
+ * mode's barrier, every replica
  * reloading it) instead of stopping it: --lr 10 drives the loss non-finite within steps (lr 1.0,
  * as on the CPU in tests/cli_converge.sh, stalled at 4 GPUs but at 2 sat just above chance, out
  * of the guard's reach), and the run either learns at a lowered step size or, after 6 rollbacks,
@@ -714,20 +953,30 @@ static void test_rollback(void)
     /* batch 8 a GPU: 6,000 samples make 187 clocks an epoch at 4 GPUs, enough for the guard's
      * 150-clock stall window and a barrier (every 64 clocks) after it. Six epochs: on 4 H100s the
      * run needed three rollbacks (at clocks 64, 251 and 438) and reached 0.47 by the end of a
-     * third epoch at lr x1/64; the rest of the run is for learning after the last one. */
-    run_config(&c, GT_MODE_ALLREDUCE, g_w, 8, 6);
-    c.optim.lr = 10.0f;
-    c.given |= GT_GIVEN_LR;
-    c.log_steps = 0;
-    outcome o = train(&c);
-    double acc = o.res->npoints ? o.res->final_test_acc : 0;
-    printf("rollback: exit %d after %d rollback(s), test acc %.4f%s%s\n", o.rc, o.rollbacks, acc,
-           o.rc ? ": " : "", o.err);
-    CHECK_MSG(o.rollbacks >= 1, "no rollback logged (exit %d: %s)", o.rc, o.err);
-    CHECK_MSG(o.rc == 0 ? acc >= 0.5 : strstr(o.err, "rollbacks did not help") != NULL,
-              "exit %d, acc %.4f: %s", o.rc, acc, o.err);
-    gt_run_result_free(o.res);
-    free(o.res);
+     * third epoch at lr x1/64; the rest of the run is for learning after the last one. Ten
+     * epochs: on 2 H100s the run rolled back four times (the last at clock 878, lr x1/128) and
+     * six epochs left it at 0.34. */
+    const gt_mode modes[] = {GT_MODE_ALLREDUCE, GT_MODE_LOCAL};
+    for (size_t k = 0; k < sizeof modes / sizeof *modes; k++) {
+        /* local on the device step rolls back at its averages (every 5 clocks here, so its
+         * barriers fall off allreduce's every 64th clock). */
+        run_config(&c, modes[k], g_w, 8, 10);
+        c.sync_every = 5;
+        c.optim.lr = 10.0f;
+        c.given |= GT_GIVEN_LR;
+        c.log_steps = 0;
+        outcome o = train(&c);
+        double acc = o.res->npoints ? o.res->final_test_acc : 0;
+        printf("rollback, %s x%d: exit %d after %d rollback(s), test acc %.4f%s%s\n",
+               gt_mode_name(modes[k]), g_w, o.rc, o.rollbacks, acc, o.rc ? ": " : "", o.err);
+        CHECK_MSG(o.device_step, "%s: not on the device step", gt_mode_name(modes[k]));
+        CHECK_MSG(o.rollbacks >= 1, "%s: no rollback logged (exit %d: %s)",
+                  gt_mode_name(modes[k]), o.rc, o.err);
+        CHECK_MSG(o.rc == 0 ? acc >= 0.5 : strstr(o.err, "rollbacks did not help") != NULL,
+                  "%s: exit %d, acc %.4f: %s", gt_mode_name(modes[k]), o.rc, acc, o.err);
+        gt_run_result_free(o.res);
+        free(o.res);
+    }
 }
 
 /* ---- (6) timing, printed only ---------------------------------------------------------------- */
@@ -842,6 +1091,8 @@ int main(void)
     gt_rng_seed(&r, 20261127);
     test_optim_kernels(&r);
     test_p2p_exact(&r);
+    test_p2p_update(&r);
+    test_p2p_average(&r);
     test_p2p_hang_proof();
     test_allreduce_step(&r);
     setenv("GT_ALLREDUCE", "nccl", 1);
@@ -857,6 +1108,8 @@ int main(void)
     } else {
         test_modes_agree("p2p");
         test_modes_agree("nccl");
+        test_warmup_same();
+        test_device_step();
         test_abort();
         test_rollback();
         test_replica_eval();

@@ -398,14 +398,20 @@ static void make_batch(gt_batch *b, uint32_t *idx, int n, const gt_dataset *ds, 
 #define KINK_TOL 1e-2
 static int g_kink_steps;
 
-/* The loss, hits and every gradient tensor of a GPU step against the CPU's. */
-static void compare_step(const gt_model *m, const gt_step_out *out, const float *grad_gpu,
-                         double loss_cpu, int hits_cpu, const float *grad_cpu, const char *what)
+/* The loss and hits of a GPU step against the CPU's. */
+static void compare_loss(const gt_step_out *out, double loss_cpu, int hits_cpu, const char *what)
 {
     CHECK_MSG(fabs(out->loss_sum - loss_cpu) <= TOL * fabs(loss_cpu),
               "%s: loss %.9g on the GPU, %.9g on the CPU", what, out->loss_sum, loss_cpu);
     CHECK_MSG(out->correct == hits_cpu, "%s: %d hits on the GPU, %d on the CPU", what,
               out->correct, hits_cpu);
+}
+
+/* The loss, hits and every gradient tensor of a GPU step against the CPU's. */
+static void compare_step(const gt_model *m, const gt_step_out *out, const float *grad_gpu,
+                         double loss_cpu, int hits_cpu, const float *grad_cpu, const char *what)
+{
+    compare_loss(out, loss_cpu, hits_cpu, what);
     double errs[GT_MAX_TENSORS], worst = 0;
     for (int t = 0; t < m->ntensors; t++) {
         const gt_tensor_info *ti = &m->tensors[t];
@@ -523,6 +529,19 @@ static void nonfinite_step(gt_device *d, const float *params, const gt_dataset *
     gt_free(bad);
 }
 
+/* With two steps in flight, a third (`third`: step_begin or step_queue) is refused, and so is
+ * train_step. */
+static void check_refused_beside(gt_device *d, const gt_batch *b,
+                                 int (*third)(gt_device *, const gt_batch *, gt_err *),
+                                 const char *how, const char *path)
+{
+    gt_step_out dummy;
+    gt_err e = {""};
+    CHECK_MSG(third(d, b, &e) != 0, "%s: a third step was %s", path, how);
+    CHECK_MSG(d->ops->train_step(d, b, &dummy, &e) != 0, "%s: train_step ran beside %s steps",
+              path, how);
+}
+
 /* --overlap's two steps in flight: each begun on its own pinned parameter and gradient buffers
  * (the second queued behind the first), each ended with its own loss and gradient, the CPU's. A
  * third begin is refused, and so is train_step while a step is in flight. */
@@ -553,12 +572,8 @@ static void overlap_compare(gt_device *d, gt_cpu_net *net, const float *params,
         rc = d->ops->step_begin(d, &b[k], &e);
         CHECK_MSG(rc == 0, "%s: step_begin %d: %s", path, k, e.msg);
     }
-    if (rc == 0) {
-        gt_step_out dummy;
-        CHECK_MSG(d->ops->step_begin(d, &b[0], &e) != 0, "%s: a third step was begun", path);
-        CHECK_MSG(d->ops->train_step(d, &b[0], &dummy, &e) != 0,
-                  "%s: train_step ran beside begun steps", path);
-    }
+    if (rc == 0)
+        check_refused_beside(d, &b[0], d->ops->step_begin, "begun", path);
     for (int k = 0; k < 2 && rc == 0; k++) {
         gt_step_out out = {.correct = -1};
         rc = d->ops->step_end(d, &out, &e);
@@ -578,6 +593,148 @@ static void overlap_compare(gt_device *d, gt_cpu_net *net, const float *params,
         gt_host_free(p[k]);
         gt_host_free(g[k]);
     }
+    gt_free(cpu_grad);
+}
+
+/* The allreduce mode's pipelined steps (step_queue, keep_grad): two queued on the parameters
+ * the device holds, each ended with its own loss and hits, the CPU's; the gradient left on the
+ * device is the second's. A third is refused, and so is train_step while any is queued; an
+ * evaluation may run beside them. */
+static void queued_compare(gt_device *d, gt_cpu_net *net, const float *params,
+                           const gt_dataset *ds, const char *path)
+{
+    gt_rng own, *r = &own;
+    gt_rng_seed(r, 7);
+    const gt_model *m = d->model;
+    size_t n = m->nparams;
+    float *cpu_grad = gt_alloc(n * sizeof(float)), *dev_grad = gt_alloc(n * sizeof(float));
+    uint32_t idx[2][GT_TEST_MAX_BATCH];
+    gt_batch b[2];
+    gt_err e = {""};
+    char what[160];
+    for (int k = 0; k < 2; k++)
+        make_batch(&b[k], idx[k], k ? d->max_batch / 2 + 1 : d->max_batch, ds, r);
+    memcpy(d->params, params, n * sizeof(float));
+    int rc = d->ops->load_params(d, &e);
+    CHECK_MSG(rc == 0, "%s: load_params: %s", path, e.msg);
+    d->keep_grad = 1;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        rc = d->ops->step_queue(d, &b[k], &e);
+        CHECK_MSG(rc == 0, "%s: step_queue %d: %s", path, k, e.msg);
+    }
+    if (rc == 0) {
+        gt_step_out dummy;
+        check_refused_beside(d, &b[0], d->ops->step_queue, "queued", path);
+        /* An evaluation beside queued steps (the allreduce replicas' mid-epoch one) leaves
+         * their results alone. */
+        rc = d->ops->evaluate(d, ds, 0, ds->n < 100 ? ds->n : 100, &dummy, &e);
+        CHECK_MSG(rc == 0, "%s: evaluate beside queued steps: %s", path, e.msg);
+    }
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        gt_step_out out = {.correct = -1};
+        rc = d->ops->step_end(d, &out, &e);
+        CHECK_MSG(rc == 0, "%s: step_end %d: %s", path, k, e.msg);
+        if (rc == 0 && k == 1)
+            rc = gt_cuda_device_read_grad(d, dev_grad, &e);
+        if (rc)
+            break;
+        int hits_cpu = 0;
+        double loss_cpu = gt_cpu_net_step(net, params, &b[k], 1, cpu_grad, &hits_cpu);
+        snprintf(what, sizeof what, "%s queued step %d", path, k + 1);
+        if (k == 1)
+            compare_step(m, &out, dev_grad, loss_cpu, hits_cpu, cpu_grad, what);
+        else
+            compare_loss(&out, loss_cpu, hits_cpu, what);
+    }
+    d->keep_grad = 0;
+    gt_free(cpu_grad);
+    gt_free(dev_grad);
+}
+
+/* --overlap's weight prediction on the device: a step begun with none running is not predicted;
+ * the next starts from its parameters minus the running step's plain SGD step, from that step's
+ * gradient on the device, equal bit for bit to gt_optim_predict on the host with the same
+ * gradient; its loss and gradient are the CPU's at those parameters. The device reads pinned
+ * parameters itself; pageable ones (where pinning failed) are uploaded first: both are run. */
+static void overlap_predict_compare(gt_device *d, gt_cpu_net *net, const float *params,
+                                    const gt_dataset *ds, const char *path)
+{
+    gt_rng own, *r = &own;
+    gt_rng_seed(r, 8);
+    const gt_model *m = d->model;
+    size_t n = m->nparams;
+    float *own_params = d->params, *own_grad = d->grad;
+    float *g[2], *cpu_grad = gt_alloc(n * sizeof(float));
+    float *want = gt_alloc(n * sizeof(float)), *got = gt_host_alloc(n * sizeof(float));
+    /* Both steps begin from the same parameters, as two overlapped steps of one worker with no
+     * push between them would: only the prediction tells the second from the first. */
+    float *p0 = gt_host_alloc(n * sizeof(float)), *p1[2] = {gt_host_alloc(n * sizeof(float)),
+                                                            gt_alloc(n * sizeof(float))};
+    memcpy(p0, params, n * sizeof(float));
+    memcpy(p1[0], params, n * sizeof(float));
+    memcpy(p1[1], params, n * sizeof(float));
+    uint32_t idx[2][GT_TEST_MAX_BATCH];
+    gt_batch b[2];
+    gt_step_out out[2];
+    gt_err e = {""};
+    char what[160];
+    gt_optim_cfg cfg;
+    gt_optim_defaults(&cfg);
+    cfg.weight_decay = 1e-3f;
+    gt_predict pr = {.cfg = &cfg, .st = gt_optim_prepare(&cfg, 3, 0.25), .gscale = 0.25f};
+    for (int k = 0; k < 2; k++) {
+        g[k] = gt_host_alloc(n * sizeof(float));
+        make_batch(&b[k], idx[k], d->max_batch, ds, r);
+    }
+    /* Gradient buffers freed by an earlier check may come back at the same address, and a graph
+     * kept for the old one would copy into freed memory: start with none. */
+    gt_cuda_path now;
+    CHECK(gt_cuda_device_get_path(d, &now) == 0);
+    CHECK(gt_cuda_device_set_path(d, now.fused, now.graphs, &e) == 0);
+    for (int pageable = 0; pageable < 2; pageable++) {
+        float *p[2] = {p0, p1[pageable]};
+        int rc = 0;
+        d->predict = &pr;
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            d->params = p[k];
+            d->grad = g[k];
+            rc = d->ops->step_begin(d, &b[k], &e);
+            CHECK_MSG(rc == 0, "%s: predicted step_begin %d: %s", path, k, e.msg);
+        }
+        d->predict = NULL;
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            rc = d->ops->step_end(d, &out[k], &e);
+            CHECK_MSG(rc == 0, "%s: predicted step_end %d: %s", path, k, e.msg);
+        }
+        if (rc)
+            break;
+        memcpy(want, p[1], n * sizeof(float));
+        gt_optim_predict(&cfg, &pr.st, want, g[0], pr.gscale, n);
+        const float *at[2] = {p[0], want};
+        for (int k = 0; k < 2; k++) {
+            int hits_cpu = 0;
+            double loss_cpu = gt_cpu_net_step(net, at[k], &b[k], 1, cpu_grad, &hits_cpu);
+            snprintf(what, sizeof what, "%s predicted step %d%s", path, k + 1,
+                     pageable ? " (pageable)" : "");
+            compare_step(m, &out[k], g[k], loss_cpu, hits_cpu, cpu_grad, what);
+        }
+        d->params = got;
+        CHECK_MSG(d->ops->get_params(d, NULL, NULL, &e) == 0, "%s: get_params: %s", path, e.msg);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+        CHECK_MSG(bad == 0, "%s: %zu predicted parameters differ from the host's%s", path, bad,
+                  pageable ? " (pageable)" : "");
+    }
+    d->params = own_params;
+    d->grad = own_grad;
+    for (int k = 0; k < 2; k++)
+        gt_host_free(g[k]);
+    gt_host_free(p0);
+    gt_host_free(p1[0]);
+    gt_free(p1[1]);
+    gt_host_free(got);
+    gt_free(want);
     gt_free(cpu_grad);
 }
 
@@ -642,6 +799,8 @@ static void test_one_path(gt_device *d, gt_cpu_net *net, const float *params,
     test_path(d, net, params, ds, r, eval_n, label);
     nonfinite_step(d, params, ds, label);
     overlap_compare(d, net, params, ds, label);
+    queued_compare(d, net, params, ds, label);
+    overlap_predict_compare(d, net, params, ds, label);
     CHECK_MSG(g_kink_steps <= 2, "%s: %d steps missed %g (one kink crossing is allowed)", label,
               g_kink_steps, TOL);
     CHECK(gt_cuda_device_get_path(d, &path) == 0);

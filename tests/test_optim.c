@@ -293,8 +293,35 @@ static void test_denormals_flushed(void)
     CHECK(tiny * half != 0.0f); /* outside the optimizer, denormals still work */
 }
 
+/* --overlap's weight prediction is the plain SGD update, bit for bit, weight decay and gradient
+ * scale included, whatever the momentum; a non-finite gradient entry leaves its parameter alone. */
+static void test_predict(void)
+{
+    float p[N], q[N], g[N];
+    for (int i = 0; i < N; i++) {
+        p[i] = q[i] = 0.37f * (float)(i - 20) / 7.0f;
+        g[i] = 0.11f * (float)((i * 7) % 13 - 6);
+    }
+    gt_optim_cfg c;
+    gt_optim_defaults(&c);
+    c.weight_decay = 1e-3f;
+    gt_optim_step st = gt_optim_prepare(&c, 5, 0.5);
+    gt_optim_predict(&c, &st, p, g, 0.5f, N); /* momentum 0.9: not used */
+    gt_optim_cfg plain = c;
+    plain.momentum = 0.0f;
+    gt_optim_apply(&plain, &st, q, g, 0.5f, NULL, NULL, N);
+    for (int i = 0; i < N; i++)
+        CHECK_MSG(p[i] == q[i], "predicted %d: %.9g, SGD %.9g", i, p[i], q[i]);
+    g[3] = NAN;
+    g[9] = INFINITY;
+    float p3 = p[3], p9 = p[9], p4 = p[4];
+    gt_optim_predict(&c, &st, p, g, 1.0f, N);
+    CHECK(p[3] == p3 && p[9] == p9 && p[4] != p4);
+}
+
 int main(void)
 {
+    test_predict();
     test_denormals_flushed();
     test_defaults_nstate();
     test_hand_values();

@@ -86,9 +86,32 @@ static void test_hogwild_momentum(void)
         gt_config plain = base(GT_MODE_HOGWILD);
         CHECK(gt_recipe_implicit_momentum(&c, ow[i]) > gt_recipe_implicit_momentum(&plain, ow[i]));
         gt_recipe_apply(&c, ow[i], NTRAIN, &r);
-        CHECK_MSG(r.n == 1 && strncmp(r.change[0], owant[i], strlen(owant[i])) == 0, "'%s'",
+        CHECK_MSG(r.n == 2 && strncmp(r.change[0], owant[i], strlen(owant[i])) == 0, "'%s'",
                   r.n ? r.change[0] : "");
+        /* and weight prediction, said on the start-up line */
+        CHECK(c.overlap_predict == 1);
+        CHECK_MSG(r.n == 2 && strstr(r.change[1], "weight prediction") &&
+                      strstr(r.change[1], "--literal"), "'%s'", r.n > 1 ? r.change[1] : "");
     }
+    /* No prediction without --overlap, with --literal, or for Adam (its step is not SGD's); an
+     * explicit --momentum keeps the prediction. */
+    c = base(GT_MODE_HOGWILD);
+    gt_recipe_apply(&c, 2, NTRAIN, &r);
+    CHECK(c.overlap_predict == 0);
+    c = base(GT_MODE_HOGWILD);
+    c.overlap = c.literal = 1;
+    gt_recipe_apply(&c, 2, NTRAIN, &r);
+    CHECK(c.overlap_predict == 0 && r.n == 0);
+    c = base(GT_MODE_HOGWILD);
+    c.overlap = 1;
+    c.optim.kind = GT_OPT_ADAM;
+    gt_recipe_apply(&c, 2, NTRAIN, &r);
+    CHECK(c.overlap_predict == 0);
+    c = base(GT_MODE_HOGWILD);
+    c.overlap = 1;
+    c.given |= GT_GIVEN_MOMENTUM;
+    gt_recipe_apply(&c, 2, NTRAIN, &r);
+    CHECK(c.overlap_predict == 1 && r.n == 1 && c.optim.momentum == 0.9f);
 }
 
 static void test_sync_and_local(void)

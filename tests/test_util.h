@@ -80,14 +80,21 @@ static inline const char *gt_test_fmnist_dir(void)
 /* The mean loss of each of the first `max` clocks of epoch 1 in a --log-steps log: a clock's
  * `shares` step lines (one per share) are averaged. Returns how many leading clocks had all their
  * shares logged. */
+static inline int gt_test_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 static inline int gt_test_step_losses(const char *path, int shares, double *out, int max)
 {
+    enum { MAX_STEPS = 256, MAX_SHARES = 64 };
     FILE *f = fopen(path, "r");
     char line[512];
-    double sum[256] = {0};
-    int cnt[256] = {0}, n = 0;
-    if (max > 256)
-        max = 256;
+    static double loss_of[MAX_STEPS][MAX_SHARES];
+    int cnt[MAX_STEPS] = {0}, n = 0;
+    if (max > MAX_STEPS)
+        max = MAX_STEPS;
     while (f && fgets(line, sizeof line, f)) {
         unsigned step, epoch;
         double loss;
@@ -96,16 +103,20 @@ static inline int gt_test_step_losses(const char *path, int shares, double *out,
         if (!strstr(line, "\"type\":\"step\"") || !s || !l || !ep)
             continue;
         if (sscanf(s, "\"step\":%u", &step) == 1 && sscanf(l, "\"loss\":%lf", &loss) == 1 &&
-            sscanf(ep, "\"epoch\":%u", &epoch) == 1 && epoch == 1 && step < (unsigned)max) {
-            sum[step] += loss;
-            cnt[step]++;
-        }
+            sscanf(ep, "\"epoch\":%u", &epoch) == 1 && epoch == 1 && step < (unsigned)max &&
+            cnt[step] < MAX_SHARES)
+            loss_of[step][cnt[step]++] = loss;
     }
     if (f)
         fclose(f);
-    while (n < max && cnt[n] == shares) {
-        out[n] = sum[n] / shares;
-        n++;
+    /* Summed in ascending order, whatever order the workers logged in: the same bits each time
+     * the same losses are logged. */
+    for (; n < max && cnt[n] == shares; n++) {
+        qsort(loss_of[n], (size_t)cnt[n], sizeof(double), gt_test_cmp_double);
+        double sum = 0;
+        for (int k = 0; k < cnt[n]; k++)
+            sum += loss_of[n][k];
+        out[n] = sum / shares;
     }
     return n;
 }

@@ -27,6 +27,14 @@ typedef struct gt_step_out {
     int grad_status;  /* GT_GRAD_*: whether the device checked every gradient entry is finite */
 } gt_step_out;
 
+/* --overlap's weight prediction for step_begin: the optimizer's configuration and scalars of the
+ * update the step still running will get, and its gradient scale. */
+typedef struct gt_predict {
+    const gt_optim_cfg *cfg;
+    gt_optim_step st;
+    float gscale;
+} gt_predict;
+
 typedef struct gt_device_ops {
     /* d->params holds fresh parameters: make the device compute with them. */
     int (*load_params)(gt_device *d, gt_err *e);
@@ -41,15 +49,31 @@ typedef struct gt_device_ops {
      * running: it reads d->params and will write the gradient into d->grad as they are at the
      * call, so the caller may point them at other pinned buffers (gt_host_alloc) for the next
      * step. step_end waits for the oldest begun step and gives its results. At most two steps
-     * are begun and not ended; train_step is refused while any is. */
+     * are begun and not ended; train_step is refused while any is. With d->predict set and a
+     * step still running, the loaded parameters first take that step's plain SGD step
+     * (gt_optim_predict) on the device, from its gradient there. */
     int (*step_begin)(gt_device *d, const gt_batch *b, gt_err *e);
     int (*step_end)(gt_device *d, gt_step_out *out, gt_err *e);
+    /* Optional (NULL if absent): train_step's work queued on the parameters the device holds
+     * (d->keep_grad, the allreduce mode), returning once it is queued; step_end gives its
+     * results. Work is done in the order it was queued: a step queued after a reduce_update
+     * computes on the updated parameters, and a reduce_update queued after it reduces its
+     * gradient. Counted with step_begin's steps (at most two not ended). */
+    int (*step_queue)(gt_device *d, const gt_batch *b, gt_err *e);
     /* The allreduce mode (optional, NULL where unsupported; the CUDA backend): after a
      * train_step with d->keep_grad set, sum the gradient over every device of the communicator
      * (gt_cuda_allreduce_init) and apply one optimizer update, gradient scaled by gscale, to the
      * device's own parameters and optimizer state. Replicas stay bit-identical. */
     int (*reduce_update)(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st, float gscale,
                          gt_err *e);
+    /* The local mode on GPUs (optional, NULL where unsupported; the CUDA backend): after a
+     * train_step with d->keep_grad set, one optimizer update of the device's own parameters and
+     * state by its own gradient scaled by gscale; with average set, every device of the
+     * exchange (gt_cuda_allreduce_init) then takes the mean of all of their parameters, each
+     * element summed in double in device order and divided by their count, as mode_local.c
+     * averages the replicas through the store. Every device must call it alike. */
+    int (*local_update)(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st,
+                        float gscale, int average, gt_err *e);
     /* Copies the device's parameters into d->params and its optimizer state into s0/s1 (NULL:
      * skip), for evaluation and checkpoints. */
     int (*get_params)(gt_device *d, float *s0, float *s1, gt_err *e);
@@ -67,6 +91,7 @@ struct gt_device {
     float *params;       /* nparams, host */
     float *grad;         /* nparams, host */
     int keep_grad;       /* train_step leaves the gradient on the device (allreduce mode) */
+    const gt_predict *predict; /* step_begin's weight prediction (--overlap), NULL: none */
     void *impl;          /* backend state */
 };
 
@@ -81,6 +106,9 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
  * all-reduce in one process, NCCL across hosts or with GT_ALLREDUCE=nccl) and the device optimizer
  * state the allreduce mode needs; -1 with a message when no exchange is available. */
 int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_err *e);
+/* Whether the exchange gt_cuda_allreduce_init set up for d averages replicas (local_update's
+ * average): on one host, with the peer exchange or one GPU; not over NCCL. */
+int gt_cuda_allreduce_averages(gt_device *d);
 /* Makes every pending and later all-reduce of this process return an error instead of waiting
  * (a worker failed, or the run is ending): the abort path that keeps a lost GPU from hanging the
  * others. */

@@ -63,6 +63,13 @@ void gt_optim_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, co
 void gt_optim_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
                             const float *g, float gscale, float *s0, float *s1, size_t n);
 
+/* --overlap's weight prediction: the plain SGD step (no momentum) of gradient g, p -= lr x (g x
+ * gscale + weight_decay x p), in gt_optim_apply's arithmetic, skipping entries of g that are not
+ * finite (a non-finite step is dropped, not pushed). With momentum 0 it is the store's own update
+ * of g, bit for bit. */
+void gt_optim_predict(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
+                      float gscale, size_t n);
+
 /* Each optimizer's own update, named by its row in the optimizer table (names.h), which
  * gt_optim_nstate, gt_optim_apply and gt_optim_apply_relaxed go through; call those, which also
  * set the floating-point mode. */

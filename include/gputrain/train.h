@@ -26,6 +26,9 @@ typedef struct gt_worker_stats {
     uint64_t steps, samples;
     double busy_s;        /* time from its first to its last step */
     double wait_s;        /* barriers and staleness gates */
+    /* hogwild: seconds in the store's pull, on the device (upload, step, gradient download) and
+     * in the store's push, summed over its steps (all 0 in other modes) */
+    double pull_s, device_s, push_s;
     int failed;           /* left the run */
     char error[GT_ERRLEN];
 } gt_worker_stats;
@@ -80,6 +83,10 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
 
 /* Frees what a run's result holds (not res itself); res may be NULL. */
 void gt_run_result_free(gt_run_result *res);
+
+/* A hogwild worker's mean microseconds a step in the store's pull, on the device and in the
+ * store's push, into us[0..2]; 0 where the worker has no such split (other modes, no steps). */
+int gt_worker_phases_us(const gt_worker_stats *s, double us[3]);
 
 /* Signal handling for a run: the first SIGINT/SIGTERM/SIGHUP asks the run to stop after the
  * current step (and write its checkpoint); a second one exits at once. SIGPIPE is ignored, so a
