@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 0\,1 --mode allreduce --model lenet5 --epochs 10 --seed 10 --eval-every 117 --data /work/main/.carry/fmnist --log /root/out/c21/bench-lenet5/runs/lenet5__allreduce__w2__s10.jsonl --quiet --no-progress 

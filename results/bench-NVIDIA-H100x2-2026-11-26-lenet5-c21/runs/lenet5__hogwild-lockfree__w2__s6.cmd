@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 0\,1 --mode hogwild --stripes 0 --model lenet5 --epochs 10 --seed 6 --eval-every 117 --data /work/main/.carry/fmnist --log /root/out/c21/bench-lenet5/runs/lenet5__hogwild-lockfree__w2__s6.jsonl --quiet --no-progress 

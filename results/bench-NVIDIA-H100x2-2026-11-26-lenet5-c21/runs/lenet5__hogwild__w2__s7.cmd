@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 0\,1 --mode hogwild --model lenet5 --epochs 10 --seed 7 --eval-every 117 --data /work/main/.carry/fmnist --log /root/out/c21/bench-lenet5/runs/lenet5__hogwild__w2__s7.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 0\,1 --mode ssp --staleness 2 --model lenet5 --epochs 10 --seed 5 --eval-every 117 --data /work/main/.carry/fmnist --log /root/out/c21/bench-lenet5/runs/lenet5__ssp-s2__w2__s5.jsonl --quiet --no-progress 

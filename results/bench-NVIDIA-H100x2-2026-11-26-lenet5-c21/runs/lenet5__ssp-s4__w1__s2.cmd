@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 0 --mode ssp --staleness 4 --model lenet5 --epochs 10 --seed 2 --eval-every 234 --data /work/main/.carry/fmnist --log /root/out/c21/bench-lenet5/runs/lenet5__ssp-s4__w1__s2.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 2\,3 --batch 128 --mode hogwild --stripes 0 --model cnn-wide --epochs 5 --seed 3 --eval-every 58 --data /work/main/.carry/fmnist --log /root/out/c7/bench-cnn/runs/cnn-wide__hogwild-lockfree__w2__s3.jsonl --quiet --no-progress 

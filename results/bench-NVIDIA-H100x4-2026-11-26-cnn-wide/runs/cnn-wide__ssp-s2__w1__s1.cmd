@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 1 --batch 128 --mode ssp --staleness 2 --model cnn-wide --epochs 5 --seed 1 --eval-every 117 --data /work/main/.carry/fmnist --log /root/out/c7/bench-cnn/runs/cnn-wide__ssp-s2__w1__s1.jsonl --quiet --no-progress 

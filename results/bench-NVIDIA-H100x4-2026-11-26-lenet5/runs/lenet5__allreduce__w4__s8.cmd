@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 0\,1\,2\,3 --mode allreduce --model lenet5 --epochs 10 --seed 8 --eval-every 58 --data /work/main/.carry/fmnist --log /root/out/c6/bench-lenet5/runs/lenet5__allreduce__w4__s8.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 1 --mode hogwild --stripes 0 --model lenet5 --epochs 10 --seed 9 --eval-every 234 --data /work/main/.carry/fmnist --log /root/out/c6/bench-lenet5/runs/lenet5__hogwild-lockfree__w1__s9.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-python3 /work/main/tools/torch_lenet.py --data /work/main/.carry/fmnist --mode ddp --gpus 2 --batch 64 --epochs 10 --opt sgd --lr 0.05 --momentum 0.9 --seed 1 --out /root/out/c6/bench-lenet5/runs/lenet5__pytorch__w2__s1.jsonl 

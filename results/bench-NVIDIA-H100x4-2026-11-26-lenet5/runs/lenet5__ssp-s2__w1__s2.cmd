@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 3 --mode ssp --staleness 2 --model lenet5 --epochs 10 --seed 2 --eval-every 234 --data /work/main/.carry/fmnist --log /root/out/c6/bench-lenet5/runs/lenet5__ssp-s2__w1__s2.jsonl --quiet --no-progress 

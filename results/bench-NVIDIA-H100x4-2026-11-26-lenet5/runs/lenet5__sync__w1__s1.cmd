@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 0 --mode sync --model lenet5 --epochs 10 --seed 1 --eval-every 234 --data /work/main/.carry/fmnist --log /root/out/c6/bench-lenet5/runs/lenet5__sync__w1__s1.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-/work/main/build/gputrain --gpus 0\,1 --mode hogwild --momentum 0.9 --model cnn-wide --epochs 3 --batch 128 --optimizer sgd --lr 0.05 --seed 3 --eval-every 58 --data /work/main/.carry/fashion-mnist --log results/bench-NVIDIA-H200-2026-11-26-cnn-wide/runs/cnn-wide__hogwild__w2__s3.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-build-cuda/gputrain --gpus 0 --mode hogwild --overlap --model lenet5 --epochs 10 --seed 10 --eval-every 234 --data /work/main/.carry/fmnist --log /root/out/c5/bench-overlap-w1/runs/lenet5__hogwild-overlap__w1__s10.jsonl --quiet --no-progress 

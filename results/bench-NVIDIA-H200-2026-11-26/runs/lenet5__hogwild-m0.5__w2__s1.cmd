@@ -1,1 +1,0 @@
-/work/main/build/gputrain --gpus 0\,1 --mode hogwild --momentum 0.5 --model lenet5 --epochs 5 --batch 64 --optimizer sgd --lr 0.05 --seed 1 --eval-every 117 --data /work/main/.carry/fashion-mnist --log /work/main/results/bench-NVIDIA-H200-2026-11-26/runs/lenet5__hogwild-m0.5__w2__s1.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-python3 /work/main/.carry/torch_lenet.py --data /work/main/.carry/fashion-mnist --mode single --gpus 1 --batch 64 --epochs 5 --opt sgd --lr 0.05 --momentum 0.9 --seed 1 --out /work/main/results/bench-NVIDIA-H200-2026-11-26/runs/lenet5__pytorch__w1__s1.jsonl 

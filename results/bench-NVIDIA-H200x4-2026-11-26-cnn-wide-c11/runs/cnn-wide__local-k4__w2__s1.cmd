@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 0\,1 --batch 128 --mode local --sync-every 4 --model cnn-wide --epochs 5 --seed 1 --eval-every 58 --data /work/main/.carry/fmnist --log /root/out/c11/bench-cnn/runs/cnn-wide__local-k4__w2__s1.jsonl --quiet --no-progress 

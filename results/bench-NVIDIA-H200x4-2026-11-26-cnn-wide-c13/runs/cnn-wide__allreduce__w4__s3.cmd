@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 0\,1\,2\,3 --batch 128 --mode allreduce --model cnn-wide --epochs 5 --seed 3 --eval-every 29 --data /work/main/.carry/fmnist --log /root/out/c13/bench-cnn/runs/cnn-wide__allreduce__w4__s3.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 3 --batch 128 --mode allreduce --model cnn-wide --epochs 5 --seed 1 --eval-every 117 --data /work/main/.carry/fmnist --log /root/out/c3/bench-cnn/runs/cnn-wide__allreduce__w1__s1.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 2\,3 --batch 128 --mode ssp --staleness 2 --model cnn-wide --epochs 5 --seed 1 --eval-every 58 --data /work/main/.carry/fmnist --log /root/out/c3/bench-cnn/runs/cnn-wide__ssp-s2__w2__s1.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 0\,1\,2\,3 --batch 128 --mode ssp --staleness 4 --model cnn-wide --epochs 5 --seed 1 --eval-every 29 --data /work/main/.carry/fmnist --log /root/out/c3/bench-cnn/runs/cnn-wide__ssp-s4__w4__s1.jsonl --quiet --no-progress 

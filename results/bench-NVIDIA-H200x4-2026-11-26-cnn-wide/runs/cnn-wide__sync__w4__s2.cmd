@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 0\,1\,2\,3 --batch 128 --mode sync --model cnn-wide --epochs 5 --seed 2 --eval-every 29 --data /work/main/.carry/fmnist --log /root/out/c3/bench-cnn/runs/cnn-wide__sync__w4__s2.jsonl --quiet --no-progress 

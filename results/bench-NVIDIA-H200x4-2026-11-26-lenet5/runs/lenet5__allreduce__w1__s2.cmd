@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 3 --mode allreduce --model lenet5 --epochs 10 --seed 2 --eval-every 234 --data /work/main/.carry/fmnist --log /root/out/c2/bench/runs/lenet5__allreduce__w1__s2.jsonl --quiet --no-progress 

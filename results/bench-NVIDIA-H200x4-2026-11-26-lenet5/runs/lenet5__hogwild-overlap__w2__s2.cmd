@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 2\,3 --mode hogwild --overlap --model lenet5 --epochs 10 --seed 2 --eval-every 117 --data /work/main/.carry/fmnist --log /root/out/c2/bench/runs/lenet5__hogwild-overlap__w2__s2.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 0\,1\,2\,3 --mode hogwild --overlap --model lenet5 --epochs 10 --seed 9 --eval-every 58 --data /work/main/.carry/fmnist --log /root/out/c2/bench/runs/lenet5__hogwild-overlap__w4__s9.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 3 --mode hogwild --model lenet5 --epochs 10 --seed 4 --eval-every 234 --data /work/main/.carry/fmnist --log /root/out/c2/bench/runs/lenet5__hogwild__w1__s4.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-python3 /work/main/tools/torch_lenet.py --data /work/main/.carry/fmnist --mode single --gpus 1 --batch 64 --epochs 10 --opt sgd --lr 0.05 --momentum 0.9 --seed 1 --out /root/out/c2/bench/runs/lenet5__pytorch__w1__s1.jsonl 

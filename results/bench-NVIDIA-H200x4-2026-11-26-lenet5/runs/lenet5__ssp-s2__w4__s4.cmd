@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 0\,1\,2\,3 --mode ssp --staleness 2 --model lenet5 --epochs 10 --seed 4 --eval-every 58 --data /work/main/.carry/fmnist --log /root/out/c2/bench/runs/lenet5__ssp-s2__w4__s4.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 2\,3 --mode ssp --staleness 4 --model lenet5 --epochs 10 --seed 6 --eval-every 117 --data /work/main/.carry/fmnist --log /root/out/c2/bench/runs/lenet5__ssp-s4__w2__s6.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 2 --mode sync --model lenet5 --epochs 10 --seed 6 --eval-every 234 --data /work/main/.carry/fmnist --log /root/out/c2/bench/runs/lenet5__sync__w1__s6.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 2\,3 --mode sync --model lenet5 --epochs 10 --seed 4 --eval-every 117 --data /work/main/.carry/fmnist --log /root/out/c2/bench/runs/lenet5__sync__w2__s4.jsonl --quiet --no-progress 

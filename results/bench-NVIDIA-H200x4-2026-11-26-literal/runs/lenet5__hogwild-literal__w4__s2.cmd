@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 0\,1\,2\,3 --literal --mode hogwild --model lenet5 --epochs 10 --seed 2 --eval-every 58 --data /work/main/.carry/fmnist --log /root/out/c3/bench-literal/runs/lenet5__hogwild-literal__w4__s2.jsonl --quiet --no-progress 

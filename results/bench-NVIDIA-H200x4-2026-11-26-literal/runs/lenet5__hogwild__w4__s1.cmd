@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 0\,1\,2\,3 --mode hogwild --model lenet5 --epochs 10 --seed 1 --eval-every 58 --data /work/main/.carry/fmnist --log /root/out/c3/bench-literal/runs/lenet5__hogwild__w4__s1.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-/work/main/build-cuda/gputrain --gpus 2\,3 --literal --mode ssp --staleness 2 --model lenet5 --epochs 10 --seed 2 --eval-every 117 --data /work/main/.carry/fmnist --log /root/out/c3/bench-literal/runs/lenet5__ssp-s2-literal__w2__s2.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-/work/main/build/gputrain --gpus cpu:1 --mode hogwild --stripes 0 --momentum 0.9 --model lenet5 --epochs 2 --batch 64 --optimizer sgd --lr 0.05 --seed 1 --eval-every 234 --data /usr/share/datasets/fashion-mnist --log /work/main/results/bench-cpu-AMD-EPYC-2026-11-26/runs/lenet5__hogwild-lockfree__w1__s1.jsonl --quiet --no-progress 

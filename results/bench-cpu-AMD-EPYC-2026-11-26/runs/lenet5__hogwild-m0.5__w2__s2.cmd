@@ -1,1 +1,0 @@
-/work/main/build/gputrain --gpus cpu:2 --mode hogwild --momentum 0.5 --model lenet5 --epochs 2 --batch 64 --optimizer sgd --lr 0.05 --seed 2 --eval-every 117 --data /usr/share/datasets/fashion-mnist --log /work/main/results/bench-cpu-AMD-EPYC-2026-11-26/runs/lenet5__hogwild-m0.5__w2__s2.jsonl --quiet --no-progress 

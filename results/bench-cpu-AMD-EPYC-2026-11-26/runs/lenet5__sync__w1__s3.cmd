@@ -1,1 +1,0 @@
-/work/main/build/gputrain --gpus cpu:1 --mode sync --momentum 0.9 --model lenet5 --epochs 2 --batch 64 --optimizer sgd --lr 0.05 --seed 3 --eval-every 234 --data /usr/share/datasets/fashion-mnist --log /work/main/results/bench-cpu-AMD-EPYC-2026-11-26/runs/lenet5__sync__w1__s3.jsonl --quiet --no-progress 

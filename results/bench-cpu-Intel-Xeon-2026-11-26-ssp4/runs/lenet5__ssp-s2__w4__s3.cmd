@@ -1,1 +1,0 @@
-build/gputrain --gpus cpu:4 --mode ssp --staleness 2 --model lenet5 --epochs 2 --seed 3 --eval-every 58 --data /usr/share/datasets/fashion-mnist --log /tmp/bench-cpu-ssp/runs/lenet5__ssp-s2__w4__s3.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-build/gputrain --gpus cpu:4 --mode ssp --staleness 4 --model lenet5 --epochs 2 --seed 2 --eval-every 58 --data /usr/share/datasets/fashion-mnist --log /tmp/bench-cpu-ssp/runs/lenet5__ssp-s4__w4__s2.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-build/gputrain --gpus cpu:2 --mode hogwild --stripes 0 --model lenet5 --epochs 2 --seed 3 --eval-every 117 --data /usr/share/datasets/fashion-mnist --log /tmp/bench-cpu/runs/lenet5__hogwild-lockfree__w2__s3.jsonl --quiet --no-progress 

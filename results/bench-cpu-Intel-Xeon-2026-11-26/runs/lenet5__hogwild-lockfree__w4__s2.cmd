@@ -1,1 +1,0 @@
-build/gputrain --gpus cpu:4 --mode hogwild --stripes 0 --model lenet5 --epochs 2 --seed 2 --eval-every 58 --data /usr/share/datasets/fashion-mnist --log /tmp/bench-cpu/runs/lenet5__hogwild-lockfree__w4__s2.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-build/gputrain --gpus cpu:1 --mode hogwild --overlap --model lenet5 --epochs 2 --seed 1 --eval-every 234 --data /usr/share/datasets/fashion-mnist --log /tmp/bench-cpu/runs/lenet5__hogwild-overlap__w1__s1.jsonl --quiet --no-progress 

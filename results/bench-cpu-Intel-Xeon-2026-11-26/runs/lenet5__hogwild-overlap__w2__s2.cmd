@@ -1,1 +1,0 @@
-build/gputrain --gpus cpu:2 --mode hogwild --overlap --model lenet5 --epochs 2 --seed 2 --eval-every 117 --data /usr/share/datasets/fashion-mnist --log /tmp/bench-cpu/runs/lenet5__hogwild-overlap__w2__s2.jsonl --quiet --no-progress 

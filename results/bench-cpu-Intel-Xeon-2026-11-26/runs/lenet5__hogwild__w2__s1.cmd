@@ -1,1 +1,0 @@
-build/gputrain --gpus cpu:2 --mode hogwild --model lenet5 --epochs 2 --seed 1 --eval-every 117 --data /usr/share/datasets/fashion-mnist --log /tmp/bench-cpu/runs/lenet5__hogwild__w2__s1.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-build/gputrain --gpus cpu:1 --mode ssp --staleness 2 --model lenet5 --epochs 2 --seed 2 --eval-every 234 --data /usr/share/datasets/fashion-mnist --log /tmp/bench-cpu/runs/lenet5__ssp-s2__w1__s2.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-build/gputrain --gpus cpu:4 --mode sync --model lenet5 --epochs 2 --seed 1 --eval-every 58 --data /usr/share/datasets/fashion-mnist --log /tmp/bench-cpu/runs/lenet5__sync__w4__s1.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-build/gputrain --gpus 0 --mode allreduce --model cnn-wide --batch 64 --epochs 20 --optimizer adam --lr 0.001 --schedule cosine --warmup 1 --seed 2 --data /work/main/.carry/fashion-mnist --log /work/main/results/reproduce-NVIDIA-H200-2026-11-26/runs/cnn-wide-adam-cos__allreduce__w1__s2.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-build/gputrain --gpus 0 --mode allreduce --model cnn-wide --batch 64 --epochs 20 --optimizer sgd --lr 0.05 --momentum 0.9 --schedule cosine --warmup 1 --weight-decay 0.0005 --seed 1 --data /work/main/.carry/fashion-mnist --log /work/main/results/reproduce-NVIDIA-H200-2026-11-26/runs/cnn-wide-sgd-cos__allreduce__w1__s1.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-build/gputrain --gpus 0 --mode allreduce --model lenet5 --batch 32 --epochs 10 --optimizer adam --lr 0.001 --seed 3 --data /work/main/.carry/fashion-mnist --log /work/main/results/reproduce-NVIDIA-H200-2026-11-26/runs/lenet5-adam-b32__allreduce__w1__s3.jsonl --quiet --no-progress 

@@ -1,1 +1,0 @@
-build/gputrain --gpus 0\,1\,2\,3 --mode sync --model lenet5 --batch 32 --epochs 10 --optimizer adam --lr 0.001 --seed 2 --data /work/main/.carry/fashion-mnist --log /work/main/results/reproduce-NVIDIA-H200-2026-11-26/runs/lenet5-adam-b32__sync__w4__s2.jsonl --quiet --no-progress 

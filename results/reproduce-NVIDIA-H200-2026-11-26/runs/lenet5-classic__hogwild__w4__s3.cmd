@@ -1,1 +1,0 @@
-build/gputrain --gpus 0\,1\,2\,3 --mode hogwild --model lenet5-classic --batch 256 --epochs 10 --optimizer sgd --lr 0.9 --momentum 0 --seed 3 --data /work/main/.carry/fashion-mnist --log /work/main/results/reproduce-NVIDIA-H200-2026-11-26/runs/lenet5-classic__hogwild__w4__s3.jsonl --quiet --no-progress 

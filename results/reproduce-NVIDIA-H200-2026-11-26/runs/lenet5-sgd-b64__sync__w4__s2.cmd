@@ -1,1 +1,0 @@
-build/gputrain --gpus 0\,1\,2\,3 --mode sync --model lenet5 --batch 64 --epochs 10 --optimizer sgd --lr 0.05 --momentum 0.9 --seed 2 --data /work/main/.carry/fashion-mnist --log /work/main/results/reproduce-NVIDIA-H200-2026-11-26/runs/lenet5-sgd-b64__sync__w4__s2.jsonl --quiet --no-progress 
