@@ -472,10 +472,10 @@ static int cli_check_combination(const gt_config *c, gt_err *e)
                        c->command == GT_CMD_EVAL ? "eval" : "predict");
     if (c->command == GT_CMD_PREDICT && c->nitems == 0)
         return gt_fail(e, "predict: name at least one image file or IDX range (test:0-9)");
-    if (c->overlap && c->mode != GT_MODE_HOGWILD)
+    const gt_mode_row *mode = gt_mode_row_of(c->mode);
+    if (c->overlap && mode && !mode->async_variants)
         return gt_fail(e, "--overlap: only --mode hogwild overlaps its pushes, not '%s'",
                        gt_mode_name(c->mode));
-    const gt_mode_row *mode = gt_mode_row_of(c->mode);
     if (mode && mode->needs_nccl && c->cpu_workers > 0)
         return gt_fail(e, "--mode %s: needs GPUs and NCCL, not --gpus cpu:%d (use --mode sync "
                        "for the same math)", gt_mode_name(c->mode), c->cpu_workers);

@@ -30,25 +30,6 @@ static void post_job_locked(run *r, job *j)
     pthread_cond_broadcast(&r->cv);
 }
 
-/* An evaluation the replicas made (r->reval) goes into the job, which then needs no parameters
- * for it; the shares are summed in worker order. Caller holds r->mu. */
-static void take_replica_eval_locked(run *r, job *j)
-{
-    if (!(j->kinds & JOB_EVAL) || r->reval.mask == 0)
-        return;
-    double loss = 0;
-    uint64_t correct = 0;
-    for (int i = 0; i < r->W; i++)
-        if (r->reval.mask & (1ull << i)) {
-            loss += r->reval.loss_sum[i];
-            correct += r->reval.correct[i];
-        }
-    r->reval.mask = 0;
-    j->evaluated = 1;
-    j->test_loss = loss / r->data->test.n;
-    j->test_acc = (double)correct / r->data->test.n;
-}
-
 /* A copy of the store for a job: parameters (unless the replicas evaluated an evaluation-only
  * job), optimizer state for checkpoints. Caller holds r->mu; the store's own stripe locks keep
  * each stripe consistent. */
@@ -56,7 +37,8 @@ int jobs_snapshot_locked(run *r, job *j, int kinds, uint32_t epoch, uint64_t ste
 {
     memset(j, 0, sizeof *j);
     j->kinds = kinds;
-    take_replica_eval_locked(r, j);
+    if (r->ops->snapshot_locked)
+        r->ops->snapshot_locked(r, j);
     if (!(j->evaluated && kinds == JOB_EVAL)) {
         j->params = malloc(r->n * sizeof(float));
         if (!j->params)

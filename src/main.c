@@ -280,7 +280,7 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
            (unsigned long long)res->stale_max, res->stale_mean, res->stale_p99_capped ? ">=" : "",
            res->stale_p99,
            100 * res->lock_wait_share, 100 * res->barrier_wait_share);
-    if (c->mode == GT_MODE_SSP)
+    if (gt_mode_row_of(c->mode)->bounded)
         printf("; clock spread max %llu", (unsigned long long)res->clock_spread_max);
     if (res->skipped_nonfinite)
         printf("; %llu non-finite gradients skipped", (unsigned long long)res->skipped_nonfinite);
@@ -435,9 +435,8 @@ static void print_header(const gt_config *c, const gt_data *d, const setup *s, i
     char names[4096];
     device_names(s->devs, s->n, names, sizeof names);
     if (!c->quiet)
-        printf("gputrain: %s (%zu parameters) on %s, %s%s, %d worker%s x batch %d%s, %u train / %u test samples (%s)\n",
-               s->m->name, s->m->nparams, d->dir, gt_mode_name(c->mode),
-               c->mode == GT_MODE_HOGWILD && c->stripes == 0 ? " lock-free" : "", s->n,
+        printf("gputrain: %s (%zu parameters) on %s, %s, %d worker%s x batch %d%s, %u train / %u test samples (%s)\n",
+               s->m->name, s->m->nparams, d->dir, gt_mode_label(c), s->n,
                s->n == 1 ? "" : "s", c->batch, hosts, d->train.n, d->test.n, names);
     if (resumed && !c->quiet)
         printf("resuming %s at epoch %u step %llu (seed %llu)\n", c->resume, meta->epoch,
@@ -538,9 +537,10 @@ static int resume_settings(gt_config *c, const gt_data *d, int argc, char **argv
                    meta.epoch, c->epochs);
         return 1;
     }
-    if (c->mode == GT_MODE_LOCAL && !c->quiet)
-        fprintf(stderr, "gputrain: warning: --mode local resumes approximately (the workers' "
-                        "models since their last average are not in a checkpoint)\n");
+    if (gt_mode_row_of(c->mode)->resume_approx && !c->quiet)
+        fprintf(stderr, "gputrain: warning: --mode %s resumes approximately (the workers' "
+                        "models since their last average are not in a checkpoint)\n",
+                gt_mode_name(c->mode));
     return 0;
 }
 

@@ -12,6 +12,53 @@
 
 #define ALLREDUCE_STOP_EVERY 64 /* clocks between the barriers where a signal is acted on */
 
+/* A step queued on the device and not yet ended. */
+typedef struct worker_step {
+    int pending, n;
+    uint64_t clock;
+    gt_step_out o;
+} worker_step;
+
+/* One evaluation of the test set split over the replicas, each adding its share. */
+typedef struct replica_eval {
+    double loss_sum[RUN_SHARE_BITS]; /* per worker, summed in worker order */
+    uint64_t correct[RUN_SHARE_BITS];
+    uint64_t mask;             /* the workers whose share is in */
+    uint64_t step;             /* the clock inside the epoch after which it was taken */
+} replica_eval;
+
+/* The run's (r->own) and a worker's (w->own). */
+typedef struct allreduce_run {
+    replica_eval reval;
+} allreduce_run;
+
+typedef struct allreduce_worker {
+    worker_step queued;        /* its step queued, not yet ended */
+} allreduce_worker;
+
+static allreduce_run *ar(const run *r) { return r->own; }
+static allreduce_worker *aw(const worker *w) { return w->own; }
+
+/* An evaluation the replicas made goes into the job, which then needs no parameters for it; the
+ * shares are summed in worker order. Caller holds r->mu. */
+static void allreduce_snapshot_locked(run *r, job *j)
+{
+    replica_eval *v = &ar(r)->reval;
+    if (!(j->kinds & JOB_EVAL) || v->mask == 0)
+        return;
+    double loss = 0;
+    uint64_t correct = 0;
+    for (int i = 0; i < r->W; i++)
+        if (v->mask & (1ull << i)) {
+            loss += v->loss_sum[i];
+            correct += v->correct[i];
+        }
+    v->mask = 0;
+    j->evaluated = 1;
+    j->test_loss = loss / r->data->test.n;
+    j->test_acc = (double)correct / r->data->test.n;
+}
+
 /* The local mode on the device step: replicas step apart and are averaged. */
 static int allreduce_is_local(const run *r) { return r->cfg->mode == GT_MODE_LOCAL; }
 
@@ -115,7 +162,7 @@ static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t
 static int allreduce_on_replicas(const run *r) { return r->W > 1 && !allreduce_is_local(r); }
 
 /* The replica's share of an evaluation: test samples [n k / W, n (k + 1) / W) for worker k, on
- * its own GPU and parameters (every replica holds the same), into r->reval. Only host 0
+ * its own GPU and parameters (every replica holds the same), into ar(r)->reval. Only host 0
  * evaluates. */
 static int allreduce_eval_share(run *r, worker *w)
 {
@@ -131,9 +178,9 @@ static int allreduce_eval_share(run *r, worker *w)
         return -1;
     }
     pthread_mutex_lock(&r->mu);
-    r->reval.loss_sum[w->index] = o.loss_sum;
-    r->reval.correct[w->index] = o.correct;
-    r->reval.mask |= 1ull << w->index;
+    ar(r)->reval.loss_sum[w->index] = o.loss_sum;
+    ar(r)->reval.correct[w->index] = o.correct;
+    ar(r)->reval.mask |= 1ull << w->index;
     pthread_mutex_unlock(&r->mu);
     return 0;
 }
@@ -141,7 +188,7 @@ static int allreduce_eval_share(run *r, worker *w)
 /* Leader of the evaluation barrier: the replicas' shares become the evaluation job. */
 static void allreduce_eval_leader(run *r)
 {
-    jobs_post_snapshot_locked(r, JOB_EVAL, r->epoch, r->reval.step);
+    jobs_post_snapshot_locked(r, JOB_EVAL, r->epoch, ar(r)->reval.step);
 }
 
 /* --eval-every N: after every N-th clock of the run (counted from epoch 0, the same on every
@@ -160,7 +207,7 @@ static int allreduce_evaluate(run *r, worker *w, uint64_t c)
     if (allreduce_eval_share(r, w) != 0)
         return -1;
     pthread_mutex_lock(&r->mu);
-    r->reval.step = c + 1;
+    ar(r)->reval.step = c + 1;
     pthread_mutex_unlock(&r->mu);
     run_barrier(r, w, allreduce_eval_leader);
     return 0;
@@ -188,7 +235,7 @@ static int allreduce_step_queue(run *r, worker *w, uint64_t c, worker_step *q)
     gt_err e = {{0}};
     clocked_gather_share(r, c, w->index, &b);
     /* The steps done before this one: those accounted and the one still queued. */
-    if (worker_injected(r, w, atomic_load(&w->steps) + (uint64_t)w->queued.pending))
+    if (worker_injected(r, w, atomic_load(&w->steps) + (uint64_t)aw(w)->queued.pending))
         return -1;
     int rc = w->dev->ops->step_queue ? w->dev->ops->step_queue(w->dev, &b, &e)
                                      : w->dev->ops->train_step(w->dev, &b, &q->o, &e);
@@ -200,14 +247,14 @@ static int allreduce_step_queue(run *r, worker *w, uint64_t c, worker_step *q)
     return 0;
 }
 
-/* The oldest queued step's results (w->queued), once the device has them: checked, reported and
+/* The oldest queued step's results (aw(w)->queued), once the device has them: checked, reported and
  * accounted, and where due the store brought up to date and the replicas evaluated. The
  * parameters on the device are then those after this step's update: the next clock's update is
  * queued only after this. */
 static int allreduce_step_end(run *r, worker *w)
 {
     gt_err e = {{0}};
-    worker_step *q = &w->queued;
+    worker_step *q = &aw(w)->queued;
     q->pending = 0;
     if (w->dev->ops->step_queue && w->dev->ops->step_end(w->dev, &q->o, &e) != 0) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
@@ -241,9 +288,9 @@ static int allreduce_clock(run *r, worker *w, uint64_t c)
     worker_step cur = {0};
     gt_err e = {{0}};
     if (allreduce_step_queue(r, w, c, &cur) != 0 ||
-        (w->queued.pending && allreduce_step_end(r, w) != 0))
+        (aw(w)->queued.pending && allreduce_step_end(r, w) != 0))
         return -1;
-    w->queued = cur;
+    aw(w)->queued = cur;
     uint64_t t = (uint64_t)r->epoch * r->clk.clocks + c + 1;
     /* Where the run stands, for the warm-up and the schedule, from the update's number: the same
      * on every replica whatever the timing (the samples counter is not: each worker adds its own
@@ -279,7 +326,7 @@ static int allreduce_start(run *r, worker *w)
 static int allreduce_end(run *r, worker *w, uint64_t done)
 {
     /* A run halted between barriers (a failure elsewhere) may leave a step queued. */
-    if (w->queued.pending && allreduce_step_end(r, w) != 0)
+    if (aw(w)->queued.pending && allreduce_step_end(r, w) != 0)
         return -1;
     if (allreduce_on_replicas(r) && done == r->clk.clocks && allreduce_eval_share(r, w) != 0)
         return -1;
@@ -325,17 +372,15 @@ static int allreduce_init(run *r, gt_device **devices, const gt_start *start, gt
 }
 
 const gt_mode_ops gt_mode_allreduce = {
+    .run_state = sizeof(allreduce_run),
+    .worker_state = sizeof(allreduce_worker),
+    .snapshot_locked = allreduce_snapshot_locked,
     .rollback = ROLLBACK_AT_BARRIER,
     .replicas = 1,
     .check = allreduce_check,
     .init = allreduce_init,
     .worker_start = allreduce_start,
-    .epoch = clocked_epoch,
     .clock = allreduce_clock,
     .clocked_end = allreduce_end,
-    .epoch_complete_locked = clocked_epoch_complete_locked,
-    .epoch_steps = clocked_epoch_steps,
-    .stop_step = clocked_stop_step,
-    .epoch_reset = clocked_epoch_reset,
     .abort = gt_cuda_allreduce_abort,
 };

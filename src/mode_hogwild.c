@@ -10,19 +10,49 @@
 
 #define HOGWILD_ORPHANS_PER_WORKER 3
 
+typedef struct range {
+    uint32_t lo, hi; /* positions in the permutation */
+} range;
+
+/* The run's (r->own): the epoch's batches and the rounds across hosts. */
+typedef struct hogwild_run {
+    uint32_t span_lo, span_n;  /* the positions of the permutation this host trains on */
+    uint32_t nbatches;         /* dynamic: batches per epoch */
+    uint64_t cursor;           /* dynamic: next batch */
+    uint64_t pipe_inflight;    /* --overlap: batches taken and begun but not yet pushed */
+    range *orphans;            /* batches failed workers left, for the others: room for 3 per */
+    int norphans;              /* worker (two in flight and a static slice's rest) */
+    uint64_t host_batches;     /* across hosts: batches completed this epoch, which time the */
+    uint64_t xavg_last;        /* averaging rounds; host_batches at the last round */
+} hogwild_run;
+
+/* A worker's (w->own). */
+typedef struct hogwild_worker {
+    /* --overlap: two parameter, gradient and version buffers, one per step in flight ([0] are
+     * dev->params, dev->grad and the worker's ver) */
+    float *pbuf[2], *gbuf[2];
+    uint64_t *vbuf[2];
+    int pipe_buf;              /* the buffer the next step takes */
+    uint64_t pipe_inflight;    /* its steps begun and not yet pushed */
+    uint64_t slice_pos;        /* --balance static: batches done in its slice this epoch */
+} hogwild_worker;
+
+static hogwild_run *hog(const run *r) { return r->own; }
+static hogwild_worker *hw(const worker *w) { return w->own; }
+
 /* Steps of an epoch as checkpoints count them: batches from the shared cursor, or batches of
  * each worker's own slice (--balance static). */
 static uint64_t hogwild_epoch_steps(const run *r)
 {
     if (r->cfg->balance == GT_BALANCE_DYNAMIC)
-        return r->hog.nbatches;
-    return r->hog.span_n / (uint32_t)r->W / (uint32_t)r->batch;
+        return hog(r)->nbatches;
+    return hog(r)->span_n / (uint32_t)r->W / (uint32_t)r->batch;
 }
 
 /* Batches this host trains on per epoch. */
 static uint64_t hogwild_batches(const run *r)
 {
-    return r->cfg->balance == GT_BALANCE_DYNAMIC ? r->hog.nbatches
+    return r->cfg->balance == GT_BALANCE_DYNAMIC ? hog(r)->nbatches
                                                  : (uint64_t)r->W * hogwild_epoch_steps(r);
 }
 
@@ -37,29 +67,29 @@ static int hogwild_next(run *r, worker *w, range *out)
         return 0;
     }
     if (r->cfg->balance == GT_BALANCE_DYNAMIC) {
-        if (r->hog.cursor < r->hog.nbatches) {
-            out->lo = r->hog.span_lo + (uint32_t)r->hog.cursor * b;
+        if (hog(r)->cursor < hog(r)->nbatches) {
+            out->lo = hog(r)->span_lo + (uint32_t)hog(r)->cursor * b;
             out->hi = out->lo + b;
-            r->hog.cursor++;
+            hog(r)->cursor++;
             got = 1;
         }
     } else {
-        uint32_t slice = r->hog.span_n / (uint32_t)r->W;
+        uint32_t slice = hog(r)->span_n / (uint32_t)r->W;
         uint32_t steps = slice / b;
-        if (w->slice_pos < steps) {
-            out->lo = r->hog.span_lo + (uint32_t)w->index * slice + (uint32_t)w->slice_pos * b;
+        if (hw(w)->slice_pos < steps) {
+            out->lo = hog(r)->span_lo + (uint32_t)w->index * slice + (uint32_t)hw(w)->slice_pos * b;
             out->hi = out->lo + b;
-            w->slice_pos++;
+            hw(w)->slice_pos++;
             got = 1;
         }
     }
-    if (!got && r->hog.norphans > 0) {
-        range *o = &r->hog.orphans[r->hog.norphans - 1];
+    if (!got && hog(r)->norphans > 0) {
+        range *o = &hog(r)->orphans[hog(r)->norphans - 1];
         out->lo = o->lo;
         out->hi = o->hi - o->lo > b ? o->lo + b : o->hi;
         o->lo = out->hi;
         if (o->lo >= o->hi)
-            r->hog.norphans--;
+            hog(r)->norphans--;
         got = 1;
     }
     pthread_mutex_unlock(&r->mu);
@@ -72,11 +102,11 @@ static void hogwild_orphan_locked(run *r, uint32_t lo, uint32_t hi)
 {
     if (lo >= hi)
         return;
-    if (r->hog.norphans == HOGWILD_ORPHANS_PER_WORKER * r->W) {
+    if (hog(r)->norphans == HOGWILD_ORPHANS_PER_WORKER * r->W) {
         run_fail_locked(r, "hogwild: more batches left by failed workers than there is room for");
         return;
     }
-    r->hog.orphans[r->hog.norphans++] = (range){lo, hi};
+    hog(r)->orphans[hog(r)->norphans++] = (range){lo, hi};
 }
 
 /* hogwild across hosts: every --sync-every x W batches this host completes, the worker that
@@ -88,10 +118,10 @@ static void hogwild_orphan_locked(run *r, uint32_t lo, uint32_t hi)
 static uint64_t hogwild_round_turn_locked(run *r)
 {
     uint64_t every = (uint64_t)r->cfg->sync_every * (uint64_t)r->W;
-    uint64_t due = ++r->hog.host_batches;
+    uint64_t due = ++hog(r)->host_batches;
     if (r->H == 1 || due % every != 0 || due >= hogwild_batches(r))
         return 0;
-    while (!r->halt && r->hog.xavg_last + every < due)
+    while (!r->halt && hog(r)->xavg_last + every < due)
         pthread_cond_wait(&r->cv, &r->mu);
     return r->halt ? 0 : due;
 }
@@ -102,7 +132,7 @@ static void hogwild_hosts_round(run *r, uint64_t due)
     gt_err e = {{0}};
     int sig = hosts_round(r, &e);
     pthread_mutex_lock(&r->mu);
-    r->hog.xavg_last = due;
+    hog(r)->xavg_last = due;
     hosts_agreed_locked(r, sig, &e);
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
@@ -115,13 +145,13 @@ static void hogwild_fail(run *r, worker *w, const range *rg, int nrg)
     for (int i = 0; i < nrg; i++)
         hogwild_orphan_locked(r, rg[i].lo, rg[i].hi);
     if (r->cfg->balance == GT_BALANCE_STATIC && nrg > 0) {
-        uint32_t slice = r->hog.span_n / (uint32_t)r->W;
-        uint32_t end = r->hog.span_lo + (uint32_t)w->index * slice +
+        uint32_t slice = hog(r)->span_n / (uint32_t)r->W;
+        uint32_t end = hog(r)->span_lo + (uint32_t)w->index * slice +
                        slice / (uint32_t)r->batch * (uint32_t)r->batch;
         hogwild_orphan_locked(r, rg[nrg - 1].hi, end);
     }
-    r->hog.pipe_inflight -= w->pipe_inflight;
-    w->pipe_inflight = 0;
+    hog(r)->pipe_inflight -= hw(w)->pipe_inflight;
+    hw(w)->pipe_inflight = 0;
     worker_leave_locked(r, w, w->error);
     pthread_mutex_unlock(&r->mu);
 }
@@ -133,14 +163,14 @@ static void hogwild_done(run *r, worker *w, const gt_step_out *o, int n, uint64_
     report_step(r, w, step, o->loss_sum, n);
     worker_mark_time(w);
     pthread_mutex_lock(&r->mu);
-    if (w->pipe_inflight) {
-        w->pipe_inflight--;
-        r->hog.pipe_inflight--;
+    if (hw(w)->pipe_inflight) {
+        hw(w)->pipe_inflight--;
+        hog(r)->pipe_inflight--;
     }
     run_account_step_locked(r, w, o, n);
     jobs_post_due_locked(r, r->cfg->balance == GT_BALANCE_DYNAMIC
-                                 ? r->hog.cursor - r->hog.pipe_inflight
-                                 : w->slice_pos - w->pipe_inflight,
+                                 ? hog(r)->cursor - hog(r)->pipe_inflight
+                                 : hw(w)->slice_pos - hw(w)->pipe_inflight,
                           atomic_load(&r->ps.updates));
     if (stop_asked(r))
         r->halt = 1;
@@ -204,10 +234,10 @@ static int pipe_begin(run *r, worker *w, pipe_step *p, const pipe_step *prev)
     gt_err e = {{0}};
     if (worker_injected(r, w, p->step))
         return -1;
-    d->params = w->pbuf[p->buf];
-    d->grad = w->gbuf[p->buf];
+    d->params = hw(w)->pbuf[p->buf];
+    d->grad = hw(w)->gbuf[p->buf];
     double t0 = gt_now();
-    gt_ps_pull(&r->ps, d->params, w->vbuf[p->buf]);
+    gt_ps_pull(&r->ps, d->params, hw(w)->vbuf[p->buf]);
     double t1 = gt_now();
     w->pull_s += t1 - t0;
     gt_predict pr;
@@ -223,7 +253,7 @@ static int pipe_begin(run *r, worker *w, pipe_step *p, const pipe_step *prev)
         if (d->ops->step_begin)
             d->predict = &pr;
         else
-            gt_optim_predict(pr.cfg, &pr.st, d->params, w->gbuf[prev->buf], pr.gscale, r->n);
+            gt_optim_predict(pr.cfg, &pr.st, d->params, hw(w)->gbuf[prev->buf], pr.gscale, r->n);
     }
     int rc = d->ops->step_begin ? d->ops->step_begin(d, &p->b, &e)
                                 : d->ops->load_params(d, &e) || d->ops->train_step(d, &p->b, &p->o, &e);
@@ -248,7 +278,7 @@ static int pipe_end(run *r, worker *w, pipe_step *p)
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
     }
-    d->grad = w->gbuf[p->buf];
+    d->grad = hw(w)->gbuf[p->buf];
     return worker_check(r, w, &p->o, p->step);
 }
 
@@ -267,11 +297,11 @@ static void hogwild_epoch_overlap(run *r, worker *w)
                               .n = (int)(p->rg.hi - p->rg.lo), .epoch = r->epoch, .seed = cfg->seed};
             p->step = atomic_load(&w->steps) + (uint64_t)nq;
             p->o = (gt_step_out){0};
-            p->buf = w->pipe_buf;
-            w->pipe_buf ^= 1;
+            p->buf = hw(w)->pipe_buf;
+            hw(w)->pipe_buf ^= 1;
             pthread_mutex_lock(&r->mu);
-            w->pipe_inflight++;
-            r->hog.pipe_inflight++;
+            hw(w)->pipe_inflight++;
+            hog(r)->pipe_inflight++;
             pthread_mutex_unlock(&r->mu);
             nq++;
             if (pipe_begin(r, w, p, nq == 2 ? &q[head] : NULL) < 0)
@@ -286,7 +316,7 @@ static void hogwild_epoch_overlap(run *r, worker *w)
             goto failed;
         double t0 = gt_now();
         if (rc == 0)
-            gt_ps_push(&r->ps, w->index, r->W, w->gbuf[o->buf], guard_scale(r), w->vbuf[o->buf],
+            gt_ps_push(&r->ps, w->index, r->W, hw(w)->gbuf[o->buf], guard_scale(r), hw(w)->vbuf[o->buf],
                        run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
         w->push_s += gt_now() - t0;
         hogwild_done(r, w, &o->o, o->b.n, o->step);
@@ -314,12 +344,12 @@ static void hogwild_run_epoch(run *r, worker *w, uint64_t first)
 /* Whether this epoch's batches are all done. Caller holds r->mu. */
 static int hogwild_epoch_complete_locked(run *r)
 {
-    if (r->hog.norphans > 0)
+    if (hog(r)->norphans > 0)
         return 0;
     if (r->cfg->balance == GT_BALANCE_DYNAMIC)
-        return r->hog.cursor >= r->hog.nbatches;
+        return hog(r)->cursor >= hog(r)->nbatches;
     for (int i = 0; i < r->W; i++)
-        if (atomic_load(&r->workers[i].alive) && r->workers[i].slice_pos < hogwild_epoch_steps(r))
+        if (atomic_load(&r->workers[i].alive) && hw(&r->workers[i])->slice_pos < hogwild_epoch_steps(r))
             return 0;
     return 1;
 }
@@ -328,33 +358,33 @@ static int hogwild_epoch_complete_locked(run *r)
 static uint64_t hogwild_stop_step(const run *r)
 {
     if (r->cfg->balance == GT_BALANCE_DYNAMIC)
-        return r->hog.cursor;
+        return hog(r)->cursor;
     uint64_t step = UINT64_MAX;
     for (int i = 0; i < r->W; i++)
-        if (r->workers[i].slice_pos < step)
-            step = r->workers[i].slice_pos;
+        if (hw(&r->workers[i])->slice_pos < step)
+            step = hw(&r->workers[i])->slice_pos;
     return step;
 }
 
 /* The epoch's end: the cursor, slices and round counts back to the start. */
 static void hogwild_epoch_reset(run *r)
 {
-    r->hog.cursor = 0;
-    r->hog.host_batches = r->hog.xavg_last = 0;
+    hog(r)->cursor = 0;
+    hog(r)->host_batches = hog(r)->xavg_last = 0;
     for (int i = 0; i < r->W; i++)
-        r->workers[i].slice_pos = 0;
+        hw(&r->workers[i])->slice_pos = 0;
 }
 
 /* Each host trains its own part of the permutation; --balance static cuts it into W slices. */
 static int hogwild_check(run *r, gt_device **devices, gt_err *e)
 {
     (void)devices;
-    r->hog.span_n = r->ntrain / (uint32_t)r->H;
-    r->hog.span_lo = (uint32_t)r->host * r->hog.span_n;
-    if ((uint64_t)r->batch * (r->cfg->balance == GT_BALANCE_STATIC ? r->W : 1) > r->hog.span_n)
+    hog(r)->span_n = r->ntrain / (uint32_t)r->H;
+    hog(r)->span_lo = (uint32_t)r->host * hog(r)->span_n;
+    if ((uint64_t)r->batch * (r->cfg->balance == GT_BALANCE_STATIC ? r->W : 1) > hog(r)->span_n)
         return gt_fail(e, "--batch: %d x %d workers%s is more than the %u training samples",
                        r->batch, r->Wg, r->H > 1 ? " of all hosts" : "", r->ntrain);
-    r->hog.nbatches = r->hog.span_n / (uint32_t)r->batch;
+    hog(r)->nbatches = hog(r)->span_n / (uint32_t)r->batch;
     return 0;
 }
 
@@ -363,31 +393,52 @@ static int hogwild_init(run *r, gt_device **devices, const gt_start *start, gt_e
 {
     (void)devices;
     (void)start;
-    r->hog.orphans = calloc((size_t)(HOGWILD_ORPHANS_PER_WORKER * r->W), sizeof(range));
-    if (!r->hog.orphans)
+    hog(r)->orphans = calloc((size_t)(HOGWILD_ORPHANS_PER_WORKER * r->W), sizeof(range));
+    if (!hog(r)->orphans)
         return gt_fail(e, "out of memory");
     for (int i = 0; r->cfg->overlap && i < r->W; i++) {
         worker *w = &r->workers[i];
-        w->pbuf[0] = w->dev->params;
-        w->gbuf[0] = w->dev->grad;
-        w->vbuf[0] = w->ver;
-        w->pbuf[1] = gt_host_alloc(r->n * sizeof(float));
-        w->gbuf[1] = gt_host_alloc(r->n * sizeof(float));
-        w->vbuf[1] = calloc((size_t)r->ps.nranges, sizeof(uint64_t));
-        if (!w->pbuf[1] || !w->gbuf[1] || !w->vbuf[1])
+        hw(w)->pbuf[0] = w->dev->params;
+        hw(w)->gbuf[0] = w->dev->grad;
+        hw(w)->vbuf[0] = w->ver;
+        hw(w)->pbuf[1] = gt_host_alloc(r->n * sizeof(float));
+        hw(w)->gbuf[1] = gt_host_alloc(r->n * sizeof(float));
+        hw(w)->vbuf[1] = calloc((size_t)r->ps.nranges, sizeof(uint64_t));
+        if (!hw(w)->pbuf[1] || !hw(w)->gbuf[1] || !hw(w)->vbuf[1])
             return gt_fail(e, "out of memory for --overlap's second buffers");
     }
-    r->hog.cursor = r->start_clock;
+    hog(r)->cursor = r->start_clock;
     int slices = r->cfg->balance == GT_BALANCE_STATIC;
     for (int i = 0; slices && i < r->W; i++)
-        r->workers[i].slice_pos = r->start_clock; /* a resumed step counts batches of a slice */
+        hw(&r->workers[i])->slice_pos = r->start_clock; /* a resumed step counts batches of a slice */
     uint64_t every = (uint64_t)r->cfg->sync_every * (uint64_t)r->W;
-    r->hog.host_batches = r->start_clock * (slices ? (uint64_t)r->W : 1);
-    r->hog.xavg_last = r->hog.host_batches - r->hog.host_batches % every;
+    hog(r)->host_batches = r->start_clock * (slices ? (uint64_t)r->W : 1);
+    hog(r)->xavg_last = hog(r)->host_batches - hog(r)->host_batches % every;
     return 0;
 }
 
+/* The devices get their own buffers back. */
+static void hogwild_free(run *r)
+{
+    for (int i = 0; r->workers && i < r->W; i++) {
+        hogwild_worker *h = hw(&r->workers[i]);
+        if (!h)
+            continue;
+        if (h->pbuf[0]) {
+            r->workers[i].dev->params = h->pbuf[0];
+            r->workers[i].dev->grad = h->gbuf[0];
+        }
+        gt_host_free(h->pbuf[1]);
+        gt_host_free(h->gbuf[1]);
+        free(h->vbuf[1]);
+    }
+    free(hog(r)->orphans);
+}
+
 const gt_mode_ops gt_mode_hogwild = {
+    .run_state = sizeof(hogwild_run),
+    .worker_state = sizeof(hogwild_worker),
+    .free = hogwild_free,
     .rollback = ROLLBACK_NOW,
     .hosts_rounds = 1,
     .hosts_average = 1,

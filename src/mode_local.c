@@ -5,16 +5,51 @@
 
 #include <string.h>
 
+/* The run's (r->own) and a worker's (w->own). */
+typedef struct local_run {
+    uint64_t done;             /* clocks done when the averaging in progress began */
+} local_run;
+
+typedef struct local_worker {
+    float *state[2];           /* the replica's optimizer state */
+    uint64_t updates;          /* the replica's updates (Adam's t) */
+} local_worker;
+
+static local_run *lrun(const run *r) { return r->own; }
+static local_worker *lw(const worker *w) { return w->own; }
+
+/* ROLLBACK_AT_AVERAGE, in the averaging barrier's leader, where every replica waits: the rollback
+ * a trip left pending, with the replicas' optimizer state cleared (they pull the restored store
+ * next). Caller holds r->mu. */
+static void local_rollback_locked(run *r)
+{
+    if (!guard_pending_locked(r))
+        return;
+    for (int i = 0; i < r->W; i++)
+        for (int k = 0; k < r->ps.nstate; k++)
+            memset(lw(&r->workers[i])->state[k], 0, r->n * sizeof(float));
+    guard_at_barrier_locked(r);
+}
+
+static void local_free(run *r)
+{
+    for (int i = 0; r->workers && i < r->W; i++)
+        if (lw(&r->workers[i])) {
+            gt_free(lw(&r->workers[i])->state[0]);
+            gt_free(lw(&r->workers[i])->state[1]);
+        }
+}
+
 /* local mode: after the second averaging barrier the store holds the host's average; across
  * hosts it becomes the average of the hosts' (every host has as many replicas, so this is the
  * mean of all replicas) before anyone pulls it. */
 static void local_average_leader(run *r)
 {
-    for (uint64_t c = r->clk.applied; c < r->clk.local_done; c++)
+    for (uint64_t c = r->clk.applied; c < lrun(r)->done; c++)
         r->clk.claimed[c % (uint64_t)r->clk.R] = r->clk.deposited[c % (uint64_t)r->clk.R] = 0;
-    r->clk.applied = r->clk.local_done;
+    r->clk.applied = lrun(r)->done;
     atomic_store(&r->ps.updates, (uint64_t)r->epoch * r->clk.clocks + r->clk.applied);
-    guard_at_average_locked(r); /* every replica waits here */
+    local_rollback_locked(r); /* every replica waits here */
     if (r->H > 1 && !r->failed) {
         gt_err e = {{0}};
         int sig = hosts_round(r, &e);
@@ -34,7 +69,7 @@ static int local_average(run *r, worker *w, uint64_t upto)
     if (filled <= 0)
         return filled;
     pthread_mutex_lock(&r->mu);
-    r->clk.local_done = upto + 1;
+    lrun(r)->done = upto + 1;
     pthread_mutex_unlock(&r->mu);
     memcpy(clocked_slot(r, 0, w->index), w->dev->params, r->n * sizeof(float));
     run_barrier(r, w, NULL);
@@ -75,10 +110,10 @@ static int local_step(run *r, worker *w, uint64_t clock, int share, int rc)
     if (rc != 0)
         return 0;
     gt_err e = {{0}};
-    gt_optim_step st = gt_optim_prepare(&r->cfg->optim, ++w->local_updates,
+    gt_optim_step st = gt_optim_prepare(&r->cfg->optim, ++lw(w)->updates,
                                         run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
-    gt_optim_apply(&r->cfg->optim, &st, w->dev->params, w->dev->grad, guard_scale(r), w->state[0],
-                   w->state[1], r->n);
+    gt_optim_apply(&r->cfg->optim, &st, w->dev->params, w->dev->grad, guard_scale(r), lw(w)->state[0],
+                   lw(w)->state[1], r->n);
     if (w->dev->ops->load_params(w->dev, &e) != 0) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
@@ -100,24 +135,22 @@ static int local_init(run *r, gt_device **devices, const gt_start *start, gt_err
     for (int i = 0; i < r->W; i++) {
         worker *w = &r->workers[i];
         for (int k = 0; k < r->ps.nstate; k++)
-            if (!(w->state[k] = gt_alloc(r->n * sizeof(float))))
+            if (!(lw(w)->state[k] = gt_alloc(r->n * sizeof(float))))
                 return gt_fail(e, "out of memory for local optimizer state");
         if (start->resumed)
-            w->local_updates = start->resumed->updates;
+            lw(w)->updates = start->resumed->updates;
     }
     return 0;
 }
 
 const gt_mode_ops gt_mode_local = {
+    .run_state = sizeof(local_run),
+    .worker_state = sizeof(local_worker),
+    .free = local_free,
     .rollback = ROLLBACK_AT_AVERAGE,
     .hosts_rounds = 1,
     .init = local_init,
-    .epoch = clocked_epoch,
     .clocked_begin = local_begin,
     .clock = local_clock,
     .share_done = local_step,
-    .epoch_complete_locked = clocked_epoch_complete_locked,
-    .epoch_steps = clocked_epoch_steps,
-    .stop_step = clocked_stop_step,
-    .epoch_reset = clocked_epoch_reset,
 };

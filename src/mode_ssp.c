@@ -7,27 +7,46 @@
 
 #include <stdint.h>
 
+/* The run's (r->own): the apply of clock r->clk.applied in progress, cut into stripe parts that
+ * any worker claims (0 parts: none in progress); its update number, epoch and gradient scale. */
+typedef struct ssp_run {
+    int apply_parts, apply_next, apply_done;
+    uint64_t apply_t;
+    double apply_epoch;
+    float apply_scale;
+    int apply_round;           /* the apply ends with a round across hosts */
+} ssp_run;
+
+/* A worker's (w->own), under r->mu. */
+typedef struct ssp_worker {
+    double clock_t0;           /* when it began computing its share of its clock */
+    double share_s;            /* moving mean of its seconds a clock, read to compute */
+} ssp_worker;
+
+static ssp_run *ssp(const run *r) { return r->own; }
+static ssp_worker *sw(const worker *w) { return w->own; }
+
 /* Begins the apply of clock `applied` where every share of it is in and none is in progress:
  * one part of the stripes per live worker, so that workers waiting for it share it. Returns
  * whether an apply is in progress. Caller holds r->mu. */
 static int ssp_apply_begin_locked(run *r)
 {
-    if (r->clk.apply_parts > 0)
+    if (ssp(r)->apply_parts > 0)
         return 1;
     uint64_t c = r->clk.applied;
     if (r->clk.deposited[c % (uint64_t)r->clk.R] != clocked_full_mask(r))
         return 0;
     int parts = r->nlive < r->ps.nranges ? r->nlive : r->ps.nranges;
-    r->clk.apply_parts = parts > 1 ? parts : 1;
-    r->clk.apply_next = r->clk.apply_done = 0;
-    r->clk.apply_t = atomic_load(&r->ps.updates) + 1;
-    r->clk.apply_epoch = run_progress_epochs(r, atomic_load(&r->stats.samples_total));
+    ssp(r)->apply_parts = parts > 1 ? parts : 1;
+    ssp(r)->apply_next = ssp(r)->apply_done = 0;
+    ssp(r)->apply_t = atomic_load(&r->ps.updates) + 1;
+    ssp(r)->apply_epoch = run_progress_epochs(r, atomic_load(&r->stats.samples_total));
     /* The mean over this host's shares: its store is averaged with the others'. Across hosts, a
      * round every --sync-every clocks; the epoch's last round is left to its end. */
-    r->clk.apply_scale = guard_scale(r) / (float)r->W;
-    r->clk.apply_round = r->H > 1 && !r->halt && (c + 1) % (uint64_t)r->cfg->sync_every == 0 &&
+    ssp(r)->apply_scale = guard_scale(r) / (float)r->W;
+    ssp(r)->apply_round = r->H > 1 && !r->halt && (c + 1) % (uint64_t)r->cfg->sync_every == 0 &&
                          c + 1 < r->clk.clocks;
-    if (r->clk.apply_parts > 1)
+    if (ssp(r)->apply_parts > 1)
         pthread_cond_broadcast(&r->cv); /* waiters take parts */
     return 1;
 }
@@ -39,18 +58,18 @@ static void ssp_apply_finish_locked(run *r)
     uint64_t c = r->clk.applied, k = c % (uint64_t)r->clk.R;
     gt_err e = {{0}};
     int sig = 0;
-    if (r->clk.apply_round) {
+    if (ssp(r)->apply_round) {
         pthread_mutex_unlock(&r->mu);
         sig = hosts_round(r, &e);
         pthread_mutex_lock(&r->mu);
     }
     hosts_agreed_locked(r, sig, &e);
-    atomic_store(&r->ps.updates, r->clk.apply_t);
+    atomic_store(&r->ps.updates, ssp(r)->apply_t);
     gt_ps_note_staleness(&r->ps, c - r->clk.slot_read_clock[k]);
     r->clk.claimed[k] = r->clk.deposited[k] = 0;
     r->clk.slot_read_clock[k] = UINT64_MAX;
     r->clk.applied = c + 1;
-    r->clk.apply_parts = 0;
+    ssp(r)->apply_parts = 0;
     jobs_post_due_locked(r, r->clk.applied, (uint64_t)r->epoch * r->clk.clocks + r->clk.applied);
     pthread_cond_broadcast(&r->cv);
 }
@@ -60,16 +79,16 @@ static void ssp_apply_finish_locked(run *r)
  * holds r->mu, which is released during each part. */
 static void ssp_apply_ready_locked(run *r)
 {
-    while (ssp_apply_begin_locked(r) && r->clk.apply_next < r->clk.apply_parts) {
-        int p = r->clk.apply_next++, n = r->clk.apply_parts;
-        uint64_t c = r->clk.applied, t = r->clk.apply_t;
-        double ep = r->clk.apply_epoch;
-        float gscale = r->clk.apply_scale;
+    while (ssp_apply_begin_locked(r) && ssp(r)->apply_next < ssp(r)->apply_parts) {
+        int p = ssp(r)->apply_next++, n = ssp(r)->apply_parts;
+        uint64_t c = r->clk.applied, t = ssp(r)->apply_t;
+        double ep = ssp(r)->apply_epoch;
+        float gscale = ssp(r)->apply_scale;
         pthread_mutex_unlock(&r->mu);
         clocked_apply(r, c, (int)((int64_t)r->ps.nranges * p / n),
                       (int)((int64_t)r->ps.nranges * (p + 1) / n), gscale, t, ep);
         pthread_mutex_lock(&r->mu);
-        if (++r->clk.apply_done == n)
+        if (++ssp(r)->apply_done == n)
             ssp_apply_finish_locked(r);
     }
 }
@@ -100,18 +119,18 @@ static uint64_t slowest_clock_locked(run *r)
 static double ssp_fresh_until_locked(run *r, const worker *w, uint64_t c, double since,
                                      double now)
 {
-    double grant = SSP_FRESH_PACE * w->share_s, until = since + grant; /* the apply alone */
+    double grant = SSP_FRESH_PACE * sw(w)->share_s, until = since + grant; /* the apply alone */
     for (uint64_t k = r->clk.applied; k < c; k++) {
         uint64_t missing = clocked_full_mask(r) & ~r->clk.deposited[k % (uint64_t)r->clk.R];
         for (int s = 0; s < r->W; s++) {
             const worker *o = &r->workers[s];
             if (!(missing & (1ull << s)))
                 continue;
-            if (!atomic_load(&o->alive) || o->clock > k || o->share_s <= 0)
+            if (!atomic_load(&o->alive) || o->clock > k || sw(o)->share_s <= 0)
                 return 0;
             double left = (double)(c - o->clock), limit = since + left * grant;
-            double t0 = o->clock_t0 > 0 ? o->clock_t0 : now; /* not yet begun: from now */
-            if (t0 + left * o->share_s > limit)
+            double t0 = sw(o)->clock_t0 > 0 ? sw(o)->clock_t0 : now; /* not yet begun: from now */
+            if (t0 + left * sw(o)->share_s > limit)
                 return 0;
             if (limit > until)
                 until = limit;
@@ -178,7 +197,7 @@ static int ssp_clock(run *r, worker *w, uint64_t c)
         return 0;
     }
     w->clock = c;
-    w->clock_t0 = t0;
+    sw(w)->clock_t0 = t0;
     uint64_t spread = c - slowest_clock_locked(r);
     if (spread > r->clk.spread_max)
         r->clk.spread_max = spread;
@@ -190,8 +209,8 @@ static int ssp_clock(run *r, worker *w, uint64_t c)
         return -1;
     pthread_mutex_lock(&r->mu);
     double took = gt_now() - t0;
-    w->share_s = w->share_s > 0 ? w->share_s + SSP_PACE_WEIGHT * (took - w->share_s) : took;
-    w->clock_t0 = 0;
+    sw(w)->share_s = sw(w)->share_s > 0 ? sw(w)->share_s + SSP_PACE_WEIGHT * (took - sw(w)->share_s) : took;
+    sw(w)->clock_t0 = 0;
     w->clock = c + 1;
     ssp_apply_ready_locked(r);
     if (stop_asked(r)) {
@@ -239,16 +258,13 @@ static int ssp_init(run *r, gt_device **devices, const gt_start *start, gt_err *
 }
 
 const gt_mode_ops gt_mode_ssp = {
+    .run_state = sizeof(ssp_run),
+    .worker_state = sizeof(ssp_worker),
     .rollback = ROLLBACK_NOW,
     .hosts_rounds = 1,
     .hosts_average = 1,
     .init = ssp_init,
-    .epoch = clocked_epoch,
     .clock = ssp_clock,
     .clocked_end = ssp_drain,
     .share_done = clocked_slot_store,
-    .epoch_complete_locked = clocked_epoch_complete_locked,
-    .epoch_steps = clocked_epoch_steps,
-    .stop_step = clocked_stop_step,
-    .epoch_reset = clocked_epoch_reset,
 };

@@ -90,11 +90,6 @@ static int sync_init(run *r, gt_device **devices, const gt_start *start, gt_err 
 const gt_mode_ops gt_mode_sync = {
     .rollback = ROLLBACK_AT_BARRIER,
     .init = sync_init,
-    .epoch = clocked_epoch,
     .clock = sync_clock,
     .share_done = clocked_slot_store,
-    .epoch_complete_locked = clocked_epoch_complete_locked,
-    .epoch_steps = clocked_epoch_steps,
-    .stop_step = clocked_stop_step,
-    .epoch_reset = clocked_epoch_reset,
 };

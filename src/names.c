@@ -2,26 +2,29 @@
  * gt_name_head; one descriptor per set (where its rows are, their size and count) lets a single
  * lookup, parse and list serve every set, whatever else its rows hold. */
 #include "gputrain/names.h"
+#include "gputrain/recipe.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const gt_mode_row mode_rows[] = {
-    {{"hogwild", GT_MODE_HOGWILD}, 0, 0,
-     "asynchronous pushes under per-stripe locks: the fastest wall time, with\n"
-     "gradients a little stale; lower --momentum as workers grow."},
-    {{"sync", GT_MODE_SYNC}, 1, 0,
-     "one aggregated update per step, equal to one worker at W times the\n"
-     "batch; deterministic, and the reference for accuracy."},
-    {{"ssp", GT_MODE_SSP}, 1, 0,
-     "bounded staleness: a worker waits for peers of its own pace and runs at\n"
-     "most --staleness steps ahead of a slower one (0 = sync); for workers of\n"
-     "uneven speed."},
-    {{"local", GT_MODE_LOCAL}, 1, 0,
-     "each worker trains its own replica, averaged every --sync-every\n"
-     "steps: the least communication."},
-    {{"allreduce", GT_MODE_ALLREDUCE}, 1, 1,
-     "GPUs only: gradients summed over the GPUs (peer to peer in one\n"
-     "process, NCCL across hosts), the same math as sync."},
+    {.head = {"hogwild", GT_MODE_HOGWILD}, .async_variants = 1, .delay = gt_recipe_delay_hogwild,
+     .help = "asynchronous pushes under per-stripe locks: the fastest wall time, with\n"
+             "gradients a little stale; lower --momentum as workers grow."},
+    {.head = {"sync", GT_MODE_SYNC}, .clocked = 1, .sums_shares = 1,
+     .help = "one aggregated update per step, equal to one worker at W times the\n"
+             "batch; deterministic, and the reference for accuracy."},
+    {.head = {"ssp", GT_MODE_SSP}, .clocked = 1, .sums_shares = 1, .bounded = 1,
+     .delay = gt_recipe_delay_ssp,
+     .help = "bounded staleness: a worker waits for peers of its own pace and runs at\n"
+             "most --staleness steps ahead of a slower one (0 = sync); for workers of\n"
+             "uneven speed."},
+    {.head = {"local", GT_MODE_LOCAL}, .clocked = 1, .resume_approx = 1,
+     .help = "each worker trains its own replica, averaged every --sync-every\n"
+             "steps: the least communication."},
+    {.head = {"allreduce", GT_MODE_ALLREDUCE}, .clocked = 1, .needs_nccl = 1, .sums_shares = 1,
+     .help = "GPUs only: gradients summed over the GPUs (peer to peer in one\n"
+             "process, NCCL across hosts), the same math as sync."},
 };
 
 static const gt_optimizer_row optimizer_rows[] = {
@@ -155,6 +158,18 @@ const gt_mode_row *gt_mode_row_at(int i)
 const char *gt_mode_name(gt_mode m)
 {
     return gt_name(GT_NAMES_MODE, (int)m);
+}
+
+const char *gt_mode_label(const gt_config *c)
+{
+    static _Thread_local char label[48];
+    const gt_mode_row *row = gt_mode_row_of(c->mode);
+    const char *variant = !row || !row->async_variants ? ""
+                          : c->stripes == 0            ? " lock-free"
+                          : c->overlap                 ? " --overlap"
+                                                       : "";
+    snprintf(label, sizeof label, "%s%s", gt_mode_name(c->mode), variant);
+    return label;
 }
 
 const char *gt_optimizer_name(gt_opt_kind k)

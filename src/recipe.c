@@ -13,33 +13,41 @@
  * SGD; 8 CPU workers on 2 cores (stale mean 1.7) diverged with it on one seed of two. */
 #define RECIPE_SSP_FRESH_WORKERS 4
 
-/* The delay, in updates, that the momentum rule counts in c's mode: the Mitliagkas et al. rule
- * (d updates of delay act like momentum d / (d + 1)) with d fitted to 10-epoch lenet5 runs on 1, 2
- * and 4 GPUs (tools/convergence-notes.md, section 7). Counting the whole delay over-corrects: the
- * run keeps too little momentum and ends under-trained. */
+/* The delay, in updates, that the momentum rule counts in a mode whose row names one: the
+ * Mitliagkas et al. rule (d updates of delay act like momentum d / (d + 1)) with d fitted to
+ * 10-epoch lenet5 runs on 1, 2 and 4 GPUs (convergence notes, section 7). Counting the whole delay
+ * over-corrects: the run keeps too little momentum and ends under-trained. */
+double gt_recipe_delay_hogwild(const gt_config *c, int workers)
+{
+    /* W - 1 other workers push between a pull and its push; half of that fits. --overlap adds
+     * the worker's own step in flight: W / 2 (one worker: 0.5, momentum 0.57). */
+    if (c->overlap)
+        return workers / 2.0;
+    return (workers - 1) / 2.0;
+}
+
+double gt_recipe_delay_ssp(const gt_config *c, int workers)
+{
+    /* A few workers of one pace compute on fresh parameters (mode_ssp.c waits for the clocks
+     * before one's own where they are due): sync's recipe. With more, a clock's gradient is up
+     * to `staleness` clocks old and a mean over W batches, which damps the echo:
+     * staleness x (W - 1) / 16 (8 workers: momentum 0.43 at s = 2, 0.26 at s = 4). */
+    if (workers <= RECIPE_SSP_FRESH_WORKERS)
+        return 0.0;
+    return (double)c->staleness * (workers - 1) / 16.0;
+}
+
+static const gt_mode_row *recipe_row(const gt_config *c)
+{
+    static const gt_mode_row none = {.head = {"?", -1}};
+    const gt_mode_row *row = gt_mode_row_of(c->mode);
+    return row ? row : &none;
+}
+
 static double recipe_delay(const gt_config *c, int workers)
 {
-    switch (c->mode) {
-    case GT_MODE_HOGWILD:
-        /* W - 1 other workers push between a pull and its push; half of that fits. --overlap
-         * adds the worker's own step in flight: W / 2 (one worker: 0.5, momentum 0.57). */
-        if (c->overlap)
-            return workers / 2.0;
-        return (workers - 1) / 2.0;
-    case GT_MODE_SSP:
-        /* A few workers of one pace compute on fresh parameters (mode_ssp.c waits for the
-         * clocks before one's own where they are due): sync's recipe. With more, a clock's
-         * gradient is up to `staleness` clocks old and a mean over W batches, which damps the
-         * echo: staleness x (W - 1) / 16 (8 workers: momentum 0.43 at s = 2, 0.26 at s = 4). */
-        if (workers <= RECIPE_SSP_FRESH_WORKERS)
-            break;
-        return (double)c->staleness * (workers - 1) / 16.0;
-    case GT_MODE_SYNC:      /* every worker computes on the same parameters */
-    case GT_MODE_LOCAL:     /* each replica steps on its own parameters */
-    case GT_MODE_ALLREDUCE:
-        break;
-    }
-    return 0.0;
+    const gt_mode_row *row = recipe_row(c);
+    return row->delay ? row->delay(c, workers) : 0.0;
 }
 
 double gt_recipe_implicit_momentum(const gt_config *c, int workers)
@@ -56,19 +64,9 @@ double gt_recipe_implicit_momentum(const gt_config *c, int workers)
 
 int gt_recipe_warmup_steps(const gt_config *c, int workers)
 {
-    int summed = c->mode == GT_MODE_SYNC || c->mode == GT_MODE_SSP || c->mode == GT_MODE_ALLREDUCE;
-    if (!summed || workers < 2)
+    if (!recipe_row(c)->sums_shares || workers < 2)
         return 0;
     return RECIPE_WARMUP_STEPS * (workers - 1);
-}
-
-static const char *recipe_mode_name(const gt_config *c)
-{
-    if (c->mode == GT_MODE_HOGWILD && c->stripes == 0)
-        return "hogwild lock-free";
-    if (c->mode == GT_MODE_HOGWILD && c->overlap)
-        return "hogwild --overlap";
-    return gt_mode_name(c->mode);
 }
 
 static void recipe_note(gt_recipe *r, const gt_config *c, int workers, const char *fmt, ...)
@@ -79,7 +77,7 @@ static void recipe_note(gt_recipe *r, const gt_config *c, int workers, const cha
     if (r->n >= GT_RECIPE_MAX)
         return;
     char *dst = r->change[r->n++];
-    int k = snprintf(dst, GT_RECIPE_LEN, "%s x%d: ", recipe_mode_name(c), workers);
+    int k = snprintf(dst, GT_RECIPE_LEN, "%s x%d: ", gt_mode_label(c), workers);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(dst + k, GT_RECIPE_LEN - (size_t)k, fmt, ap);
@@ -136,7 +134,8 @@ static void recipe_warmup(gt_config *c, int workers, uint32_t ntrain, gt_recipe 
  * the recipe. */
 static int recipe_ssp_plain(gt_config *c, int workers, gt_recipe *r)
 {
-    if (c->mode != GT_MODE_SSP || c->staleness == 0 || workers <= RECIPE_SSP_FRESH_WORKERS || c->optim.kind != GT_OPT_SGD ||
+    if (!recipe_row(c)->bounded || c->staleness == 0 || workers <= RECIPE_SSP_FRESH_WORKERS ||
+        c->optim.kind != GT_OPT_SGD ||
         c->optim.momentum <= 0 || c->optim.nesterov || (c->given & (GT_GIVEN_MOMENTUM | GT_GIVEN_LR)))
         return 0;
     double lr = RECIPE_SSP_STEP_SHARE * (double)c->optim.lr / (1.0 - recipe_momentum_written(c));
@@ -157,7 +156,7 @@ static int recipe_ssp_plain(gt_config *c, int workers, gt_recipe *r)
  * in its place did worse). */
 static void recipe_predict(gt_config *c, int workers, gt_recipe *r)
 {
-    if (c->mode != GT_MODE_HOGWILD || !c->overlap || c->optim.kind != GT_OPT_SGD)
+    if (!recipe_row(c)->async_variants || !c->overlap || c->optim.kind != GT_OPT_SGD)
         return;
     c->overlap_predict = 1;
     recipe_note(r, c, workers, "weight prediction (a step starts from its pull minus its "
@@ -167,7 +166,7 @@ static void recipe_predict(gt_config *c, int workers, gt_recipe *r)
 void gt_recipe_apply(gt_config *c, int workers, uint32_t ntrain, gt_recipe *r)
 {
     r->n = 0;
-    if (c->literal || (workers < 2 && !(c->mode == GT_MODE_HOGWILD && c->overlap)))
+    if (c->literal || (workers < 2 && !(recipe_row(c)->async_variants && c->overlap)))
         return;
     if (!recipe_ssp_plain(c, workers, r))
         recipe_momentum(c, workers, r);

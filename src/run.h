@@ -57,10 +57,6 @@ typedef struct job {
     double test_loss, test_acc;
 } job;
 
-typedef struct range {
-    uint32_t lo, hi; /* positions in the permutation */
-} range;
-
 /* How a mode acts on the guard's verdict (run_guard.c) when --on-diverge recover. */
 typedef enum run_rollback {
     ROLLBACK_NOW = 0,      /* the store is restored at once, under r->mu, workers running: a push
@@ -89,6 +85,11 @@ typedef struct gt_mode_ops {
     int hosts_rounds;        /* across hosts, the stores are averaged in rounds */
     int hosts_average;       /* across hosts, the stores are averaged at epoch ends too */
     run_rollback rollback;   /* the guard's rollback (runs across hosts stop instead) */
+    /* The mode's own state: r->own (run_state bytes, zeroed before check) and each worker's
+     * w->own (worker_state bytes, zeroed before init), of types its file defines; free releases
+     * what init put in them (and gives the devices their own buffers back). */
+    size_t run_state, worker_state;
+    void (*free)(struct run *r);
     /* Set-up before the store: the mode's own refusals of the settings, its devices' set-up. */
     int (*check)(struct run *r, gt_device **devices, gt_err *e);
     /* Set-up after the store, before the workers start: buffers, resumed positions. */
@@ -110,16 +111,12 @@ typedef struct gt_mode_ops {
     uint64_t (*stop_step)(const struct run *r);
     /* The epoch's end, under r->mu in the barrier's leader: positions back to the start. */
     void (*epoch_reset)(struct run *r);
+    /* Its part of a snapshot the calling thread will take (allreduce: the evaluation its
+     * replicas made). Caller holds r->mu. */
+    void (*snapshot_locked)(struct run *r, job *j);
     /* A fatal error: release workers that wait on each other outside r->mu. */
     void (*abort)(void);
 } gt_mode_ops;
-
-/* The device step (mode_allreduce.c): a step queued on the device and not yet ended. */
-typedef struct worker_step {
-    int pending, n;
-    uint64_t clock;
-    gt_step_out o;
-} worker_step;
 
 typedef struct worker {
     struct run *run;
@@ -127,25 +124,14 @@ typedef struct worker {
     gt_device *dev;
     pthread_t thread;
     uint64_t *ver;             /* stripe versions at the last pull */
-    /* hogwild --overlap: two parameter, gradient and version buffers, one per step in flight
-     * ([0] are dev->params, dev->grad and ver) */
-    float *pbuf[2], *gbuf[2];
-    uint64_t *vbuf[2];
-    int pipe_buf;              /* the buffer the next step takes */
-    uint64_t pipe_inflight;    /* its steps begun and not yet pushed */
-    worker_step queued;        /* the device step: its step queued, not yet ended */
-    float *state[2];           /* local mode: the replica's optimizer state */
-    uint64_t local_updates;    /* local mode: the replica's Adam t */
+    void *own;                 /* the mode's state for this worker (gt_mode_ops.worker_state) */
     _Atomic uint64_t steps, samples;
     _Atomic uint64_t last_progress_ns;
     _Atomic int alive;
     int stalled_reported;      /* the watchdog warned and the worker has not moved since */
     double wait_s, t_first, t_last;
-    double pull_s, device_s, push_s; /* hogwild: the step's phases, summed (gt_worker_stats) */
-    uint64_t slice_pos;        /* hogwild static: batches done in its slice this epoch */
+    double pull_s, device_s, push_s; /* the step's phases, summed (gt_worker_stats) */
     uint64_t clock;            /* clocked modes: the clock it is working on (ssp's spread) */
-    double clock_t0;           /* ssp: when it began computing its share of `clock` (r->mu) */
-    double share_s;            /* ssp: moving mean of its seconds a clock, read to compute (r->mu) */
     char error[GT_ERRLEN];
 } worker;
 
@@ -166,31 +152,11 @@ typedef struct run_clocked {
     uint64_t *claimed, *deposited; /* per ring slot: bit per share */
     uint64_t *slot_read_clock; /* per ring slot: lowest applied count its gradients were read at */
     uint64_t applied;          /* clocks applied this epoch */
-    /* ssp: the apply of clock `applied` in progress, cut into stripe parts that any worker
-     * claims (0 parts: none in progress); its update number, epoch and gradient scale */
-    int apply_parts, apply_next, apply_done;
-    uint64_t apply_t;
-    double apply_epoch;
-    float apply_scale;
-    int apply_round;           /* ssp: the apply ends with a round across hosts */
-    uint64_t spread_max;       /* ssp: largest gap between the fastest and slowest worker clock */
+    uint64_t spread_max;       /* largest gap between the fastest and slowest worker clock */
     uint64_t pending_upto;     /* the last clock the workers at a sync/local barrier worked on */
     int halt_seen;             /* halt as a barrier's leader saw it: the same for every worker */
     int complete_seen;         /* whether clocks [applied, pending_upto] had all their shares then */
-    uint64_t local_done;       /* local: clocks done when the averaging in progress began */
 } run_clocked;
-
-/* mode_hogwild.c: the epoch's batches and the rounds across hosts. */
-typedef struct run_hogwild {
-    uint32_t span_lo, span_n;  /* the positions of the permutation this host trains on */
-    uint32_t nbatches;         /* dynamic: batches per epoch */
-    uint64_t cursor;           /* dynamic: next batch */
-    uint64_t pipe_inflight;    /* --overlap: batches taken and begun but not yet pushed */
-    range *orphans;            /* batches failed workers left, for the others: room for 3 per */
-    int norphans;              /* worker (two in flight and a static slice's rest) */
-    uint64_t host_batches;     /* across hosts: batches completed this epoch, which time the */
-    uint64_t xavg_last;        /* averaging rounds; host_batches at the last round */
-} run_hogwild;
 
 /* hosts.c: averaging across hosts. */
 typedef struct run_hosts {
@@ -213,14 +179,6 @@ typedef struct run_jobs {
     uint64_t next_eval;        /* samples at which the next mid-epoch evaluation is due */
     uint64_t next_ckpt;        /* clocks/updates at which the next step checkpoint is due */
 } run_jobs;
-
-/* allreduce: one evaluation of the test set split over the replicas, each adding its share. */
-typedef struct run_replica_eval {
-    double loss_sum[RUN_SHARE_BITS]; /* per worker, summed in worker order */
-    uint64_t correct[RUN_SHARE_BITS];
-    uint64_t mask;             /* the workers whose share is in */
-    uint64_t step;             /* the clock inside the epoch after which it was taken */
-} run_replica_eval;
 
 /* run_guard.c: the divergence guard (guard.h), fed every step's loss under r->mu. */
 typedef struct run_guard {
@@ -280,13 +238,12 @@ typedef struct run {
     double t_done;             /* when the last worker finished: training wall time ends here */
     run_barrier_state bar;
     run_clocked clk;
-    run_hogwild hog;
+    void *own;                 /* the mode's own state (gt_mode_ops.run_state) */
     run_hosts hosts;
     run_stats stats;
     run_jobs jq;
     run_report rep;
     run_guard guard;
-    run_replica_eval reval;
 } run;
 
 /* run_core.c */
@@ -322,7 +279,7 @@ void guard_free(run *r);
 float guard_scale(run *r);
 void guard_observe_locked(run *r, double loss);
 int guard_nonfinite(run *r, const char *msg);
-void guard_at_average_locked(run *r);
+int guard_pending_locked(run *r);
 int guard_save_wanted_locked(run *r);
 void guard_saved_locked(run *r, uint64_t step);
 void guard_at_barrier_locked(run *r);

@@ -144,22 +144,13 @@ int guard_nonfinite(run *r, const char *msg)
     return 1;
 }
 
-/* ROLLBACK_AT_AVERAGE, in the averaging barrier's leader, where every replica waits: the rollback
- * a trip left pending, with the replicas' optimizer state cleared (they pull the restored store
- * next). Caller holds r->mu. */
-void guard_at_average_locked(run *r)
-{
-    if (!r->guard.pending)
-        return;
-    for (int i = 0; i < r->W; i++)
-        for (int k = 0; k < r->ps.nstate; k++)
-            memset(r->workers[i].state[k], 0, r->n * sizeof(float));
-    guard_at_barrier_locked(r);
-}
-
 /* ROLLBACK_AT_BARRIER: whether a good window asked for a copy of the store, which the mode brings
  * up to date first and then hands to guard_saved_locked. Caller holds r->mu. */
 int guard_save_wanted_locked(run *r) { return r->guard.save_wanted; }
+
+/* ROLLBACK_AT_AVERAGE and _AT_BARRIER: whether a trip left a rollback for the mode's barrier.
+ * Caller holds r->mu. */
+int guard_pending_locked(run *r) { return r->guard.pending; }
 
 /* The store, current as of update `step`, becomes the last good point. Caller holds r->mu. */
 void guard_saved_locked(run *r, uint64_t step)

@@ -67,13 +67,26 @@ static int run_device_step(const gt_config *cfg, gt_device **devices, int ndevic
     return 1;
 }
 
-/* The run executes mode exec's operations under the name of the mode asked for (row). */
-static void run_set_ops(run *r, gt_mode exec, const gt_mode_row *row)
+/* The run executes mode exec's operations under the name of the mode asked for (row); a clocked
+ * mode runs on the clocked core where it names nothing else, and gets its own state, zeroed. */
+static int run_set_ops(run *r, gt_mode exec, const gt_mode_row *row, gt_err *e)
 {
-    r->mode_ops = *modes[exec];
-    r->mode_ops.name = row->head.name;
-    r->mode_ops.clocked = gt_mode_row_of(exec)->clocked;
-    r->ops = &r->mode_ops;
+    gt_mode_ops *o = &r->mode_ops;
+    *o = *modes[exec];
+    o->name = row->head.name;
+    o->clocked = gt_mode_row_of(exec)->clocked;
+    if (o->clocked) {
+        o->epoch = o->epoch ? o->epoch : clocked_epoch;
+        if (!o->epoch_complete_locked)
+            o->epoch_complete_locked = clocked_epoch_complete_locked;
+        o->epoch_steps = o->epoch_steps ? o->epoch_steps : clocked_epoch_steps;
+        o->stop_step = o->stop_step ? o->stop_step : clocked_stop_step;
+        o->epoch_reset = o->epoch_reset ? o->epoch_reset : clocked_epoch_reset;
+    }
+    r->ops = o;
+    free(r->own);
+    r->own = calloc(1, o->run_state ? o->run_state : 1);
+    return r->own ? 0 : gt_fail(e, "out of memory");
 }
 
 /* The run's shape: workers, hosts and the checks that need nothing allocated. */
@@ -88,7 +101,8 @@ static int run_shape(run *r, const gt_config *cfg, gt_device **devices, int ndev
     r->device_step = run_device_step(cfg, devices, ndevices, e);
     if (r->device_step < 0)
         return -1;
-    run_set_ops(r, r->device_step ? GT_MODE_ALLREDUCE : cfg->mode, row);
+    if (run_set_ops(r, r->device_step ? GT_MODE_ALLREDUCE : cfg->mode, row, e) != 0)
+        return -1;
     r->H = gt_cluster_size();
     r->host = gt_cluster_rank();
     r->Wg = r->H * r->W;
@@ -101,8 +115,8 @@ static int run_shape(run *r, const gt_config *cfg, gt_device **devices, int ndev
         /* No exchange between these GPUs (peer access and NCCL both failed): the store's path. */
         r->device_step = 0;
         *e = (gt_err){{0}};
-        run_set_ops(r, cfg->mode, row);
-        if (r->ops->check && r->ops->check(r, devices, e) != 0)
+        if (run_set_ops(r, cfg->mode, row, e) != 0 ||
+            (r->ops->check && r->ops->check(r, devices, e) != 0))
             return -1;
     }
     uint64_t per_clock = (uint64_t)r->Wg * (uint64_t)r->batch;
@@ -139,7 +153,8 @@ static int run_alloc(run *r, gt_device **devices, const gt_start *start, gt_err 
         w->dev = devices[i];
         atomic_init(&w->alive, 1);
         w->ver = calloc((size_t)r->ps.nranges, sizeof(uint64_t));
-        if (!w->ver)
+        w->own = calloc(1, r->ops->worker_state ? r->ops->worker_state : 1);
+        if (!w->ver || !w->own)
             return gt_fail(e, "out of memory");
     }
     r->nlive = r->W;
@@ -214,22 +229,16 @@ static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_da
     return guard_init(r, e);
 }
 
-/* Frees what run_init made and gives the devices their own buffers back. */
+/* Frees what run_init made; the mode gives the devices their own buffers back. */
 static void run_free(run *r)
 {
+    if (r->ops && r->ops->free && r->own)
+        r->ops->free(r);
     for (int i = 0; r->workers && i < r->W; i++) {
-        worker *w = &r->workers[i];
-        if (w->pbuf[0]) { /* the device gets its own buffers back */
-            w->dev->params = w->pbuf[0];
-            w->dev->grad = w->gbuf[0];
-        }
-        gt_host_free(w->pbuf[1]);
-        gt_host_free(w->gbuf[1]);
-        free(w->vbuf[1]);
-        free(w->ver);
-        gt_free(w->state[0]);
-        gt_free(w->state[1]);
+        free(r->workers[i].ver);
+        free(r->workers[i].own);
     }
+    free(r->own);
     free(r->workers);
     gt_free(r->perm);
     gt_host_free(r->clk.slots);
@@ -238,7 +247,6 @@ static void run_free(run *r)
     free(r->clk.claimed);
     free(r->clk.deposited);
     free(r->clk.slot_read_clock);
-    free(r->hog.orphans);
     for (int i = 0; i < r->jq.n; i++)
         job_free(&r->jq.q[i]);
     guard_free(r);

@@ -28,10 +28,21 @@ typedef enum gt_name_set {
     GT_NAMES_ON_DIVERGE, /* gt_on_diverge, --on-diverge */
 } gt_name_set;
 
+/* The delay in updates that a mode's asynchrony adds with `workers` workers in all, which the
+ * recipe's momentum rule counts (recipe.h). */
+typedef double (*gt_mode_delay_fn)(const gt_config *c, int workers);
+
+/* A mode's row: what the command line, the recipe and the terminal need to know of it. Its
+ * behaviour is its gt_mode_ops (src/mode_*.c). */
 typedef struct gt_mode_row {
     gt_name_head head;
     int clocked;       /* workers step in clocks and meet at a barrier (all but hogwild) */
     int needs_nccl;    /* runs only on GPUs with NCCL (the device's reduce_update) */
+    int sums_shares;   /* an update sums every worker's batch: the recipe warms the lr up */
+    int async_variants; /* takes --overlap and --stripes 0 (lock-free), named after it */
+    int bounded;       /* takes --staleness: workers run apart up to a bound (the clock spread) */
+    int resume_approx; /* replicas since their last average are not in a checkpoint */
+    gt_mode_delay_fn delay; /* the delay its asynchrony adds (recipe.c); NULL: none */
     const char *help;  /* --help text, lines separated by '\n' */
 } gt_mode_row;
 
@@ -75,6 +86,9 @@ const gt_mode_row *gt_mode_row_at(int i);
 /* Shorthands for the sets the rest of the code names most. parse returns 0, or -1 (no message)
  * for a word that is in no row. */
 const char *gt_mode_name(gt_mode m);
+/* The mode as the terminal and the recipe name it, with hogwild's variant: "hogwild lock-free",
+ * "hogwild --overlap", "sync". A static string. */
+const char *gt_mode_label(const gt_config *c);
 int gt_mode_parse(const char *word, gt_mode *out);
 const char *gt_optimizer_name(gt_opt_kind k);
 int gt_optimizer_parse(const char *word, gt_opt_kind *out);

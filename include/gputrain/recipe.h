@@ -32,6 +32,12 @@ typedef struct gt_recipe {
  * 0 for sync, local and allreduce. */
 double gt_recipe_implicit_momentum(const gt_config *c, int workers);
 
+/* The delay rules the mode rows name (names.h, gt_mode_row.delay): hogwild's (half the other
+ * workers' pushes; --overlap adds its own step in flight) and ssp's (a share of the staleness,
+ * beyond the few workers that read fresh parameters). */
+double gt_recipe_delay_hogwild(const gt_config *c, int workers);
+double gt_recipe_delay_ssp(const gt_config *c, int workers);
+
 /* Steps of linear warm-up that c's mode wants with `workers` workers in all: 0 where each
  * update sees one worker's batch. */
 int gt_recipe_warmup_steps(const gt_config *c, int workers);
