@@ -519,3 +519,13 @@ void report_guard(run *r, const char *what, const char *action, int print)
     fflush(r->rep.log);
     term_end(r);
 }
+
+/* A line for the user that is neither an error nor a warning, on the terminal and in the log. */
+void report_note(run *r, const char *message)
+{
+    term_begin(r);
+    if (r->host == 0 && !r->cfg->quiet)
+        fprintf(stderr, "gputrain: note: %s\n", message);
+    term_end(r);
+    report_event(r, "note", message);
+}

@@ -181,6 +181,17 @@ int guard_final(run *r, const gt_run_result *res, gt_err *e)
         return 0;
     char action[96];
     snprintf(action, sizeof action, "the run ended at chance accuracy %.4f", res->final_test_acc);
+    const gt_guard_cfg *gc = &r->guard.g.cfg;
+    if (r->guard.g.steps < gc->grace_steps + gc->stall_steps) {
+        /* Too short for a verdict: the guard had not watched a stall's length of steps, and a
+         * short run at chance says nothing about the step size. Said, not judged. */
+        char note[256];
+        snprintf(note, sizeof note, "%s after %llu steps, too few for the guard to judge (it "
+                 "watches %llu)", action, (unsigned long long)r->guard.g.steps,
+                 (unsigned long long)(gc->grace_steps + gc->stall_steps));
+        report_note(r, note);
+        return 0;
+    }
     r->guard.g.last_mean = res->final_test_loss; /* what the line and the record report */
     if (r->cfg->on_diverge == GT_DIVERGE_STOP) {
         report_guard(r, gt_guard_verdict_name(GT_GUARD_STALLED), action, 0);

@@ -78,4 +78,12 @@ rest=$(grep -c "\"type\":\"step\",\"worker\":0,\"epoch\":$((ep + 1))," "$TMP/res
 expect_error "ck.safetensors" "model" -- "${COMMON[@]}" --gpus cpu:1 --model mlp --epochs 1 --init "$TMP/ck.safetensors"
 expect_error "ck.safetensors" -- "${COMMON[@]}" --gpus cpu:1 --optimizer adam --epochs 1 --resume "$TMP/ck.safetensors"
 
+# A run too short for the guard to watch a stall's length of steps gets no verdict or advice, only
+# a note that it ended at chance (10 updates here).
+"$BIN" --data "$DATA" --seed 1 --no-progress --gpus cpu:2 --train-samples 640 --epochs 1 --lr 1e-30 \
+    >"$TMP/short.out" 2>"$TMP/short.err" || fail "short run at chance exited $?: $(cat "$TMP/short.err")"
+grep -q 'stalled\|lower --lr' "$TMP/short.err" && fail "short run judged: $(cat "$TMP/short.err")"
+grep -q 'note: the run ended at chance accuracy .* too few for the guard to judge' "$TMP/short.err" ||
+    fail "short run at chance not noted: $(cat "$TMP/short.err")"
+
 finish
