@@ -4,6 +4,7 @@
  * between the GPUs of one process. */
 #include "gt_cuda.h"
 
+#include <atomic>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,11 @@ int gt_cuda_fail(gt_err *e, const char *gpu, const char *call, const char *what,
                    base ? base + 1 : file, line);
 }
 
+/* Whether this process has brought CUDA up (counted GPUs and found some, or opened one). Until
+ * then host memory is plain, so that a run on CPU workers never initialises the driver (which
+ * costs up to a second on a GPU host); once set it stays. */
+static std::atomic<int> cuda_up{0};
+
 int gt_cuda_device_count(void)
 {
     int n = 0;
@@ -25,6 +31,8 @@ int gt_cuda_device_count(void)
         cudaGetLastError();
         return 0;
     }
+    if (n > 0)
+        cuda_up.store(1);
     return n;
 }
 
@@ -33,6 +41,8 @@ void *gt_host_alloc(size_t bytes)
     void *p = NULL;
     if (bytes == 0)
         return NULL;
+    if (!cuda_up.load())
+        return gt_alloc(bytes);
     if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
         cudaGetLastError();
         return gt_alloc(bytes);
@@ -47,11 +57,13 @@ void gt_host_free(void *p)
     unsigned int flags;
     if (!p)
         return;
-    if (cudaHostGetFlags(&flags, p) == cudaSuccess) {
-        cudaFreeHost(p);
-        return;
+    if (cuda_up.load()) {
+        if (cudaHostGetFlags(&flags, p) == cudaSuccess) {
+            cudaFreeHost(p);
+            return;
+        }
+        cudaGetLastError();
     }
-    cudaGetLastError();
     gt_free(p);
 }
 
@@ -64,7 +76,7 @@ void gt_host_register(int device, void *p, size_t bytes)
 
 void gt_host_unregister(void *p)
 {
-    if (p && cudaHostUnregister(p) != cudaSuccess)
+    if (p && cuda_up.load() && cudaHostUnregister(p) != cudaSuccess)
         cudaGetLastError();
 }
 
@@ -112,6 +124,7 @@ static int ctx_init_device(gt_cuda_ctx *c, int ordinal, gt_err *e)
         return gt_fail(e, "--gpus: GPU %d failed to initialise: cudaGetDeviceProperties: %s",
                        ordinal, cudaGetErrorString(st));
     snprintf(c->name, sizeof c->name, "gpu:%d (%.40s)", ordinal, prop.name);
+    cuda_up.store(1);
     st = cudaSetDevice(ordinal);
     if (st == cudaSuccess)
         st = cudaFree(0);

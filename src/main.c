@@ -121,8 +121,8 @@ static int open_devices(const gt_config *c, const gt_model *m, gt_device **devs,
                         gt_device **evaluator, gt_err *e)
 {
     gt_config cfg = *c;
-    int have = gt_cuda_device_count();
     if (cfg.cpu_workers == 0 && (cfg.gpus_all || !cfg.gpus_given)) {
+        int have = gt_cuda_device_count(); /* CPU workers never bring CUDA up */
         if (have == 0 && cfg.gpus_given)
             return gt_fail(e, "--gpus: 'all' asked for GPUs, but none was found");
         if (have == 0)
