@@ -2,8 +2,8 @@
 # cli_tools.sh - the scripts in tools/: every one answers --help with exit 0 and a bad option with
 # exit 2; jsonl2csv.py reads gputrain logs (non-finite numbers included) into the CSV columns the
 # benchmark uses, with time to 0.87, the diverged/stalled flag, startup_s and stale_p99_capped
-# (empty where a log lacks them); plot.py draws them (where matplotlib imports). Needs no data and
-# no GPU.
+# (empty where a log lacks them); plot.py draws them (where matplotlib imports). With the data:
+# steps_diff.py on two runs, check_safetensors.py on a checkpoint this build writes. No GPU.
 . "$(dirname "$0")/lib_cli.sh"
 SRC=${GT_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 for t in "$SRC"/tools/*.sh "$SRC"/tools/*.py; do
@@ -73,6 +73,23 @@ if DATA=$(find_data); then
     [ $? -eq 1 ] && grep -q 'first difference' "$TMP/sd" || fail "steps_diff: seeds 1 and 2 alike: $(cat "$TMP/sd")"
     python3 "$SRC/tools/steps_diff.py" "$TMP/steps-a.jsonl" "$TMP/nothing.jsonl" >"$TMP/sd" 2>&1
     [ $? -eq 1 ] && grep -q 'nothing.jsonl' "$TMP/sd" || fail "steps_diff: a missing log: $(cat "$TMP/sd")"
+
+    # check_safetensors.py: a checkpoint this gputrain writes passes (format, header CRC, each
+    # tensor's CRC); a changed header byte or tensor byte is a mismatch, exit 1.
+    "$BIN" --data "$DATA" --gpus cpu:1 --epochs 1 --train-samples 512 --no-progress --quiet \
+        --checkpoint "$TMP/ck.safetensors" >/dev/null 2>&1 || fail "checkpoint run failed"
+    python3 "$SRC/tools/check_safetensors.py" "$TMP/ck.safetensors" >"$TMP/cs" 2>&1 ||
+        fail "check_safetensors.py refuses a current checkpoint: $(head -c 400 "$TMP/cs")"
+    [ "$(grep -c ' ok$' "$TMP/cs")" -eq 20 ] || fail "check_safetensors.py: not 20 tensors ok: $(cat "$TMP/cs")"
+    sed 's/"model":"lenet5"/"model":"lenet6"/' "$TMP/ck.safetensors" >"$TMP/hdr.safetensors"
+    python3 "$SRC/tools/check_safetensors.py" "$TMP/hdr.safetensors" >"$TMP/cs" 2>&1
+    [ $? -eq 1 ] && grep -q 'header_crc32 MISMATCH' "$TMP/cs" || fail "check_safetensors.py: changed header: $(cat "$TMP/cs")"
+    cp "$TMP/ck.safetensors" "$TMP/data.safetensors"
+    printf '\x55' | dd of="$TMP/data.safetensors" bs=1 seek=$(($(wc -c <"$TMP/ck.safetensors") - 3)) conv=notrunc 2>/dev/null
+    python3 "$SRC/tools/check_safetensors.py" "$TMP/data.safetensors" >"$TMP/cs" 2>&1
+    [ $? -eq 1 ] && grep -q 'CRC MISMATCH' "$TMP/cs" || fail "check_safetensors.py: changed tensor: $(cat "$TMP/cs")"
+    python3 "$SRC/tools/check_safetensors.py" "$TMP/none.safetensors" >"$TMP/cs" 2>&1
+    [ $? -eq 1 ] && [ "$(wc -l <"$TMP/cs")" -eq 1 ] || fail "check_safetensors.py: a missing file: $(cat "$TMP/cs")"
 fi
 
 finish
