@@ -2,7 +2,8 @@
 # cli_tools.sh - the scripts in tools/: every one answers --help with exit 0 and a bad option with
 # exit 2; jsonl2csv.py reads gputrain logs (non-finite numbers included) into the CSV columns the
 # benchmark uses, with time to 0.87, the diverged/stalled flag, startup_s and stale_p99_capped
-# (empty where a log lacks them); plot.py draws them (where matplotlib imports). With the data:
+# (empty where a log lacks them), model and seed from a log's config record; plot.py draws them, and
+# one run's loss and accuracy from its log (where matplotlib imports). With the data:
 # steps_diff.py on two runs, check_safetensors.py on a checkpoint this build writes. No GPU.
 . "$(dirname "$0")/lib_cli.sh"
 SRC=${GT_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -47,7 +48,21 @@ for r in csv.DictReader(open(sys.argv[1])):
 [ "$(col "$TMP/out/aggregate.csv" hogwild runs_stalled)/$(col "$TMP/out/aggregate.csv" hogwild runs_diverged)" = 1/1 ] ||
     fail "aggregate.csv does not count 1 stalled and 1 diverged run"
 [ "$(col "$TMP/out/aggregate.csv" hogwild final_acc_mean)" = 0.36 ] || fail "final_acc_mean is not 0.36"
+# A log under any other name: model, seed, mode and workers come from its config record, and the
+# curve is named after them (model__name__wN), with no empty parts.
+mkdir -p "$TMP/single"
+{ echo '{"type":"config","mode":"sync","workers":2,"model":"lenet5","nclasses":10,"train_samples":1000,"seed":7}'
+  ev 1 1000 1.0 0.80 0.6; ev 2 2000 2.0 0.88 0.4; sm 2000 2.0 1000 0.88; } >"$TMP/single/run.jsonl"
+python3 "$SRC/tools/jsonl2csv.py" "$TMP/single" "$TMP/single-out" 2>"$TMP/err" || fail "jsonl2csv.py on run.jsonl: $(cat "$TMP/err")"
+[ "$(col "$TMP/single-out/runs.csv" run model)/$(col "$TMP/single-out/runs.csv" run seed)" = lenet5/7 ] ||
+    fail "runs.csv model/seed of run.jsonl: $(cat "$TMP/single-out/runs.csv")"
+[ "$(ls "$TMP/single-out/curves")/$(ls "$TMP/single-out/throughput")" = lenet5__run__w2.csv/lenet5__run.csv ] ||
+    fail "output names: $(ls "$TMP/single-out/curves" "$TMP/single-out/throughput")"
 if python3 -c 'import matplotlib' 2>/dev/null; then
+    python3 "$SRC/tools/plot.py" "$TMP/single/run.jsonl" 2>"$TMP/err" || fail "plot.py RUN.jsonl: $(cat "$TMP/err")"
+    [ "$(head -c 4 "$TMP/single/run.png" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "plot.py RUN.jsonl wrote no RUN.png"
+    python3 "$SRC/tools/plot.py" "$TMP/single/none.jsonl" 2>"$TMP/err"
+    [ $? -eq 1 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "plot.py on a missing log: $(cat "$TMP/err")"
     python3 "$SRC/tools/plot.py" --out "$TMP/a.png" --ymin 0.6 --chance 0.1 \
         "hogwild=$TMP/out/curves/lenet5__hogwild__w2.csv:samples_mean:test_acc_mean:test_acc_min:test_acc_max" 2>"$TMP/err" ||
         fail "plot.py: $(cat "$TMP/err")"
