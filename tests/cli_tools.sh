@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cli_tools.sh - the scripts in tools/: every one answers --help with exit 0 and a bad option with
-# exit 2; jsonl2csv.py reads gputrain logs (non-finite numbers included) into the CSV columns the
+# exit 2; run.sh says that it builds; jsonl2csv.py reads gputrain logs (non-finite numbers included) into the CSV columns the
 # benchmark uses, with time to 0.87, the diverged/stalled flag, startup_s and stale_p99_capped
 # (empty where a log lacks them), model and seed from a log's config record; plot.py draws them, and
 # one run's loss and accuracy from its log (where matplotlib imports). With the data:
@@ -17,6 +17,28 @@ for t in "$SRC"/tools/*.sh "$SRC"/tools/*.py; do
     rc=$?
     [ $rc -eq 2 ] || fail "$(basename "$t") --no-such-option: exit $rc, not 2"
 done
+
+# run.sh says on stderr that it builds before the build's silent minute, then runs the binary with
+# its arguments; a failed build shows its log's last lines and exits 1. cmake (and apt-get, should
+# anything look missing) are stubs here, in a copy of tools/ whose build/ is the test's own.
+mkdir -p "$TMP/repo/tools" "$TMP/stub"
+cp "$SRC/tools/run.sh" "$SRC/tools/deps.sh" "$TMP/repo/tools/"
+cat >"$TMP/stub/cmake" <<'SH'
+#!/usr/bin/env bash
+[ -n "${STUB_FAIL:-}" ] && { echo "error: the stub build fails"; exit 1; }
+[ "$1" = --build ] && printf '#!/bin/sh\necho "gputrain ran: $*"\n' >"$2/gputrain" && chmod +x "$2/gputrain"
+exit 0
+SH
+printf '#!/bin/sh\nexit 0\n' >"$TMP/stub/apt-get"
+chmod +x "$TMP/stub/cmake" "$TMP/stub/apt-get"
+PATH="$TMP/stub:$PATH" bash "$TMP/repo/tools/run.sh" --epochs 1 >"$TMP/run.out" 2>"$TMP/run.err" </dev/null
+rc=$?
+[ $rc -eq 0 ] && grep -q '^gputrain: building ' "$TMP/run.err" && [ "$(cat "$TMP/run.out")" = 'gputrain ran: --epochs 1' ] ||
+    fail "run.sh: exit $rc, stdout '$(cat "$TMP/run.out")', stderr '$(cat "$TMP/run.err")'"
+STUB_FAIL=1 PATH="$TMP/stub:$PATH" bash "$TMP/repo/tools/run.sh" >"$TMP/run.out" 2>"$TMP/run.err" </dev/null
+rc=$?
+[ $rc -eq 1 ] && grep -q 'the stub build fails' "$TMP/run.err" && grep -q 'build failed' "$TMP/run.err" ||
+    fail "run.sh, failed build: exit $rc, stderr '$(cat "$TMP/run.err")'"
 
 # Three runs of one mode: one learns, one stalls at chance, one goes non-finite.
 mkdir -p "$TMP/logs"

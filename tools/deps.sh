@@ -6,6 +6,8 @@ gt_install_deps() {
     command -v cmake >/dev/null || need+=(cmake)
     command -v make >/dev/null || need+=(make)
     command -v cc >/dev/null || need+=(gcc)
+    # help2man: the build makes a man page from --help where it is found (cmake --install puts it).
+    command -v help2man >/dev/null || need+=(help2man)
     [ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
     [ -f /usr/include/stb/stb_image.h ] || need+=(libstb-dev)
     # Open MPI: several hosts under mpirun (tests/cli_mpi.sh runs two processes on this machine).
