@@ -27,8 +27,9 @@ gt_install_deps() {
         gt_install_python_deps
 }
 
-# The Python side (tools/plot.py: matplotlib; tools/gputrain_torch.py and its test: numpy), for the
-# python3 on PATH: Debian's packages where that is Debian's /usr/bin/python3, else pip for that
+# The Python side (tools/plot.py: matplotlib, which brings Pillow, with which gputrain_torch.py
+# reads image folders; tools/gputrain_torch.py and its test: numpy), for the python3 on PATH:
+# Debian's packages where that is Debian's /usr/bin/python3, else pip for that
 # very interpreter (a pyenv or venv Python does not see Debian's packages). A failure here is
 # reported and left to the tools that need the module; the build and the C tests do not.
 gt_install_python_deps() {
