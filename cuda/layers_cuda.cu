@@ -245,7 +245,7 @@ static void conv_wgrad_free(gt_cuda_layer *cl)
 }
 
 /* GT_CONV_WGRAD: cudnn or unset (-1: never, the default: whole runs measured no gain from the own
- * path, tools/perf-notes.md lever F), auto (0: the own path where timing finds it faster), own
+ * path, docs/perf-notes.md lever F), auto (0: the own path where timing finds it faster), own
  * (1: wherever its buffers fit); any other value is an error naming the variable. */
 static int conv_wgrad_env(int *mode, gt_err *e)
 {

@@ -23,7 +23,7 @@
  * followed by gt_cuda_optim_apply on its result computes, the same bits, in one kernel. It pays
  * below P2P_TWO_SHOT_BYTES only (gt_p2p_fuses_update): 2x H200, lenet5's 174 KB, 2 GPUs 1.10 M
  * against 1.09 M samples/s; cnn-wide's 13 MB 296k against 300k, where the separate update kernel
- * runs on more threads than the all-reduce starts (tools/perf-notes.md, lever 12).
+ * runs on more threads than the all-reduce starts (docs/perf-notes.md, lever 12).
  *
  * A wait is bounded: every 256 polls it reads the wall clock (%globaltimer) and two words in
  * pinned host memory, the process-wide abort generation (gt_p2p_abort_all) and the group's
@@ -46,7 +46,7 @@
 #define P2P_PER_THREAD 1
 /* Arrays of at least this many bytes use the two-shot algorithm under GT_P2P_AUTO, on 3 GPUs or
  * more: on 2, one-shot reads as much over the link as two-shot reads and writes, and measured
- * faster at every size up to 13 MB (tools/perf-notes.md, lever 7). */
+ * faster at every size up to 13 MB (docs/perf-notes.md, lever 7). */
 #define P2P_TWO_SHOT_BYTES (512u << 10)
 
 /* Host words, pinned and mapped: [0] the group has lost a rank, [1 + r] rank r's status. */

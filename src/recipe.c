@@ -7,7 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-/* ssp over this many workers or fewer keeps the recipe of sync (tools/convergence-notes.md,
+/* ssp over this many workers or fewer keeps the recipe of sync (docs/convergence-notes.md,
  * section 9): a worker waits for peers of its pace, so they read fresh parameters. Measured: 2 and
  * 4 GPUs (10 seeds) and 4 CPU workers (3 seeds) ended higher with sync's recipe than with plain
  * SGD; 8 CPU workers on 2 cores (stale mean 1.7) diverged with it on one seed of two. */
@@ -15,7 +15,7 @@
 
 /* The delay, in updates, that the momentum rule counts in a mode whose row names one: the
  * Mitliagkas et al. rule (d updates of delay act like momentum d / (d + 1)) with d fitted to
- * 10-epoch lenet5 runs on 1, 2 and 4 GPUs (convergence notes, section 7). Counting the whole delay
+ * 10-epoch lenet5 runs on 1, 2 and 4 GPUs (docs/convergence-notes.md, section 7). Counting the whole delay
  * over-corrects: the run keeps too little momentum and ends under-trained. */
 double gt_recipe_delay_hogwild(const gt_config *c, int workers)
 {
@@ -130,7 +130,7 @@ static void recipe_warmup(gt_config *c, int workers, uint32_t ntrain, gt_recipe 
 /* ssp over more than RECIPE_SSP_FRESH_WORKERS workers: plain SGD at RECIPE_SSP_STEP_SHARE of
  * the step size momentum gave (lr 0.05, momentum 0.9 -> lr 0.2, momentum 0). Stale clock sums
  * and momentum echo each other: 10-epoch lenet5 runs on 4 GPUs ended 1.5-2 points higher this way
- * than with the momentum rule (tools/convergence-notes.md, section 8). Returns 1 when it changed
+ * than with the momentum rule (docs/convergence-notes.md, section 8). Returns 1 when it changed
  * the recipe. */
 static int recipe_ssp_plain(gt_config *c, int workers, gt_recipe *r)
 {
@@ -152,7 +152,7 @@ static int recipe_ssp_plain(gt_config *c, int workers, gt_recipe *r)
  * predecessor's push starts from the pulled parameters minus that push's plain SGD step, so a
  * worker's own steps are not stale to it. On 2 CPU workers, 2 epochs, seeds 1-3 it lifted the
  * test accuracy from 0.76 to 0.78 (1 worker: 0.81 -> 0.82, 4 workers: 0.66 -> 0.73;
- * tools/convergence-notes.md, section 11); the momentum term stays out (a worker's own velocity
+ * docs/convergence-notes.md, section 11); the momentum term stays out (a worker's own velocity
  * in its place did worse). */
 static void recipe_predict(gt_config *c, int workers, gt_recipe *r)
 {

@@ -5,7 +5,7 @@
 . "$(dirname "$0")/lib_cli.sh"
 DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
 # 12000 samples, 2 epochs (374 hogwild updates): a run that did not train sits at 0.10; the
-# slowest modes with corrections reach 0.28-0.7 this early (tools/convergence-notes.md), so the
+# slowest modes with corrections reach 0.28-0.7 this early (docs/convergence-notes.md), so the
 # floor says "it trains", with a margin.
 BASE=(--data "$DATA" --seed 1 --no-progress)
 COMMON=("${BASE[@]}" --train-samples 12000 --epochs 2)

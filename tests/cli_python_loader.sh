@@ -2,8 +2,8 @@
 # cli_python_loader.sh - tools/gputrain_torch.py reads a gputrain checkpoint, rebuilds the model from
 # its spec and gets the test accuracy `gputrain eval` reports (to 1e-4), for the default lenet5 and
 # for a spec with every layer kind. The numpy forward pass is what CI runs (a CPU torch wheel is too
-# heavy here); where torch imports, the torch module is checked the same way. Skipped (77) without
-# numpy.
+# heavy here); where torch imports, the torch module is checked the same way. A checkpoint whose
+# classes or input shape do not fit the data is refused. Skipped (77) without numpy.
 . "$(dirname "$0")/lib_cli.sh"
 DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
 python3 -c 'import numpy' 2>/dev/null || { echo "skipped: python3 cannot import numpy"; exit 77; }
@@ -53,4 +53,42 @@ python3 "$LOADER" eval "$TMP/bad.safetensors" --data "$DATA" >"$TMP/out" 2>"$TMP
 [ $? -eq 1 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q CRC "$TMP/err" || fail "damaged file: $(cat "$TMP/err")"
 python3 "$LOADER" eval >/dev/null 2>&1
 [ $? -eq 2 ] || fail "missing checkpoint argument should exit 2"
+python3 "$LOADER" eval "$TMP/lenet5.safetensors" --data "$TMP/nowhere" >/dev/null 2>"$TMP/err"
+[ $? -eq 2 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "a missing --data folder: $(cat "$TMP/err")"
+
+# Image folders (read with Pillow): a 3-class folder checkpoint scores on its own folder what
+# gputrain eval says, and is refused on Fashion-MNIST, as a lenet5 checkpoint is on the folder; a
+# folder with other class names is refused unless --ignore-classes.
+if python3 -c 'import PIL' 2>/dev/null; then
+    python3 - "$DATA" "$TMP/three" <<'PY' || fail "cannot write the image folder"
+import gzip, os, sys
+import numpy as np
+from PIL import Image
+data, root = sys.argv[1], sys.argv[2]
+for split, prefix in (("train", "train"), ("test", "t10k")):
+    px = np.frombuffer(gzip.open(f"{data}/{prefix}-images-idx3-ubyte.gz").read(), np.uint8, offset=16).reshape(-1, 28, 28)
+    for k, name in enumerate("abc"):
+        os.makedirs(f"{root}/{split}/{name}")
+        for i in range(8):
+            Image.fromarray(px[3 * i + k]).save(f"{root}/{split}/{name}/{i}.png")
+PY
+    "$BIN" --data "$TMP/three" --gpus cpu:1 --epochs 2 --batch 4 --no-progress --quiet \
+        --checkpoint "$TMP/three.safetensors" >/dev/null 2>&1 || fail "training on the image folder failed"
+    "$BIN" eval --data "$TMP/three" --checkpoint "$TMP/three.safetensors" >"$TMP/three.eval" 2>&1 || fail "gputrain eval on the folder failed"
+    python3 "$LOADER" eval "$TMP/three.safetensors" --data "$TMP/three" >"$TMP/three.py" 2>&1 || fail "loader on the folder: $(cat "$TMP/three.py")"
+    [ -n "$(acc_of "$TMP/three.eval")" ] && [ "$(acc_of "$TMP/three.eval")" = "$(acc_of "$TMP/three.py")" ] ||
+        fail "folder: gputrain eval $(cat "$TMP/three.eval"), loader $(cat "$TMP/three.py")"
+    python3 "$LOADER" eval "$TMP/three.safetensors" --data "$DATA" >"$TMP/out" 2>"$TMP/err"
+    [ $? -eq 1 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "3 classes" "$TMP/err" ||
+        fail "a 3-class checkpoint on Fashion-MNIST: $(cat "$TMP/out" "$TMP/err")"
+    python3 "$LOADER" eval "$TMP/lenet5.safetensors" --data "$TMP/three" >"$TMP/out" 2>"$TMP/err"
+    [ $? -eq 1 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] || fail "lenet5 on a 3-class folder: $(cat "$TMP/out" "$TMP/err")"
+    cp -r "$TMP/three" "$TMP/other" && mv "$TMP/other/test/a" "$TMP/other/test/A"
+    python3 "$LOADER" eval "$TMP/three.safetensors" --data "$TMP/other" >"$TMP/out" 2>"$TMP/err"
+    [ $? -eq 1 ] && grep -q -- "--ignore-classes" "$TMP/err" || fail "other class names: $(cat "$TMP/out" "$TMP/err")"
+    python3 "$LOADER" eval "$TMP/three.safetensors" --data "$TMP/other" --ignore-classes >"$TMP/out" 2>"$TMP/err" ||
+        fail "--ignore-classes: $(cat "$TMP/err")"
+else
+    echo "image folders not checked: python3 cannot import PIL"
+fi
 finish

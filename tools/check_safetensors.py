@@ -1,47 +1,114 @@
 #!/usr/bin/env python3
-"""check_safetensors.py - reads a gputrain checkpoint with Python's safetensors, as PyTorch users
-will, lists its tensors and metadata, and verifies every tensor against its "crc32.<name>".
+"""check_safetensors.py - reads a gputrain checkpoint as PyTorch users will (with Python's
+safetensors package where it is installed, else with this script's own reader of the format), lists
+its tensors and metadata, and checks every CRC gputrain writes: "header_crc32" (the length and the
+header, with its own 8 digits read as "00000000") and "crc32.<name>" of every tensor.
 
 Usage: python3 tools/check_safetensors.py CHECKPOINT [CHECKPOINT...]
 
-Exits 0 when every file loads and every CRC matches, 1 on a mismatch or a missing CRC, 2 when a
-file cannot be read at all. Needs the safetensors and numpy packages (pip install safetensors numpy).
+Exit status: 0 when every file reads, is a current gputrain checkpoint and every CRC matches; 1 on a
+mismatch, a missing CRC, another format or a file that cannot be read; 2 on a command-line error.
+Needs numpy; safetensors is optional (python3 -m pip install safetensors).
 """
+import json
+import struct
 import sys
 import zlib
 
-FORMAT = "gputrain-1"
+FORMAT = "gputrain-2"  # src/checkpoint.c, CKPT_FORMAT
+OLD_FORMATS = {"gputrain-1": "an older gputrain's, without a header CRC; gputrain refuses it"}
+CRC_KEY = "header_crc32"
+MAX_HEADER = 100 << 20
 
 
-def check_file(path):
-    """Returns the number of problems found in one checkpoint."""
+class Unreadable(Exception):
+    """A file that is not a safetensors file at all."""
+
+
+def read_header(raw, path):
+    """(header length, header bytes, header dict) of a safetensors file's bytes."""
+    if len(raw) < 8:
+        raise Unreadable(f"{path}: {len(raw)} bytes, too short for a safetensors file")
+    n = struct.unpack("<Q", raw[:8])[0]
+    if n > MAX_HEADER or 8 + n > len(raw):
+        raise Unreadable(f"{path}: header length {n} does not fit the file's {len(raw)} bytes")
+    try:
+        return n, raw[8:8 + n], json.loads(raw[8:8 + n].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise Unreadable(f"{path}: header is not JSON ({exc})") from None
+
+
+def header_crc(n, header):
+    """gputrain's header CRC: CRC-32 of the 8 length bytes and the header, its own digits as zeros;
+    None when the header has no such value."""
+    key = f'"{CRC_KEY}":"'.encode()
+    at = header.find(key)
+    if at < 0:
+        return None
+    hole = at + len(key)
+    crc = zlib.crc32(struct.pack("<Q", n))
+    crc = zlib.crc32(header[:hole], crc)
+    crc = zlib.crc32(b"00000000", crc)
+    return zlib.crc32(header[hole + 8:], crc) & 0xFFFFFFFF
+
+
+def load_tensors(path, raw, n, header):
+    """{name: numpy array}: by the safetensors package where it imports, else from the header's
+    offsets; the name of the reader used."""
     import numpy as np
-    from safetensors import safe_open
-    from safetensors.numpy import load_file
+    try:
+        from safetensors.numpy import load_file
+    except ImportError:
+        load_file = None
+    if load_file is not None:
+        return load_file(path), "safetensors"
+    data, tensors = raw[8 + n:], {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        count = int(np.prod(info["shape"], dtype=np.int64))
+        if info.get("dtype") != "F32" or not 0 <= begin <= end <= len(data) or end - begin != 4 * count:
+            raise Unreadable(f"{path}: tensor {name}: not F32 {info['shape']} at bytes {begin}..{end}")
+        tensors[name] = np.frombuffer(data[begin:end], dtype="<f4").reshape(info["shape"])
+    return tensors, "own reader (safetensors not installed)"
 
-    tensors = load_file(path)
-    with safe_open(path, framework="numpy") as f:
-        meta = f.metadata() or {}
-        names = list(f.keys())
+
+def check_meta(path, n, header, meta):
+    """Problems with the format and the header CRC, printed; returns their count."""
     problems = 0
-    if meta.get("format") != FORMAT:
-        print(f"{path}: format is {meta.get('format')!r}, not {FORMAT!r}")
+    fmt = meta.get("format")
+    if fmt in OLD_FORMATS:
+        print(f"{path}: format {fmt!r} is {OLD_FORMATS[fmt]}")
         problems += 1
-    print(f"{path}: model {meta.get('model')} ({meta.get('optimizer')}, {meta.get('mode')}), "
-          f"epoch {meta.get('epoch')} step {meta.get('step')} samples {meta.get('samples')}")
-    for name in names:
+    elif fmt != FORMAT:
+        print(f"{path}: format is {fmt!r}, not {FORMAT!r}: not a gputrain checkpoint")
+        problems += 1
+    want, got = meta.get(CRC_KEY), header_crc(n, header)
+    if fmt == FORMAT and (want is None or got is None):
+        print(f"{path}: no {CRC_KEY}")
+        problems += 1
+    elif want is not None and got is not None and got != int(want, 16):
+        print(f"{path}: {CRC_KEY} MISMATCH (file says {want}, header gives {got:08x})")
+        problems += 1
+    return problems
+
+
+def check_tensors(tensors, meta):
+    """One line per tensor with its CRC's verdict, and CRCs that name no tensor; the problem count."""
+    import numpy as np
+    problems = 0
+    for name in sorted(tensors):
         t = tensors[name]
-        data = np.ascontiguousarray(t, dtype="<f4").tobytes()
-        got = zlib.crc32(data) & 0xFFFFFFFF
+        got = zlib.crc32(np.ascontiguousarray(t, dtype="<f4").tobytes()) & 0xFFFFFFFF
         want = meta.get("crc32." + name)
         if want is None:
             status = "NO CRC"
-            problems += 1
         elif int(want, 16) != got:
             status = f"CRC MISMATCH (file says {want}, data gives {got:08x})"
-            problems += 1
         else:
             status = "ok"
+        problems += status != "ok"
         shape = "x".join(str(d) for d in t.shape) or "scalar"
         print(f"  {name:40s} {str(t.dtype):8s} {shape:16s} {status}")
     for key in meta:
@@ -49,6 +116,21 @@ def check_file(path):
             print(f"  {key} names no tensor")
             problems += 1
     return problems
+
+
+def check_file(path):
+    """Returns the number of problems found in one checkpoint."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise Unreadable(f"{path}: {exc.strerror}") from None
+    n, header_bytes, header = read_header(raw, path)
+    meta = header.get("__metadata__") or {}
+    tensors, reader = load_tensors(path, raw, n, header)
+    print(f"{path}: model {meta.get('model')} ({meta.get('optimizer')}, {meta.get('mode')}), "
+          f"epoch {meta.get('epoch')} step {meta.get('step')} samples {meta.get('samples')}; read by {reader}")
+    return check_meta(path, n, header_bytes, meta) + check_tensors(tensors, meta)
 
 
 def main(argv):
@@ -61,22 +143,24 @@ def main(argv):
         return 2
     try:
         import numpy  # noqa: F401
-        import safetensors  # noqa: F401
-    except ImportError as exc:
-        print(f"check_safetensors.py needs numpy and safetensors ({exc}): pip install safetensors numpy",
-              file=sys.stderr)
-        return 2
+    except ImportError:
+        print("check_safetensors.py needs numpy: python3 -m pip install numpy (or bash tools/deps.sh)", file=sys.stderr)
+        return 1
     worst = 0
     for path in argv[1:]:
         try:
             problems = check_file(path)
+        except Unreadable as exc:
+            print(f"check_safetensors.py: {exc}", file=sys.stderr)
+            worst = 1
+            continue
         except Exception as exc:  # safetensors raises its own error types for bad files
-            print(f"{path}: cannot be read: {exc}", file=sys.stderr)
-            worst = 2
+            print(f"check_safetensors.py: {path}: cannot be read: {exc}", file=sys.stderr)
+            worst = 1
             continue
         if problems:
             print(f"{path}: {problems} problem(s)")
-            worst = max(worst, 1)
+            worst = 1
     return worst
 
 

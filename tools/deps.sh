@@ -6,6 +6,8 @@ gt_install_deps() {
     command -v cmake >/dev/null || need+=(cmake)
     command -v make >/dev/null || need+=(make)
     command -v cc >/dev/null || need+=(gcc)
+    # help2man: the build makes a man page from --help where it is found (cmake --install puts it).
+    command -v help2man >/dev/null || need+=(help2man)
     [ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
     [ -f /usr/include/stb/stb_image.h ] || need+=(libstb-dev)
     # Open MPI: several hosts under mpirun (tests/cli_mpi.sh runs two processes on this machine).
@@ -25,8 +27,9 @@ gt_install_deps() {
         gt_install_python_deps
 }
 
-# The Python side (tools/plot.py: matplotlib; tools/gputrain_torch.py and its test: numpy), for the
-# python3 on PATH: Debian's packages where that is Debian's /usr/bin/python3, else pip for that
+# The Python side (tools/plot.py: matplotlib, which brings Pillow, with which gputrain_torch.py
+# reads image folders; tools/gputrain_torch.py and its test: numpy), for the python3 on PATH:
+# Debian's packages where that is Debian's /usr/bin/python3, else pip for that
 # very interpreter (a pyenv or venv Python does not see Debian's packages). A failure here is
 # reported and left to the tools that need the module; the build and the C tests do not.
 gt_install_python_deps() {

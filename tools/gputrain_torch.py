@@ -14,9 +14,12 @@ exp_avg_sq), and meta is the checkpoint's metadata. Any spec gputrain accepts wo
 fc:N, relu, sigmoid, tanh, avgpool:K, maxpool:K, dropout:P and init:torch|xavier, separated by
 spaces or commas. load_numpy gives the same model as a numpy forward pass (no torch needed).
 
-Command line (the test set is Fashion-MNIST's IDX files, pixels / 255, as gputrain reads them):
-    python3 tools/gputrain_torch.py eval CHECKPOINT [--data DIR] [--backend numpy|torch]
-prints "test acc A (CORRECT/N)". Exit status 0, 1 on a bad file, 2 on a command-line error.
+Command line: the test split of --data as gputrain reads it (IDX files, .gz or plain, or an image
+folder DIR/test/<class>/*.png|jpg, which needs Pillow), pixels / 255:
+    python3 tools/gputrain_torch.py eval CHECKPOINT [--data DIR] [--backend numpy|torch] [--ignore-classes]
+prints "test acc A (CORRECT/N)". A checkpoint whose input shape or class count differs from the
+data's is refused, and so is one whose class names differ (--ignore-classes goes on), as
+`gputrain eval` does. Exit status 0, 1 on a bad file or a mismatch, 2 on a command-line error.
 """
 import argparse
 import json
@@ -30,6 +33,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_lenet import find_data, load_idx  # noqa: E402 (the tools' one IDX reader and data search)
 
 MAX_HEADER = 100 << 20
+# Fashion-MNIST is told by the CRC-32 of its 10000 test labels and named as gputrain names it
+# (src/data.c, data_idx_class_names); other IDX data's classes are "0".."9".
+FASHION_TEST_LABELS_CRC = 0x242BC73F
+FASHION_NAMES = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                 "Ankle boot"]
 
 
 class CheckpointError(Exception):
@@ -226,21 +234,132 @@ def load_torch(path, device="cpu"):
     return model.to(device).eval(), state, meta
 
 
+class DataError(Exception):
+    """A --data folder that cannot be read; the message names the file and the problem."""
+
+
+def read_idx(path):
+    """load_idx, its failures as DataError."""
+    try:
+        return load_idx(path)
+    except (OSError, EOFError, ValueError, IndexError, struct.error) as e:
+        raise DataError(f"{path}: not a readable IDX file ({e})") from None
+
+
+def idx_test_set(data):
+    """(images N x C x H x W uint8, labels, class names) of an IDX folder's test split."""
+    def find(name):
+        for p in (os.path.join(data, name + ".gz"), os.path.join(data, name)):
+            if os.path.isfile(p):
+                return p
+        raise DataError(f"{data}: no {name}(.gz)")
+    images = read_idx(find("t10k-images-idx3-ubyte"))
+    labels = read_idx(find("t10k-labels-idx1-ubyte"))
+    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+        raise DataError(f"{data}: test images {images.shape} and labels {labels.shape} do not match")
+    fashion = len(labels) == 10000 and zlib.crc32(labels.tobytes()) == FASHION_TEST_LABELS_CRC
+    return images[:, None], labels, FASHION_NAMES if fashion else [str(k) for k in range(10)]
+
+
+def image_pixels(path):
+    """One image as C x H x W uint8, alpha dropped and 16-bit samples cut to 8, as gputrain's
+    stb_image reading keeps them."""
+    import numpy as np
+    try:
+        from PIL import Image
+    except ImportError:
+        raise DataError(f"{path}: reading an image folder needs Pillow (python3 -m pip install pillow)") from None
+    try:
+        with Image.open(path) as img:
+            grey = img.mode in ("1", "L", "LA", "I", "F") or img.mode.startswith("I;16")
+            if img.mode == "I" or img.mode.startswith("I;16"):
+                px = (np.asarray(img).astype(np.uint32) >> 8).astype(np.uint8)
+            else:
+                px = np.asarray(img.convert("L" if grey else "RGB"))
+    except OSError as e:
+        raise DataError(f"{path}: not an image ({e})") from None
+    return px[None] if px.ndim == 2 else px.transpose(2, 0, 1)
+
+
+def listing(folder):
+    """A folder's entries in bytewise order, hidden ones skipped (as gputrain lists them)."""
+    return sorted((n for n in os.listdir(folder) if not n.startswith(".")), key=os.fsencode)
+
+
+def folder_test_set(data):
+    """(images, labels, class names) of DIR/test/<class>/*: classes and files in bytewise order,
+    hidden entries skipped, every image of the first one's size and channels."""
+    import numpy as np
+    root = os.path.join(data, "test")
+    names = listing(root)
+    if not names:
+        raise DataError(f"{root}: no class folders")
+    images, labels = [], []
+    for k, name in enumerate(names):
+        files = listing(os.path.join(root, name))
+        if not files:
+            raise DataError(f"{os.path.join(root, name)}: empty class folder")
+        for f in files:
+            path = os.path.join(root, name, f)
+            px = image_pixels(path)
+            if images and px.shape != images[0].shape:
+                raise DataError(f"{path}: {'x'.join(map(str, px.shape))} (CxHxW), but the first image is "
+                                f"{'x'.join(map(str, images[0].shape))}")
+            images.append(px)
+            labels.append(k)
+    return np.stack(images), np.array(labels), names
+
+
+def test_set(data):
+    """The test split of --data, as gputrain reads it: an image folder when DIR/test is one."""
+    try:
+        if os.path.isdir(os.path.join(data, "test")):
+            return folder_test_set(data)
+        return idx_test_set(data)
+    except OSError as e:
+        raise DataError(f"{e.filename}: {e.strerror}") from None
+
+
+def check_match(path, meta, images, names, data, ignore_classes):
+    """The checkpoint fits the data: its input shape and class count always, its class names
+    unless ignore_classes (gputrain eval's rules)."""
+    shape = "x".join(str(d) for d in images.shape[1:])
+    if meta.get("in_shape") != shape:
+        raise CheckpointError(f"{path}: the model takes {meta.get('in_shape')} inputs, the data {data} has {shape}")
+    try:
+        nclasses = int(meta.get("nclasses", ""))
+    except ValueError:
+        raise CheckpointError(f"{path}: metadata \"nclasses\" is missing or not a number") from None
+    if nclasses != len(names):
+        raise CheckpointError(f"{path}: the checkpoint has {nclasses} classes, the data {data} has {len(names)}")
+    if ignore_classes or "classes" not in meta:
+        return
+    try:
+        mine = json.loads(meta["classes"])
+    except json.JSONDecodeError:
+        raise CheckpointError(f"{path}: metadata \"classes\" is not a JSON list") from None
+    for k, (a, b) in enumerate(zip(mine, names)):
+        if a != b:
+            raise CheckpointError(f"{path}: class {k} is '{a}' in the checkpoint but '{b}' in the data {data}: "
+                                  "the class names differ (--ignore-classes to go on)")
+
+
 def evaluate(args):
     """Correct test predictions, in batches of 1000."""
     import numpy as np
-    images = load_idx(os.path.join(args.data, "t10k-images-idx3-ubyte.gz"))
-    labels = load_idx(os.path.join(args.data, "t10k-labels-idx1-ubyte.gz"))
-    x = (images.astype(np.float32) / np.float32(255.0)).reshape(len(images), 1, *images.shape[1:])
+    images, labels, names = test_set(args.data)
     if args.backend == "torch":
         import torch
-        model, _, _ = load_torch(args.checkpoint)
-        with torch.no_grad():
-            pred = np.concatenate([model(torch.from_numpy(x[i:i + 1000])).argmax(1).numpy()
-                                   for i in range(0, len(x), 1000)])
+        model, _, meta = load_torch(args.checkpoint)
+
+        def forward(x):
+            with torch.no_grad():
+                return model(torch.from_numpy(x)).numpy()
     else:
-        forward, _, _ = load_numpy(args.checkpoint)
-        pred = np.concatenate([forward(x[i:i + 1000]).argmax(1) for i in range(0, len(x), 1000)])
+        forward, _, meta = load_numpy(args.checkpoint)
+    check_match(args.checkpoint, meta, images, names, args.data, args.ignore_classes)
+    x = images.astype(np.float32) / np.float32(255.0)
+    pred = np.concatenate([forward(x[i:i + 1000]).argmax(1) for i in range(0, len(x), 1000)])
     return int((pred == labels).sum()), len(labels)
 
 
@@ -253,13 +372,19 @@ def main(argv=None):
     e.add_argument("--data", default="", help="Fashion-MNIST folder (default: datasets/fashion-mnist, then "
                    "/usr/share/datasets/fashion-mnist)")
     e.add_argument("--backend", default="numpy", choices=["numpy", "torch"])
+    e.add_argument("--ignore-classes", action="store_true", help="use a checkpoint whose class names differ")
     args = p.parse_args(argv)
+    given = args.data
     args.data = find_data(args.data)
     if not args.data:
-        p.error("--data: no Fashion-MNIST test set (t10k-labels-idx1-ubyte.gz) found")
+        print("gputrain_torch: --data: no Fashion-MNIST test set (t10k-labels-idx1-ubyte.gz) found", file=sys.stderr)
+        return 2
+    if given and not os.path.isdir(given):
+        print(f"gputrain_torch: --data: '{given}' is not a folder", file=sys.stderr)
+        return 2
     try:
         correct, n = evaluate(args)
-    except CheckpointError as err:
+    except (CheckpointError, DataError) as err:
         print(f"gputrain_torch: {err}", file=sys.stderr)
         return 1
     except ImportError as err:

@@ -6,8 +6,9 @@ Usage: tools/jsonl2csv.py [--first-field NAME] [--torch-train-samples N] LOGDIR 
 
 A log's file name says what the log itself does not: LOGDIR/<model>__<label>__w<workers>__s<seed>.jsonl
 (label is the mode as the matrix names it, e.g. hogwild-m0.5 or ssp-s3). Other names are accepted:
-the whole name becomes the run id and label, mode and workers come from the log, model and seed stay
-empty. An optional LOGDIR/<run>.rc holds the run's exit status.
+the whole name becomes the run id and label; mode, workers, seed and (unless --first-field names
+another column) model come from the log's config record. An optional LOGDIR/<run>.rc holds the
+run's exit status.
 
 Writes into OUTDIR (default LOGDIR):
   evals.csv      one row per evaluation of every run
@@ -24,6 +25,7 @@ Writes into OUTDIR (default LOGDIR):
                  runs_stalled
   curves/<model>__<label>__w<N>.csv      per evaluation: means over seeds, acc min/max
   throughput/<model>__<label>.csv        per worker count: samples/s mean/min/max
+  (an empty part is left out of these names: a log without a model gives curves/<label>__w<N>.csv)
 Every number is copied from a log or computed from logged numbers (means, medians, differences).
 Throughput: samples_per_s is the summary line's (whole run, setup and the final evaluation
 included); train_samples_per_s is samples / wall_s at the last evaluation; steady_samples_per_s is
@@ -95,10 +97,11 @@ def finite(v):
 
 
 class Run:
-    def __init__(self, path):
+    def __init__(self, path, model_from_log):
         self.path = path
         self.id = os.path.basename(path)[: -len(".jsonl")]
         self.label, self.model, self.seed, self.workers, self.mode = self.id, "", "", "", ""
+        self.model_from_log = model_from_log  # the first field is the model, so the log may name it
         m = NAME_RE.match(self.id)
         if m:
             self.model, self.label, self.workers, self.seed = m.group(1), m.group(2), m.group(3), m.group(4)
@@ -141,6 +144,11 @@ def read_record(run, rec, last_point, torch_n):
         read_torch(run, rec, torch_n)
     elif kind == "config":
         run.nclasses = int(rec.get("nclasses", rec.get("classes", 10)) or 10)
+        if run.model_from_log:
+            run.model = run.model or str(rec.get("model", ""))
+        run.seed = run.seed or str(rec.get("seed", ""))
+        run.mode = run.mode or str(rec.get("mode", ""))
+        run.workers = run.workers or str(rec.get("workers", ""))
     elif kind == "eval":
         # A second line for the same point (an epoch end that is also an --eval-every step) is
         # counted, not used: its later wall time would stretch the epoch.
@@ -165,8 +173,8 @@ def read_record(run, rec, last_point, torch_n):
         run.guard_events += 1
 
 
-def read_run(path, torch_n):
-    run = Run(path)
+def read_run(path, torch_n, model_from_log):
+    run = Run(path, model_from_log)
     last_point = [None]
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -342,8 +350,9 @@ def write_aggregate(out, ff, groups):
     write_csv(os.path.join(out, "aggregate.csv"), header, rows)
 
 
-def safe(s):
-    return re.sub(r"[^A-Za-z0-9._+-]", "_", s)
+def file_name(*parts):
+    """model__label__wN.csv from the non-empty parts, each made safe for a file name."""
+    return "__".join(re.sub(r"[^A-Za-z0-9._+-]", "_", p) for p in parts if p) + ".csv"
 
 
 def mean_or_nan(values):
@@ -372,7 +381,7 @@ def write_curves(out, groups):
             rows.append([k, key[0], fnum(mean_or_nan([ev.get("samples") for ev in evs])),
                          fnum(mean_or_nan([ev.get("wall_s") for ev in evs])), fnum(mean_or_nan(accs)),
                          fnum(min(fin) if fin else None), fnum(max(fin) if fin else None), len(evs)])
-        name = f"{safe(model)}__{safe(label)}__w{safe(workers)}.csv"
+        name = file_name(model, label, "w" + workers if workers else "")
         write_csv(os.path.join(out, "curves", name), ["k", "epoch", "samples_mean", "wall_s_mean", "test_acc_mean",
                                                       "test_acc_min", "test_acc_max", "n"], rows)
 
@@ -391,7 +400,7 @@ def write_throughput(out, groups):
             steady = [r.steady for r in rs]
             rows.append([workers, st(sps, "mean"), st(sps, "min"), st(sps, "max"), st(steady, "mean"),
                          st(steady, "min"), st(steady, "max"), st([r.final for r in rs], "mean"), len(rs)])
-        write_csv(os.path.join(out, "throughput", f"{safe(model)}__{safe(label)}.csv"), header, rows)
+        write_csv(os.path.join(out, "throughput", file_name(model, label)), header, rows)
 
 
 def main():
@@ -421,7 +430,7 @@ def main():
         for f in os.listdir(d):
             if f.endswith(".csv"):
                 os.remove(os.path.join(d, f))
-    runs = [read_run(path, a.torch_train_samples) for path in logs]
+    runs = [read_run(path, a.torch_train_samples, a.first_field == "model") for path in logs]
     groups = group_runs(runs)
     write_evals(out, a.first_field, runs)
     write_runs(out, a.first_field, runs)

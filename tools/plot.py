@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""plot.py - line charts of CSV columns into a PNG (matplotlib), for tools/bench.sh and
-tools/reproduce.sh.
+"""plot.py - line charts into a PNG (matplotlib): the loss and accuracy of gputrain runs from their
+--log files, or CSV columns (for tools/bench.sh and tools/reproduce.sh).
 
-Usage: tools/plot.py --out FILE.png [--title T] [--xlabel X] [--ylabel Y] [--logx]
+Usage: tools/plot.py [--out FILE.png] [--title T] RUN.jsonl...
+       tools/plot.py --out FILE.png [--title T] [--xlabel X] [--ylabel Y] [--logx]
                      [--ymin V] [--ymax V] [--chance C] SERIES...
+
+With RUN.jsonl files (gputrain --log): train and test loss on the left, train and test accuracy on
+the right (chance marked), against epochs (samples / training-set size), one pair of lines per run;
+--out defaults to the first log's name with .png.
 
 Each SERIES is LABEL=FILE.csv:XCOL:YCOL or LABEL=FILE.csv:XCOL:YCOL:YLOCOL:YHICOL (a shaded band,
 e.g. min-max over seeds). The CSV has a header row; columns are found by name; rows with an empty X
@@ -22,6 +27,7 @@ or unreadable cell, 2 a command-line error.
 import argparse
 import csv
 import math
+import os
 import sys
 
 STALL_FACTOR = 1.5
@@ -133,10 +139,72 @@ def draw_series(ax, label, data, colour, marker, a, lo_edge, hi_edge):
     return f"{label}: {note}" if note else ""
 
 
+def read_log(path):
+    """(x in epochs, {column: values}, class count) of a gputrain --log file's eval records."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from jsonl2csv import parse_line
+    cols = ("train_loss", "test_loss", "train_acc", "test_acc")
+    xs, ys, epoch_n, nclasses, last = [], {c: [] for c in cols}, 0, 10, None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            records = [parse_line(line) for line in f if line.strip()]
+    except OSError as e:
+        fail(f"cannot read '{path}': {e.strerror}")
+    for rec in (r for r in records if isinstance(r, dict)):
+        if rec.get("type") == "config":
+            epoch_n, nclasses = rec.get("train_samples") or 0, rec.get("nclasses") or 10
+        elif rec.get("type") == "eval" and (rec.get("samples"), rec.get("step")) != last:
+            last = (rec.get("samples"), rec.get("step"))  # an epoch end that is also an --eval-every point
+            xs.append(rec["samples"] / epoch_n if epoch_n and "samples" in rec else float(rec.get("epoch", 0)))
+            for c in cols:
+                v = rec.get(c)
+                ys[c].append(float(v) if isinstance(v, (int, float)) else math.nan)
+    if not xs:
+        fail(f"{path}: no evaluation records (a gputrain --log file?)")
+    return xs, ys, nclasses
+
+
+def plot_logs(a, paths):
+    """Loss and accuracy of each run in paths, side by side."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [(os.path.basename(p)[: -len(".jsonl")], *read_log(p)) for p in paths]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), dpi=100)
+    colour = colours(2 * len(runs))
+    notes = []
+    for ax, (what, cols) in zip(axes, (("loss", ("train_loss", "test_loss")), ("accuracy", ("train_acc", "test_acc")))):
+        chance = 1 / max(r[3] for r in runs) if what == "accuracy" else None
+        for i, (name, xs, ys, _) in enumerate(runs):
+            for j, c in enumerate(cols):
+                label = c.replace("_", " ") if len(runs) == 1 else f"{name} {c.split('_')[0]}"
+                note = draw_series(ax, label, [xs, ys[c]], colour[2 * i + j], MARKERS[j], argparse.Namespace(chance=chance),
+                                   -math.inf, math.inf)
+                notes += [note] if note else []
+        if chance:
+            ax.axhline(chance, color="grey", linestyle=":", linewidth=1, label=f"chance ({chance:.3g})")
+        ax.set_xlabel("epochs (samples / training-set size)")
+        ax.set_ylabel(what)
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="best", fontsize=9)
+    fig.suptitle(a.title or ", ".join(r[0] for r in runs))
+    if notes:
+        fig.text(0.01, 0.01, "Marked with a red cross: " + "; ".join(notes), fontsize=9, color="darkred")
+    fig.tight_layout(rect=(0, 0.04 if notes else 0, 1, 1))
+    out = a.out or paths[0][: -len(".jsonl")] + ".png"
+    try:
+        fig.savefig(out)
+    except OSError as e:
+        fail(f"--out: cannot write '{out}': {e.strerror}")
+    print(f"plot: {out}", file=sys.stderr)
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(prog="plot.py", description=__doc__.split("\n\n")[0],
                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="PNG to write")
+    p.add_argument("--out", help="PNG to write (needed with SERIES)")
     p.add_argument("--title", default="")
     p.add_argument("--xlabel", default="")
     p.add_argument("--ylabel", default="")
@@ -144,11 +212,22 @@ def main():
     p.add_argument("--ymin", type=float)
     p.add_argument("--ymax", type=float)
     p.add_argument("--chance", type=float, help="chance level of Y (e.g. 0.1): series that end below 1.5x it are marked")
-    p.add_argument("series", nargs="+", type=parse_series, help="LABEL=FILE.csv:XCOL:YCOL[:YLOCOL:YHICOL]")
+    p.add_argument("series", nargs="+", help="RUN.jsonl, or LABEL=FILE.csv:XCOL:YCOL[:YLOCOL:YHICOL]")
     a = p.parse_args()
+    logs = [s for s in a.series if s.endswith(".jsonl") and "=" not in s]
+    if logs:
+        if len(logs) != len(a.series):
+            p.error("give either RUN.jsonl files or CSV series, not both")
+        return plot_logs(a, logs)
+    if not a.out:
+        p.error("--out is needed with CSV series")
+    try:
+        parsed = [parse_series(s) for s in a.series]
+    except argparse.ArgumentTypeError as e:
+        p.error(str(e))
     if a.ymin is not None and a.ymax is not None and a.ymin >= a.ymax:
         p.error(f"--ymin {a.ymin} is not below --ymax {a.ymax}")
-    series = [(label, read_series(path, cols)) for label, path, cols in a.series]
+    series = [(label, read_series(path, cols)) for label, path, cols in parsed]
 
     import matplotlib
     matplotlib.use("Agg")

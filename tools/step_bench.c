@@ -1,7 +1,7 @@
 /* step_bench.c - what one serial hogwild step of one CUDA worker costs, phase by phase, with the
  * real parameter store: pull (gt_ps_pull), load_params, train_step, the finite check src/train.c
  * runs on the gradient, and push (gt_ps_push with the CPU optimizer), in hogwild_epoch's order
- * without overlap (the per-phase evidence in tools/perf-notes.md).
+ * without overlap (the per-phase evidence in docs/perf-notes.md).
  * Usage: step_bench DATA_DIR MODEL BATCH STEPS PATH (PATH: fused-graph fused-eager layers-graph
  * layers-eager). Prints one line: mean microseconds per phase and the median whole step. */
 #include "gputrain/data.h"

@@ -39,8 +39,10 @@ DATA_DIRS = ("datasets/fashion-mnist", "/usr/share/datasets/fashion-mnist")
 
 
 def load_idx(path):
-    """An IDX file (gzip): big-endian magic with the dimension count in its last byte, then sizes."""
-    with gzip.open(path, "rb") as f:
+    """An IDX file (gzip or plain): big-endian magic with the dimension count in its last byte, then
+    sizes."""
+    import numpy as np
+    with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
         raw = f.read()
     ndim = raw[3]
     dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])

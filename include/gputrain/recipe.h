@@ -10,7 +10,7 @@
  * SGD momentum is lowered by the implicit one. A larger effective batch per update (sync and ssp sum W workers' batches) wants
  * a warm-up of the step size (Goyal et al. 2017). Options the user gave (gt_config.given) are
  * never changed, and --literal turns every correction off. With one worker, hogwild and sync are
- * left exactly as given. See tools/convergence-notes.md for the measurements behind each rule. */
+ * left exactly as given. See docs/convergence-notes.md for the measurements behind each rule. */
 #ifndef GT_RECIPE_H
 #define GT_RECIPE_H
 
