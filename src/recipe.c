@@ -15,8 +15,8 @@
 
 /* The delay, in updates, that the momentum rule counts in a mode whose row names one: the
  * Mitliagkas et al. rule (d updates of delay act like momentum d / (d + 1)) with d fitted to
- * 10-epoch lenet5 runs on 1, 2 and 4 GPUs (docs/convergence-notes.md, section 7). Counting the whole delay
- * over-corrects: the run keeps too little momentum and ends under-trained. */
+ * 10-epoch lenet5 runs on 1, 2 and 4 GPUs (docs/convergence-notes.md, section 7). Counting the
+ * whole delay over-corrects: the run keeps too little momentum and ends under-trained. */
 double gt_recipe_delay_hogwild(const gt_config *c, int workers)
 {
     /* W - 1 other workers push between a pull and its push; half of that fits. --overlap adds
