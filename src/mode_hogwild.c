@@ -137,7 +137,7 @@ static void hogwild_done(run *r, worker *w, const gt_step_out *o, int n, uint64_
         w->pipe_inflight--;
         r->hog.pipe_inflight--;
     }
-    run_account_step_locked(r, w, o, n);
+    worker_account_step_locked(r, w, o, n);
     jobs_post_due_locked(r, r->cfg->balance == GT_BALANCE_DYNAMIC
                                  ? r->hog.cursor - r->hog.pipe_inflight
                                  : w->slice_pos - w->pipe_inflight,
