@@ -251,8 +251,9 @@ static int layer_set_batch(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
         if (tensor_set(c, cl->x_desc, n, L->in_c, L->in_h, L->in_w, e))
             return -1;
         break;
-    default:
-        break;
+    case GT_LINEAR:
+    case GT_DROPOUT:
+        break; /* no descriptors */
     }
     cl->n = n;
     return 0;
@@ -508,32 +509,27 @@ int gt_cuda_layer_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass
         return conv_backward(c, cl, p, x, dy, dx, e);
     case GT_LINEAR:
         return linear_backward(c, cl, p, x, dy, dx, e);
-    default:
-        break;
-    }
-    if (!dx)
-        return 0;
-    switch (cl->L.kind) {
     case GT_AVGPOOL:
     case GT_MAXPOOL:
-        GT_CUDNN_CHECK(c->name, e,
-                       cudnnPoolingBackward(c->cudnn, cl->pool_desc, &one, cl->y_desc, y,
-                                            cl->y_desc, dy, cl->x_desc, x, &zero, cl->x_desc,
-                                            dx));
+        if (dx)
+            GT_CUDNN_CHECK(c->name, e,
+                           cudnnPoolingBackward(c->cudnn, cl->pool_desc, &one, cl->y_desc, y,
+                                                cl->y_desc, dy, cl->x_desc, x, &zero,
+                                                cl->x_desc, dx));
         return 0;
     case GT_RELU:
     case GT_SIGMOID:
     case GT_TANH:
-        GT_CUDNN_CHECK(c->name, e,
-                       cudnnActivationBackward(c->cudnn, cl->act_desc, &one, cl->x_desc, y,
-                                               cl->x_desc, dy, cl->x_desc, x, &zero, cl->x_desc,
-                                               dx));
+        if (dx)
+            GT_CUDNN_CHECK(c->name, e,
+                           cudnnActivationBackward(c->cudnn, cl->act_desc, &one, cl->x_desc, y,
+                                                   cl->x_desc, dy, cl->x_desc, x, &zero,
+                                                   cl->x_desc, dx));
         return 0;
     case GT_DROPOUT:
-        return gt_cuda_dropout_backward(c, dy, p->mask, dx, (size_t)p->n * cl->L.out_len,
-                                        cl->L.p, e);
-    default:
-        break;
+        return dx ? gt_cuda_dropout_backward(c, dy, p->mask, dx, (size_t)p->n * cl->L.out_len,
+                                             cl->L.p, e)
+                  : 0;
     }
     return layer_fail(c, cl, e, "unknown layer kind");
 }

@@ -451,24 +451,23 @@ int gt_act_forward(gt_layer_kind kind, const float *x, float *y, size_t len)
     case GT_RELU:
         for (size_t j = 0; j < len; j++)
             y[j] = x[j] > 0.0f ? x[j] : 0.0f;
-        break;
+        return 0;
     case GT_SIGMOID:
         for (size_t j = 0; j < len; j++)
             y[j] = 1.0f / (1.0f + expf(-x[j]));
-        break;
+        return 0;
     case GT_TANH:
         for (size_t j = 0; j < len; j++)
             y[j] = tanhf(x[j]);
-        break;
+        return 0;
     case GT_CONV:
     case GT_LINEAR:
     case GT_AVGPOOL:
     case GT_MAXPOOL:
     case GT_DROPOUT:
-    default:
-        return -1;
+        break;
     }
-    return 0;
+    return -1; /* not an activation, or not a kind at all */
 }
 
 int gt_act_backward(gt_layer_kind kind, const float *y, const float *dy, float *dx, size_t len)
@@ -477,24 +476,23 @@ int gt_act_backward(gt_layer_kind kind, const float *y, const float *dy, float *
     case GT_RELU:
         for (size_t j = 0; j < len; j++)
             dx[j] = y[j] > 0.0f ? dy[j] : 0.0f;
-        break;
+        return 0;
     case GT_SIGMOID:
         for (size_t j = 0; j < len; j++)
             dx[j] = dy[j] * y[j] * (1.0f - y[j]);
-        break;
+        return 0;
     case GT_TANH:
         for (size_t j = 0; j < len; j++)
             dx[j] = dy[j] * (1.0f - y[j] * y[j]);
-        break;
+        return 0;
     case GT_CONV:
     case GT_LINEAR:
     case GT_AVGPOOL:
     case GT_MAXPOOL:
     case GT_DROPOUT:
-    default:
-        return -1;
+        break;
     }
-    return 0;
+    return -1; /* not an activation, or not a kind at all */
 }
 
 void gt_dropout_forward(const float *x, float *y, uint8_t *mask, int n, size_t len, float p,
