@@ -13,8 +13,7 @@
  * host one graph launch and one synchronisation instead of some forty library calls of 5-60 us
  * each. A shape's first step runs eagerly, which also lets cuDNN and the module loader do their
  * one-time work outside a capture, and its graph is captured right after for the steps that
- * follow. With epilogues (GT_LAYER_PATH=epilogue) the layer path runs a convolution or linear
- * layer and the ReLU, pooling or dropout after it as one call each way (layers_cuda.cu). */
+ * follow. */
 #include "gt_cuda.h"
 
 #include <stdio.h>
@@ -64,9 +63,7 @@ typedef struct cuda_impl {
     gt_cuda_allreduce *allreduce;      /* NCCL communicator and optimizer state, allreduce mode */
     gt_fused_net fnet;                 /* the fused step's shapes and buffers, where fusable */
     int fusable, fused, graphs;        /* see gt_cuda_path */
-    int epilogues;                     /* see gt_cuda_path */
     int layers_ready;                  /* cuda_plan_layers ran: the layer path can run */
-    int head[GT_MAX_LAYERS];           /* the layer whose epilogue runs layer l; l if none */
     cuda_graph graph[CUDA_GRAPHS];
     uint64_t nsteps;
     char graph_error[GT_ERRLEN];       /* why capture failed; "" if it never did */
@@ -265,7 +262,6 @@ static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
     }
     if (gt_cuda_ctx_set_workspace(c, need, e))
         return -1;
-    gt_cuda_layers_plan_epilogues(g->layer, m, g->head);
     g->layers_ready = 1;
     return 0;
 }
@@ -331,30 +327,13 @@ static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch 
 
 /* ---- passes ---------------------------------------------------------------------------------- */
 
-/* Layers after l that l's epilogue runs on this path. */
-static int cuda_absorbed(const cuda_impl *g, int l)
-{
-    return g->epilogues ? g->layer[l].absorbs : 0;
-}
-
 /* Forward through every layer; without train, dropout is the identity and is skipped (the next
- * layer reads its input). *logits is the last layer's output. With epilogues, a layer and those
- * its epilogue runs are one call, which writes the last one's output. */
+ * layer reads its input). *logits is the last layer's output. */
 static int cuda_forward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, int train,
                         const float **logits, gt_err *e)
 {
     const float *x = g->act[0];
     for (int l = 0; l < m->nlayers; l++) {
-        int k = cuda_absorbed(g, l);
-        if (k) {
-            pass.mask = g->mask[l + k];
-            if (gt_cuda_layer_forward_epilogue(g->ctx, &g->layer[l], &pass, x, g->act[l + 1],
-                                               g->act[l + 1 + k], train, e))
-                return -1;
-            l += k;
-            x = g->act[l + 1];
-            continue;
-        }
         if (!train && m->layers[l].kind == GT_DROPOUT)
             continue;
         pass.mask = g->mask[l];
@@ -366,22 +345,11 @@ static int cuda_forward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, int 
     return 0;
 }
 
-/* Backward from dact[0] (the loss gradient); the first layer computes no input gradient. A
- * layer with an epilogue takes the gradient at its last absorbed layer's output, keeps the one
- * at its own output in the other buffer and leaves its input gradient where dy was. */
+/* Backward from dact[0] (the loss gradient); the first layer computes no input gradient. */
 static int cuda_backward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, gt_err *e)
 {
     float *dy = g->dact[0], *dx = g->dact[1];
     for (int l = m->nlayers - 1; l >= 0; l--) {
-        int h = g->epilogues ? g->head[l] : l;
-        if (h != l) {
-            pass.mask = g->mask[l];
-            if (gt_cuda_layer_backward_epilogue(g->ctx, &g->layer[h], &pass, g->act[h],
-                                                g->act[h + 1], dy, dx, h ? dy : NULL, e))
-                return -1;
-            l = h;
-            continue;
-        }
         gt_layer_kind kind = m->layers[l].kind;
         if (l == 0 && kind != GT_CONV && kind != GT_LINEAR)
             break;
@@ -731,24 +699,12 @@ int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e)
     return 0;
 }
 
-int gt_cuda_device_set_epilogues(gt_device *d, int on, gt_err *e)
-{
-    cuda_impl *g = cuda_impl_of(d);
-    if (!g)
-        return gt_fail(e, "gt_cuda_device_set_epilogues: not a CUDA device");
-    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
-    graph_drop_all(g);
-    g->epilogues = on != 0;
-    return 0;
-}
-
 int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out)
 {
     cuda_impl *g = cuda_impl_of(d);
     if (!g)
         return -1;
     out->fused = g->fused;
-    out->epilogues = g->epilogues;
     out->fusable = g->fusable;
     out->graphs = g->graphs;
     out->ngraphs = 0;
@@ -808,8 +764,8 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
                         gt_err *e)
 {
     *out = NULL;
-    int cap = max_batch > CUDA_EVAL_CHUNK ? max_batch : CUDA_EVAL_CHUNK, epilogues;
-    if (cuda_check_model(m, max_batch, ordinal, cap, e) || gt_cuda_layer_path_env(&epilogues, e))
+    int cap = max_batch > CUDA_EVAL_CHUNK ? max_batch : CUDA_EVAL_CHUNK;
+    if (cuda_check_model(m, max_batch, ordinal, cap, e))
         return -1;
     gt_device *d = (gt_device *)calloc(1, sizeof *d);
     cuda_impl *g = (cuda_impl *)calloc(1, sizeof *g);
@@ -836,7 +792,6 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
         cuda_close(d);
         return -1;
     }
-    g->epilogues = epilogues;
     *out = d;
     return 0;
 }

@@ -8,8 +8,6 @@
 
 #include "fused_kernels.cuh"
 
-#include <stdlib.h>
-
 void gt_fused_free(gt_fused_net *f)
 {
     void *bufs[] = {f->a1, f->p1,  f->a2,  f->p2,   f->h1,   f->h2,  f->dz,
@@ -30,29 +28,10 @@ static int fused_malloc(gt_cuda_ctx *c, void **p, size_t rows, size_t len, size_
     return gt_cuda_malloc(c, p, rows * len * elem, e);
 }
 
-/* GT_FUSED_SAMPLES: the forward kernel's samples per block, 1, 2 or FUSED_FC_SAMPLES (an
- * experiment: the default picks by batch size, fused_forward); any other value is an error naming
- * the variable. */
-static int fused_samples_env(int *samples, gt_err *e)
-{
-    const char *v = getenv("GT_FUSED_SAMPLES");
-    *samples = 0;
-    if (!v || !*v)
-        return 0;
-    char *end;
-    long k = strtol(v, &end, 10);
-    if (*end || (k != 1 && k != 2 && k != FUSED_FC_SAMPLES))
-        return gt_fail(e, "GT_FUSED_SAMPLES: bad value '%.40s' (1, 2 or %d)", v, FUSED_FC_SAMPLES);
-    *samples = (int)k;
-    return 0;
-}
-
 int gt_fused_alloc(gt_cuda_ctx *c, gt_fused_net *f, int cap, gt_err *e)
 {
     const gt_fused_fc *fc = f->fc;
     size_t n = (size_t)cap, fl = sizeof(float);
-    if (fused_samples_env(&f->samples, e))
-        return -1;
     if (fused_malloc(c, (void **)&f->a1, n, f->a1_len, fl, e) ||
         fused_malloc(c, (void **)&f->p1, n, f->p1_len, fl, e) ||
         fused_malloc(c, (void **)&f->a2, n, f->a2_len, fl, e) ||
@@ -93,7 +72,7 @@ static int fused_check_n(gt_cuda_ctx *c, const gt_fused_net *f, int n, gt_err *e
 }
 
 /* Both convolution stages, the linear layers and the loss (and, training, their backward) in
- * one kernel. Samples per block (unless GT_FUSED_SAMPLES sets them): one while the batch fits two
+ * one kernel. Samples per block: one while the batch fits two
  * blocks an SM, then two, then FUSED_FC_SAMPLES, so that large batches read the linear layers'
  * weights fewer times. */
 static int fused_forward(gt_cuda_ctx *c, gt_fused_net *f, const float *params,
@@ -102,10 +81,7 @@ static int fused_forward(gt_cuda_ctx *c, gt_fused_net *f, const float *params,
 {
     float scale = 1.0f / (float)n;
     size_t smem = f->smem_forward;
-    int per = f->samples         ? f->samples
-              : n <= 2 * f->nsm ? 1
-              : n <= 4 * f->nsm ? 2
-                                : FUSED_FC_SAMPLES;
+    int per = n <= 2 * f->nsm ? 1 : n <= 4 * f->nsm ? 2 : FUSED_FC_SAMPLES;
     unsigned blocks = (unsigned)((n + per - 1) / per);
     if (per == 1)
         fused_forward_kernel<1><<<blocks, FUSED_THREADS, smem, c->stream>>>(

@@ -31,33 +31,48 @@ enum {
     FUSED_THREADS = GT_FUSED_THREADS,
 };
 
+/* An activation of kind (gt_layer_kind; -1, or a kind that is not an activation: none). */
 __device__ __forceinline__ static float fused_act(int kind, float x)
 {
-    switch (kind) {
+    if (kind < 0)
+        return x;
+    switch ((gt_layer_kind)kind) {
     case GT_RELU:
         return x > 0.0f ? x : 0.0f;
     case GT_SIGMOID:
         return 1.0f / (1.0f + expf(-x));
     case GT_TANH:
         return tanhf(x);
-    default:
-        return x;
+    case GT_CONV:
+    case GT_LINEAR:
+    case GT_AVGPOOL:
+    case GT_MAXPOOL:
+    case GT_DROPOUT:
+        break;
     }
+    return x;
 }
 
 /* The gradient through an activation, from its output y, as gt_act_backward computes it. */
 __device__ __forceinline__ static float fused_act_grad(int kind, float y, float dy)
 {
-    switch (kind) {
+    if (kind < 0)
+        return dy;
+    switch ((gt_layer_kind)kind) {
     case GT_RELU:
         return y > 0.0f ? dy : 0.0f;
     case GT_SIGMOID:
         return dy * y * (1.0f - y);
     case GT_TANH:
         return dy * (1.0f - y * y);
-    default:
-        return dy;
+    case GT_CONV:
+    case GT_LINEAR:
+    case GT_AVGPOOL:
+    case GT_MAXPOOL:
+    case GT_DROPOUT:
+        break;
     }
+    return dy;
 }
 
 __device__ __forceinline__ static float fused_warp_sum(float v)

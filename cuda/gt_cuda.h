@@ -59,8 +59,6 @@ int gt_cuda_test_optim(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_s
  * captured once per batch shape instead of launching its work one call at a time. */
 typedef struct gt_cuda_path {
     int fused;                 /* the fused kernels run the step */
-    int epilogues;             /* layer path: a convolution or linear layer runs the ReLU and the
-                                * pooling or dropout after it in one kernel with its bias */
     int fusable;               /* the model has the shape the fused kernels take */
     int graphs;                /* steps replay captured graphs */
     int ngraphs;               /* graphs captured and cached now */
@@ -72,9 +70,6 @@ typedef struct gt_cuda_path {
  * first choice of the layer path times its convolution algorithms: set-up time, no step in
  * flight. */
 int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e);
-/* The layer path's epilogues on or off (gt_cuda_path.epilogues); open takes them from the
- * environment (gt_cuda_layer_path_env). -1 when d is not a CUDA device. */
-int gt_cuda_device_set_epilogues(gt_device *d, int on, gt_err *e);
 /* 0 and the path of d, or -1 when d is not a CUDA device. */
 int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out);
 /* Copies the device's own gradient (what train_step left there, also with keep_grad) to host. */
@@ -212,25 +207,10 @@ typedef struct gt_cuda_layer {
     cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
     int planned;              /* the convolution algorithms are chosen */
     int need_dx;              /* the backward-data algorithm was chosen (not the first layer) */
-    /* The weight gradient by the project's own kernels (without TF32, where timing found them
-     * faster than the chosen cuDNN algorithm): for one input channel the taps kernel, else one
-     * GEMM, dW = dy (channels x samples x positions) times im2col(x). */
-    int wgrad_own;            /* 0: cuDNN's algorithm; 1: GEMM; 2: taps kernel */
-    int wgrad_cap;            /* samples the GEMM's buffers hold */
-    float *wgrad_col;         /* GEMM: wgrad_cap * out_h * out_w rows of in_c * k * k */
-    float *wgrad_dyt;         /* GEMM: dy as out_c x wgrad_cap x out_h * out_w */
-    float *wgrad_part;        /* taps: out_c * 25 * GT_CUDA_BIAS_MAX_SPLITS partial sums */
-    unsigned *wgrad_done;     /* taps: out_c counters */
     float *bias_part;         /* conv with bias: GT_CUDA_BIAS_MAX_SPLITS partial sums a channel */
     unsigned *bias_done;      /* and a counter a channel for gt_cuda_conv_bias_grad */
     cudnnPoolingDescriptor_t pool_desc;
     cudnnActivationDescriptor_t act_desc;
-    /* The epilogue (conv and linear only): the layers after this one it can run, each needing
-     * the one before: a ReLU, then a pooling (conv) or a dropout (linear). */
-    int absorbs;              /* 0: none; 1: the ReLU; 2: the ReLU and the next */
-    int epi_pool, epi_k;      /* GT_MAXPOOL or GT_AVGPOOL and its window; 0 when none */
-    float epi_p;              /* the dropout's rate; 0 when none */
-    uint32_t epi_drop_index;  /* the dropout's layer number, which keys its masks */
 } gt_cuda_layer;
 
 /* A training batch's dropout seed and epoch in device memory, beside its sample ids: a replayed
@@ -267,23 +247,6 @@ int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_m
                                const float *x, const float *w, float *y, float *dx, float *dw,
                                size_t *ws_need, gt_err *e);
 
-/* GT_LAYER_PATH: plain or unset (0) runs each layer on its own, epilogue (1) runs epilogues;
- * any other value is an error naming the variable. */
-int gt_cuda_layer_path_env(int *epilogues, gt_err *e);
-/* Plans the epilogue of each of m's layers (its epi fields, after gt_cuda_layer_init) and sets
- * head[l] to the layer whose epilogue runs layer l, l itself where none does. */
-void gt_cuda_layers_plan_epilogues(gt_cuda_layer *layer, const gt_model *m, int *head);
-/* A convolution or linear layer with its epilogue (cl->absorbs > 0): z gets the layer's output
- * before the bias, y the output of the last absorbed layer. Without train an absorbed dropout is
- * the identity; with it p->mask is the dropout's mask. */
-int gt_cuda_layer_forward_epilogue(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
-                                   const float *x, float *z, float *y, int train, gt_err *e);
-/* Its backward: dy is the gradient at the last absorbed layer's output, dz a scratch buffer for
- * the gradient at z (n times the layer's out_len), dx as in gt_cuda_layer_backward. */
-int gt_cuda_layer_backward_epilogue(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
-                                    const float *x, const float *z, const float *dy, float *dz,
-                                    float *dx, gt_err *e);
-
 /* y = layer(x). Dropout always drops here: an evaluation pass skips the layer instead. */
 int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
                           const float *x, float *y, gt_err *e);
@@ -316,24 +279,6 @@ int gt_cuda_bias_grad(gt_cuda_ctx *c, const float *dy, float *db, int n, int len
  * before the call and after it. The bits depend on the shape only, not on scheduling. */
 int gt_cuda_conv_bias_grad(gt_cuda_ctx *c, const float *dy, float *db, float *part,
                            unsigned *done, int n, int ch, int hw, gt_err *e);
-/* Whether gt_cuda_conv_wgrad_taps takes a convolution of in_c input channels and k x k: one
- * input channel, 3 x 3 or 5 x 5 (25 taps at most, held in registers). */
-int gt_cuda_conv_wgrad_taps_fits(int in_c, int k);
-/* dw[o][tap] += the sum over samples and positions of dy[i][o][pos] times the input under the
- * tap (stride 1, zero padding pad): a convolution's weight gradient, for few taps. part holds
- * out_c * 25 * GT_CUDA_BIAS_MAX_SPLITS floats, done out_c counters (as gt_cuda_conv_bias_grad:
- * zero before and after; the bits depend on the shape only). */
-int gt_cuda_conv_wgrad_taps(gt_cuda_ctx *c, const float *x, const float *dy, float *dw,
-                            float *part, unsigned *done, int n, int in_c, int h, int w,
-                            int out_c, int k, int pad, gt_err *e);
-/* dst[k][i][j] = src[i][k][j] for n samples of ch planes of plane floats. */
-int gt_cuda_nchw_to_cnhw(gt_cuda_ctx *c, const float *src, float *dst, int n, int ch, int plane,
-                         gt_err *e);
-/* col[(i * oh + oy) * ow + ox][(ci * k + ky) * k + kx] = x[i][ci][oy + ky - pad][ox + kx - pad]
- * (zero in the padding) for a stride-1 k x k convolution of n samples of ch planes h x w:
- * the rows of the weight gradient's GEMM. */
-int gt_cuda_im2col_rows(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w, int k,
-                        int pad, float *col, gt_err *e);
 /* The mask is keyed by key's seed and epoch when key is non-NULL (device memory), else by seed and
  * epoch. */
 int gt_cuda_dropout_forward(gt_cuda_ctx *c, const float *x, float *y, uint8_t *mask, int n,
@@ -343,35 +288,6 @@ int gt_cuda_dropout_forward(gt_cuda_ctx *c, const float *x, float *y, uint8_t *m
 int gt_cuda_dropout_backward(gt_cuda_ctx *c, const float *dy, const uint8_t *mask, float *dx,
                              size_t n_len, float p, gt_err *e);
 
-/* A dropout run inside a linear layer's epilogue: rate, mask and the keys of
- * gt_cuda_dropout_forward. */
-typedef struct gt_cuda_drop {
-    float p;
-    uint8_t *mask;
-    uint64_t seed;
-    uint32_t epoch;
-    const gt_cuda_key *key;
-    const uint32_t *ids;
-    uint32_t layer;
-} gt_cuda_drop;
-
-/* y = pool(relu(z + b)) for n samples of ch planes h x w (b per plane, NULL: none), pool
- * GT_MAXPOOL or GT_AVGPOOL with window = stride k and the CPU's floor, or 0: y = relu(z + b). The
- * CPU's arithmetic, tie-breaks included. */
-int gt_cuda_conv_epilogue_forward(gt_cuda_ctx *c, const float *z, const float *b, int n, int ch,
-                                  int h, int w, int pool, int k, float *y, gt_err *e);
-/* dz = the gradient at z given dy at y (same arguments); z and b as in the forward. */
-int gt_cuda_conv_epilogue_backward(gt_cuda_ctx *c, const float *z, const float *b,
-                                   const float *dy, int n, int ch, int h, int w, int pool, int k,
-                                   float *dz, gt_err *e);
-/* y = dropout(relu(z + b)) for n rows of len (b NULL: none; drop NULL: no dropout). */
-int gt_cuda_linear_epilogue_forward(gt_cuda_ctx *c, const float *z, const float *b, int n,
-                                    size_t len, const gt_cuda_drop *drop, float *y, gt_err *e);
-/* dz = the gradient at z given dy at y (mask NULL: no dropout, else its mask and rate p); db
- * (NULL: none) accumulates the bias gradient, rows in order like the CPU. */
-int gt_cuda_linear_epilogue_backward(gt_cuda_ctx *c, const float *z, const float *b,
-                                     const float *dy, const uint8_t *mask, float p, int n,
-                                     int len, float *dz, float *db, gt_err *e);
 /* Adds the summed loss and argmax hits of n rows of k logits to *res; writes dlogits =
  * (softmax - onehot) * scale unless dlogits is NULL. Deterministic (one block, a fixed tree);
  * up to 64 classes a thread takes a row and does the CPU's arithmetic in its order. */
@@ -459,8 +375,6 @@ typedef struct gt_fused_net {
     int back_blocks;              /* backward blocks per sample: one per conv1 channel, then one
                                    * per GT_FUSED_WGRAD_OUT conv2 output channels */
     int nsm;                      /* the GPU's multiprocessors */
-    int samples;                  /* forward samples per block from GT_FUSED_SAMPLES (1, 2 or
-                                   * GT_FUSED_FC_SAMPLES); 0: chosen by the batch size */
     float *a1, *p1, *a2, *p2;     /* activation outputs and pooled outputs of the two stages */
     float *h1, *h2;               /* outputs of the first two linear layers (after activation) */
     float *dz, *dh2, *dh1, *dp2;  /* gradients: logits, linear pre-activations, the fc input */

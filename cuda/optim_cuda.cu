@@ -44,7 +44,7 @@ int gt_cuda_optim_apply(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_
     case OPTIM_NESTEROV:
         optim_kernel<OPTIM_NESTEROV><<<grid, OPTIM_BLOCK, 0, c->stream>>>(k, p, g, gscale, s0, s1, n);
         break;
-    default:
+    case OPTIM_ADAM:
         optim_kernel<OPTIM_ADAM><<<grid, OPTIM_BLOCK, 0, c->stream>>>(k, p, g, gscale, s0, s1, n);
         break;
     }

@@ -39,10 +39,15 @@ static inline optim_consts optim_consts_make(const gt_optim_cfg *c, const gt_opt
 }
 
 /* The update rules, as kernels' template arguments. */
-enum { OPTIM_SGD = 1, OPTIM_MOMENTUM, OPTIM_NESTEROV, OPTIM_ADAM };
+typedef enum optim_rule_kind {
+    OPTIM_SGD = 1,
+    OPTIM_MOMENTUM,
+    OPTIM_NESTEROV,
+    OPTIM_ADAM
+} optim_rule_kind;
 
 /* The rule of a configuration. */
-static inline int optim_rule(const gt_optim_cfg *c)
+static inline optim_rule_kind optim_rule(const gt_optim_cfg *c)
 {
     if (c->kind == GT_OPT_ADAM)
         return OPTIM_ADAM;

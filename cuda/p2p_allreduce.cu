@@ -384,7 +384,7 @@ int gt_p2p_create(gt_p2p **out, int nranks, const int *ordinals, const float *co
                   size_t n, double budget_s, gt_err *e)
 {
     *out = NULL;
-    unsigned *abort_word;
+    unsigned *abort_word = NULL;
     if (p2p_check_args(nranks, ordinals, in, e) || gt_cuda_enable_peers(ordinals, nranks, e) ||
         p2p_abort_word(&abort_word, e))
         return -1;

@@ -97,7 +97,7 @@ static int parity_layer_run(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const pari
     if ((io->dw && parity_upload(c, grad + L->w_off, io->dw, L->w_len, e)) ||
         (io->db && L->b_len && parity_upload(c, grad + L->b_off, io->db, L->b_len, e)))
         return -1;
-    gt_cuda_pass pass = {n, params, grad, mask, ids, io->seed, io->epoch};
+    gt_cuda_pass pass = {n, params, grad, mask, ids, io->seed, io->epoch, NULL};
     if (gt_cuda_layer_forward(c, cl, &pass, x, y, e) ||
         (io->dy && gt_cuda_layer_backward(c, cl, &pass, x, y, dy, dx, e)))
         return -1;
@@ -229,7 +229,7 @@ int gt_cuda_test_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t
                               gt_err *e)
 {
     parity_bufs bufs = {{NULL}, 0};
-    gt_cuda_result res = {0, 0};
+    gt_cuda_result res = {0, 0, 0};
     GT_CUDA_CHECK(c->name, e, cudaSetDevice(c->ordinal));
     int rc = parity_xent_run(c, logits, labels, n, k, scale, dlogits, &res, &bufs, e);
     cudaStreamSynchronize(c->stream);

@@ -1,7 +1,6 @@
 /* common.c - errors, aligned memory, the monotonic clock, seeded random numbers and CRC-32. */
 #include "gputrain/common.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,14 +96,6 @@ uint32_t gt_rng_below(gt_rng *r, uint32_t n)
 }
 
 double gt_rng_uniform(gt_rng *r) { return (double)(gt_rng_u64(r) >> 11) * 0x1.0p-53; }
-
-double gt_rng_normal(gt_rng *r)
-{
-    double u1 = gt_rng_uniform(r), u2 = gt_rng_uniform(r);
-    if (u1 < 1e-300)
-        u1 = 1e-300;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
 
 void gt_permutation(uint32_t *perm, uint32_t n, uint64_t seed, uint32_t epoch)
 {

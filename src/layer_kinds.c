@@ -3,6 +3,8 @@
  * reference runs it over a batch of a gt_cpu_net (through layers.c's forward and backward). */
 #include "gputrain/layer_kinds.h"
 
+#include "gputrain/layers.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

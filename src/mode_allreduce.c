@@ -267,7 +267,7 @@ static int allreduce_step_end(run *r, worker *w)
     report_step(r, w, c, q->o.loss_sum, q->n);
     worker_mark_time(w);
     pthread_mutex_lock(&r->mu);
-    run_account_step_locked(r, w, &q->o, q->n);
+    worker_account_step_locked(r, w, &q->o, q->n);
     int publish = w->index == 0 && allreduce_replicas_one(r, c);
     int rc = publish ? allreduce_after_update_locked(r, w, c, t) : 0;
     pthread_mutex_unlock(&r->mu);

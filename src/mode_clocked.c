@@ -129,7 +129,7 @@ int clocked_share(run *r, worker *w, uint64_t clock, int share)
     report_step(r, w, clock, o.loss_sum, b.n);
     worker_mark_time(w);
     pthread_mutex_lock(&r->mu);
-    run_account_step_locked(r, w, &o, b.n);
+    worker_account_step_locked(r, w, &o, b.n);
     r->clk.deposited[clock % (uint64_t)r->clk.R] |= 1ull << share;
     /* A worker whose share of its clock is in is at the next clock from now on, so that in ssp one
      * that starts a clock the moment this one is applied measures the spread right. */

@@ -167,7 +167,7 @@ static void hogwild_done(run *r, worker *w, const gt_step_out *o, int n, uint64_
         hw(w)->pipe_inflight--;
         hog(r)->pipe_inflight--;
     }
-    run_account_step_locked(r, w, o, n);
+    worker_account_step_locked(r, w, o, n);
     jobs_post_due_locked(r, r->cfg->balance == GT_BALANCE_DYNAMIC
                                  ? hog(r)->cursor - hog(r)->pipe_inflight
                                  : hw(w)->slice_pos - hw(w)->pipe_inflight,

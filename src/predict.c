@@ -7,8 +7,8 @@
  * training. Probabilities are the softmax of the logits, in double. */
 #include "gputrain/predict.h"
 
+#include "gputrain/cpu_net.h"
 #include "gputrain/image_file.h"
-#include "gputrain/layers.h"
 
 #include <limits.h>
 #include <math.h>

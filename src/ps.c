@@ -111,13 +111,12 @@ typedef struct ps_walk {
     int first, count, nparts;
     float *dst;                /* pull: destination */
     uint64_t *ver;             /* pull: versions out; push: versions of the gradient's pull */
-    int only_changed;          /* pull: skip stripes whose version equals ver[s] */
     const float *g;            /* push: gradient */
     float *const *addends;     /* apply: g += addends[k] stripe by stripe, in order, first */
     int naddends;
     float gscale;
     const gt_optim_step *step;
-    _Atomic uint64_t result;   /* pull: stripes copied; push: staleness (max) */
+    _Atomic uint64_t result;   /* push: staleness (max) */
 } ps_walk;
 
 static int ps_pools_get(gt_ps *ps, size_t nparams, int nworkers);
@@ -148,7 +147,6 @@ static void ps_pull_part(void *arg, int part)
 {
     ps_walk *w = arg;
     gt_ps *ps = w->ps;
-    uint64_t copied = 0;
     for (int i = w->count * part / w->nparts; i < w->count * (part + 1) / w->nparts; i++) {
         gt_stripe *st = ps_walk_stripe(w, i);
         size_t s = (size_t)(st - ps->stripes);
@@ -156,22 +154,14 @@ static void ps_pull_part(void *arg, int part)
             if (w->ver)
                 w->ver[s] = atomic_load_explicit(&st->version, memory_order_acquire);
             relaxed_copy(w->dst + st->lo, ps->params + st->lo, st->hi - st->lo);
-            copied++;
             continue;
         }
-        /* Versions are bumped under the lock before the stripe is written, so an unchanged version
-         * means dst still holds what the stripe holds (or held an instant ago): no lock needed. */
-        if (w->only_changed &&
-            atomic_load_explicit(&st->version, memory_order_acquire) == w->ver[s])
-            continue;
         ps_lock(ps, st);
         if (w->ver)
             w->ver[s] = atomic_load_explicit(&st->version, memory_order_relaxed);
         memcpy(w->dst + st->lo, ps->params + st->lo, (st->hi - st->lo) * sizeof(float));
         pthread_mutex_unlock(&st->lock);
-        copied++;
     }
-    atomic_fetch_add_explicit(&w->result, copied, memory_order_relaxed);
 }
 
 void gt_ps_pull(gt_ps *ps, float *dst, uint64_t *ver)
@@ -359,11 +349,6 @@ int gt_ps_start_threads(gt_ps *ps, int nworkers, gt_err *e)
                            GT_PS_POOL_MIN, e);
 }
 
-int gt_ps_set_threads(gt_ps *ps, int nthreads, size_t min_params, gt_err *e)
-{
-    return gt_ps_set_pools(ps, 1, nthreads, min_params, e);
-}
-
 int gt_ps_set_pools(gt_ps *ps, int npools, int nthreads, size_t min_params, gt_err *e)
 {
     if (npools < 1 || npools > GT_PS_MAX_POOLS)
@@ -402,13 +387,6 @@ static int ps_pools_get(gt_ps *ps, size_t nparams, int nworkers)
     if (state == 0 && nworkers > 0 && nparams >= GT_PS_POOL_MIN)
         gt_ps_start_threads(ps, nworkers, NULL);
     return 0;
-}
-
-int gt_ps_pull_changed(gt_ps *ps, float *dst, uint64_t *ver)
-{
-    ps_walk w = {.ps = ps, .count = ps->nranges, .dst = dst, .ver = ver, .only_changed = 1};
-    ps_walk_run(&w, ps_pull_part, 0);
-    return (int)atomic_load_explicit(&w.result, memory_order_relaxed);
 }
 
 void gt_ps_pull_state(gt_ps *ps, int i, float *dst)

@@ -417,6 +417,17 @@ static void report_summary(run *r, const gt_run_result *res)
     fprintf(f, ",\"version\":\"%s\"}\n", GT_VERSION);
 }
 
+/* Reporting's arithmetic, shared with main.c's terminal summary (train.h). */
+int gt_worker_phases_us(const gt_worker_stats *s, double us[3])
+{
+    if (s->steps == 0 || s->pull_s + s->device_s + s->push_s <= 0)
+        return 0;
+    us[0] = 1e6 * s->pull_s / (double)s->steps;
+    us[1] = 1e6 * s->device_s / (double)s->steps;
+    us[2] = 1e6 * s->push_s / (double)s->steps;
+    return 1;
+}
+
 /* One record per worker of this host; a failed one says why. */
 static void report_workers(run *r, const gt_run_result *res)
 {

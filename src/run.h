@@ -251,7 +251,6 @@ void run_fail_locked(run *r, const char *msg);
 void run_fail(run *r, const char *msg);
 double run_progress_epochs(const run *r, uint64_t samples_total);
 void run_wait_locked(run *r, double seconds);
-void run_account_step_locked(run *r, worker *w, const gt_step_out *o, int n);
 
 /* barrier.c */
 void barrier_complete_locked(run *r);
@@ -309,6 +308,7 @@ int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e);
 /* worker.c */
 int worker_injected(run *r, worker *w, uint64_t done);
 int worker_check(run *r, worker *w, const gt_step_out *o, uint64_t step);
+void worker_account_step_locked(run *r, worker *w, const gt_step_out *o, int n);
 int worker_compute(run *r, worker *w, const gt_batch *b, gt_step_out *o, uint64_t step);
 int worker_pull(run *r, worker *w);
 int worker_load(worker *w);

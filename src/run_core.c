@@ -1,5 +1,5 @@
-/* run_core.c - what every part of a run shares: ending it with an error, and counting its
- * progress (samples, loss, accuracy) so that evaluation and the learning rate see one total. */
+/* run_core.c - what every part of a run shares: ending it with an error, waiting on it, and its
+ * progress in epochs, which evaluation and the learning rate read from one total. */
 #include "run.h"
 
 #include <stdio.h>
@@ -45,18 +45,4 @@ void run_wait_locked(run *r, double seconds)
 double run_progress_epochs(const run *r, uint64_t samples_total)
 {
     return (double)samples_total / (double)r->ntrain;
-}
-
-/* Counts one computed step in the run's statistics and the worker's, and shows its loss to the
- * guard (run_guard.c). Caller holds r->mu. */
-void run_account_step_locked(run *r, worker *w, const gt_step_out *o, int n)
-{
-    guard_observe_locked(r, o->loss_sum / n);
-    r->stats.loss_acc += o->loss_sum;
-    r->stats.correct_acc += (uint64_t)o->correct;
-    r->stats.seen_acc += (uint64_t)n;
-    atomic_fetch_add(&r->stats.samples_total, (uint64_t)n * (uint64_t)r->H);
-    atomic_fetch_add(&w->steps, 1);
-    atomic_fetch_add(&w->samples, (uint64_t)n);
-    atomic_store(&w->last_progress_ns, gt_now_ns());
 }

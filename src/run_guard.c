@@ -1,6 +1,6 @@
 /* run_guard.c - the divergence and stall guard of a run (guard.h) and what it acts on.
  *
- * Every step's loss reaches guard_observe_locked under r->mu (run_account_step_locked; a
+ * Every step's loss reaches guard_observe_locked under r->mu (worker_account_step_locked; a
  * non-finite one from worker_check). A healthy window copies the store into r->guard.good; a trip
  * rolls the store back to it, stripe by stripe under the stripe locks, and lowers the step-size
  * factor r->guard.scale, which every gradient is scaled by from then on (for SGD, the step size).

@@ -395,16 +395,6 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
     return rc;
 }
 
-int gt_worker_phases_us(const gt_worker_stats *s, double us[3])
-{
-    if (s->steps == 0 || s->pull_s + s->device_s + s->push_s <= 0)
-        return 0;
-    us[0] = 1e6 * s->pull_s / (double)s->steps;
-    us[1] = 1e6 * s->device_s / (double)s->steps;
-    us[2] = 1e6 * s->push_s / (double)s->steps;
-    return 1;
-}
-
 void gt_run_result_free(gt_run_result *res)
 {
     if (!res)

@@ -1,5 +1,5 @@
 /* worker.c - one worker's life: its epochs in the run's mode, the steps on its device (pull,
- * compute, check), the epoch barrier's leader work, and leaving the run when it fails. */
+ * compute, check, count), the epoch barrier's leader work, and leaving the run when it fails. */
 #include "run.h"
 
 #include <math.h>
@@ -41,6 +41,20 @@ int worker_check(run *r, worker *w, const gt_step_out *o, uint64_t step)
     }
     run_fail(r, msg);
     return 1;
+}
+
+/* Counts one computed step in the run's statistics and the worker's, and shows its loss to the
+ * guard (run_guard.c). Caller holds r->mu. */
+void worker_account_step_locked(run *r, worker *w, const gt_step_out *o, int n)
+{
+    guard_observe_locked(r, o->loss_sum / n);
+    r->stats.loss_acc += o->loss_sum;
+    r->stats.correct_acc += (uint64_t)o->correct;
+    r->stats.seen_acc += (uint64_t)n;
+    atomic_fetch_add(&r->stats.samples_total, (uint64_t)n * (uint64_t)r->H);
+    atomic_fetch_add(&w->steps, 1);
+    atomic_fetch_add(&w->samples, (uint64_t)n);
+    atomic_store(&w->last_progress_ns, gt_now_ns());
 }
 
 /* Forward and backward on the device; checks the fault injector and non-finite results.

@@ -8,7 +8,7 @@
  * long a step and an all-reduce take with each exchange, for the README's scaling notes. Skipped
  * (77) unless built with CUDA and NCCL and run where at least 2 GPUs are visible. */
 #include "gputrain/device.h"
-#include "gputrain/layers.h"
+#include "gputrain/cpu_net.h"
 #include "gputrain/model.h"
 #include "gputrain/names.h"
 #include "gputrain/train.h"

@@ -301,43 +301,6 @@ static void test_normalize(gt_cuda_ctx *c, gt_rng *r)
     CHECK_REL(gpu, cpu, LEN, "normalize");
 }
 
-/* Sets name to value (NULL: unsets it) and returns a copy of its old value for env_restore. */
-static char *env_swap(const char *name, const char *value)
-{
-    const char *old = getenv(name);
-    char *saved = old ? strdup(old) : NULL;
-    if (value)
-        setenv(name, value, 1);
-    else
-        unsetenv(name);
-    return saved;
-}
-
-static void env_restore(const char *name, char *saved)
-{
-    if (saved)
-        setenv(name, saved, 1);
-    else
-        unsetenv(name);
-    free(saved);
-}
-
-/* The weight gradient through the own path, asked for by GT_CONV_WGRAD=own where timing might
- * not pick it: the taps kernel for one input channel (5 x 5 and 3 x 3, padded or not, cnn-wide's
- * first convolution in several splits), the GEMM (transpose, im2col, cuBLAS) for more. */
-static void test_conv_gemm(gt_cuda_ctx *c, gt_rng *r)
-{
-    char *saved = env_swap("GT_CONV_WGRAD", "own");
-    test_conv(c, r, 3, 2, 9, 8, 4, 3, 0, 1);
-    test_conv(c, r, 2, 3, 7, 7, 5, 5, 2, 1);
-    test_conv(c, r, 37, 1, 28, 28, 32, 5, 2, 0);
-    test_conv(c, r, 47, 32, 14, 14, 64, 5, 2, 1);
-    test_conv(c, r, 5, 3, 6, 5, 2, 3, 1, 1);
-    test_conv(c, r, 6, 1, 9, 7, 3, 3, 1, 0);
-    test_conv(c, r, 3, 1, 10, 11, 4, 3, 0, 0);
-    env_restore("GT_CONV_WGRAD", saved);
-}
-
 static void test_layers(gt_rng *r)
 {
     gt_cuda_ctx *c = NULL;
@@ -354,7 +317,6 @@ static void test_layers(gt_rng *r)
     test_conv(c, r, 37, 1, 28, 28, 32, 5, 2, 0);
     test_conv(c, r, 47, 32, 14, 14, 64, 5, 2, 1);
     test_conv(c, r, 150, 3, 7, 7, 5, 3, 1, 1);
-    test_conv_gemm(c, r);
     test_linear(c, r, 5, 37, 13);
     test_linear(c, r, 64, 400, 120);
     test_pool(c, r, GT_AVGPOOL, 2, 3, 8, 8, 2);
@@ -781,17 +743,14 @@ static void test_path(gt_device *d, gt_cpu_net *net, const float *params, const 
 /* One path of an open device: steps, non-finite, overlapped steps, graphs in use when asked. */
 static void test_one_path(gt_device *d, gt_cpu_net *net, const float *params,
                           const gt_dataset *ds, gt_rng *r, uint32_t eval_n, int fused,
-                          int epilogues, int graphs, const char *name)
+                          int graphs, const char *name)
 {
     char label[64];
     gt_err e = {""};
     gt_cuda_path path = {0};
-    snprintf(label, sizeof label, "%.30s %s %s", name,
-             fused ? "fused" : epilogues ? "layers+epilogues" : "layers",
+    snprintf(label, sizeof label, "%.30s %s %s", name, fused ? "fused" : "layers",
              graphs ? "graphs" : "eager");
     int set = gt_cuda_device_set_path(d, fused, graphs, &e);
-    if (set == 0)
-        set = gt_cuda_device_set_epilogues(d, epilogues, &e);
     CHECK_MSG(set == 0, "%s: %s", label, e.msg);
     if (set)
         return;
@@ -806,11 +765,10 @@ static void test_one_path(gt_device *d, gt_cpu_net *net, const float *params,
     CHECK(gt_cuda_device_get_path(d, &path) == 0);
     CHECK_MSG(path.graphs == graphs && (!graphs || path.ngraphs > 0),
               "%s: %d graphs in use (%s)", label, path.ngraphs, path.graph_error);
-    CHECK_MSG(path.epilogues == epilogues, "%s: epilogues %d", label, path.epilogues);
 }
 
-/* Every path of a model: the fused kernels where the model has their shape, and layer by layer
- * with and without epilogues, each replaying captured graphs and eager. open must choose fused
+/* Every path of a model: the fused kernels where the model has their shape, and layer by layer,
+ * each replaying captured graphs and eager. open must choose fused
  * and graphs where it can, and graphs must really be in use when asked for. */
 static void test_model(const char *name, int max_batch, uint32_t eval_n, int fusable,
                        const gt_dataset *ds, gt_rng *r)
@@ -842,9 +800,8 @@ static void test_model(const char *name, int max_batch, uint32_t eval_n, int fus
         CHECK(gt_cuda_device_set_path(d, 1, 1, &e) == (fusable ? 0 : -1));
     }
     for (int fused = fusable; rc == 0 && fused >= 0; fused--)
-        for (int epi = 0; epi <= !fused; epi++)
-            for (int graphs = 1; graphs >= 0; graphs--)
-                test_one_path(d, &net, params, ds, r, eval_n, fused, epi, graphs, name);
+        for (int graphs = 1; graphs >= 0; graphs--)
+            test_one_path(d, &net, params, ds, r, eval_n, fused, graphs, name);
     gt_device_close(d);
     gt_cpu_net_destroy(&net);
     gt_free(params);
@@ -854,8 +811,7 @@ static void test_model(const char *name, int max_batch, uint32_t eval_n, int fus
  * tensor cores; with TF32 every cuDNN algorithm competes) must run and land near the CPU's. The
  * gradient tolerance is the model's: ~1e-3 rounding moves ReLU and max-pool kinks, and each
  * crossing sends a sample's gradient through another unit (cnn-wide's max-pools cross most). */
-static void test_tf32(const gt_dataset *ds, gt_rng *r, const char *name, int epilogues,
-                      double grad_tol)
+static void test_tf32(const gt_dataset *ds, gt_rng *r, const char *name, double grad_tol)
 {
     gt_model m;
     gt_cpu_net net;
@@ -874,8 +830,7 @@ static void test_tf32(const gt_dataset *ds, gt_rng *r, const char *name, int epi
     int rc = gt_cuda_device_open(&d, &m, 32, 0, 1, &e);
     CHECK_MSG(rc == 0, "tf32 open: %s", e.msg);
     if (rc == 0) {
-        rc = gt_cuda_device_set_path(d, 0, 1, &e) ||
-             gt_cuda_device_set_epilogues(d, epilogues, &e);
+        rc = gt_cuda_device_set_path(d, 0, 1, &e);
         CHECK_MSG(rc == 0, "tf32 path: %s", e.msg);
     }
     if (rc == 0) {
@@ -886,98 +841,14 @@ static void test_tf32(const gt_dataset *ds, gt_rng *r, const char *name, int epi
         CHECK_MSG(fabs(out.loss_sum - loss_cpu) <= 1e-2 * fabs(loss_cpu),
                   "tf32 %s: loss %.9g on the GPU, %.9g on the CPU", name, out.loss_sum, loss_cpu);
         double err = rel_err(d->grad, grad_cpu, m.nparams);
-        printf("tf32 %s%s: loss %.9g (CPU %.9g), gradient relative error %.3g\n", name,
-               epilogues ? " epilogues" : "", out.loss_sum, loss_cpu, err);
+        printf("tf32 %s: loss %.9g (CPU %.9g), gradient relative error %.3g\n", name,
+               out.loss_sum, loss_cpu, err);
         CHECK_MSG(err <= grad_tol, "tf32 %s: gradient relative error %.3g", name, err);
     }
     gt_device_close(d);
     gt_cpu_net_destroy(&net);
     gt_free(params);
     gt_free(grad_cpu);
-}
-
-/* GT_CONV_WGRAD: a bad value fails the open with a message naming it; own runs cnn-wide's
- * steps, both layer paths, with every convolution's weight gradient through the own path. */
-static void test_conv_wgrad_env(const gt_dataset *ds, gt_rng *r)
-{
-    gt_model m;
-    gt_device *d = NULL;
-    gt_err e = {""};
-    char *saved = env_swap("GT_CONV_WGRAD", "fast");
-    CHECK(gt_model_build("cnn-wide", 1, 28, 28, 10, &m, &e) == 0);
-    CHECK(gt_cuda_device_open(&d, &m, 4, 0, 0, &e) == -1 && d == NULL);
-    CHECK_MSG(strstr(e.msg, "GT_CONV_WGRAD") && strstr(e.msg, "fast"), "message '%s'", e.msg);
-    setenv("GT_CONV_WGRAD", "own", 1);
-    test_model("cnn-wide", 8, 40, 0, ds, r);
-    env_restore("GT_CONV_WGRAD", saved);
-}
-
-/* GT_LAYER_PATH picks the layer path's epilogues at open; a bad value is an error naming it. */
-/* GT_FUSED_SAMPLES: a bad value fails the open naming it; 1, 2 and 4 samples a forward block each
- * give a lenet5 step that matches the CPU (whatever the batch would choose). */
-static void test_fused_samples_env(const gt_dataset *ds, gt_rng *r)
-{
-    gt_model m;
-    gt_cpu_net net;
-    gt_device *d = NULL;
-    gt_err e = {""};
-    uint32_t idx[16];
-    gt_batch b;
-    char what[64];
-    CHECK(gt_model_build("lenet5", 1, 28, 28, 10, &m, &e) == 0);
-    float *params = gt_alloc(m.nparams * sizeof *params);
-    float *grad = gt_alloc(m.nparams * sizeof *grad);
-    gt_model_init_params(&m, params, 13);
-    CHECK(gt_cpu_net_create(&net, &m, 16, &e) == 0);
-    setenv("GT_FUSED_SAMPLES", "3", 1);
-    CHECK(gt_cuda_device_open(&d, &m, 16, 0, 0, &e) == -1 && d == NULL);
-    CHECK_MSG(strstr(e.msg, "GT_FUSED_SAMPLES") && strstr(e.msg, "'3'"), "message '%s'", e.msg);
-    const char *values[] = {"1", "2", "4"};
-    for (int i = 0; i < 3; i++) {
-        setenv("GT_FUSED_SAMPLES", values[i], 1);
-        int rc = gt_cuda_device_open(&d, &m, 16, 0, 0, &e);
-        CHECK_MSG(rc == 0, "GT_FUSED_SAMPLES=%s: %s", values[i], e.msg);
-        if (rc)
-            continue;
-        snprintf(what, sizeof what, "GT_FUSED_SAMPLES=%s step (15 samples)", values[i]);
-        make_batch(&b, idx, 15, ds, r);
-        if (load_params(d, params, what) == 0)
-            step_compare(d, &net, params, &b, grad, what);
-        gt_device_close(d);
-    }
-    unsetenv("GT_FUSED_SAMPLES");
-    gt_cpu_net_destroy(&net);
-    gt_free(params);
-    gt_free(grad);
-}
-
-static void test_layer_path_env(void)
-{
-    gt_model m;
-    gt_device *d = NULL;
-    gt_err e = {""};
-    gt_cuda_path path = {0};
-    const char *old = getenv("GT_LAYER_PATH");
-    char *saved = old ? strdup(old) : NULL;
-    CHECK(gt_model_build("cnn-wide", 1, 28, 28, 10, &m, &e) == 0);
-    setenv("GT_LAYER_PATH", "fast", 1);
-    CHECK(gt_cuda_device_open(&d, &m, 4, 0, 0, &e) == -1 && d == NULL);
-    CHECK_MSG(strstr(e.msg, "GT_LAYER_PATH") && strstr(e.msg, "fast"), "message '%s'", e.msg);
-    const char *values[] = {"plain", "epilogue"};
-    for (int i = 0; i < 2; i++) {
-        setenv("GT_LAYER_PATH", values[i], 1);
-        int rc = gt_cuda_device_open(&d, &m, 4, 0, 0, &e);
-        CHECK_MSG(rc == 0, "GT_LAYER_PATH=%s: %s", values[i], e.msg);
-        if (rc == 0) {
-            CHECK(gt_cuda_device_get_path(d, &path) == 0 && path.epilogues == i);
-            gt_device_close(d);
-        }
-    }
-    if (saved)
-        setenv("GT_LAYER_PATH", saved, 1);
-    else
-        unsetenv("GT_LAYER_PATH");
-    free(saved);
 }
 
 static void test_missing_gpu(int count)
@@ -1035,16 +906,12 @@ int main(void)
     test_model("lenet5", GT_TEST_MAX_BATCH, 40, 1, &ds, &r);
     test_model("lenet5-classic", 16, 50, 1, &ds, &r);
     test_model("cnn-wide", 8, 40, 0, &ds, &r);
-    /* Every epilogue shape: a ReLU alone after a convolution, pooling windows that leave rows
-     * and columns over (26 / 3, 6 / 4), a linear ReLU with and without dropout. */
+    /* A ReLU alone after a convolution, pooling windows that leave rows and columns over
+     * (26 / 3, 6 / 4), a linear ReLU with and without dropout. */
     test_model("conv:4:3:1 relu conv:6:3 relu maxpool:3 conv:5:3 relu avgpool:4 fc:20 relu "
                "dropout:0.3 fc:16 relu fc:10", 16, 40, 0, &ds, &r);
-    test_layer_path_env();
-    test_fused_samples_env(&ds, &r);
-    test_conv_wgrad_env(&ds, &r);
-    test_tf32(&ds, &r, "lenet5", 0, 2e-2);
-    test_tf32(&ds, &r, "cnn-wide", 0, 0.1);
-    test_tf32(&ds, &r, "cnn-wide", 1, 0.1);
+    test_tf32(&ds, &r, "lenet5", 2e-2);
+    test_tf32(&ds, &r, "cnn-wide", 0.1);
     test_missing_gpu(count);
     gt_free(ds.images);
     gt_free(ds.labels);

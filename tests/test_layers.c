@@ -2,6 +2,7 @@
  * finite differences: every layer's backward, the loss, dropout's counter-keyed mask, and a whole
  * small network through gt_cpu_net_step. Models are built by hand here, independent of model.c. */
 #include "gputrain/counter_rng.h"
+#include "gputrain/cpu_net.h"
 #include "gputrain/layer_kinds.h"
 #include "gputrain/layers.h"
 #include "test_util.h"

@@ -259,9 +259,9 @@ static void test_helpers_same_bits(gt_opt_kind kind)
     gt_ps a, b;
     gt_err e;
     CHECK(gt_ps_init(&a, N, 37, &c, &e) == 0 && gt_ps_init(&b, N, 37, &c, &e) == 0);
-    CHECK(gt_ps_set_threads(&a, 1, 0, &e) == 0 && gt_ps_set_threads(&b, 3, 0, &e) == 0);
+    CHECK(gt_ps_set_pools(&a, 1, 1, 0, &e) == 0 && gt_ps_set_pools(&b, 1, 3, 0, &e) == 0);
     CHECK(b.npools == 1 && a.npools == 0);
-    CHECK(gt_ps_set_threads(&b, 2, 0, &e) != 0 && strstr(e.msg, "already"));
+    CHECK(gt_ps_set_pools(&b, 1, 2, 0, &e) != 0 && strstr(e.msg, "already"));
     float *g = gt_alloc(N * sizeof(float)), *pulled = gt_alloc(N * sizeof(float));
     uint64_t va[37], vb[37];
     for (int k = 0; k < PUSHN; k++) {
@@ -300,7 +300,7 @@ static void test_apply_sum(gt_opt_kind kind, int threads)
     gt_ps a, b;
     gt_err e;
     CHECK(gt_ps_init(&a, N, 16, &c, &e) == 0 && gt_ps_init(&b, N, 16, &c, &e) == 0);
-    CHECK(gt_ps_set_threads(&b, threads, 0, &e) == 0);
+    CHECK(gt_ps_set_pools(&b, 1, threads, 0, &e) == 0);
     float *g[ADD + 1], *ref = gt_alloc(N * sizeof(float)), *sum = gt_alloc(N * sizeof(float));
     for (int k = 0; k <= ADD; k++)
         g[k] = gt_alloc(N * sizeof(float));
@@ -333,104 +333,6 @@ static void test_apply_sum(gt_opt_kind kind, int threads)
     gt_ps_free(&b);
 }
 
-/* gt_ps_pull_changed copies exactly the stripes written since the last pull into that buffer. */
-static void test_pull_changed(int threads)
-{
-    gt_optim_cfg c = plain_sgd();
-    gt_ps ps;
-    gt_err e;
-    CHECK(gt_ps_init(&ps, NPARAM, 8, &c, &e) == 0);
-    CHECK(gt_ps_set_threads(&ps, threads, 0, &e) == 0);
-    float *g = gt_alloc(NPARAM * sizeof(float)), *buf = gt_alloc(NPARAM * sizeof(float));
-    float *ref = gt_alloc(NPARAM * sizeof(float));
-    uint64_t ver[8], vref[8];
-    for (int k = 0; k < NPARAM; k++)
-        g[k] = (float)(k % 5);
-    for (int s = 0; s < 8; s++)
-        ver[s] = GT_PS_VERSION_NONE;
-    gt_ps_store_stripes(&ps, 0, 8, g);
-    CHECK(gt_ps_pull_changed(&ps, buf, ver) == 8);
-    CHECK(gt_ps_pull_changed(&ps, buf, ver) == 0);
-    gt_ps_apply_stripes(&ps, 2, 4, g, 1.0f, 1, 0.0);
-    CHECK(gt_ps_pull_changed(&ps, buf, ver) == 2);
-    gt_ps_store_stripes(&ps, 6, 7, g);
-    CHECK(gt_ps_pull_changed(&ps, buf, ver) == 1);
-    gt_ps_push(&ps, 1, 2, g, 1.0f, ver, 0.0);
-    CHECK(gt_ps_pull_changed(&ps, buf, ver) == 8);
-    gt_ps_pull(&ps, ref, vref);
-    CHECK(memcmp(buf, ref, NPARAM * sizeof(float)) == 0);
-    CHECK(memcmp(ver, vref, sizeof ver) == 0);
-    gt_free(g);
-    gt_free(buf);
-    gt_free(ref);
-    gt_ps_free(&ps);
-    /* Lock-free mode cannot trust a version (bumped before the write): it copies everything. */
-    CHECK(gt_ps_init(&ps, NPARAM, 0, &c, &e) == 0);
-    buf = gt_alloc(NPARAM * sizeof(float));
-    uint64_t *v0 = calloc((size_t)ps.nranges, sizeof(uint64_t));
-    CHECK(gt_ps_pull_changed(&ps, buf, v0) == ps.nranges);
-    CHECK(gt_ps_pull_changed(&ps, buf, v0) == ps.nranges);
-    free(v0);
-    gt_free(buf);
-    gt_ps_free(&ps);
-}
-
-typedef struct changed_puller {
-    gt_ps *ps;
-    _Atomic int *stop;
-    float *buf;
-    uint64_t *ver;
-} changed_puller;
-
-static void *pull_changed_loop(void *arg)
-{
-    changed_puller *p = arg;
-    while (!atomic_load(p->stop))
-        gt_ps_pull_changed(p->ps, p->buf, p->ver);
-    return NULL;
-}
-
-/* Pulling only the changed stripes while others push never leaves a stripe behind: once the
- * pushes end, one more such pull makes the buffer equal the store. */
-static void test_pull_changed_concurrent(int threads)
-{
-    gt_optim_cfg c = plain_sgd();
-    gt_ps ps;
-    gt_err e;
-    CHECK(gt_ps_init(&ps, NPARAM, 16, &c, &e) == 0);
-    CHECK(gt_ps_set_threads(&ps, threads, 0, &e) == 0);
-    _Atomic int stop = 0;
-    changed_puller q = {&ps, &stop, gt_alloc(NPARAM * sizeof(float)),
-                        malloc(16 * sizeof(uint64_t))};
-    for (int s = 0; s < 16; s++)
-        q.ver[s] = GT_PS_VERSION_NONE;
-    pusher p[2];
-    pthread_t t[3];
-    pthread_create(&t[2], NULL, pull_changed_loop, &q);
-    for (int i = 0; i < 2; i++) {
-        p[i] = (pusher){&ps, i, gt_alloc(NPARAM * sizeof(float)), gt_alloc(NPARAM * sizeof(float)),
-                        calloc(16, sizeof(uint64_t))};
-        for (int k = 0; k < NPARAM; k++)
-            p[i].grad[k] = (float)(1 + (k + i) % 4);
-        pthread_create(&t[i], NULL, push_loop, &p[i]);
-    }
-    for (int i = 0; i < 2; i++)
-        pthread_join(t[i], NULL);
-    atomic_store(&stop, 1);
-    pthread_join(t[2], NULL);
-    gt_ps_pull_changed(&ps, q.buf, q.ver);
-    CHECK(memcmp(q.buf, ps.params, NPARAM * sizeof(float)) == 0);
-    CHECK(gt_ps_pull_changed(&ps, q.buf, q.ver) == 0);
-    for (int i = 0; i < 2; i++) {
-        gt_free(p[i].grad);
-        gt_free(p[i].pulled);
-        free(p[i].ver);
-    }
-    gt_free(q.buf);
-    free(q.ver);
-    gt_ps_free(&ps);
-}
-
 int main(void)
 {
     int stripes[] = {1, 3, 16, -1};
@@ -450,10 +352,6 @@ int main(void)
     test_apply_sum(GT_OPT_SGD, 1);
     test_apply_sum(GT_OPT_SGD, 3);
     test_apply_sum(GT_OPT_ADAM, 3);
-    test_pull_changed(1);
-    test_pull_changed(3);
-    test_pull_changed_concurrent(1);
-    test_pull_changed_concurrent(3);
     CHECK(gt_ps_default_threads(1) >= 1 && gt_ps_default_threads(1) <= 8);
     CHECK(gt_ps_default_threads(1000) == 1);
     gt_ps ps;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # onegpu_check.sh - one GPU: build with CUDA, run the parity test and compute-sanitizer on it, then
-# time the layer path's variants (GT_LAYER_PATH plain and epilogue, TF32 off and on) on cnn-wide
+# time the layer path (TF32 off and on) on cnn-wide
 # allreduce batch 128, lenet5 (fused kernels) at batch 64 and 256, a 10-epoch lenet5 run from launch
 # to exit (split into start-up, training and the rest as its log gives them), and PyTorch's
 # whole-step CUDA graph beside them where tools/torch_lenet.py is present.
@@ -61,22 +61,21 @@ fi
 
 printf '%-44s %12s %10s\n' "run ($card, $epochs epochs)" "samples/s" "epoch s" >"$table"
 
-gt_run() { # label env-path tf32(0|1) args...
-    local label=$1 path=$2 tf=$3
-    shift 3
-    gt_run_bin "$bin" "$label" "$path" "$tf" "$@"
-    [ -z "$base" ] || [ "$path" = epilogue ] ||
-        gt_run_bin "$base" "$label (baseline)" "$path" "$tf" "$@"
+gt_run() { # label tf32(0|1) args...
+    local label=$1 tf=$2
+    shift 2
+    gt_run_bin "$bin" "$label" "$tf" "$@"
+    [ -z "$base" ] || gt_run_bin "$base" "$label (baseline)" "$tf" "$@"
 }
 
-gt_run_bin() { # binary label env-path tf32(0|1) args...
-    local bin=$1 label=$2 path=$3 tf=$4
-    shift 4
+gt_run_bin() { # binary label tf32(0|1) args...
+    local bin=$1 label=$2 tf=$3
+    shift 3
     local log="$work/$(echo "$label" | tr -c 'A-Za-z0-9' _).jsonl"
     local tfa=()
     [ "$tf" = 1 ] && tfa=(--tf32)
     local rc=0
-    GT_LAYER_PATH=$path "$bin" --data "$data" --gpus "$gpu" --epochs "$epochs" --log "$log" \
+    "$bin" --data "$data" --gpus "$gpu" --epochs "$epochs" --log "$log" \
         --quiet --no-progress "${tfa[@]}" "$@" || rc=$?
     if [ "$rc" -ne 0 ]; then # one failed row does not end the check; the table says so
         printf '%-44s %12s %10s\n' "gputrain $label" "exit $rc" "-" >>"$table"
@@ -100,16 +99,13 @@ torch_run() { # label batch tf32 args...
 
 echo "== cnn-wide allreduce batch 128"
 for tf in 0 1; do
-    for path in plain epilogue; do
-        gt_run "cnn-wide b128 $path tf32=$tf" "$path" "$tf" --model cnn-wide --mode allreduce \
-            --batch 128
-    done
+    gt_run "cnn-wide b128 tf32=$tf" "$tf" --model cnn-wide --mode allreduce --batch 128
 done
 echo "== lenet5 (fused kernels)"
 for b in 64 256; do
-    gt_run "lenet5 allreduce b$b" plain 0 --mode allreduce --batch "$b"
+    gt_run "lenet5 allreduce b$b" 0 --mode allreduce --batch "$b"
 done
-gt_run "lenet5 hogwild b64" plain 0 --batch 64
+gt_run "lenet5 hogwild b64" 0 --batch 64
 if [ -f "$root/tools/torch_lenet.py" ]; then
     for tf in 0 1; do
         torch_run "lenet5 b64 tf32=$tf" 64 "$tf"

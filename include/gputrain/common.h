@@ -41,7 +41,6 @@ void gt_rng_seed(gt_rng *r, uint64_t seed);
 uint64_t gt_rng_u64(gt_rng *r);
 uint32_t gt_rng_below(gt_rng *r, uint32_t n); /* uniform in [0, n), unbiased */
 double gt_rng_uniform(gt_rng *r);             /* uniform in [0, 1) */
-double gt_rng_normal(gt_rng *r);              /* standard normal */
 
 /* Fills perm[0..n) with a permutation of 0..n-1 that depends only on (seed, epoch). */
 void gt_permutation(uint32_t *perm, uint32_t n, uint64_t seed, uint32_t epoch);

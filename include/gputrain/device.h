@@ -7,7 +7,7 @@
 #ifndef GT_DEVICE_H
 #define GT_DEVICE_H
 
-#include "gputrain/layers.h"
+#include "gputrain/cpu_net.h"
 #include "gputrain/optim.h"
 #include "gputrain/pinned.h"
 

@@ -1,6 +1,6 @@
 /* layer_kinds.h - the one table of layer kinds: each row names a kind's spec word, its parser,
  * its shape rule, its canonical token and its CPU forward and backward, so that the model builder
- * (model.c), the CPU reference (layers.c) and every check agree on what a kind is. A kind without
+ * (model.c), the CPU network (cpu_net.c) and every check agree on what a kind is. A kind without
  * a row is an error wherever it is met, never an identity layer.
  *
  * A new layer kind is its enum value (model.h), its CPU functions (layers.h), one row here
@@ -8,7 +8,7 @@
 #ifndef GT_LAYER_KINDS_H
 #define GT_LAYER_KINDS_H
 
-#include "gputrain/layers.h"
+#include "gputrain/cpu_net.h"
 
 #ifdef __cplusplus
 extern "C" {

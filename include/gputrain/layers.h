@@ -1,5 +1,5 @@
-/* layers.h - the CPU reference: each layer's forward and backward in plain C, and a whole network
- * step built from them.
+/* layers.h - the CPU reference: each layer's forward and backward in plain C (cpu_net.h runs a
+ * whole network step from them).
  *
  * Layouts: activations are batch-major, each sample C x H x W; conv weights O x I x K x K; linear
  * weights out x in. Backward functions *accumulate* (+=) into parameter gradients and *overwrite*
@@ -9,7 +9,9 @@
 #define GT_LAYERS_H
 
 #include "gputrain/model.h"
-#include "gputrain/data.h"
+
+#include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,37 +58,6 @@ double gt_softmax_xent(const float *logits, const uint8_t *labels, int n, int k,
 
 /* uint8 -> float input step: x / 255. */
 void gt_input_normalize(const uint8_t *src, float *dst, size_t len);
-
-/* A whole network on the CPU: buffers for one batch size, created once. */
-typedef struct gt_cpu_net {
-    const gt_model *m;
-    int max_batch;
-    uint8_t *xbytes;               /* gathered uint8 input, max_batch * in_len */
-    uint8_t *ybytes;               /* gathered labels */
-    float *act[GT_MAX_LAYERS + 1]; /* act[0] input, act[i+1] output of layer i */
-    float *grad_act;               /* max_batch * max_act: gradient flowing backward (ping) */
-    float *grad_act2;              /* and pong */
-    uint8_t *mask[GT_MAX_LAYERS];  /* dropout masks */
-    int32_t *arg[GT_MAX_LAYERS];   /* maxpool argmax */
-    float *col;                    /* im2col workspace */
-} gt_cpu_net;
-
-int gt_cpu_net_create(gt_cpu_net *net, const gt_model *m, int max_batch, gt_err *e);
-void gt_cpu_net_destroy(gt_cpu_net *net);
-
-/* One minibatch: the samples idx[0..n) of ds. seed and epoch key the dropout masks. */
-typedef struct gt_batch {
-    const gt_dataset *ds;
-    const uint32_t *idx;
-    int n;
-    uint32_t epoch;
-    uint64_t seed;
-} gt_batch;
-
-/* Forward (train=1 applies dropout) and, when grad is non-NULL, backward: grad is overwritten with
- * the gradient of the mean loss. Returns the summed loss over the batch; *correct counts hits. */
-double gt_cpu_net_step(gt_cpu_net *net, const float *params, const gt_batch *b, int train,
-                       float *grad, int *correct);
 
 #ifdef __cplusplus
 }

@@ -113,24 +113,16 @@ uint64_t gt_ps_stale_percentile(gt_ps *ps, int pct, int *capped);
  * more than they save (a lenet5 push is ~9 us). */
 #define GT_PS_POOL_MIN ((size_t)256 * 1024)
 
-/* A version no stripe has: an entry of a version vector set to it makes gt_ps_pull_changed copy
- * that stripe. */
-#define GT_PS_VERSION_NONE UINT64_MAX
-
 /* Threads that run one large walk together, its caller included, when nworkers workers walk the
  * store at once: the host's online cores shared between them, at most 8 (one walk is bound by
  * memory bandwidth, which a few cores fill), at least 1. */
 int gt_ps_default_threads(int nworkers);
 
-/* Gives the store nthreads - 1 helper threads (nthreads <= 1: none) for pushes, pulls and stripe
- * applies of at least min_params parameters. Call once, before any worker runs; without it, the
- * first push of at least GT_PS_POOL_MIN parameters starts helpers for its nworkers
- * (gt_ps_set_pools with the default). Only one walk uses the helpers at a time; another runs
- * alone, as without helpers. */
-int gt_ps_set_threads(gt_ps *ps, int nthreads, size_t min_params, gt_err *e);
-
-/* gt_ps_set_threads for npools (1..GT_PS_MAX_POOLS) walks at once: npools groups of nthreads - 1
- * helpers; a walk takes a free group, or runs alone where every group is busy. */
+/* Gives the store npools (1..GT_PS_MAX_POOLS) groups of nthreads - 1 helper threads (nthreads <= 1:
+ * none) for pushes, pulls and stripe applies of at least min_params parameters: a walk takes a
+ * free group, or runs alone where every group is busy. Call once, before any worker runs; without
+ * it, the first push of at least GT_PS_POOL_MIN parameters starts the default helpers for its
+ * nworkers (gt_ps_start_threads). */
 int gt_ps_set_pools(gt_ps *ps, int npools, int nthreads, size_t min_params, gt_err *e);
 
 /* Groups of helpers when nworkers workers walk the store at once: one a worker, at most
@@ -140,15 +132,6 @@ int gt_ps_default_pools(int nworkers);
 /* The default helpers for nworkers workers (gt_ps_default_pools groups of
  * gt_ps_default_threads), for walks of at least GT_PS_POOL_MIN parameters. */
 int gt_ps_start_threads(gt_ps *ps, int nworkers, gt_err *e);
-
-/* Pulls only the stripes whose version differs from ver[s] into dst, then sets ver[s] to the
- * version copied, as gt_ps_pull does; returns the number of stripes copied. ver must hold what the
- * last pull into this same dst recorded (GT_PS_VERSION_NONE entries before the first), and dst
- * must be unchanged since. Every write to the store goes through push, apply, store or rebase,
- * which bump the versions; the parameters written directly before a run must be so before any
- * pull. Lock-free mode (stripes 0) bumps a version before its stripe's update is written, so
- * there it copies every stripe. */
-int gt_ps_pull_changed(gt_ps *ps, float *dst, uint64_t *ver);
 
 /* True when every element of g[0..n) is finite. */
 int gt_all_finite(const float *g, size_t n);

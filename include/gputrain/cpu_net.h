@@ -1,0 +1,47 @@
+/* cpu_net.h - a whole network on the CPU (src/cpu_net.c): one minibatch's forward and backward
+ * through the layer-kind table, the reference a device's training step is tested against. */
+#ifndef GT_CPU_NET_H
+#define GT_CPU_NET_H
+
+#include "gputrain/data.h"
+#include "gputrain/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A whole network on the CPU: buffers for one batch size, created once. */
+typedef struct gt_cpu_net {
+    const gt_model *m;
+    int max_batch;
+    uint8_t *xbytes;               /* gathered uint8 input, max_batch * in_len */
+    uint8_t *ybytes;               /* gathered labels */
+    float *act[GT_MAX_LAYERS + 1]; /* act[0] input, act[i+1] output of layer i */
+    float *grad_act;               /* max_batch * max_act: gradient flowing backward (ping) */
+    float *grad_act2;              /* and pong */
+    uint8_t *mask[GT_MAX_LAYERS];  /* dropout masks */
+    int32_t *arg[GT_MAX_LAYERS];   /* maxpool argmax */
+    float *col;                    /* im2col workspace */
+} gt_cpu_net;
+
+int gt_cpu_net_create(gt_cpu_net *net, const gt_model *m, int max_batch, gt_err *e);
+void gt_cpu_net_destroy(gt_cpu_net *net);
+
+/* One minibatch: the samples idx[0..n) of ds. seed and epoch key the dropout masks. */
+typedef struct gt_batch {
+    const gt_dataset *ds;
+    const uint32_t *idx;
+    int n;
+    uint32_t epoch;
+    uint64_t seed;
+} gt_batch;
+
+/* Forward (train=1 applies dropout) and, when grad is non-NULL, backward: grad is overwritten with
+ * the gradient of the mean loss. Returns the summed loss over the batch; *correct counts hits. */
+double gt_cpu_net_step(gt_cpu_net *net, const float *params, const gt_batch *b, int train,
+                       float *grad, int *correct);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
