@@ -21,7 +21,7 @@ static const gt_mode_row mode_rows[] = {
      "steps: the least communication."},
     {{"allreduce", GT_MODE_ALLREDUCE}, 1, 1,
      "GPUs only: gradients summed over the GPUs (peer to peer in one\n"
-     "process, NCCL across hosts), the same math as sync."},
+     "process, NCCL across hosts; --exchange), the same math as sync."},
 };
 
 static const gt_optimizer_row optimizer_rows[] = {
@@ -52,6 +52,12 @@ static const gt_name_head on_diverge_rows[] = {
     {"stop", GT_DIVERGE_STOP},
 };
 
+static const gt_name_head exchange_rows[] = {
+    {"auto", GT_EXCHANGE_AUTO},
+    {"p2p", GT_EXCHANGE_P2P},
+    {"nccl", GT_EXCHANGE_NCCL},
+};
+
 #define NAMES_SET(rows) {(rows), sizeof *(rows), (int)(sizeof(rows) / sizeof *(rows))}
 
 /* Indexed by gt_name_set. */
@@ -66,6 +72,7 @@ static const struct {
     [GT_NAMES_BALANCE] = NAMES_SET(balance_rows),
     [GT_NAMES_ON_NAN] = NAMES_SET(on_nan_rows),
     [GT_NAMES_ON_DIVERGE] = NAMES_SET(on_diverge_rows),
+    [GT_NAMES_EXCHANGE] = NAMES_SET(exchange_rows),
 };
 
 /* Row i of set as its head (every row struct starts with one); NULL past the end. */

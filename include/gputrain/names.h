@@ -1,5 +1,5 @@
 /* names.h - every set of words that stands for an enum: run modes, optimizers, learning-rate
- * schedules, --balance and --on-nan. Each set is one table (src/names.c) whose rows give the word,
+ * schedules, --balance, --on-nan, --on-diverge and --exchange. Each set is one table (src/names.c) whose rows give the word,
  * the value and the value's properties; the command line parses with it, --help lists it, and the
  * log, the summary and checkpoints write the word from it, so a new mode or optimizer is one row
  * here and never a string written again elsewhere. Layer kinds have their own table with their
@@ -26,6 +26,7 @@ typedef enum gt_name_set {
     GT_NAMES_BALANCE,  /* gt_balance, --balance */
     GT_NAMES_ON_NAN,   /* gt_on_nan, --on-nan */
     GT_NAMES_ON_DIVERGE, /* gt_on_diverge, --on-diverge */
+    GT_NAMES_EXCHANGE, /* gt_exchange, --exchange */
 } gt_name_set;
 
 typedef struct gt_mode_row {
