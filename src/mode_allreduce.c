@@ -304,7 +304,7 @@ static int allreduce_check(run *r, gt_device **devices, gt_err *e)
     if (r->cfg->on_nan == GT_NAN_SKIP)
         return gt_fail(e, "--on-nan skip: not available with --mode allreduce, where every GPU "
                           "must take the same step");
-    if (gt_cuda_allreduce_init(devices, r->W, &r->cfg->optim, e) != 0)
+    if (gt_cuda_allreduce_init(devices, r->W, &r->cfg->optim, r->cfg->exchange, e) != 0)
         return -1;
     /* local on the device step: its averages take the peer exchange (train.c then keeps the
      * store in the step where there is none). */
