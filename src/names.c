@@ -24,13 +24,6 @@ static const gt_mode_row mode_rows[] = {
      "process, NCCL across hosts; --exchange), the same math as sync."},
 };
 
-static const gt_optimizer_row optimizer_rows[] = {
-    {{"sgd", GT_OPT_SGD}, 1, {"momentum_buffer", NULL}, gt_optim_sgd_nstate, gt_optim_sgd_apply,
-     gt_optim_sgd_apply_relaxed},
-    {{"adam", GT_OPT_ADAM}, 2, {"exp_avg", "exp_avg_sq"}, gt_optim_adam_nstate, gt_optim_adam_apply,
-     gt_optim_adam_apply_relaxed},
-};
-
 static const gt_name_head schedule_rows[] = {
     {"constant", GT_SCHED_CONSTANT},
     {"step", GT_SCHED_STEP},
@@ -67,7 +60,7 @@ static const struct {
     int n;
 } name_sets[] = {
     [GT_NAMES_MODE] = NAMES_SET(mode_rows),
-    [GT_NAMES_OPTIMIZER] = NAMES_SET(optimizer_rows),
+    [GT_NAMES_OPTIMIZER] = {gt_optimizer_rows, sizeof *gt_optimizer_rows, GT_OPT_KINDS},
     [GT_NAMES_SCHEDULE] = NAMES_SET(schedule_rows),
     [GT_NAMES_BALANCE] = NAMES_SET(balance_rows),
     [GT_NAMES_ON_NAN] = NAMES_SET(on_nan_rows),
@@ -142,11 +135,6 @@ int gt_name_parse(gt_name_set set, const char *flag, const char *word, int *valu
 const gt_mode_row *gt_mode_row_of(gt_mode m)
 {
     return (const gt_mode_row *)name_row_of(GT_NAMES_MODE, (int)m);
-}
-
-const gt_optimizer_row *gt_optimizer_row_of(gt_opt_kind k)
-{
-    return (const gt_optimizer_row *)name_row_of(GT_NAMES_OPTIMIZER, (int)k);
 }
 
 int gt_mode_count(void)
