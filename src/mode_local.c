@@ -75,9 +75,8 @@ static int local_step(run *r, worker *w, uint64_t clock, int share, int rc)
     if (rc != 0)
         return 0;
     gt_err e = {{0}};
-    gt_optim_step st = gt_optim_prepare(&r->cfg->optim, ++w->local_updates,
-                                        run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
-    gt_optim_apply(&r->cfg->optim, &st, w->dev->params, w->dev->grad, guard_scale(r), w->state[0],
+    run_lr lr = run_lr_now(r, ++w->local_updates, 1);
+    gt_optim_apply(&r->cfg->optim, &lr.st, w->dev->params, w->dev->grad, lr.gscale, w->state[0],
                    w->state[1], r->n);
     if (w->dev->ops->load_params(w->dev, &e) != 0) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);

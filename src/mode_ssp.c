@@ -20,11 +20,12 @@ static int ssp_apply_begin_locked(run *r)
     int parts = r->nlive < r->ps.nranges ? r->nlive : r->ps.nranges;
     r->clk.apply_parts = parts > 1 ? parts : 1;
     r->clk.apply_next = r->clk.apply_done = 0;
-    r->clk.apply_t = atomic_load(&r->ps.updates) + 1;
-    r->clk.apply_epoch = run_progress_epochs(r, atomic_load(&r->stats.samples_total));
     /* The mean over this host's shares: its store is averaged with the others'. Across hosts, a
      * round every --sync-every clocks; the epoch's last round is left to its end. */
-    r->clk.apply_scale = guard_scale(r) / (float)r->W;
+    run_lr lr = run_lr_now(r, 0, r->W);
+    r->clk.apply_t = atomic_load(&r->ps.updates) + 1;
+    r->clk.apply_epoch = lr.epoch;
+    r->clk.apply_scale = lr.gscale;
     r->clk.apply_round = r->H > 1 && !r->halt && (c + 1) % (uint64_t)r->cfg->sync_every == 0 &&
                          c + 1 < r->clk.clocks;
     if (r->clk.apply_parts > 1)

@@ -289,10 +289,25 @@ typedef struct run {
     run_replica_eval reval;
 } run;
 
+/* One update's learning rate, prepared in one place (run_lr_now, run_lr_at): where the run
+ * stands in epochs (the input of the warm-up and --schedule), the update's scalars there (the
+ * rate, Adam's bias corrections) and the factor its gradient takes (the guard's, over the number
+ * of gradients summed: their mean). */
+typedef struct run_lr {
+    double epoch;
+    gt_optim_step st; /* for an update numbered by its caller; the store prepares its own from
+                         epoch and its update number (gt_ps_push, gt_ps_apply_stripes) */
+    float gscale;
+} run_lr;
+
 /* run_core.c */
 void run_fail_locked(run *r, const char *msg);
 void run_fail(run *r, const char *msg);
 double run_progress_epochs(const run *r, uint64_t samples_total);
+/* The one call for an update's learning rate: update t (from 1; 0 when the store numbers it) of
+ * nsum summed gradients, at the run's progress now, or at samples (every host's) for run_lr_at. */
+run_lr run_lr_now(run *r, uint64_t t, int nsum);
+run_lr run_lr_at(run *r, uint64_t t, uint64_t samples, int nsum);
 void run_wait_locked(run *r, double seconds);
 void run_account_step_locked(run *r, worker *w, const gt_step_out *o, int n);
 

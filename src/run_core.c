@@ -47,6 +47,20 @@ double run_progress_epochs(const run *r, uint64_t samples_total)
     return (double)samples_total / (double)r->ntrain;
 }
 
+run_lr run_lr_at(run *r, uint64_t t, uint64_t samples, int nsum)
+{
+    run_lr lr = {.epoch = run_progress_epochs(r, samples)};
+    if (t > 0)
+        lr.st = gt_optim_prepare(&r->cfg->optim, t, lr.epoch);
+    lr.gscale = guard_scale(r) / (float)nsum; /* nsum 1: the factor itself, exactly */
+    return lr;
+}
+
+run_lr run_lr_now(run *r, uint64_t t, int nsum)
+{
+    return run_lr_at(r, t, atomic_load(&r->stats.samples_total), nsum);
+}
+
 /* Counts one computed step in the run's statistics and the worker's, and shows its loss to the
  * guard (run_guard.c). Caller holds r->mu. */
 void run_account_step_locked(run *r, worker *w, const gt_step_out *o, int n)
