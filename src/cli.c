@@ -29,7 +29,8 @@
 #define CLI_STR_(x) #x
 #define CLI_STR(x) CLI_STR_(x) /* a limit's digits, for help sentences of hand-parsed options */
 
-/* What this build can run on, for --version (and for scripts that must know, e.g. tests/cli_mpi.sh). */
+/* What this build can run on, for --version (and for scripts that must know, e.g.
+ * tests/cli_mpi.sh). */
 #if defined(GT_HAVE_NCCL)
 #define CLI_BACKEND_GPU "cpu cuda nccl"
 #elif defined(GT_HAVE_CUDA)
@@ -264,7 +265,7 @@ static int cli_parse_inject_fault(const char *s, gt_config *c, gt_err *e)
     return 0;
 }
 
-/* ---- the rows ---------------------------------------------------------------------------------- */
+/* ---- the rows -------------------------------------------------------------------------------- */
 
 typedef enum cli_type {
     CLI_SWITCH,  /* no value: sets the int field to lo */
@@ -289,7 +290,7 @@ typedef enum cli_type {
 typedef struct cli_row {
     const char *section;  /* non-NULL: --help starts this section with the row */
     const char *name;     /* the flag without its dashes */
-    const char *value;    /* the value's form in --help (N, X, PATH); NULL: a switch or a word's list */
+    const char *value;    /* its form in --help (N, X, PATH); NULL: none, or a word's list */
     cli_type type;
     size_t field;         /* offsetof(gt_config, ...) of the field set */
     size_t size;          /* CLI_TEXT: the field's capacity */
@@ -346,7 +347,8 @@ static const cli_row cli_rows[] = {
      .help = "allreduce, and local on GPUs: how the GPUs of one host exchange gradients; auto, "
              "peer to peer (p2p) where the GPUs reach each other, else NCCL; p2p or nccl insist "
              "on one (across hosts it is always NCCL)"},
-    {.name = "tf32", .type = CLI_SWITCH, .field = F(tf32), .lo = 1, .commands = CMD_TRAIN | CMD_EVAL,
+    {.name = "tf32", .type = CLI_SWITCH, .field = F(tf32), .lo = 1,
+     .commands = CMD_TRAIN | CMD_EVAL,
      .help = "allow TF32 tensor-core math on GPUs"},
 
     {.section = "Model and data", .name = "model", .value = "NAME|SPEC|@FILE", .type = CLI_TEXT,
@@ -521,7 +523,7 @@ static int cli_apply(const cli_row *r, const char *arg, gt_config *c, gt_err *e)
     return gt_fail(e, "--%s: no parser for this option", r->name);
 }
 
-/* ---- the parser -------------------------------------------------------------------------------- */
+/* ---- the parser ------------------------------------------------------------------------------ */
 
 /* getopt_long accepts unambiguous prefixes ("--epo"); refusing them keeps scripts valid when a
  * new option later makes a prefix ambiguous. */
@@ -674,7 +676,7 @@ int gt_cli_parse(int argc, char **argv, gt_config *c, FILE *out, gt_err *e)
     return cli_check_combination(c, e);
 }
 
-/* ---- --help ------------------------------------------------------------------------------------ */
+/* ---- --help ---------------------------------------------------------------------------------- */
 
 #define USAGE_COLUMN 25 /* where the help sentences start */
 #define USAGE_WIDTH 92  /* the longest line */
@@ -742,8 +744,8 @@ static void cli_usage_default(const cli_row *r, const gt_config *d, char *buf, s
     buf[0] = 0;
 }
 
-/* Writes text from column col on, wrapped at USAGE_WIDTH, continuation lines at USAGE_COLUMN. */
-static void cli_usage_wrap(FILE *out, const char *text, int col)
+/* Writes text from column col on, wrapped at USAGE_WIDTH, continuation lines at column indent. */
+static void cli_usage_wrap(FILE *out, const char *text, int col, int indent)
 {
     while (*text) {
         size_t room = (size_t)(USAGE_WIDTH - col), n = strlen(text);
@@ -758,8 +760,8 @@ static void cli_usage_wrap(FILE *out, const char *text, int col)
         text += n;
         text += strspn(text, " ");
         if (*text)
-            fprintf(out, "%*s", USAGE_COLUMN, "");
-        col = USAGE_COLUMN;
+            fprintf(out, "%*s", indent, "");
+        col = indent;
     }
 }
 
@@ -787,9 +789,28 @@ static void cli_usage_row(FILE *out, const cli_row *r, const gt_config *d)
     }
     snprintf(text, sizeof text, "%s%s%s%s%s%s", cmds, r->help, rg[0] ? ", " : "", rg,
              dflt[0] ? " " : "", dflt);
-    cli_usage_wrap(out, text, col);
+    cli_usage_wrap(out, text, col, USAGE_COLUMN);
     if (r->more)
         r->more(out);
+}
+
+/* A command's synopsis from the rows that apply to it: --checkpoint PATH, which eval and predict
+ * require, then each other option in brackets, then the words that follow (rest). */
+static void cli_usage_synopsis(FILE *out, gt_command cmd, const char *word, const char *rest)
+{
+    char text[1024];
+    int n = snprintf(text, sizeof text, "--checkpoint PATH");
+    for (int i = 0; i < CLI_NROWS; i++) {
+        const cli_row *r = &cli_rows[i];
+        if (!(r->commands & (1u << cmd)) || strcmp(r->name, "checkpoint") == 0 ||
+            r->type == CLI_HELP || r->type == CLI_VERSION)
+            continue;
+        n += snprintf(text + n, sizeof text - (size_t)n, " [--%s%s%s]", r->name,
+                      r->value ? " " : "", r->value ? r->value : "");
+    }
+    if (rest[0])
+        snprintf(text + n, sizeof text - (size_t)n, " %s", rest);
+    cli_usage_wrap(out, text, fprintf(out, "  gputrain %s ", word), 4);
 }
 
 void gt_cli_usage(FILE *out)
@@ -798,11 +819,13 @@ void gt_cli_usage(FILE *out)
     gt_config_defaults(&d);
     fprintf(out,
         "Usage: gputrain [train|eval|predict] [options]\n"
-        "  train (the default) trains a model; eval measures a saved checkpoint:\n"
-        "  gputrain eval --checkpoint PATH [--data DIR] [--gpus LIST] [--batch N]\n"
+        "  train (the default) trains a model; eval measures a saved checkpoint:\n");
+    cli_usage_synopsis(out, GT_CMD_EVAL, "eval", "");
+    fprintf(out,
         "  predict prints each image's top classes (PNG/JPEG files, or IDX ranges such as\n"
-        "  test:0-9 of --data's splits, with the true label):\n"
-        "  gputrain predict --checkpoint PATH [--top K] [--data DIR] IMAGE|SPLIT:FIRST-LAST...\n"
+        "  test:0-9 of --data's splits, with the true label):\n");
+    cli_usage_synopsis(out, GT_CMD_PREDICT, "predict", "IMAGE|SPLIT:FIRST-LAST...");
+    fprintf(out,
         "Options are spelt in full and given at most once. They are train's unless their entry\n"
         "names the commands they apply to; a command refuses the options of others.\n");
     for (int i = 0; i < CLI_NROWS; i++) {
