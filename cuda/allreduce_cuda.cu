@@ -561,7 +561,8 @@ int gt_cuda_local_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_ste
 
 int gt_cuda_allreduce_averages(gt_device *d) { return 0; }
 
-int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_err *e)
+int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_exchange x,
+                           gt_err *e)
 {
     return gt_fail(e, "--mode allreduce: this gputrain was built without NCCL");
 }
