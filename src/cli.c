@@ -281,6 +281,10 @@ typedef enum cli_type {
     CLI_VERSION, /* --version: prints the version */
 } cli_type;
 
+/* The commands' words, by gt_command: the first word of the command line, and in messages. */
+static const char *const cli_commands[] = {"train", "eval", "predict"};
+#define CLI_NCOMMANDS ((int)(sizeof cli_commands / sizeof *cli_commands))
+
 /* Bits of the commands an option applies to, by gt_command. */
 #define CMD_TRAIN (1u << GT_CMD_TRAIN)
 #define CMD_EVAL (1u << GT_CMD_EVAL)
@@ -490,11 +494,11 @@ static const cli_row *cli_row_of(int opt)
 /* The commands of bits, "train, eval", into buf. */
 static const char *cli_command_list(unsigned bits, char *buf, size_t size)
 {
-    static const char *const names[] = {"train", "eval", "predict"};
     buf[0] = 0;
-    for (unsigned k = 0; k < sizeof names / sizeof *names; k++)
+    for (int k = 0; k < CLI_NCOMMANDS; k++)
         if (bits & (1u << k))
-            snprintf(buf + strlen(buf), size - strlen(buf), "%s%s", buf[0] ? ", " : "", names[k]);
+            snprintf(buf + strlen(buf), size - strlen(buf), "%s%s", buf[0] ? ", " : "",
+                     cli_commands[k]);
     return buf;
 }
 
@@ -579,8 +583,7 @@ static int cli_check_combination(const gt_config *c, gt_err *e)
         return gt_fail(e, "--resume '%s' and --init '%s' cannot be used together", c->resume,
                        c->init);
     if (c->command != GT_CMD_TRAIN && !c->checkpoint[0])
-        return gt_fail(e, "%s: --checkpoint PATH is required",
-                       c->command == GT_CMD_EVAL ? "eval" : "predict");
+        return gt_fail(e, "%s: --checkpoint PATH is required", cli_commands[c->command]);
     if (c->command == GT_CMD_PREDICT && c->nitems == 0)
         return gt_fail(e, "predict: name at least one image file or IDX range (test:0-9)");
     if (c->overlap && c->mode != GT_MODE_HOGWILD)
@@ -660,15 +663,11 @@ int gt_cli_parse(int argc, char **argv, gt_config *c, FILE *out, gt_err *e)
     if (argc < 1 || !argv)
         return 0;
     int skip = 0;
-    if (argc > 1 && strcmp(argv[1], "train") == 0) {
-        skip = 1;
-    } else if (argc > 1 && strcmp(argv[1], "eval") == 0) {
-        c->command = GT_CMD_EVAL;
-        skip = 1;
-    } else if (argc > 1 && strcmp(argv[1], "predict") == 0) {
-        c->command = GT_CMD_PREDICT;
-        skip = 1;
-    }
+    for (int k = 0; argc > 1 && k < CLI_NCOMMANDS && !skip; k++)
+        if (strcmp(argv[1], cli_commands[k]) == 0) {
+            c->command = (gt_command)k;
+            skip = 1;
+        }
     int rc = cli_parse_options(argc - skip, argv + skip, c, out, e);
     if (rc)
         return rc;
@@ -796,7 +795,7 @@ static void cli_usage_row(FILE *out, const cli_row *r, const gt_config *d)
 
 /* A command's synopsis from the rows that apply to it: --checkpoint PATH, which eval and predict
  * require, then each other option in brackets, then the words that follow (rest). */
-static void cli_usage_synopsis(FILE *out, gt_command cmd, const char *word, const char *rest)
+static void cli_usage_synopsis(FILE *out, gt_command cmd, const char *rest)
 {
     char text[1024];
     int n = snprintf(text, sizeof text, "--checkpoint PATH");
@@ -810,7 +809,7 @@ static void cli_usage_synopsis(FILE *out, gt_command cmd, const char *word, cons
     }
     if (rest[0])
         snprintf(text + n, sizeof text - (size_t)n, " %s", rest);
-    cli_usage_wrap(out, text, fprintf(out, "  gputrain %s ", word), 4);
+    cli_usage_wrap(out, text, fprintf(out, "  gputrain %s ", cli_commands[cmd]), 4);
 }
 
 void gt_cli_usage(FILE *out)
@@ -820,11 +819,11 @@ void gt_cli_usage(FILE *out)
     fprintf(out,
         "Usage: gputrain [train|eval|predict] [options]\n"
         "  train (the default) trains a model; eval measures a saved checkpoint:\n");
-    cli_usage_synopsis(out, GT_CMD_EVAL, "eval", "");
+    cli_usage_synopsis(out, GT_CMD_EVAL, "");
     fprintf(out,
         "  predict prints each image's top classes (PNG/JPEG files, or IDX ranges such as\n"
         "  test:0-9 of --data's splits, with the true label):\n");
-    cli_usage_synopsis(out, GT_CMD_PREDICT, "predict", "IMAGE|SPLIT:FIRST-LAST...");
+    cli_usage_synopsis(out, GT_CMD_PREDICT, "IMAGE|SPLIT:FIRST-LAST...");
     fprintf(out,
         "Options are spelt in full and given at most once. They are train's unless their entry\n"
         "names the commands they apply to; a command refuses the options of others.\n");
