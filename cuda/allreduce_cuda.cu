@@ -7,9 +7,9 @@
  * peer access and sums in rank order into a result buffer (every GPU the same bits), queued with
  * the update and not waited for: the next step's synchronisation covers it, and a call that gave
  * up (its wait ran past AR_TIMEOUT_S, or an abort) is reported by the next reduce_update or
- * get_params. The other is NCCL (across hosts always; on one host with GT_ALLREDUCE=nccl, or
+ * get_params. The other is NCCL (across hosts always; on one host with --exchange nccl, or
  * where the GPUs have no peer access): one communicator per device, an in-place all-reduce.
- * GT_ALLREDUCE=p2p insists on the first. With one GPU there is nothing to exchange.
+ * --exchange p2p insists on the first. With one GPU there is nothing to exchange.
  *
  * The NCCL communicators are non-blocking (config.blocking = 0): no NCCL call waits for the other
  * GPUs. A worker waits for its step by polling its stream and the communicator's error state,
@@ -471,18 +471,14 @@ static int allreduce_init_p2p(gt_device **devs, const gt_cuda_device_parts *part
     return 0;
 }
 
-/* Chooses the exchange (GT_ALLREDUCE: auto, p2p or nccl) and sets it up. */
+/* Chooses the exchange (--exchange: auto, p2p or nccl) and sets it up. */
 static int allreduce_connect(gt_device **devs, const gt_cuda_device_parts *parts,
-                             gt_cuda_allreduce **ars, int n, gt_err *e)
+                             gt_cuda_allreduce **ars, int n, gt_exchange want, gt_err *e)
 {
-    const char *want = getenv("GT_ALLREDUCE");
-    want = want && *want ? want : "auto";
-    if (strcmp(want, "auto") != 0 && strcmp(want, "p2p") != 0 && strcmp(want, "nccl") != 0)
-        return gt_fail(e, "GT_ALLREDUCE: '%.40s' is not auto, p2p or nccl", want);
     int hosts = gt_cluster_size();
-    if (hosts > 1 && strcmp(want, "p2p") == 0)
-        return gt_fail(e, "GT_ALLREDUCE: p2p works within one host; this run spans %d", hosts);
-    if (hosts == 1 && strcmp(want, "nccl") != 0) {
+    if (hosts > 1 && want == GT_EXCHANGE_P2P)
+        return gt_fail(e, "--exchange p2p: works within one host; this run spans %d", hosts);
+    if (hosts == 1 && want != GT_EXCHANGE_NCCL) {
         gt_err pe = {{0}};
         if (n == 1) {
             ars[0]->path = AR_LOCAL;
@@ -490,8 +486,8 @@ static int allreduce_connect(gt_device **devs, const gt_cuda_device_parts *parts
         }
         if (allreduce_init_p2p(devs, parts, ars, n, &pe) == 0)
             return 0;
-        if (strcmp(want, "p2p") == 0)
-            return gt_fail(e, "GT_ALLREDUCE=p2p: %s", pe.msg);
+        if (want == GT_EXCHANGE_P2P)
+            return gt_fail(e, "--exchange p2p: %s", pe.msg);
     }
     for (int i = 0; i < n; i++)
         ars[i]->path = AR_NCCL;
@@ -519,7 +515,8 @@ static int allreduce_check_devices(gt_device **devs, int n, gt_cuda_device_parts
     return 0;
 }
 
-int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_err *e)
+int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_exchange x,
+                           gt_err *e)
 {
     gt_cuda_device_parts parts[GT_MAX_WORKERS];
     gt_cuda_allreduce *ars[GT_MAX_WORKERS] = {NULL};
@@ -535,7 +532,7 @@ int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_er
             ars[i]->gen = gen;
     }
     if (rc == 0)
-        rc = allreduce_connect(devs, parts, ars, n, e);
+        rc = allreduce_connect(devs, parts, ars, n, x, e);
     for (int i = 0; i < n; i++) {
         if (rc == 0) {
             *parts[i].allreduce = ars[i];
@@ -564,7 +561,8 @@ int gt_cuda_local_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_ste
 
 int gt_cuda_allreduce_averages(gt_device *d) { return 0; }
 
-int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_err *e)
+int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_exchange x,
+                           gt_err *e)
 {
     return gt_fail(e, "--mode allreduce: this gputrain was built without NCCL");
 }

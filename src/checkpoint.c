@@ -28,21 +28,13 @@
 #define CKPT_CRC_HOLE "\"" CKPT_CRC_KEY "\":\"00000000\""
 #define CKPT_MAX_KEEP GT_MAX_KEEP      /* as many as --keep accepts */
 
-static const char *const ckpt_sgd_states[] = {"momentum_buffer"};
-static const char *const ckpt_adam_states[] = {"exp_avg", "exp_avg_sq"};
-
-/* How many state arrays an optimizer keeps and their torch.optim names; -1 when unknown. */
+/* How many state arrays an optimizer keeps and their torch.optim names, from its row (optim.h);
+ * -1 when unknown. */
 static int ckpt_state_names(const char *optimizer, const char *const **names)
 {
-    if (strcmp(optimizer, "sgd") == 0) {
-        *names = ckpt_sgd_states;
-        return 1;
-    }
-    if (strcmp(optimizer, "adam") == 0) {
-        *names = ckpt_adam_states;
-        return 2;
-    }
-    return -1;
+    const gt_optimizer_row *row = gt_optimizer_row_named(optimizer);
+    *names = row ? row->state_names : NULL;
+    return row ? row->nstate : -1;
 }
 
 
@@ -236,8 +228,10 @@ static int ckpt_check_save_args(const char *path, const gt_model *m, const float
     const char *const *names;
     int want = ckpt_terminated(meta->optimizer, sizeof meta->optimizer)
                    ? ckpt_state_names(meta->optimizer, &names) : -1;
+    char words[GT_NAMES_LIST_LEN];
+    gt_name_list(GT_NAMES_OPTIMIZER, " or ", words, sizeof words);
     if (want < 0)
-        return gt_fail(e, "checkpoint %s: optimizer must be sgd or adam", path);
+        return gt_fail(e, "checkpoint %s: optimizer must be %s", path, words);
     if (nstate != 0 && nstate != want)
         return gt_fail(e, "checkpoint %s: %s keeps %d state arrays, not %d", path, meta->optimizer,
                        want, nstate);
@@ -617,9 +611,10 @@ static int ckpt_match_model(ckpt_file *cf, const gt_model *m, int want, gt_err *
         return -1;
     const char *const *names;
     int fstates = ckpt_state_names(cf->meta.optimizer, &names);
+    const gt_optimizer_row *run_opt = gt_optimizer_row_keeping(want);
     if (want > 0 && want != fstates)
         return gt_fail(e, "checkpoint %s holds %s optimizer state, this run uses %s", cf->path,
-                       cf->meta.optimizer, want == 1 ? "sgd" : "adam");
+                       cf->meta.optimizer, run_opt ? run_opt->head.name : "?");
     unsigned char found[3][GT_MAX_TENSORS] = {{0}};
     for (int i = 0; i < cf->st.nentries; i++) {
         const gt_st_entry *ent = &cf->st.entries[i];

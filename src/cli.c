@@ -1,7 +1,11 @@
-/* cli.c - the command line. One getopt_long table names every option; each value goes through a
- * strict parser (whole numbers, finite reals, enum words, bounded strings) that refuses anything it
- * cannot read completely, with one line naming the flag and the value. Options must be spelt in
- * full and given at most once, so a typo or a repeated flag never silently changes a run. */
+/* cli.c - the command line. Every option is one row of cli_rows: its name, the form of its value,
+ * how it is read (type, bounds), the gt_config field it sets (offsetof), the commands it applies
+ * to and its help sentence. The getopt table, the parser, the check that an option belongs to the
+ * command, and --help with each option's range and default (read from gt_config_defaults) are all
+ * generated from the rows, so none can drift from the others. Each value goes through a strict
+ * parser (whole numbers, finite reals, enum words, bounded strings) that refuses anything it cannot
+ * read completely, with one line naming the flag and the value. Options must be spelt in full and
+ * given at most once, so a typo or a repeated flag never silently changes a run. */
 #include "gputrain/model.h" /* GT_SPECLEN, which config.h uses */
 #include "gputrain/cli.h"
 #include "gputrain/names.h"
@@ -13,6 +17,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,8 +26,11 @@
 #endif
 
 #define CLI_MAX_GPU_ORDINAL 1023
+#define CLI_STR_(x) #x
+#define CLI_STR(x) CLI_STR_(x) /* a limit's digits, for help sentences of hand-parsed options */
 
-/* What this build can run on, for --version (and for scripts that must know, e.g. tests/cli_mpi.sh). */
+/* What this build can run on, for --version (and for scripts that must know, e.g.
+ * tests/cli_mpi.sh). */
 #if defined(GT_HAVE_NCCL)
 #define CLI_BACKEND_GPU "cpu cuda nccl"
 #elif defined(GT_HAVE_CUDA)
@@ -36,88 +44,18 @@
 #define CLI_BACKENDS CLI_BACKEND_GPU
 #endif
 
-enum cli_opt {
-    OPT_GPUS = 256, OPT_MODE, OPT_STRIPES, OPT_STALENESS, OPT_SYNC_EVERY, OPT_BALANCE, OPT_OVERLAP, OPT_TF32,
-    OPT_MODEL, OPT_DATA, OPT_TRAIN_SAMPLES, OPT_BATCH, OPT_EPOCHS, OPT_SEED,
-    OPT_EVAL_EVERY, OPT_OPTIMIZER, OPT_LR, OPT_MOMENTUM, OPT_NESTEROV, OPT_WEIGHT_DECAY, OPT_BETA1,
-    OPT_BETA2, OPT_EPS, OPT_SCHEDULE, OPT_WARMUP, OPT_STEP_EPOCHS, OPT_GAMMA, OPT_CHECKPOINT,
-    OPT_CHECKPOINT_EVERY, OPT_KEEP, OPT_RESUME, OPT_INIT, OPT_ALLOW_NONFINITE, OPT_ON_NAN, OPT_INJECT_FAULT,
-    OPT_STALL_TIMEOUT, OPT_HOST_TIMEOUT, OPT_LITERAL, OPT_ON_DIVERGE, OPT_LOG, OPT_LOG_STEPS,
-    OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_IGNORE_CLASSES, OPT_TOP, OPT_HELP, OPT_VERSION,
-    OPT_END
-};
-
-const struct option gt_cli_options[] = {
-    {"gpus", required_argument, NULL, OPT_GPUS},
-    {"mode", required_argument, NULL, OPT_MODE},
-    {"stripes", required_argument, NULL, OPT_STRIPES},
-    {"staleness", required_argument, NULL, OPT_STALENESS},
-    {"sync-every", required_argument, NULL, OPT_SYNC_EVERY},
-    {"balance", required_argument, NULL, OPT_BALANCE},
-    {"overlap", no_argument, NULL, OPT_OVERLAP},
-    {"tf32", no_argument, NULL, OPT_TF32},
-    {"model", required_argument, NULL, OPT_MODEL},
-    {"data", required_argument, NULL, OPT_DATA},
-    {"train-samples", required_argument, NULL, OPT_TRAIN_SAMPLES},
-    {"batch", required_argument, NULL, OPT_BATCH},
-    {"epochs", required_argument, NULL, OPT_EPOCHS},
-    {"seed", required_argument, NULL, OPT_SEED},
-    {"eval-every", required_argument, NULL, OPT_EVAL_EVERY},
-    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
-    {"lr", required_argument, NULL, OPT_LR},
-    {"momentum", required_argument, NULL, OPT_MOMENTUM},
-    {"nesterov", no_argument, NULL, OPT_NESTEROV},
-    {"weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY},
-    {"beta1", required_argument, NULL, OPT_BETA1},
-    {"beta2", required_argument, NULL, OPT_BETA2},
-    {"eps", required_argument, NULL, OPT_EPS},
-    {"schedule", required_argument, NULL, OPT_SCHEDULE},
-    {"warmup", required_argument, NULL, OPT_WARMUP},
-    {"step-epochs", required_argument, NULL, OPT_STEP_EPOCHS},
-    {"gamma", required_argument, NULL, OPT_GAMMA},
-    {"checkpoint", required_argument, NULL, OPT_CHECKPOINT},
-    {"checkpoint-every", required_argument, NULL, OPT_CHECKPOINT_EVERY},
-    {"keep", required_argument, NULL, OPT_KEEP},
-    {"resume", required_argument, NULL, OPT_RESUME},
-    {"init", required_argument, NULL, OPT_INIT},
-    {"allow-nonfinite", no_argument, NULL, OPT_ALLOW_NONFINITE},
-    {"on-nan", required_argument, NULL, OPT_ON_NAN},
-    {"inject-fault", required_argument, NULL, OPT_INJECT_FAULT},
-    {"stall-timeout", required_argument, NULL, OPT_STALL_TIMEOUT},
-    {"host-timeout", required_argument, NULL, OPT_HOST_TIMEOUT},
-    {"literal", no_argument, NULL, OPT_LITERAL},
-    {"on-diverge", required_argument, NULL, OPT_ON_DIVERGE},
-    {"log", required_argument, NULL, OPT_LOG},
-    {"log-steps", no_argument, NULL, OPT_LOG_STEPS},
-    {"progress", no_argument, NULL, OPT_PROGRESS},
-    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
-    {"quiet", no_argument, NULL, OPT_QUIET},
-    {"ignore-classes", no_argument, NULL, OPT_IGNORE_CLASSES},
-    {"top", required_argument, NULL, OPT_TOP},
-    {"help", no_argument, NULL, OPT_HELP},
-    {"version", no_argument, NULL, OPT_VERSION},
-    {NULL, 0, NULL, 0},
-};
-
-/* The allowed interval of a real-valued option, and how the messages state it. */
+/* The allowed interval of a real-valued option, how the messages state it and how --help does. */
 typedef struct cli_range {
     double lo, hi;
     int lo_open, hi_open;
     const char *text;
+    const char *help;
 } cli_range;
 
-static const cli_range RANGE_POSITIVE = {0, HUGE_VAL, 1, 0, "> 0"};
-static const cli_range RANGE_NONNEG = {0, HUGE_VAL, 0, 0, ">= 0"};
-static const cli_range RANGE_UNIT_LOW = {0, 1, 0, 1, "with 0 <= x < 1"};
-static const cli_range RANGE_UNIT_HIGH = {0, 1, 1, 0, "with 0 < x <= 1"};
-
-static const char *cli_option_name(int val)
-{
-    for (const struct option *o = gt_cli_options; o->name; o++)
-        if (o->val == val)
-            return o->name;
-    return "?";
-}
+static const cli_range RANGE_POSITIVE = {0, HUGE_VAL, 1, 0, "> 0", "> 0"};
+static const cli_range RANGE_NONNEG = {0, HUGE_VAL, 0, 0, ">= 0", ">= 0"};
+static const cli_range RANGE_UNIT_LOW = {0, 1, 0, 1, "with 0 <= x < 1", "0 <= x < 1"};
+static const cli_range RANGE_UNIT_HIGH = {0, 1, 1, 0, "with 0 < x <= 1", "0 < x <= 1"};
 
 /* A whole number: optional '-', then decimal digits and nothing else (no spaces, no '+'). */
 static int cli_parse_ll(const char *flag, const char *s, long long lo, long long hi, long long *out,
@@ -327,94 +265,269 @@ static int cli_parse_inject_fault(const char *s, gt_config *c, gt_err *e)
     return 0;
 }
 
-static int cli_parse_train_samples(const char *s, gt_config *c, gt_err *e)
+/* ---- the rows -------------------------------------------------------------------------------- */
+
+typedef enum cli_type {
+    CLI_SWITCH,  /* no value: sets the int field to lo */
+    CLI_INT,     /* a whole number lo..hi into an int */
+    CLI_U32,     /* a whole number lo..hi into a uint32_t */
+    CLI_U64,     /* any whole number 0..2^64-1 into a uint64_t */
+    CLI_FLOAT,   /* a real in range into a float */
+    CLI_DOUBLE,  /* a real in range into a double */
+    CLI_TEXT,    /* a non-empty string into a char array of size bytes */
+    CLI_WORD,    /* a word of a name set (names.h) into an enum field */
+    CLI_CUSTOM,  /* parse reads the value and sets the fields */
+    CLI_HELP,    /* --help: prints the help */
+    CLI_VERSION, /* --version: prints the version */
+} cli_type;
+
+/* The commands' words, by gt_command: the first word of the command line, and in messages. */
+static const char *const cli_commands[] = {"train", "eval", "predict"};
+#define CLI_NCOMMANDS ((int)(sizeof cli_commands / sizeof *cli_commands))
+
+/* Bits of the commands an option applies to, by gt_command. */
+#define CMD_TRAIN (1u << GT_CMD_TRAIN)
+#define CMD_EVAL (1u << GT_CMD_EVAL)
+#define CMD_PREDICT (1u << GT_CMD_PREDICT)
+#define CMD_ALL (CMD_TRAIN | CMD_EVAL | CMD_PREDICT)
+
+typedef struct cli_row {
+    const char *section;  /* non-NULL: --help starts this section with the row */
+    const char *name;     /* the flag without its dashes */
+    const char *value;    /* its form in --help (N, X, PATH); NULL: none, or a word's list */
+    cli_type type;
+    size_t field;         /* offsetof(gt_config, ...) of the field set */
+    size_t size;          /* CLI_TEXT: the field's capacity */
+    long long lo, hi;     /* CLI_INT, CLI_U32: the bounds; CLI_SWITCH: the value set */
+    const cli_range *range;                                  /* CLI_FLOAT, CLI_DOUBLE */
+    gt_name_set set;                                         /* CLI_WORD */
+    int (*parse)(const char *s, gt_config *c, gt_err *e);    /* CLI_CUSTOM */
+    unsigned commands;    /* CMD_* bits */
+    unsigned given;       /* the GT_GIVEN_* bit the recipe must respect, 0 if none */
+    const char *help;     /* what it does; --help adds the range and the default */
+    const char *dflt;     /* the default in words where the field's value does not say it */
+    void (*more)(FILE *out); /* further --help lines after the entry */
+} cli_row;
+
+#define F(field_) offsetof(gt_config, field_)
+#define FO(field_) offsetof(gt_config, optim.field_)
+#define TEXT(field_) F(field_), sizeof(((gt_config *)0)->field_)
+
+static void cli_usage_modes(FILE *out);
+
+static const cli_row cli_rows[] = {
+    {.section = "Devices and modes", .name = "gpus", .value = "LIST|all|cpu:N",
+     .type = CLI_CUSTOM, .field = F(gpus), .parse = gt_cli_parse_gpus,
+     .commands = CMD_TRAIN | CMD_EVAL,
+     .help = "GPU ordinals such as 0,1,2,3, every GPU (all), or N CPU worker threads; "
+             "1.." CLI_STR(GT_MAX_WORKERS) " workers",
+     .dflt = "all GPUs if there are any, else cpu:1"},
+    {.name = "mode", .value = "MODE", .type = CLI_WORD, .field = F(mode), .set = GT_NAMES_MODE,
+     .commands = CMD_TRAIN, .help = "how the workers combine their gradients",
+     .more = cli_usage_modes},
+    {.name = "stripes", .value = "N", .type = CLI_INT, .field = F(stripes), .lo = 0, .hi = 65536,
+     .commands = CMD_TRAIN,
+     .help = "hogwild lock stripes (0 is lock-free, true Hogwild: no locks, relaxed atomics; "
+             "updates may interleave element-wise and be lost)",
+     .dflt = "auto, one per 16 KiB of parameters, 1..256"},
+    {.name = "staleness", .value = "N", .type = CLI_INT, .field = F(staleness), .lo = 0,
+     .hi = GT_MAX_STALENESS, .commands = CMD_TRAIN,
+     .help = "ssp: steps a worker may run ahead"},
+    {.name = "sync-every", .value = "N", .type = CLI_INT, .field = F(sync_every), .lo = 1,
+     .hi = 1000000, .commands = CMD_TRAIN,
+     .help = "local: steps between averages; across hosts (mpirun), also hogwild and ssp: steps "
+             "between averages of the hosts' stores"},
+    {.name = "balance", .type = CLI_WORD, .field = F(balance), .set = GT_NAMES_BALANCE,
+     .commands = CMD_TRAIN,
+     .help = "hogwild: dynamic, a free worker takes the next batch, so faster devices do more; "
+             "static, equal shares"},
+    {.name = "overlap", .type = CLI_SWITCH, .field = F(overlap), .lo = 1, .commands = CMD_TRAIN,
+     .help = "hogwild: pull and begin step k+1 before pushing step k, so a GPU computes while the "
+             "host pushes; every step misses its predecessor's update (one step more staleness). "
+             "With SGD each step starts from the pulled parameters minus its predecessor's plain "
+             "SGD step (weight prediction; off with --literal)"},
+    {.name = "exchange", .type = CLI_WORD, .field = F(exchange), .set = GT_NAMES_EXCHANGE,
+     .commands = CMD_TRAIN,
+     .help = "allreduce, and local on GPUs: how the GPUs of one host exchange gradients; auto, "
+             "peer to peer (p2p) where the GPUs reach each other, else NCCL; p2p or nccl insist "
+             "on one (across hosts it is always NCCL)"},
+    {.name = "tf32", .type = CLI_SWITCH, .field = F(tf32), .lo = 1,
+     .commands = CMD_TRAIN | CMD_EVAL,
+     .help = "allow TF32 tensor-core math on GPUs"},
+
+    {.section = "Model and data", .name = "model", .value = "NAME|SPEC|@FILE", .type = CLI_TEXT,
+     TEXT(model), .commands = CMD_TRAIN,
+     .help = "lenet5, lenet5-classic, mlp, cnn-wide, a layer spec, or @FILE holding one"},
+    {.name = "data", .value = "DIR", .type = CLI_TEXT, TEXT(data), .commands = CMD_ALL,
+     .help = "IDX files or one folder per class", .dflt = "the usual places"},
+    {.name = "train-samples", .value = "N", .type = CLI_U32, .field = F(train_samples), .lo = 1,
+     .hi = UINT32_MAX, .commands = CMD_TRAIN, .help = "train on the first N samples only",
+     .dflt = "all"},
+    {.name = "batch", .value = "N", .type = CLI_INT, .field = F(batch), .lo = 1, .hi = GT_MAX_BATCH,
+     .commands = CMD_TRAIN | CMD_EVAL, .help = "samples per step and worker, in every mode"},
+    {.name = "epochs", .value = "N", .type = CLI_INT, .field = F(epochs), .lo = 1,
+     .hi = GT_MAX_EPOCHS, .commands = CMD_TRAIN, .help = "passes over the training set"},
+    {.name = "seed", .value = "N", .type = CLI_U64, .field = F(seed), .commands = CMD_TRAIN,
+     .help = "initialisation and shuffling seed"},
+    {.name = "eval-every", .value = "N", .type = CLI_INT, .field = F(eval_every), .lo = 0,
+     .hi = INT_MAX, .commands = CMD_TRAIN,
+     .help = "evaluate every N steps of each worker, also at epoch ends; 0 = at epoch ends only"},
+
+    {.section = "Optimisation", .name = "optimizer", .type = CLI_WORD, .field = FO(kind),
+     .set = GT_NAMES_OPTIMIZER, .commands = CMD_TRAIN,
+     .help = "PyTorch SGD or Adam; adam keeps the --lr default and ignores --momentum"},
+    {.name = "lr", .value = "X", .type = CLI_FLOAT, .field = FO(lr), .range = &RANGE_POSITIVE,
+     .commands = CMD_TRAIN, .given = GT_GIVEN_LR, .help = "base learning rate"},
+    {.name = "momentum", .value = "X", .type = CLI_FLOAT, .field = FO(momentum),
+     .range = &RANGE_UNIT_LOW, .commands = CMD_TRAIN, .given = GT_GIVEN_MOMENTUM,
+     .help = "SGD momentum"},
+    {.name = "nesterov", .type = CLI_SWITCH, .field = FO(nesterov), .lo = 1, .commands = CMD_TRAIN,
+     .help = "SGD Nesterov momentum"},
+    {.name = "weight-decay", .value = "X", .type = CLI_FLOAT, .field = FO(weight_decay),
+     .range = &RANGE_NONNEG, .commands = CMD_TRAIN, .help = "L2 term added to the gradient"},
+    {.name = "beta1", .value = "X", .type = CLI_FLOAT, .field = FO(beta1), .range = &RANGE_UNIT_LOW,
+     .commands = CMD_TRAIN, .help = "Adam first-moment decay"},
+    {.name = "beta2", .value = "X", .type = CLI_FLOAT, .field = FO(beta2), .range = &RANGE_UNIT_LOW,
+     .commands = CMD_TRAIN, .help = "Adam second-moment decay"},
+    {.name = "eps", .value = "X", .type = CLI_FLOAT, .field = FO(eps), .range = &RANGE_POSITIVE,
+     .commands = CMD_TRAIN, .help = "Adam denominator term"},
+    {.name = "schedule", .type = CLI_WORD, .field = FO(schedule), .set = GT_NAMES_SCHEDULE,
+     .commands = CMD_TRAIN,
+     .help = "learning rate after warm-up; cosine decays to 0 at the end of training"},
+    {.name = "warmup", .value = "EPOCHS", .type = CLI_FLOAT, .field = FO(warmup_epochs),
+     .range = &RANGE_NONNEG, .commands = CMD_TRAIN, .given = GT_GIVEN_WARMUP,
+     .help = "linear warm-up from 0 over this many epochs"},
+    {.name = "step-epochs", .value = "X", .type = CLI_FLOAT, .field = FO(step_epochs),
+     .range = &RANGE_POSITIVE, .commands = CMD_TRAIN,
+     .help = "step: multiply the rate by --gamma every X epochs"},
+    {.name = "gamma", .value = "X", .type = CLI_FLOAT, .field = FO(gamma),
+     .range = &RANGE_UNIT_HIGH, .commands = CMD_TRAIN, .help = "step factor"},
+
+    {.section = "Checkpoints and faults", .name = "checkpoint", .value = "PATH", .type = CLI_TEXT,
+     TEXT(checkpoint), .commands = CMD_ALL,
+     .help = "write checkpoints here; for eval and predict, the one to use"},
+    {.name = "checkpoint-every", .value = "N|Ns", .type = CLI_CUSTOM, .field = F(checkpoint_every),
+     .parse = cli_parse_checkpoint_every, .commands = CMD_TRAIN,
+     .help = "every N epochs, or every N steps with an s suffix, N >= 1",
+     .dflt = "at the end only"},
+    {.name = "keep", .value = "K", .type = CLI_INT, .field = F(keep), .lo = 0, .hi = GT_MAX_KEEP,
+     .commands = CMD_TRAIN, .help = "older checkpoints kept beside the newest"},
+    {.name = "resume", .value = "PATH", .type = CLI_TEXT, TEXT(resume), .commands = CMD_TRAIN,
+     .help = "continue a run: parameters, optimizer state and progress (not with --init)"},
+    {.name = "init", .value = "PATH", .type = CLI_TEXT, TEXT(init), .commands = CMD_TRAIN,
+     .help = "start a fresh run from a checkpoint's parameters"},
+    {.name = "allow-nonfinite", .type = CLI_SWITCH, .field = F(allow_nonfinite), .lo = 1,
+     .commands = CMD_ALL, .help = "load a checkpoint holding NaN or Inf values",
+     .dflt = "refused"},
+    {.name = "ignore-classes", .type = CLI_SWITCH, .field = F(ignore_classes), .lo = 1,
+     .commands = CMD_EVAL | CMD_PREDICT,
+     .help = "use a checkpoint whose class names differ from the data's",
+     .dflt = "refused"},
+    {.name = "top", .value = "K", .type = CLI_INT, .field = F(top), .lo = 1, .hi = GT_MAX_CLASSES,
+     .commands = CMD_PREDICT, .help = "classes printed per image"},
+    {.name = "on-nan", .type = CLI_WORD, .field = F(on_nan), .set = GT_NAMES_ON_NAN,
+     .commands = CMD_TRAIN, .given = GT_GIVEN_ON_NAN,
+     .help = "on a non-finite loss, stop the run or skip the update",
+     .dflt = "neither; the guard acts as --on-diverge says"},
+    {.name = "on-diverge", .type = CLI_WORD, .field = F(on_diverge), .set = GT_NAMES_ON_DIVERGE,
+     .commands = CMD_TRAIN,
+     .help = "a loss that goes non-finite, climbs well above its start or stays at chance: roll "
+             "back to the last good parameters and lower the step size, or stop with an error"},
+    {.name = "literal", .type = CLI_SWITCH, .field = F(literal), .lo = 1, .commands = CMD_TRAIN,
+     .help = "run the recipe exactly as given: no corrections of momentum, step size or warm-up "
+             "for the worker count and mode, no weight prediction for --overlap"},
+    {.name = "inject-fault", .value = "WORKER:STEP", .type = CLI_CUSTOM, .field = F(inject_worker),
+     .parse = cli_parse_inject_fault, .commands = CMD_TRAIN,
+     .help = "make a worker (numbered across hosts under mpirun) fail at its step, to test "
+             "recovery", .dflt = "none"},
+    {.name = "stall-timeout", .value = "SECONDS", .type = CLI_DOUBLE, .field = F(stall_timeout),
+     .range = &RANGE_POSITIVE, .commands = CMD_TRAIN,
+     .help = "warn on stderr when a worker makes no progress for this long, once until it moves "
+             "again; it is not counted as failed and the run goes on", .dflt = "off"},
+    {.name = "host-timeout", .value = "SECONDS", .type = CLI_DOUBLE, .field = F(host_timeout),
+     .range = &RANGE_NONNEG, .commands = CMD_TRAIN | CMD_EVAL,
+     .help = "under mpirun: a host that waits this long for the others in a collective ends the "
+             "run, naming itself; 0 waits forever"},
+
+    {.section = "Output", .name = "log", .value = "FILE", .type = CLI_TEXT, TEXT(log_path),
+     .commands = CMD_TRAIN, .help = "write one JSON line per evaluation and event"},
+    {.name = "log-steps", .type = CLI_SWITCH, .field = F(log_steps), .lo = 1, .commands = CMD_TRAIN,
+     .help = "with --log, also one line per training step with its loss"},
+    {.name = "progress", .type = CLI_SWITCH, .field = F(progress), .lo = 1, .commands = CMD_TRAIN,
+     .help = "show a progress line", .dflt = "when stderr is a terminal"},
+    {.name = "no-progress", .type = CLI_SWITCH, .field = F(progress), .lo = 0,
+     .commands = CMD_TRAIN, .help = "never show it", .dflt = "when stderr is a terminal"},
+    {.name = "quiet", .type = CLI_SWITCH, .field = F(quiet), .lo = 1, .commands = CMD_TRAIN,
+     .help = "print only the final result line (done: ...) on stdout, and errors and warnings on "
+             "stderr; no progress line unless --progress"},
+    {.name = "help", .type = CLI_HELP, .commands = CMD_ALL, .help = "print this help and exit"},
+    {.name = "version", .type = CLI_VERSION, .commands = CMD_ALL,
+     .help = "print the version and exit"},
+};
+
+#define CLI_NROWS ((int)(sizeof cli_rows / sizeof *cli_rows))
+_Static_assert(sizeof(gt_mode) == sizeof(int) && sizeof(gt_opt_kind) == sizeof(int) &&
+               sizeof(gt_sched_kind) == sizeof(int) && sizeof(gt_balance) == sizeof(int) &&
+               sizeof(gt_on_nan) == sizeof(int) && sizeof(gt_on_diverge) == sizeof(int) &&
+               sizeof(gt_exchange) == sizeof(int), "CLI_WORD sets an enum field as an int");
+#define CLI_OPT0 256 /* getopt's value of row 0, above every short option */
+
+/* The getopt table of the rows, built once. */
+const struct option *gt_cli_options(void)
 {
+    static struct option opts[CLI_NROWS + 1];
+    if (!opts[0].name)
+        for (int i = 0; i < CLI_NROWS; i++) {
+            int takes = cli_rows[i].type != CLI_SWITCH && cli_rows[i].type != CLI_HELP &&
+                        cli_rows[i].type != CLI_VERSION;
+            opts[i] = (struct option){cli_rows[i].name, takes ? required_argument : no_argument,
+                                      NULL, CLI_OPT0 + i};
+        }
+    return opts;
+}
+
+static const cli_row *cli_row_of(int opt)
+{
+    return opt >= CLI_OPT0 && opt < CLI_OPT0 + CLI_NROWS ? &cli_rows[opt - CLI_OPT0] : NULL;
+}
+
+/* The commands of bits, "train, eval", into buf. */
+static const char *cli_command_list(unsigned bits, char *buf, size_t size)
+{
+    buf[0] = 0;
+    for (int k = 0; k < CLI_NCOMMANDS; k++)
+        if (bits & (1u << k))
+            snprintf(buf + strlen(buf), size - strlen(buf), "%s%s", buf[0] ? ", " : "",
+                     cli_commands[k]);
+    return buf;
+}
+
+/* Sets the field that row r controls from its value arg. */
+static int cli_apply(const cli_row *r, const char *arg, gt_config *c, gt_err *e)
+{
+    char *f = (char *)c + r->field;
     long long v;
-    if (cli_parse_ll("train-samples", s, 1, UINT32_MAX, &v, e))
-        return -1;
-    c->train_samples = (uint32_t)v;
-    return 0;
+    switch (r->type) {
+    case CLI_SWITCH: *(int *)f = (int)r->lo; return 0;
+    case CLI_INT: return cli_parse_int(r->name, arg, (int)r->lo, (int)r->hi, (int *)f, e);
+    case CLI_U32:
+        if (cli_parse_ll(r->name, arg, r->lo, r->hi, &v, e))
+            return -1;
+        *(uint32_t *)f = (uint32_t)v;
+        return 0;
+    case CLI_U64: return cli_parse_u64(r->name, arg, (uint64_t *)f, e);
+    case CLI_FLOAT: return cli_parse_float(r->name, arg, r->range, (float *)f, e);
+    case CLI_DOUBLE: return cli_parse_double(r->name, arg, r->range, (double *)f, e);
+    case CLI_TEXT: return cli_copy_string(r->name, arg, f, r->size, e);
+    case CLI_WORD: return gt_name_parse(r->set, r->name, arg, (int *)f, e);
+    case CLI_CUSTOM: return r->parse(arg, c, e);
+    case CLI_HELP:
+    case CLI_VERSION: break;
+    }
+    return gt_fail(e, "--%s: no parser for this option", r->name);
 }
 
-/* The options whose value is a word of a name table (names.h), and the field each one sets. */
-static int cli_apply_enum(int opt, const char *arg, gt_config *c, gt_err *e)
-{
-    static const struct {
-        int opt;
-        gt_name_set set;
-    } enums[] = {{OPT_MODE, GT_NAMES_MODE}, {OPT_BALANCE, GT_NAMES_BALANCE},
-                 {OPT_OPTIMIZER, GT_NAMES_OPTIMIZER}, {OPT_SCHEDULE, GT_NAMES_SCHEDULE},
-                 {OPT_ON_NAN, GT_NAMES_ON_NAN}, {OPT_ON_DIVERGE, GT_NAMES_ON_DIVERGE}};
-    int v, found = -1;
-    for (size_t i = 0; i < sizeof enums / sizeof *enums; i++)
-        if (enums[i].opt == opt)
-            found = (int)i;
-    if (found < 0)
-        return gt_fail(e, "--%s: no parser for this option", cli_option_name(opt));
-    if (gt_name_parse(enums[found].set, cli_option_name(opt), arg, &v, e))
-        return -1;
-    switch (enums[found].set) {
-    case GT_NAMES_MODE: c->mode = (gt_mode)v; break;
-    case GT_NAMES_BALANCE: c->balance = (gt_balance)v; break;
-    case GT_NAMES_OPTIMIZER: c->optim.kind = (gt_opt_kind)v; break;
-    case GT_NAMES_SCHEDULE: c->optim.schedule = (gt_sched_kind)v; break;
-    case GT_NAMES_ON_NAN: c->on_nan = (gt_on_nan)v; break;
-    case GT_NAMES_ON_DIVERGE: c->on_diverge = (gt_on_diverge)v; break;
-    }
-    return 0;
-}
-
-/* Sets the field that option opt controls from its value arg. */
-static int cli_apply(int opt, const char *arg, gt_config *c, gt_err *e)
-{
-    const char *flag = cli_option_name(opt);
-    gt_optim_cfg *o = &c->optim;
-    switch (opt) {
-    case OPT_GPUS: return gt_cli_parse_gpus(arg, c, e);
-    case OPT_STRIPES: return cli_parse_int(flag, arg, 0, 65536, &c->stripes, e);
-    case OPT_STALENESS: return cli_parse_int(flag, arg, 0, GT_MAX_STALENESS, &c->staleness, e);
-    case OPT_SYNC_EVERY: return cli_parse_int(flag, arg, 1, 1000000, &c->sync_every, e);
-    case OPT_TF32: c->tf32 = 1; return 0;
-    case OPT_OVERLAP: c->overlap = 1; return 0;
-    case OPT_MODEL: return cli_copy_string(flag, arg, c->model, sizeof c->model, e);
-    case OPT_DATA: return cli_copy_string(flag, arg, c->data, sizeof c->data, e);
-    case OPT_TRAIN_SAMPLES: return cli_parse_train_samples(arg, c, e);
-    case OPT_BATCH: return cli_parse_int(flag, arg, 1, GT_MAX_BATCH, &c->batch, e);
-    case OPT_EPOCHS: return cli_parse_int(flag, arg, 1, GT_MAX_EPOCHS, &c->epochs, e);
-    case OPT_SEED: return cli_parse_u64(flag, arg, &c->seed, e);
-    case OPT_EVAL_EVERY: return cli_parse_int(flag, arg, 0, INT_MAX, &c->eval_every, e);
-    case OPT_LR: return cli_parse_float(flag, arg, &RANGE_POSITIVE, &o->lr, e);
-    case OPT_MOMENTUM: return cli_parse_float(flag, arg, &RANGE_UNIT_LOW, &o->momentum, e);
-    case OPT_NESTEROV: o->nesterov = 1; return 0;
-    case OPT_WEIGHT_DECAY: return cli_parse_float(flag, arg, &RANGE_NONNEG, &o->weight_decay, e);
-    case OPT_BETA1: return cli_parse_float(flag, arg, &RANGE_UNIT_LOW, &o->beta1, e);
-    case OPT_BETA2: return cli_parse_float(flag, arg, &RANGE_UNIT_LOW, &o->beta2, e);
-    case OPT_EPS: return cli_parse_float(flag, arg, &RANGE_POSITIVE, &o->eps, e);
-    case OPT_WARMUP: return cli_parse_float(flag, arg, &RANGE_NONNEG, &o->warmup_epochs, e);
-    case OPT_STEP_EPOCHS: return cli_parse_float(flag, arg, &RANGE_POSITIVE, &o->step_epochs, e);
-    case OPT_GAMMA: return cli_parse_float(flag, arg, &RANGE_UNIT_HIGH, &o->gamma, e);
-    case OPT_CHECKPOINT: return cli_copy_string(flag, arg, c->checkpoint, sizeof c->checkpoint, e);
-    case OPT_CHECKPOINT_EVERY: return cli_parse_checkpoint_every(arg, c, e);
-    case OPT_KEEP: return cli_parse_int(flag, arg, 0, GT_MAX_KEEP, &c->keep, e);
-    case OPT_RESUME: return cli_copy_string(flag, arg, c->resume, sizeof c->resume, e);
-    case OPT_INIT: return cli_copy_string(flag, arg, c->init, sizeof c->init, e);
-    case OPT_INJECT_FAULT: return cli_parse_inject_fault(arg, c, e);
-    case OPT_STALL_TIMEOUT:
-        return cli_parse_double(flag, arg, &RANGE_POSITIVE, &c->stall_timeout, e);
-    case OPT_HOST_TIMEOUT:
-        return cli_parse_double(flag, arg, &RANGE_NONNEG, &c->host_timeout, e);
-    case OPT_LOG: return cli_copy_string(flag, arg, c->log_path, sizeof c->log_path, e);
-    case OPT_LOG_STEPS: c->log_steps = 1; return 0;
-    case OPT_LITERAL: c->literal = 1; return 0;
-    case OPT_PROGRESS: c->progress = 1; return 0;
-    case OPT_NO_PROGRESS: c->progress = 0; return 0;
-    case OPT_QUIET: c->quiet = 1; return 0;
-    case OPT_ALLOW_NONFINITE: c->allow_nonfinite = 1; return 0;
-    case OPT_IGNORE_CLASSES: c->ignore_classes = 1; return 0;
-    case OPT_TOP: return cli_parse_int(flag, arg, 1, GT_MAX_CLASSES, &c->top, e);
-    default: return cli_apply_enum(opt, arg, c, e);
-    }
-}
+/* ---- the parser ------------------------------------------------------------------------------ */
 
 /* getopt_long accepts unambiguous prefixes ("--epo"); refusing them keeps scripts valid when a
  * new option later makes a prefix ambiguous. */
@@ -428,38 +541,40 @@ static int cli_spelt_in_full(const char *word, const char *name)
 /* The message for getopt's '?' (unknown option, or a value given to a flag) and ':' (no value). */
 static int cli_fail_getopt(int ret, const char *word, gt_err *e)
 {
-    if (ret == ':')
-        return gt_fail(e, "--%s needs a value", cli_option_name(optopt));
-    if (optopt >= OPT_GPUS)
-        return gt_fail(e, "--%s takes no value (got '%s')", cli_option_name(optopt), word);
+    const cli_row *r = cli_row_of(optopt);
+    if (ret == ':' && r)
+        return gt_fail(e, "--%s needs a value", r->name);
+    if (r)
+        return gt_fail(e, "--%s takes no value (got '%s')", r->name, word);
     if (word[0] == '-' && word[1] != '-')
         return gt_fail(e, "unknown option '%s' (options start with --)", word);
     return gt_fail(e, "unknown option '%s'", word);
 }
 
-/* The GT_GIVEN_* bit of an option the recipe could change, 0 for the others. */
-static unsigned cli_given_bit(int opt)
+/* Each option at most once; options that set one field (--progress, --no-progress) count as one
+ * setting. seen[i] is set for each row given. */
+static int cli_check_repeat(const cli_row *r, unsigned char *seen, gt_err *e)
 {
-    switch (opt) {
-    case OPT_LR: return GT_GIVEN_LR;
-    case OPT_MOMENTUM: return GT_GIVEN_MOMENTUM;
-    case OPT_WARMUP: return GT_GIVEN_WARMUP;
-    case OPT_ON_NAN: return GT_GIVEN_ON_NAN;
-    default: return 0;
+    for (int i = 0; i < CLI_NROWS; i++) {
+        if (!seen[i] || cli_rows[i].field != r->field)
+            continue;
+        if (&cli_rows[i] == r)
+            return gt_fail(e, "--%s given twice", r->name);
+        return gt_fail(e, "--%s and --%s contradict each other", cli_rows[i].name, r->name);
     }
+    seen[r - cli_rows] = 1;
+    return 0;
 }
 
-/* Each option at most once; --progress and --no-progress count as one setting. */
-static int cli_check_repeat(int opt, const char **seen, gt_err *e)
+/* An option that the command does not read is refused rather than silently ignored. */
+static int cli_check_command(const cli_row *r, gt_command cmd, gt_err *e)
 {
-    int slot = (opt == OPT_NO_PROGRESS ? OPT_PROGRESS : opt) - OPT_GPUS;
-    const char *name = cli_option_name(opt);
-    if (seen[slot] && strcmp(seen[slot], name) == 0)
-        return gt_fail(e, "--%s given twice", name);
-    if (seen[slot])
-        return gt_fail(e, "--%s and --%s contradict each other", seen[slot], name);
-    seen[slot] = name;
-    return 0;
+    char have[32], want[32];
+    if (r->commands & (1u << cmd))
+        return 0;
+    return gt_fail(e, "--%s does not apply to %s (only to %s)", r->name,
+                   cli_command_list(1u << cmd, have, sizeof have),
+                   cli_command_list(r->commands, want, sizeof want));
 }
 
 static int cli_check_combination(const gt_config *c, gt_err *e)
@@ -468,8 +583,7 @@ static int cli_check_combination(const gt_config *c, gt_err *e)
         return gt_fail(e, "--resume '%s' and --init '%s' cannot be used together", c->resume,
                        c->init);
     if (c->command != GT_CMD_TRAIN && !c->checkpoint[0])
-        return gt_fail(e, "%s: --checkpoint PATH is required",
-                       c->command == GT_CMD_EVAL ? "eval" : "predict");
+        return gt_fail(e, "%s: --checkpoint PATH is required", cli_commands[c->command]);
     if (c->command == GT_CMD_PREDICT && c->nitems == 0)
         return gt_fail(e, "predict: name at least one image file or IDX range (test:0-9)");
     const gt_mode_row *mode = gt_mode_row_of(c->mode);
@@ -484,9 +598,6 @@ static int cli_check_combination(const gt_config *c, gt_err *e)
                        "take the same step", gt_mode_name(c->mode));
     return 0;
 }
-
-/* predict: takes the word at optind as an image or range, or with rest every word left (those
- * after "--"); getopt then goes on with the options after it. */
 static int cli_add_items(int argc, char **argv, gt_config *c, int rest, gt_err *e)
 {
     do {
@@ -501,7 +612,8 @@ static int cli_add_items(int argc, char **argv, gt_config *c, int rest, gt_err *
  * was read, 1 after printing help or the version, -1 on the first bad one. */
 static int cli_parse_options(int argc, char **argv, gt_config *c, FILE *out, gt_err *e)
 {
-    const char *seen[OPT_END - OPT_GPUS] = {0};
+    const struct option *opts = gt_cli_options();
+    unsigned char seen[CLI_NROWS] = {0};
     int index = -1;
     opterr = 0;
     optind = 0;
@@ -512,7 +624,7 @@ static int cli_parse_options(int argc, char **argv, gt_config *c, FILE *out, gt_
             optind++; /* getopt's own "--" handling would go back to an item already taken */
             return optind < argc ? cli_add_items(argc, argv, c, 1, e) : 0;
         }
-        int opt = getopt_long(argc, argv, "+:h", gt_cli_options, &index);
+        int opt = getopt_long(argc, argv, "+:h", opts, &index);
         if (opt == -1 && c->command == GT_CMD_PREDICT && optind < argc) {
             if (cli_add_items(argc, argv, c, optind == 2 && strcmp(argv[1], "--") == 0, e) != 0)
                 return -1;
@@ -524,20 +636,21 @@ static int cli_parse_options(int argc, char **argv, gt_config *c, FILE *out, gt_
             break;
         if (opt == '?' || opt == ':')
             return cli_fail_getopt(opt, word, e);
-        if (opt != 'h' && !cli_spelt_in_full(word, gt_cli_options[index].name))
-            return gt_fail(e, "unknown option '%s' (write --%s in full)", word,
-                           gt_cli_options[index].name);
-        if (opt == 'h' || opt == OPT_HELP) {
+        if (opt != 'h' && !cli_spelt_in_full(word, opts[index].name))
+            return gt_fail(e, "unknown option '%s' (write --%s in full)", word, opts[index].name);
+        const cli_row *r = cli_row_of(opt);
+        if (opt == 'h' || r->type == CLI_HELP) {
             gt_cli_usage(out);
             return 1;
         }
-        if (opt == OPT_VERSION) {
+        if (r->type == CLI_VERSION) {
             fprintf(out, "gputrain %s (%s)\n", GT_VERSION, CLI_BACKENDS);
             return 1;
         }
-        if (cli_check_repeat(opt, seen, e) || cli_apply(opt, optarg, c, e))
+        if (cli_check_command(r, c->command, e) || cli_check_repeat(r, seen, e) ||
+            cli_apply(r, optarg, c, e))
             return -1;
-        c->given |= cli_given_bit(opt);
+        c->given |= r->given;
     }
     if (optind < argc)
         return gt_fail(e, "unexpected argument '%s'", argv[optind]);
@@ -550,21 +663,22 @@ int gt_cli_parse(int argc, char **argv, gt_config *c, FILE *out, gt_err *e)
     if (argc < 1 || !argv)
         return 0;
     int skip = 0;
-    if (argc > 1 && strcmp(argv[1], "train") == 0) {
-        skip = 1;
-    } else if (argc > 1 && strcmp(argv[1], "eval") == 0) {
-        c->command = GT_CMD_EVAL;
-        skip = 1;
-    } else if (argc > 1 && strcmp(argv[1], "predict") == 0) {
-        c->command = GT_CMD_PREDICT;
-        skip = 1;
-    }
+    for (int k = 0; argc > 1 && k < CLI_NCOMMANDS && !skip; k++)
+        if (strcmp(argv[1], cli_commands[k]) == 0) {
+            c->command = (gt_command)k;
+            skip = 1;
+        }
     int rc = cli_parse_options(argc - skip, argv + skip, c, out, e);
     if (rc)
         return rc;
     c->optim.total_epochs = (float)c->epochs;
     return cli_check_combination(c, e);
 }
+
+/* ---- --help ---------------------------------------------------------------------------------- */
+
+#define USAGE_COLUMN 25 /* where the help sentences start */
+#define USAGE_WIDTH 92  /* the longest line */
 
 /* Each mode's row: its name, then its help lines under one another. */
 static void cli_usage_modes(FILE *out)
@@ -584,136 +698,118 @@ static void cli_usage_modes(FILE *out)
     }
 }
 
-static void cli_usage_devices(FILE *out, const gt_config *d)
+/* The range a row's value must lie in, as --help states it; "" when the sentence says it. */
+static const char *cli_usage_range(const cli_row *r, char *buf, size_t size)
 {
-    fprintf(out,
-        "Devices and modes:\n"
-        "  --gpus LIST|all|cpu:N  GPU ordinals such as 0,1,2,3, every GPU (all), or N CPU worker\n"
-        "                         threads; 1..%d workers (default: all GPUs if there are any,\n"
-        "                         else cpu:1)\n"
-        "  --mode MODE            how the workers combine their gradients (default %s):\n",
-        GT_MAX_WORKERS, gt_mode_name(d->mode));
-    cli_usage_modes(out);
-    fprintf(out,
-        "  --stripes N            hogwild lock stripes, 0..65536 (default: auto, one per 16 KiB\n"
-        "                         of parameters, 1..256). 0 is lock-free, true\n"
-        "                         Hogwild: no locks, relaxed atomics; updates may interleave\n"
-        "                         element-wise and be lost\n"
-        "  --staleness N          ssp: steps a worker may run ahead, 0..%d (default %d)\n"
-        "  --sync-every N         local: steps between averages; across hosts (mpirun), also\n"
-        "                         hogwild and ssp: steps between averages of the hosts' stores,\n"
-        "                         1..1000000 (default %d)\n"
-        "  --balance static|dynamic\n"
-        "                         hogwild: dynamic, a free worker takes the next batch, so faster\n"
-        "                         devices do more; static, equal shares (default %s)\n"
-        "  --overlap              hogwild: pull and begin step k+1 before pushing step k, so\n"
-        "                         a GPU computes while the host pushes; every step misses its\n"
-        "                         predecessor's update (one step more staleness; default off).\n"
-        "                         With SGD each step starts from the pulled parameters minus\n"
-        "                         its predecessor's plain SGD step (weight prediction; off\n"
-        "                         with --literal)\n"
-        "  --tf32                 allow TF32 tensor-core math on GPUs (default off)\n\n",
-        GT_MAX_STALENESS, d->staleness, d->sync_every, gt_name(GT_NAMES_BALANCE, (int)d->balance));
+    switch (r->type) {
+    case CLI_INT:
+    case CLI_U32: snprintf(buf, size, "%lld..%lld", r->lo, r->hi); return buf;
+    case CLI_U64: return "0..2^64-1";
+    case CLI_FLOAT:
+    case CLI_DOUBLE: return r->range->help;
+    case CLI_SWITCH:
+    case CLI_TEXT:
+    case CLI_WORD:
+    case CLI_CUSTOM:
+    case CLI_HELP:
+    case CLI_VERSION: break;
+    }
+    return "";
 }
 
-static void cli_usage_model(FILE *out, const gt_config *d)
+/* A row's default, read from the default configuration d: "(default 10)", "(default: none)". */
+static void cli_usage_default(const cli_row *r, const gt_config *d, char *buf, size_t size)
 {
-    fprintf(out,
-        "Model and data:\n"
-        "  --model NAME|SPEC|@FILE  lenet5, lenet5-classic, mlp, cnn-wide, a layer spec, or @FILE\n"
-        "                         holding one (default %s)\n"
-        "  --data DIR             IDX files or one folder per class (default: the usual places)\n"
-        "  --train-samples N      train on the first N samples only, N >= 1 (default: all)\n"
-        "  --batch N              samples per step and worker, in every mode, 1..%d\n"
-        "                         (default %d)\n"
-        "  --epochs N             passes over the training set, 1..%d (default %d)\n"
-        "  --seed N               initialisation and shuffling seed, 0..2^64-1\n"
-        "                         (default %" PRIu64 ")\n"
-        "  --eval-every N         evaluate every N steps of each worker, also at epoch ends;\n"
-        "                         0 = at epoch ends only, 0..%d (default %d)\n\n",
-        d->model, GT_MAX_BATCH, d->batch, GT_MAX_EPOCHS, d->epochs, d->seed, INT_MAX,
-        d->eval_every);
+    const char *f = (const char *)d + r->field;
+    if (r->dflt) {
+        snprintf(buf, size, "(default: %s)", r->dflt);
+        return;
+    }
+    switch (r->type) {
+    case CLI_SWITCH: snprintf(buf, size, "(default off)"); return;
+    case CLI_INT: snprintf(buf, size, "(default %d)", *(const int *)f); return;
+    case CLI_U32: snprintf(buf, size, "(default %" PRIu32 ")", *(const uint32_t *)f); return;
+    case CLI_U64: snprintf(buf, size, "(default %" PRIu64 ")", *(const uint64_t *)f); return;
+    case CLI_FLOAT: snprintf(buf, size, "(default %g)", *(const float *)f); return;
+    case CLI_DOUBLE: snprintf(buf, size, "(default %g)", *(const double *)f); return;
+    case CLI_TEXT:
+        snprintf(buf, size, f[0] ? "(default %s)" : "(default: none)", f);
+        return;
+    case CLI_WORD: snprintf(buf, size, "(default %s)", gt_name(r->set, *(const int *)f)); return;
+    case CLI_CUSTOM:
+    case CLI_HELP:
+    case CLI_VERSION: break;
+    }
+    buf[0] = 0;
 }
 
-static void cli_usage_optim(FILE *out, const gt_optim_cfg *o)
+/* Writes text from column col on, wrapped at USAGE_WIDTH, continuation lines at column indent. */
+static void cli_usage_wrap(FILE *out, const char *text, int col, int indent)
 {
-    char words[2][GT_NAMES_LIST_LEN];
-    gt_name_list(GT_NAMES_OPTIMIZER, "|", words[0], sizeof words[0]);
-    gt_name_list(GT_NAMES_SCHEDULE, "|", words[1], sizeof words[1]);
-    fprintf(out,
-        "Optimisation:\n"
-        "  --optimizer %-10s PyTorch SGD or Adam (default %s); adam keeps the --lr default\n"
-        "                         and ignores --momentum\n"
-        "  --lr X                 base learning rate, > 0 (default %g)\n"
-        "  --momentum X           SGD momentum, 0 <= x < 1 (default %g)\n"
-        "  --nesterov             SGD Nesterov momentum (default off)\n"
-        "  --weight-decay X       L2 term added to the gradient, >= 0 (default %g)\n"
-        "  --beta1 X              Adam first-moment decay, 0 <= x < 1 (default %g)\n"
-        "  --beta2 X              Adam second-moment decay, 0 <= x < 1 (default %g)\n"
-        "  --eps X                Adam denominator term, > 0 (default %g)\n"
-        "  --schedule %s\n"
-        "                         learning rate after warm-up; cosine decays to 0 at the end of\n"
-        "                         training (default %s)\n"
-        "  --warmup EPOCHS        linear warm-up from 0 over this many epochs, >= 0 (default %g)\n"
-        "  --step-epochs X        step: multiply the rate by --gamma every X epochs, > 0\n"
-        "                         (default %g)\n"
-        "  --gamma X              step factor, 0 < x <= 1 (default %g)\n\n",
-        words[0], gt_optimizer_name(o->kind), o->lr, o->momentum, o->weight_decay, o->beta1,
-        o->beta2, o->eps, words[1], gt_schedule_name(o->schedule), o->warmup_epochs, o->step_epochs,
-        o->gamma);
+    while (*text) {
+        size_t room = (size_t)(USAGE_WIDTH - col), n = strlen(text);
+        if (n > room) {
+            n = room;
+            while (n > 0 && text[n] != ' ')
+                n--;
+            if (n == 0)
+                n = strcspn(text, " ");
+        }
+        fprintf(out, "%.*s\n", (int)n, text);
+        text += n;
+        text += strspn(text, " ");
+        if (*text)
+            fprintf(out, "%*s", indent, "");
+        col = indent;
+    }
 }
 
-static void cli_usage_checkpoints(FILE *out, const gt_config *d)
+/* One row's entry: the flag and its value, then its sentence, range and default. */
+static void cli_usage_row(FILE *out, const cli_row *r, const gt_config *d)
 {
-    fprintf(out,
-        "Checkpoints and faults:\n"
-        "  --checkpoint PATH      write checkpoints here; for eval, the one to measure\n"
-        "                         (default: none)\n"
-        "  --checkpoint-every N|Ns  every N epochs, or every N steps with an s suffix, N >= 1\n"
-        "                         (default: at the end only)\n"
-        "  --keep K               older checkpoints kept beside the newest, 0..%d (default %d)\n"
-        "  --resume PATH          continue a run: parameters, optimizer state and progress\n"
-        "                         (default: none; not with --init)\n"
-        "  --init PATH            start a fresh run from a checkpoint's parameters\n"
-        "                         (default: none)\n"
-        "  --allow-nonfinite      load a checkpoint holding NaN or Inf values (default: refused)\n"
-        "  --ignore-classes       eval, predict: use a checkpoint whose class names differ\n"
-        "                         from the data's (default: refused)\n"
-        "  --top K                predict: classes printed per image, 1..%d (default %d)\n"
-        "  --on-nan stop|skip     on a non-finite loss, stop the run or skip the update\n"
-        "                         (default: neither; the guard acts as --on-diverge says)\n"
-        "  --on-diverge recover|stop  a loss that goes non-finite, climbs well above its start\n"
-        "                         or stays at chance: roll back to the last good parameters\n"
-        "                         and lower the step size, or stop with an error (default %s)\n"
-        "  --literal              run the recipe exactly as given: no corrections of momentum,\n"
-        "                         step size or warm-up for the worker count and mode, no\n"
-        "                         weight prediction for --overlap\n"
-        "                         (default off)\n"
-        "  --inject-fault WORKER:STEP  make a worker (numbered across hosts under mpirun) fail\n"
-        "                         at its step, to test recovery\n"
-        "                         (default: none)\n"
-        "  --stall-timeout SECONDS  warn on stderr when a worker makes no progress for this\n"
-        "                         long, once until it moves again; it is not counted as failed\n"
-        "                         and the run goes on, > 0 (default: off)\n"
-        "  --host-timeout SECONDS  under mpirun: a host that waits this long for the others in\n"
-        "                         a collective ends the run, naming itself; 0 waits forever\n"
-        "                         (default %g)\n\n",
-        GT_MAX_KEEP, d->keep, GT_MAX_CLASSES, d->top, gt_name(GT_NAMES_ON_DIVERGE, (int)d->on_diverge), d->host_timeout);
+    char value[GT_NAMES_LIST_LEN], range[64], dflt[128], text[1024];
+    if (r->value)
+        snprintf(value, sizeof value, " %s", r->value);
+    else if (r->type == CLI_WORD && gt_name_list(r->set, "|", value + 1, sizeof value - 1) == 0)
+        value[0] = ' ';
+    else
+        value[0] = 0;
+    int col = fprintf(out, "  --%s%s", r->name, value);
+    if (col < USAGE_COLUMN - 1)
+        col += fprintf(out, "%*s", USAGE_COLUMN - col, "");
+    else
+        col += fprintf(out, "  ");
+    const char *rg = cli_usage_range(r, range, sizeof range);
+    cli_usage_default(r, d, dflt, sizeof dflt);
+    char cmds[32] = "";
+    if (r->commands != CMD_TRAIN && r->type != CLI_HELP && r->type != CLI_VERSION) {
+        cli_command_list(r->commands, cmds, sizeof cmds - 2);
+        strcat(cmds, ": ");
+    }
+    snprintf(text, sizeof text, "%s%s%s%s%s%s", cmds, r->help, rg[0] ? ", " : "", rg,
+             dflt[0] ? " " : "", dflt);
+    cli_usage_wrap(out, text, col, USAGE_COLUMN);
+    if (r->more)
+        r->more(out);
 }
 
-static void cli_usage_output(FILE *out)
+/* A command's synopsis from the rows that apply to it: --checkpoint PATH, which eval and predict
+ * require, then each other option in brackets, then the words that follow (rest). */
+static void cli_usage_synopsis(FILE *out, gt_command cmd, const char *rest)
 {
-    fprintf(out,
-        "Output:\n"
-        "  --log FILE             write one JSON line per evaluation and event (default: none)\n"
-        "  --log-steps            with --log, also one line per training step with its loss (default: off)\n"
-        "  --progress             show a progress line (default: when stderr is a terminal)\n"
-        "  --no-progress          never show it (default: when stderr is a terminal)\n"
-        "  --quiet                print only the final result line (done: ...) on stdout, and\n"
-        "                         errors and warnings on stderr; no progress line unless\n"
-        "                         --progress (default off)\n"
-        "  --help                 print this help and exit\n"
-        "  --version              print the version and exit\n");
+    char text[1024];
+    int n = snprintf(text, sizeof text, "--checkpoint PATH");
+    for (int i = 0; i < CLI_NROWS; i++) {
+        const cli_row *r = &cli_rows[i];
+        if (!(r->commands & (1u << cmd)) || strcmp(r->name, "checkpoint") == 0 ||
+            r->type == CLI_HELP || r->type == CLI_VERSION)
+            continue;
+        n += snprintf(text + n, sizeof text - (size_t)n, " [--%s%s%s]", r->name,
+                      r->value ? " " : "", r->value ? r->value : "");
+    }
+    if (rest[0])
+        snprintf(text + n, sizeof text - (size_t)n, " %s", rest);
+    cli_usage_wrap(out, text, fprintf(out, "  gputrain %s ", cli_commands[cmd]), 4);
 }
 
 void gt_cli_usage(FILE *out)
@@ -722,15 +818,18 @@ void gt_cli_usage(FILE *out)
     gt_config_defaults(&d);
     fprintf(out,
         "Usage: gputrain [train|eval|predict] [options]\n"
-        "  train (the default) trains a model; eval measures a saved checkpoint:\n"
-        "  gputrain eval --checkpoint PATH [--data DIR] [--gpus LIST] [--batch N]\n"
+        "  train (the default) trains a model; eval measures a saved checkpoint:\n");
+    cli_usage_synopsis(out, GT_CMD_EVAL, "");
+    fprintf(out,
         "  predict prints each image's top classes (PNG/JPEG files, or IDX ranges such as\n"
-        "  test:0-9 of --data's splits, with the true label):\n"
-        "  gputrain predict --checkpoint PATH [--top K] [--data DIR] IMAGE|SPLIT:FIRST-LAST...\n"
-        "Options are spelt in full and given at most once.\n\n");
-    cli_usage_devices(out, &d);
-    cli_usage_model(out, &d);
-    cli_usage_optim(out, &d.optim);
-    cli_usage_checkpoints(out, &d);
-    cli_usage_output(out);
+        "  test:0-9 of --data's splits, with the true label):\n");
+    cli_usage_synopsis(out, GT_CMD_PREDICT, "IMAGE|SPLIT:FIRST-LAST...");
+    fprintf(out,
+        "Options are spelt in full and given at most once. They are train's unless their entry\n"
+        "names the commands they apply to; a command refuses the options of others.\n");
+    for (int i = 0; i < CLI_NROWS; i++) {
+        if (cli_rows[i].section)
+            fprintf(out, "\n%s:\n", cli_rows[i].section);
+        cli_usage_row(out, &cli_rows[i], &d);
+    }
 }

@@ -29,4 +29,5 @@ void gt_config_defaults(gt_config *c)
     c->inject_step = -1;
     c->host_timeout = GT_CLUSTER_TIMEOUT;
     c->top = 3;
+    c->exchange = GT_EXCHANGE_AUTO;
 }

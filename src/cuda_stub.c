@@ -17,7 +17,8 @@ void gt_host_free(void *p) { gt_free(p); }
 void gt_host_register(int device, void *p, size_t bytes) {}
 void gt_host_unregister(void *p) {}
 
-int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_err *e)
+int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_exchange x,
+                           gt_err *e)
 {
     return gt_fail(e, "--mode allreduce: this gputrain was built without CUDA and NCCL");
 }

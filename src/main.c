@@ -453,7 +453,14 @@ static int cmd_train(const gt_config *given, const gt_data *d, setup *s, gt_run_
     gt_config cc = *given;
     const gt_config *c = &cc;
     gt_recipe rec;
-    gt_recipe_apply(&cc, run_workers(c), d->train.n, &rec);
+    int workers = run_workers(c);
+    if (c->inject_worker >= workers) { /* would never fire: refused, not ignored */
+        *usage = 1;
+        return gt_fail(e, "--inject-fault %d:%d: train runs %d worker%s, numbered 0..%d",
+                       c->inject_worker, c->inject_step, workers, workers == 1 ? "" : "s",
+                       workers - 1);
+    }
+    gt_recipe_apply(&cc, workers, d->train.n, &rec);
     if (train_model(c, d, s, usage, e) != 0)
         return -1;
     const gt_model *m = s->m;

@@ -295,14 +295,13 @@ static int allreduce_clock(run *r, worker *w, uint64_t c)
     /* Where the run stands, for the warm-up and the schedule, from the update's number: the same
      * on every replica whatever the timing (the samples counter is not: each worker adds its own
      * steps as it accounts them), and what sync's apply sees, every share of the clock in. */
-    double ep = run_progress_epochs(r, t * (uint64_t)r->Wg * (uint64_t)r->batch);
-    gt_optim_step st = gt_optim_prepare(&r->cfg->optim, t, ep);
-    /* guard_scale changes only at the barrier, where every replica waits: all read the same. */
-    int rc = allreduce_is_local(r)
-                 ? w->dev->ops->local_update(w->dev, &r->cfg->optim, &st, guard_scale(r),
-                                             r->W > 1 && allreduce_replicas_one(r, c), &e)
-                 : w->dev->ops->reduce_update(w->dev, &r->cfg->optim, &st,
-                                              guard_scale(r) / (float)r->Wg, &e);
+    /* The guard's factor changes only at the barrier, where every replica waits: all read the
+     * same. local averages replicas that each took their own gradient; allreduce, the mean. */
+    int local = allreduce_is_local(r);
+    run_lr lr = run_lr_at(r, t, t * (uint64_t)r->Wg * (uint64_t)r->batch, local ? 1 : r->Wg);
+    int rc = local ? w->dev->ops->local_update(w->dev, &r->cfg->optim, &lr.st, lr.gscale,
+                                               r->W > 1 && allreduce_replicas_one(r, c), &e)
+                   : w->dev->ops->reduce_update(w->dev, &r->cfg->optim, &lr.st, lr.gscale, &e);
     if (rc != 0) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
@@ -351,7 +350,7 @@ static int allreduce_check(run *r, gt_device **devices, gt_err *e)
     if (r->cfg->on_nan == GT_NAN_SKIP)
         return gt_fail(e, "--on-nan skip: not available with --mode allreduce, where every GPU "
                           "must take the same step");
-    if (gt_cuda_allreduce_init(devices, r->W, &r->cfg->optim, e) != 0)
+    if (gt_cuda_allreduce_init(devices, r->W, &r->cfg->optim, r->cfg->exchange, e) != 0)
         return -1;
     /* local on the device step: its averages take the peer exchange (train.c then keeps the
      * store in the step where there is none). */

@@ -202,9 +202,10 @@ static void hogwild_epoch(run *r, worker *w)
             return;
         }
         double t2 = gt_now();
-        if (rc == 0)
-            gt_ps_push(&r->ps, w->index, r->W, w->dev->grad, guard_scale(r), w->ver,
-                       run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
+        if (rc == 0) {
+            run_lr lr = run_lr_now(r, 0, 1);
+            gt_ps_push(&r->ps, w->index, r->W, w->dev->grad, lr.gscale, w->ver, lr.epoch);
+        }
         double t3 = gt_now();
         w->pull_s += t1 - t0;
         w->device_s += t2 - t1;
@@ -246,10 +247,8 @@ static int pipe_begin(run *r, worker *w, pipe_step *p, const pipe_step *prev)
         /* The scalars prev's push will take: its update number may differ by the other
          * workers' pushes in between, which moves only Adam's (not predicted) and a schedule by
          * a fraction of a step. */
-        pr = (gt_predict){.cfg = &r->ps.optim,
-                          .st = gt_optim_prepare(&r->ps.optim, atomic_load(&r->ps.updates) + 1,
-                                                 run_progress_epochs(r, atomic_load(&r->stats.samples_total))),
-                          .gscale = guard_scale(r)};
+        run_lr lr = run_lr_now(r, atomic_load(&r->ps.updates) + 1, 1);
+        pr = (gt_predict){.cfg = &r->ps.optim, .st = lr.st, .gscale = lr.gscale};
         if (d->ops->step_begin)
             d->predict = &pr;
         else
@@ -315,9 +314,11 @@ static void hogwild_epoch_overlap(run *r, worker *w)
         if (rc < 0)
             goto failed;
         double t0 = gt_now();
-        if (rc == 0)
-            gt_ps_push(&r->ps, w->index, r->W, hw(w)->gbuf[o->buf], guard_scale(r), hw(w)->vbuf[o->buf],
-                       run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
+        if (rc == 0) {
+            run_lr lr = run_lr_now(r, 0, 1);
+            gt_ps_push(&r->ps, w->index, r->W, hw(w)->gbuf[o->buf], lr.gscale, hw(w)->vbuf[o->buf],
+                       lr.epoch);
+        }
         w->push_s += gt_now() - t0;
         hogwild_done(r, w, &o->o, o->b.n, o->step);
         head = (head + 1) % 2;

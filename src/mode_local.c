@@ -110,9 +110,8 @@ static int local_step(run *r, worker *w, uint64_t clock, int share, int rc)
     if (rc != 0)
         return 0;
     gt_err e = {{0}};
-    gt_optim_step st = gt_optim_prepare(&r->cfg->optim, ++lw(w)->updates,
-                                        run_progress_epochs(r, atomic_load(&r->stats.samples_total)));
-    gt_optim_apply(&r->cfg->optim, &st, w->dev->params, w->dev->grad, guard_scale(r), lw(w)->state[0],
+    run_lr lr = run_lr_now(r, ++lw(w)->updates, 1);
+    gt_optim_apply(&r->cfg->optim, &lr.st, w->dev->params, w->dev->grad, lr.gscale, lw(w)->state[0],
                    lw(w)->state[1], r->n);
     if (w->dev->ops->load_params(w->dev, &e) != 0) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);

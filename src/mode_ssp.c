@@ -39,11 +39,12 @@ static int ssp_apply_begin_locked(run *r)
     int parts = r->nlive < r->ps.nranges ? r->nlive : r->ps.nranges;
     ssp(r)->apply_parts = parts > 1 ? parts : 1;
     ssp(r)->apply_next = ssp(r)->apply_done = 0;
-    ssp(r)->apply_t = atomic_load(&r->ps.updates) + 1;
-    ssp(r)->apply_epoch = run_progress_epochs(r, atomic_load(&r->stats.samples_total));
     /* The mean over this host's shares: its store is averaged with the others'. Across hosts, a
      * round every --sync-every clocks; the epoch's last round is left to its end. */
-    ssp(r)->apply_scale = guard_scale(r) / (float)r->W;
+    run_lr lr = run_lr_now(r, 0, r->W);
+    ssp(r)->apply_t = atomic_load(&r->ps.updates) + 1;
+    ssp(r)->apply_epoch = lr.epoch;
+    ssp(r)->apply_scale = lr.gscale;
     ssp(r)->apply_round = r->H > 1 && !r->halt && (c + 1) % (uint64_t)r->cfg->sync_every == 0 &&
                          c + 1 < r->clk.clocks;
     if (ssp(r)->apply_parts > 1)

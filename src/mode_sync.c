@@ -63,16 +63,15 @@ static int sync_clock(run *r, worker *w, uint64_t c)
     clocked_my_stripes(r, w, &s_lo, &s_hi, &nlive);
     /* Stable until the barrier after the apply: every share of the clock is in. */
     uint64_t t = atomic_load(&r->ps.updates) + 1;
-    double ep = run_progress_epochs(r, atomic_load(&r->stats.samples_total));
-    /* The mean over every host's shares: all hosts apply the same sum; the guard's factor. */
-    float gscale = guard_scale(r) / (float)r->Wg;
+    /* The mean over every host's shares: all hosts apply the same sum. */
+    run_lr lr = run_lr_now(r, 0, r->Wg);
     if (r->H == 1) {
-        clocked_apply(r, c, s_lo, s_hi, gscale, t, ep);
+        clocked_apply(r, c, s_lo, s_hi, lr.gscale, t, lr.epoch);
     } else {
         /* Sum this host's shares, then the hosts' sums; apply what is then in slot 0 once. */
         clocked_reduce_slots(r, c, s_lo, s_hi);
         run_barrier(r, w, sync_hosts_leader);
-        gt_ps_apply_stripes(&r->ps, s_lo, s_hi, clocked_slot(r, c, 0), gscale, t, ep);
+        gt_ps_apply_stripes(&r->ps, s_lo, s_hi, clocked_slot(r, c, 0), lr.gscale, t, lr.epoch);
     }
     run_barrier(r, w, sync_after_apply_leader);
     return 0;

@@ -24,14 +24,7 @@ static const gt_mode_row mode_rows[] = {
              "steps: the least communication."},
     {.head = {"allreduce", GT_MODE_ALLREDUCE}, .clocked = 1, .needs_nccl = 1, .sums_shares = 1,
      .help = "GPUs only: gradients summed over the GPUs (peer to peer in one\n"
-             "process, NCCL across hosts), the same math as sync."},
-};
-
-static const gt_optimizer_row optimizer_rows[] = {
-    {{"sgd", GT_OPT_SGD}, 1, {"momentum_buffer", NULL}, gt_optim_sgd_nstate, gt_optim_sgd_apply,
-     gt_optim_sgd_apply_relaxed},
-    {{"adam", GT_OPT_ADAM}, 2, {"exp_avg", "exp_avg_sq"}, gt_optim_adam_nstate, gt_optim_adam_apply,
-     gt_optim_adam_apply_relaxed},
+             "process, NCCL across hosts; --exchange), the same math as sync."},
 };
 
 static const gt_name_head schedule_rows[] = {
@@ -55,6 +48,12 @@ static const gt_name_head on_diverge_rows[] = {
     {"stop", GT_DIVERGE_STOP},
 };
 
+static const gt_name_head exchange_rows[] = {
+    {"auto", GT_EXCHANGE_AUTO},
+    {"p2p", GT_EXCHANGE_P2P},
+    {"nccl", GT_EXCHANGE_NCCL},
+};
+
 #define NAMES_SET(rows) {(rows), sizeof *(rows), (int)(sizeof(rows) / sizeof *(rows))}
 
 /* Indexed by gt_name_set. */
@@ -64,11 +63,12 @@ static const struct {
     int n;
 } name_sets[] = {
     [GT_NAMES_MODE] = NAMES_SET(mode_rows),
-    [GT_NAMES_OPTIMIZER] = NAMES_SET(optimizer_rows),
+    [GT_NAMES_OPTIMIZER] = {gt_optimizer_rows, sizeof *gt_optimizer_rows, GT_OPT_KINDS},
     [GT_NAMES_SCHEDULE] = NAMES_SET(schedule_rows),
     [GT_NAMES_BALANCE] = NAMES_SET(balance_rows),
     [GT_NAMES_ON_NAN] = NAMES_SET(on_nan_rows),
     [GT_NAMES_ON_DIVERGE] = NAMES_SET(on_diverge_rows),
+    [GT_NAMES_EXCHANGE] = NAMES_SET(exchange_rows),
 };
 
 /* Row i of set as its head (every row struct starts with one); NULL past the end. */
@@ -138,11 +138,6 @@ int gt_name_parse(gt_name_set set, const char *flag, const char *word, int *valu
 const gt_mode_row *gt_mode_row_of(gt_mode m)
 {
     return (const gt_mode_row *)name_row_of(GT_NAMES_MODE, (int)m);
-}
-
-const gt_optimizer_row *gt_optimizer_row_of(gt_opt_kind k)
-{
-    return (const gt_optimizer_row *)name_row_of(GT_NAMES_OPTIMIZER, (int)k);
 }
 
 int gt_mode_count(void)

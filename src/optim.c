@@ -1,4 +1,5 @@
-/* optim.c - SGD and Adam with torch.optim semantics, and the learning-rate schedule.
+/* optim.c - SGD and Adam with torch.optim semantics, their table (one row per optimizer, at the
+ * end), and the learning-rate schedule.
  *
  * The per-element arithmetic lives in small inline functions shared by the plain loops (one tight,
  * vectorisable loop per optimizer kind, used under stripe locks) and the relaxed-atomic loops (the
@@ -15,11 +16,11 @@
 #endif
 
 #include "gputrain/optim.h"
-#include "gputrain/names.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #if defined(__SSE__)
 #include <xmmintrin.h>
 #endif
@@ -83,12 +84,12 @@ static const gt_optimizer_row *optim_row(const gt_optim_cfg *c)
     return row;
 }
 
-int gt_optim_sgd_nstate(const gt_optim_cfg *c)
+static int optim_sgd_nstate(const gt_optim_cfg *c)
 {
     return c->momentum != 0.0f ? 1 : 0;
 }
 
-int gt_optim_adam_nstate(const gt_optim_cfg *c)
+static int optim_adam_nstate(const gt_optim_cfg *c)
 {
     return 2;
 }
@@ -246,8 +247,8 @@ static void optim_adam(const optim_consts *k, float *restrict p, const float *re
     }
 }
 
-void gt_optim_sgd_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
-                        float gscale, float *s0, float *s1, size_t n)
+static void optim_sgd_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
+                            const float *g, float gscale, float *s0, float *s1, size_t n)
 {
     optim_consts k = optim_consts_make(c, st);
     if (c->momentum == 0.0f)
@@ -258,8 +259,8 @@ void gt_optim_sgd_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p
         optim_sgd_momentum(&k, p, g, gscale, s0, n);
 }
 
-void gt_optim_adam_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
-                         float gscale, float *s0, float *s1, size_t n)
+static void optim_adam_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
+                             const float *g, float gscale, float *s0, float *s1, size_t n)
 {
     optim_consts k = optim_consts_make(c, st);
     optim_adam(&k, p, g, gscale, s0, s1, n);
@@ -283,8 +284,8 @@ static inline float load_relaxed(float *x)
 
 static inline void store_relaxed(float *x, float v) { __atomic_store(x, &v, __ATOMIC_RELAXED); }
 
-void gt_optim_sgd_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
-                                const float *g, float gscale, float *s0, float *s1, size_t n)
+static void optim_sgd_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
+                                    const float *g, float gscale, float *s0, float *s1, size_t n)
 {
     optim_consts k = optim_consts_make(c, st);
     int momentum = c->momentum != 0.0f;
@@ -302,8 +303,8 @@ void gt_optim_sgd_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, 
     }
 }
 
-void gt_optim_adam_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
-                                 const float *g, float gscale, float *s0, float *s1, size_t n)
+static void optim_adam_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
+                                     const float *g, float gscale, float *s0, float *s1, size_t n)
 {
     optim_consts k = optim_consts_make(c, st);
     for (size_t i = 0; i < n; i++) {
@@ -324,4 +325,37 @@ void gt_optim_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, floa
     fp_mode mode = fp_flush_denormals();
     row->apply_relaxed(c, st, p, g, gscale, s0, s1, n);
     fp_restore(mode);
+}
+
+/* The optimizer table: one row per gt_opt_kind (GT_OPT_KINDS), state named as torch.optim names
+ * it in an optimizer's state_dict. */
+const gt_optimizer_row gt_optimizer_rows[] = {
+    {{"sgd", GT_OPT_SGD}, 1, {"momentum_buffer", NULL}, optim_sgd_nstate, optim_sgd_apply,
+     optim_sgd_apply_relaxed},
+    {{"adam", GT_OPT_ADAM}, 2, {"exp_avg", "exp_avg_sq"}, optim_adam_nstate, optim_adam_apply,
+     optim_adam_apply_relaxed},
+};
+
+const gt_optimizer_row *gt_optimizer_row_of(gt_opt_kind k)
+{
+    for (int i = 0; i < GT_OPT_KINDS; i++)
+        if (gt_optimizer_rows[i].head.value == (int)k)
+            return &gt_optimizer_rows[i];
+    return NULL;
+}
+
+const gt_optimizer_row *gt_optimizer_row_named(const char *name)
+{
+    for (int i = 0; name && i < GT_OPT_KINDS; i++)
+        if (strcmp(gt_optimizer_rows[i].head.name, name) == 0)
+            return &gt_optimizer_rows[i];
+    return NULL;
+}
+
+const gt_optimizer_row *gt_optimizer_row_keeping(int nstate)
+{
+    for (int i = 0; i < GT_OPT_KINDS; i++)
+        if (gt_optimizer_rows[i].nstate == nstate)
+            return &gt_optimizer_rows[i];
+    return NULL;
 }

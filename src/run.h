@@ -4,7 +4,8 @@
  * state is split into the parts each module owns; r->mu guards every part but the set-up fields
  * (written before the workers start) and the atomics.
  *
- *   run_core.c      failure and accounting shared by every module
+ *   run_core.c      failure and the run's progress, shared by every module
+ *   run_lr.c        one update's learning rate: progress, schedule, the guard's factor
  *   barrier.c       the barrier over the live workers
  *   report.c        the only writer of terminal lines and JSONL log records
  *   run_guard.c     the divergence and stall guard: rollbacks and the step-size factor
@@ -246,11 +247,28 @@ typedef struct run {
     run_guard guard;
 } run;
 
+/* One update's learning rate, prepared in one place (run_lr_now, run_lr_at): where the run
+ * stands in epochs (the input of the warm-up and --schedule), the update's scalars there (the
+ * rate, Adam's bias corrections) and the factor its gradient takes (the guard's, over the number
+ * of gradients summed: their mean). */
+typedef struct run_lr {
+    double epoch;
+    gt_optim_step st; /* for an update numbered by its caller; the store prepares its own from
+                         epoch and its update number (gt_ps_push, gt_ps_apply_stripes) */
+    float gscale;
+} run_lr;
+
 /* run_core.c */
 void run_fail_locked(run *r, const char *msg);
 void run_fail(run *r, const char *msg);
 double run_progress_epochs(const run *r, uint64_t samples_total);
 void run_wait_locked(run *r, double seconds);
+
+/* run_lr.c: the one call for an update's learning rate: update t (from 1; 0 when the store
+ * numbers it) of nsum summed gradients, at the run's progress now, or at samples (every host's)
+ * for run_lr_at. */
+run_lr run_lr_now(run *r, uint64_t t, int nsum);
+run_lr run_lr_at(run *r, uint64_t t, uint64_t samples, int nsum);
 
 /* barrier.c */
 void barrier_complete_locked(run *r);

@@ -69,4 +69,14 @@ expect_exit 2 --data "$DATA" --gpus cpu:1 --model "conv:6:x relu fc:10"
 expect_exit 2 --data "$DATA" --gpus cpu:1 --model "conv:6:5 fc:7"
 expect_exit 1 --data "$TMP/nowhere"
 
+# an option that the command does not read is refused, exit 2, naming the option and the command
+expect_error "--log" "does not apply to eval" -- eval --checkpoint "$TMP/m.st" --log "$TMP/l.jsonl"
+expect_error "--epochs" "does not apply to predict" -- predict --checkpoint "$TMP/m.st" --epochs 2 a.png
+expect_error "--top" "does not apply to train" -- --top 2
+expect_exit 2 eval --checkpoint "$TMP/m.st" --mode sync
+expect_exit 2 predict --checkpoint "$TMP/m.st" --lr 0.1 a.png
+# a fault injected into a worker the run does not have would never fire
+expect_error "--inject-fault 1:3" "1 worker" -- --data "$DATA" --gpus cpu:1 --epochs 1 --train-samples 200 --inject-fault 1:3
+expect_exit 2 --data "$DATA" --gpus cpu:2 --epochs 1 --train-samples 200 --inject-fault 5:3
+
 finish

@@ -8,8 +8,6 @@
 
 #include <getopt.h>
 
-/* The parser's option table, exported by src/cli.c for this test. */
-
 #define MAXARGS 16
 
 /* Runs gt_cli_parse on "gputrain" followed by words (NULL-terminated), on writable copies. */
@@ -38,7 +36,8 @@ static double field(const gt_config *c, const char *name)
         "seed", "mode", "stripes", "staleness", "sync_every", "balance", "eval_every", "progress",
         "quiet", "checkpoint_every", "checkpoint_every_steps", "keep", "on_nan", "inject_worker",
         "inject_step", "stall_timeout", "tf32", "log_steps", "overlap", "host_timeout",
-        "allow_nonfinite", "literal", "on_diverge", "given", "ignore_classes", "top", "nitems"};
+        "allow_nonfinite", "literal", "on_diverge", "given", "ignore_classes", "top", "nitems",
+        "exchange"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -49,7 +48,7 @@ static double field(const gt_config *c, const char *name)
         c->checkpoint_every, c->checkpoint_every_steps, c->keep, c->on_nan, c->inject_worker,
         c->inject_step, c->stall_timeout, c->tf32, c->log_steps, c->overlap, c->host_timeout,
         c->allow_nonfinite, c->literal, c->on_diverge, c->given, c->ignore_classes, c->top,
-        c->nitems};
+        c->nitems, c->exchange};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -200,6 +199,14 @@ static const good_case GOOD[] = {
     {{NULL}, "on_diverge", GT_DIVERGE_RECOVER, NULL},
     {{"--on-diverge", "stop"}, "on_diverge", GT_DIVERGE_STOP, NULL},
     {{"--on-diverge", "recover"}, "on_diverge", GT_DIVERGE_RECOVER, NULL},
+    {{NULL}, "exchange", GT_EXCHANGE_AUTO, NULL},
+    {{"--exchange", "nccl"}, "exchange", GT_EXCHANGE_NCCL, NULL},
+    {{"--exchange", "p2p"}, "exchange", GT_EXCHANGE_P2P, NULL},
+    /* the options that eval and predict read besides --checkpoint */
+    {{"eval", "--checkpoint", "m.st", "--data", "d", "--gpus", "cpu:2", "--tf32",
+      "--allow-nonfinite", "--host-timeout", "5"}, "cpu_workers", 2, NULL},
+    {{"predict", "--checkpoint", "m.st", "--data", "d", "--allow-nonfinite", "--ignore-classes",
+      "a.png"}, "ignore_classes", 1, NULL},
     {{"--lr", "0.1", "--momentum", "0.5", "--warmup", "1"}, "given",
      GT_GIVEN_LR | GT_GIVEN_MOMENTUM | GT_GIVEN_WARMUP, NULL},
     {{"--inject-fault", "1:20"}, "inject_worker", 1, NULL},
@@ -348,6 +355,26 @@ static const bad_case BAD[] = {
     {{"x"}, "unexpected argument", "'x'"},
     {{"--epochs", "2", "x"}, "unexpected argument", "'x'"},
     {{"train", "eval"}, "unexpected argument", "'eval'"},
+    /* an option the command does not read is refused, not ignored */
+    {{"eval", "--checkpoint", "m.st", "--log", "l.jsonl"},
+     "--log", "does not apply to eval (only to train)"},
+    {{"eval", "--checkpoint", "m.st", "--epochs", "3"}, "--epochs", "does not apply to eval"},
+    {{"eval", "--checkpoint", "m.st", "--lr", "0.1"}, "--lr", "does not apply to eval"},
+    {{"eval", "--checkpoint", "m.st", "--mode", "sync"}, "--mode", "does not apply to eval"},
+    {{"eval", "--checkpoint", "m.st", "--resume", "r.st"}, "--resume", "does not apply to eval"},
+    {{"eval", "--checkpoint", "m.st", "--top", "2"},
+     "--top", "does not apply to eval (only to predict)"},
+    {{"predict", "--checkpoint", "m.st", "--epochs", "3", "a.png"},
+     "--epochs", "does not apply to predict"},
+    {{"predict", "--checkpoint", "m.st", "--gpus", "0", "a.png"},
+     "--gpus", "does not apply to predict (only to train, eval)"},
+    {{"predict", "--checkpoint", "m.st", "--batch", "8", "a.png"},
+     "--batch", "does not apply to predict"},
+    {{"--top", "2"}, "--top", "does not apply to train (only to predict)"},
+    {{"train", "--ignore-classes"},
+     "--ignore-classes", "does not apply to train (only to eval, predict)"},
+    {{"--exchange", "ring"}, "--exchange", "'ring' is not one of auto, p2p, nccl"},
+    {{"eval", "--checkpoint", "m.st", "--exchange", "p2p"}, "--exchange", "does not apply to eval"},
     {{"--epochs", "2", "--", "x"}, "unexpected argument", "'x'"},
     {{"--epochs", "2", "--", "--batch", "3"}, "unexpected argument", "'--batch'"},
 };
@@ -392,7 +419,7 @@ static void test_bad_forms(void)
 /* Every option must be exercised by some good case, so none is left untested. */
 static void test_every_option_has_a_good_case(void)
 {
-    for (const struct option *o = gt_cli_options; o->name; o++) {
+    for (const struct option *o = gt_cli_options(); o->name; o++) {
         if (strcmp(o->name, "help") == 0 || strcmp(o->name, "version") == 0)
             continue;
         char flag[64], prefix[64];
@@ -484,7 +511,7 @@ static void test_help(void)
     const char *help[] = {"--help", NULL};
     CHECK(parse_words(help, &c, &e, out) == 1);
     fclose(out);
-    for (const struct option *o = gt_cli_options; o->name; o++) {
+    for (const struct option *o = gt_cli_options(); o->name; o++) {
         char entry[2048];
         CHECK_MSG(help_entry(text, o->name, entry, sizeof entry) == 0, "--help lacks --%s",
                   o->name);
@@ -555,11 +582,12 @@ static void test_repeated_parses(void)
 static void test_name_tables(void)
 {
     static const gt_name_set sets[] = {GT_NAMES_MODE, GT_NAMES_OPTIMIZER, GT_NAMES_SCHEDULE,
-                                       GT_NAMES_BALANCE, GT_NAMES_ON_NAN, GT_NAMES_ON_DIVERGE};
+                                       GT_NAMES_BALANCE, GT_NAMES_ON_NAN, GT_NAMES_ON_DIVERGE,
+                                       GT_NAMES_EXCHANGE};
     static const char *const flags[] = {"--mode", "--optimizer", "--schedule", "--balance",
-                                        "--on-nan", "--on-diverge"};
+                                        "--on-nan", "--on-diverge", "--exchange"};
     static const char *const fields[] = {"mode", "kind", "schedule", "balance", "on_nan",
-                                         "on_diverge"};
+                                         "on_diverge", "exchange"};
     for (size_t s = 0; s < sizeof sets / sizeof *sets; s++) {
         char list[GT_NAMES_LIST_LEN];
         CHECK_MSG(gt_name_list(sets[s], ", ", list, sizeof list) == 0, "%s's words do not fit "

@@ -25,6 +25,7 @@
 #define MAX_W 4
 
 static int g_w; /* GPUs used */
+static gt_exchange g_exchange = GT_EXCHANGE_AUTO; /* the exchange the tests set up */
 
 static double now_s(void)
 {
@@ -590,7 +591,7 @@ static void step_case_run(step_case *k, const gt_model *m, const gt_batch *whole
         CHECK_MSG(rc == 0, "open gpu %d: %s", i, e.msg);
     }
     if (rc == 0) {
-        rc = gt_cuda_allreduce_init(devs, g_w, &k->cfg, &e);
+        rc = gt_cuda_allreduce_init(devs, g_w, &k->cfg, g_exchange, &e);
         CHECK_MSG(rc == 0, "allreduce init: %s", e.msg);
     }
     if (rc == 0) {
@@ -664,6 +665,7 @@ typedef struct outcome {
 static void run_config(gt_config *c, gt_mode mode, int gpus, int batch, int epochs)
 {
     gt_config_defaults(c);
+    c->exchange = g_exchange;
     snprintf(c->model, sizeof c->model, "lenet5");
     c->mode = mode;
     c->ngpus = gpus;
@@ -745,19 +747,18 @@ static outcome train_store(gt_config *c)
     return o;
 }
 
-/* allreduce on W GPUs at batch b (exchange: GT_ALLREDUCE) = sync on the same GPUs = one GPU at
+/* allreduce on W GPUs at batch b (with the exchange given) = sync on the same GPUs = one GPU at
  * W*b. */
-static void test_modes_agree(const char *exchange)
+static void test_modes_agree(gt_exchange exchange)
 {
     const int b = 32, steps = 30;
     gt_config ca, cs, c1;
     run_config(&ca, GT_MODE_ALLREDUCE, g_w, b, 1);
     run_config(&cs, GT_MODE_SYNC, g_w, b, 1);
     run_config(&c1, GT_MODE_SYNC, 1, g_w * b, 1);
-    setenv("GT_ALLREDUCE", exchange, 1);
+    ca.exchange = exchange;
     outcome oa = train(&ca), os = train_store(&cs), o1 = train_store(&c1);
-    unsetenv("GT_ALLREDUCE");
-    printf("exchange %s: ", exchange);
+    printf("exchange %s: ", gt_name(GT_NAMES_EXCHANGE, (int)exchange));
     CHECK_MSG(oa.rc == 0, "allreduce: %s", oa.err);
     CHECK_MSG(os.rc == 0, "sync: %s", os.err);
     CHECK_MSG(o1.rc == 0, "one GPU: %s", o1.err);
@@ -1046,7 +1047,7 @@ static void time_model(const char *name, int batch, gt_rng *r)
         if (rc == 0)
             memcpy(devs[i]->params, params, m.nparams * sizeof(float));
     }
-    rc = rc || gt_cuda_allreduce_init(devs, g_w, &cfg, &e);
+    rc = rc || gt_cuda_allreduce_init(devs, g_w, &cfg, g_exchange, &e);
     CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
     if (rc == 0) {
         pthread_t th[MAX_W];
@@ -1060,10 +1061,10 @@ static void time_model(const char *name, int batch, gt_rng *r)
         }
         double bytes = (double)m.nparams * sizeof(float), t = w[0].reduce_only_s;
         double algbw = bytes / t / 1e9;
-        const char *x = getenv("GT_ALLREDUCE");
         printf("timing %-4s %-8s (%zu params, %.0f KB) x%d at batch %d: train_step %.3f ms, "
                "reduce_update %.3f ms in a step, %.3f ms alone; algbw %.2f GB/s, busbw %.2f "
-               "GB/s\n", x ? x : "p2p", name, m.nparams, bytes / 1024, g_w, batch,
+               "GB/s\n", gt_name(GT_NAMES_EXCHANGE, (int)g_exchange), name, m.nparams,
+               bytes / 1024, g_w, batch,
                1e3 * w[0].step_s, 1e3 * w[0].reduce_s, 1e3 * t, algbw,
                algbw * 2.0 * (g_w - 1) / g_w);
     }
@@ -1095,10 +1096,10 @@ int main(void)
     test_p2p_average(&r);
     test_p2p_hang_proof();
     test_allreduce_step(&r);
-    setenv("GT_ALLREDUCE", "nccl", 1);
+    g_exchange = GT_EXCHANGE_NCCL;
     printf("the same steps with NCCL:\n");
     test_allreduce_step(&r);
-    unsetenv("GT_ALLREDUCE");
+    g_exchange = GT_EXCHANGE_AUTO;
     const char *dir = gt_test_fmnist_dir();
     gt_err e = {""};
     if (!dir) {
@@ -1106,8 +1107,8 @@ int main(void)
     } else if (gt_data_load(dir, 6000, &g_data, &e) != 0) {
         CHECK_MSG(0, "%s", e.msg);
     } else {
-        test_modes_agree("p2p");
-        test_modes_agree("nccl");
+        test_modes_agree(GT_EXCHANGE_P2P);
+        test_modes_agree(GT_EXCHANGE_NCCL);
         test_warmup_same();
         test_device_step();
         test_abort();
@@ -1117,10 +1118,10 @@ int main(void)
     }
     time_model("lenet5", 64, &r);
     time_model("cnn-wide", 128, &r);
-    setenv("GT_ALLREDUCE", "nccl", 1);
+    g_exchange = GT_EXCHANGE_NCCL;
     time_model("lenet5", 64, &r);
     time_model("cnn-wide", 128, &r);
-    unsetenv("GT_ALLREDUCE");
+    g_exchange = GT_EXCHANGE_AUTO;
     TEST_DONE();
 #endif
 }

@@ -319,8 +319,30 @@ static void test_predict(void)
     CHECK(p[3] == p3 && p[9] == p9 && p[4] != p4);
 }
 
+/* The optimizer table: a row per kind, found by kind, by its word and by its state count, with
+ * the state named as torch.optim's state_dict names it (what checkpoints store). */
+static void test_table(void)
+{
+    for (int k = 0; k < GT_OPT_KINDS; k++) {
+        const gt_optimizer_row *row = &gt_optimizer_rows[k];
+        CHECK(gt_optimizer_row_of((gt_opt_kind)row->head.value) == row);
+        CHECK(gt_optimizer_row_named(row->head.name) == row);
+        CHECK(gt_optimizer_row_keeping(row->nstate) == row);
+        for (int s = 0; s < row->nstate; s++)
+            CHECK(row->state_names[s] && row->state_names[s][0]);
+    }
+    const gt_optimizer_row *sgd = gt_optimizer_row_named("sgd");
+    const gt_optimizer_row *adam = gt_optimizer_row_named("adam");
+    CHECK(sgd && sgd->nstate == 1 && strcmp(sgd->state_names[0], "momentum_buffer") == 0);
+    CHECK(adam && adam->nstate == 2 && strcmp(adam->state_names[0], "exp_avg") == 0 &&
+          strcmp(adam->state_names[1], "exp_avg_sq") == 0);
+    CHECK(gt_optimizer_row_named("rmsprop") == NULL && gt_optimizer_row_named(NULL) == NULL);
+    CHECK(gt_optimizer_row_of((gt_opt_kind)99) == NULL && gt_optimizer_row_keeping(3) == NULL);
+}
+
 int main(void)
 {
+    test_table();
     test_predict();
     test_denormals_flushed();
     test_defaults_nstate();

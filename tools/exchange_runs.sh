@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # exchange_runs.sh - what the gradient exchange does to whole runs on 2 GPUs: samples/s of
 # lenet5 (batch 64) and cnn-wide (batch 128) in allreduce with the peer exchange and with NCCL
-# (GT_ALLREDUCE) and in sync, on GPU 0 and on GPUs 0,1, with the 2-GPU/1-GPU ratio; the time to
+# (--exchange) and in sync, on GPU 0 and on GPUs 0,1, with the 2-GPU/1-GPU ratio; the time to
 # 0.87 test accuracy of lenet5 allreduce (default recipe, 10 epochs) on 1 and 2 GPUs (wall clock
 # of the first epoch-end evaluation that reaches it); then how a fault injected into worker 1 and
 # a SIGINT end an allreduce run (exit status, seconds, the error line).
@@ -24,9 +24,10 @@ base=0
 
 # One run: model batch mode exchange gpus; prints a table row.
 row() {
-    local model=$1 batch=$2 mode=$3 x=$4 gpus=$5 log="$tmp/run.jsonl" sps ratio=""
+    local model=$1 batch=$2 mode=$3 x=$4 gpus=$5 log="$tmp/run.jsonl" sps ratio="" exchange=()
     rm -f "$log"
-    if ! GT_ALLREDUCE=$x "$bin" --data "$data" --model "$model" --batch "$batch" --mode "$mode" \
+    [ "$x" = - ] || exchange=(--exchange "$x")
+    if ! "$bin" --data "$data" --model "$model" --batch "$batch" --mode "$mode" "${exchange[@]}" \
         --gpus "$gpus" --epochs "$epochs" --no-progress --log "$log" >"$tmp/out" 2>&1; then
         echo "| $model | $batch | $mode | $x | $gpus | failed: $(tail -1 "$tmp/out") | | |"
         return

@@ -11,13 +11,15 @@
 extern "C" {
 #endif
 
-/* Parses argv (argv[0] is the program; an optional first word "train" or "eval" picks the command).
+/* Parses argv (argv[0] is the program; an optional first word "train", "eval" or "predict" picks the
+ * command; an option the command does not use is refused).
  * Returns 0 on success, 1 when --help or --version was printed to out (caller exits 0), -1 with a
  * one-line message in e otherwise. */
 int gt_cli_parse(int argc, char **argv, gt_config *c, FILE *out, gt_err *e);
 
-/* The long options, ending with a zeroed entry (tests check --help covers each). */
-extern const struct option gt_cli_options[];
+/* The long options, one per row of the option table, ending with a zeroed entry (tests check
+ * that --help covers each and a good case uses it). */
+const struct option *gt_cli_options(void);
 
 /* Prints the help text, every option with its default. */
 void gt_cli_usage(FILE *out);

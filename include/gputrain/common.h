@@ -20,6 +20,13 @@ typedef struct gt_err {
     char msg[GT_ERRLEN]; /* one line, no trailing newline */
 } gt_err;
 
+/* The part every row of a name table starts with (names.h; the optimizer table of optim.h): the
+ * word and the enum value it stands for. */
+typedef struct gt_name_head {
+    const char *name;  /* as written on the command line, in logs and in checkpoints */
+    int value;         /* the enum value */
+} gt_name_head;
+
 /* Formats a message into e (if non-NULL) and returns -1, so callers can `return gt_fail(...)`. */
 int gt_fail(gt_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

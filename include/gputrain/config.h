@@ -36,6 +36,8 @@ typedef enum gt_balance { GT_BALANCE_DYNAMIC = 0, GT_BALANCE_STATIC } gt_balance
 typedef enum gt_on_nan { GT_NAN_STOP = 0, GT_NAN_SKIP } gt_on_nan;
 typedef enum gt_command { GT_CMD_TRAIN = 0, GT_CMD_EVAL, GT_CMD_PREDICT } gt_command;
 typedef enum gt_on_diverge { GT_DIVERGE_RECOVER = 0, GT_DIVERGE_STOP } gt_on_diverge;
+/* --exchange: how the GPUs of one host exchange gradients in allreduce (and local's averages). */
+typedef enum gt_exchange { GT_EXCHANGE_AUTO = 0, GT_EXCHANGE_P2P, GT_EXCHANGE_NCCL } gt_exchange;
 
 /* Bits of gt_config.given: options the command line set, which the recipe never overrides. */
 #define GT_GIVEN_LR (1u << 0)
@@ -97,6 +99,7 @@ typedef struct gt_config {
 
     /* GPU options */
     int tf32;
+    gt_exchange exchange;         /* auto: peer to peer where it works, else NCCL */
 
     /* eval and predict */
     int ignore_classes;           /* eval, predict: use a checkpoint whose class names differ */

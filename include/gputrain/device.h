@@ -7,6 +7,7 @@
 #ifndef GT_DEVICE_H
 #define GT_DEVICE_H
 
+#include "gputrain/config.h" /* gt_exchange */
 #include "gputrain/cpu_net.h"
 #include "gputrain/optim.h"
 #include "gputrain/pinned.h"
@@ -103,9 +104,10 @@ int gt_cuda_device_count(void);
 int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int ordinal, int tf32,
                         gt_err *e);
 /* Sets up the exchange between the devices (all CUDA devices of this run, in order: the peer
- * all-reduce in one process, NCCL across hosts or with GT_ALLREDUCE=nccl) and the device optimizer
+ * all-reduce in one process, NCCL across hosts or with --exchange nccl) and the device optimizer
  * state the allreduce mode needs; -1 with a message when no exchange is available. */
-int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_err *e);
+int gt_cuda_allreduce_init(gt_device **devs, int n, const gt_optim_cfg *c, gt_exchange x,
+                           gt_err *e);
 /* Whether the exchange gt_cuda_allreduce_init set up for d averages replicas (local_update's
  * average): on one host, with the peer exchange or one GPU; not over NCCL. */
 int gt_cuda_allreduce_averages(gt_device *d);

@@ -1,9 +1,9 @@
 /* names.h - every set of words that stands for an enum: run modes, optimizers, learning-rate
- * schedules, --balance and --on-nan. Each set is one table (src/names.c) whose rows give the word,
+ * schedules, --balance, --on-nan, --on-diverge and --exchange. Each set is one table (src/names.c) whose rows give the word,
  * the value and the value's properties; the command line parses with it, --help lists it, and the
  * log, the summary and checkpoints write the word from it, so a new mode or optimizer is one row
- * here and never a string written again elsewhere. Layer kinds have their own table with their
- * functions (layer_kinds.h). */
+ * here and never a string written again elsewhere. Layer kinds (layer_kinds.h) and optimizers
+ * (optim.h) have their own tables with their functions; the optimizer set reads optim.h's. */
 #ifndef GT_NAMES_H
 #define GT_NAMES_H
 
@@ -13,12 +13,6 @@
 extern "C" {
 #endif
 
-/* The part every row starts with: the word and the enum value it stands for. */
-typedef struct gt_name_head {
-    const char *name;  /* as written on the command line, in logs and in checkpoints */
-    int value;         /* the enum value */
-} gt_name_head;
-
 typedef enum gt_name_set {
     GT_NAMES_MODE = 0, /* gt_mode, --mode */
     GT_NAMES_OPTIMIZER, /* gt_opt_kind, --optimizer */
@@ -26,6 +20,7 @@ typedef enum gt_name_set {
     GT_NAMES_BALANCE,  /* gt_balance, --balance */
     GT_NAMES_ON_NAN,   /* gt_on_nan, --on-nan */
     GT_NAMES_ON_DIVERGE, /* gt_on_diverge, --on-diverge */
+    GT_NAMES_EXCHANGE, /* gt_exchange, --exchange */
 } gt_name_set;
 
 /* The delay in updates that a mode's asynchrony adds with `workers` workers in all, which the
@@ -46,19 +41,6 @@ typedef struct gt_mode_row {
     const char *help;  /* --help text, lines separated by '\n' */
 } gt_mode_row;
 
-/* The signature of gt_optim_apply, which every optimizer's update has. */
-typedef void (*gt_optim_apply_fn)(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
-                                  const float *g, float gscale, float *s0, float *s1, size_t n);
-
-typedef struct gt_optimizer_row {
-    gt_name_head head;
-    int nstate;                  /* state arrays at most (SGD without momentum keeps none) */
-    const char *state_names[2];  /* their torch.optim names, as checkpoints store them */
-    int (*nstate_for)(const gt_optim_cfg *c);  /* the arrays this configuration keeps */
-    gt_optim_apply_fn apply;                   /* the update (optim.c) */
-    gt_optim_apply_fn apply_relaxed;           /* the same with relaxed atomics (lock-free) */
-} gt_optimizer_row;
-
 /* The word for value in set, or "?" when no row has it (a value that cannot come from a parse). */
 const char *gt_name(gt_name_set set, int value);
 
@@ -76,9 +58,8 @@ int gt_name_parse(gt_name_set set, const char *flag, const char *word, int *valu
  * in size (buf then holds the words that do). */
 int gt_name_list(gt_name_set set, const char *sep, char *buf, size_t size);
 
-/* The row of a mode or optimizer, NULL when none has that value. */
+/* The row of a mode, NULL when none has that value (the optimizer's: gt_optimizer_row_of). */
 const gt_mode_row *gt_mode_row_of(gt_mode m);
-const gt_optimizer_row *gt_optimizer_row_of(gt_opt_kind k);
 /* Mode rows in table order, for --help: row i for i in [0, gt_mode_count()). */
 int gt_mode_count(void);
 const gt_mode_row *gt_mode_row_at(int i);

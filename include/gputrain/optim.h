@@ -70,19 +70,30 @@ void gt_optim_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, floa
 void gt_optim_predict(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
                       float gscale, size_t n);
 
-/* Each optimizer's own update, named by its row in the optimizer table (names.h), which
- * gt_optim_nstate, gt_optim_apply and gt_optim_apply_relaxed go through; call those, which also
- * set the floating-point mode. */
-int gt_optim_sgd_nstate(const gt_optim_cfg *c);
-void gt_optim_sgd_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
-                        float gscale, float *s0, float *s1, size_t n);
-void gt_optim_sgd_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
-                                const float *g, float gscale, float *s0, float *s1, size_t n);
-int gt_optim_adam_nstate(const gt_optim_cfg *c);
-void gt_optim_adam_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
-                         float gscale, float *s0, float *s1, size_t n);
-void gt_optim_adam_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
-                                 const float *g, float gscale, float *s0, float *s1, size_t n);
+/* The signature of gt_optim_apply, which every optimizer's update has. */
+typedef void (*gt_optim_apply_fn)(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
+                                  const float *g, float gscale, float *s0, float *s1, size_t n);
+
+/* One optimizer: its word (--optimizer, logs, checkpoints), its state and its update.
+ * gt_optim_nstate, gt_optim_apply and gt_optim_apply_relaxed go through the row (call those, which
+ * also set the floating-point mode); checkpoints name the state arrays from it. */
+typedef struct gt_optimizer_row {
+    gt_name_head head;
+    int nstate;                  /* state arrays at most (SGD without momentum keeps none) */
+    const char *state_names[2];  /* their torch.optim names, as checkpoints store them */
+    int (*nstate_for)(const gt_optim_cfg *c);  /* the arrays this configuration keeps */
+    gt_optim_apply_fn apply;                   /* the update */
+    gt_optim_apply_fn apply_relaxed;           /* the same with relaxed atomics (lock-free) */
+} gt_optimizer_row;
+
+#define GT_OPT_KINDS 2 /* rows of the table, one per gt_opt_kind */
+extern const gt_optimizer_row gt_optimizer_rows[GT_OPT_KINDS];
+
+/* The row of kind k, of the word name ("sgd", as checkpoints store it), or of the optimizer that
+ * keeps nstate state arrays at most; NULL when no row has it. */
+const gt_optimizer_row *gt_optimizer_row_of(gt_opt_kind k);
+const gt_optimizer_row *gt_optimizer_row_named(const char *name);
+const gt_optimizer_row *gt_optimizer_row_keeping(int nstate);
 
 #ifdef __cplusplus
 }
