@@ -308,7 +308,8 @@ done:
 
 /* ---- whole datasets ------------------------------------------------------------------------- */
 
-enum { DATA_NONE, DATA_IDX, DATA_FOLDER };
+enum { DATA_NONE, DATA_IDX, DATA_FOLDER, DATA_CIFAR10, DATA_CIFAR100 };
+static const char *const format_names[] = {"", "idx", "folder", "cifar10", "cifar100"};
 
 static const char *const idx_names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                                          "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
@@ -332,6 +333,9 @@ static int data_detect(const char *dir)
     for (int i = 0; i < 4; i++)
         if (idx_find(dir, idx_names[i], path, NULL) == 1)
             return DATA_IDX;
+    int cifar = gt_cifar_detect(dir);
+    if (cifar != 0)
+        return cifar == 10 ? DATA_CIFAR10 : DATA_CIFAR100;
     if (path_join(path, dir, "train", NULL) == 0 && path_is_dir(path))
         return DATA_FOLDER;
     return DATA_NONE;
@@ -512,19 +516,21 @@ static int data_load_dir(const char *dir, uint32_t train_limit, gt_data *out, gt
 {
     if (!path_is_dir(dir))
         return gt_fail(e,
-                       "%s: not a folder (--data wants a folder of IDX files or train/ and "
-                       "test/ image folders)",
+                       "%s: not a folder (--data wants a folder of IDX or CIFAR files or "
+                       "train/ and test/ image folders)",
                        dir);
     int format = data_detect(dir);
     if (format == DATA_NONE)
         return gt_fail(e,
-                       "%s: holds neither train-images-idx3-ubyte[.gz] and the other IDX files "
-                       "nor train/ and test/ image folders",
+                       "%s: holds neither train-images-idx3-ubyte[.gz] and the other IDX files, "
+                       "CIFAR's data_batch_1.bin or train.bin, nor train/ and test/ image folders",
                        dir);
     if (snprintf(out->dir, sizeof out->dir, "%s", dir) >= (int)sizeof out->dir)
         return gt_fail(e, "%s: path longer than %d bytes", dir, GT_PATHLEN - 1);
-    snprintf(out->format, sizeof out->format, "%s", format == DATA_IDX ? "idx" : "folder");
-    int rc = format == DATA_IDX ? data_load_idx(dir, out, e) : data_load_folder(dir, out, e);
+    snprintf(out->format, sizeof out->format, "%s", format_names[format]);
+    int rc = format == DATA_IDX      ? data_load_idx(dir, out, e)
+             : format == DATA_FOLDER ? data_load_folder(dir, out, e)
+                                     : gt_cifar_load(dir, format == DATA_CIFAR10 ? 10 : 100, out, e);
     if (rc == 0)
         rc = data_apply_limit(dir, &out->train, train_limit, e);
     if (rc == 0)
@@ -568,8 +574,14 @@ int gt_data_probe(const char *dir, int *c, int *h, int *w, int *nclasses)
     char path[GT_PATHLEN];
     uint32_t n;
     dir = data_choose_dir(dir);
-    if (!dir || !path_is_dir(dir) || data_detect(dir) != DATA_IDX ||
-        idx_find(dir, idx_names[0], path, NULL) != 1 ||
+    int format = dir && path_is_dir(dir) ? data_detect(dir) : DATA_NONE;
+    if (format == DATA_CIFAR10 || format == DATA_CIFAR100) { /* one shape, class count by name */
+        *c = 3;
+        *h = *w = 32;
+        *nclasses = format == DATA_CIFAR10 ? 10 : 100;
+        return 0;
+    }
+    if (format != DATA_IDX || idx_find(dir, idx_names[0], path, NULL) != 1 ||
         gt_idx_read_image_header(path, &n, h, w, NULL) != 0)
         return -1;
     *c = 1;

@@ -907,6 +907,167 @@ static void test_png_damage(void)
     free(bad);
 }
 
+/* ---- CIFAR binary files --------------------------------------------------------------------- */
+
+#define CIFAR_PX 3072
+
+static uint8_t cifar_pixel(uint32_t i, uint32_t j)
+{
+    return (uint8_t)(i * 7 + j * 13 + 3);
+}
+
+/* A CIFAR file of n records numbered from first: label bytes (coarse first for CIFAR-100, whose
+ * fine label is (first + i) % 100), then the pixels; cut drops that many bytes from the end. */
+static void write_cifar(const char *path, int label_bytes, uint32_t first, uint32_t n, size_t cut)
+{
+    size_t rec = (size_t)label_bytes + CIFAR_PX;
+    uint8_t *buf = malloc(n * rec + 1);
+    for (uint32_t i = 0; buf && i < n; i++) {
+        uint8_t *r = buf + i * rec;
+        r[0] = (uint8_t)(label_bytes == 1 ? (first + i) % 10 : (first + i) % 20);
+        r[label_bytes - 1] = (uint8_t)(label_bytes == 1 ? (first + i) % 10 : (first + i) % 100);
+        for (uint32_t j = 0; j < CIFAR_PX; j++)
+            r[label_bytes + j] = cifar_pixel(first + i, j);
+    }
+    CHECK(buf != NULL && n * rec >= cut);
+    write_file(path, 0, buf, n * rec - cut);
+    free(buf);
+}
+
+static const uint32_t cifar10_counts[5] = {2, 1, 3, 1, 2}; /* 9 training records */
+
+static void write_cifar10(const char *dir)
+{
+    char path[1024];
+    uint32_t first = 0;
+    for (int f = 0; f < 5; f++) {
+        snprintf(path, sizeof path, "%s/data_batch_%d.bin", dir, f + 1);
+        write_cifar(path, 1, first, cifar10_counts[f], 0);
+        first += cifar10_counts[f];
+    }
+    snprintf(path, sizeof path, "%s/test_batch.bin", dir);
+    write_cifar(path, 1, 100, 3, 0);
+    static const char names[] = "airplane\nautomobile\nbird\ncat\ndeer\ndog\nfrog\nhorse\nship\r\n"
+                                "truck\n\n";
+    snprintf(path, sizeof path, "%s/batches.meta.txt", dir);
+    write_file(path, 0, names, sizeof names - 1);
+}
+
+static void test_cifar10(void)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tp("cifar10"));
+    make_dir(dir);
+    write_cifar10(dir);
+    gt_data d;
+    gt_err e = {{0}};
+    int c = 0, h = 0, w = 0, k = 0;
+    CHECK(gt_data_probe(dir, &c, &h, &w, &k) == 0 && c == 3 && h == 32 && w == 32 && k == 10);
+    CHECK_MSG(gt_data_load(dir, 0, &d, &e) == 0, "%s", e.msg);
+    CHECK(strcmp(d.format, "cifar10") == 0 && d.train.n == 9 && d.test.n == 3);
+    CHECK(d.train.c == 3 && d.train.h == 32 && d.train.w == 32 && d.test.nclasses == 10);
+    CHECK(strcmp(d.class_names[0], "airplane") == 0 && strcmp(d.class_names[8], "ship") == 0 &&
+          strcmp(d.class_names[9], "truck") == 0);
+    for (uint32_t i = 0; d.train.labels && i < d.train.n; i++) {
+        CHECK(d.train.labels[i] == i % 10);
+        CHECK(d.train.images[i * CIFAR_PX + 1024 + 33] == cifar_pixel(i, 1024 + 33)); /* green */
+    }
+    CHECK(d.test.labels && d.test.labels[2] == 102 % 10 &&
+          d.test.images[2 * CIFAR_PX + 3071] == cifar_pixel(102, 3071));
+    CHECK(d.fingerprint == direct_fingerprint(&d));
+    gt_data_free(&d);
+    CHECK_MSG(gt_data_load(dir, 4, &d, &e) == 0, "%s", e.msg);
+    CHECK(d.train.n == 4 && d.fingerprint == direct_fingerprint(&d));
+    gt_data_free(&d);
+
+    /* Without batches.meta.txt, the classes are numbered. */
+    CHECK(remove(tp("cifar10/batches.meta.txt")) == 0);
+    CHECK_MSG(gt_data_load(dir, 0, &d, &e) == 0, "%s", e.msg);
+    CHECK(strcmp(d.class_names[0], "0") == 0 && strcmp(d.class_names[9], "9") == 0);
+    gt_data_free(&d);
+}
+
+static void test_cifar100(void)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tp("cifar100"));
+    make_dir(dir);
+    write_cifar(tp("cifar100/train.bin"), 2, 95, 7, 0);
+    write_cifar(tp("cifar100/test.bin"), 2, 0, 2, 0);
+    gt_data d;
+    gt_err e = {{0}};
+    int c = 0, h = 0, w = 0, k = 0;
+    CHECK(gt_data_probe(dir, &c, &h, &w, &k) == 0 && c == 3 && k == 100);
+    CHECK_MSG(gt_data_load(dir, 0, &d, &e) == 0, "%s", e.msg);
+    CHECK(strcmp(d.format, "cifar100") == 0 && d.train.n == 7 && d.test.n == 2);
+    CHECK(d.train.nclasses == 100 && strcmp(d.class_names[99], "99") == 0);
+    CHECK(d.train.labels && d.train.labels[0] == 95 && d.train.labels[6] == 1); /* the fine label */
+    CHECK(d.train.images && d.train.images[6 * CIFAR_PX + 2048] == cifar_pixel(101, 2048));
+    gt_data_free(&d);
+
+    char names[100 * 8] = "", *at = names;
+    for (int i = 0; i < 100; i++)
+        at += sprintf(at, "class%d\n", i);
+    write_file(tp("cifar100/fine_label_names.txt"), 0, names, strlen(names));
+    CHECK_MSG(gt_data_load(dir, 0, &d, &e) == 0, "%s", e.msg);
+    CHECK(strcmp(d.class_names[0], "class0") == 0 && strcmp(d.class_names[99], "class99") == 0);
+    gt_data_free(&d);
+}
+
+/* Every kind of damage is refused with the file named, and nothing is held afterwards. */
+static void test_cifar_damage(void)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tp("cifar_bad"));
+    make_dir(dir);
+    gt_data d;
+    write_cifar10(dir);
+    write_cifar(tp("cifar_bad/data_batch_3.bin"), 1, 3, 3, 1000);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "data_batch_3.bin",
+                  "not a whole number of 3073-byte CIFAR records");
+    CHECK(d.train.images == NULL && d.test.images == NULL);
+    write_file(tp("cifar_bad/data_batch_3.bin"), 0, "", 0);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "data_batch_3.bin", "empty file");
+    CHECK(remove(tp("cifar_bad/data_batch_3.bin")) == 0);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "data_batch_3.bin", "cannot open");
+
+    write_cifar10(dir);
+    uint8_t rec[3073] = {10};
+    write_file(tp("cifar_bad/test_batch.bin"), 0, rec, sizeof rec);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "test_batch.bin", "record 0 has label 10");
+    CHECK(remove(tp("cifar_bad/test_batch.bin")) == 0);
+    CHECK(mkfifo(tp("cifar_bad/test_batch.bin"), 0600) == 0);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "test_batch.bin", "not a regular file");
+    CHECK(remove(tp("cifar_bad/test_batch.bin")) == 0);
+
+    write_cifar10(dir);
+    write_file(tp("cifar_bad/batches.meta.txt"), 0, "a\nb\nc\n", 6);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "batches.meta.txt", "3 class names, expected 10");
+    write_file(tp("cifar_bad/batches.meta.txt"), 0, "a\nb\n\nc\n", 7);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "batches.meta.txt", "line 3");
+    static const char long_name[] = "a\nb\nc\nd\ne\nf\ng\nh\ni\nabcdefghijabcdefghijabcdefghijab\n";
+    write_file(tp("cifar_bad/batches.meta.txt"), 0, long_name, sizeof long_name - 1);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "batches.meta.txt", "line 10");
+    static const char eleven[] = "a\nb\nc\nd\ne\nf\ng\nh\ni\nj\nk\n";
+    write_file(tp("cifar_bad/batches.meta.txt"), 0, eleven, sizeof eleven - 1);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "batches.meta.txt", "more than 10");
+
+    /* CIFAR-100: a fine label of 100, a coarse label of 20, a file one byte short. */
+    uint8_t rec100[3074] = {0, 100};
+    snprintf(dir, sizeof dir, "%s", tp("cifar100_bad"));
+    make_dir(dir);
+    write_cifar(tp("cifar100_bad/test.bin"), 2, 0, 2, 0);
+    write_file(tp("cifar100_bad/train.bin"), 0, rec100, sizeof rec100);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "train.bin", "record 0 has label 100");
+    rec100[0] = 20;
+    rec100[1] = 0;
+    write_file(tp("cifar100_bad/train.bin"), 0, rec100, sizeof rec100);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "train.bin", "coarse label 20");
+    write_cifar(tp("cifar100_bad/train.bin"), 2, 0, 4, 1);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "train.bin", "3074-byte");
+    CHECK(d.train.images == NULL && d.test.images == NULL);
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/gt_test_data_XXXXXX");
@@ -925,6 +1086,9 @@ int main(void)
     test_png_damage();
     test_default_search();
     test_fashion_mnist();
+    test_cifar10();
+    test_cifar100();
+    test_cifar_damage();
     remove_tree(tmp_root);
     TEST_DONE();
 }

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# cli_data.sh - the data formats without a dataset installed, end to end on the CPU: a CIFAR-10
+# folder written here trains a small colour model for an epoch and predicts with its class names;
+# damaged CIFAR files give one-line errors naming the file.
+. "$(dirname "$0")/lib_cli.sh"
+command -v python3 >/dev/null || { echo "skipped: python3 not found"; exit 77; }
+MODEL='conv:8:5 relu maxpool:2 fc:10'
+
+# cifar.py DIR RECORDS: CIFAR-10 files of RECORDS records each, the label i % 10, and its names.
+cat >"$TMP/cifar.py" <<'PY'
+import os, random, sys
+out, n = sys.argv[1], int(sys.argv[2])
+rng = random.Random(1)
+os.makedirs(out, exist_ok=True)
+def batch(name, first):
+    with open(os.path.join(out, name), "wb") as f:
+        for i in range(first, first + n):
+            f.write(bytes([i % 10]) + bytes(rng.randrange(256) for _ in range(3072)))
+for b in range(5):
+    batch("data_batch_%d.bin" % (b + 1), b * n)
+batch("test_batch.bin", 0)
+with open(os.path.join(out, "batches.meta.txt"), "w") as f:
+    f.write("airplane\nautomobile\nbird\ncat\ndeer\ndog\nfrog\nhorse\nship\ntruck\n\n")
+PY
+python3 "$TMP/cifar.py" "$TMP/c10" 20
+CK=$TMP/c10.safetensors
+"$BIN" --data "$TMP/c10" --gpus cpu:1 --epochs 1 --batch 10 --model "$MODEL" --no-progress \
+    --checkpoint "$CK" >"$TMP/train.out" 2>&1 || fail "CIFAR-10 training failed: $(cat "$TMP/train.out")"
+grep -q "100 train / 20 test samples" "$TMP/train.out" || fail "CIFAR-10 header: $(head -1 "$TMP/train.out")"
+"$BIN" predict --checkpoint "$CK" --data "$TMP/c10" test:0-1 >"$TMP/pred.out" 2>&1 ||
+    fail "predict on CIFAR-10 failed: $(cat "$TMP/pred.out")"
+grep -q "^test:1: .*(true: automobile)" "$TMP/pred.out" || fail "predict: $(cat "$TMP/pred.out")"
+
+# Damage: a record cut short, a label past the classes.
+head -c 10000 "$TMP/c10/data_batch_2.bin" >"$TMP/cut" && mv "$TMP/cut" "$TMP/c10/data_batch_2.bin"
+expect_error "data_batch_2.bin" "not a whole number of 3073-byte CIFAR records" -- \
+    --data "$TMP/c10" --gpus cpu:1 --epochs 1 --model "$MODEL"
+python3 "$TMP/cifar.py" "$TMP/c10" 20
+printf '\x0c' | dd of="$TMP/c10/test_batch.bin" bs=1 seek=3073 conv=notrunc status=none
+expect_error "test_batch.bin" "record 1 has label 12" -- --data "$TMP/c10" --gpus cpu:1 --epochs 1 --model "$MODEL"
+
+finish
