@@ -377,7 +377,7 @@ static int cli_apply(int opt, const char *arg, gt_config *c, gt_err *e)
     case OPT_TF32: c->tf32 = 1; return 0;
     case OPT_OVERLAP: c->overlap = 1; return 0;
     case OPT_MODEL: return cli_copy_string(flag, arg, c->model, sizeof c->model, e);
-    case OPT_DATA: return cli_copy_string(flag, arg, c->data, sizeof c->data, e);
+    case OPT_DATA: return cli_copy_string(flag, arg, c->data, sizeof c->data, e) || gt_synth_check(arg, e);
     case OPT_TRAIN_SAMPLES: return cli_parse_train_samples(arg, c, e);
     case OPT_BATCH: return cli_parse_int(flag, arg, 1, GT_MAX_BATCH, &c->batch, e);
     case OPT_EPOCHS: return cli_parse_int(flag, arg, 1, GT_MAX_EPOCHS, &c->epochs, e);
@@ -622,7 +622,8 @@ static void cli_usage_model(FILE *out, const gt_config *d)
         "Model and data:\n"
         "  --model NAME|SPEC|@FILE  lenet5, lenet5-classic, mlp, cnn-wide, a layer spec, or @FILE\n"
         "                         holding one (default %s)\n"
-        "  --data DIR             IDX files or one folder per class (default: the usual places)\n"
+        "  --data DIR             IDX files, CIFAR files or one folder per class (default: the\n"
+        "                         usual places); synthetic:CxHxW:K[:N] generates K classes\n"
         "  --train-samples N      train on the first N samples only, N >= 1 (default: all)\n"
         "  --batch N              samples per step and worker, in every mode, 1..%d\n"
         "                         (default %d)\n"

@@ -308,8 +308,8 @@ done:
 
 /* ---- whole datasets ------------------------------------------------------------------------- */
 
-enum { DATA_NONE, DATA_IDX, DATA_FOLDER, DATA_CIFAR10, DATA_CIFAR100 };
-static const char *const format_names[] = {"", "idx", "folder", "cifar10", "cifar100"};
+enum { DATA_NONE, DATA_IDX, DATA_FOLDER, DATA_CIFAR10, DATA_CIFAR100, DATA_SYNTH };
+static const char *const format_names[] = {"", "idx", "folder", "cifar10", "cifar100", "synthetic"};
 
 static const char *const idx_names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                                          "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
@@ -514,12 +514,12 @@ static uint32_t data_fingerprint(const gt_data *d)
 
 static int data_load_dir(const char *dir, uint32_t train_limit, gt_data *out, gt_err *e)
 {
-    if (!path_is_dir(dir))
+    if (!gt_synth_is(dir) && !path_is_dir(dir))
         return gt_fail(e,
                        "%s: not a folder (--data wants a folder of IDX or CIFAR files or "
-                       "train/ and test/ image folders)",
+                       "train/ and test/ image folders, or synthetic:CxHxW:K)",
                        dir);
-    int format = data_detect(dir);
+    int format = gt_synth_is(dir) ? DATA_SYNTH : data_detect(dir);
     if (format == DATA_NONE)
         return gt_fail(e,
                        "%s: holds neither train-images-idx3-ubyte[.gz] and the other IDX files, "
@@ -530,6 +530,7 @@ static int data_load_dir(const char *dir, uint32_t train_limit, gt_data *out, gt
     snprintf(out->format, sizeof out->format, "%s", format_names[format]);
     int rc = format == DATA_IDX      ? data_load_idx(dir, out, e)
              : format == DATA_FOLDER ? data_load_folder(dir, out, e)
+             : format == DATA_SYNTH  ? gt_synth_load(dir, out, e)
                                      : gt_cifar_load(dir, format == DATA_CIFAR10 ? 10 : 100, out, e);
     if (rc == 0)
         rc = data_apply_limit(dir, &out->train, train_limit, e);
@@ -574,6 +575,8 @@ int gt_data_probe(const char *dir, int *c, int *h, int *w, int *nclasses)
     char path[GT_PATHLEN];
     uint32_t n;
     dir = data_choose_dir(dir);
+    if (gt_synth_is(dir))
+        return gt_synth_probe(dir, c, h, w, nclasses);
     int format = dir && path_is_dir(dir) ? data_detect(dir) : DATA_NONE;
     if (format == DATA_CIFAR10 || format == DATA_CIFAR100) { /* one shape, class count by name */
         *c = 3;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # cli_data.sh - the data formats without a dataset installed, end to end on the CPU: a CIFAR-10
 # folder written here trains a small colour model for an epoch and predicts with its class names;
-# damaged CIFAR files give one-line errors naming the file.
+# damaged CIFAR files give one-line errors naming the file. Synthetic data: an epoch of the same
+# model on it beats chance clearly, a checkpoint of it resumes, and bad specs are command-line
+# errors naming the value.
 . "$(dirname "$0")/lib_cli.sh"
 command -v python3 >/dev/null || { echo "skipped: python3 not found"; exit 77; }
 MODEL='conv:8:5 relu maxpool:2 fc:10'
@@ -38,5 +40,22 @@ expect_error "data_batch_2.bin" "not a whole number of 3073-byte CIFAR records" 
 python3 "$TMP/cifar.py" "$TMP/c10" 20
 printf '\x0c' | dd of="$TMP/c10/test_batch.bin" bs=1 seek=3073 conv=notrunc status=none
 expect_error "test_batch.bin" "record 1 has label 12" -- --data "$TMP/c10" --gpus cpu:1 --epochs 1 --model "$MODEL"
+
+# Synthetic data: learnable in one epoch, the same data (fingerprint) when resumed.
+SYN=(--data synthetic:3x32x32:10:3000 --gpus cpu:1 --model "$MODEL" --no-progress)
+"$BIN" "${SYN[@]}" --epochs 1 --checkpoint "$TMP/syn.safetensors" >"$TMP/syn.out" 2>&1 ||
+    fail "synthetic training failed: $(cat "$TMP/syn.out")"
+acc=$(sed -n 's/^done:.*test acc \([0-9.]*\).*/\1/p' "$TMP/syn.out")
+awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5) }' || fail "synthetic: test accuracy '$acc' after an epoch (chance 0.1)"
+"$BIN" "${SYN[@]}" --epochs 2 --resume "$TMP/syn.safetensors" >"$TMP/res.out" 2>&1 ||
+    fail "resuming on synthetic data failed: $(cat "$TMP/res.out")"
+grep -q "^resuming" "$TMP/res.out" || fail "synthetic resume: $(cat "$TMP/res.out")"
+"$BIN" "${SYN[@]/3000/3001}" --epochs 2 --resume "$TMP/syn.safetensors" >"$TMP/res.out" 2>&1 &&
+    fail "resumed on other synthetic data"
+grep -q "trained on other data" "$TMP/res.out" || fail "synthetic resume on other data: $(cat "$TMP/res.out")"
+for bad in synthetic:0x32x32:10 synthetic:3x32 synthetic:3x32x32:1 synthetic:3x99999x32:10; do
+    expect_exit 2 -- --data "$bad" --gpus cpu:1 --epochs 1
+    expect_error "$bad" -- --data "$bad" --gpus cpu:1 --epochs 1
+done
 
 finish

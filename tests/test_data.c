@@ -1068,6 +1068,88 @@ static void test_cifar_damage(void)
     CHECK(d.train.images == NULL && d.test.images == NULL);
 }
 
+/* ---- synthetic data ------------------------------------------------------------------------- */
+
+static void test_synthetic(void)
+{
+    gt_data a, b;
+    gt_err e = {{0}};
+    int c = 0, h = 0, w = 0, k = 0;
+    CHECK(gt_data_probe("synthetic:3x8x6:4:300", &c, &h, &w, &k) == 0 && c == 3 && h == 8 &&
+          w == 6 && k == 4);
+    CHECK_MSG(gt_data_load("synthetic:3x8x6:4:300", 0, &a, &e) == 0, "%s", e.msg);
+    CHECK(strcmp(a.format, "synthetic") == 0 && strcmp(a.dir, "synthetic:3x8x6:4:300") == 0);
+    CHECK(a.train.n == 300 && a.test.n == 10000 && a.train.c == 3 && a.train.h == 8 &&
+          a.train.w == 6 && a.test.nclasses == 4 && strcmp(a.class_names[3], "3") == 0);
+    CHECK(a.fingerprint == direct_fingerprint(&a));
+    int seen[4] = {0};
+    for (uint32_t i = 0; a.train.labels && i < a.train.n; i++)
+        seen[a.train.labels[i] < 4 ? a.train.labels[i] : 0] += a.train.labels[i] < 4 ? 1 : 1000;
+    CHECK(seen[0] > 40 && seen[1] > 40 && seen[2] > 40 && seen[3] > 40 && seen[0] < 1000);
+
+    /* The same spec, the same bytes; another N keeps the train prefix and the test split. */
+    CHECK_MSG(gt_data_load("synthetic:3x8x6:4", 200, &b, &e) == 0, "%s", e.msg);
+    CHECK(b.train.n == 200 && b.test.n == 10000);
+    CHECK(a.train.images && b.train.images &&
+          memcmp(a.train.images, b.train.images, 200 * 144) == 0 &&
+          memcmp(a.train.labels, b.train.labels, 200) == 0);
+    CHECK(a.test.images_crc == b.test.images_crc && a.test.labels_crc == b.test.labels_crc);
+    gt_data_free(&b);
+    CHECK_MSG(gt_data_load("synthetic:3x8x6:4:300", 0, &b, &e) == 0, "%s", e.msg);
+    CHECK(b.fingerprint == a.fingerprint);
+    gt_data_free(&b);
+
+    /* A class's samples sit nearer their own class mean than any other's: learnable. */
+    double mean[4][144] = {{0}};
+    int count[4] = {0};
+    for (uint32_t i = 0; a.train.images && i < a.train.n; i++) {
+        count[a.train.labels[i]]++;
+        for (int j = 0; j < 144; j++)
+            mean[a.train.labels[i]][j] += a.train.images[i * 144 + j];
+    }
+    for (int q = 0; q < 4; q++)
+        for (int j = 0; j < 144; j++)
+            mean[q][j] /= count[q] ? count[q] : 1;
+    uint32_t right = 0;
+    for (uint32_t i = 0; a.test.images && i < 1000; i++) {
+        int best = 0;
+        double best_d = 1e300;
+        for (int q = 0; q < 4; q++) {
+            double d = 0;
+            for (int j = 0; j < 144; j++)
+                d += (a.test.images[i * 144 + j] - mean[q][j]) * (a.test.images[i * 144 + j] - mean[q][j]);
+            if (d < best_d)
+                best_d = d, best = q;
+        }
+        right += best == a.test.labels[i];
+    }
+    CHECK_MSG(right > 900, "nearest class mean: %u of 1000 test samples right", right);
+    gt_data_free(&a);
+
+    static const struct {
+        const char *spec, *what;
+    } bad[] = {
+        {"synthetic:0x32x32:10", "image size 0x32x32 is out of range"},
+        {"synthetic:3x32", "is not synthetic:CxHxW:K"},
+        {"synthetic:3x32x32", "is not synthetic:CxHxW:K"},
+        {"synthetic:3x32x32:10:", "is not synthetic:CxHxW:K"},
+        {"synthetic:3x32x32:10:5:5", "is not synthetic:CxHxW:K"},
+        {"synthetic:3x-2x32:10", "is not synthetic:CxHxW:K"},
+        {"synthetic:3x32x32:1", "K is 1 classes"},
+        {"synthetic:3x32x32:257", "K is 257 classes"},
+        {"synthetic:3x4097x32:10", "3x4097x32 is out of range"},
+        {"synthetic:3x32x32:10:0", ": 0 training"},
+        {"synthetic:3x4096x4096:10:100", "100 training and 10000 test samples"},
+        {"synthetic:3x32x32:10:99999999999999999999999", "training and 10000 test samples of 3072"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK_REFUSED(gt_synth_check(bad[i].spec, &e_), bad[i].spec, bad[i].what);
+        CHECK_REFUSED(gt_data_load(bad[i].spec, 0, &a, &e_), bad[i].spec, bad[i].what);
+        CHECK(gt_data_probe(bad[i].spec, &c, &h, &w, &k) == -1);
+    }
+    CHECK(gt_synth_check("/some/folder", &e) == 0 && gt_synth_check("synthetic:1x1x1:2:1", &e) == 0);
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/gt_test_data_XXXXXX");
@@ -1089,6 +1171,7 @@ int main(void)
     test_cifar10();
     test_cifar100();
     test_cifar_damage();
+    test_synthetic();
     remove_tree(tmp_root);
     TEST_DONE();
 }

@@ -69,6 +69,18 @@ int gt_idx_read_image_header(const char *path, uint32_t *n, int *h, int *w, gt_e
 int gt_cifar_detect(const char *dir);
 int gt_cifar_load(const char *dir, int nclasses, gt_data *out, gt_err *e);
 
+/* Synthetic data (data_synth.c): --data synthetic:CxHxW:K[:N], K classes of C x H x W images,
+ * N training samples (default 50000) and 10000 test samples, each a class template plus noise,
+ * the same bytes from a fixed seed on every machine. gt_synth_is says whether spec names it;
+ * gt_synth_check returns 0 for anything else or a good spec, else -1 with a one-line error;
+ * gt_synth_probe gives the shape (-1 if spec is not a good one); gt_synth_load fills out's
+ * splits and numbered class names. */
+#define GT_SYNTH_PREFIX "synthetic:"
+int gt_synth_is(const char *spec);
+int gt_synth_check(const char *spec, gt_err *e);
+int gt_synth_probe(const char *spec, int *c, int *h, int *w, int *nclasses);
+int gt_synth_load(const char *spec, gt_data *out, gt_err *e);
+
 /* Image-folder dataset ROOT/<split>/<class>/<file>; every image must share one size and channel
  * count (1 or 3; grey-with-alpha and RGBA are reduced to 1 and 3). */
 int gt_folder_load(const char *root, const char *split, gt_dataset *out,
