@@ -43,7 +43,7 @@ enum cli_opt {
     OPT_BETA2, OPT_EPS, OPT_SCHEDULE, OPT_WARMUP, OPT_STEP_EPOCHS, OPT_GAMMA, OPT_CHECKPOINT,
     OPT_CHECKPOINT_EVERY, OPT_KEEP, OPT_RESUME, OPT_INIT, OPT_ALLOW_NONFINITE, OPT_ON_NAN, OPT_INJECT_FAULT,
     OPT_STALL_TIMEOUT, OPT_HOST_TIMEOUT, OPT_LITERAL, OPT_ON_DIVERGE, OPT_LOG, OPT_LOG_STEPS,
-    OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_IGNORE_CLASSES, OPT_TOP, OPT_HELP, OPT_VERSION,
+    OPT_PROGRESS, OPT_NO_PROGRESS, OPT_QUIET, OPT_IGNORE_CLASSES, OPT_TOP, OPT_IMAGE_SIZE, OPT_HELP, OPT_VERSION,
     OPT_END
 };
 
@@ -94,6 +94,7 @@ const struct option gt_cli_options[] = {
     {"quiet", no_argument, NULL, OPT_QUIET},
     {"ignore-classes", no_argument, NULL, OPT_IGNORE_CLASSES},
     {"top", required_argument, NULL, OPT_TOP},
+    {"image-size", required_argument, NULL, OPT_IMAGE_SIZE},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
     {NULL, 0, NULL, 0},
@@ -336,6 +337,23 @@ static int cli_parse_train_samples(const char *s, gt_config *c, gt_err *e)
     return 0;
 }
 
+/* --image-size HxW, or N for N x N. */
+static int cli_parse_image_size(const char *s, gt_config *c, gt_err *e)
+{
+    size_t nh = strspn(s, "0123456789");
+    const char *ws = s[nh] == 'x' ? s + nh + 1 : s;
+    size_t nw = strspn(ws, "0123456789");
+    unsigned long long h, w;
+    if (nh == 0 || nw == 0 || ws[nw])
+        return gt_fail(e, "--image-size: '%s' is not HxW or N (whole numbers)", s);
+    if (cli_read_digits(s, GT_DATA_MAX_SIDE, &h) || cli_read_digits(ws, GT_DATA_MAX_SIDE, &w) ||
+        h < 1 || w < 1)
+        return gt_fail(e, "--image-size: %s is out of range (sides 1..%u)", s, GT_DATA_MAX_SIDE);
+    c->image_size[0] = (int)h;
+    c->image_size[1] = (int)w;
+    return 0;
+}
+
 /* The options whose value is a word of a name table (names.h), and the field each one sets. */
 static int cli_apply_enum(int opt, const char *arg, gt_config *c, gt_err *e)
 {
@@ -379,6 +397,7 @@ static int cli_apply(int opt, const char *arg, gt_config *c, gt_err *e)
     case OPT_MODEL: return cli_copy_string(flag, arg, c->model, sizeof c->model, e);
     case OPT_DATA: return cli_copy_string(flag, arg, c->data, sizeof c->data, e) || gt_synth_check(arg, e);
     case OPT_TRAIN_SAMPLES: return cli_parse_train_samples(arg, c, e);
+    case OPT_IMAGE_SIZE: return cli_parse_image_size(arg, c, e);
     case OPT_BATCH: return cli_parse_int(flag, arg, 1, GT_MAX_BATCH, &c->batch, e);
     case OPT_EPOCHS: return cli_parse_int(flag, arg, 1, GT_MAX_EPOCHS, &c->epochs, e);
     case OPT_SEED: return cli_parse_u64(flag, arg, &c->seed, e);
@@ -625,6 +644,8 @@ static void cli_usage_model(FILE *out, const gt_config *d)
         "  --data DIR             IDX files, CIFAR files or one folder per class (default: the\n"
         "                         usual places); synthetic:CxHxW:K[:N] generates K classes\n"
         "  --train-samples N      train on the first N samples only, N >= 1 (default: all)\n"
+        "  --image-size HxW|N     resize every image of an image folder to HxW (N: NxN), also\n"
+        "                         in eval and predict (default: all images share one size)\n"
         "  --batch N              samples per step and worker, in every mode, 1..%d\n"
         "                         (default %d)\n"
         "  --epochs N             passes over the training set, 1..%d (default %d)\n"

@@ -1150,6 +1150,56 @@ static void test_synthetic(void)
     CHECK(gt_synth_check("/some/folder", &e) == 0 && gt_synth_check("synthetic:1x1x1:2:1", &e) == 0);
 }
 
+/* ---- --image-size --------------------------------------------------------------------------- */
+
+static void write_solid(const char *path, int w, int h, const uint8_t *rgb)
+{
+    uint8_t px[64 * 64 * 3];
+    for (int i = 0; i < w * h * 3; i++)
+        px[i] = rgb[i % 3];
+    CHECK_MSG(stbi_write_png(path, w, h, 3, px, w * 3) != 0, "cannot write %s", path);
+}
+
+static void test_image_size(void)
+{
+    char root[1024];
+    snprintf(root, sizeof root, "%s", tp("sized"));
+    static const char *const dirs[] = {"train", "test", "train/a", "train/b", "test/a", "test/b"};
+    write_tree(root, dirs, 6, NULL, 0);
+    static const uint8_t colour[3] = {10, 200, 77};
+    write_solid(tp("sized/train/a/0.png"), 7, 5, colour);
+    write_png(tp("sized/train/a/1.png"), 1, 40, 30, 3);
+    write_png(tp("sized/train/b/2.png"), 2, 2, 2, 3);
+    write_png(tp("sized/test/a/3.png"), 3, 6, 4, 3);
+    write_png(tp("sized/test/b/4.png"), 4, 64, 9, 3);
+    gt_data d;
+    gt_err e = {{0}};
+    CHECK_REFUSED(gt_data_load(root, 0, &d, &e_), "1.png", "but the first image");
+
+    CHECK_MSG(gt_data_load_sized(root, 0, (const int[2]){4, 6}, &d, &e) == 0, "%s", e.msg);
+    CHECK(d.train.n == 3 && d.test.n == 2 && d.train.c == 3 && d.train.h == 4 && d.train.w == 6 &&
+          d.test.h == 4 && d.test.w == 6);
+    CHECK(d.train.labels && d.train.labels[1] == 0 && d.train.labels[2] == 1);
+    for (int i = 0; d.train.images && i < 3 * 24; i++) /* a solid colour stays exactly that */
+        CHECK(d.train.images[i] == colour[i / 24]);
+    CHECK(d.fingerprint == direct_fingerprint(&d));
+    /* At its own size an image is copied, not filtered: test/a/3.png is 6x4. */
+    for (int y = 0; d.test.images && y < 4; y++)
+        for (int x = 0; x < 6; x++)
+            CHECK(d.test.images[2 * 24 + y * 6 + x] == img_value(3, y, x, 2));
+    gt_data_free(&d);
+
+    /* Grey among colour is still refused; other formats are not resized. */
+    write_png(tp("sized/train/b/5.png"), 5, 3, 3, 1);
+    CHECK_REFUSED(gt_data_load_sized(root, 0, (const int[2]){4, 6}, &d, &e_), "5.png",
+                  "1 channel(s)");
+    CHECK_REFUSED(gt_data_load_sized(tp("cifar10"), 0, (const int[2]){4, 6}, &d, &e_), "cifar10",
+                  "--image-size 4x6");
+    CHECK_MSG(gt_data_load_sized(tp("cifar10"), 0, (const int[2]){32, 32}, &d, &e) == 0, "%s",
+              e.msg);
+    gt_data_free(&d);
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/gt_test_data_XXXXXX");
@@ -1172,6 +1222,7 @@ int main(void)
     test_cifar100();
     test_cifar_damage();
     test_synthetic();
+    test_image_size();
     remove_tree(tmp_root);
     TEST_DONE();
 }

@@ -45,6 +45,11 @@ typedef struct gt_data {
  * one with CIFAR-10's or CIFAR-100's binary files loads as CIFAR.
  * train_limit > 0 keeps only the first train_limit training samples. */
 int gt_data_load(const char *dir, uint32_t train_limit, gt_data *out, gt_err *e);
+/* The same, with every image of an image folder resized to size[0] x size[1] (height, width:
+ * --image-size) after decoding, so that the images may differ in size; {0, 0} keeps the rule that
+ * they share one. Data of other formats must already have that size. */
+int gt_data_load_sized(const char *dir, uint32_t train_limit, const int *size, gt_data *out,
+                       gt_err *e);
 void gt_data_free(gt_data *d);
 
 /* The shape of one sample (channels, height, width) and the class count of the dataset that
@@ -85,6 +90,9 @@ int gt_synth_load(const char *spec, gt_data *out, gt_err *e);
  * count (1 or 3; grey-with-alpha and RGBA are reduced to 1 and 3). */
 int gt_folder_load(const char *root, const char *split, gt_dataset *out,
                    char (*class_names)[32], int *nclasses, gt_err *e);
+/* The same, resized as gt_data_load_sized does (size {0, 0}: not resized). */
+int gt_folder_load_sized(const char *root, const char *split, const int *size, gt_dataset *out,
+                         char (*class_names)[32], int *nclasses, gt_err *e);
 
 #ifdef __cplusplus
 }
