@@ -212,7 +212,7 @@ static int folder_decode_chw(const char *path, img_bytes *f, int w, int h, int c
 }
 
 /* Decodes every file into out; the first image sets the size all the others must share, unless
- * size (h, w) resizes each to it. */
+ * size (height, width) is given: then each is resized to it. */
 static int folder_fill(const name_list *files, const uint32_t *ends, size_t nclasses,
                        const int *size, gt_dataset *out, gt_err *e)
 {
@@ -222,21 +222,20 @@ static int folder_fill(const name_list *files, const uint32_t *ends, size_t ncla
     if (folder_probe(first, &f, &w, &h, &c, e) != 0)
         return -1;
     free(f.buf);
-    if (size[0] > 0)
-        h = size[0], w = size[1];
-    size_t per = (size_t)c * h * w;
+    int oh = size[0] > 0 ? size[0] : h, ow = size[0] > 0 ? size[1] : w;
+    size_t per = (size_t)c * oh * ow;
     unsigned long long bytes = (unsigned long long)files->n * per;
     if (bytes >= GT_DATA_MAX_BYTES)
         return gt_fail(e, "%s: %zu images of %dx%dx%d = %llu bytes (limit 8 GiB)", first, files->n,
-                       c, h, w, bytes);
+                       c, oh, ow, bytes);
     out->images = gt_alloc(bytes);
     out->labels = gt_alloc(files->n);
     if (!out->images || !out->labels)
         return gt_fail(e, "%s: out of memory for %llu bytes of images", first, bytes);
     out->n = (uint32_t)files->n;
     out->c = c;
-    out->h = h;
-    out->w = w;
+    out->h = oh;
+    out->w = ow;
     out->nclasses = (int)nclasses;
     size_t k = 0;
     for (size_t i = 0; i < files->n; i++) {
@@ -250,7 +249,7 @@ static int folder_fill(const name_list *files, const uint32_t *ends, size_t ncla
                            "%s: %dx%d with %d channel(s), but the first image %s is %dx%d with %d",
                            path, fw, fh, fc, first, w, h, c);
         }
-        if (folder_decode_chw(path, &f, fw, fh, c, out->images + i * per, w, h, e) != 0)
+        if (folder_decode_chw(path, &f, fw, fh, c, out->images + i * per, ow, oh, e) != 0)
             return -1;
         while (i >= ends[k])
             k++;
