@@ -101,7 +101,7 @@ static int cifar_unpack(const cifar_kind *k, const char *path, const uint8_t *bu
     return 0;
 }
 
-/* The records a file holds, from its size: 0 and -1 on any size that is not whole records. */
+/* The records a file holds, from its size: 0, or -1 on a size that is not whole records. */
 static int cifar_count(const cifar_kind *k, const char *path, int fd, uint32_t *n, gt_err *e)
 {
     struct stat st;
@@ -122,49 +122,56 @@ static int cifar_count(const cifar_kind *k, const char *path, int fd, uint32_t *
     return 0;
 }
 
-/* Opens every file of one split and counts its records; fds[i] stay open for cifar_fill. */
+/* One split's files: CIFAR-10's five training batches, or one file. */
+typedef struct cifar_split {
+    int nfiles;
+    char paths[CIFAR_TRAIN_FILES][GT_PATHLEN];
+    int fds[CIFAR_TRAIN_FILES]; /* open from cifar_open_split until cifar_load_split returns */
+    uint32_t counts[CIFAR_TRAIN_FILES];
+    uint64_t total;
+} cifar_split;
+
+/* Opens every file of the split and counts its records. */
 static int cifar_open_split(const cifar_kind *k, const char *dir, const char *const *names,
-                            int nfiles, char (*paths)[GT_PATHLEN], int *fds, uint32_t *counts,
-                            uint64_t *total, gt_err *e)
+                            cifar_split *sp, gt_err *e)
 {
-    *total = 0;
-    for (int f = 0; f < nfiles; f++) {
+    for (int f = 0; f < sp->nfiles; f++) {
         const char *why;
-        if (cifar_path(paths[f], dir, names[f], e) != 0)
+        if (cifar_path(sp->paths[f], dir, names[f], e) != 0)
             return -1;
-        if ((fds[f] = gt_open_regular(paths[f], &why)) < 0)
-            return gt_fail(e, "%s: cannot open: %s", paths[f], why);
-        if (cifar_count(k, paths[f], fds[f], &counts[f], e) != 0)
+        if ((sp->fds[f] = gt_open_regular(sp->paths[f], &why)) < 0)
+            return gt_fail(e, "%s: cannot open: %s", sp->paths[f], why);
+        if (cifar_count(k, sp->paths[f], sp->fds[f], &sp->counts[f], e) != 0)
             return -1;
-        *total += counts[f];
+        sp->total += sp->counts[f];
     }
-    if (*total > GT_DATA_MAX_SAMPLES || *total * CIFAR_PIXELS >= GT_DATA_MAX_BYTES)
-        return gt_fail(e, "%s: %llu records in all (limits: %u, 8 GiB of images)", paths[0],
-                       (unsigned long long)*total, GT_DATA_MAX_SAMPLES);
+    if (sp->total > GT_DATA_MAX_SAMPLES || sp->total * CIFAR_PIXELS >= GT_DATA_MAX_BYTES)
+        return gt_fail(e, "%s: %llu records in all (limits: %u, 8 GiB of images)", sp->paths[0],
+                       (unsigned long long)sp->total, GT_DATA_MAX_SAMPLES);
     return 0;
 }
 
 /* Reads every record of the split's open files into ds, chunk by chunk. */
-static int cifar_fill(const cifar_kind *k, char (*paths)[GT_PATHLEN], const int *fds,
-                      const uint32_t *counts, int nfiles, gt_dataset *ds, gt_err *e)
+static int cifar_fill(const cifar_kind *k, const cifar_split *sp, gt_dataset *ds, gt_err *e)
 {
     size_t rec = (size_t)k->label_bytes + CIFAR_PIXELS;
     uint8_t *buf = malloc(CIFAR_CHUNK * rec);
     if (!buf)
-        return gt_fail(e, "%s: out of memory", paths[0]);
+        return gt_fail(e, "%s: out of memory", sp->paths[0]);
     uint32_t into = 0;
     int rc = 0;
-    for (int f = 0; f < nfiles && rc == 0; f++) {
-        for (uint32_t at = 0; at < counts[f] && rc == 0; at += CIFAR_CHUNK) {
-            uint32_t n = counts[f] - at < CIFAR_CHUNK ? counts[f] - at : CIFAR_CHUNK;
-            rc = cifar_read(fds[f], paths[f], buf, n * rec, (uint64_t)at * rec, e);
+    for (int f = 0; f < sp->nfiles && rc == 0; f++) {
+        const char *path = sp->paths[f];
+        for (uint32_t at = 0; at < sp->counts[f] && rc == 0; at += CIFAR_CHUNK) {
+            uint32_t n = sp->counts[f] - at < CIFAR_CHUNK ? sp->counts[f] - at : CIFAR_CHUNK;
+            rc = cifar_read(sp->fds[f], path, buf, n * rec, (uint64_t)at * rec, e);
             if (rc == 0)
-                rc = cifar_unpack(k, paths[f], buf, n, at, ds, into, e);
+                rc = cifar_unpack(k, path, buf, n, at, ds, into, e);
             into += n;
         }
         uint8_t extra;
-        if (rc == 0 && read(fds[f], &extra, 1) != 0) /* it grew while read */
-            rc = gt_fail(e, "%s: changed size while read", paths[f]);
+        if (rc == 0 && read(sp->fds[f], &extra, 1) != 0) /* it grew while read */
+            rc = gt_fail(e, "%s: changed size while read", path);
     }
     free(buf);
     return rc;
@@ -173,25 +180,22 @@ static int cifar_fill(const cifar_kind *k, char (*paths)[GT_PATHLEN], const int 
 static int cifar_load_split(const cifar_kind *k, const char *dir, const char *const *names,
                             int nfiles, gt_dataset *ds, gt_err *e)
 {
-    char paths[CIFAR_TRAIN_FILES][GT_PATHLEN];
-    int fds[CIFAR_TRAIN_FILES] = {-1, -1, -1, -1, -1};
-    uint32_t counts[CIFAR_TRAIN_FILES];
-    uint64_t total;
-    int rc = cifar_open_split(k, dir, names, nfiles, paths, fds, counts, &total, e);
+    cifar_split sp = {.nfiles = nfiles, .fds = {-1, -1, -1, -1, -1}};
+    int rc = cifar_open_split(k, dir, names, &sp, e);
     if (rc == 0) {
-        ds->n = (uint32_t)total;
+        ds->n = (uint32_t)sp.total;
         ds->c = 3;
         ds->h = ds->w = CIFAR_SIDE;
         ds->nclasses = k->nclasses;
-        ds->images = gt_alloc(total * CIFAR_PIXELS);
-        ds->labels = gt_alloc(total);
-        rc = ds->images && ds->labels ? cifar_fill(k, paths, fds, counts, nfiles, ds, e)
-                                      : gt_fail(e, "%s: out of memory for %llu records", paths[0],
-                                                (unsigned long long)total);
+        ds->images = gt_alloc(sp.total * CIFAR_PIXELS);
+        ds->labels = gt_alloc(sp.total);
+        rc = ds->images && ds->labels ? cifar_fill(k, &sp, ds, e)
+                                      : gt_fail(e, "%s: out of memory for %llu records",
+                                                sp.paths[0], (unsigned long long)sp.total);
     }
     for (int f = 0; f < nfiles; f++)
-        if (fds[f] >= 0)
-            close(fds[f]);
+        if (sp.fds[f] >= 0)
+            close(sp.fds[f]);
     if (rc == 0) {
         ds->images_crc = gt_crc32(0, ds->images, (size_t)ds->n * CIFAR_PIXELS);
         ds->labels_crc = gt_crc32(0, ds->labels, ds->n);
