@@ -83,7 +83,7 @@ static int ckpt_check_model(const gt_model *m, const char *path, gt_err *e)
 
 /* ---- saving --------------------------------------------------------------------------------------- */
 
-#define CKPT_NFIXED 16 /* metadata members besides the tensors' CRCs */
+#define CKPT_NFIXED 17 /* metadata members besides the tensors' CRCs */
 
 /* Everything one save writes: the tensors, their CRC members and the metadata text. */
 typedef struct ckpt_save {
@@ -162,6 +162,8 @@ static void ckpt_list_meta(ckpt_save *sv, const gt_model *m, const gt_ckpt_meta 
     ckpt_kv(sv, "data_fingerprint", sv->fingerprint);
     if (sv->classes)
         ckpt_kv(sv, "classes", sv->classes);
+    if (meta->resized)
+        ckpt_kv(sv, "resize_images", "1");
     ckpt_kv(sv, CKPT_CRC_KEY, "00000000");
     for (int i = 0; i < sv->nout; i++)
         ckpt_kv(sv, sv->crc_key[i], sv->crc_hex[i]);
@@ -475,6 +477,11 @@ static int ckpt_parse_meta(ckpt_file *cf, gt_err *e)
     if (ckpt_meta_str(cf, "wall_ms") &&
         ckpt_meta_u64(cf, "wall_ms", 0, CKPT_MAX_COUNT, &mt->wall_ms, e) != 0)
         return -1;
+    uint64_t resized = 0; /* absent: not resized */
+    if (ckpt_meta_str(cf, "resize_images") &&
+        ckpt_meta_u64(cf, "resize_images", 1, 1, &resized, e) != 0)
+        return -1;
+    mt->resized = (int)resized;
     if (ckpt_state_names(mt->optimizer, &names) < 0)
         return gt_fail(e, "checkpoint %s: unknown optimizer \"%s\"", cf->path, mt->optimizer);
     if (!ckpt_known_mode(mt->mode))

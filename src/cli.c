@@ -265,6 +265,32 @@ static int cli_parse_inject_fault(const char *s, gt_config *c, gt_err *e)
     return 0;
 }
 
+/* --data: a folder, or synthetic:CxHxW:K[:N], whose spec is checked here so that a bad one is a
+ * command-line error. */
+static int cli_parse_data(const char *s, gt_config *c, gt_err *e)
+{
+    if (cli_copy_string("data", s, c->data, sizeof c->data, e) != 0)
+        return -1;
+    return gt_synth_check(s, e);
+}
+
+/* --image-size HxW, or N for N x N. */
+static int cli_parse_image_size(const char *s, gt_config *c, gt_err *e)
+{
+    size_t nh = strspn(s, "0123456789");
+    const char *ws = s[nh] == 'x' ? s + nh + 1 : s;
+    size_t nw = strspn(ws, "0123456789");
+    unsigned long long h, w;
+    if (nh == 0 || nw == 0 || ws[nw])
+        return gt_fail(e, "--image-size: '%s' is not HxW or N (whole numbers)", s);
+    if (cli_read_digits(s, GT_DATA_MAX_SIDE, &h) || cli_read_digits(ws, GT_DATA_MAX_SIDE, &w) ||
+        h < 1 || w < 1)
+        return gt_fail(e, "--image-size: %s is out of range (sides 1..%u)", s, GT_DATA_MAX_SIDE);
+    c->image_size[0] = (int)h;
+    c->image_size[1] = (int)w;
+    return 0;
+}
+
 /* ---- the rows -------------------------------------------------------------------------------- */
 
 typedef enum cli_type {
@@ -358,8 +384,15 @@ static const cli_row cli_rows[] = {
     {.section = "Model and data", .name = "model", .value = "NAME|SPEC|@FILE", .type = CLI_TEXT,
      TEXT(model), .commands = CMD_TRAIN,
      .help = "lenet5, lenet5-classic, mlp, cnn-wide, a layer spec, or @FILE holding one"},
-    {.name = "data", .value = "DIR", .type = CLI_TEXT, TEXT(data), .commands = CMD_ALL,
-     .help = "IDX files or one folder per class", .dflt = "the usual places"},
+    {.name = "data", .value = "DIR", .type = CLI_CUSTOM, .field = F(data), .parse = cli_parse_data,
+     .commands = CMD_ALL,
+     .help = "IDX files, CIFAR files or one folder per class; synthetic:CxHxW:K[:N] makes K classes "
+             "of N images (50000 train, 10000 test) for throughput runs",
+     .dflt = "the usual places"},
+    {.name = "image-size", .value = "HxW|N", .type = CLI_CUSTOM, .field = F(image_size),
+     .parse = cli_parse_image_size, .commands = CMD_ALL,
+     .help = "resize every image of an image folder to HxW (N: NxN)",
+     .dflt = "all images share one size"},
     {.name = "train-samples", .value = "N", .type = CLI_U32, .field = F(train_samples), .lo = 1,
      .hi = UINT32_MAX, .commands = CMD_TRAIN, .help = "train on the first N samples only",
      .dflt = "all"},

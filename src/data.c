@@ -10,6 +10,7 @@
 
 #include "gputrain/atomic_file.h"
 #include "gputrain/image_file.h"
+#include "gputrain/image_resize.h"
 #include "gputrain/json.h"
 
 #include <dirent.h>
@@ -191,9 +192,9 @@ static int folder_probe(const char *path, img_bytes *f, int *w, int *h, int *c, 
     return 0;
 }
 
-/* Decodes one image into dst as C x H x W; the caller has checked that it is w x h. */
+/* Decodes one image into dst as C x out_h x out_w; the caller has checked that it is w x h. */
 static int folder_decode_chw(const char *path, img_bytes *f, int w, int h, int c, uint8_t *dst,
-                             gt_err *e)
+                             int out_w, int out_h, gt_err *e)
 {
     int fw, fh, comp;
     unsigned char *px = stbi_load_from_memory(f->buf, (int)f->len, &fw, &fh, &comp, c);
@@ -205,17 +206,15 @@ static int folder_decode_chw(const char *path, img_bytes *f, int w, int h, int c
         stbi_image_free(px);
         return gt_fail(e, "%s: decoded as %dx%d, expected %dx%d", path, fw, fh, w, h);
     }
-    size_t plane = (size_t)w * h;
-    for (int ch = 0; ch < c; ch++)
-        for (size_t i = 0; i < plane; i++)
-            dst[ch * plane + i] = px[i * c + ch];
+    int rc = gt_image_to_chw(path, px, w, h, c, dst, out_w, out_h, e);
     stbi_image_free(px);
-    return 0;
+    return rc;
 }
 
-/* Decodes every file into out; the first image sets the size all the others must share. */
+/* Decodes every file into out; the first image sets the size all the others must share, unless
+ * size (height, width) is given: then each is resized to it. */
 static int folder_fill(const name_list *files, const uint32_t *ends, size_t nclasses,
-                       gt_dataset *out, gt_err *e)
+                       const int *size, gt_dataset *out, gt_err *e)
 {
     int w, h, c;
     img_bytes f = {0};
@@ -223,19 +222,20 @@ static int folder_fill(const name_list *files, const uint32_t *ends, size_t ncla
     if (folder_probe(first, &f, &w, &h, &c, e) != 0)
         return -1;
     free(f.buf);
-    size_t per = (size_t)c * h * w;
+    int oh = size[0] > 0 ? size[0] : h, ow = size[0] > 0 ? size[1] : w;
+    size_t per = (size_t)c * oh * ow;
     unsigned long long bytes = (unsigned long long)files->n * per;
     if (bytes >= GT_DATA_MAX_BYTES)
         return gt_fail(e, "%s: %zu images of %dx%dx%d = %llu bytes (limit 8 GiB)", first, files->n,
-                       c, h, w, bytes);
+                       c, oh, ow, bytes);
     out->images = gt_alloc(bytes);
     out->labels = gt_alloc(files->n);
     if (!out->images || !out->labels)
         return gt_fail(e, "%s: out of memory for %llu bytes of images", first, bytes);
     out->n = (uint32_t)files->n;
     out->c = c;
-    out->h = h;
-    out->w = w;
+    out->h = oh;
+    out->w = ow;
     out->nclasses = (int)nclasses;
     size_t k = 0;
     for (size_t i = 0; i < files->n; i++) {
@@ -243,13 +243,13 @@ static int folder_fill(const name_list *files, const uint32_t *ends, size_t ncla
         const char *path = files->names[i];
         if (folder_probe(path, &f, &fw, &fh, &fc, e) != 0)
             return -1;
-        if (fw != w || fh != h || fc != c) {
+        if ((size[0] == 0 && (fw != w || fh != h)) || fc != c) {
             free(f.buf);
             return gt_fail(e,
                            "%s: %dx%d with %d channel(s), but the first image %s is %dx%d with %d",
                            path, fw, fh, fc, first, w, h, c);
         }
-        if (folder_decode_chw(path, &f, w, h, c, out->images + i * per, e) != 0)
+        if (folder_decode_chw(path, &f, fw, fh, c, out->images + i * per, ow, oh, e) != 0)
             return -1;
         while (i >= ends[k])
             k++;
@@ -267,6 +267,12 @@ static void dataset_crc(gt_dataset *ds)
 
 int gt_folder_load(const char *root, const char *split, gt_dataset *out, char (*class_names)[32],
                    int *nclasses, gt_err *e)
+{
+    return gt_folder_load_sized(root, split, (const int[2]){0, 0}, out, class_names, nclasses, e);
+}
+
+int gt_folder_load_sized(const char *root, const char *split, const int *size, gt_dataset *out,
+                         char (*class_names)[32], int *nclasses, gt_err *e)
 {
     char split_dir[GT_PATHLEN];
     name_list classes = {0}, files = {0};
@@ -287,7 +293,7 @@ int gt_folder_load(const char *root, const char *split, gt_dataset *out, char (*
         goto done;
     }
     if (folder_list_files(split_dir, &classes, &files, ends, e) != 0 ||
-        folder_fill(&files, ends, classes.n, out, e) != 0)
+        folder_fill(&files, ends, classes.n, size, out, e) != 0)
         goto done;
     dataset_crc(out);
     for (size_t k = 0; k < classes.n; k++)
@@ -308,7 +314,8 @@ done:
 
 /* ---- whole datasets ------------------------------------------------------------------------- */
 
-enum { DATA_NONE, DATA_IDX, DATA_FOLDER };
+enum { DATA_NONE, DATA_IDX, DATA_FOLDER, DATA_CIFAR10, DATA_CIFAR100, DATA_SYNTH };
+static const char *const format_names[] = {"", "idx", "folder", "cifar10", "cifar100", "synthetic"};
 
 static const char *const idx_names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                                          "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
@@ -332,6 +339,9 @@ static int data_detect(const char *dir)
     for (int i = 0; i < 4; i++)
         if (idx_find(dir, idx_names[i], path, NULL) == 1)
             return DATA_IDX;
+    int cifar = gt_cifar_detect(dir);
+    if (cifar != 0)
+        return cifar == 10 ? DATA_CIFAR10 : DATA_CIFAR100;
     if (path_join(path, dir, "train", NULL) == 0 && path_is_dir(path))
         return DATA_FOLDER;
     return DATA_NONE;
@@ -443,15 +453,15 @@ static int data_check_classes(const char *dir, const gt_data *d, char (*test_nam
     return 0;
 }
 
-static int data_load_folder(const char *dir, gt_data *out, gt_err *e)
+static int data_load_folder(const char *dir, const int *size, gt_data *out, gt_err *e)
 {
     int ntrain, ntest;
     char(*test_names)[32] = calloc(GT_MAX_CLASSES, sizeof *test_names);
     if (!test_names)
         return gt_fail(e, "%s: out of memory", dir);
     int rc = -1;
-    if (gt_folder_load(dir, "train", &out->train, out->class_names, &ntrain, e) == 0 &&
-        gt_folder_load(dir, "test", &out->test, test_names, &ntest, e) == 0 &&
+    if (gt_folder_load_sized(dir, "train", size, &out->train, out->class_names, &ntrain, e) == 0 &&
+        gt_folder_load_sized(dir, "test", size, &out->test, test_names, &ntest, e) == 0 &&
         data_check_classes(dir, out, test_names, ntest, e) == 0)
         rc = 0;
     free(test_names);
@@ -508,23 +518,31 @@ static uint32_t data_fingerprint(const gt_data *d)
     return crc;
 }
 
-static int data_load_dir(const char *dir, uint32_t train_limit, gt_data *out, gt_err *e)
+static int data_load_dir(const char *dir, uint32_t train_limit, const int *size, gt_data *out,
+                         gt_err *e)
 {
-    if (!path_is_dir(dir))
+    if (!gt_synth_is(dir) && !path_is_dir(dir))
         return gt_fail(e,
-                       "%s: not a folder (--data wants a folder of IDX files or train/ and "
-                       "test/ image folders)",
+                       "%s: not a folder (--data wants a folder of IDX or CIFAR files or "
+                       "train/ and test/ image folders, or synthetic:CxHxW:K)",
                        dir);
-    int format = data_detect(dir);
+    int format = gt_synth_is(dir) ? DATA_SYNTH : data_detect(dir);
     if (format == DATA_NONE)
         return gt_fail(e,
-                       "%s: holds neither train-images-idx3-ubyte[.gz] and the other IDX files "
-                       "nor train/ and test/ image folders",
+                       "%s: holds neither train-images-idx3-ubyte[.gz] and the other IDX files, "
+                       "CIFAR's data_batch_1.bin or train.bin, nor train/ and test/ image folders",
                        dir);
     if (snprintf(out->dir, sizeof out->dir, "%s", dir) >= (int)sizeof out->dir)
         return gt_fail(e, "%s: path longer than %d bytes", dir, GT_PATHLEN - 1);
-    snprintf(out->format, sizeof out->format, "%s", format == DATA_IDX ? "idx" : "folder");
-    int rc = format == DATA_IDX ? data_load_idx(dir, out, e) : data_load_folder(dir, out, e);
+    snprintf(out->format, sizeof out->format, "%s", format_names[format]);
+    int rc = format == DATA_IDX      ? data_load_idx(dir, out, e)
+             : format == DATA_FOLDER ? data_load_folder(dir, size, out, e)
+             : format == DATA_SYNTH  ? gt_synth_load(dir, out, e)
+                                     : gt_cifar_load(dir, format == DATA_CIFAR10 ? 10 : 100, out, e);
+    if (rc == 0 && size[0] > 0 && (size[0] != out->train.h || size[1] != out->train.w))
+        rc = gt_fail(e, "--image-size %dx%d: %s holds %s images of %dx%d, which are not resized "
+                     "(only image folders' are)", size[0], size[1], dir, out->format,
+                     out->train.h, out->train.w);
     if (rc == 0)
         rc = data_apply_limit(dir, &out->train, train_limit, e);
     if (rc == 0)
@@ -549,6 +567,12 @@ static const char *data_choose_dir(const char *dir)
 
 int gt_data_load(const char *dir, uint32_t train_limit, gt_data *out, gt_err *e)
 {
+    return gt_data_load_sized(dir, train_limit, (const int[2]){0, 0}, out, e);
+}
+
+int gt_data_load_sized(const char *dir, uint32_t train_limit, const int *size, gt_data *out,
+                       gt_err *e)
+{
     memset(out, 0, sizeof *out);
     dir = data_choose_dir(dir);
     if (!dir)
@@ -556,7 +580,7 @@ int gt_data_load(const char *dir, uint32_t train_limit, gt_data *out, gt_err *e)
                        "no dataset found: tried %s and %s; run datasets/fetch-fashion-mnist.sh "
                        "or pass --data",
                        data_defaults[0], data_defaults[1]);
-    if (data_load_dir(dir, train_limit, out, e) != 0) {
+    if (data_load_dir(dir, train_limit, size, out, e) != 0) {
         gt_data_free(out);
         return -1;
     }
@@ -568,8 +592,16 @@ int gt_data_probe(const char *dir, int *c, int *h, int *w, int *nclasses)
     char path[GT_PATHLEN];
     uint32_t n;
     dir = data_choose_dir(dir);
-    if (!dir || !path_is_dir(dir) || data_detect(dir) != DATA_IDX ||
-        idx_find(dir, idx_names[0], path, NULL) != 1 ||
+    if (gt_synth_is(dir))
+        return gt_synth_probe(dir, c, h, w, nclasses);
+    int format = dir && path_is_dir(dir) ? data_detect(dir) : DATA_NONE;
+    if (format == DATA_CIFAR10 || format == DATA_CIFAR100) { /* one shape, class count by name */
+        *c = 3;
+        *h = *w = 32;
+        *nclasses = format == DATA_CIFAR10 ? 10 : 100;
+        return 0;
+    }
+    if (format != DATA_IDX || idx_find(dir, idx_names[0], path, NULL) != 1 ||
         gt_idx_read_image_header(path, &n, h, w, NULL) != 0)
         return -1;
     *c = 1;

@@ -141,6 +141,7 @@ int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e)
     meta.updates = j->updates;
     meta.seed = cfg->seed;
     meta.data_fingerprint = r->data->fingerprint;
+    meta.resized = cfg->image_size[0] > 0;
     meta.nnames = r->m->nclasses;
     for (int k = 0; k < meta.nnames; k++)
         memcpy(meta.class_names[k], r->data->class_names[k], GT_CKPT_NAMELEN);

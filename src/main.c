@@ -596,7 +596,7 @@ static void *data_job_run(void *arg)
     data_job *j = arg;
     const gt_dataset *t = &j->data->train;
     double t0 = gt_now();
-    j->rc = gt_data_load(j->c->data, j->c->train_samples, j->data, &j->err);
+    j->rc = gt_data_load_sized(j->c->data, j->c->train_samples, j->c->image_size, j->data, &j->err);
     int dev = j->rc == 0 ? pin_device(j->c) : -1;
     if (dev >= 0) {
         const gt_dataset *v = &j->data->test;

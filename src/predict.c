@@ -2,13 +2,15 @@
  * parameters, run on the CPU reference network (layers.c) over image files and dataset samples.
  *
  * An image file is read and checked by image_file.c, decoded by stb_image to the model's channel
- * count (colour to grey or grey to colour as stb_image converts), never resized: a size other than
- * the model's input is an error. Pixels go through the same uint8 -> x / 255 input step as
+ * count (colour to grey or grey to colour as stb_image converts), and resized to the model's input
+ * (image_resize.c) where the checkpoint was trained on resized images or --image-size is given;
+ * else a size other than the model's input is an error. Pixels go through the same uint8 -> x / 255 input step as
  * training. Probabilities are the softmax of the logits, in double. */
 #include "gputrain/predict.h"
 
 #include "gputrain/cpu_net.h"
 #include "gputrain/image_file.h"
+#include "gputrain/image_resize.h"
 
 #include <limits.h>
 #include <math.h>
@@ -30,6 +32,7 @@ typedef struct predictor {
     int have_net;
     gt_data data;        /* loaded at the first dataset range */
     int have_data;
+    int size[2];         /* images resized to this (the model's input), or 0 0 */
     uint64_t samples, correct;
 } predictor;
 
@@ -119,20 +122,17 @@ static int decode_image(const predictor *p, const char *path, uint8_t *px, gt_er
     unsigned char *img = NULL;
     if (len > INT_MAX || !stbi_info_from_memory(buf, (int)len, &w, &h, &comp))
         gt_fail(e, "%s: not an image stb_image can read (%s)", path, stbi_failure_reason());
-    else if (w != p->m.in_w || h != p->m.in_h)
-        gt_fail(e, "%s: image is %dx%d pixels, the model takes %dx%d (images are not resized)",
-                path, w, h, p->m.in_w, p->m.in_h);
+    else if (!p->size[0] && (w != p->m.in_w || h != p->m.in_h))
+        gt_fail(e, "%s: image is %dx%d pixels, the model takes %dx%d (images are not resized "
+                "without --image-size)", path, w, h, p->m.in_w, p->m.in_h);
     else if (!(img = stbi_load_from_memory(buf, (int)len, &w, &h, &comp, p->m.in_c)))
         gt_fail(e, "%s: cannot decode: %s", path, stbi_failure_reason());
     free(buf);
     if (!img)
         return -1;
-    size_t plane = (size_t)w * h;
-    for (int ch = 0; ch < p->m.in_c; ch++)
-        for (size_t i = 0; i < plane; i++)
-            px[ch * plane + i] = img[i * p->m.in_c + ch];
+    int rc = gt_image_to_chw(path, img, w, h, p->m.in_c, px, p->m.in_w, p->m.in_h, e);
     stbi_image_free(img);
-    return 0;
+    return rc;
 }
 
 static int predict_image(predictor *p, const char *path, gt_err *e)
@@ -180,7 +180,7 @@ static int load_data(predictor *p, gt_err *e)
     if (p->have_data)
         return 0;
     const gt_config *c = p->c;
-    if (gt_data_load(c->data[0] ? c->data : NULL, 0, &p->data, e) != 0)
+    if (gt_data_load_sized(c->data[0] ? c->data : NULL, 0, p->size, &p->data, e) != 0)
         return -1;
     p->have_data = 1;
     const gt_dataset *t = &p->data.train;
@@ -229,6 +229,12 @@ static int predict_open(predictor *p, gt_err *e)
         gt_cpu_net_create(&p->net, &p->m, PREDICT_CHUNK, e) != 0)
         return -1;
     p->have_net = 1;
+    const int *given = p->c->image_size;
+    if (given[0] && (given[0] != p->m.in_h || given[1] != p->m.in_w))
+        return gt_fail(e, "--image-size %dx%d: the model of %s takes %dx%d images", given[0],
+                       given[1], path, p->m.in_h, p->m.in_w);
+    if (given[0] || p->meta.resized)
+        p->size[0] = p->m.in_h, p->size[1] = p->m.in_w;
     return 0;
 }
 

@@ -37,7 +37,7 @@ static double field(const gt_config *c, const char *name)
         "quiet", "checkpoint_every", "checkpoint_every_steps", "keep", "on_nan", "inject_worker",
         "inject_step", "stall_timeout", "tf32", "log_steps", "overlap", "host_timeout",
         "allow_nonfinite", "literal", "on_diverge", "given", "ignore_classes", "top", "nitems",
-        "exchange"};
+        "exchange", "image_h", "image_w"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -48,7 +48,7 @@ static double field(const gt_config *c, const char *name)
         c->checkpoint_every, c->checkpoint_every_steps, c->keep, c->on_nan, c->inject_worker,
         c->inject_step, c->stall_timeout, c->tf32, c->log_steps, c->overlap, c->host_timeout,
         c->allow_nonfinite, c->literal, c->on_diverge, c->given, c->ignore_classes, c->top,
-        c->nitems, c->exchange};
+        c->nitems, c->exchange, c->image_size[0], c->image_size[1]};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -110,6 +110,10 @@ static const good_case GOOD[] = {
     {{"eval", "--checkpoint", "m.st", "--batch", "256"}, "batch", 256, NULL},
     {{"eval", "--checkpoint", "m.st", "--ignore-classes"}, "ignore_classes", 1, NULL},
     {{NULL}, "top", 3, NULL},
+    {{NULL}, "image_h", 0, NULL},
+    {{"--image-size", "48x64"}, "image_h", 48, NULL},
+    {{"--image-size", "48x64"}, "image_w", 64, NULL},
+    {{"predict", "--checkpoint", "m.st", "--image-size", "32", "a.png"}, "image_w", 32, NULL},
     {{"predict", "--checkpoint", "m.st", "a.png"}, "command", GT_CMD_PREDICT, NULL},
     {{"predict", "--checkpoint", "m.st", "--top", "5", "a.png"}, "top", 5, NULL},
     {{"predict", "a.png", "--checkpoint", "m.st", "test:0-9", "--top", "2"}, "nitems", 2, NULL},
@@ -352,6 +356,11 @@ static const bad_case BAD[] = {
     {{"predict", "--", "--checkpoint", "m.st"}, "predict", "--checkpoint PATH is required"},
     {{"predict", "--checkpoint", "m.st"}, "predict", "at least one image"},
     {{"predict", "--checkpoint", "m.st", "--top", "0", "a.png"}, "--top", "0 is out of range"},
+    {{"--image-size", "32x"}, "--image-size", "'32x' is not HxW or N"},
+    {{"--image-size", "x32"}, "--image-size", "'x32' is not HxW or N"},
+    {{"--image-size", "32x0"}, "--image-size", "32x0 is out of range"},
+    {{"--image-size", "4097"}, "--image-size", "4097 is out of range (sides 1..4096)"},
+    {{"--data", "synthetic:3x32"}, "--data", "'synthetic:3x32' is not synthetic:CxHxW:K"},
     {{"x"}, "unexpected argument", "'x'"},
     {{"--epochs", "2", "x"}, "unexpected argument", "'x'"},
     {{"train", "eval"}, "unexpected argument", "'eval'"},

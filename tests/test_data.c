@@ -907,6 +907,299 @@ static void test_png_damage(void)
     free(bad);
 }
 
+/* ---- CIFAR binary files --------------------------------------------------------------------- */
+
+#define CIFAR_PX 3072
+
+static uint8_t cifar_pixel(uint32_t i, uint32_t j)
+{
+    return (uint8_t)(i * 7 + j * 13 + 3);
+}
+
+/* A CIFAR file of n records numbered from first: label bytes (coarse first for CIFAR-100, whose
+ * fine label is (first + i) % 100), then the pixels; cut drops that many bytes from the end. */
+static void write_cifar(const char *path, int label_bytes, uint32_t first, uint32_t n, size_t cut)
+{
+    size_t rec = (size_t)label_bytes + CIFAR_PX;
+    uint8_t *buf = malloc(n * rec + 1);
+    for (uint32_t i = 0; buf && i < n; i++) {
+        uint8_t *r = buf + i * rec;
+        r[0] = (uint8_t)(label_bytes == 1 ? (first + i) % 10 : (first + i) % 20);
+        r[label_bytes - 1] = (uint8_t)(label_bytes == 1 ? (first + i) % 10 : (first + i) % 100);
+        for (uint32_t j = 0; j < CIFAR_PX; j++)
+            r[label_bytes + j] = cifar_pixel(first + i, j);
+    }
+    CHECK(buf != NULL && n * rec >= cut);
+    write_file(path, 0, buf, n * rec - cut);
+    free(buf);
+}
+
+static const uint32_t cifar10_counts[5] = {2, 1, 3, 1, 2}; /* 9 training records */
+
+static void write_cifar10(const char *dir)
+{
+    char path[1024];
+    uint32_t first = 0;
+    for (int f = 0; f < 5; f++) {
+        snprintf(path, sizeof path, "%s/data_batch_%d.bin", dir, f + 1);
+        write_cifar(path, 1, first, cifar10_counts[f], 0);
+        first += cifar10_counts[f];
+    }
+    snprintf(path, sizeof path, "%s/test_batch.bin", dir);
+    write_cifar(path, 1, 100, 3, 0);
+    static const char names[] = "airplane\nautomobile\nbird\ncat\ndeer\ndog\nfrog\nhorse\nship\r\n"
+                                "truck\n\n";
+    snprintf(path, sizeof path, "%s/batches.meta.txt", dir);
+    write_file(path, 0, names, sizeof names - 1);
+}
+
+static void test_cifar10(void)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tp("cifar10"));
+    make_dir(dir);
+    write_cifar10(dir);
+    gt_data d;
+    gt_err e = {{0}};
+    int c = 0, h = 0, w = 0, k = 0;
+    CHECK(gt_data_probe(dir, &c, &h, &w, &k) == 0 && c == 3 && h == 32 && w == 32 && k == 10);
+    CHECK_MSG(gt_data_load(dir, 0, &d, &e) == 0, "%s", e.msg);
+    CHECK(strcmp(d.format, "cifar10") == 0 && d.train.n == 9 && d.test.n == 3);
+    CHECK(d.train.c == 3 && d.train.h == 32 && d.train.w == 32 && d.test.nclasses == 10);
+    CHECK(strcmp(d.class_names[0], "airplane") == 0 && strcmp(d.class_names[8], "ship") == 0 &&
+          strcmp(d.class_names[9], "truck") == 0);
+    for (uint32_t i = 0; d.train.labels && i < d.train.n; i++) {
+        CHECK(d.train.labels[i] == i % 10);
+        CHECK(d.train.images[i * CIFAR_PX + 1024 + 33] == cifar_pixel(i, 1024 + 33)); /* green */
+    }
+    CHECK(d.test.labels && d.test.labels[2] == 102 % 10 &&
+          d.test.images[2 * CIFAR_PX + 3071] == cifar_pixel(102, 3071));
+    CHECK(d.fingerprint == direct_fingerprint(&d));
+    gt_data_free(&d);
+    CHECK_MSG(gt_data_load(dir, 4, &d, &e) == 0, "%s", e.msg);
+    CHECK(d.train.n == 4 && d.fingerprint == direct_fingerprint(&d));
+    gt_data_free(&d);
+
+    /* Without batches.meta.txt, the classes are numbered. */
+    CHECK(remove(tp("cifar10/batches.meta.txt")) == 0);
+    CHECK_MSG(gt_data_load(dir, 0, &d, &e) == 0, "%s", e.msg);
+    CHECK(strcmp(d.class_names[0], "0") == 0 && strcmp(d.class_names[9], "9") == 0);
+    gt_data_free(&d);
+}
+
+static void test_cifar100(void)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tp("cifar100"));
+    make_dir(dir);
+    write_cifar(tp("cifar100/train.bin"), 2, 95, 7, 0);
+    write_cifar(tp("cifar100/test.bin"), 2, 0, 2, 0);
+    gt_data d;
+    gt_err e = {{0}};
+    int c = 0, h = 0, w = 0, k = 0;
+    CHECK(gt_data_probe(dir, &c, &h, &w, &k) == 0 && c == 3 && k == 100);
+    CHECK_MSG(gt_data_load(dir, 0, &d, &e) == 0, "%s", e.msg);
+    CHECK(strcmp(d.format, "cifar100") == 0 && d.train.n == 7 && d.test.n == 2);
+    CHECK(d.train.nclasses == 100 && strcmp(d.class_names[99], "99") == 0);
+    CHECK(d.train.labels && d.train.labels[0] == 95 && d.train.labels[6] == 1); /* the fine label */
+    CHECK(d.train.images && d.train.images[6 * CIFAR_PX + 2048] == cifar_pixel(101, 2048));
+    gt_data_free(&d);
+
+    char names[100 * 8] = "", *at = names;
+    for (int i = 0; i < 100; i++)
+        at += sprintf(at, "class%d\n", i);
+    write_file(tp("cifar100/fine_label_names.txt"), 0, names, strlen(names));
+    CHECK_MSG(gt_data_load(dir, 0, &d, &e) == 0, "%s", e.msg);
+    CHECK(strcmp(d.class_names[0], "class0") == 0 && strcmp(d.class_names[99], "class99") == 0);
+    gt_data_free(&d);
+}
+
+/* Every kind of damage is refused with the file named, and nothing is held afterwards. */
+static void test_cifar_damage(void)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", tp("cifar_bad"));
+    make_dir(dir);
+    gt_data d;
+    write_cifar10(dir);
+    write_cifar(tp("cifar_bad/data_batch_3.bin"), 1, 3, 3, 1000);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "data_batch_3.bin",
+                  "not a whole number of 3073-byte CIFAR records");
+    CHECK(d.train.images == NULL && d.test.images == NULL);
+    write_file(tp("cifar_bad/data_batch_3.bin"), 0, "", 0);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "data_batch_3.bin", "empty file");
+    CHECK(remove(tp("cifar_bad/data_batch_3.bin")) == 0);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "data_batch_3.bin", "cannot open");
+
+    write_cifar10(dir);
+    uint8_t rec[3073] = {10};
+    write_file(tp("cifar_bad/test_batch.bin"), 0, rec, sizeof rec);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "test_batch.bin", "record 0 has label 10");
+    CHECK(remove(tp("cifar_bad/test_batch.bin")) == 0);
+    CHECK(mkfifo(tp("cifar_bad/test_batch.bin"), 0600) == 0);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "test_batch.bin", "not a regular file");
+    CHECK(remove(tp("cifar_bad/test_batch.bin")) == 0);
+
+    write_cifar10(dir);
+    write_file(tp("cifar_bad/batches.meta.txt"), 0, "a\nb\nc\n", 6);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "batches.meta.txt", "3 class names, expected 10");
+    write_file(tp("cifar_bad/batches.meta.txt"), 0, "a\nb\n\nc\n", 7);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "batches.meta.txt", "line 3");
+    static const char long_name[] = "a\nb\nc\nd\ne\nf\ng\nh\ni\nabcdefghijabcdefghijabcdefghijab\n";
+    write_file(tp("cifar_bad/batches.meta.txt"), 0, long_name, sizeof long_name - 1);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "batches.meta.txt", "line 10");
+    static const char eleven[] = "a\nb\nc\nd\ne\nf\ng\nh\ni\nj\nk\n";
+    write_file(tp("cifar_bad/batches.meta.txt"), 0, eleven, sizeof eleven - 1);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "batches.meta.txt", "more than 10");
+
+    /* CIFAR-100: a fine label of 100, a coarse label of 20, a file one byte short. */
+    uint8_t rec100[3074] = {0, 100};
+    snprintf(dir, sizeof dir, "%s", tp("cifar100_bad"));
+    make_dir(dir);
+    write_cifar(tp("cifar100_bad/test.bin"), 2, 0, 2, 0);
+    write_file(tp("cifar100_bad/train.bin"), 0, rec100, sizeof rec100);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "train.bin", "record 0 has label 100");
+    rec100[0] = 20;
+    rec100[1] = 0;
+    write_file(tp("cifar100_bad/train.bin"), 0, rec100, sizeof rec100);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "train.bin", "coarse label 20");
+    write_cifar(tp("cifar100_bad/train.bin"), 2, 0, 4, 1);
+    CHECK_REFUSED(gt_data_load(dir, 0, &d, &e_), "train.bin", "3074-byte");
+    CHECK(d.train.images == NULL && d.test.images == NULL);
+}
+
+/* ---- synthetic data ------------------------------------------------------------------------- */
+
+static void test_synthetic(void)
+{
+    gt_data a, b;
+    gt_err e = {{0}};
+    int c = 0, h = 0, w = 0, k = 0;
+    CHECK(gt_data_probe("synthetic:3x8x6:4:300", &c, &h, &w, &k) == 0 && c == 3 && h == 8 &&
+          w == 6 && k == 4);
+    CHECK_MSG(gt_data_load("synthetic:3x8x6:4:300", 0, &a, &e) == 0, "%s", e.msg);
+    CHECK(strcmp(a.format, "synthetic") == 0 && strcmp(a.dir, "synthetic:3x8x6:4:300") == 0);
+    CHECK(a.train.n == 300 && a.test.n == 10000 && a.train.c == 3 && a.train.h == 8 &&
+          a.train.w == 6 && a.test.nclasses == 4 && strcmp(a.class_names[3], "3") == 0);
+    CHECK(a.fingerprint == direct_fingerprint(&a));
+    int seen[4] = {0};
+    for (uint32_t i = 0; a.train.labels && i < a.train.n; i++)
+        seen[a.train.labels[i] < 4 ? a.train.labels[i] : 0] += a.train.labels[i] < 4 ? 1 : 1000;
+    CHECK(seen[0] > 40 && seen[1] > 40 && seen[2] > 40 && seen[3] > 40 && seen[0] < 1000);
+
+    /* The same spec, the same bytes; another N keeps the train prefix and the test split. */
+    CHECK_MSG(gt_data_load("synthetic:3x8x6:4", 200, &b, &e) == 0, "%s", e.msg);
+    CHECK(b.train.n == 200 && b.test.n == 10000);
+    CHECK(a.train.images && b.train.images &&
+          memcmp(a.train.images, b.train.images, 200 * 144) == 0 &&
+          memcmp(a.train.labels, b.train.labels, 200) == 0);
+    CHECK(a.test.images_crc == b.test.images_crc && a.test.labels_crc == b.test.labels_crc);
+    gt_data_free(&b);
+    CHECK_MSG(gt_data_load("synthetic:3x8x6:4:300", 0, &b, &e) == 0, "%s", e.msg);
+    CHECK(b.fingerprint == a.fingerprint);
+    gt_data_free(&b);
+
+    /* A class's samples sit nearer their own class mean than any other's: learnable. */
+    double mean[4][144] = {{0}};
+    int count[4] = {0};
+    for (uint32_t i = 0; a.train.images && i < a.train.n; i++) {
+        count[a.train.labels[i]]++;
+        for (int j = 0; j < 144; j++)
+            mean[a.train.labels[i]][j] += a.train.images[i * 144 + j];
+    }
+    for (int q = 0; q < 4; q++)
+        for (int j = 0; j < 144; j++)
+            mean[q][j] /= count[q] ? count[q] : 1;
+    uint32_t right = 0;
+    for (uint32_t i = 0; a.test.images && i < 1000; i++) {
+        int best = 0;
+        double best_d = 1e300;
+        for (int q = 0; q < 4; q++) {
+            double d = 0;
+            for (int j = 0; j < 144; j++)
+                d += (a.test.images[i * 144 + j] - mean[q][j]) * (a.test.images[i * 144 + j] - mean[q][j]);
+            if (d < best_d)
+                best_d = d, best = q;
+        }
+        right += best == a.test.labels[i];
+    }
+    CHECK_MSG(right > 900, "nearest class mean: %u of 1000 test samples right", right);
+    gt_data_free(&a);
+
+    static const struct {
+        const char *spec, *what;
+    } bad[] = {
+        {"synthetic:0x32x32:10", "image size 0x32x32 is out of range"},
+        {"synthetic:3x32", "is not synthetic:CxHxW:K"},
+        {"synthetic:3x32x32", "is not synthetic:CxHxW:K"},
+        {"synthetic:3x32x32:10:", "is not synthetic:CxHxW:K"},
+        {"synthetic:3x32x32:10:5:5", "is not synthetic:CxHxW:K"},
+        {"synthetic:3x-2x32:10", "is not synthetic:CxHxW:K"},
+        {"synthetic:3x32x32:1", "K is 1 classes"},
+        {"synthetic:3x32x32:257", "K is 257 classes"},
+        {"synthetic:3x4097x32:10", "3x4097x32 is out of range"},
+        {"synthetic:3x32x32:10:0", ": 0 training"},
+        {"synthetic:3x4096x4096:10:100", "100 training and 10000 test samples"},
+        {"synthetic:3x32x32:10:99999999999999999999999", "training and 10000 test samples of 3072"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK_REFUSED(gt_synth_check(bad[i].spec, &e_), bad[i].spec, bad[i].what);
+        CHECK_REFUSED(gt_data_load(bad[i].spec, 0, &a, &e_), bad[i].spec, bad[i].what);
+        CHECK(gt_data_probe(bad[i].spec, &c, &h, &w, &k) == -1);
+    }
+    CHECK(gt_synth_check("/some/folder", &e) == 0 && gt_synth_check("synthetic:1x1x1:2:1", &e) == 0);
+}
+
+/* ---- --image-size --------------------------------------------------------------------------- */
+
+static void write_solid(const char *path, int w, int h, const uint8_t *rgb)
+{
+    uint8_t px[64 * 64 * 3];
+    for (int i = 0; i < w * h * 3; i++)
+        px[i] = rgb[i % 3];
+    CHECK_MSG(stbi_write_png(path, w, h, 3, px, w * 3) != 0, "cannot write %s", path);
+}
+
+static void test_image_size(void)
+{
+    char root[1024];
+    snprintf(root, sizeof root, "%s", tp("sized"));
+    static const char *const dirs[] = {"train", "test", "train/a", "train/b", "test/a", "test/b"};
+    write_tree(root, dirs, 6, NULL, 0);
+    static const uint8_t colour[3] = {10, 200, 77};
+    write_solid(tp("sized/train/a/0.png"), 7, 5, colour);
+    write_png(tp("sized/train/a/1.png"), 1, 40, 30, 3);
+    write_png(tp("sized/train/b/2.png"), 2, 2, 2, 3);
+    write_png(tp("sized/test/a/3.png"), 3, 6, 4, 3);
+    write_png(tp("sized/test/b/4.png"), 4, 64, 9, 3);
+    gt_data d;
+    gt_err e = {{0}};
+    CHECK_REFUSED(gt_data_load(root, 0, &d, &e_), "1.png", "but the first image");
+
+    CHECK_MSG(gt_data_load_sized(root, 0, (const int[2]){4, 6}, &d, &e) == 0, "%s", e.msg);
+    CHECK(d.train.n == 3 && d.test.n == 2 && d.train.c == 3 && d.train.h == 4 && d.train.w == 6 &&
+          d.test.h == 4 && d.test.w == 6);
+    CHECK(d.train.labels && d.train.labels[1] == 0 && d.train.labels[2] == 1);
+    for (int i = 0; d.train.images && i < 3 * 24; i++) /* a solid colour stays exactly that */
+        CHECK(d.train.images[i] == colour[i / 24]);
+    CHECK(d.fingerprint == direct_fingerprint(&d));
+    /* At its own size an image is copied, not filtered: test/a/3.png is 6x4. */
+    for (int y = 0; d.test.images && y < 4; y++)
+        for (int x = 0; x < 6; x++)
+            CHECK(d.test.images[2 * 24 + y * 6 + x] == img_value(3, y, x, 2));
+    gt_data_free(&d);
+
+    /* Grey among colour is still refused; other formats are not resized. */
+    write_png(tp("sized/train/b/5.png"), 5, 3, 3, 1);
+    CHECK_REFUSED(gt_data_load_sized(root, 0, (const int[2]){4, 6}, &d, &e_), "5.png",
+                  "1 channel(s)");
+    CHECK_REFUSED(gt_data_load_sized(tp("cifar10"), 0, (const int[2]){4, 6}, &d, &e_), "cifar10",
+                  "--image-size 4x6");
+    CHECK_MSG(gt_data_load_sized(tp("cifar10"), 0, (const int[2]){32, 32}, &d, &e) == 0, "%s",
+              e.msg);
+    gt_data_free(&d);
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/gt_test_data_XXXXXX");
@@ -925,6 +1218,11 @@ int main(void)
     test_png_damage();
     test_default_search();
     test_fashion_mnist();
+    test_cifar10();
+    test_cifar100();
+    test_cifar_damage();
+    test_synthetic();
+    test_image_size();
     remove_tree(tmp_root);
     TEST_DONE();
 }

@@ -7,7 +7,8 @@
  * holds format, model_spec, model, mode, epoch, step, samples, updates, seed, data_fingerprint,
  * optimizer, classes (the class names, in label order, as a JSON array of strings inside the
  * string; absent in checkpoints written before it existed), wall_ms (optional: files without
- * it read as 0), "crc32.<tensor>" for every tensor,
+ * it read as 0), resize_images ("1" where the run resized its images to in_shape, else absent),
+ * "crc32.<tensor>" for every tensor,
  * and header_crc32: the CRC-32 of the 8 length
  * bytes and the whole header with its own 8 digits read as "00000000", so that every byte of the
  * file is covered by a CRC (format "gputrain-2"; "gputrain-1" files, which lack it, are refused).
@@ -43,6 +44,7 @@ typedef struct gt_ckpt_meta {
     uint64_t updates;         /* optimizer updates applied (Adam's t) */
     uint64_t seed;
     uint32_t data_fingerprint;
+    int resized;              /* 1: trained on images resized to in_h x in_w (--image-size) */
     int nnames;               /* class names held: nclasses, or 0 (a checkpoint written without) */
     char class_names[GT_CKPT_MAX_CLASSES][GT_CKPT_NAMELEN];
     uint64_t wall_ms;         /* training wall time up to the checkpoint, over every run resumed

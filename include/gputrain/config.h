@@ -59,6 +59,7 @@ typedef struct gt_config {
     char model[GT_SPECLEN];       /* built-in name, spec text or @file */
     char data[GT_PATHLEN];        /* "" = default search */
     uint32_t train_samples;       /* 0 = all */
+    int image_size[2];            /* --image-size: height, width folder images are resized to; 0 0 = none */
     int epochs;
     int batch;                    /* per worker, in every mode */
     gt_optim_cfg optim;

@@ -31,7 +31,7 @@ typedef struct gt_dataset {
 typedef struct gt_data {
     gt_dataset train, test;
     char dir[GT_PATHLEN];        /* where it was loaded from */
-    char format[16];             /* "idx" or "folder" */
+    char format[16];             /* "idx", "folder", "cifar10", "cifar100" or "synthetic" */
     char class_names[GT_MAX_CLASSES][32]; /* folder datasets: the class folder names;
                                           idx: Fashion-MNIST's ten names when its test
                                           labels are Fashion-MNIST's, else "0".."9" */
@@ -41,15 +41,22 @@ typedef struct gt_data {
 /* Loads a dataset. dir may be NULL: then datasets/fashion-mnist, then
  * /usr/share/datasets/fashion-mnist are tried. A folder with the four Fashion-MNIST/MNIST IDX files
  * (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-...) loads as IDX; a folder
- * with train/<class>/ and test/<class>/ subfolders of PNG/JPEG/BMP images loads as an image folder.
+ * with train/<class>/ and test/<class>/ subfolders of PNG/JPEG/BMP images loads as an image folder;
+ * one with CIFAR-10's or CIFAR-100's binary files loads as CIFAR.
  * train_limit > 0 keeps only the first train_limit training samples. */
 int gt_data_load(const char *dir, uint32_t train_limit, gt_data *out, gt_err *e);
+/* The same, with every image of an image folder resized to size[0] x size[1] (height, width:
+ * --image-size) after decoding, so that the images may differ in size; {0, 0} keeps the rule that
+ * they share one. Data of other formats must already have that size. */
+int gt_data_load_sized(const char *dir, uint32_t train_limit, const int *size, gt_data *out,
+                       gt_err *e);
 void gt_data_free(gt_data *d);
 
 /* The shape of one sample (channels, height, width) and the class count of the dataset that
- * gt_data_load(dir, ...) would load, read from the train images' IDX header alone, so that the
- * model can be built and the devices opened while the data still loads. Returns 0, or -1 where
- * that is not cheap to know (an image folder) or the header is bad: gt_data_load says why. */
+ * gt_data_load(dir, ...) would load, read from the train images' IDX header alone (CIFAR's is
+ * fixed), so that the model can be built and the devices opened while the data still loads.
+ * Returns 0, or -1 where that is not cheap to know (an image folder) or the header is bad:
+ * gt_data_load says why. */
 int gt_data_probe(const char *dir, int *c, int *h, int *w, int *nclasses);
 
 /* One IDX file (data_idx.c): images (magic 0x00000803, rank 3) or labels (0x00000801, rank 1).
@@ -61,10 +68,31 @@ int gt_idx_load_labels(const char *path, uint32_t *n, uint8_t **labels, uint32_t
 /* An images file's header alone: its image count and size, checked as gt_idx_load_images does. */
 int gt_idx_read_image_header(const char *path, uint32_t *n, int *h, int *w, gt_err *e);
 
+/* CIFAR binary files (data_cifar.c): gt_cifar_detect says 10 for a folder with data_batch_1.bin,
+ * 100 for one with train.bin, else 0; gt_cifar_load (nclasses 10 or 100) reads both splits and the
+ * class names into out, which the caller frees on any outcome. */
+int gt_cifar_detect(const char *dir);
+int gt_cifar_load(const char *dir, int nclasses, gt_data *out, gt_err *e);
+
+/* Synthetic data (data_synth.c): --data synthetic:CxHxW:K[:N], K classes of C x H x W images,
+ * N training samples (default 50000) and 10000 test samples, each a class template plus noise,
+ * the same bytes from a fixed seed on every machine. gt_synth_is says whether spec names it;
+ * gt_synth_check returns 0 for anything else or a good spec, else -1 with a one-line error;
+ * gt_synth_probe gives the shape (-1 if spec is not a good one); gt_synth_load fills out's
+ * splits and numbered class names. */
+#define GT_SYNTH_PREFIX "synthetic:"
+int gt_synth_is(const char *spec);
+int gt_synth_check(const char *spec, gt_err *e);
+int gt_synth_probe(const char *spec, int *c, int *h, int *w, int *nclasses);
+int gt_synth_load(const char *spec, gt_data *out, gt_err *e);
+
 /* Image-folder dataset ROOT/<split>/<class>/<file>; every image must share one size and channel
  * count (1 or 3; grey-with-alpha and RGBA are reduced to 1 and 3). */
 int gt_folder_load(const char *root, const char *split, gt_dataset *out,
                    char (*class_names)[32], int *nclasses, gt_err *e);
+/* The same, resized as gt_data_load_sized does (size {0, 0}: not resized). */
+int gt_folder_load_sized(const char *root, const char *split, const int *size, gt_dataset *out,
+                         char (*class_names)[32], int *nclasses, gt_err *e);
 
 #ifdef __cplusplus
 }

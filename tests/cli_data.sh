@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# cli_data.sh - the data formats without a dataset installed, end to end on the CPU: a CIFAR-10
+# folder written here trains a small colour model for an epoch and predicts with its class names;
+# damaged CIFAR files give one-line errors naming the file. Synthetic data: an epoch of the same
+# model on it beats chance clearly, a checkpoint of it resumes, and bad specs are command-line
+# errors naming the value. --image-size: a folder of colour images of many sizes trains, evaluates
+# and predicts on any-size images, the checkpoint saying that its images were resized.
+. "$(dirname "$0")/lib_cli.sh"
+command -v python3 >/dev/null || { echo "skipped: python3 not found"; exit 77; }
+MODEL='conv:8:5 relu maxpool:2 fc:10'
+
+# cifar.py DIR RECORDS: CIFAR-10 files of RECORDS records each, the label i % 10, and its names.
+cat >"$TMP/cifar.py" <<'PY'
+import os, random, sys
+out, n = sys.argv[1], int(sys.argv[2])
+rng = random.Random(1)
+os.makedirs(out, exist_ok=True)
+def batch(name, first):
+    with open(os.path.join(out, name), "wb") as f:
+        for i in range(first, first + n):
+            f.write(bytes([i % 10]) + bytes(rng.randrange(256) for _ in range(3072)))
+for b in range(5):
+    batch("data_batch_%d.bin" % (b + 1), b * n)
+batch("test_batch.bin", 0)
+with open(os.path.join(out, "batches.meta.txt"), "w") as f:
+    f.write("airplane\nautomobile\nbird\ncat\ndeer\ndog\nfrog\nhorse\nship\ntruck\n\n")
+PY
+python3 "$TMP/cifar.py" "$TMP/c10" 20
+CK=$TMP/c10.safetensors
+"$BIN" --data "$TMP/c10" --gpus cpu:1 --epochs 1 --batch 10 --model "$MODEL" --no-progress \
+    --checkpoint "$CK" >"$TMP/train.out" 2>&1 || fail "CIFAR-10 training failed: $(cat "$TMP/train.out")"
+grep -q "100 train / 20 test samples" "$TMP/train.out" || fail "CIFAR-10 header: $(head -1 "$TMP/train.out")"
+"$BIN" predict --checkpoint "$CK" --data "$TMP/c10" test:0-1 >"$TMP/pred.out" 2>&1 ||
+    fail "predict on CIFAR-10 failed: $(cat "$TMP/pred.out")"
+grep -q "^test:1: .*(true: automobile)" "$TMP/pred.out" || fail "predict: $(cat "$TMP/pred.out")"
+
+# Damage: a record cut short, a label past the classes.
+head -c 10000 "$TMP/c10/data_batch_2.bin" >"$TMP/cut" && mv "$TMP/cut" "$TMP/c10/data_batch_2.bin"
+expect_error "data_batch_2.bin" "not a whole number of 3073-byte CIFAR records" -- \
+    --data "$TMP/c10" --gpus cpu:1 --epochs 1 --model "$MODEL"
+python3 "$TMP/cifar.py" "$TMP/c10" 20
+printf '\x0c' | dd of="$TMP/c10/test_batch.bin" bs=1 seek=3073 conv=notrunc status=none
+expect_error "test_batch.bin" "record 1 has label 12" -- --data "$TMP/c10" --gpus cpu:1 --epochs 1 --model "$MODEL"
+
+# Synthetic data: learnable in one epoch, the same data (fingerprint) when resumed.
+SYN=(--data synthetic:3x32x32:10:3000 --gpus cpu:1 --model "$MODEL" --no-progress)
+"$BIN" "${SYN[@]}" --epochs 1 --checkpoint "$TMP/syn.safetensors" >"$TMP/syn.out" 2>&1 ||
+    fail "synthetic training failed: $(cat "$TMP/syn.out")"
+acc=$(sed -n 's/^done:.*test acc \([0-9.]*\).*/\1/p' "$TMP/syn.out")
+awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5) }' || fail "synthetic: test accuracy '$acc' after an epoch (chance 0.1)"
+"$BIN" "${SYN[@]}" --epochs 2 --resume "$TMP/syn.safetensors" >"$TMP/res.out" 2>&1 ||
+    fail "resuming on synthetic data failed: $(cat "$TMP/res.out")"
+grep -q "^resuming" "$TMP/res.out" || fail "synthetic resume: $(cat "$TMP/res.out")"
+"$BIN" "${SYN[@]/3000/3001}" --epochs 2 --resume "$TMP/syn.safetensors" >"$TMP/res.out" 2>&1 &&
+    fail "resumed on other synthetic data"
+grep -q "trained on other data" "$TMP/res.out" || fail "synthetic resume on other data: $(cat "$TMP/res.out")"
+for bad in synthetic:0x32x32:10 synthetic:3x32 synthetic:3x32x32:1 synthetic:3x99999x32:10; do
+    expect_exit 2 -- --data "$bad" --gpus cpu:1 --epochs 1
+    expect_error "$bad" -- --data "$bad" --gpus cpu:1 --epochs 1
+done
+
+# imgs.py DIR: train/ and test/ folders of two classes (reddish, bluish) of PNGs of many sizes.
+cat >"$TMP/imgs.py" <<'PY'
+import os, random, struct, sys, zlib
+out = sys.argv[1]
+rng = random.Random(2)
+def png(path, w, h, rgb):
+    rows = b"".join(b"\0" + bytes(min(255, max(0, c + rng.randrange(-40, 40))) for _ in range(w)
+                                  for c in rgb) for _ in range(h))
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+for split, n in (("train", 30), ("test", 6)):
+    for name, rgb in (("blue", (40, 60, 200)), ("red", (200, 50, 40))):
+        os.makedirs(os.path.join(out, split, name), exist_ok=True)
+        for i in range(n):
+            png(os.path.join(out, split, name, "%d.png" % i), rng.randrange(8, 40), rng.randrange(8, 40), rgb)
+png(os.path.join(out, "wide.png"), 50, 9, (200, 50, 40))
+PY
+python3 "$TMP/imgs.py" "$TMP/img"
+IMG=(--data "$TMP/img" --gpus cpu:1 --model 'conv:4:3 relu maxpool:2 fc:2' --no-progress)
+expect_error "$TMP/img/train" "but the first image" -- "${IMG[@]}" --epochs 1
+CK=$TMP/img.safetensors
+"$BIN" "${IMG[@]}" --image-size 16 --epochs 2 --batch 8 --checkpoint "$CK" >"$TMP/img.out" 2>&1 ||
+    fail "training on resized images failed: $(cat "$TMP/img.out")"
+grep -q "60 train / 12 test samples" "$TMP/img.out" || fail "resized images: $(head -1 "$TMP/img.out")"
+grep -qa '"resize_images":"1"' "$CK" || fail "the checkpoint does not say its images were resized"
+"$BIN" eval --checkpoint "$CK" --data "$TMP/img" --image-size 16 --gpus cpu:1 >"$TMP/eval.out" 2>&1 ||
+    fail "eval with --image-size failed: $(cat "$TMP/eval.out")"
+"$BIN" predict --checkpoint "$CK" --data "$TMP/img" "$TMP/img/wide.png" test:0-11 >"$TMP/pred.out" 2>&1 ||
+    fail "predict on any-size images failed: $(cat "$TMP/pred.out")"
+grep -q "wide.png: red" "$TMP/pred.out" || fail "predict wide.png: $(cat "$TMP/pred.out")"
+grep -q "^accuracy 1.0000 (12/12)" "$TMP/pred.out" || fail "predict test split: $(cat "$TMP/pred.out")"
+expect_error "--image-size 8x8" "takes 16x16" -- predict --checkpoint "$CK" --image-size 8 "$TMP/img/wide.png"
+expect_error "wide.png" "without --image-size" -- predict --checkpoint "$TMP/c10.safetensors" "$TMP/img/wide.png"
+expect_error "--image-size" "not HxW or N" -- "${IMG[@]}" --image-size 16x
+
+finish
