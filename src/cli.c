@@ -372,6 +372,11 @@ static const cli_row cli_rows[] = {
              "host pushes; every step misses its predecessor's update (one step more staleness). "
              "With SGD each step starts from the pulled parameters minus its predecessor's plain "
              "SGD step (weight prediction; off with --literal)"},
+    {.name = "store-step", .type = CLI_SWITCH, .field = F(store_step), .lo = 1,
+     .commands = CMD_TRAIN,
+     .help = "keep the parameter store in every step where the GPUs would take the update "
+             "themselves (one GPU, sync and local on the GPUs of one host): slower, but sync and "
+             "local then go on without a GPU that fails"},
     {.name = "exchange", .type = CLI_WORD, .field = F(exchange), .set = GT_NAMES_EXCHANGE,
      .commands = CMD_TRAIN,
      .help = "allreduce, and local on GPUs: how the GPUs of one host exchange gradients; auto, "

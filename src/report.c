@@ -491,17 +491,17 @@ void report_device_step(run *r)
         return;
     if (r->W == 1)
         printf("note: one worker: %s runs each step on %s, the update included, and brings the "
-               "store up to date where it is read (the same serial SGD; GT_STEP_PATH=store puts "
+               "store up to date where it is read (the same serial SGD; --store-step puts "
                "the store in the step)\n", r->ops->name, r->workers[0].dev->name);
     else if (r->cfg->mode == GT_MODE_LOCAL)
         printf("note: local on %d GPUs steps each replica and averages them every %d clocks on "
                "the GPUs (the same means); the store is brought up to date at the averages, and a "
-               "GPU that fails ends the run (GT_STEP_PATH=store: through the store, where the "
+               "GPU that fails ends the run (--store-step: through the store, where the "
                "others go on)\n", r->W, r->cfg->sync_every);
     else
         printf("note: %s on %d GPUs sums their gradients over the GPUs in worker order and takes "
                "the update on each, as allreduce does (the same sums); the store is brought up to "
-               "date where it is read, and a GPU that fails ends the run (GT_STEP_PATH=store: "
+               "date where it is read, and a GPU that fails ends the run (--store-step: "
                "through the store, where the others go on)\n", r->ops->name, r->W);
     fflush(stdout);
 }

@@ -38,16 +38,13 @@ static const gt_mode_ops *const modes[] = {
  * the GPUs, and with one worker every mode's serial SGD (but --overlap's). The store is brought
  * up to date wherever it is read (evaluations, checkpoints, the guard's good copies, the run's
  * end). What is given up: sync and local through the store go on without a GPU that fails; on
- * the device a failed GPU ends the run. GT_STEP_PATH=store keeps the
- * store in the step (that, and to measure it); -1 on a bad GT_STEP_PATH. */
-static int run_device_step(const gt_config *cfg, gt_device **devices, int ndevices, gt_err *e)
+ * the device a failed GPU ends the run. --store-step keeps the
+ * store in the step (for that, and to measure it). */
+static int run_device_step(const gt_config *cfg, gt_device **devices, int ndevices)
 {
-    const char *want = getenv("GT_STEP_PATH");
-    if (want && *want && strcmp(want, "auto") != 0 && strcmp(want, "store") != 0)
-        return gt_fail(e, "GT_STEP_PATH: '%.40s' is not auto or store", want);
     if (cfg->mode == GT_MODE_ALLREDUCE)
         return 1; /* its only step */
-    if (want && strcmp(want, "store") == 0)
+    if (cfg->store_step)
         return 0;
     /* One worker: hogwild, ssp (nobody to run ahead of) and local (its average is itself) are
      * serial SGD too; --overlap's step runs beside its predecessor's, which is not. local on
@@ -98,9 +95,7 @@ static int run_shape(run *r, const gt_config *cfg, gt_device **devices, int ndev
         return gt_fail(e, "--mode: unknown mode %d", (int)cfg->mode);
     if (ndevices < 1 || ndevices > GT_MAX_WORKERS)
         return gt_fail(e, "--gpus: %d workers (1..%d supported)", ndevices, GT_MAX_WORKERS);
-    r->device_step = run_device_step(cfg, devices, ndevices, e);
-    if (r->device_step < 0)
-        return -1;
+    r->device_step = run_device_step(cfg, devices, ndevices);
     if (run_set_ops(r, r->device_step ? GT_MODE_ALLREDUCE : cfg->mode, row, e) != 0)
         return -1;
     r->H = gt_cluster_size();

@@ -37,7 +37,7 @@ static double field(const gt_config *c, const char *name)
         "quiet", "checkpoint_every", "checkpoint_every_steps", "keep", "on_nan", "inject_worker",
         "inject_step", "stall_timeout", "tf32", "log_steps", "overlap", "host_timeout",
         "allow_nonfinite", "literal", "on_diverge", "given", "ignore_classes", "top", "nitems",
-        "exchange", "image_h", "image_w"};
+        "exchange", "image_h", "image_w", "store_step"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -48,7 +48,7 @@ static double field(const gt_config *c, const char *name)
         c->checkpoint_every, c->checkpoint_every_steps, c->keep, c->on_nan, c->inject_worker,
         c->inject_step, c->stall_timeout, c->tf32, c->log_steps, c->overlap, c->host_timeout,
         c->allow_nonfinite, c->literal, c->on_diverge, c->given, c->ignore_classes, c->top,
-        c->nitems, c->exchange, c->image_size[0], c->image_size[1]};
+        c->nitems, c->exchange, c->image_size[0], c->image_size[1], c->store_step};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -149,6 +149,8 @@ static const good_case GOOD[] = {
     {{"--balance", "dynamic"}, "balance", GT_BALANCE_DYNAMIC, NULL},
     {{"--tf32"}, "tf32", 1, NULL},
     {{"--overlap"}, "overlap", 1, NULL},
+    {{NULL}, "store_step", 0, NULL},
+    {{"--store-step"}, "store_step", 1, NULL},
     {{"--overlap", "--mode", "hogwild"}, "overlap", 1, NULL},
     {{"--model", "mlp"}, "model", 0, "mlp"},
     {{"--model", "@net.txt"}, "model", 0, "@net.txt"},

@@ -737,13 +737,13 @@ static outcome train(gt_config *c)
     return o;
 }
 
-/* A run with the store in every step (GT_STEP_PATH=store): sync's reference path, which sync
- * on GPUs would otherwise leave for allreduce's step. */
+/* A run with the store in every step (--store-step): sync's reference path, which sync on GPUs
+ * would otherwise leave for allreduce's step. */
 static outcome train_store(gt_config *c)
 {
-    setenv("GT_STEP_PATH", "store", 1);
+    c->store_step = 1;
     outcome o = train(c);
-    unsetenv("GT_STEP_PATH");
+    c->store_step = 0;
     return o;
 }
 
@@ -792,7 +792,7 @@ static void test_modes_agree(gt_exchange exchange)
 /* The device step: every mode with one worker (serial SGD), sync with every GPU (the sums) and
  * local with every GPU (replicas averaged on the GPUs) take each step's update on the GPUs (the
  * allreduce mode's step, no store in it) and agree step by step with the store's path
- * (GT_STEP_PATH=store), which the config record names; hogwild with several workers keeps the
+ * (--store-step), which the config record names; hogwild with several workers keeps the
  * store. */
 static void test_device_step(void)
 {

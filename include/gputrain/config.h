@@ -71,6 +71,7 @@ typedef struct gt_config {
     int sync_every;               /* local */
     gt_balance balance;
     int overlap;                  /* hogwild: begin step k+1 before pushing step k */
+    int store_step;               /* --store-step: the store in every step, never the device step */
     int overlap_predict;          /* --overlap: step k+1 starts from its pulled parameters minus
                                      step k's plain SGD step (recipe.c; off with --literal) */
     int eval_every;               /* steps (per worker clock); 0 = end of each epoch only */
