@@ -26,6 +26,8 @@ typedef struct predictor {
     gt_ckpt_meta meta;
     gt_model m;
     float *params;
+    int *order;          /* a row's classes, most probable first (nclasses of them) */
+    double *prob;        /* a row's unnormalised probabilities */
     gt_cpu_net net;
     int have_net;
     gt_data data;        /* loaded at the first dataset range */
@@ -37,8 +39,10 @@ int gt_predict_check_classes(const char *path, const gt_ckpt_meta *meta, const g
                              int ignore, FILE *warn, gt_err *e)
 {
     if (meta->nnames == 0) {
+        char shown[4 * GT_PATHLEN];
         fprintf(warn, "gputrain: warning: %s holds no class names (written by an older gputrain); "
-                      "they are not checked against the data's\n", path);
+                      "they are not checked against the data's\n",
+                gt_escape(shown, sizeof shown, path));
         return 0;
     }
     int n = meta->nnames < d->train.nclasses ? meta->nnames : d->train.nclasses;
@@ -55,24 +59,46 @@ int gt_predict_check_classes(const char *path, const gt_ckpt_meta *meta, const g
                    d->class_names[k], d->dir);
 }
 
-/* The name of class k: the checkpoint's, else the data's, else its number. */
-static const char *class_name(const predictor *p, int k, char *buf, size_t cap)
+int gt_predict_model(const char *path, const gt_ckpt_meta *meta, int in_c, int in_h, int in_w,
+                     int nclasses, gt_model *m, gt_err *e)
+{
+    char where[GT_PATHLEN + 32];
+    snprintf(where, sizeof where, "checkpoint %s: model_spec", path);
+    if (gt_model_build_spec(where, meta->model_spec, in_c, in_h, in_w, nclasses, m, e) != 0)
+        return -1;
+    if (strcmp(m->spec, meta->model_spec) != 0)
+        return gt_fail(e, "checkpoint %s: model_spec '%.80s' is not as gputrain writes it "
+                       "('%.80s'): the file was edited", path, meta->model_spec, m->spec);
+    if (strcmp(meta->model, m->name) != 0 && strcmp(meta->model, "custom") != 0)
+        return gt_fail(e, "checkpoint %s: the metadata names model %.31s, but model_spec is %s: "
+                       "the file was edited", path, meta->model, m->name);
+    return 0;
+}
+
+/* Prints s (a file name or a class name) with its control bytes escaped. */
+static void put_text(FILE *f, const char *s)
+{
+    char shown[4 * GT_PATHLEN];
+    fputs(gt_escape(shown, sizeof shown, s), f);
+}
+
+/* Prints the name of class k: the checkpoint's, else the data's, else its number. */
+static void put_class(const predictor *p, int k)
 {
     if (p->meta.nnames > 0)
-        return p->meta.class_names[k];
-    if (p->have_data)
-        return p->data.class_names[k];
-    snprintf(buf, cap, "%d", k);
-    return buf;
+        put_text(p->out, p->meta.class_names[k]);
+    else if (p->have_data)
+        put_text(p->out, p->data.class_names[k]);
+    else
+        fprintf(p->out, "%d", k);
 }
 
 /* Prints "what: A 0.912, B 0.061, ..." with the top classes of one row of logits, then
  * " (true: X)" for a known label (truth >= 0). Counts the sample when its label is known. */
 static void print_row(predictor *p, const char *what, const float *logits, int truth)
 {
-    int k = p->m.nclasses, top = p->c->top < k ? p->c->top : k;
-    int order[GT_CKPT_MAX_CLASSES];
-    double prob[GT_CKPT_MAX_CLASSES], max = logits[0], sum = 0;
+    int k = p->m.nclasses, top = p->c->top < k ? p->c->top : k, *order = p->order;
+    double *prob = p->prob, max = logits[0], sum = 0;
     for (int j = 1; j < k; j++)
         max = logits[j] > max ? logits[j] : max;
     for (int j = 0; j < k; j++)
@@ -83,13 +109,17 @@ static void print_row(predictor *p, const char *what, const float *logits, int t
             order[at] = order[at - 1];
         order[at] = j;
     }
-    char buf[16];
-    fprintf(p->out, "%s:", what);
-    for (int t = 0; t < top; t++)
-        fprintf(p->out, "%s %s %.4f", t ? "," : "", class_name(p, order[t], buf, sizeof buf),
-                prob[order[t]] / sum);
+    put_text(p->out, what);
+    fputc(':', p->out);
+    for (int t = 0; t < top; t++) {
+        fputs(t ? ", " : " ", p->out);
+        put_class(p, order[t]);
+        fprintf(p->out, " %.4f", prob[order[t]] / sum);
+    }
     if (truth >= 0) {
-        fprintf(p->out, " (true: %s)", class_name(p, truth, buf, sizeof buf));
+        fputs(" (true: ", p->out);
+        put_class(p, truth);
+        fputc(')', p->out);
         p->samples++;
         p->correct += order[0] == truth;
     }
@@ -218,12 +248,16 @@ static int predict_open(predictor *p, gt_err *e)
 {
     const char *path = p->c->checkpoint;
     if (gt_ckpt_read_meta(path, &p->meta, e) != 0 ||
-        gt_model_build(p->meta.model_spec, p->meta.in_c, p->meta.in_h, p->meta.in_w,
-                       p->meta.nclasses, &p->m, e) != 0)
+        gt_predict_model(path, &p->meta, p->meta.in_c, p->meta.in_h, p->meta.in_w,
+                         p->meta.nclasses, &p->m, e) != 0)
         return -1;
+    size_t k = (size_t)p->m.nclasses;
     p->params = malloc(p->m.nparams * sizeof(float));
-    if (!p->params)
-        return gt_fail(e, "out of memory for %zu parameters", p->m.nparams);
+    p->order = malloc(k * sizeof *p->order);
+    p->prob = malloc(k * sizeof *p->prob);
+    if (!p->params || !p->order || !p->prob)
+        return gt_fail(e, "%s: out of memory for %zu parameters and %zu classes", path,
+                       p->m.nparams, k);
     unsigned flags = p->c->allow_nonfinite ? GT_CKPT_ALLOW_NONFINITE : 0;
     if (gt_ckpt_load(path, &p->m, p->params, NULL, 0, &p->meta, flags, e) != 0 ||
         gt_cpu_net_create(&p->net, &p->m, PREDICT_CHUNK, e) != 0)
@@ -268,6 +302,8 @@ int gt_predict_run(const gt_config *c, FILE *out, int *usage, gt_err *e)
     if (p->have_data)
         gt_data_free(&p->data);
     free(p->params);
+    free(p->order);
+    free(p->prob);
     free(p);
     return rc;
 }

@@ -99,6 +99,83 @@ eval_hits=$(echo "$eval_line" | sed 's/.*(\([0-9]*\)\/10000)$/\1/')
 [ "$hits" = "$eval_hits" ] || fail "predict gets $hits/10000 right, eval $eval_line"
 grep -q "^accuracy .* ($eval_hits/10000)" "$TMP/out" || fail "predict's accuracy line: $(tail -1 "$TMP/out")"
 
+# Checkpoints edited on purpose and re-sealed (every CRC recomputed), as a tool could:
+cat >"$TMP/reseal.py" <<'PY'
+# reseal.py IN OUT [--fc N] [KEY=VALUE | KEY=]...: a copy of checkpoint IN with metadata KEY set
+# (KEY= removes it) and, with --fc N, the model replaced by one fc:N layer (small weights), every
+# CRC recomputed, as a tool that edits a checkpoint on purpose would.
+import json, struct, sys, zlib
+args = sys.argv[3:]
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+meta = head.pop("__metadata__")
+tensors = {k: raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in head.items()}
+shapes = {k: v["shape"] for k, v in head.items()}
+if args and args[0] == "--fc":
+    out, args = int(args[1]), args[2:]
+    c, h, w = (int(x) for x in meta["in_shape"].split("x"))
+    tensors = {"f1.weight": struct.pack("<%df" % (out * c * h * w), *[((i * 7) % 13 - 6) * 1e-3 for i in range(out * c * h * w)]),
+               "f1.bias": struct.pack("<%df" % out, *[0.0] * out)}
+    shapes = {"f1.weight": [out, c * h * w], "f1.bias": [out]}
+    meta.update({"model_spec": "init:torch fc:%d" % out, "model": "custom", "nclasses": str(out)})
+    meta.pop("classes", None)
+    meta = {k: v for k, v in meta.items() if not k.startswith("crc32.")}
+for a in args:
+    k, v = a.split("=", 1)
+    if v:
+        meta[k] = v
+    else:
+        meta.pop(k, None)
+head, data = {}, b""
+for k, t in tensors.items():
+    head[k] = {"dtype": "F32", "shape": shapes[k], "data_offsets": [len(data), len(data) + len(t)]}
+    meta["crc32." + k] = "%08x" % zlib.crc32(t)
+    data += t
+meta["header_crc32"] = "00000000"
+head["__metadata__"] = meta
+text = json.dumps(head, separators=(",", ":")).encode()
+text += b" " * (-len(text) % 8)
+length = struct.pack("<Q", len(text))
+crc = "%08x" % zlib.crc32(length + text)
+text = text.replace(b'"header_crc32":"00000000"', b'"header_crc32":"' + crc.encode() + b'"')
+open(sys.argv[2], "wb").write(length + text + data)
+PY
+reseal() { python3 "$TMP/reseal.py" "$@" || fail "cannot reseal $*"; }
+
+# More classes than a byte can label: predict's buffers follow the class count; past the
+# model's limit, one line naming the checkpoint.
+reseal "$CK" "$TMP/c300.st" --fc 300
+expect_exit 0 -- predict --checkpoint "$TMP/c300.st" --top 3 "$TMP/t0.png"
+grep -qE "^$TMP/t0.png: [0-9]+ [0-9.]+, [0-9]+ [0-9.]+, [0-9]+ [0-9.]+$" "$TMP/out" ||
+    fail "predict on 300 classes: $(cat "$TMP/out" "$TMP/err")"
+reseal "$TMP/c300.st" "$TMP/c70k.st" nclasses=70000
+expect_error "checkpoint $TMP/c70k.st" "class count 70000" -- predict --checkpoint "$TMP/c70k.st" "$TMP/t0.png"
+
+# A checkpoint's model_spec is spec text, never a file to read, and exactly as gputrain wrote it.
+reseal "$CK" "$TMP/pw.st" model_spec=@/etc/passwd
+for cmd in "predict --checkpoint $TMP/pw.st $TMP/t0.png" "eval --checkpoint $TMP/pw.st --data $DATA --gpus cpu:1"; do
+    expect_error "checkpoint $TMP/pw.st: model_spec" "'@/etc/passwd': unknown layer" -- $cmd
+    ! grep -q "root" "$TMP/err" || fail "gputrain $cmd read /etc/passwd: $(cat "$TMP/err")"
+done
+reseal "$CK" "$TMP/tanh.st" "model_spec=init:torch conv:6:5:0 tanh avgpool:2 conv:16:5:0 relu avgpool:2 fc:120 relu fc:84 relu fc:10"
+expect_error "checkpoint $TMP/tanh.st" "names model lenet5" "edited" -- eval --checkpoint "$TMP/tanh.st" --data "$DATA" --gpus cpu:1
+reseal "$CK" "$TMP/short.st" "model_spec=conv:6:5 relu avgpool:2 conv:16:5 relu avgpool:2 fc:120 relu fc:84 relu fc:10"
+expect_error "checkpoint $TMP/short.st" "edited" -- predict --checkpoint "$TMP/short.st" "$TMP/t0.png"
+# A spec equal to a built-in's is named after it (a hand-written LeNet was saved as "custom").
+reseal "$CK" "$TMP/custom.st" model=custom
+expect_exit 0 -- eval --checkpoint "$TMP/custom.st" --data "$DATA" --gpus cpu:1
+grep -q ": model lenet5, " "$TMP/out" || fail "eval names the model: $(cat "$TMP/out")"
+
+# Control bytes in class names and file names are printed escaped, never raw.
+reseal "$CK" "$TMP/esc.st" 'classes=["A\u001b[2J","B","C","D","E","F","G","H","I","J"]'
+cp "$TMP/t0.png" "$TMP/e$(printf '\033')x.png"
+expect_exit 0 -- predict --checkpoint "$TMP/esc.st" --top 10 "$TMP/e$(printf '\033')x.png"
+grep -qF "$TMP/e\x1bx.png: " "$TMP/out" && grep -qF 'A\x1b[2J 0.' "$TMP/out" ||
+    fail "predict escapes names: $(cat -v "$TMP/out")"
+! grep -q "$(printf '\033')" "$TMP/out" || fail "a raw ESC in predict's output: $(cat -v "$TMP/out")"
+expect_error "$TMP/n\x1bx.png" -- predict --checkpoint "$CK" "$TMP/n$(printf '\033')x.png"
+
 # Bad input: one line, nonzero, no hang.
 export EXPECT_TIMEOUT=30
 expect_error "$TMP/none.png" -- predict --checkpoint "$CK" "$TMP/none.png"
