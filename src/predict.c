@@ -1,7 +1,7 @@
 /* predict.c - `gputrain predict`: the model a checkpoint's model_spec describes, with its
  * parameters, run on the CPU reference network (layers.c) over image files and dataset samples.
  *
- * An image file is read and checked by image_file.c, decoded by stb_image to the model's channel
+ * An image file (PNG or JPEG) is read, checked and decoded by image_file.c to the model's channel
  * count (colour to grey or grey to colour as stb_image converts), never resized: a size other than
  * the model's input is an error. Pixels go through the same uint8 -> x / 255 input step as
  * training. Probabilities are the softmax of the logits, in double. */
@@ -10,12 +10,9 @@
 #include "gputrain/image_file.h"
 #include "gputrain/layers.h"
 
-#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <stb_image.h>
 
 #define PREDICT_CHUNK 256      /* samples per forward pass */
 #define PREDICT_MAX_SIDE 4096u /* image files larger than this are refused unread */
@@ -141,28 +138,15 @@ static const float *forward(predictor *p, const gt_dataset *ds, uint32_t first, 
 /* Decodes path as the model's C x H x W input into px (c*h*w bytes). */
 static int decode_image(const predictor *p, const char *path, uint8_t *px, gt_err *e)
 {
-    unsigned char *buf;
-    size_t len;
-    int w, h, comp;
-    if (gt_image_read(path, PREDICT_MAX_SIDE, &buf, &len, e) != 0)
+    gt_image im;
+    if (gt_image_open(path, PREDICT_MAX_SIDE, &im, e) != 0)
         return -1;
-    unsigned char *img = NULL;
-    if (len > INT_MAX || !stbi_info_from_memory(buf, (int)len, &w, &h, &comp))
-        gt_fail(e, "%s: not an image stb_image can read (%s)", path, stbi_failure_reason());
-    else if (w != p->m.in_w || h != p->m.in_h)
-        gt_fail(e, "%s: image is %dx%d pixels, the model takes %dx%d (images are not resized)",
-                path, w, h, p->m.in_w, p->m.in_h);
-    else if (!(img = stbi_load_from_memory(buf, (int)len, &w, &h, &comp, p->m.in_c)))
-        gt_fail(e, "%s: cannot decode: %s", path, stbi_failure_reason());
-    free(buf);
-    if (!img)
-        return -1;
-    size_t plane = (size_t)w * h;
-    for (int ch = 0; ch < p->m.in_c; ch++)
-        for (size_t i = 0; i < plane; i++)
-            px[ch * plane + i] = img[i * p->m.in_c + ch];
-    stbi_image_free(img);
-    return 0;
+    int rc = im.w != p->m.in_w || im.h != p->m.in_h
+                 ? gt_fail(e, "%s: image is %dx%d pixels, the model takes %dx%d (images are not "
+                           "resized)", path, im.w, im.h, p->m.in_w, p->m.in_h)
+                 : gt_image_decode(path, &im, p->m.in_c, px, e);
+    gt_image_close(&im);
+    return rc;
 }
 
 static int predict_image(predictor *p, const char *path, gt_err *e)

@@ -176,6 +176,40 @@ grep -qF "$TMP/e\x1bx.png: " "$TMP/out" && grep -qF 'A\x1b[2J 0.' "$TMP/out" ||
 ! grep -q "$(printf '\033')" "$TMP/out" || fail "a raw ESC in predict's output: $(cat -v "$TMP/out")"
 expect_error "$TMP/n\x1bx.png" -- predict --checkpoint "$CK" "$TMP/n$(printf '\033')x.png"
 
+# Formats: PNG and JPEG only. A BMP (bottom-up, top-down or cut short) is refused naming what it
+# is; a JPEG cut short is refused before it is decoded.
+cat >"$TMP/bmp.py" <<'PY'
+import struct, sys
+out, rows, cut = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+pal = b"".join(bytes((i, i, i, 0)) for i in range(256))
+px = bytes((x * 9) % 256 for x in range(28 * 28))
+body = struct.pack("<IiiHHIIiiII", 40, 28, rows, 1, 8, 0, len(px), 2835, 2835, 256, 0) + pal + px
+data = b"BM" + struct.pack("<IHHI", 14 + len(body), 0, 0, 14 + 40 + 1024) + body
+open(out, "wb").write(data[:len(data) - cut])
+PY
+for v in "28 0" "-28 0" "28 300"; do
+    python3 "$TMP/bmp.py" "$TMP/b.bmp" $v || fail "cannot write a BMP"
+    expect_error "$TMP/b.bmp" "a BMP image: gputrain reads PNG and JPEG only" -- predict --checkpoint "$CK" "$TMP/b.bmp"
+done
+printf '\377\330\377\340\000\020JFIF\000\001\001\000\000\001\000\001\000\000\377\333\000' >"$TMP/cut.jpg"
+expect_error "$TMP/cut.jpg" "JPEG cut short" -- predict --checkpoint "$CK" "$TMP/cut.jpg"
+# A PNG with empty IDAT chunks (valid) predicts as the same PNG without them; a chunk type that is
+# not letters is named by its bytes.
+python3 - "$TMP/t0.png" "$TMP/empty_idat.png" "$TMP/badtype.png" <<'PY' || fail "cannot edit the PNG"
+import struct, sys, zlib
+raw = open(sys.argv[1], "rb").read()
+def chunk(kind, body):
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+at = raw.index(b"IDAT") - 4
+n = struct.unpack(">I", raw[at:at + 4])[0]
+rest = raw[at + 12 + n:]
+open(sys.argv[2], "wb").write(raw[:at] + chunk(b"IDAT", b"") + raw[at:at + 12 + n] + chunk(b"IDAT", b"") + rest)
+open(sys.argv[3], "wb").write(raw[:at] + chunk(b"\xc9DAT", raw[at + 8:at + 8 + n]) + rest)
+PY
+expect_exit 0 -- predict --checkpoint "$CK" --top 10 "$TMP/empty_idat.png"
+[ "$(sed 's/^[^:]*: //' "$TMP/out")" = "$png_line" ] || fail "empty IDAT chunks changed the prediction: $(cat "$TMP/out" "$TMP/err")"
+expect_error "$TMP/badtype.png" "(bytes c9 44 41 54)" -- predict --checkpoint "$CK" "$TMP/badtype.png"
+
 # Bad input: one line, nonzero, no hang.
 export EXPECT_TIMEOUT=30
 expect_error "$TMP/none.png" -- predict --checkpoint "$CK" "$TMP/none.png"
