@@ -2,8 +2,11 @@
  * parameters, run on the CPU reference network (layers.c) over image files and dataset samples.
  *
  * An image file (PNG or JPEG) is read, checked and decoded by image_file.c to the model's channel
- * count (colour to grey or grey to colour as stb_image converts), never resized: a size other than
- * the model's input is an error. Pixels go through the same uint8 -> x / 255 input step as
+ * count (colour to grey or grey to colour as stb_image converts) and resized to the model's input
+ * when it is not that size (bilinear, widened when shrinking, as PIL and torchvision resize).
+ * Since a model only knows what its training images looked like, an image far from its input size
+ * or whose edges (its background) are light where the training images' are dark, or the other way
+ * round, gets one warning line. Pixels go through the same uint8 -> x / 255 input step as
  * training. Probabilities are the softmax of the logits, in double. */
 #include "gputrain/predict.h"
 
@@ -16,6 +19,10 @@
 
 #define PREDICT_CHUNK 256      /* samples per forward pass */
 #define PREDICT_MAX_SIDE 4096u /* image files larger than this are refused unread */
+#define PREDICT_FAR_SCALE 2.0  /* a resize by more than this on a side is warned about */
+#define PREDICT_FAR_ASPECT 1.1 /* ... and one that stretches the shape by more than this */
+#define PREDICT_REF_SAMPLES 1000u /* training images whose edges give the usual background */
+#define PREDICT_INVERTED 128.0 /* an image whose edges differ from theirs by more looks inverted */
 
 typedef struct predictor {
     const gt_config *c;
@@ -27,8 +34,11 @@ typedef struct predictor {
     double *prob;        /* a row's unnormalised probabilities */
     gt_cpu_net net;
     int have_net;
-    gt_data data;        /* loaded at the first dataset range */
+    gt_data data;        /* loaded at the first dataset range, or for the first image */
     int have_data;
+    int data_checked;    /* against the checkpoint: shape and class names */
+    int ref_tried, have_ref;
+    double ref_edge;     /* mean edge pixel of the first training images: their background */
     uint64_t samples, correct;
 } predictor;
 
@@ -84,7 +94,7 @@ static void put_class(const predictor *p, int k)
 {
     if (p->meta.nnames > 0)
         put_text(p->out, p->meta.class_names[k]);
-    else if (p->have_data)
+    else if (p->data_checked)
         put_text(p->out, p->data.class_names[k]);
     else
         fprintf(p->out, "%d", k);
@@ -135,35 +145,6 @@ static const float *forward(predictor *p, const gt_dataset *ds, uint32_t first, 
     return p->net.act[p->m.nlayers];
 }
 
-/* Decodes path as the model's C x H x W input into px (c*h*w bytes). */
-static int decode_image(const predictor *p, const char *path, uint8_t *px, gt_err *e)
-{
-    gt_image im;
-    if (gt_image_open(path, PREDICT_MAX_SIDE, &im, e) != 0)
-        return -1;
-    int rc = im.w != p->m.in_w || im.h != p->m.in_h
-                 ? gt_fail(e, "%s: image is %dx%d pixels, the model takes %dx%d (images are not "
-                           "resized)", path, im.w, im.h, p->m.in_w, p->m.in_h)
-                 : gt_image_decode(path, &im, p->m.in_c, px, e);
-    gt_image_close(&im);
-    return rc;
-}
-
-static int predict_image(predictor *p, const char *path, gt_err *e)
-{
-    uint8_t label = 0;
-    gt_dataset one = {.n = 1, .c = p->m.in_c, .h = p->m.in_h, .w = p->m.in_w,
-                      .nclasses = p->m.nclasses, .labels = &label};
-    one.images = malloc((size_t)one.c * one.h * one.w);
-    if (!one.images)
-        return gt_fail(e, "%s: out of memory", path);
-    int rc = decode_image(p, path, one.images, e);
-    if (rc == 0)
-        print_row(p, path, forward(p, &one, 0, 1), -1);
-    free(one.images);
-    return rc;
-}
-
 /* "train:A-B", "test:A-B" or "SPLIT:A": 1 with the range, 0 when item names no split (a file),
  * -1 when it names one but the range is malformed. */
 static int parse_range(const char *item, int *test, uint32_t *first, uint32_t *last)
@@ -188,15 +169,23 @@ static int parse_range(const char *item, int *test, uint32_t *first, uint32_t *l
     return 1;
 }
 
-/* The dataset of --data (or the default), checked against the checkpoint once. */
+/* The dataset of --data (or the default), loaded once. */
+static int data_open(predictor *p, gt_err *e)
+{
+    if (!p->have_data && gt_data_load(p->c->data[0] ? p->c->data : NULL, 0, &p->data, e) == 0)
+        p->have_data = 1;
+    return p->have_data ? 0 : -1;
+}
+
+/* The dataset, checked against the checkpoint once. */
 static int load_data(predictor *p, gt_err *e)
 {
-    if (p->have_data)
-        return 0;
-    const gt_config *c = p->c;
-    if (gt_data_load(c->data[0] ? c->data : NULL, 0, &p->data, e) != 0)
+    if (data_open(p, e) != 0)
         return -1;
-    p->have_data = 1;
+    if (p->data_checked)
+        return 0;
+    p->data_checked = 1;
+    const gt_config *c = p->c;
     const gt_dataset *t = &p->data.train;
     if (t->c != p->m.in_c || t->h != p->m.in_h || t->w != p->m.in_w ||
         t->nclasses != p->m.nclasses)
@@ -204,6 +193,180 @@ static int load_data(predictor *p, gt_err *e)
                        "%dx%dx%d and %d", c->checkpoint, p->m.in_c, p->m.in_h, p->m.in_w,
                        p->m.nclasses, p->data.dir, t->c, t->h, t->w, t->nclasses);
     return gt_predict_check_classes(c->checkpoint, &p->meta, &p->data, c->ignore_classes, stderr, e);
+}
+
+/* ---- image files ----------------------------------------------------------------------------- */
+
+/* Where output i of a resize from in to out samples reads: inputs first[i] .. first[i] + n - 1
+ * with weights w[i * n ..], a triangle filter widened by the scale when shrinking. */
+typedef struct resize_axis {
+    int n, *first;
+    float *w;
+} resize_axis;
+
+static int resize_axis_init(resize_axis *a, int in, int out)
+{
+    double scale = (double)in / out, support = scale > 1 ? scale : 1;
+    a->n = (int)ceil(support) * 2 + 1;
+    a->first = malloc((size_t)out * sizeof *a->first);
+    a->w = calloc((size_t)out * a->n, sizeof *a->w);
+    if (!a->first || !a->w)
+        return -1;
+    for (int i = 0; i < out; i++) {
+        double centre = (i + 0.5) * scale, sum = 0;
+        int lo = (int)floor(centre - support), hi = (int)ceil(centre + support);
+        lo = lo < 0 ? 0 : lo;
+        hi = hi > in ? in : hi;
+        hi = hi - lo > a->n ? lo + a->n : hi;
+        float *w = a->w + (size_t)i * a->n;
+        for (int j = lo; j < hi; j++)
+            sum += w[j - lo] = (float)fmax(0, 1 - fabs((j + 0.5 - centre) / support));
+        for (int j = lo; j < hi; j++)
+            w[j - lo] = (float)(w[j - lo] / sum); /* the nearest input always weighs > 0 */
+        a->first[i] = lo;
+    }
+    return 0;
+}
+
+static void resize_axis_free(resize_axis *a)
+{
+    free(a->first);
+    free(a->w);
+}
+
+/* One output value: the weighted inputs at[0], at[step], ... (those before end). */
+static float resize_tap(const resize_axis *a, int i, int end, const float *at, size_t step)
+{
+    float v = 0;
+    for (int j = 0; j < a->n && a->first[i] + j < end; j++)
+        v += a->w[(size_t)i * a->n + j] * at[(size_t)(a->first[i] + j) * step];
+    return v;
+}
+
+/* dst (c planes of dh x dw) from src (c planes of sh x sw): along rows, then along columns. */
+static int resize_image(const uint8_t *src, int c, int sh, int sw, uint8_t *dst, int dh, int dw)
+{
+    resize_axis ax = {0}, ay = {0};
+    float *row = malloc((size_t)sw * sizeof *row), *mid = malloc((size_t)sh * dw * sizeof *mid);
+    int rc = row && mid && resize_axis_init(&ax, sw, dw) == 0 && resize_axis_init(&ay, sh, dh) == 0
+                 ? 0 : -1;
+    for (int ch = 0; rc == 0 && ch < c; ch++) {
+        const uint8_t *in = src + (size_t)ch * sh * sw;
+        for (int y = 0; y < sh; y++) {
+            for (int x = 0; x < sw; x++)
+                row[x] = in[(size_t)y * sw + x];
+            for (int x = 0; x < dw; x++)
+                mid[(size_t)y * dw + x] = resize_tap(&ax, x, sw, row, 1);
+        }
+        for (int y = 0; y < dh; y++)
+            for (int x = 0; x < dw; x++)
+                dst[((size_t)ch * dh + y) * dw + x] =
+                    (uint8_t)fmin(255, fmax(0, resize_tap(&ay, y, sh, mid + x, (size_t)dw) + 0.5));
+    }
+    resize_axis_free(&ax);
+    resize_axis_free(&ay);
+    free(row);
+    free(mid);
+    return rc;
+}
+
+/* Decodes path into px as the model's C x H x W input, resized where its size (*w x *h) differs. */
+static int decode_image(const predictor *p, const char *path, uint8_t *px, int *w, int *h,
+                        gt_err *e)
+{
+    const gt_model *m = &p->m;
+    gt_image im;
+    if (gt_image_open(path, PREDICT_MAX_SIDE, &im, e) != 0)
+        return -1;
+    *w = im.w;
+    *h = im.h;
+    int same = im.w == m->in_w && im.h == m->in_h;
+    uint8_t *whole = same ? px : malloc((size_t)m->in_c * im.w * im.h);
+    int rc = whole ? gt_image_decode(path, &im, m->in_c, whole, e)
+                   : gt_fail(e, "%s: out of memory for %dx%d pixels", path, im.w, im.h);
+    if (rc == 0 && !same && resize_image(whole, m->in_c, im.h, im.w, px, m->in_h, m->in_w) != 0)
+        rc = gt_fail(e, "%s: out of memory resizing %dx%d pixels", path, im.w, im.h);
+    if (!same)
+        free(whole);
+    gt_image_close(&im);
+    return rc;
+}
+
+/* The mean of the pixels on the edges of a c x h x w image: mostly its background. */
+static double edge_mean(const uint8_t *px, int c, int h, int w)
+{
+    double sum = 0;
+    size_t n = 0;
+    for (int ch = 0; ch < c; ch++)
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x += y == 0 || y == h - 1 || w == 1 ? 1 : w - 1) {
+                sum += px[((size_t)ch * h + y) * w + x];
+                n++;
+            }
+    return sum / (double)n;
+}
+
+/* The training images' usual edge (over their first PREDICT_REF_SAMPLES, computed once): 1 when
+ * the data of --data or the default is at hand with the model's input shape, else 0. */
+static int reference_edge(predictor *p, double *ref)
+{
+    const gt_model *m = &p->m;
+    const gt_dataset *t = &p->data.train;
+    gt_err ignored;
+    if (!p->ref_tried && data_open(p, &ignored) == 0 && t->n > 0 && t->c == m->in_c &&
+        t->h == m->in_h && t->w == m->in_w) {
+        uint32_t n = t->n < PREDICT_REF_SAMPLES ? t->n : PREDICT_REF_SAMPLES;
+        size_t per = (size_t)t->c * t->h * t->w;
+        double sum = 0;
+        for (uint32_t i = 0; i < n; i++)
+            sum += edge_mean(t->images + i * per, t->c, t->h, t->w);
+        p->ref_edge = sum / n;
+        p->have_ref = 1;
+    }
+    p->ref_tried = 1;
+    *ref = p->ref_edge;
+    return p->have_ref;
+}
+
+/* One warning line for an image (px, resized from w x h) that the model may misread: far from
+ * its input size, or inverted relative to the training images (light edges where theirs are
+ * dark, or the reverse). */
+static void warn_image(predictor *p, const char *path, const uint8_t *px, int w, int h)
+{
+    const gt_model *m = &p->m;
+    double sx = (double)w / m->in_w, sy = (double)h / m->in_h, ref;
+    int far = fmax(fmax(sx, 1 / sx), fmax(sy, 1 / sy)) > PREDICT_FAR_SCALE ||
+              fmax(sx / sy, sy / sx) > PREDICT_FAR_ASPECT;
+    double edge = edge_mean(px, m->in_c, m->in_h, m->in_w);
+    int inverted = reference_edge(p, &ref) && fabs(edge - ref) > PREDICT_INVERTED;
+    if (!far && !inverted)
+        return;
+    char shown[4 * GT_PATHLEN], size[96] = "", look[160] = "";
+    if (far)
+        snprintf(size, sizeof size, "it is %dx%d pixels, far from the model's %dx%d (resized to "
+                 "it)%s", w, h, m->in_w, m->in_h, inverted ? "; " : "");
+    if (inverted)
+        snprintf(look, sizeof look, "it looks inverted relative to the training images: its "
+                 "edges average %.0f of 255, theirs %.0f", edge, ref);
+    fprintf(stderr, "gputrain: warning: %s: %s%s; the prediction may be wrong\n",
+            gt_escape(shown, sizeof shown, path), size, look);
+}
+
+static int predict_image(predictor *p, const char *path, gt_err *e)
+{
+    uint8_t label = 0;
+    gt_dataset one = {.n = 1, .c = p->m.in_c, .h = p->m.in_h, .w = p->m.in_w,
+                      .nclasses = p->m.nclasses, .labels = &label};
+    one.images = malloc((size_t)one.c * one.h * one.w);
+    if (!one.images)
+        return gt_fail(e, "%s: out of memory", path);
+    int w, h, rc = decode_image(p, path, one.images, &w, &h, e);
+    if (rc == 0) {
+        warn_image(p, path, one.images, w, h);
+        print_row(p, path, forward(p, &one, 0, 1), -1);
+    }
+    free(one.images);
+    return rc;
 }
 
 static int predict_range(predictor *p, const char *item, int test, uint32_t first, uint32_t last,

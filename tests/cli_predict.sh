@@ -176,6 +176,35 @@ grep -qF "$TMP/e\x1bx.png: " "$TMP/out" && grep -qF 'A\x1b[2J 0.' "$TMP/out" ||
 ! grep -q "$(printf '\033')" "$TMP/out" || fail "a raw ESC in predict's output: $(cat -v "$TMP/out")"
 expect_error "$TMP/n\x1bx.png" -- predict --checkpoint "$CK" "$TMP/n$(printf '\033')x.png"
 
+# Another size is resized to the model's input; far from it (over 2x, or stretched), or looking
+# inverted relative to the training images (light edges where theirs are dark), one warning line.
+png test 1 "$TMP/small.png" 20
+expect_exit 0 -- predict --checkpoint "$CK" --data "$DATA" "$TMP/small.png"
+[ ! -s "$TMP/err" ] && grep -q "^$TMP/small.png: " "$TMP/out" || fail "20x20: $(cat "$TMP/out" "$TMP/err")"
+python3 - "$TMP/t0.png" "$TMP/big.png" "$TMP/inv.png" <<'PY' || fail "cannot write PNGs"
+import struct, sys, zlib
+raw = open(sys.argv[1], "rb").read()
+at = raw.index(b"IDAT")
+rows = zlib.decompress(raw[at + 4:at + 4 + struct.unpack(">I", raw[at - 4:at])[0]])
+px = [rows[29 * y + 1:29 * y + 29] for y in range(28)]
+def png(out, w, h, lines):
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    open(out, "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+                         + chunk(b"IDAT", zlib.compress(b"".join(b"\0" + l for l in lines))) + chunk(b"IEND", b""))
+png(sys.argv[2], 112, 112, [bytes(px[y // 4][x // 4] for x in range(112)) for y in range(112)])
+png(sys.argv[3], 28, 28, [bytes(255 - v for v in l) for l in px])
+PY
+expect_exit 0 -- predict --checkpoint "$CK" --data "$DATA" --top 1 "$TMP/big.png"
+[ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "warning: $TMP/big.png: it is 112x112 pixels, far from the model's 28x28" "$TMP/err" ||
+    fail "no warning for 112x112: $(cat "$TMP/err")"
+[ "$(sed 's/^[^:]*: //; s/ [0-9.]*$//' "$TMP/out")" = "$(echo "$png_line" | sed 's/ [0-9.]*,.*//')" ] ||
+    fail "112x112 made of 4x4 blocks of test:0 predicts otherwise: $(cat "$TMP/out") / $png_line"
+expect_exit 0 -- predict --checkpoint "$CK" --data "$DATA" "$TMP/inv.png" "$TMP/t0.png"
+[ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "warning: $TMP/inv.png: it looks inverted relative to the training images" "$TMP/err" ||
+    fail "no single warning for an inverted image: $(cat "$TMP/err")"
+[ "$(wc -l <"$TMP/out")" -eq 2 ] || fail "an inverted image is still predicted: $(cat "$TMP/out")"
+
 # Formats: PNG and JPEG only. A BMP (bottom-up, top-down or cut short) is refused naming what it
 # is; a JPEG cut short is refused before it is decoded.
 cat >"$TMP/bmp.py" <<'PY'
@@ -213,8 +242,6 @@ expect_error "$TMP/badtype.png" "(bytes c9 44 41 54)" -- predict --checkpoint "$
 # Bad input: one line, nonzero, no hang.
 export EXPECT_TIMEOUT=30
 expect_error "$TMP/none.png" -- predict --checkpoint "$CK" "$TMP/none.png"
-png test 1 "$TMP/small.png" 20
-expect_error "$TMP/small.png" "20x20" "28x28" -- predict --checkpoint "$CK" "$TMP/small.png"
 expect_error "test:5-2" -- predict --checkpoint "$CK" --data "$DATA" test:5-2
 expect_error "test:9990-10000" "0-9999" -- predict --checkpoint "$CK" --data "$DATA" test:9990-10000
 expect_error "train:x" -- predict --checkpoint "$CK" train:x

@@ -28,7 +28,9 @@ int gt_predict_model(const char *path, const gt_ckpt_meta *meta, int in_c, int i
 /* Runs the predict command (c->items: image files, or SPLIT:FIRST[-LAST] ranges of the IDX or
  * folder dataset of --data), printing one line per image or sample to out: its top c->top classes
  * with probabilities, and for dataset samples the true label; with samples, a last line gives the
- * accuracy over them. *usage is set when the error is in a command-line item. */
+ * accuracy over them. An image of another size is resized to the model's input; one far from it,
+ * or looking inverted next to the training images, gets a warning line on stderr. *usage is set
+ * when the error is in a command-line item. */
 int gt_predict_run(const gt_config *c, FILE *out, int *usage, gt_err *e);
 
 #ifdef __cplusplus
