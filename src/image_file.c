@@ -173,6 +173,7 @@ typedef struct jpeg_state {
     unsigned dht[2];      /* Huffman tables defined: DC, AC */
     int ncomp;
     unsigned char comp_id[4], comp_tq[4];
+    unsigned dc_scanned;  /* components whose DC coefficients a scan has given, a bit each */
 } jpeg_state;
 
 static int jpeg_cut(const char *path, gt_err *e)
@@ -244,7 +245,7 @@ static int jpeg_tables(const char *path, unsigned marker, const unsigned char *s
 
 /* A scan header: components of the frame whose quantisation and Huffman tables (DC for a scan
  * of DC coefficients, AC for one of AC coefficients) are defined, so that stb_image never reads a
- * table that was not given. */
+ * table that was not given; records the components whose DC coefficients it begins. */
 static int jpeg_scan(const char *path, const unsigned char *seg, size_t n, jpeg_state *st,
                      gt_err *e)
 {
@@ -263,6 +264,7 @@ static int jpeg_scan(const char *path, const unsigned char *seg, size_t n, jpeg_
         if (c == st->ncomp || td > 3 || ta > 3 || !(st->dqt >> st->comp_tq[c] & 1) ||
             (dc && !(st->dht[0] >> td & 1)) || (ac && !(st->dht[1] >> ta & 1)))
             return jpeg_damaged(path, "a scan uses a component or table that is not defined", e);
+        st->dc_scanned |= (unsigned)dc << c;
     }
     st->scans++;
     return 0;
@@ -323,8 +325,10 @@ static int jpeg_check(const char *path, const unsigned char *b, size_t len, unsi
         if (marker == 0xDA)
             at = jpeg_scan_end(b, len, at);
     }
-    if (!st.scans)
-        return gt_fail(e, "%s: JPEG without image data", path);
+    /* A component that no scan began leaves stb_image's buffers for it as allocated: unwritten. */
+    if (!st.scans || st.dc_scanned != (1u << st.ncomp) - 1)
+        return gt_fail(e, "%s: JPEG without image data for %s", path,
+                       st.scans ? "every component" : "any component");
     uint64_t bound = 2 * (uint64_t)im->w * (uint64_t)im->h * 4 + IMG_SLACK;
     if (len > bound)
         return gt_fail(e, "%s: %zu bytes for a %dx%d JPEG (at most %llu)", path, len, im->w, im->h,

@@ -1094,6 +1094,17 @@ static void test_jpeg(void)
     memcpy(no_dht + out, jpg + at, len - at);
     write_bytes(path, no_dht, out + len - at);
     CHECK_REFUSED(load_one(root, &ds, &e_), path, "a scan uses a component or table that is not defined");
+    /* the progressive JPEG's first scan made a refinement: no scan begins the DC coefficients,
+     * which stb_image would leave as allocated */
+    unsigned char prog[sizeof jpeg_rgb_progressive];
+    memcpy(prog, jpeg_rgb_progressive, sizeof prog);
+    size_t sos = 2;
+    while (sos + 4 < sizeof prog && prog[sos + 1] != 0xDA)
+        sos += 2 + ((size_t)prog[sos + 2] << 8 | prog[sos + 3]);
+    CHECK(sos + 4 < sizeof prog);
+    prog[sos + 4 + 2 * prog[sos + 4] + 3] |= 0x10; /* Ah = 1 */
+    write_bytes(path, prog, sizeof prog - 1);
+    CHECK_REFUSED(load_one(root, &ds, &e_), path, "JPEG without image data for every component");
     remove(path);
 }
 
