@@ -60,7 +60,7 @@ done
 # out of memory: the message names the samples a pass and what was being allocated, and the
 # training batch where evaluation passes more (an address-space limit stands in for a small
 # machine; skipped where the binary cannot run under one, as with ASan)
-if (ulimit -v 1500000 && "$BIN" --version) >/dev/null 2>&1; then
+if bash -c 'ulimit -v 1500000 && "$0" --version; exit $?' "$BIN" >/dev/null 2>&1; then
     (ulimit -v 1500000 && exec "$BIN" --data "$DATA" --gpus cpu:1 --epochs 1 --train-samples 200 \
         --no-progress --model "conv:512:3:1 relu conv:512:3:1 relu fc:10") >"$TMP/out" 2>"$TMP/err"
     rc=$?
