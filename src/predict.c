@@ -306,15 +306,26 @@ static double edge_mean(const uint8_t *px, int c, int h, int w)
     return sum / (double)n;
 }
 
-/* The training images' usual edge (over their first PREDICT_REF_SAMPLES, computed once): 1 when
- * the data of --data or the default is at hand with the model's input shape, else 0. */
-static int reference_edge(predictor *p, double *ref)
+/* Whether the data at hand looks like the checkpoint's: the model's input shape and class count,
+ * and its class names where the checkpoint holds them. */
+static int data_is_checkpoints(const predictor *p)
 {
     const gt_model *m = &p->m;
     const gt_dataset *t = &p->data.train;
+    int same = t->n > 0 && t->c == m->in_c && t->h == m->in_h && t->w == m->in_w &&
+               t->nclasses == m->nclasses;
+    for (int k = 0; same && k < p->meta.nnames; k++)
+        same = strcmp(p->meta.class_names[k], p->data.class_names[k]) == 0;
+    return same;
+}
+
+/* The training images' usual edge (over their first PREDICT_REF_SAMPLES, computed once): 1 when
+ * the data of --data or the default is at hand and looks like the checkpoint's, else 0. */
+static int reference_edge(predictor *p, double *ref)
+{
+    const gt_dataset *t = &p->data.train;
     gt_err ignored;
-    if (!p->ref_tried && data_open(p, &ignored) == 0 && t->n > 0 && t->c == m->in_c &&
-        t->h == m->in_h && t->w == m->in_w) {
+    if (!p->ref_tried && data_open(p, &ignored) == 0 && data_is_checkpoints(p)) {
         uint32_t n = t->n < PREDICT_REF_SAMPLES ? t->n : PREDICT_REF_SAMPLES;
         size_t per = (size_t)t->c * t->h * t->w;
         double sum = 0;

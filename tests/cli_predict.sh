@@ -204,6 +204,8 @@ expect_exit 0 -- predict --checkpoint "$CK" --data "$DATA" "$TMP/inv.png" "$TMP/
 [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "warning: $TMP/inv.png: it looks inverted relative to the training images" "$TMP/err" ||
     fail "no single warning for an inverted image: $(cat "$TMP/err")"
 [ "$(wc -l <"$TMP/out")" -eq 2 ] || fail "an inverted image is still predicted: $(cat "$TMP/out")"
+expect_exit 0 -- predict --checkpoint "$CK" --data "$TMP/other" "$TMP/inv.png"
+[ ! -s "$TMP/err" ] || fail "data of other classes taken as the training images: $(cat "$TMP/err")"
 
 # Formats: PNG and JPEG only. A BMP (bottom-up, top-down or cut short) is refused naming what it
 # is; a JPEG cut short is refused before it is decoded.
