@@ -1094,6 +1094,15 @@ static void test_jpeg(void)
     memcpy(no_dht + out, jpg + at, len - at);
     write_bytes(path, no_dht, out + len - at);
     CHECK_REFUSED(load_one(root, &ds, &e_), path, "a scan uses a component or table that is not defined");
+    /* a baseline scan with successive approximation: well formed, but not what stb_image
+     * decodes; the message says the file is a JPEG */
+    size_t scan = 2;
+    while (scan + 4 < len && jpg[scan + 1] != 0xDA)
+        scan += 2 + ((size_t)jpg[scan + 2] << 8 | jpg[scan + 3]);
+    CHECK(scan + 4 < len);
+    jpg[scan + 4 + 2 * jpg[scan + 4] + 3] = 0x01; /* Ah = 0, Al = 1 */
+    write_bytes(path, jpg, len);
+    CHECK_REFUSED(load_one(root, &ds, &e_), path, "a JPEG that stb_image cannot decode (");
     /* the progressive JPEG's first scan made a refinement: no scan begins the DC coefficients,
      * which stb_image would leave as allocated */
     unsigned char prog[sizeof jpeg_rgb_progressive];
