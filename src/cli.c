@@ -144,15 +144,21 @@ static int cli_parse_double(const char *flag, const char *s, const cli_range *r,
 }
 
 /* The range is checked on the float actually stored, so that 1e39 (beyond float) or, for
- * --momentum, 0.9999999999 (1.0f) are refused. */
+ * --momentum, 0.9999999999 (1.0f) are refused, each saying why. */
 static int cli_parse_float(const char *flag, const char *s, const cli_range *r, float *out,
                            gt_err *e)
 {
     double v = 0;
     if (cli_read_real(flag, s, &v, e))
         return -1;
-    if (!(fabs(v) <= FLT_MAX) || !cli_in_range((float)v, r))
+    if (!cli_in_range(v, r))
         return gt_fail(e, "--%s: '%s' must be a finite number %s", flag, s, r->text);
+    if (!(fabs(v) <= FLT_MAX))
+        return gt_fail(e, "--%s: '%s' is beyond a float's range: must be a finite number %s and "
+                       "at most %.7g", flag, s, r->text, (double)FLT_MAX);
+    if (!cli_in_range((float)v, r))
+        return gt_fail(e, "--%s: '%s' is %g as a float: must be a finite number %s", flag, s,
+                       (double)(float)v, r->text);
     *out = (float)v;
     return 0;
 }

@@ -1,6 +1,9 @@
 /* common.c - errors, aligned memory, the monotonic clock, seeded random numbers and CRC-32. */
 #include "gputrain/common.h"
 
+#include "gputrain/json.h"
+
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,16 +11,45 @@
 #include <time.h>
 #include <zlib.h>
 
+char *gt_escape(char *dst, size_t cap, const char *src)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *s = (const unsigned char *)src;
+    size_t at = 0, left = strlen(src);
+    while (left > 0) {
+        size_t n = gt_utf8_len(s, left);
+        int c1 = n == 2 && s[0] == 0xC2 && s[1] < 0xA0; /* U+0080..U+009F */
+        int bad = n == 0 || s[0] < 0x20 || s[0] == 0x7F || c1;
+        size_t take = n ? n : 1, out = bad ? 4 * take : take;
+        if (at + out >= cap)
+            break;
+        for (size_t i = 0; i < take; i++) {
+            if (!bad) {
+                dst[at++] = (char)s[i];
+                continue;
+            }
+            dst[at++] = '\\';
+            dst[at++] = 'x';
+            dst[at++] = hex[s[i] >> 4];
+            dst[at++] = hex[s[i] & 15];
+        }
+        s += take;
+        left -= take;
+    }
+    if (cap > 0)
+        dst[at] = '\0';
+    return dst;
+}
+
 int gt_fail(gt_err *e, const char *fmt, ...)
 {
     if (e) {
+        char raw[GT_ERRLEN];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+        vsnprintf(raw, sizeof raw, fmt, ap);
         va_end(ap);
-        for (char *p = e->msg; *p; p++)
-            if (*p == '\n' || *p == '\r')
-                *p = ' ';
+        gt_escape(e->msg, sizeof e->msg, raw);
     }
     return -1;
 }

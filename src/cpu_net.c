@@ -8,6 +8,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* count * per floats-or-bytes of elem size each, or NULL when the product overflows. */
@@ -67,10 +68,12 @@ int gt_cpu_net_create(gt_cpu_net *net, const gt_model *m, int max_batch, gt_err 
     net->m = m;
     net->max_batch = max_batch;
     size_t nb = (size_t)max_batch;
+    int layer = 0; /* whose output was being allocated when one failed; 0: the input */
     int ok = (net->xbytes = net_alloc(nb, in_len, 1)) && (net->ybytes = net_alloc(nb, 1, 1)) &&
              (net->act[0] = net_alloc(nb, in_len, sizeof(float)));
     for (int l = 0; ok && l < m->nlayers; l++) {
         const gt_layer *L = &m->layers[l];
+        layer = l + 1;
         max_act = L->out_len > max_act ? L->out_len : max_act;
         ok = (net->act[l + 1] = net_alloc(nb, L->out_len, sizeof(float))) != NULL;
         if (ok && L->kind == GT_DROPOUT)
@@ -82,14 +85,24 @@ int gt_cpu_net_create(gt_cpu_net *net, const gt_model *m, int max_batch, gt_err 
             col_len = len > col_len ? len : col_len;
         }
     }
+    char what[96]; /* the buffer being allocated, for the message */
+    if (ok)
+        snprintf(what, sizeof what, "the gradients (%zu values a sample)", max_act);
+    else if (layer)
+        snprintf(what, sizeof what, "the output of layer %d (%zu values a sample)", layer,
+                 m->layers[layer - 1].out_len);
+    else
+        snprintf(what, sizeof what, "the input (%zu values a sample)", in_len);
     ok = ok && (net->grad_act = net_alloc(nb, max_act, sizeof(float))) &&
          (net->grad_act2 = net_alloc(nb, max_act, sizeof(float)));
-    if (ok && col_len)
+    if (ok && col_len) {
+        snprintf(what, sizeof what, "the unfolded convolution input (%zu values)", col_len);
         ok = (net->col = net_alloc(col_len, 1, sizeof(float))) != NULL;
+    }
     if (!ok) {
         gt_cpu_net_destroy(net);
-        return gt_fail(e, "model %s: out of memory for CPU buffers at batch size %d", m->name,
-                       max_batch);
+        return gt_fail(e, "model %s: out of memory for the CPU buffers of %d samples at a time: "
+                       "%s", m->name, max_batch, what);
     }
     return 0;
 }

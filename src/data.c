@@ -1,5 +1,6 @@
 /* data.c - loads a dataset into memory as uint8: MNIST-style IDX files (gzip or plain, read by
- * data_idx.c) or an image folder ROOT/<split>/<class>/<image> decoded with stb_image.
+ * data_idx.c) or an image folder ROOT/<split>/<class>/<image> of PNG and JPEG files (read,
+ * checked and decoded by image_file.c).
  *
  * Every file is treated as hostile: every size a file claims is checked against the limits in
  * data.h before anything is allocated from it. gt_data_load picks the format from what the folder
@@ -24,12 +25,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
-
-#define STB_IMAGE_IMPLEMENTATION
-#define STBI_ONLY_PNG
-#define STBI_ONLY_JPEG
-#define STBI_ONLY_BMP
-#include <stb_image.h>
 
 /* IDX files carry no class count; MNIST and Fashion-MNIST both have ten. */
 #define IDX_CLASSES 10
@@ -162,53 +157,12 @@ static int folder_list_files(const char *split_dir, const name_list *classes, na
     return 0;
 }
 
-/* One image file's bytes, read and checked by gt_image_read. */
-typedef struct img_bytes {
-    unsigned char *buf;
-    size_t len;
-} img_bytes;
-
-/* Reads path into f (freed by the caller) and says its width, height and the channels we keep
- * (alpha dropped: grey+alpha -> 1, RGBA -> 3). */
-static int folder_probe(const char *path, img_bytes *f, int *w, int *h, int *c, gt_err *e)
+/* Reads and checks one image file (not a folder) into im (closed by the caller). */
+static int folder_open_image(const char *path, gt_image *im, gt_err *e)
 {
-    int comp;
     if (path_is_dir(path))
         return gt_fail(e, "%s: a folder inside a class folder (expected image files)", path);
-    if (gt_image_read(path, GT_DATA_MAX_SIDE, &f->buf, &f->len, e) != 0)
-        return -1;
-    if (f->len > INT_MAX || !stbi_info_from_memory(f->buf, (int)f->len, w, h, &comp)) {
-        free(f->buf);
-        f->buf = NULL;
-        return gt_fail(e, "%s: not an image stb_image can read (%s)", path, stbi_failure_reason());
-    }
-    *c = comp <= 2 ? 1 : 3;
-    if (*w <= 0 || *h <= 0 || *w > (int)GT_DATA_MAX_SIDE || *h > (int)GT_DATA_MAX_SIDE) {
-        free(f->buf);
-        f->buf = NULL;
-        return gt_fail(e, "%s: %dx%d pixels (limit %ux%u)", path, *w, *h, GT_DATA_MAX_SIDE,
-                       GT_DATA_MAX_SIDE);
-    }
-    return 0;
-}
-
-/* Decodes one image into dst as C x out_h x out_w; the caller has checked that it is w x h. */
-static int folder_decode_chw(const char *path, img_bytes *f, int w, int h, int c, uint8_t *dst,
-                             int out_w, int out_h, gt_err *e)
-{
-    int fw, fh, comp;
-    unsigned char *px = stbi_load_from_memory(f->buf, (int)f->len, &fw, &fh, &comp, c);
-    free(f->buf);
-    f->buf = NULL;
-    if (!px)
-        return gt_fail(e, "%s: cannot decode: %s", path, stbi_failure_reason());
-    if (fw != w || fh != h) {
-        stbi_image_free(px);
-        return gt_fail(e, "%s: decoded as %dx%d, expected %dx%d", path, fw, fh, w, h);
-    }
-    int rc = gt_image_to_chw(path, px, w, h, c, dst, out_w, out_h, e);
-    stbi_image_free(px);
-    return rc;
+    return gt_image_open(path, GT_DATA_MAX_SIDE, im, e);
 }
 
 /* Decodes every file into out; the first image sets the size all the others must share, unless
@@ -216,12 +170,12 @@ static int folder_decode_chw(const char *path, img_bytes *f, int w, int h, int c
 static int folder_fill(const name_list *files, const uint32_t *ends, size_t nclasses,
                        const int *size, gt_dataset *out, gt_err *e)
 {
-    int w, h, c;
-    img_bytes f = {0};
+    gt_image im;
     const char *first = files->names[0];
-    if (folder_probe(first, &f, &w, &h, &c, e) != 0)
+    if (folder_open_image(first, &im, e) != 0)
         return -1;
-    free(f.buf);
+    int w = im.w, h = im.h, c = im.channels;
+    gt_image_close(&im);
     int oh = size[0] > 0 ? size[0] : h, ow = size[0] > 0 ? size[1] : w;
     size_t per = (size_t)c * oh * ow;
     unsigned long long bytes = (unsigned long long)files->n * per;
@@ -239,17 +193,15 @@ static int folder_fill(const name_list *files, const uint32_t *ends, size_t ncla
     out->nclasses = (int)nclasses;
     size_t k = 0;
     for (size_t i = 0; i < files->n; i++) {
-        int fw, fh, fc;
         const char *path = files->names[i];
-        if (folder_probe(path, &f, &fw, &fh, &fc, e) != 0)
+        if (folder_open_image(path, &im, e) != 0)
             return -1;
-        if ((size[0] == 0 && (fw != w || fh != h)) || fc != c) {
-            free(f.buf);
-            return gt_fail(e,
-                           "%s: %dx%d with %d channel(s), but the first image %s is %dx%d with %d",
-                           path, fw, fh, fc, first, w, h, c);
-        }
-        if (folder_decode_chw(path, &f, fw, fh, c, out->images + i * per, ow, oh, e) != 0)
+        int rc = (size[0] == 0 && (im.w != w || im.h != h)) || im.channels != c
+                     ? gt_fail(e, "%s: %dx%d with %d channel(s), but the first image %s is %dx%d "
+                               "with %d", path, im.w, im.h, im.channels, first, w, h, c)
+                     : gt_image_decode(path, &im, c, out->images + i * per, ow, oh, e);
+        gt_image_close(&im);
+        if (rc != 0)
             return -1;
         while (i >= ends[k])
             k++;

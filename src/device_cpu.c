@@ -87,9 +87,13 @@ int gt_cpu_device_open(gt_device **out, const gt_model *m, int max_batch, int in
         cpu_close(d);
         return gt_fail(e, "cpu:%d: out of memory for %zu parameters", index, m->nparams);
     }
-    if (gt_cpu_net_create(&c->net, m, net_batch, e) != 0) {
+    gt_err why;
+    if (gt_cpu_net_create(&c->net, m, net_batch, &why) != 0) {
         cpu_close(d);
-        return -1;
+        if (net_batch == max_batch)
+            return gt_fail(e, "cpu:%d: %s", index, why.msg);
+        return gt_fail(e, "cpu:%d: %s (evaluation's pass; the training batch is %d)", index,
+                       why.msg, max_batch);
     }
     *out = d;
     return 0;

@@ -314,7 +314,7 @@ static int model_from_checkpoint(const char *path, const gt_data *d, gt_model *m
         return gt_fail(e, "%s: checkpoint is for %dx%dx%d inputs and %d classes, the data has %dx%dx%d and %d",
                        path, meta->in_c, meta->in_h, meta->in_w, meta->nclasses, d->train.c,
                        d->train.h, d->train.w, d->train.nclasses);
-    return gt_model_build(meta->model_spec, d->train.c, d->train.h, d->train.w, d->train.nclasses, m, e);
+    return gt_predict_model(path, meta, d->train.c, d->train.h, d->train.w, d->train.nclasses, m, e);
 }
 
 static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
@@ -334,10 +334,11 @@ static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
         rc = ev->ops->load_params(ev, e);
     if (rc == 0)
         rc = ev->ops->evaluate(ev, &d->test, 0, d->test.n, &o, e);
+    char shown[4 * GT_PATHLEN];
     if (rc == 0)
-        printf("%s: model %s, epoch %u, on %s: test loss %.4f acc %.4f (%d/%u)\n", c->checkpoint,
-               m.name, meta.epoch, ev->name, o.loss_sum / d->test.n, (double)o.correct / d->test.n,
-               o.correct, d->test.n);
+        printf("%s: model %s, epoch %u, on %s: test loss %.4f acc %.4f (%d/%u)\n",
+               gt_escape(shown, sizeof shown, c->checkpoint), m.name, meta.epoch, ev->name,
+               o.loss_sum / d->test.n, (double)o.correct / d->test.n, o.correct, d->test.n);
     close_devices(devs, n, ev);
     return rc;
 }

@@ -1,4 +1,6 @@
 /* model.c - builds a gt_model from a built-in name, a spec text or "@FILE", and initialises it.
+ * Only the command line's --model may name a file: a spec read from a checkpoint is built as
+ * text (gt_model_build_spec), so a crafted checkpoint cannot make gputrain open a file.
  *
  * Building runs in three passes over the spec: parse each token into a layer (checking every
  * number), infer shapes and place the parameters in the flat array (checking that the map never
@@ -305,24 +307,24 @@ static char *model_read_file(const char *path, size_t *len, gt_err *e)
     return buf;
 }
 
-static int model_check_inputs(const char *name_or_spec, int in_c, int in_h, int in_w,
-                              int nclasses, gt_err *e)
+static int model_check_inputs(const char *where, int in_c, int in_h, int in_w, int nclasses,
+                              gt_err *e)
 {
-    if (!name_or_spec)
-        return gt_fail(e, "--model: no model given");
     if (in_c < 1 || in_h < 1 || in_w < 1 ||
         (unsigned long long)in_c * (unsigned long long)in_h * (unsigned long long)in_w >
             MODEL_MAX_COUNT)
-        return gt_fail(e, "--model: bad input shape %dx%dx%d", in_c, in_h, in_w);
+        return gt_fail(e, "%s: bad input shape %dx%dx%d", where, in_c, in_h, in_w);
     if (nclasses < 1 || nclasses > GT_LAYER_MAX_WIDTH)
-        return gt_fail(e, "--model: bad class count %d (1..%d)", nclasses, GT_LAYER_MAX_WIDTH);
+        return gt_fail(e, "%s: bad class count %d (1..%d)", where, nclasses, GT_LAYER_MAX_WIDTH);
     return 0;
 }
 
-int gt_model_build(const char *name_or_spec, int in_c, int in_h, int in_w, int nclasses,
-                   gt_model *m, gt_err *e)
+/* Builds m from text[0..len), the spec of the built-in builtin (a name) or, when NULL, a custom
+ * one; messages begin with where. */
+static int model_build_text(const char *text, size_t len, const char *builtin, const char *where,
+                            int in_c, int in_h, int in_w, int nclasses, gt_model *m, gt_err *e)
 {
-    if (model_check_inputs(name_or_spec, in_c, in_h, in_w, nclasses, e))
+    if (model_check_inputs(where, in_c, in_h, in_w, nclasses, e))
         return -1;
     memset(m, 0, sizeof *m);
     m->in_c = in_c;
@@ -330,26 +332,8 @@ int gt_model_build(const char *name_or_spec, int in_c, int in_h, int in_w, int n
     m->in_w = in_w;
     m->nclasses = nclasses;
     m->init = GT_INIT_TORCH;
-
-    model_parse ps = {.where = "--model"};
-    char where[GT_ERRLEN / 2];
-    const char *text = gt_model_builtin_spec(name_or_spec);
-    int builtin = text != NULL;
-    char *file = NULL;
-    size_t len = 0;
-    if (!builtin && name_or_spec[0] == '@') {
-        file = model_read_file(name_or_spec + 1, &len, e);
-        if (!file)
-            return -1;
-        snprintf(where, sizeof where, "--model: %s", name_or_spec + 1);
-        ps.where = where;
-        text = file;
-    } else {
-        text = builtin ? text : name_or_spec;
-        len = strlen(text);
-    }
-    snprintf(m->name, sizeof m->name, "%s", builtin ? name_or_spec : "custom");
-
+    snprintf(m->name, sizeof m->name, "%s", builtin ? builtin : "custom");
+    model_parse ps = {.where = where};
     int rc = model_parse_spec(text, len, m, &ps, e);
     /* A built-in's output width follows the dataset, so it runs on any class count. */
     if (rc == 0 && builtin)
@@ -360,8 +344,58 @@ int gt_model_build(const char *name_or_spec, int in_c, int in_h, int in_w, int n
         rc = model_check_output(m, &ps, e);
     if (rc == 0)
         rc = model_write_spec(m, ps.where, e);
-    free(file);
     return rc;
+}
+
+/* A custom model whose canonical spec is a built-in's (for this input and class count) takes
+ * the built-in's name, so that a spec written out by hand or read back from a checkpoint is
+ * reported as the model it is. */
+static void model_name_builtin(gt_model *m)
+{
+    gt_model *b = malloc(sizeof *b);
+    for (size_t i = 0; b && i < sizeof model_builtins / sizeof *model_builtins; i++) {
+        const model_builtin *r = &model_builtins[i];
+        gt_err ignored;
+        if (model_build_text(r->spec, strlen(r->spec), r->name, "--model", m->in_c, m->in_h,
+                             m->in_w, m->nclasses, b, &ignored) == 0 &&
+            strcmp(b->spec, m->spec) == 0) {
+            snprintf(m->name, sizeof m->name, "%s", r->name);
+            break;
+        }
+    }
+    free(b);
+}
+
+int gt_model_build(const char *name_or_spec, int in_c, int in_h, int in_w, int nclasses,
+                   gt_model *m, gt_err *e)
+{
+    if (!name_or_spec)
+        return gt_fail(e, "--model: no model given");
+    const char *text = gt_model_builtin_spec(name_or_spec);
+    if (text)
+        return model_build_text(text, strlen(text), name_or_spec, "--model", in_c, in_h, in_w,
+                                nclasses, m, e);
+    if (name_or_spec[0] != '@')
+        return gt_model_build_spec("--model", name_or_spec, in_c, in_h, in_w, nclasses, m, e);
+    size_t len = 0;
+    char *file = model_read_file(name_or_spec + 1, &len, e), where[GT_ERRLEN / 2];
+    if (!file)
+        return -1;
+    snprintf(where, sizeof where, "--model: %s", name_or_spec + 1);
+    int rc = model_build_text(file, len, NULL, where, in_c, in_h, in_w, nclasses, m, e);
+    free(file);
+    if (rc == 0)
+        model_name_builtin(m);
+    return rc;
+}
+
+int gt_model_build_spec(const char *where, const char *spec, int in_c, int in_h, int in_w,
+                        int nclasses, gt_model *m, gt_err *e)
+{
+    if (model_build_text(spec, strlen(spec), NULL, where, in_c, in_h, in_w, nclasses, m, e))
+        return -1;
+    model_name_builtin(m);
+    return 0;
 }
 
 static void fill_uniform(gt_rng *r, float *x, size_t n, double bound)

@@ -93,7 +93,12 @@ grep -qa '"resize_images":"1"' "$CK" || fail "the checkpoint does not say its im
 grep -q "wide.png: red" "$TMP/pred.out" || fail "predict wide.png: $(cat "$TMP/pred.out")"
 grep -q "^accuracy 1.0000 (12/12)" "$TMP/pred.out" || fail "predict test split: $(cat "$TMP/pred.out")"
 expect_error "--image-size 8x8" "takes 16x16" -- predict --checkpoint "$CK" --image-size 8 "$TMP/img/wide.png"
-expect_error "wide.png" "without --image-size" -- predict --checkpoint "$TMP/c10.safetensors" "$TMP/img/wide.png"
+# A checkpoint trained without resizing still predicts on an image of another size, resized, with
+# one warning line saying how far from the model's input it is.
+"$BIN" predict --checkpoint "$TMP/c10.safetensors" "$TMP/img/wide.png" >"$TMP/far.out" 2>"$TMP/far.err" ||
+    fail "predict on a far-off size exited $?: $(cat "$TMP/far.err")"
+grep -q "warning: .*wide.png: it is 50x9 pixels, far from the model's 32x32" "$TMP/far.err" ||
+    fail "no far-size warning: $(cat "$TMP/far.err")"
 expect_error "--image-size" "not HxW or N" -- "${IMG[@]}" --image-size 16x
 
 finish

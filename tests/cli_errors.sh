@@ -8,6 +8,10 @@ expect_error "--gpus" "0,,1" -- --gpus 0,,1
 expect_error "--gpus" "GPU 0" -- --gpus 0,0
 expect_error "--batch" "0" -- --batch 0
 expect_error "--lr" "nan" -- --lr nan
+# a float option names float's range, and a value that rounds out of range as a float
+expect_error "--lr" "'1e308' is beyond a float's range" "> 0 and at most 3.402823e+38" -- --lr 1e308
+expect_error "--lr" "'1e-50' is 0 as a float" "> 0" -- --lr 1e-50
+expect_error "--momentum" "'0.99999999999' is 1 as a float" "0 <= x < 1" -- --momentum 0.99999999999
 expect_error "--epochs" "12abc" -- --epochs 12abc
 expect_error "--foo" -- --foo
 expect_error "--stripes" "-1" -- --stripes -1
@@ -52,6 +56,18 @@ for i in 1 2 3; do
     expect_error "GPU 63" -- --data "$DATA" --gpus 63,62 --epochs 1
     grep -q "GPU 62" "$TMP/err" && fail "the second GPU's error came out: $(cat "$TMP/err")"
 done
+
+# out of memory: the message names the samples a pass and what was being allocated, and the
+# training batch where evaluation passes more (an address-space limit stands in for a small
+# machine; skipped where the binary cannot run under one, as with ASan)
+if bash -c 'ulimit -v 1500000 && "$0" --version; exit $?' "$BIN" >/dev/null 2>&1; then
+    (ulimit -v 1500000 && exec "$BIN" --data "$DATA" --gpus cpu:1 --epochs 1 --train-samples 200 \
+        --no-progress --model "conv:512:3:1 relu conv:512:3:1 relu fc:10") >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] &&
+        grep -q "out of memory for the CPU buffers of 1024 samples at a time: the output of layer [0-9] ([0-9]* values a sample) (evaluation's pass; the training batch is 64)" "$TMP/err" ||
+        fail "out of memory: exit $rc: $(cat "$TMP/err")"
+fi
 
 # command-line errors exit 2, also those found only once the data is loaded (--model); a file
 # that cannot be read exits 1

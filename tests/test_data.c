@@ -708,7 +708,8 @@ static void test_folder_grey(void)
 
     const char *text = tp("grey/train/bee/notes.txt");
     write_file(text, 0, "not an image\n", 13);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), text, "not an image");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), text,
+                  "not a PNG or JPEG image (its first bytes: 6e 6f 74 20 61 6e 20 69)");
     remove(text);
 
     make_dir(tp("grey/train/dog"));
@@ -896,6 +897,28 @@ static void test_png_damage(void)
     CHECK_MSG(gt_folder_load(root, "train", &ds, names, &nclasses, &e) == 0, "%s", e.msg);
     gt_free(ds.images);
     gt_free(ds.labels);
+
+    /* Empty IDAT chunks (valid PNG; stb_image mishandles a first one) are taken out first. */
+    blob b = {0};
+    blob_put(&b, good, idat);
+    png_chunk(&b, "IDAT", NULL, 0);
+    blob_put(&b, good + idat, 12 + n);
+    png_chunk(&b, "IDAT", NULL, 0);
+    blob_put(&b, good + idat + 12 + n, len - idat - 12 - n);
+    write_file(y, 0, b.p, b.n);
+    CHECK_MSG(gt_folder_load(root, "train", &ds, names, &nclasses, &e) == 0, "%s", e.msg);
+    check_samples(&ds, 1, (const int[]){1, 2}, (const int[]){0, 0}, 2);
+    gt_free(ds.images);
+    gt_free(ds.labels);
+    /* A chunk type of other bytes than letters is named by its bytes, not printed raw. */
+    b.n = 0;
+    blob_put(&b, good, idat);
+    png_chunk(&b, "\xc9""DAT", good + idat + 8, n);
+    blob_put(&b, good + idat + 12 + n, len - idat - 12 - n);
+    write_file(y, 0, b.p, b.n);
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y,
+                  "has no valid type (bytes c9 44 41 54)");
+    free(b.p);
     remove(y);
     CHECK(mkfifo(y, 0600) == 0);
     signal(SIGALRM, on_alarm);
@@ -1200,6 +1223,209 @@ static void test_image_size(void)
     gt_data_free(&d);
 }
 
+/* ---- formats other than PNG, and JPEG ---------------------------------------------------------- */
+
+/* Writes n bytes of buf to path. */
+static void write_bytes(const char *path, const unsigned char *buf, size_t n)
+{
+    write_file(path, 0, buf, n);
+}
+
+/* A folder a/train/x/ holding only the file rel (written by the caller); loads its train split. */
+static int load_one(const char *root, gt_dataset *ds, gt_err *e)
+{
+    char names[GT_MAX_CLASSES][32];
+    int nclasses = 0;
+    int rc = gt_folder_load(root, "train", ds, names, &nclasses, e);
+    if (rc == 0) {
+        gt_free(ds->images);
+        gt_free(ds->labels);
+    }
+    return rc;
+}
+
+/* BMP and every other format but PNG and JPEG are refused with a line saying what the file is
+ * (stb_image decoded BMPs cut short, and read a top-down BMP as -28 rows high). */
+static void test_other_formats(void)
+{
+    char root[1024], path[1100];
+    snprintf(root, sizeof root, "%s", tp("fmt"));
+    static const char *const dirs[] = {"train", "train/x"};
+    write_tree(root, dirs, 2, NULL, 0);
+    snprintf(path, sizeof path, "%s/train/x/a.bmp", root);
+    uint8_t px[IMG_W * IMG_H];
+    for (int i = 0; i < IMG_W * IMG_H; i++)
+        px[i] = (uint8_t)(i * 9);
+    CHECK(stbi_write_bmp(path, IMG_W, IMG_H, 1, px) != 0);
+    gt_dataset ds;
+    CHECK_REFUSED(load_one(root, &ds, &e_), path, "a BMP image: gputrain reads PNG and JPEG only");
+    size_t len;
+    unsigned char *bmp = file_bytes(path, &len);
+    write_bytes(path, bmp, len / 2); /* cut short */
+    CHECK_REFUSED(load_one(root, &ds, &e_), path, "a BMP image");
+    /* top-down: a negative height */
+    bmp[22] = (unsigned char)-IMG_H, bmp[23] = bmp[24] = bmp[25] = 0xFF;
+    write_bytes(path, bmp, len);
+    CHECK_REFUSED(load_one(root, &ds, &e_), path, "a BMP image");
+    free(bmp);
+    static const struct {
+        const char *bytes;
+        size_t n;
+        const char *what;
+    } others[] = {{"GIF89a\x05\0\x03\0", 10, "a GIF image"}, {"II*\0\x08\0\0\0", 8, "a TIFF image"},
+                  {"RIFF\0\0\0\0WEBPVP8 ", 16, "a WebP image"}, {"P5\n5 3\n255\n", 11, "a PNM image"}};
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+        write_bytes(path, (const unsigned char *)others[i].bytes, others[i].n);
+        CHECK_REFUSED(load_one(root, &ds, &e_), path, others[i].what);
+    }
+    write_bytes(path, (const unsigned char *)"", 0);
+    CHECK_REFUSED(load_one(root, &ds, &e_), path, "not a PNG or JPEG image (empty)");
+    remove(path);
+}
+
+/* The 5x3 pattern of image 1 as JPEGs (quality 100, written by Pillow: stb_image_write's JPEG
+ * writer is not clean under UBSan): grey baseline, and RGB progressive (several scans). */
+static const unsigned char jpeg_grey[182 + 1] =
+    "\xff\xd8\xff\xe0\x00\x10\x4a\x46\x49\x46\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00\xff\xdb\x00\x43"
+    "\x00\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
+    "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
+    "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\xff\xc0\x00\x0b\x08\x00\x03"
+    "\x00\x05\x01\x01\x11\x00\xff\xc4\x00\x14\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+    "\x00\x00\x00\x09\xff\xc4\x00\x1f\x10\x00\x00\x03\x09\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+    "\x00\x00\x01\x05\x02\x03\x06\x14\x24\x41\x42\x51\x62\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00\x0b"
+    "\x21\xe4\x34\x99\x12\xa0\x71\x8d\x9a\xd1\xf4\x3f\xff\xd9";
+static const unsigned char jpeg_rgb_progressive[541 + 1] =
+    "\xff\xd8\xff\xe0\x00\x10\x4a\x46\x49\x46\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00\xff\xdb\x00\x43"
+    "\x00\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
+    "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
+    "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\xff\xdb\x00\x43\x01\x01\x01"
+    "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
+    "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01"
+    "\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\x01\xff\xc2\x00\x11\x08\x00\x03\x00\x05\x03"
+    "\x01\x22\x00\x02\x11\x01\x03\x11\x01\xff\xc4\x00\x15\x00\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00"
+    "\x00\x00\x00\x00\x00\x00\x00\x08\xff\xc4\x00\x14\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+    "\x00\x00\x00\x00\x00\x06\xff\xda\x00\x0c\x03\x01\x00\x02\x10\x03\x10\x00\x00\x01\x93\x42\xc2\xff"
+    "\x00\xff\xc4\x00\x16\x10\x01\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x03\x04"
+    "\x12\xff\xda\x00\x08\x01\x01\x00\x01\x05\x02\x9c\x0b\x1f\xff\xc4\x00\x14\x11\x01\x00\x00\x00\x00"
+    "\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\xff\xda\x00\x08\x01\x03\x01\x01\x3f\x01\x7f\xff"
+    "\xc4\x00\x14\x11\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\xff\xda\x00"
+    "\x08\x01\x02\x01\x01\x3f\x01\x7f\xff\xc4\x00\x16\x10\x00\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+    "\x00\x00\x00\x00\x00\x00\x01\x32\xff\xda\x00\x08\x01\x01\x00\x06\x3f\x02\x84\x7f\xff\xc4\x00\x17"
+    "\x10\x00\x03\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x51\x81\xd1\xff\xda\x00"
+    "\x08\x01\x01\x00\x01\x3f\x21\x87\xbd\x3f\xff\xda\x00\x0c\x03\x01\x00\x02\x00\x03\x00\x00\x00\x10"
+    "\xf3\xff\xc4\x00\x14\x11\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\xff"
+    "\xda\x00\x08\x01\x03\x01\x01\x3f\x10\x7f\xff\xc4\x00\x14\x11\x01\x00\x00\x00\x00\x00\x00\x00\x00"
+    "\x00\x00\x00\x00\x00\x00\x00\x00\xff\xda\x00\x08\x01\x02\x01\x01\x3f\x10\x7f\xff\xc4\x00\x18\x10"
+    "\x00\x02\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x11\x51\xa1\xff\xda\x00"
+    "\x08\x01\x01\x00\x01\x3f\x10\x88\xcd\x46\x3f\xff\xd9";
+
+/* Loads one JPEG as the only image of root's train split: c channels near the pattern. */
+static void check_jpeg(const char *root, const char *path, const unsigned char *jpg, size_t len,
+                       int c)
+{
+    write_bytes(path, jpg, len);
+    char names[GT_MAX_CLASSES][32];
+    int nclasses = 0;
+    gt_dataset ds;
+    gt_err e = {{0}};
+    CHECK_MSG(gt_folder_load(root, "train", &ds, names, &nclasses, &e) == 0, "%s", e.msg);
+    CHECK(ds.n == 1 && ds.c == c && ds.w == IMG_W && ds.h == IMG_H);
+    int far = 0;
+    for (int i = 0; ds.images && ds.c == c && i < c * IMG_W * IMG_H; i++)
+        far += abs(ds.images[i] - img_value(1, i / IMG_W % IMG_H, i % IMG_W, i / (IMG_W * IMG_H))) > 8;
+    CHECK_MSG(far == 0, "%d pixels of the JPEG far from the pattern", far);
+    gt_free(ds.images);
+    gt_free(ds.labels);
+    int accepted = 0;
+    for (size_t cut = 3; cut < len - 2; cut++) { /* every prefix short of its EOI marker */
+        write_bytes(path, jpg, cut);
+        if (load_one(root, &ds, &e) == 0 || !strstr(e.msg, "a.jpg") || !strstr(e.msg, "JPEG"))
+            accepted++;
+    }
+    CHECK_MSG(accepted == 0, "%d truncated JPEGs accepted or refused without a message", accepted);
+    write_bytes(path, jpg, len - 2);
+    CHECK_REFUSED(load_one(root, &ds, &e_), path, "JPEG cut short");
+}
+
+/* JPEGs load; one cut short anywhere is refused, as is a coding stb_image does not decode; the
+ * message says what the file is. */
+static void test_jpeg(void)
+{
+    char root[1024], path[1100];
+    snprintf(root, sizeof root, "%s", tp("jpg"));
+    static const char *const dirs[] = {"train", "train/x"};
+    write_tree(root, dirs, 2, NULL, 0);
+    snprintf(path, sizeof path, "%s/train/x/a.jpg", root);
+    check_jpeg(root, path, jpeg_grey, sizeof jpeg_grey - 1, 1);
+    check_jpeg(root, path, jpeg_rgb_progressive, sizeof jpeg_rgb_progressive - 1, 3);
+
+    size_t len = sizeof jpeg_grey - 1;
+    unsigned char jpg[sizeof jpeg_grey];
+    memcpy(jpg, jpeg_grey, sizeof jpg);
+    gt_dataset ds;
+    /* SOF0 made SOF3 (lossless): refused before stb_image sees it */
+    size_t sof = 2;
+    while (sof + 4 < len && !(jpg[sof] == 0xFF && jpg[sof + 1] == 0xC0))
+        sof += 2 + ((size_t)jpg[sof + 2] << 8 | jpg[sof + 3]);
+    CHECK(sof + 4 < len);
+    jpg[sof + 1] = 0xC3;
+    write_bytes(path, jpg, len);
+    CHECK_REFUSED(load_one(root, &ds, &e_), path, "lossless, hierarchical or arithmetic");
+    jpg[sof + 1] = 0xC0;
+    /* the Huffman tables taken out: refused, stb_image would read tables never given */
+    size_t at = 2, out = 2;
+    unsigned char no_dht[sizeof jpeg_grey];
+    memcpy(no_dht, jpg, 2);
+    while (at + 4 < len && jpg[at + 1] != 0xDA) {
+        size_t n = 2 + ((size_t)jpg[at + 2] << 8 | jpg[at + 3]);
+        if (jpg[at + 1] != 0xC4) {
+            memcpy(no_dht + out, jpg + at, n);
+            out += n;
+        }
+        at += n;
+    }
+    memcpy(no_dht + out, jpg + at, len - at);
+    write_bytes(path, no_dht, out + len - at);
+    CHECK_REFUSED(load_one(root, &ds, &e_), path, "a scan uses a component or table that is not defined");
+    /* a baseline scan with successive approximation: well formed, but not what stb_image
+     * decodes; the message says the file is a JPEG */
+    size_t scan = 2;
+    while (scan + 4 < len && jpg[scan + 1] != 0xDA)
+        scan += 2 + ((size_t)jpg[scan + 2] << 8 | jpg[scan + 3]);
+    CHECK(scan + 4 < len);
+    jpg[scan + 4 + 2 * jpg[scan + 4] + 3] = 0x01; /* Ah = 0, Al = 1 */
+    write_bytes(path, jpg, len);
+    CHECK_REFUSED(load_one(root, &ds, &e_), path, "a JPEG that stb_image cannot decode (");
+    /* the progressive JPEG's first scan made a refinement: no scan begins the DC coefficients,
+     * which stb_image would leave as allocated */
+    unsigned char prog[sizeof jpeg_rgb_progressive];
+    memcpy(prog, jpeg_rgb_progressive, sizeof prog);
+    size_t sos = 2;
+    while (sos + 4 < sizeof prog && prog[sos + 1] != 0xDA)
+        sos += 2 + ((size_t)prog[sos + 2] << 8 | prog[sos + 3]);
+    CHECK(sos + 4 < sizeof prog);
+    prog[sos + 4 + 2 * prog[sos + 4] + 3] |= 0x10; /* Ah = 1 */
+    write_bytes(path, prog, sizeof prog - 1);
+    CHECK_REFUSED(load_one(root, &ds, &e_), path, "JPEG without image data for every component");
+    remove(path);
+}
+
+/* Control bytes and invalid UTF-8 in a file name are escaped in messages; UTF-8 text is kept. */
+static void test_escape(void)
+{
+    char out[64];
+    CHECK(strcmp(gt_escape(out, sizeof out, "a\x1b[2Jb\nc\x7f"), "a\\x1b[2Jb\\x0ac\\x7f") == 0);
+    CHECK(strcmp(gt_escape(out, sizeof out, "caf\xc3\xa9 \xc2\x9b \xff"),
+                 "caf\xc3\xa9 \\xc2\\x9b \\xff") == 0);
+    CHECK(strcmp(gt_escape(out, 6, "ab\x01" "cd"), "ab") == 0); /* cut between characters */
+    char twice[64];
+    gt_escape(out, sizeof out, "x\x01y");
+    CHECK(strcmp(gt_escape(twice, sizeof twice, out), out) == 0);
+    gt_err e;
+    gt_fail(&e, "%s: bad", "/tmp/\x1b]0;x\x07.png");
+    CHECK_MSG(strcmp(e.msg, "/tmp/\\x1b]0;x\\x07.png: bad") == 0, "%s", e.msg);
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/gt_test_data_XXXXXX");
@@ -1216,6 +1442,9 @@ int main(void)
     test_data_probe();
     test_folder_rgb();
     test_png_damage();
+    test_other_formats();
+    test_jpeg();
+    test_escape();
     test_default_search();
     test_fashion_mnist();
     test_cifar10();

@@ -138,7 +138,7 @@ static void test_other_builtins(void)
     CHECK(gt_model_builtin_spec("lenet") == NULL && gt_model_builtin_spec(NULL) == NULL);
 }
 
-/* Same layers, tensors and sizes; the name may differ (a rebuilt spec is "custom"). */
+/* Same layers, tensors and sizes; the name may differ (a rebuilt custom spec is "custom"). */
 static int same_model(const gt_model *a, const gt_model *b)
 {
     return a->nlayers == b->nlayers && a->ntensors == b->ntensors && a->init == b->init &&
@@ -162,7 +162,9 @@ static void test_round_trip(void)
         CHECK_MSG(gt_model_build(specs[i], 1, 28, 28, 10, &a, &e) == 0, "%s: %s", specs[i], e.msg);
         CHECK_MSG(gt_model_build(a.spec, 1, 28, 28, 10, &b, &e) == 0, "%s: %s", a.spec, e.msg);
         CHECK_MSG(same_model(&a, &b), "%s does not rebuild the same model", a.spec);
-        CHECK(strcmp(b.name, "custom") == 0);
+        /* A built-in's spec, written back and rebuilt, is named after it; others are custom. */
+        CHECK_MSG(strcmp(b.name, i < 4 ? specs[i] : "custom") == 0, "%s rebuilt as %s", specs[i],
+                  b.name);
         CHECK(strchr(a.spec, '#') == NULL && strstr(a.spec, "  ") == NULL);
         CHECK(strncmp(a.spec, "init:", 5) == 0);
     }
@@ -200,7 +202,7 @@ static void test_spec_file(void)
     gt_err e = {{0}};
     CHECK_MSG(gt_model_build(arg, 1, 28, 28, 10, &a, &e) == 0, "%s", e.msg);
     CHECK(gt_model_build("lenet5", 1, 28, 28, 10, &b, &e) == 0);
-    CHECK(strcmp(a.name, "custom") == 0 && a.nparams == 44426);
+    CHECK(strcmp(a.name, "lenet5") == 0 && a.nparams == 44426); /* LeNet written out is lenet5 */
     CHECK(strcmp(a.spec, b.spec) == 0 && memcmp(a.tensors, b.tensors, sizeof a.tensors) == 0);
 
     /* Errors inside the file name the file and the token. */
@@ -215,6 +217,42 @@ static void test_spec_file(void)
     unlink(path);
     CHECK(gt_model_build(arg, 1, 28, 28, 10, &a, &e) == -1);
     CHECK_MSG(strstr(e.msg, path) != NULL, "%s", e.msg);
+}
+
+/* A checkpoint's spec (gt_model_build_spec) is spec text: "@FILE" and built-in names are layer
+ * tokens there, refused without opening any file; errors begin with the caller's prefix. */
+static void test_spec_text_only(void)
+{
+    char path[] = "/tmp/gt_test_model_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    const char *text = "fc:10\n";
+    CHECK(fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    if (fd >= 0)
+        close(fd);
+    char arg[64];
+    snprintf(arg, sizeof arg, "@%s", path);
+    gt_model m;
+    gt_err e = {{0}};
+    CHECK_MSG(gt_model_build(arg, 1, 28, 28, 10, &m, &e) == 0, "%s", e.msg); /* --model may */
+    CHECK(gt_model_build_spec("checkpoint c.st: model_spec", arg, 1, 28, 28, 10, &m, &e) == -1);
+    CHECK_MSG(strncmp(e.msg, "checkpoint c.st: model_spec: layer 1 '@", 39) == 0 &&
+              strstr(e.msg, "unknown layer"), "%s", e.msg);
+    CHECK(gt_model_build_spec("ck", "@/etc/passwd", 1, 28, 28, 10, &m, &e) == -1);
+    CHECK_MSG(strstr(e.msg, "'@/etc/passwd': unknown layer") && !strstr(e.msg, "root"), "%s",
+              e.msg);
+    CHECK(gt_model_build_spec("ck", "lenet5", 1, 28, 28, 10, &m, &e) == -1);
+    CHECK(gt_model_build_spec("ck", "fc:10", 1, 28, 28, 70000, &m, &e) == -1);
+    CHECK_MSG(strstr(e.msg, "ck: bad class count 70000 (1..65536)"), "%s", e.msg);
+    unlink(path);
+
+    /* The canonical spec of a built-in is named after it, for any class count it is built for. */
+    gt_model b;
+    CHECK(gt_model_build("cnn-wide", 3, 32, 32, 300, &b, &e) == 0);
+    CHECK_MSG(gt_model_build_spec("ck", b.spec, 3, 32, 32, 300, &m, &e) == 0, "%s", e.msg);
+    CHECK(strcmp(m.name, "cnn-wide") == 0 && strcmp(m.spec, b.spec) == 0);
+    CHECK(gt_model_build_spec("ck", "fc:300", 3, 32, 32, 300, &m, &e) == 0);
+    CHECK(strcmp(m.name, "custom") == 0);
 }
 
 static void check_bounds(const gt_model *m, const float *w, int xavier)
@@ -404,6 +442,7 @@ int main(void)
     test_other_builtins();
     test_round_trip();
     test_spec_file();
+    test_spec_text_only();
     test_init();
     test_bad_specs();
     test_layer_kind_table();

@@ -27,8 +27,16 @@ typedef struct gt_name_head {
     int value;         /* the enum value */
 } gt_name_head;
 
-/* Formats a message into e (if non-NULL) and returns -1, so callers can `return gt_fail(...)`. */
+/* Formats a message into e (if non-NULL) and returns -1, so callers can `return gt_fail(...)`.
+ * The message goes through gt_escape: file names and file content quoted in it cannot put
+ * control characters on a terminal or break the line. */
 int gt_fail(gt_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Copies src into dst (cap bytes, always terminated, cut only between characters) with every
+ * byte of a control character (C0, DEL, C1) or of an invalid UTF-8 sequence written as \xNN;
+ * printable text, UTF-8 included, is unchanged, so escaping twice changes nothing. Returns dst.
+ * Used wherever text from a file or a file name is printed. */
+char *gt_escape(char *dst, size_t cap, const char *src);
 
 /* 64-byte aligned, zero-filled allocation; NULL on failure or when bytes is 0. */
 void *gt_alloc(size_t bytes);

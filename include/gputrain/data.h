@@ -41,8 +41,8 @@ typedef struct gt_data {
 /* Loads a dataset. dir may be NULL: then datasets/fashion-mnist, then
  * /usr/share/datasets/fashion-mnist are tried. A folder with the four Fashion-MNIST/MNIST IDX files
  * (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-...) loads as IDX; a folder
- * with train/<class>/ and test/<class>/ subfolders of PNG/JPEG/BMP images loads as an image folder;
- * one with CIFAR-10's or CIFAR-100's binary files loads as CIFAR.
+ * with train/<class>/ and test/<class>/ subfolders of PNG and JPEG images loads as an image
+ * folder; one with CIFAR-10's or CIFAR-100's binary files loads as CIFAR.
  * train_limit > 0 keeps only the first train_limit training samples. */
 int gt_data_load(const char *dir, uint32_t train_limit, gt_data *out, gt_err *e);
 /* The same, with every image of an image folder resized to size[0] x size[1] (height, width:

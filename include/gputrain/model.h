@@ -61,7 +61,7 @@ typedef struct gt_tensor_info {
 } gt_tensor_info;
 
 typedef struct gt_model {
-    char name[32];               /* "lenet5", ... or "custom" */
+    char name[32];               /* "lenet5", ... (also for a spec equal to one) or "custom" */
     char spec[GT_SPECLEN];       /* canonical spec text: rebuilding from it gives the same model */
     gt_init_kind init;
     int in_c, in_h, in_w, nclasses;
@@ -73,10 +73,17 @@ typedef struct gt_model {
     size_t max_act;              /* largest per-sample activation (input included), for buffers */
 } gt_model;
 
-/* Builds a model for inputs of in_c x in_h x in_w and nclasses outputs. name_or_spec is a built-in
- * name (lenet5, lenet5-classic, mlp, cnn-wide), a spec text, or "@FILE" to read a spec from FILE. */
+/* Builds a model for inputs of in_c x in_h x in_w and nclasses outputs. name_or_spec (--model) is
+ * a built-in name (lenet5, lenet5-classic, mlp, cnn-wide), a spec text, or "@FILE" to read a spec
+ * from FILE. */
 int gt_model_build(const char *name_or_spec, int in_c, int in_h, int in_w, int nclasses,
                    gt_model *m, gt_err *e);
+
+/* Builds a model from spec text only: never a built-in name or "@FILE" (what a checkpoint's
+ * model_spec holds, which must not make gputrain read a file). Messages begin with where, e.g.
+ * "checkpoint PATH: model_spec". A spec equal to a built-in's is named after it, else "custom". */
+int gt_model_build_spec(const char *where, const char *spec, int in_c, int in_h, int in_w,
+                        int nclasses, gt_model *m, gt_err *e);
 
 /* The spec text of a built-in model, or NULL. */
 const char *gt_model_builtin_spec(const char *name);
