@@ -167,7 +167,7 @@ int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e)
     if (gt_ckpt_save(cfg->checkpoint, r->m, j->params, state, r->ps.nstate, &meta, cfg->keep, e) != 0)
         return -1;
     snprintf(res->checkpoint_written, sizeof res->checkpoint_written, "%s", cfg->checkpoint);
-    report_checkpoint(r, cfg->checkpoint, j->epoch, j->step);
+    report_checkpoint(r, cfg->checkpoint, j->epoch, j->step, j->samples, j->wall);
     return 0;
 }
 

@@ -240,7 +240,7 @@ static double launch_time(void)
 }
 
 /* The result: the `done:` line (also under --quiet; host 0 only) with the training time and the
- * start-up before it (launch to training), then unless --quiet one line per worker, the
+ * start-up before it (launch to training), ending with the signal that interrupted the run, then unless --quiet one line per worker, the
  * contention figures and the checkpoint written. Throughput is this run's own: a resumed run's
  * samples and time since it began. */
 static void print_summary(const gt_config *c, const gt_run_result *res, gt_device **devs)
@@ -257,10 +257,13 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
     if (res->startup_data_s >= 0 && res->startup_devices_s >= 0)
         snprintf(parts, sizeof parts, ": data %.2f s beside devices %.2f s", res->startup_data_s,
                  res->startup_devices_s);
-    printf("done: %s, %d worker%s%s, %llu samples%s in %.2f s (startup %.2f s%s): %.0f samples/s, %s\n",
+    char stopped[48] = "";
+    if (res->interrupted)
+        snprintf(stopped, sizeof stopped, "; interrupted by signal %d", res->interrupted);
+    printf("done: %s, %d worker%s%s, %llu samples%s in %.2f s (startup %.2f s%s): %.0f samples/s, %s%s\n",
            gt_mode_name(c->mode), res->nworkers, res->nworkers == 1 ? "" : "s", hosts,
            (unsigned long long)(res->samples - res->resumed_samples), before, res->wall_s,
-           res->startup_s, parts, res->samples_per_s, acc);
+           res->startup_s, parts, res->samples_per_s, acc, stopped);
     if (c->quiet)
         return;
     for (int i = 0; i < res->nworkers; i++) {
