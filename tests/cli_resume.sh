@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # cli_resume.sh - what --resume keeps and refuses, and command-line errors found late: a resume
-# keeps the checkpoint's seed (another --seed is refused, exit 2); a finished run says there is
-# nothing to train and exits 0; local mode warns that its resume is approximate; a step past the
-# resumed layout's epoch warns that the epoch restarts, a step at its end goes on with the next
-# epoch; allreduce on CPU workers and hex or non-finite numbers in flags and specs are
+# keeps the checkpoint's seed, optimizer and data (another is refused, exit 2, naming the flag),
+# notes another --lr, and saves to the file it resumed unless --checkpoint says otherwise; a
+# finished run says there is nothing to train and exits 0; local mode warns that its resume is
+# approximate; a mid-epoch checkpoint goes on at its sample of the epoch's order in another layout
+# (every sample once) or is refused where the layout's step cannot start there; a step at an
+# epoch's end goes on with the next epoch; allreduce on CPU workers and hex or non-finite numbers in flags and specs are
 # command-line errors (exit 2).
 . "$(dirname "$0")/lib_cli.sh"
 DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
@@ -14,14 +16,25 @@ ONE=(--gpus cpu:1)
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 1 --seed 7 --checkpoint "$TMP/ck"
 expect_exit 2 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --seed 1 --resume "$TMP/ck"
 grep -q -- "--seed 1: .* was trained with --seed 7" "$TMP/err" || fail "other seed: $(cat "$TMP/err")"
+# what a resume must keep is a command-line error (exit 2) naming the flag and both values
+expect_exit 2 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --optimizer adam --resume "$TMP/ck"
+grep -q -- "^gputrain: --optimizer adam: .* was trained with --optimizer sgd" "$TMP/err" || fail "other optimizer: $(cat "$TMP/err")"
+expect_exit 2 -- --data "$DATA" --train-samples 300 --no-progress "${ONE[@]}" --epochs 2 --resume "$TMP/ck"
+grep -q -- "^gputrain: --train-samples: .* was trained on 200 training samples, this run has 300" "$TMP/err" ||
+    fail "other --train-samples: $(cat "$TMP/err")"
+# what it may change is used, and a note says so
+expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --lr 0.02 --checkpoint "$TMP/ck.lr" --resume "$TMP/ck"
+grep -q "^note: --resume: --lr 0.02 is used from here on (.* ran with 0.05)$" "$TMP/out" || fail "other --lr: $(cat "$TMP/out")"
+# without --checkpoint a resumed run saves to the file it resumed, and says so
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --resume "$TMP/ck"
 grep -q "seed 7" "$TMP/out" || fail "resume does not say it keeps seed 7: $(cat "$TMP/out")"
+grep -q "^resuming $TMP/ck at epoch 1 step 0 (seed 7); saving to $TMP/ck$" "$TMP/out" || fail "resume: $(cat "$TMP/out")"
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --seed 7 --resume "$TMP/ck"
 
 # a finished run: nothing trained, exit 0
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 1 --resume "$TMP/ck"
-grep -q "nothing to train: the checkpoint $TMP/ck is at epoch 1 of 1" "$TMP/out" ||
-    fail "finished run: $(cat "$TMP/out")"
+grep -q "nothing to train: the checkpoint $TMP/ck is at epoch 2 of 1" "$TMP/out" ||
+    fail "finished run (or the resume before it saved nothing): $(cat "$TMP/out")"
 grep -q "^done:" "$TMP/out" && fail "finished run trained: $(cat "$TMP/out")"
 
 # local mode's resume is approximate, and says so
@@ -29,28 +42,54 @@ expect_exit 0 -- "${RUN[@]}" --gpus cpu:2 --mode local --epochs 1 --checkpoint "
 expect_exit 0 -- "${RUN[@]}" --gpus cpu:2 --mode local --epochs 2 --resume "$TMP/local"
 grep -q "warning: --mode local resumes approximately" "$TMP/err" || fail "local resume: no warning"
 
-# a checkpoint taken mid-epoch (step 10 of 12 at --batch 16), resumed with a layout whose epoch
-# has fewer steps: one warning line and an event record say the epoch restarts from its first batch
+# a checkpoint taken mid-epoch (step 10 of 12 at --batch 16: sample 160 of the epoch's order) goes
+# on at that sample in another layout whose step divides it, and is refused in one whose does not
 MID=(--batch 16 --epochs 1 --checkpoint-every 10s --keep 1)
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" "${MID[@]}" --checkpoint "$TMP/mid"
-expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --batch 32 --epochs 1 --resume "$TMP/mid.1" --log "$TMP/mid.jsonl"
-grep -q "^gputrain: warning: --resume: the checkpoint is at step 10 of its epoch, past this run's 6 steps per epoch .*; epoch 1 restarts from its first batch$" "$TMP/err" ||
-    fail "resume past the epoch (--batch): $(cat "$TMP/err")"
-grep -q '^{"type":"event","event":"resume_restarts_epoch",.*"epoch":0,"step":10,"steps_per_epoch":6}$' "$TMP/mid.jsonl" ||
-    fail "resume past the epoch: no event record: $(grep event "$TMP/mid.jsonl")"
-expect_exit 0 -- "${RUN[@]}" --gpus cpu:1 --mode sync "${MID[@]}" --checkpoint "$TMP/midsync"
-expect_exit 0 -- "${RUN[@]}" --gpus cpu:2 --mode sync --batch 16 --epochs 1 --resume "$TMP/midsync.1"
-grep -q "warning: --resume: the checkpoint is at step 10 of its epoch, past this run's 6 steps" "$TMP/err" ||
-    fail "resume past the epoch (--gpus, sync): $(cat "$TMP/err")"
-expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --batch 16 --epochs 1 --resume "$TMP/mid.1"
-grep -q "restarts" "$TMP/err" && fail "resume in the same layout warns: $(cat "$TMP/err")"
+cp "$TMP/mid.1" "$TMP/mid.keep"
+expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --batch 32 --epochs 1 --resume "$TMP/mid.1" --checkpoint "$TMP/mid.b32"
+grep -q "^note: --resume: epoch 1 goes on at sample 160 of its order, step 5 of this run's 1 workers x batch 32$" "$TMP/out" ||
+    fail "resume at another --batch: $(cat "$TMP/out" "$TMP/err")"
+expect_exit 2 -- "${RUN[@]}" "${ONE[@]}" --batch 48 --epochs 1 --resume "$TMP/mid.keep" --checkpoint "$TMP/mid.b48"
+grep -q "^gputrain: --resume: .* stopped at sample 160 of epoch 1's order; this run's steps (1 workers x --batch 48) cannot start there" "$TMP/err" ||
+    fail "resume at a --batch whose step does not divide the position: $(cat "$TMP/err")"
+[ -e "$TMP/mid.b48" ] && fail "a refused resume wrote a checkpoint"
+expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --batch 16 --epochs 1 --resume "$TMP/mid.keep" --checkpoint "$TMP/mid.same"
+grep -q "restarts\|^note: --resume: epoch" "$TMP/out" "$TMP/err" && fail "resume in the same layout: $(cat "$TMP/out" "$TMP/err")"
+
+# every sample of an interrupted and resumed epoch is trained exactly once, the worker count changed
+# in between: sync's step records (clock, worker) name the samples (clock x W + worker) x batch
+union_once() { # LOG1 STOP W1 LOG2 W2 BATCH: run 1's records before clock STOP, then run 2's
+    python3 - "$@" <<'PY'
+import json, sys
+l1, stop, w1, l2, w2, b = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
+def pos(path, w, keep):
+    out = []
+    for line in open(path):
+        r = json.loads(line)
+        if r["type"] == "step" and r["epoch"] == 1 and keep(r["step"]):
+            out += range((r["step"] * w + r["worker"]) * b, (r["step"] * w + r["worker"] + 1) * b)
+    return out
+done = pos(l1, w1, lambda s: s < stop) + pos(l2, w2, lambda s: True)
+if len(done) != len(set(done)) or sorted(done) != list(range(len(done))) or len(done) < 150:
+    sys.exit("trained %d samples, %d distinct, of %s" % (len(done), len(set(done)), sorted(done)[:8]))
+PY
+}
+for mode in sync ssp; do
+    expect_exit 0 -- "${RUN[@]}" --gpus cpu:2 --mode $mode --batch 16 --epochs 1 --checkpoint-every 4s --keep 2 \
+        --checkpoint "$TMP/u$mode" --log-steps --log "$TMP/u1$mode.jsonl"
+    expect_exit 0 -- "${RUN[@]}" --gpus cpu:4 --mode $mode --batch 16 --epochs 1 --resume "$TMP/u$mode.1" \
+        --checkpoint "$TMP/u2$mode" --log-steps --log "$TMP/u2$mode.jsonl"
+    grep -q "^resuming .* at epoch 0 step 2 " "$TMP/out" || fail "$mode: resumed at: $(grep resuming "$TMP/out")"
+    union_once "$TMP/u1$mode.jsonl" 4 2 "$TMP/u2$mode.jsonl" 4 16 || fail "$mode: 2 workers, then 4: not each sample once"
+done
 
 # a step checkpoint at an epoch's last step (12 of 12) resumes at the next epoch's start, with no
 # warning, and ends where the uninterrupted run ended
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --batch 16 --epochs 2 --checkpoint-every 12s --keep 2 --checkpoint "$TMP/end"
 whole=$(grep '^epoch   2 ' "$TMP/out" | sed 's/ *[0-9]* samples\/s.*//')
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --batch 16 --epochs 2 --resume "$TMP/end.2"
-grep -q "resuming $TMP/end.2 at epoch 0 step 12 " "$TMP/out" || fail "end of epoch: not the checkpoint at step 12: $(cat "$TMP/out")"
+grep -q "resuming $TMP/end.2 at epoch 1 step 0 " "$TMP/out" || fail "end of epoch: the checkpoint at step 12 does not go on at the next epoch: $(cat "$TMP/out")"
 [ -n "$whole" ] && [ "$(grep '^epoch   2 ' "$TMP/out" | sed 's/ *[0-9]* samples\/s.*//')" = "$whole" ] ||
     fail "resumed at an epoch's end: $(grep '^epoch' "$TMP/out"), uninterrupted: $whole"
 grep -q "warning" "$TMP/err" && fail "resumed at an epoch's end: $(cat "$TMP/err")"

@@ -782,6 +782,44 @@ static void test_rotation(void)
     save_epoch(path, &m, &a, 7, 1);
     CHECK_MSG(epoch_of(path, &m) == 7 && epoch_of(p1, &m) == 6, "PATH.1 is epoch %u, not 6",
               epoch_of(p1, &m));
+    /* Another state at the same position (a second run that ended there) is distinct: rotated. */
+    gt_ckpt_meta mt;
+    gt_err e = {{0}};
+    meta_make(&mt, &m, "sgd");
+    mt.epoch = 7;
+    arrays_fill(&a, 8.0f);
+    CHECK_MSG(save(path, &m, &a, 1, &mt, 1, &e) == 0, "%s", e.msg);
+    CHECK_MSG(epoch_of(p1, &m) == 7, "the first run's checkpoint at the same position was not kept");
+    arrays_free(&a);
+}
+
+/* Rotation never leaves a name empty: a reader of PATH, PATH.1 or PATH.2 while saves rotate them
+ * always finds a file there (once the first saves made it). */
+static void test_rotation_never_empty(void)
+{
+    gt_model m;
+    model_make(&m, "conv:2:3 fc:3", 4, 3);
+    arrays a;
+    arrays_alloc(&a, m.nparams);
+    char path[512], names[3][520];
+    test_path(path, sizeof path, "never empty");
+    for (int k = 0; k < 3; k++)
+        snprintf(names[k], sizeof names[k], k ? "%s.%d" : "%s", path, k);
+    for (uint32_t k = 1; k <= 3; k++)
+        save_epoch(path, &m, &a, k, 2);
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (uint32_t k = 4; k < 400; k++)
+            save_epoch(path, &m, &a, k, 2);
+        _exit(0);
+    }
+    int missing = 0, reads = 0, status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0)
+        for (int k = 0; k < 3; k++, reads++)
+            missing += access(names[k], F_OK) != 0;
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the saving process failed");
+    CHECK_MSG(missing == 0, "%d of %d reads found a rotated name missing", missing, reads);
+    CHECK(epoch_of(path, &m) == 399 && epoch_of(names[1], &m) == 398 && epoch_of(names[2], &m) == 397);
     arrays_free(&a);
 }
 
@@ -1172,6 +1210,7 @@ int main(void)
     test_nonfinite();
     test_every_bit_flip();
     test_rotation();
+    test_rotation_never_empty();
     test_unwritable();
     test_killed_saves();
     test_wall_time();
