@@ -240,9 +240,9 @@ static double launch_time(void)
 }
 
 /* The result: the `done:` line (also under --quiet; host 0 only) with the training time and the
- * start-up before it (launch to training), ending with the signal that interrupted the run, then unless --quiet one line per worker, the
- * contention figures and the checkpoint written. Throughput is this run's own: a resumed run's
- * samples and time since it began. */
+ * start-up before it (launch to training), ending with the signal that interrupted the run; then
+ * unless --quiet one line per worker, the contention figures and the checkpoint written.
+ * Throughput is this run's own: a resumed run's samples and time since it began. */
 static void print_summary(const gt_config *c, const gt_run_result *res, gt_device **devs)
 {
     if (gt_cluster_rank() != 0)
@@ -393,8 +393,9 @@ static int log_is_written(const gt_config *c, char *name, size_t cap)
 }
 
 /* Path problems found before any training: the log is no input and none of the checkpoint's
- * files (exit 2, a command-line error), and the checkpoint (ckflag: the flag that named it) and its
- * rotation targets can be written and are locked for this run (the lock's fd in *lock, held until exit). */
+ * files (exit 2, a command-line error), and the checkpoint (ckflag: the flag that named it) and
+ * its rotation targets can be written and are locked for this run (the lock's fd in *lock, held
+ * until exit). */
 static int check_paths(const gt_config *c, const char *ckflag, int *lock, int *usage, gt_err *e)
 {
     char name[GT_PATHLEN + 16];
@@ -471,8 +472,8 @@ static int resume_position(const gt_config *c, uint32_t ntrain, gt_ckpt_meta *me
     int hosts = gt_cluster_size(), workers = run_workers(c) / hosts;
     uint64_t unit = gt_ckpt_step_samples(gt_mode_row_of(c->mode)->clocked,
                                          c->balance == GT_BALANCE_STATIC, workers, hosts, c->batch);
-    uint64_t pos = meta->epoch_pos, same = meta->batch == (uint64_t)c->batch &&
-                                           meta->workers == (uint64_t)(workers * hosts);
+    uint64_t pos = meta->epoch_pos;
+    int same = meta->batch == (uint64_t)c->batch && meta->workers == (uint64_t)(workers * hosts);
     if (pos == 0 && same && unit == 0)
         return 0; /* the same slices */
     if (pos == 0)
@@ -804,7 +805,8 @@ int main(int argc, char **argv)
         ckflag = "--resume";
     }
     int lock = -1, usage = 0; /* the checkpoint's lock is held until the process ends */
-    if (c.command != GT_CMD_EVAL && gt_cluster_rank() == 0 && check_paths(&c, ckflag, &lock, &usage, &e) != 0)
+    if (c.command != GT_CMD_EVAL && gt_cluster_rank() == 0 &&
+        check_paths(&c, ckflag, &lock, &usage, &e) != 0)
         return usage ? usage_error(&e) : die(&e, EXIT_FAILED);
 
     gt_data data;

@@ -23,7 +23,8 @@ typedef int (*gt_atomic_fill_fn)(int fd, void *ctx);
 
 /* Writes path through fill as described above; refuses (as gt_atomic_prepare does) to replace
  * anything but a regular file at path or its rotation targets. The temporary file is
- * FOLDER/BASE.tmp.PID, BASE cut so the name fits NAME_MAX. what names the file in errors ("checkpoint").
+ * FOLDER/BASE.tmp.PID, BASE cut so the name fits NAME_MAX. what names the file in errors
+ * ("checkpoint").
  * keep: older versions kept, 0..1000. */
 int gt_atomic_write(const char *path, const char *what, gt_atomic_fill_fn fill, void *ctx, int keep,
                     gt_err *e);

@@ -7,14 +7,14 @@
  * holds format, model_spec, model, mode, epoch, step, samples, updates, seed, data_fingerprint,
  * optimizer, classes (the class names, in label order, as a JSON array of strings inside the
  * string; absent in checkpoints written before it existed), wall_ms (optional: files without
- * it read as 0), batch, workers, epoch_pos, train_samples, lr, momentum, weight_decay (optional: files without
- * them read as 0), "crc32.<tensor>" for every tensor,
- * and header_crc32: the CRC-32 of the 8 length
- * bytes and the whole header with its own 8 digits read as "00000000", so that every byte of the
- * file is covered by a CRC (format "gputrain-2"; "gputrain-1" files, which lack it, are refused).
+ * it read as 0), batch, workers, epoch_pos, train_samples, lr, momentum, weight_decay (optional:
+ * files without them read as 0), "crc32.<tensor>" for every tensor, and header_crc32: the CRC-32
+ * of the 8 length bytes and the whole header with its own 8 digits read as "00000000", so that
+ * every byte of the file is covered by a CRC (format "gputrain-2"; "gputrain-1" files, which lack it, are refused).
  *
  * A save writes a temporary file in the same folder, fsyncs it, renames it over the target and
  * fsyncs the folder, so at any instant the path holds the old checkpoint or the new one, whole.
+ * epoch_pos lets a resume of another layout go on at the same sample of the epoch's order.
  * Loading checks every length, offset and CRC before a byte reaches the caller, and every
  * metadata field: known mode and optimizer, epoch <= 100000, samples, updates, wall_ms < 2^53,
  * step <= samples, lowercase hex CRCs and fingerprint, class names (one per class, valid UTF-8,
