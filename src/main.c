@@ -640,18 +640,26 @@ static int resume_same(const gt_config *c, const gt_data *d, const gt_ckpt_meta 
  * (lr and momentum as that run took them, after the recipe's corrections). */
 static void resume_notes(const gt_config *c, const gt_ckpt_meta *meta, int argc, char **argv)
 {
-    const struct { const char *flag; double was, now; int given; } rows[] = {
-        {"--lr", meta->lr, c->optim.lr, flag_given(argc, argv, "--lr")},
-        {"--momentum", meta->momentum, c->optim.momentum, flag_given(argc, argv, "--momentum")},
-        {"--weight-decay", meta->weight_decay, c->optim.weight_decay, 1},
-        {"--batch", (double)meta->batch, c->batch, 1},
+    const struct { const char *what; double was, now; int given; } rows[] = { /* what: "%g" */
+        {"--lr %g", meta->lr, c->optim.lr, flag_given(argc, argv, "--lr")},
+        {"--momentum %g", meta->momentum, c->optim.momentum, flag_given(argc, argv, "--momentum")},
+        {"--weight-decay %g", meta->weight_decay, c->optim.weight_decay, 1},
+        {"--batch %g", (double)meta->batch, c->batch, 1},
+        {"%g workers", (double)meta->workers, run_workers(c), 1},
     };
     if (c->quiet || gt_cluster_rank() != 0 || meta->batch == 0) /* 0: a file without them */
         return;
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
-        if (rows[i].given && rows[i].was != rows[i].now)
-            printf("note: --resume: %s %g is used from here on (%s ran with %g)\n", rows[i].flag,
-                   rows[i].now, c->resume, rows[i].was);
+    char now[48], was[48];
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        if (!rows[i].given || rows[i].was == rows[i].now)
+            continue;
+        snprintf(now, sizeof now, rows[i].what, rows[i].now);
+        snprintf(was, sizeof was, rows[i].what, rows[i].was);
+        printf("note: --resume: %s from here on (%s ran with %s)\n", now, c->resume, was);
+    }
+    if (strcmp(meta->mode, gt_mode_name(c->mode)) != 0)
+        printf("note: --resume: --mode %s from here on (%s ran with --mode %s)\n",
+               gt_mode_name(c->mode), c->resume, meta->mode);
 }
 
 /* What --resume keeps from the checkpoint, before training (resume_same), its seed, and whether

@@ -24,7 +24,7 @@ grep -q -- "^gputrain: --train-samples: .* was trained on 200 training samples, 
     fail "other --train-samples: $(cat "$TMP/err")"
 # what it may change is used, and a note says so
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --lr 0.02 --checkpoint "$TMP/ck.lr" --resume "$TMP/ck"
-grep -q "^note: --resume: --lr 0.02 is used from here on (.* ran with 0.05)$" "$TMP/out" || fail "other --lr: $(cat "$TMP/out")"
+grep -q "^note: --resume: --lr 0.02 from here on (.* ran with --lr 0.05)$" "$TMP/out" || fail "other --lr: $(cat "$TMP/out")"
 # without --checkpoint a resumed run saves to the file it resumed, and says so
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --resume "$TMP/ck"
 grep -q "seed 7" "$TMP/out" || fail "resume does not say it keeps seed 7: $(cat "$TMP/out")"
@@ -81,6 +81,7 @@ for mode in sync ssp; do
     expect_exit 0 -- "${RUN[@]}" --gpus cpu:4 --mode $mode --batch 16 --epochs 1 --resume "$TMP/u$mode.1" \
         --checkpoint "$TMP/u2$mode" --log-steps --log "$TMP/u2$mode.jsonl"
     grep -q "^resuming .* at epoch 0 step 2 " "$TMP/out" || fail "$mode: resumed at: $(grep resuming "$TMP/out")"
+    grep -q "^note: --resume: 4 workers from here on (.* ran with 2 workers)$" "$TMP/out" || fail "$mode: no note of the worker count: $(cat "$TMP/out")"
     union_once "$TMP/u1$mode.jsonl" 4 2 "$TMP/u2$mode.jsonl" 4 16 || fail "$mode: 2 workers, then 4: not each sample once"
 done
 
