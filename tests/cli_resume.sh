@@ -59,15 +59,16 @@ grep -q "restarts\|^note: --resume: epoch" "$TMP/out" "$TMP/err" && fail "resume
 
 # every sample of an interrupted and resumed epoch is trained exactly once, the worker count changed
 # in between: sync's step records (clock, worker) name the samples (clock x W + worker) x batch
-union_once() { # LOG1 STOP W1 LOG2 W2 BATCH: run 1's records before clock STOP, then run 2's
+union_once() { # LOG1 STOP W1 LOG2 W2 BATCH [EPOCH]: run 1's records before clock STOP, then run 2's
     python3 - "$@" <<'PY'
 import json, sys
 l1, stop, w1, l2, w2, b = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
+epoch = int(sys.argv[7]) if len(sys.argv) > 7 else 1
 def pos(path, w, keep):
     out = []
     for line in open(path):
         r = json.loads(line)
-        if r["type"] == "step" and r["epoch"] == 1 and keep(r["step"]):
+        if r["type"] == "step" and r["epoch"] == epoch and keep(r["step"]):
             out += range((r["step"] * w + r["worker"]) * b, (r["step"] * w + r["worker"] + 1) * b)
     return out
 done = pos(l1, w1, lambda s: s < stop) + pos(l2, w2, lambda s: True)
@@ -83,6 +84,22 @@ for mode in sync ssp; do
     grep -q "^resuming .* at epoch 0 step 2 " "$TMP/out" || fail "$mode: resumed at: $(grep resuming "$TMP/out")"
     grep -q "^note: --resume: 4 workers from here on (.* ran with 2 workers)$" "$TMP/out" || fail "$mode: no note of the worker count: $(cat "$TMP/out")"
     union_once "$TMP/u1$mode.jsonl" 4 2 "$TMP/u2$mode.jsonl" 4 16 || fail "$mode: 2 workers, then 4: not each sample once"
+    # the same across a SIGINT, resumed on one worker
+    rm -f "$TMP/s$mode"*
+    "$BIN" --data "$DATA" --no-progress --train-samples 2000 --gpus cpu:2 --mode $mode --batch 16 --epochs 1000 \
+        --checkpoint "$TMP/s$mode" --log-steps --log "$TMP/s1$mode.jsonl" >/dev/null 2>&1 &
+    pid=$!
+    for _ in $(seq 1 300); do grep -q '"type":"eval"' "$TMP/s1$mode.jsonl" 2>/dev/null && break; sleep 0.1; done
+    sleep 0.2
+    kill -INT $pid
+    wait $pid
+    ck=$(grep '"event":"checkpoint_written"' "$TMP/s1$mode.jsonl" | tail -1)
+    e=$(echo "$ck" | grep -o '"epoch":[0-9]*' | cut -d: -f2) s=$(echo "$ck" | grep -o '"step":[0-9]*' | cut -d: -f2)
+    [ -n "$e" ] && [ -n "$s" ] || { fail "$mode: no checkpoint after SIGINT: $ck"; continue; }
+    expect_exit 0 -- --data "$DATA" --no-progress --train-samples 2000 --gpus cpu:1 --mode $mode --batch 16 --epochs $((e + 1)) \
+        --resume "$TMP/s$mode" --log-steps --log "$TMP/s2$mode.jsonl"
+    union_once "$TMP/s1$mode.jsonl" "$s" 2 "$TMP/s2$mode.jsonl" 1 16 $((e + 1)) ||
+        fail "$mode: SIGINT at epoch $e step $s, resumed on 1 worker: not each sample once"
 done
 
 # a step checkpoint at an epoch's last step (12 of 12) resumes at the next epoch's start, with no
