@@ -474,8 +474,17 @@ static int resume_position(const gt_config *c, uint32_t ntrain, gt_ckpt_meta *me
                                          c->balance == GT_BALANCE_STATIC, workers, hosts, c->batch);
     uint64_t pos = meta->epoch_pos;
     int same = meta->batch == (uint64_t)c->batch && meta->workers == (uint64_t)(workers * hosts);
-    if (pos == 0 && same && unit == 0)
-        return 0; /* the same slices */
+    if (pos == 0 && same && unit == 0) { /* the same slices: each goes on from the slowest's step */
+        uint64_t part = ntrain / (uint64_t)hosts /
+                        (uint64_t)(c->balance == GT_BALANCE_STATIC ? workers : 1) / (uint64_t)c->batch;
+        if (meta->step < part && !c->quiet && gt_cluster_rank() == 0)
+            fprintf(stderr, "gputrain: warning: --resume: %s stopped inside epoch %u with each "
+                            "worker (or host) on a part of its own; every part goes on from step "
+                            "%llu, whatever it had done: batches may be trained twice or left out "
+                            "(a checkpoint at an epoch's end resumes exactly)\n", c->resume,
+                    meta->epoch + 1, (unsigned long long)meta->step);
+        return 0;
+    }
     if (pos == 0)
         return gt_fail(e, "--resume: %s stopped inside epoch %u with %llu workers x batch %llu, "
                        "whose samples done are not the start of the epoch's order (hogwild "

@@ -4,9 +4,10 @@
 # notes another --lr, and saves to the file it resumed unless --checkpoint says otherwise; a
 # finished run says there is nothing to train and exits 0; local mode warns that its resume is
 # approximate; a mid-epoch checkpoint goes on at its sample of the epoch's order in another layout
-# (every sample once) or is refused where the layout's step cannot start there; a step at an
-# epoch's end goes on with the next epoch; allreduce on CPU workers and hex or non-finite numbers in flags and specs are
-# command-line errors (exit 2).
+# (every sample once, also after a SIGINT) or is refused where the layout's step cannot start
+# there; hogwild's static slices resume only in their layout, with a warning; a step at an epoch's
+# end goes on with the next epoch; allreduce on CPU workers and hex or non-finite numbers in flags
+# and specs are command-line errors (exit 2).
 . "$(dirname "$0")/lib_cli.sh"
 DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
 EXPECT_TIMEOUT=120
@@ -56,6 +57,16 @@ grep -q "^gputrain: --resume: .* stopped at sample 160 of epoch 1's order; this 
 [ -e "$TMP/mid.b48" ] && fail "a refused resume wrote a checkpoint"
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --batch 16 --epochs 1 --resume "$TMP/mid.keep" --checkpoint "$TMP/mid.same"
 grep -q "restarts\|^note: --resume: epoch" "$TMP/out" "$TMP/err" && fail "resume in the same layout: $(cat "$TMP/out" "$TMP/err")"
+
+# hogwild --balance static: each worker on a slice of its own, so a mid-epoch checkpoint goes on
+# only in its layout, with a warning that it is not exact
+ST=(--train-samples 400 --balance static --batch 16 --epochs 1)
+expect_exit 0 -- --data "$DATA" --no-progress "${ST[@]}" --gpus cpu:4 --checkpoint-every 3s --keep 2 --checkpoint "$TMP/st"
+expect_exit 0 -- --data "$DATA" --no-progress "${ST[@]}" --gpus cpu:4 --resume "$TMP/st.2" --checkpoint "$TMP/st.same"
+grep -q "^gputrain: warning: --resume: .* stopped inside epoch 1 with each worker (or host) on a part of its own" "$TMP/err" ||
+    fail "static slices resumed: no warning: $(cat "$TMP/err")"
+expect_exit 2 -- --data "$DATA" --no-progress "${ST[@]}" --gpus cpu:2 --resume "$TMP/st.2" --checkpoint "$TMP/st.two"
+grep -q "whose samples done are not the start of the epoch's order" "$TMP/err" || fail "static slices, 4 -> 2 workers: $(cat "$TMP/err")"
 
 # every sample of an interrupted and resumed epoch is trained exactly once, the worker count changed
 # in between: sync's step records (clock, worker) name the samples (clock x W + worker) x batch
