@@ -138,6 +138,13 @@ static void meta_make(gt_ckpt_meta *mt, const gt_model *m, const char *optimizer
     mt->updates = 4242;
     mt->seed = 0xDEADBEEFCAFEF00Dull;
     mt->data_fingerprint = 0x0badf00du;
+    mt->batch = 64;
+    mt->workers = 3;
+    mt->epoch_pos = 5952;
+    mt->train_samples = 60000;
+    mt->lr = 0.1;
+    mt->momentum = 0.57;
+    mt->weight_decay = 5e-4;
 }
 
 static int meta_equal(const gt_ckpt_meta *a, const gt_ckpt_meta *b)
@@ -147,7 +154,10 @@ static int meta_equal(const gt_ckpt_meta *a, const gt_ckpt_meta *b)
            a->in_c == b->in_c && a->in_h == b->in_h && a->in_w == b->in_w &&
            a->nclasses == b->nclasses && a->epoch == b->epoch && a->step == b->step &&
            a->samples == b->samples && a->updates == b->updates && a->seed == b->seed &&
-           a->data_fingerprint == b->data_fingerprint;
+           a->data_fingerprint == b->data_fingerprint && a->batch == b->batch &&
+           a->workers == b->workers && a->epoch_pos == b->epoch_pos &&
+           a->train_samples == b->train_samples && a->lr == b->lr &&
+           a->momentum == b->momentum && a->weight_decay == b->weight_decay;
 }
 
 static int save(const char *path, const gt_model *m, const arrays *a, int nstate,
@@ -991,6 +1001,7 @@ static void test_metadata_fields(void)
     meta_make(&mt, &m, "sgd");
     mt.samples = 1000;
     mt.step = 31;
+    mt.epoch_pos = 496;
     char path[512], bad[512], bad2[512];
     test_path(path, sizeof path, "fields");
     test_path(bad, sizeof bad, "fields bad");
@@ -1008,6 +1019,10 @@ static void test_metadata_fields(void)
         {"\"hogwild\"", "\"bogus\"", "unknown mode"},
         {"\"0badf00d\"", "\"0BADF00D\"", "data_fingerprint"},
         {"\"header_crc32\":\"", "\"header_crc32\":\"X", "header_crc32"},
+        {"\"epoch_pos\":\"496\"", "\"epoch_pos\":\"1001\"", "\"epoch_pos\""},
+        {"\"lr\":\"0.10000000000000001\"", "\"lr\":\"nan\"", "\"lr\""},
+        {"\"momentum\":\"0.56999999999999995\"", "\"momentum\":\"1e999\"", "\"momentum\""},
+        {"\"batch\":\"64\"", "\"batch\":\"-1\"", "\"batch\""},
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         rewrite_header(path, bad, refused[i].from, refused[i].to);
