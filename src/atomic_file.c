@@ -1,5 +1,6 @@
 /* atomic_file.c - whole-or-nothing file replacement with rotation of older versions (see
- * atomic_file.h): temp file, fsync, hard-link rotation, rename, folder fsync. */
+ * atomic_file.h): temp file, fsync, rotation by links renamed over the older names, rename,
+ * folder fsync. */
 #include "gputrain/atomic_file.h"
 #include "gputrain/config.h"
 
@@ -136,13 +137,16 @@ static int atomic_copy_fd(int in, int fd)
     }
 }
 
-/* The fallback where the filesystem refuses hard links: a copy, itself written through a temp
- * file so `to` is always whole. */
-static int atomic_copy_file(const char *path, const char *what, const char *to, int k, gt_err *e)
+/* The fallback where the filesystem refuses hard links: a copy of `from`, itself written through a
+ * temp file so `to` is always whole. 1 when there is no `from`. */
+static int atomic_copy_file(const char *path, const char *what, const char *from, const char *to,
+                            int k, gt_err *e)
 {
     char tmp[PATH_MAX];
     atomic_tmp_name(path, k, tmp, sizeof tmp);
-    int in = open(path, O_RDONLY | O_CLOEXEC);
+    int in = open(from, O_RDONLY | O_CLOEXEC);
+    if (in < 0 && errno == ENOENT)
+        return 1;
     if (in < 0)
         return gt_fail(e, "cannot save %s %s%s: reading it to copy: %s", what, SHOWN(path), strerror(errno));
     int fd = atomic_create(tmp);
@@ -167,32 +171,51 @@ static int atomic_copy_file(const char *path, const char *what, const char *to, 
     return 0;
 }
 
-/* PATH.(k-1) -> PATH.k down to PATH.1 -> PATH.2, then PATH.1 = PATH by hard link, so a crash at
- * any point still leaves PATH in place. */
+/* Points `to` at the file `from` names, replacing what `to` held in one rename: a hard link to a
+ * temporary name, renamed over `to` (a copy where the filesystem refuses links). 1 when there is
+ * no `from`, 0 when done, -1 with e set. */
+static int atomic_link_over(const char *path, const char *what, const char *from, const char *to,
+                            int k, gt_err *e)
+{
+    char tmp[PATH_MAX];
+    atomic_tmp_name(path, k, tmp, sizeof tmp);
+    if (unlink(tmp) != 0 && errno != ENOENT)
+        return gt_fail(e, "cannot save %s %s%s: removing its temporary link: %s", what, SHOWN(path),
+                       strerror(errno));
+    if (link(from, tmp) != 0) {
+        if (errno == ENOENT)
+            return 1;
+        if (errno == EPERM || errno == EOPNOTSUPP || errno == ENOSYS || errno == EMLINK ||
+            errno == EXDEV)
+            return atomic_copy_file(path, what, from, to, k, e);
+        return gt_fail(e, "cannot save %s %s%s: linking it as .%d: %s", what, SHOWN(path), k,
+                       strerror(errno));
+    }
+    int rc = rename(tmp, to), err = errno;
+    unlink(tmp); /* left where `to` was already that file (rename then does nothing) */
+    if (rc != 0)
+        return gt_fail(e, "cannot save %s %s%s: renaming its link to .%d: %s", what, SHOWN(path), k,
+                       strerror(err));
+    return 0;
+}
+
+/* PATH.(k-1) -> PATH.k down to PATH -> PATH.1, each by a link renamed over its target, so that
+ * every name holds a whole file at every instant (the old one or the next older) and a crash at
+ * any point still leaves PATH in place. A name with nothing to take (a run's first saves) is left
+ * as it is. */
 static int atomic_rotate(const char *path, const char *what, int keep, gt_err *e)
 {
     char from[PATH_MAX], to[PATH_MAX];
-    for (int k = keep; k >= 2; k--) {
-        snprintf(from, sizeof from, "%s.%d", path, k - 1);
+    for (int k = keep; k >= 1; k--) {
+        if (k > 1)
+            snprintf(from, sizeof from, "%s.%d", path, k - 1);
+        else
+            snprintf(from, sizeof from, "%s", path);
         snprintf(to, sizeof to, "%s.%d", path, k);
-        if (rename(from, to) != 0 && errno != ENOENT)
-            return gt_fail(e, "cannot save %s %s%s: renaming .%d to .%d: %s", what, SHOWN(path), k - 1, k,
-                           strerror(errno));
+        if (atomic_link_over(path, what, from, to, k, e) < 0)
+            return -1;
     }
-    snprintf(to, sizeof to, "%s.1", path);
-    int rc = link(path, to);
-    /* EEXIST: keep is 1, or a killed save left PATH.1 and PATH.2 as links to one file, which
-     * rename() leaves both in place. */
-    if (rc != 0 && errno == EEXIST) {
-        if (unlink(to) != 0 && errno != ENOENT)
-            return gt_fail(e, "cannot save %s %s%s: removing .1: %s", what, SHOWN(path), strerror(errno));
-        rc = link(path, to);
-    }
-    if (rc == 0 || errno == ENOENT) /* ENOENT: no previous version to keep */
-        return 0;
-    if (errno == EPERM || errno == EOPNOTSUPP || errno == ENOSYS || errno == EMLINK || errno == EXDEV)
-        return atomic_copy_file(path, what, to, 1, e);
-    return gt_fail(e, "cannot save %s %s%s: linking it as .1: %s", what, SHOWN(path), strerror(errno));
+    return 0;
 }
 
 /* Makes the renames durable. */
@@ -235,12 +258,26 @@ static int atomic_check_target(const char *path, const char *what, gt_err *e)
     return 0;
 }
 
+/* The rotation targets PATH.1 .. PATH.keep: nothing, or regular files (as PATH itself). */
+static int atomic_check_rotation(const char *path, const char *what, int keep, gt_err *e)
+{
+    char name[PATH_MAX];
+    for (int k = 1; k <= keep; k++) {
+        snprintf(name, sizeof name, "%s.%d", path, k);
+        if (atomic_check_target(name, what, e) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 int gt_atomic_write(const char *path, const char *what, gt_atomic_fill_fn fill, void *ctx, int keep,
                     gt_err *e)
 {
     char tmp[PATH_MAX];
     atomic_tmp_name(path, 0, tmp, sizeof tmp);
     int rc = atomic_check_target(path, what, e);
+    if (rc == 0 && keep > 0)
+        rc = atomic_check_rotation(path, what, keep, e);
     if (rc == 0)
         rc = atomic_write_tmp(path, what, tmp, fill, ctx, e);
     if (rc == 0 && keep > 0 && atomic_rotate(path, what, keep, e) != 0)
@@ -351,7 +388,7 @@ static int atomic_lock(const char *path, const char *what, gt_err *e)
     return fd;
 }
 
-int gt_atomic_prepare(const char *path, const char *what, gt_err *e)
+int gt_atomic_prepare(const char *path, const char *what, int keep, gt_err *e)
 {
     size_t dirlen, len = strlen(path);
     const char *base = atomic_base(path, &dirlen);
@@ -362,7 +399,7 @@ int gt_atomic_prepare(const char *path, const char *what, gt_err *e)
     if (strlen(base) > ATOMIC_BASE_MAX)
         return gt_fail(e, "%s file name is %zu bytes, too long: at most %d, leaving room for .lock "
                        "and .K in %d", what, strlen(base), ATOMIC_BASE_MAX, NAME_MAX);
-    if (atomic_check_target(path, what, e) != 0)
+    if (atomic_check_target(path, what, e) != 0 || atomic_check_rotation(path, what, keep, e) != 0)
         return -1;
     char probe[PATH_MAX];
     snprintf(probe, sizeof probe, "%.*s.gputrain-probe.%ld", (int)dirlen, path, (long)getpid());

@@ -83,7 +83,7 @@ static int ckpt_check_model(const gt_model *m, const char *path, gt_err *e)
 
 /* ---- saving --------------------------------------------------------------------------------------- */
 
-#define CKPT_NFIXED 17 /* metadata members besides the tensors' CRCs */
+#define CKPT_NFIXED 24 /* metadata members besides the tensors' CRCs */
 
 /* Everything one save writes: the tensors, their CRC members and the metadata text. */
 typedef struct ckpt_save {
@@ -92,7 +92,7 @@ typedef struct ckpt_save {
     char (*crc_hex)[9];
     gt_st_kv *kv;
     int nout, nkv;
-    char in_shape[40], nums[7][24], fingerprint[9];
+    char in_shape[40], nums[11][24], reals[3][32], fingerprint[9];
     char *header;
     size_t hlen;
     char *classes; /* the class names as a JSON array, or NULL */
@@ -141,6 +141,13 @@ static void ckpt_kv_u64(ckpt_save *sv, int slot, const char *key, uint64_t value
     ckpt_kv(sv, key, sv->nums[slot]);
 }
 
+/* A double written so that it reads back exactly. */
+static void ckpt_kv_real(ckpt_save *sv, int slot, const char *key, double value)
+{
+    snprintf(sv->reals[slot], sizeof sv->reals[slot], "%.17g", value);
+    ckpt_kv(sv, key, sv->reals[slot]);
+}
+
 /* The metadata's model fields come from m, which describes the tensors written. */
 static void ckpt_list_meta(ckpt_save *sv, const gt_model *m, const gt_ckpt_meta *meta)
 {
@@ -158,6 +165,13 @@ static void ckpt_list_meta(ckpt_save *sv, const gt_model *m, const gt_ckpt_meta 
     ckpt_kv_u64(sv, 4, "updates", meta->updates);
     ckpt_kv_u64(sv, 5, "seed", meta->seed);
     ckpt_kv_u64(sv, 6, "wall_ms", meta->wall_ms);
+    ckpt_kv_u64(sv, 7, "batch", meta->batch);
+    ckpt_kv_u64(sv, 8, "workers", meta->workers);
+    ckpt_kv_u64(sv, 9, "train_samples", meta->train_samples);
+    ckpt_kv_u64(sv, 10, "epoch_pos", meta->epoch_pos);
+    ckpt_kv_real(sv, 0, "lr", meta->lr);
+    ckpt_kv_real(sv, 1, "momentum", meta->momentum);
+    ckpt_kv_real(sv, 2, "weight_decay", meta->weight_decay);
     snprintf(sv->fingerprint, sizeof sv->fingerprint, "%08" PRIx32, meta->data_fingerprint);
     ckpt_kv(sv, "data_fingerprint", sv->fingerprint);
     if (sv->classes)
@@ -267,21 +281,19 @@ static void ckpt_seal_header(char *header, size_t hlen)
     memcpy(header + hole, hex, 8);
 }
 
-/* Whether the checkpoint at path (if readable) is at meta's training position: then rotating
- * would push the last distinct checkpoint out for a copy of this one, so PATH is only replaced. */
-static int ckpt_same_position(const char *path, const gt_ckpt_meta *meta)
-{
-    gt_ckpt_meta old;
-    gt_err ignored;
-    memset(&old, 0, sizeof old);
-    return gt_ckpt_read_meta(path, &old, &ignored) == 0 && old.epoch == meta->epoch &&
-           old.step == meta->step && old.samples == meta->samples && old.updates == meta->updates;
-}
+static int ckpt_same_state(const char *path, const gt_ckpt_meta *meta, const ckpt_save *sv);
 
 static int ckpt_fill(int fd, void *ctx)
 {
     const ckpt_save *sv = ctx;
     return gt_st_write(fd, sv->header, sv->hlen, sv->out, sv->nout);
+}
+
+uint64_t gt_ckpt_step_samples(int clocked, int slices, int workers, int hosts, int batch)
+{
+    if (clocked)
+        return (uint64_t)workers * (uint64_t)hosts * (uint64_t)batch;
+    return hosts == 1 && (!slices || workers == 1) ? (uint64_t)batch : 0;
 }
 
 int gt_ckpt_save(const char *path, const gt_model *m, const float *params, float *const *state,
@@ -309,7 +321,7 @@ int gt_ckpt_save(const char *path, const gt_model *m, const float *params, float
         gt_fail(e, "cannot save checkpoint %s: out of memory", path);
     else
         rc = gt_atomic_write(path, "checkpoint", ckpt_fill, &sv,
-                             ckpt_same_position(path, meta) ? 0 : keep, e);
+                             ckpt_same_state(path, meta, &sv) ? 0 : keep, e);
     ckpt_save_free(&sv);
     return rc;
 }
@@ -394,6 +406,30 @@ static int ckpt_meta_u64(const ckpt_file *cf, const char *key, uint64_t min, uin
     return 0;
 }
 
+/* An optional member: 0 where absent (a file written before it existed). */
+static int ckpt_meta_opt_u64(const ckpt_file *cf, const char *key, uint64_t max, uint64_t *v,
+                             gt_err *e)
+{
+    *v = 0;
+    return ckpt_meta_str(cf, key) ? ckpt_meta_u64(cf, key, 0, max, v, e) : 0;
+}
+
+/* An optional finite number, written by ckpt_kv_real: 0 where absent. */
+static int ckpt_meta_opt_real(const ckpt_file *cf, const char *key, double *v, gt_err *e)
+{
+    const char *s = ckpt_meta_str(cf, key);
+    char *end = NULL;
+    *v = 0;
+    if (!s)
+        return 0;
+    if ((*s >= '0' && *s <= '9') || *s == '-')
+        *v = strtod(s, &end);
+    if (!end || *end || !isfinite(*v))
+        return gt_fail(e, "checkpoint %s: metadata \"%s\" is \"%.40s\", not a finite number", cf->path,
+                       key, s);
+    return 0;
+}
+
 static int ckpt_parse_in_shape(const ckpt_file *cf, gt_ckpt_meta *meta, gt_err *e)
 {
     const char *s = ckpt_meta_str(cf, "in_shape");
@@ -472,10 +508,15 @@ static int ckpt_parse_meta(ckpt_file *cf, gt_err *e)
         ckpt_meta_u64(cf, "updates", 0, CKPT_MAX_COUNT, &mt->updates, e) != 0 ||
         ckpt_meta_u64(cf, "seed", 0, UINT64_MAX, &mt->seed, e) != 0)
         return -1;
-    /* Written since the wall time was kept: an older file resumes its wall time from 0. */
-    mt->wall_ms = 0;
-    if (ckpt_meta_str(cf, "wall_ms") &&
-        ckpt_meta_u64(cf, "wall_ms", 0, CKPT_MAX_COUNT, &mt->wall_ms, e) != 0)
+    /* Written since the wall time and the layout were kept: an older file reads them as 0. */
+    if (ckpt_meta_opt_u64(cf, "wall_ms", CKPT_MAX_COUNT, &mt->wall_ms, e) != 0 ||
+        ckpt_meta_opt_u64(cf, "batch", INT_MAX, &mt->batch, e) != 0 ||
+        ckpt_meta_opt_u64(cf, "workers", INT_MAX, &mt->workers, e) != 0 ||
+        ckpt_meta_opt_u64(cf, "train_samples", UINT32_MAX, &mt->train_samples, e) != 0 ||
+        ckpt_meta_opt_u64(cf, "epoch_pos", mt->samples, &mt->epoch_pos, e) != 0 ||
+        ckpt_meta_opt_real(cf, "lr", &mt->lr, e) != 0 ||
+        ckpt_meta_opt_real(cf, "momentum", &mt->momentum, e) != 0 ||
+        ckpt_meta_opt_real(cf, "weight_decay", &mt->weight_decay, e) != 0)
         return -1;
     uint64_t resized = 0; /* absent: not resized */
     if (ckpt_meta_str(cf, "resize_images") &&
@@ -564,6 +605,28 @@ static int ckpt_open(ckpt_file *cf, const char *path, gt_err *e)
         return -1;
     }
     return 0;
+}
+
+/* Whether the checkpoint at path (if readable) holds the state sv is about to write: the same
+ * training position and every tensor's CRC. Then rotating would push the last distinct checkpoint
+ * out for a copy of this one (a run's last save after a step checkpoint there), so PATH is only
+ * replaced; another run that ended at the same position is distinct, and rotates. */
+static int ckpt_same_state(const char *path, const gt_ckpt_meta *meta, const ckpt_save *sv)
+{
+    ckpt_file cf;
+    gt_err ignored;
+    if (ckpt_open(&cf, path, &ignored) != 0)
+        return 0;
+    const gt_ckpt_meta *old = &cf.meta;
+    int same = old->epoch == meta->epoch && old->step == meta->step &&
+               old->samples == meta->samples && old->updates == meta->updates &&
+               cf.st.nentries == sv->nout;
+    for (int i = 0; same && i < sv->nout; i++) {
+        const char *crc = ckpt_meta_str(&cf, sv->crc_key[i]);
+        same = crc && strcmp(crc, sv->crc_hex[i]) == 0;
+    }
+    ckpt_close(&cf);
+    return same;
 }
 
 /* ---- loading tensors ----------------------------------------------------------------------------- */

@@ -146,11 +146,20 @@ int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e)
     for (int k = 0; k < meta.nnames; k++)
         memcpy(meta.class_names[k], r->data->class_names[k], GT_CKPT_NAMELEN);
     meta.wall_ms = (uint64_t)llround(j->wall * 1e3);
+    meta.batch = (uint64_t)r->batch;
+    meta.workers = (uint64_t)r->Wg;
+    meta.epoch_pos = j->step * gt_ckpt_step_samples(r->ops->clocked,
+                                                    cfg->balance == GT_BALANCE_STATIC, r->W, r->H,
+                                                    r->batch);
+    meta.train_samples = r->ntrain;
+    meta.lr = cfg->optim.lr;
+    meta.momentum = cfg->optim.momentum;
+    meta.weight_decay = cfg->optim.weight_decay;
     float *const state[2] = {j->state[0], j->state[1]};
     if (gt_ckpt_save(cfg->checkpoint, r->m, j->params, state, r->ps.nstate, &meta, cfg->keep, e) != 0)
         return -1;
     snprintf(res->checkpoint_written, sizeof res->checkpoint_written, "%s", cfg->checkpoint);
-    report_checkpoint(r, cfg->checkpoint, j->epoch, j->step);
+    report_checkpoint(r, cfg->checkpoint, j->epoch, j->step, j->samples, j->wall);
     return 0;
 }
 

@@ -240,9 +240,9 @@ static double launch_time(void)
 }
 
 /* The result: the `done:` line (also under --quiet; host 0 only) with the training time and the
- * start-up before it (launch to training), then unless --quiet one line per worker, the
- * contention figures and the checkpoint written. Throughput is this run's own: a resumed run's
- * samples and time since it began. */
+ * start-up before it (launch to training), ending with the signal that interrupted the run; then
+ * unless --quiet one line per worker, the contention figures and the checkpoint written.
+ * Throughput is this run's own: a resumed run's samples and time since it began. */
 static void print_summary(const gt_config *c, const gt_run_result *res, gt_device **devs)
 {
     if (gt_cluster_rank() != 0)
@@ -257,10 +257,13 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
     if (res->startup_data_s >= 0 && res->startup_devices_s >= 0)
         snprintf(parts, sizeof parts, ": data %.2f s beside devices %.2f s", res->startup_data_s,
                  res->startup_devices_s);
-    printf("done: %s, %d worker%s%s, %llu samples%s in %.2f s (startup %.2f s%s): %.0f samples/s, %s\n",
+    char stopped[48] = "";
+    if (res->interrupted)
+        snprintf(stopped, sizeof stopped, "; interrupted by signal %d", res->interrupted);
+    printf("done: %s, %d worker%s%s, %llu samples%s in %.2f s (startup %.2f s%s): %.0f samples/s, %s%s\n",
            gt_mode_name(c->mode), res->nworkers, res->nworkers == 1 ? "" : "s", hosts,
            (unsigned long long)(res->samples - res->resumed_samples), before, res->wall_s,
-           res->startup_s, parts, res->samples_per_s, acc);
+           res->startup_s, parts, res->samples_per_s, acc, stopped);
     if (c->quiet)
         return;
     for (int i = 0; i < res->nworkers; i++) {
@@ -360,19 +363,70 @@ static int same_file(const char *a, const char *b)
     return strcmp(ra, rb) == 0 && strcmp(basename(fa), basename(fb)) == 0;
 }
 
-/* Path problems found before any training: the log is neither the checkpoint written nor the one
- * resumed (exit 2, a command-line error), and the checkpoint can be written and is locked for
- * this run (the lock's fd in *lock, held until exit). */
-static int check_paths(const gt_config *c, int *lock, int *usage, gt_err *e)
+/* The files a run reads, each with its flag: the log may be none of them. */
+static int log_is_input(const gt_config *c, const char **flag)
 {
+    const char *const inputs[][2] = {{"--resume", c->resume}, {"--init", c->init},
+                                     {"--model", c->model[0] == '@' ? c->model + 1 : ""}};
+    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++)
+        if (inputs[i][1][0] && same_file(c->log_path, inputs[i][1])) {
+            *flag = inputs[i][0];
+            return 1;
+        }
+    return 0;
+}
+
+/* Whether the log is the checkpoint, one of its rotated copies PATH.1 .. PATH.keep or its lock
+ * file: the one the log is, in name. */
+static int log_is_written(const gt_config *c, char *name, size_t cap)
+{
+    for (int k = 0; c->checkpoint[0] && k <= c->keep + 1; k++) {
+        if (k == 0)
+            snprintf(name, cap, "%s", c->checkpoint);
+        else if (k <= c->keep)
+            snprintf(name, cap, "%s.%d", c->checkpoint, k);
+        else
+            snprintf(name, cap, "%s.lock", c->checkpoint);
+        if (same_file(c->log_path, name))
+            return 1;
+    }
+    return 0;
+}
+
+/* Path problems found before any training: the log is no input and none of the checkpoint's
+ * files (exit 2, a command-line error), and the checkpoint (ckflag: the flag that named it) and
+ * its rotation targets can be written and are locked for this run (the lock's fd in *lock, held
+ * until exit). */
+static int check_paths(const gt_config *c, const char *ckflag, int *lock, int *usage, gt_err *e)
+{
+    char name[GT_PATHLEN + 16];
+    const char *flag;
     *usage = 1;
-    if (c->log_path[0] && c->checkpoint[0] && same_file(c->log_path, c->checkpoint))
-        return gt_fail(e, "--log and --checkpoint name the same file '%s'", c->log_path);
-    if (c->log_path[0] && c->resume[0] && same_file(c->log_path, c->resume))
-        return gt_fail(e, "--log and --resume name the same file '%s'", c->log_path);
+    if (c->log_path[0] && log_is_input(c, &flag))
+        return gt_fail(e, "--log and %s name the same file '%s': refusing to overwrite an input",
+                       flag, c->log_path);
+    if (c->log_path[0] && log_is_written(c, name, sizeof name))
+        return gt_fail(e, "--log and --checkpoint%s name the same file '%s': choose another log",
+                       c->keep ? " --keep" : "", name);
     *usage = 0;
-    if (c->checkpoint[0] && (*lock = gt_atomic_prepare(c->checkpoint, "--checkpoint", e)) < 0)
+    if (c->checkpoint[0] &&
+        (*lock = gt_atomic_prepare(c->checkpoint, ckflag, c->keep, e)) < 0)
         return -1;
+    return 0;
+}
+
+/* Whether the log lies in the data folder, where a file it overwrites may be data (checked once
+ * the data is found: --data may be left to the default search). Exit 2. */
+static int check_log_data(const gt_config *c, const gt_data *d, gt_err *e)
+{
+    char dir[PATH_MAX], log[PATH_MAX];
+    size_t n;
+    if (!c->log_path[0] || !realpath(d->dir, dir) || !realpath(c->log_path, log))
+        return 0; /* no log, or not there yet: no data file it could be */
+    n = strlen(dir);
+    if (strncmp(log, dir, n) == 0 && (log[n] == '/' || dir[n - 1] == '/'))
+        return gt_fail(e, "--log '%s' is a file in the data folder '%s': refusing to overwrite it",
+                       c->log_path, d->dir);
     return 0;
 }
 
@@ -408,6 +462,58 @@ static int run_workers(const gt_config *c)
     return n * gt_cluster_size();
 }
 
+/* Where a resumed epoch goes on: at the checkpoint's sample of the epoch's permutation, counted in
+ * this run's steps (meta->step is rewritten). A checkpoint of another --batch, worker count or
+ * mode continues exactly where the samples it had done are the start of the epoch's order and
+ * this run's step divides them; otherwise it is refused (exit 2) with the reason. */
+static int resume_position(const gt_config *c, uint32_t ntrain, gt_ckpt_meta *meta, gt_err *e)
+{
+    if (meta->step == 0 || meta->batch == 0) /* an epoch's start, or a file without its layout */
+        return 0;
+    int hosts = gt_cluster_size(), workers = run_workers(c) / hosts;
+    uint64_t unit = gt_ckpt_step_samples(gt_mode_row_of(c->mode)->clocked,
+                                         c->balance == GT_BALANCE_STATIC, workers, hosts, c->batch);
+    uint64_t pos = meta->epoch_pos;
+    int same = meta->batch == (uint64_t)c->batch && meta->workers == (uint64_t)(workers * hosts);
+    if (pos == 0 && same && unit == 0) { /* the same slices: each goes on from the slowest's step */
+        uint64_t part = ntrain / (uint64_t)hosts /
+                        (uint64_t)(c->balance == GT_BALANCE_STATIC ? workers : 1) / (uint64_t)c->batch;
+        if (meta->step < part && !c->quiet && gt_cluster_rank() == 0)
+            fprintf(stderr, "gputrain: warning: --resume: %s stopped inside epoch %u with each "
+                            "worker (or host) on a part of its own; every part goes on from step "
+                            "%llu, whatever it had done: batches may be trained twice or left out "
+                            "(a checkpoint at an epoch's end resumes exactly)\n", c->resume,
+                    meta->epoch + 1, (unsigned long long)meta->step);
+        return 0;
+    }
+    if (pos == 0)
+        return gt_fail(e, "--resume: %s stopped inside epoch %u with %llu workers x batch %llu, "
+                       "whose samples done are not the start of the epoch's order (hogwild "
+                       "--balance static or several hosts): resume with that layout, or from a "
+                       "checkpoint at an epoch's end", c->resume, meta->epoch + 1,
+                       (unsigned long long)meta->workers, (unsigned long long)meta->batch);
+    if (pos + pos / meta->step > ntrain) { /* its epoch was done: only its dropped tail was left */
+        meta->epoch++;
+        meta->step = meta->epoch_pos = 0;
+        return 0;
+    }
+    if (unit == 0 || pos % unit != 0)
+        return gt_fail(e, "--resume: %s stopped at sample %llu of epoch %u's order; this run's "
+                       "steps (%d workers x --batch %d%s) cannot start there: resume with "
+                       "--batch and a worker count whose step divides %llu (%s ran %llu workers "
+                       "x batch %llu), or from a checkpoint at an epoch's end", c->resume,
+                       (unsigned long long)pos, meta->epoch + 1, workers * hosts, c->batch,
+                       unit == 0 ? ", each on a slice of its own" : "", (unsigned long long)pos,
+                       c->resume, (unsigned long long)meta->workers,
+                       (unsigned long long)meta->batch);
+    if (!same && !c->quiet && gt_cluster_rank() == 0)
+        printf("note: --resume: epoch %u goes on at sample %llu of its order, step %llu of this "
+               "run's %d workers x batch %d\n", meta->epoch + 1, (unsigned long long)pos,
+               (unsigned long long)(pos / unit), workers * hosts, c->batch);
+    meta->step = pos / unit;
+    return 0;
+}
+
 /* The model for this data: the one start-up built, with its devices open, where the data has
  * the shape start-up read from its header; else (devices closed) one built now, *usage set where
  * --model does not build. */
@@ -440,8 +546,9 @@ static void print_header(const gt_config *c, const gt_data *d, const setup *s, i
                s->m->name, s->m->nparams, d->dir, gt_mode_label(c), s->n,
                s->n == 1 ? "" : "s", c->batch, hosts, d->train.n, d->test.n, names);
     if (resumed && !c->quiet)
-        printf("resuming %s at epoch %u step %llu (seed %llu)\n", c->resume, meta->epoch,
-               (unsigned long long)meta->step, (unsigned long long)meta->seed);
+        printf("resuming %s at epoch %u step %llu (seed %llu); saving to %s\n", c->resume,
+               meta->epoch, (unsigned long long)meta->step, (unsigned long long)meta->seed,
+               c->checkpoint);
     fflush(stdout); /* before the progress bar on stderr */
 }
 
@@ -479,6 +586,10 @@ static int cmd_train(const gt_config *given, const gt_data *d, setup *s, gt_run_
     gt_ckpt_meta meta;
     int resumed = 0;
     int rc = load_start(c, m, d, params, state, nstate, &meta, &resumed, e);
+    if (rc == 0 && resumed && resume_position(c, d->train.n, &meta, e) != 0) {
+        *usage = 1;
+        rc = -1;
+    }
     if (rc == 0 && !s->opened)
         setup_open(c, s);
     if (rc == 0 && s->rc != 0) {
@@ -516,9 +627,60 @@ static int flag_given(int argc, char **argv, const char *flag)
     return 0;
 }
 
-/* What --resume keeps from the checkpoint, before training: the same optimizer and data, its seed (another --seed is
- * a command-line error, since it would change the data order), and whether anything is left to
- * train. 0 to go on, 1 when the run is already finished, -1 on error (*usage: exit 2). */
+/* What --resume must keep from the checkpoint, before training: the same optimizer (its state is
+ * in the file), data (the position counts its samples) and seed (the data order). Another value
+ * on the command line is a command-line error (exit 2), naming the flag and both values. */
+static int resume_same(const gt_config *c, const gt_data *d, const gt_ckpt_meta *meta, int argc,
+                       char **argv, gt_err *e)
+{
+    if (strcmp(meta->optimizer, gt_optimizer_name(c->optim.kind)) != 0)
+        return gt_fail(e, "--optimizer %s: %s was trained with --optimizer %s (its state is in the "
+                       "file); resume with --optimizer %s", gt_optimizer_name(c->optim.kind),
+                       c->resume, meta->optimizer, meta->optimizer);
+    if (meta->train_samples && meta->train_samples != d->train.n)
+        return gt_fail(e, "--train-samples: %s was trained on %llu training samples, this run has "
+                       "%u; resume with --train-samples %llu", c->resume,
+                       (unsigned long long)meta->train_samples, d->train.n,
+                       (unsigned long long)meta->train_samples);
+    if (meta->data_fingerprint != d->fingerprint)
+        return gt_fail(e, "--data: %s was trained on other data (fingerprint %08x, this data %s: "
+                       "%08x)", c->resume, meta->data_fingerprint, d->dir, d->fingerprint);
+    if (flag_given(argc, argv, "--seed") && c->seed != meta->seed)
+        return gt_fail(e, "--seed %llu: %s was trained with --seed %llu; resuming under another seed "
+                       "changes the data order (leave --seed out to keep the checkpoint's)",
+                       (unsigned long long)c->seed, c->resume, (unsigned long long)meta->seed);
+    return 0;
+}
+
+/* Settings a resume may change: a note: line for each that differs from the checkpoint's run
+ * (lr and momentum as that run took them, after the recipe's corrections). */
+static void resume_notes(const gt_config *c, const gt_ckpt_meta *meta, int argc, char **argv)
+{
+    const struct { const char *what; double was, now; int given; } rows[] = { /* what: "%g" */
+        {"--lr %g", meta->lr, c->optim.lr, flag_given(argc, argv, "--lr")},
+        {"--momentum %g", meta->momentum, c->optim.momentum, flag_given(argc, argv, "--momentum")},
+        {"--weight-decay %g", meta->weight_decay, c->optim.weight_decay, 1},
+        {"--batch %g", (double)meta->batch, c->batch, 1},
+        {"%g workers", (double)meta->workers, run_workers(c), 1},
+    };
+    if (c->quiet || gt_cluster_rank() != 0 || meta->batch == 0) /* 0: a file without them */
+        return;
+    char now[48], was[48];
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        if (!rows[i].given || rows[i].was == rows[i].now)
+            continue;
+        snprintf(now, sizeof now, rows[i].what, rows[i].now);
+        snprintf(was, sizeof was, rows[i].what, rows[i].was);
+        printf("note: --resume: %s from here on (%s ran with %s)\n", now, c->resume, was);
+    }
+    if (strcmp(meta->mode, gt_mode_name(c->mode)) != 0)
+        printf("note: --resume: --mode %s from here on (%s ran with --mode %s)\n",
+               gt_mode_name(c->mode), c->resume, meta->mode);
+}
+
+/* What --resume keeps from the checkpoint, before training (resume_same), its seed, and whether
+ * anything is left to train. 0 to go on, 1 when the run is already finished, -1 on error
+ * (*usage: exit 2). */
 static int resume_settings(gt_config *c, const gt_data *d, int argc, char **argv, int *usage,
                            gt_err *e)
 {
@@ -526,17 +688,9 @@ static int resume_settings(gt_config *c, const gt_data *d, int argc, char **argv
     *usage = 0;
     if (gt_ckpt_read_meta(c->resume, &meta, e) != 0)
         return -1;
-    if (strcmp(meta.optimizer, gt_optimizer_name(c->optim.kind)) != 0)
-        return gt_fail(e, "--resume: %s was trained with --optimizer %s, this run uses %s",
-                       c->resume, meta.optimizer, gt_optimizer_name(c->optim.kind));
-    if (meta.data_fingerprint != d->fingerprint)
-        return gt_fail(e, "--resume: %s was trained on other data (fingerprint %08x, this data %08x)",
-                       c->resume, meta.data_fingerprint, d->fingerprint);
-    if (flag_given(argc, argv, "--seed") && c->seed != meta.seed) {
+    if (resume_same(c, d, &meta, argc, argv, e) != 0) {
         *usage = 1;
-        return gt_fail(e, "--seed %llu: %s was trained with --seed %llu; resuming under another seed "
-                       "changes the data order (leave --seed out to keep the checkpoint's)",
-                       (unsigned long long)c->seed, c->resume, (unsigned long long)meta.seed);
+        return -1;
     }
     c->seed = meta.seed;
     if (meta.epoch >= (uint32_t)c->epochs) {
@@ -545,6 +699,7 @@ static int resume_settings(gt_config *c, const gt_data *d, int argc, char **argv
                    meta.epoch, c->epochs);
         return 1;
     }
+    resume_notes(c, &meta, argc, argv);
     if (gt_mode_row_of(c->mode)->resume_approx && !c->quiet)
         fprintf(stderr, "gputrain: warning: --mode %s resumes approximately (the workers' "
                         "models since their last average are not in a checkpoint)\n",
@@ -667,13 +822,26 @@ int main(int argc, char **argv)
         c.quiet = 1;
         c.progress = 0;
     }
+    struct stat rs; /* a resumed run saves to its file (one that is no file is refused on reading) */
+    const char *ckflag = "--checkpoint";
+    if (c.command != GT_CMD_EVAL && c.resume[0] && !c.checkpoint[0] && stat(c.resume, &rs) == 0 &&
+        S_ISREG(rs.st_mode)) {
+        snprintf(c.checkpoint, sizeof c.checkpoint, "%s", c.resume);
+        ckflag = "--resume";
+    }
     int lock = -1, usage = 0; /* the checkpoint's lock is held until the process ends */
-    if (c.command != GT_CMD_EVAL && gt_cluster_rank() == 0 && check_paths(&c, &lock, &usage, &e) != 0)
+    if (c.command != GT_CMD_EVAL && gt_cluster_rank() == 0 &&
+        check_paths(&c, ckflag, &lock, &usage, &e) != 0)
         return usage ? usage_error(&e) : die(&e, EXIT_FAILED);
 
     gt_data data;
     if (load_while_opening(&c, &data, &su, &e) != 0)
         return die(&e, EXIT_FAILED);
+    if (c.command != GT_CMD_EVAL && gt_cluster_rank() == 0 && check_log_data(&c, &data, &e) != 0) {
+        setup_close(&su);
+        data_release(&data);
+        return usage_error(&e);
+    }
     if (c.command != GT_CMD_EVAL && check_model_spec(&c, &data, &e) != 0) {
         setup_close(&su);
         data_release(&data);

@@ -11,6 +11,7 @@
 #include "gputrain/names.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <string.h>
@@ -89,6 +90,17 @@ static void put_field_str(FILE *f, const char *key, const char *value)
     put_json_str(f, value);
 }
 
+/* ,"key":value in fmt, or null where value is NaN or infinite (JSON has no such numbers): every
+ * floating-point field of the log goes through here. */
+static void put_field_num(FILE *f, const char *key, const char *fmt, double value)
+{
+    fprintf(f, ",\"%s\":", key);
+    if (isfinite(value))
+        fprintf(f, fmt, value);
+    else
+        fputs("null", f);
+}
+
 /* Training wall time as logs count it: from the start of the first run a resumed one goes on. */
 static double report_wall_s(const run *r)
 {
@@ -130,9 +142,13 @@ static void config_training(run *r, FILE *f)
     const gt_config *c = r->cfg;
     const gt_optim_cfg *o = &c->optim;
     put_field_str(f, "optimizer", gt_optimizer_name(o->kind));
-    fprintf(f, ",\"lr\":%g,\"momentum\":%g,\"nesterov\":%s,\"weight_decay\":%g,\"beta1\":%g,"
-               "\"beta2\":%g,\"eps\":%g", o->lr, o->momentum, o->nesterov ? "true" : "false",
-            o->weight_decay, o->beta1, o->beta2, o->eps);
+    put_field_num(f, "lr", "%g", o->lr);
+    put_field_num(f, "momentum", "%g", o->momentum);
+    fprintf(f, ",\"nesterov\":%s", o->nesterov ? "true" : "false");
+    put_field_num(f, "weight_decay", "%g", o->weight_decay);
+    put_field_num(f, "beta1", "%g", o->beta1);
+    put_field_num(f, "beta2", "%g", o->beta2);
+    put_field_num(f, "eps", "%g", o->eps);
     put_field_str(f, "schedule", gt_schedule_name(o->schedule));
     fprintf(f, ",\"warmup\":%g,\"step_epochs\":%g,\"gamma\":%g", o->warmup_epochs, o->step_epochs,
             o->gamma);
@@ -169,15 +185,36 @@ static void config_files(run *r, FILE *f)
             r->epoch, (unsigned long long)r->start_clock, (unsigned long long)r->samples0, r->wall0);
 }
 
+/* Opens path for the log without blocking: a FIFO with no reader is refused (ENXIO) instead of
+ * hanging the run; once open, writes block as usual (a slow reader slows the run, never drops
+ * records). */
+static FILE *log_open(const char *path, int append, gt_err *e)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | O_NOCTTY |
+                        (append ? O_APPEND : O_TRUNC), 0644);
+    if (fd < 0 && errno == ENXIO) {
+        gt_fail(e, "--log: '%s' is a FIFO with no reader: start its reader first", path);
+        return NULL;
+    }
+    int flags = fd >= 0 ? fcntl(fd, F_GETFL) : -1;
+    FILE *f = flags >= 0 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0 ? fdopen(fd, "a") : NULL;
+    if (!f) {
+        gt_fail(e, "--log: cannot open '%s' for writing: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+    }
+    return f;
+}
+
 /* Opens --log (host 0 only; appended to when resuming) and writes its config record. */
 int report_open(run *r, int resumed, gt_err *e)
 {
     const gt_config *cfg = r->cfg;
     if (!cfg->log_path[0] || r->host != 0)
         return 0;
-    r->rep.log = fopen(cfg->log_path, resumed ? "a" : "w");
+    r->rep.log = log_open(cfg->log_path, resumed, e);
     if (!r->rep.log)
-        return gt_fail(e, "--log: cannot open '%s' for writing: %s", cfg->log_path, strerror(errno));
+        return -1;
     config_run(r, r->rep.log);
     config_training(r, r->rep.log);
     config_files(r, r->rep.log);
@@ -187,11 +224,19 @@ int report_open(run *r, int resumed, gt_err *e)
 
 /* ---- event records -------------------------------------------------------------------------------- */
 
-/* An event record's start; fields follow, then event_end_locked. Caller holds rep.log_mu. */
+/* An event record's start, at training time wall_s and samples; fields follow, then
+ * event_end_locked. Caller holds rep.log_mu. */
+static void event_begin_at_locked(run *r, const char *event, double wall_s, uint64_t samples)
+{
+    fprintf(r->rep.log, "{\"type\":\"event\",\"event\":\"%s\"", event);
+    put_field_num(r->rep.log, "wall_s", "%.4f", wall_s);
+    fprintf(r->rep.log, ",\"samples\":%llu", (unsigned long long)samples);
+}
+
+/* An event record's start, now. Caller holds rep.log_mu. */
 static void event_begin_locked(run *r, const char *event)
 {
-    fprintf(r->rep.log, "{\"type\":\"event\",\"event\":\"%s\",\"wall_s\":%.4f,\"samples\":%llu", event,
-            report_wall_s(r), (unsigned long long)atomic_load(&r->stats.samples_total));
+    event_begin_at_locked(r, event, report_wall_s(r), atomic_load(&r->stats.samples_total));
 }
 
 static void event_end_locked(run *r)
@@ -212,13 +257,15 @@ void report_event(run *r, const char *event, const char *message)
     pthread_mutex_unlock(&r->rep.log_mu);
 }
 
-/* A checkpoint was written at (epoch, step): where a resume of it starts. */
-void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step)
+/* A checkpoint was written of the state at (epoch, step), after `samples` samples and wall_s of
+ * training (the state's, not the write's end): where a resume of it starts. */
+void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step, uint64_t samples,
+                       double wall_s)
 {
     if (!r->rep.log)
         return;
     pthread_mutex_lock(&r->rep.log_mu);
-    event_begin_locked(r, "checkpoint_written");
+    event_begin_at_locked(r, "checkpoint_written", wall_s, samples);
     put_field_str(r->rep.log, "path", path);
     fprintf(r->rep.log, ",\"epoch\":%u,\"step\":%llu", epoch, (unsigned long long)step);
     event_end_locked(r);
@@ -256,8 +303,10 @@ void report_step(run *r, worker *w, uint64_t step, double loss, int n)
     if (!r->rep.log || !r->cfg->log_steps)
         return;
     pthread_mutex_lock(&r->rep.log_mu);
-    fprintf(r->rep.log, "{\"type\":\"step\",\"worker\":%d,\"epoch\":%u,\"step\":%llu,\"loss\":%.9g}\n",
-            r->share0 + w->index, r->epoch + 1, (unsigned long long)step, loss / n);
+    fprintf(r->rep.log, "{\"type\":\"step\",\"worker\":%d,\"epoch\":%u,\"step\":%llu",
+            r->share0 + w->index, r->epoch + 1, (unsigned long long)step);
+    put_field_num(r->rep.log, "loss", "%.9g", loss / n);
+    fputs("}\n", r->rep.log);
     pthread_mutex_unlock(&r->rep.log_mu);
 }
 
@@ -268,14 +317,16 @@ void report_point(run *r, const gt_eval_point *p)
     const gt_config *cfg = r->cfg;
     term_begin(r);
     if (r->rep.log) {
-        fprintf(r->rep.log,
-                "{\"type\":\"eval\",\"epoch\":%u,\"step\":%llu,\"samples\":%llu,\"wall_s\":%.4f,"
-                "\"train_loss\":%.6f,\"train_acc\":%.6f,\"test_loss\":%.6f,\"test_acc\":%.6f,"
-                "\"lr\":%.6g,\"mode\":\"%s\",\"workers\":%d}\n",
-                p->epoch, (unsigned long long)p->step, (unsigned long long)p->samples, p->wall_s,
-                isnan(p->train_loss) ? 0.0 : p->train_loss, isnan(p->train_acc) ? 0.0 : p->train_acc,
-                p->test_loss, p->test_acc,
-                gt_optim_lr(&cfg->optim, run_progress_epochs(r, p->samples)), r->ops->name, r->Wg);
+        FILE *f = r->rep.log;
+        fprintf(f, "{\"type\":\"eval\",\"epoch\":%u,\"step\":%llu,\"samples\":%llu", p->epoch,
+                (unsigned long long)p->step, (unsigned long long)p->samples);
+        put_field_num(f, "wall_s", "%.4f", p->wall_s);
+        put_field_num(f, "train_loss", "%.6f", p->train_loss);
+        put_field_num(f, "train_acc", "%.6f", p->train_acc);
+        put_field_num(f, "test_loss", "%.6f", p->test_loss);
+        put_field_num(f, "test_acc", "%.6f", p->test_acc);
+        put_field_num(f, "lr", "%.6g", gt_optim_lr(&cfg->optim, run_progress_epochs(r, p->samples)));
+        fprintf(f, ",\"mode\":\"%s\",\"workers\":%d}\n", r->ops->name, r->Wg);
         fflush(r->rep.log);
     }
     if (!cfg->quiet) {
@@ -390,28 +441,32 @@ static void report_summary(run *r, const gt_run_result *res)
 {
     const gt_config *cfg = r->cfg;
     FILE *f = r->rep.log;
-    fprintf(f,
-            "{\"type\":\"summary\",\"mode\":\"%s\",\"workers\":%d,\"hosts\":%d,\"model\":\"%s\",\"batch\":%d,"
-            "\"optimizer\":\"%s\",\"lr\":%g,\"momentum\":%g,\"weight_decay\":%g,\"schedule\":\"%s\","
-            "\"warmup\":%g,\"seed\":%llu,\"epochs\":%d,\"stripes\":%d,\"samples\":%llu,\"wall_s\":%.4f,"
-            "\"run_samples\":%llu,\"run_wall_s\":%.4f,\"startup_s\":%.4f,\"startup_data_s\":%.4f,"
-            "\"startup_devices_s\":%.4f,"
-            "\"samples_per_s\":%.1f,\"stale_max\":%llu,\"stale_mean\":%.4f,\"stale_p99\":%.0f,"
-            "\"stale_p99_capped\":%s,"
-            "\"lock_wait_share\":%.6f,\"barrier_wait_share\":%.6f,\"clock_spread_max\":%llu,"
-            "\"skipped_nonfinite\":%llu,",
-            r->ops->name, r->Wg, r->H, r->m->name, cfg->batch, gt_optimizer_name(cfg->optim.kind),
-            cfg->optim.lr, cfg->optim.momentum, cfg->optim.weight_decay,
-            gt_schedule_name(cfg->optim.schedule), cfg->optim.warmup_epochs,
-            (unsigned long long)cfg->seed, cfg->epochs, r->ps.nstripes, (unsigned long long)res->samples,
-            res->resumed_wall_s + res->wall_s, (unsigned long long)(res->samples - res->resumed_samples),
-            res->wall_s, res->startup_s, res->startup_data_s, res->startup_devices_s, res->samples_per_s, (unsigned long long)res->stale_max, res->stale_mean,
-            res->stale_p99, res->stale_p99_capped ? "true" : "false", res->lock_wait_share, res->barrier_wait_share,
+    fprintf(f, "{\"type\":\"summary\",\"mode\":\"%s\",\"workers\":%d,\"hosts\":%d,\"model\":\"%s\","
+               "\"batch\":%d,\"optimizer\":\"%s\"", r->ops->name, r->Wg, r->H, r->m->name, cfg->batch,
+            gt_optimizer_name(cfg->optim.kind));
+    put_field_num(f, "lr", "%g", cfg->optim.lr);
+    put_field_num(f, "momentum", "%g", cfg->optim.momentum);
+    put_field_num(f, "weight_decay", "%g", cfg->optim.weight_decay);
+    put_field_str(f, "schedule", gt_schedule_name(cfg->optim.schedule));
+    put_field_num(f, "warmup", "%g", cfg->optim.warmup_epochs);
+    fprintf(f, ",\"seed\":%llu,\"epochs\":%d,\"stripes\":%d,\"samples\":%llu",
+            (unsigned long long)cfg->seed, cfg->epochs, r->ps.nstripes, (unsigned long long)res->samples);
+    put_field_num(f, "wall_s", "%.4f", res->resumed_wall_s + res->wall_s);
+    fprintf(f, ",\"run_samples\":%llu", (unsigned long long)(res->samples - res->resumed_samples));
+    put_field_num(f, "run_wall_s", "%.4f", res->wall_s);
+    put_field_num(f, "startup_s", "%.4f", res->startup_s);
+    put_field_num(f, "startup_data_s", "%.4f", res->startup_data_s);
+    put_field_num(f, "startup_devices_s", "%.4f", res->startup_devices_s);
+    put_field_num(f, "samples_per_s", "%.1f", res->samples_per_s);
+    fprintf(f, ",\"stale_max\":%llu", (unsigned long long)res->stale_max);
+    put_field_num(f, "stale_mean", "%.4f", res->stale_mean);
+    put_field_num(f, "stale_p99", "%.0f", res->stale_p99);
+    fprintf(f, ",\"stale_p99_capped\":%s", res->stale_p99_capped ? "true" : "false");
+    put_field_num(f, "lock_wait_share", "%.6f", res->lock_wait_share);
+    put_field_num(f, "barrier_wait_share", "%.6f", res->barrier_wait_share);
+    fprintf(f, ",\"clock_spread_max\":%llu,\"skipped_nonfinite\":%llu",
             (unsigned long long)res->clock_spread_max, (unsigned long long)res->skipped_nonfinite);
-    if (res->npoints > 0)
-        fprintf(f, "\"test_acc\":%.6f", res->final_test_acc);
-    else
-        fputs("\"test_acc\":null", f);
+    put_field_num(f, "test_acc", "%.6f", res->npoints > 0 ? res->final_test_acc : NAN);
     fprintf(f, ",\"interrupted\":%d", res->interrupted);
     put_field_str(f, "data", r->data->dir);
     fprintf(f, ",\"version\":\"%s\"}\n", GT_VERSION);
@@ -433,16 +488,18 @@ static void report_workers(run *r, const gt_run_result *res)
 {
     for (int i = 0; i < r->W; i++) {
         const gt_worker_stats *s = &res->workers[i];
-        fprintf(r->rep.log,
-                "{\"type\":\"worker\",\"worker\":%d,\"steps\":%llu,\"samples\":%llu,"
-                "\"samples_per_s\":%.1f,\"wait_s\":%.4f,\"failed\":%d",
-                r->share0 + i, (unsigned long long)s->steps,
-                (unsigned long long)s->samples, s->busy_s > 0 ? s->samples / s->busy_s : 0,
-                s->wait_s, s->failed);
+        FILE *f = r->rep.log;
+        fprintf(f, "{\"type\":\"worker\",\"worker\":%d,\"steps\":%llu,\"samples\":%llu",
+                r->share0 + i, (unsigned long long)s->steps, (unsigned long long)s->samples);
+        put_field_num(f, "samples_per_s", "%.1f", s->busy_s > 0 ? s->samples / s->busy_s : 0);
+        put_field_num(f, "wait_s", "%.4f", s->wait_s);
+        fprintf(f, ",\"failed\":%d", s->failed);
         double us[3];
-        if (gt_worker_phases_us(s, us))
-            fprintf(r->rep.log, ",\"pull_us\":%.2f,\"device_us\":%.2f,\"push_us\":%.2f",
-                    us[0], us[1], us[2]);
+        if (gt_worker_phases_us(s, us)) {
+            put_field_num(f, "pull_us", "%.2f", us[0]);
+            put_field_num(f, "device_us", "%.2f", us[1]);
+            put_field_num(f, "push_us", "%.2f", us[2]);
+        }
         put_field_str(r->rep.log, "device", r->workers[i].dev->name);
         if (s->failed)
             put_field_str(r->rep.log, "reason", s->error);
@@ -523,10 +580,12 @@ void report_guard(run *r, const char *what, const char *action, int print)
         return;
     }
     uint32_t epochs = (uint32_t)r->cfg->epochs;
-    fprintf(r->rep.log, "{\"type\":\"%s\",\"epoch\":%u,\"step\":%llu,\"loss\":", what,
+    fprintf(r->rep.log, "{\"type\":\"%s\",\"epoch\":%u,\"step\":%llu", what,
             r->epoch < epochs ? r->epoch + 1 : epochs, step);
-    fprintf(r->rep.log, isfinite(loss) ? "%.6g" : "null", loss);
-    fprintf(r->rep.log, ",\"action\":\"%s\",\"lr_scale\":%g}\n", action, g->lr_scale);
+    put_field_num(r->rep.log, "loss", "%.6g", loss);
+    fprintf(r->rep.log, ",\"action\":\"%s\"", action);
+    put_field_num(r->rep.log, "lr_scale", "%g", g->lr_scale);
+    fputs("}\n", r->rep.log);
     fflush(r->rep.log);
     term_end(r);
 }

@@ -278,7 +278,8 @@ void run_barrier(run *r, worker *w, leader_fn fn);
 int report_open(run *r, int resumed, gt_err *e);
 void report_event(run *r, const char *event, const char *message);
 void report_note(run *r, const char *message);
-void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step);
+void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step, uint64_t samples,
+                       double wall_s);
 void report_signal(run *r, int sig);
 void report_step(run *r, worker *w, uint64_t step, double loss, int n);
 void report_point(run *r, const gt_eval_point *p);

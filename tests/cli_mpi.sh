@@ -55,9 +55,9 @@ check_resume() {
         fail "checkpointing run failed"
     [ -f "$TMP/ck.safetensors.2" ] || fail "no epoch-1 checkpoint"
     mpi2 "${COMMON[@]}" --gpus cpu:1 --mode sync --epochs 3 --resume "$TMP/ck.safetensors.2" --log-steps \
-        --log "$TMP/resumed2.jsonl" >"$TMP/r.out" 2>&1 || fail "resume on two processes failed: $(cat "$TMP/r.out")"
+        --checkpoint "$TMP/r2.safetensors" --log "$TMP/resumed2.jsonl" >"$TMP/r.out" 2>&1 || fail "resume on two processes failed: $(cat "$TMP/r.out")"
     "$BIN" "${COMMON[@]}" --gpus cpu:2 --mode sync --epochs 3 --resume "$TMP/ck.safetensors.2" --log-steps \
-        --log "$TMP/resumed1.jsonl" >"$TMP/r.out" 2>&1 || fail "resume on one process failed: $(cat "$TMP/r.out")"
+        --checkpoint "$TMP/r1.safetensors" --log "$TMP/resumed1.jsonl" >"$TMP/r.out" 2>&1 || fail "resume on one process failed: $(cat "$TMP/r.out")"
     grep -v '"epoch":1,' "$TMP/straight.jsonl" >"$TMP/tail.jsonl"
     same_losses "$TMP/tail.jsonl" "$TMP/resumed2.jsonl" || fail "resume on two processes changed the losses"
     same_losses "$TMP/tail.jsonl" "$TMP/resumed1.jsonl" || fail "resume on one process x 2 workers changed the losses"

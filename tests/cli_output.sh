@@ -140,6 +140,29 @@ expect_exit 0 -- "${RUN[@]}" --mode sync --epochs 1 --train-samples 512 --quiet 
 grep -q "^{\"type\":\"event\",\"event\":\"checkpoint_written\",\"wall_s\":[0-9.]*,\"samples\":16384,\"path\":\"$TMP/rs.st\",\"epoch\":4,\"step\":0}$" "$TMP/rs.jsonl" ||
     fail "no checkpoint_written event for epoch 4: $(grep event "$TMP/rs.jsonl")"
 
+# checkpoint_written carries the saved state's time: the epoch end's, as its eval record says
+ck_wall=$(grep '"event":"checkpoint_written"' "$TMP/rs.jsonl" | tail -1 | grep -o '"wall_s":[0-9.]*' | cut -d: -f2)
+[ -n "$ck_wall" ] && [ "$ck_wall" = "$(num "$TMP/rs.jsonl" eval wall_s 4)" ] ||
+    fail "checkpoint_written wall_s $ck_wall, not the saved state's $(num "$TMP/rs.jsonl" eval wall_s 4)"
+
+# a non-finite number is written as null (the log stays JSON), the train loss as it was
+expect_exit 0 -- --data "$DATA" --gpus cpu:1 --epochs 1 --train-samples 500 --lr 1e6 --on-nan skip --log-steps \
+    --no-progress --log "$TMP/nan.jsonl"
+python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$TMP/nan.jsonl" 2>"$TMP/nan.err" ||
+    fail "a NaN makes the log invalid JSON: $(grep -iE ':-?(nan|inf)' "$TMP/nan.jsonl" | head -2)"
+grep -q '^epoch .*train loss -*nan' "$TMP/out" && ! grep -q '"type":"eval",.*"train_loss":null' "$TMP/nan.jsonl" &&
+    fail "NaN train loss logged as: $(grep '"type":"eval"' "$TMP/nan.jsonl")"
+
+# a FIFO with no reader as --log: refused at once with one line, never a hang
+mkfifo "$TMP/log.fifo"
+EXPECT_TIMEOUT=30 expect_error "$TMP/log.fifo" "no reader" -- "${RUN[@]}" --epochs 1 --train-samples 500 \
+    --no-progress --log "$TMP/log.fifo"
+# with a reader it is written as a file is
+cat "$TMP/log.fifo" >"$TMP/fifo.copy" &
+expect_exit 0 -- "${RUN[@]}" --epochs 1 --train-samples 500 --no-progress --log "$TMP/log.fifo"
+wait
+grep -q '"type":"summary"' "$TMP/fifo.copy" || fail "the log through a FIFO: $(head -c 200 "$TMP/fifo.copy")"
+
 # a worker that fails: its event and its worker record give the reason
 expect_exit 0 -- "${RUN[@]}" --epochs 1 --train-samples 2000 --no-progress --inject-fault 1:3 --log "$TMP/f.jsonl"
 grep -q '"event":"worker_failed",.*"worker":1,"device":"cpu:1","reason":"injected fault at step 3"' "$TMP/f.jsonl" ||
@@ -163,7 +186,7 @@ rc=$?
 if grep -q '"type":"eval"' "$TMP/s.jsonl"; then
     echo "note: the run evaluated before SIGINT came; 'not evaluated' not checked"
 else
-    grep -q '^done: .*, not evaluated$' "$TMP/s.out" || fail "interrupted before evaluating: $(cat "$TMP/s.out")"
+    grep -q '^done: .*, not evaluated; interrupted by signal 2$' "$TMP/s.out" || fail "interrupted before evaluating: $(cat "$TMP/s.out")"
     grep -q '"test_acc":null' "$TMP/s.jsonl" || fail "summary test_acc: $(grep summary "$TMP/s.jsonl")"
 fi
 grep -q 'test acc 0\.0000' "$TMP/s.out" && fail "interrupted run reports test acc 0.0000"

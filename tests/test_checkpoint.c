@@ -138,6 +138,13 @@ static void meta_make(gt_ckpt_meta *mt, const gt_model *m, const char *optimizer
     mt->updates = 4242;
     mt->seed = 0xDEADBEEFCAFEF00Dull;
     mt->data_fingerprint = 0x0badf00du;
+    mt->batch = 64;
+    mt->workers = 3;
+    mt->epoch_pos = 5952;
+    mt->train_samples = 60000;
+    mt->lr = 0.1;
+    mt->momentum = 0.57;
+    mt->weight_decay = 5e-4;
 }
 
 static int meta_equal(const gt_ckpt_meta *a, const gt_ckpt_meta *b)
@@ -147,7 +154,10 @@ static int meta_equal(const gt_ckpt_meta *a, const gt_ckpt_meta *b)
            a->in_c == b->in_c && a->in_h == b->in_h && a->in_w == b->in_w &&
            a->nclasses == b->nclasses && a->epoch == b->epoch && a->step == b->step &&
            a->samples == b->samples && a->updates == b->updates && a->seed == b->seed &&
-           a->data_fingerprint == b->data_fingerprint;
+           a->data_fingerprint == b->data_fingerprint && a->batch == b->batch &&
+           a->workers == b->workers && a->epoch_pos == b->epoch_pos &&
+           a->train_samples == b->train_samples && a->lr == b->lr &&
+           a->momentum == b->momentum && a->weight_decay == b->weight_decay;
 }
 
 static int save(const char *path, const gt_model *m, const arrays *a, int nstate,
@@ -782,6 +792,44 @@ static void test_rotation(void)
     save_epoch(path, &m, &a, 7, 1);
     CHECK_MSG(epoch_of(path, &m) == 7 && epoch_of(p1, &m) == 6, "PATH.1 is epoch %u, not 6",
               epoch_of(p1, &m));
+    /* Another state at the same position (a second run that ended there) is distinct: rotated. */
+    gt_ckpt_meta mt;
+    gt_err e = {{0}};
+    meta_make(&mt, &m, "sgd");
+    mt.epoch = 7;
+    arrays_fill(&a, 8.0f);
+    CHECK_MSG(save(path, &m, &a, 1, &mt, 1, &e) == 0, "%s", e.msg);
+    CHECK_MSG(epoch_of(p1, &m) == 7, "the first run's checkpoint at the same position was not kept");
+    arrays_free(&a);
+}
+
+/* Rotation never leaves a name empty: a reader of PATH, PATH.1 or PATH.2 while saves rotate them
+ * always finds a file there (once the first saves made it). */
+static void test_rotation_never_empty(void)
+{
+    gt_model m;
+    model_make(&m, "conv:2:3 fc:3", 4, 3);
+    arrays a;
+    arrays_alloc(&a, m.nparams);
+    char path[512], names[3][520];
+    test_path(path, sizeof path, "never empty");
+    for (int k = 0; k < 3; k++)
+        snprintf(names[k], sizeof names[k], k ? "%s.%d" : "%s", path, k);
+    for (uint32_t k = 1; k <= 3; k++)
+        save_epoch(path, &m, &a, k, 2);
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (uint32_t k = 4; k < 400; k++)
+            save_epoch(path, &m, &a, k, 2);
+        _exit(0);
+    }
+    int missing = 0, reads = 0, status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0)
+        for (int k = 0; k < 3; k++, reads++)
+            missing += access(names[k], F_OK) != 0;
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the saving process failed");
+    CHECK_MSG(missing == 0, "%d of %d reads found a rotated name missing", missing, reads);
+    CHECK(epoch_of(path, &m) == 399 && epoch_of(names[1], &m) == 398 && epoch_of(names[2], &m) == 397);
     arrays_free(&a);
 }
 
@@ -953,6 +1001,7 @@ static void test_metadata_fields(void)
     meta_make(&mt, &m, "sgd");
     mt.samples = 1000;
     mt.step = 31;
+    mt.epoch_pos = 496;
     char path[512], bad[512], bad2[512];
     test_path(path, sizeof path, "fields");
     test_path(bad, sizeof bad, "fields bad");
@@ -970,6 +1019,10 @@ static void test_metadata_fields(void)
         {"\"hogwild\"", "\"bogus\"", "unknown mode"},
         {"\"0badf00d\"", "\"0BADF00D\"", "data_fingerprint"},
         {"\"header_crc32\":\"", "\"header_crc32\":\"X", "header_crc32"},
+        {"\"epoch_pos\":\"496\"", "\"epoch_pos\":\"1001\"", "\"epoch_pos\""},
+        {"\"lr\":\"0.10000000000000001\"", "\"lr\":\"nan\"", "\"lr\""},
+        {"\"momentum\":\"0.56999999999999995\"", "\"momentum\":\"1e999\"", "\"momentum\""},
+        {"\"batch\":\"64\"", "\"batch\":\"-1\"", "\"batch\""},
     };
     for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
         rewrite_header(path, bad, refused[i].from, refused[i].to);
@@ -1172,6 +1225,7 @@ int main(void)
     test_nonfinite();
     test_every_bit_flip();
     test_rotation();
+    test_rotation_never_empty();
     test_unwritable();
     test_killed_saves();
     test_wall_time();

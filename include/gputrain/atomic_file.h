@@ -2,8 +2,10 @@
  * with older versions kept as PATH.1 .. PATH.keep.
  *
  * A write goes to a temporary file in the same folder, is fsynced, the older versions rotate
- * (PATH.(k-1) -> PATH.k, then PATH.1 = PATH by hard link, or a copy where links are refused), the
- * temporary file is renamed over PATH and the folder is fsynced. Also here: opening an input so
+ * from the top down (PATH.k takes PATH.(k-1)'s file, ..., PATH.1 takes PATH's, each through a
+ * hard link renamed over it, or a copy where links are refused, so a reader of any name sees an
+ * old or a new whole file, never nothing), the temporary file is renamed over PATH and the folder
+ * is fsynced. Also here: opening an input so
  * that it cannot block. */
 #ifndef GT_ATOMIC_FILE_H
 #define GT_ATOMIC_FILE_H
@@ -20,19 +22,21 @@ extern "C" {
 typedef int (*gt_atomic_fill_fn)(int fd, void *ctx);
 
 /* Writes path through fill as described above; refuses (as gt_atomic_prepare does) to replace
- * anything but a regular file. The temporary file is FOLDER/BASE.tmp.PID, BASE cut so the name
- * fits NAME_MAX. what names the file in errors ("checkpoint").
+ * anything but a regular file at path or its rotation targets. The temporary file is
+ * FOLDER/BASE.tmp.PID, BASE cut so the name fits NAME_MAX. what names the file in errors
+ * ("checkpoint").
  * keep: older versions kept, 0..1000. */
 int gt_atomic_write(const char *path, const char *what, gt_atomic_fill_fn fill, void *ctx, int keep,
                     gt_err *e);
 
-/* Checks, before any work goes into it, that gt_atomic_write can write path: a file name (no
- * trailing '/'), short enough for its temporary and rotated names, nothing there but a regular file
- * (a symlink, FIFO, device or folder is refused, never replaced), a writable folder. Then takes an
+/* Checks, before any work goes into it, that gt_atomic_write can write path with keep older
+ * versions: a file name (no trailing '/'), short enough for its temporary and rotated names,
+ * nothing at path or PATH.1 .. PATH.keep but regular files (a symlink, FIFO, device or folder is
+ * refused, never replaced), a writable folder. Then takes an
  * advisory lock (flock on PATH.lock, kept until the returned fd is closed or the process ends) so
  * a second run writing path is refused, and removes PATH.tmp.* files left by killed processes
  * (the PID in the name no longer exists). The lock's fd, or -1. */
-int gt_atomic_prepare(const char *path, const char *what, gt_err *e);
+int gt_atomic_prepare(const char *path, const char *what, int keep, gt_err *e);
 
 /* Writes all n bytes, retrying on EINTR: 0, or the errno (ENOSPC, EIO, EFBIG...). */
 int gt_fd_write_all(int fd, const void *buf, size_t n);

@@ -8,13 +8,15 @@
  * optimizer, classes (the class names, in label order, as a JSON array of strings inside the
  * string; absent in checkpoints written before it existed), wall_ms (optional: files without
  * it read as 0), resize_images ("1" where the run resized its images to in_shape, else absent),
- * "crc32.<tensor>" for every tensor,
- * and header_crc32: the CRC-32 of the 8 length
- * bytes and the whole header with its own 8 digits read as "00000000", so that every byte of the
- * file is covered by a CRC (format "gputrain-2"; "gputrain-1" files, which lack it, are refused).
+ * batch, workers, epoch_pos, train_samples, lr, momentum, weight_decay (optional: files without
+ * them read as 0), "crc32.<tensor>" for every tensor, and header_crc32: the CRC-32 of the 8
+ * length bytes and the whole header with its own 8 digits read as "00000000", so that every byte
+ * of the file is covered by a CRC (format "gputrain-2"; "gputrain-1" files, which lack it, are
+ * refused).
  *
  * A save writes a temporary file in the same folder, fsyncs it, renames it over the target and
  * fsyncs the folder, so at any instant the path holds the old checkpoint or the new one, whole.
+ * epoch_pos lets a resume of another layout go on at the same sample of the epoch's order.
  * Loading checks every length, offset and CRC before a byte reaches the caller, and every
  * metadata field: known mode and optimizer, epoch <= 100000, samples, updates, wall_ms < 2^53,
  * step <= samples, lowercase hex CRCs and fingerprint, class names (one per class, valid UTF-8,
@@ -49,15 +51,30 @@ typedef struct gt_ckpt_meta {
     char class_names[GT_CKPT_MAX_CLASSES][GT_CKPT_NAMELEN];
     uint64_t wall_ms;         /* training wall time up to the checkpoint, over every run resumed
                                * into it; 0 where the file does not say */
+    /* The run that wrote it (0 where the file predates them): its layout, which says which
+     * samples of the epoch's permutation `step` covered, and the settings a resume may change. */
+    uint64_t batch;           /* --batch, per worker */
+    uint64_t workers;         /* workers of every host */
+    uint64_t epoch_pos;       /* samples of the epoch's permutation done, a prefix of it (step x
+                               * gt_ckpt_step_samples); 0 at an epoch's start or where the samples
+                               * done are no prefix */
+    uint64_t train_samples;   /* training samples of its data */
+    double lr, momentum, weight_decay; /* as it ran them (after the recipe's corrections) */
 } gt_ckpt_meta;
 
 /* Writes a checkpoint atomically. state: gt_optim_nstate(optim) arrays of m->nparams (may be 0).
  * keep > 0: the previous checkpoint is kept as PATH.1 (PATH.1 moves to PATH.2, ... up to PATH.keep)
- * by hard link before the rename, so PATH itself never goes missing. A save at the position
- * (epoch, step, samples, updates) of the checkpoint already at PATH replaces it without rotating,
- * so the last distinct checkpoint is never pushed out by a copy of the newest. */
+ * by hard links renamed over them, so no name ever goes missing. A save of the state already at
+ * PATH (its position and every tensor's CRC) replaces it without rotating, so the last distinct
+ * checkpoint is never pushed out by a copy of the newest. */
 int gt_ckpt_save(const char *path, const gt_model *m, const float *params, float *const *state,
                  int nstate, const gt_ckpt_meta *meta, int keep, gt_err *e);
+
+/* Samples of the epoch's permutation one step covers where a layout trains each epoch as a
+ * prefix of it: a clocked mode's clock (every worker's batch), hogwild's shared cursor or a single
+ * slice on one host (a batch). 0 where the samples done are no prefix (hogwild's slices of several
+ * workers, or several hosts' spans). */
+uint64_t gt_ckpt_step_samples(int clocked, int slices, int workers, int hosts, int batch);
 
 /* Reads only the metadata (enough to rebuild the model; gt_ckpt_load then checks every tensor's
  * name and shape against the model built). */
