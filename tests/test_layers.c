@@ -88,25 +88,27 @@ static double dot_double(const float *a, const float *b, size_t len)
 /* ---- convolution ------------------------------------------------------------------------------- */
 
 typedef struct conv_case {
-    int n, c, h, w, o, k, pad, oh, ow;
+    int n, c, h, w, o, k, pad, stride, oh, ow;
     float *x, *wt, *b, *y, *g, *col;
 } conv_case;
 
 static double conv_loss(void *ctx)
 {
     conv_case *t = ctx;
-    gt_conv2d_forward(t->x, t->n, t->c, t->h, t->w, t->wt, t->b, t->o, t->k, t->pad, t->y, t->col);
+    gt_conv2d_forward_strided(t->x, t->n, t->c, t->h, t->w, t->wt, t->b, t->o, t->k, t->pad,
+                              t->stride, t->y, t->col);
     return dot_double(t->y, t->g, (size_t)t->n * t->o * t->oh * t->ow);
 }
 
-/* The definition, in double: y[i][o][oy][ox] = b[o] + sum w[o][ci][ky][kx] x[i][ci][iy][ix]. */
+/* The definition, in double: y[i][o][oy][ox] = b[o] + sum w[o][ci][ky][kx] x[i][ci][iy][ix]
+ * with iy = oy * stride + ky - pad. */
 static double conv_naive(const conv_case *t, int i, int oc, int oy, int ox)
 {
-    double s = t->b[oc];
+    double s = t->b ? t->b[oc] : 0;
     for (int ci = 0; ci < t->c; ci++)
         for (int ky = 0; ky < t->k; ky++)
             for (int kx = 0; kx < t->k; kx++) {
-                int iy = oy + ky - t->pad, ix = ox + kx - t->pad;
+                int iy = oy * t->stride + ky - t->pad, ix = ox * t->stride + kx - t->pad;
                 if (iy < 0 || iy >= t->h || ix < 0 || ix >= t->w)
                     continue;
                 s += (double)t->wt[((oc * t->c + ci) * t->k + ky) * t->k + kx] *
@@ -115,19 +117,26 @@ static double conv_naive(const conv_case *t, int i, int oc, int oy, int ox)
     return s;
 }
 
-static void test_conv_case(int n, int c, int h, int w, int o, int k, int pad)
+/* A stride above 1 or no bias (bias 0) goes through the strided functions; the stride-1 calls
+ * through gt_conv2d_forward and _backward, which must give the same bits. */
+static void test_conv_case(int n, int c, int h, int w, int o, int k, int pad, int stride, int bias)
 {
-    conv_case t = {.n = n, .c = c, .h = h, .w = w, .o = o, .k = k, .pad = pad,
-                   .oh = h + 2 * pad - k + 1, .ow = w + 2 * pad - k + 1};
+    conv_case t = {.n = n, .c = c, .h = h, .w = w, .o = o, .k = k, .pad = pad, .stride = stride,
+                   .oh = (h + 2 * pad - k) / stride + 1, .ow = (w + 2 * pad - k) / stride + 1};
     size_t in_len = (size_t)n * c * h * w, out_len = (size_t)n * o * t.oh * t.ow;
     size_t w_len = (size_t)o * c * k * k;
-    char what[64];
+    char what[80], name[64];
+    snprintf(name, sizeof name, "conv %dx%dx%d k%d pad%d stride%d%s", c, h, w, k, pad, stride,
+             bias ? "" : " nobias");
     t.x = fill_uniform(in_len, -1, 1);
     t.wt = fill_uniform(w_len, -0.5f, 0.5f);
-    t.b = fill_uniform((size_t)o, -0.5f, 0.5f);
+    t.b = bias ? fill_uniform((size_t)o, -0.5f, 0.5f) : NULL;
     t.g = fill_uniform(out_len, -1, 1);
     t.y = fill_const(out_len, NAN);
-    t.col = fill_const(gt_conv2d_col_len(c, k, t.oh, t.ow), NAN);
+    t.col = fill_const(gt_conv2d_col_len_strided(c, h, w, k, pad, stride), NAN);
+    if (stride == 1)
+        CHECK(gt_conv2d_col_len_strided(c, h, w, k, pad, 1) ==
+              gt_conv2d_col_len(c, k, t.oh, t.ow));
 
     conv_loss(&t);
     double worst = 0;
@@ -137,28 +146,45 @@ static void test_conv_case(int n, int c, int h, int w, int o, int k, int pad)
                 double want = conv_naive(&t, i, oc, p / t.ow, p % t.ow);
                 worst = fmax(worst, fabs(t.y[((size_t)i * o + oc) * t.oh * t.ow + p] - want));
             }
-    CHECK_MSG(worst < 1e-5, "conv %dx%d k%d pad%d: forward off the definition by %g", h, w, k, pad,
-              worst);
+    CHECK_MSG(worst < 1e-5, "%s: forward off the definition by %g", name, worst);
+    if (stride == 1 && bias) {
+        float *y1 = fill_const(out_len, NAN);
+        gt_conv2d_forward(t.x, n, c, h, w, t.wt, t.b, o, k, pad, y1, t.col);
+        CHECK(memcmp(y1, t.y, out_len * sizeof *y1) == 0);
+        gt_free(y1);
+    }
 
     /* Parameter gradients accumulate onto what is there; dx is overwritten. */
-    float *dw = fill_const(w_len, 0.25f), *db = fill_const((size_t)o, -0.5f);
+    float *dw = fill_const(w_len, 0.25f), *db = bias ? fill_const((size_t)o, -0.5f) : NULL;
     float *dx = fill_const(in_len, NAN);
-    float *dw_nodx = fill_const(w_len, 0), *db_nodx = fill_const((size_t)o, 0);
-    gt_conv2d_backward(t.x, t.g, n, c, h, w, t.wt, o, k, pad, dx, dw, db, t.col);
-    gt_conv2d_backward(t.x, t.g, n, c, h, w, t.wt, o, k, pad, NULL, dw_nodx, db_nodx, t.col);
+    float *dw_nodx = fill_const(w_len, 0), *db_nodx = bias ? fill_const((size_t)o, 0) : NULL;
+    gt_conv2d_backward_strided(t.x, t.g, n, c, h, w, t.wt, o, k, pad, stride, dx, dw, db, t.col);
+    gt_conv2d_backward_strided(t.x, t.g, n, c, h, w, t.wt, o, k, pad, stride, NULL, dw_nodx,
+                               db_nodx, t.col);
     for (size_t j = 0; j < w_len; j++) {
         CHECK_CLOSE(dw[j] - 0.25f, dw_nodx[j], 1e-5);
         dw[j] -= 0.25f;
     }
-    for (int j = 0; j < o; j++) {
+    for (int j = 0; bias && j < o; j++) {
         CHECK_CLOSE(db[j] + 0.5f, db_nodx[j], 1e-5);
         db[j] += 0.5f;
     }
-    snprintf(what, sizeof what, "conv %dx%dx%d k%d pad%d dw", c, h, w, k, pad);
+    if (stride == 1 && bias) {
+        float *dx1 = fill_const(in_len, NAN), *dw1 = fill_const(w_len, 0);
+        float *db1 = fill_const((size_t)o, 0);
+        gt_conv2d_backward(t.x, t.g, n, c, h, w, t.wt, o, k, pad, dx1, dw1, db1, t.col);
+        CHECK(memcmp(dx1, dx, in_len * sizeof *dx) == 0);
+        CHECK(memcmp(dw1, dw_nodx, w_len * sizeof *dw) == 0);
+        CHECK(memcmp(db1, db_nodx, (size_t)o * sizeof *db) == 0);
+        gt_free(dx1), gt_free(dw1), gt_free(db1);
+    }
+    snprintf(what, sizeof what, "%s dw", name);
     check_grad(what, t.wt, dw, w_len, conv_loss, &t);
-    snprintf(what, sizeof what, "conv %dx%dx%d k%d pad%d db", c, h, w, k, pad);
-    check_grad(what, t.b, db, (size_t)o, conv_loss, &t);
-    snprintf(what, sizeof what, "conv %dx%dx%d k%d pad%d dx", c, h, w, k, pad);
+    if (bias) {
+        snprintf(what, sizeof what, "%s db", name);
+        check_grad(what, t.b, db, (size_t)o, conv_loss, &t);
+    }
+    snprintf(what, sizeof what, "%s dx", name);
     check_grad(what, t.x, dx, in_len, conv_loss, &t);
 
     gt_free(t.x), gt_free(t.wt), gt_free(t.b), gt_free(t.g), gt_free(t.y), gt_free(t.col);
@@ -344,6 +370,159 @@ static void test_act_case(gt_layer_kind kind, const char *name)
     gt_act_backward(kind, t.y, t.g, dx, len);
     check_grad(name, t.x, dx, len, map_loss, &t);
     gt_free(t.x), gt_free(t.y), gt_free(t.g), gt_free(dx);
+}
+
+/* ---- global average pooling, batch norm and the residual add ------------------------------------ */
+
+typedef struct gap_case {
+    int n, c;
+    size_t plane;
+    float *x, *y, *g;
+} gap_case;
+
+static double gap_loss(void *ctx)
+{
+    gap_case *t = ctx;
+    gt_gap_forward(t->x, t->n, t->c, t->plane, t->y);
+    return dot_double(t->y, t->g, (size_t)t->n * t->c);
+}
+
+static void test_gap(void)
+{
+    gap_case t = {.n = 3, .c = 4, .plane = 5 * 7};
+    size_t in_len = (size_t)t.n * t.c * t.plane;
+    t.x = fill_uniform(in_len, -1, 1);
+    t.y = fill_const((size_t)t.n * t.c, NAN);
+    t.g = fill_uniform((size_t)t.n * t.c, -1, 1);
+    gap_loss(&t);
+    for (int pl = 0; pl < t.n * t.c; pl++) {
+        double sum = 0;
+        for (size_t j = 0; j < t.plane; j++)
+            sum += t.x[pl * t.plane + j];
+        CHECK_CLOSE(t.y[pl], sum / (double)t.plane, 1e-6);
+    }
+    float *dx = fill_const(in_len, NAN);
+    gt_gap_backward(t.g, t.n, t.c, t.plane, dx);
+    check_grad("gap dx", t.x, dx, in_len, gap_loss, &t);
+    gt_free(t.x), gt_free(t.y), gt_free(t.g), gt_free(dx);
+}
+
+/* Two samples of two channels of two values; channel 0 holds 1 2 | 3 6 (mean 3, biased variance
+ * 3.5, unbiased 14/3), channel 1 holds 0 0 | 4 4 (mean 2, variance 4, unbiased 16/3). */
+static void test_batchnorm_known(void)
+{
+    const float x[8] = {1, 2, 0, 0, 3, 6, 4, 4}, gamma[2] = {2, -1}, beta[2] = {0.5f, 0};
+    float rmean[2] = {0, 0}, rvar[2] = {1, 1}, y[8], save[4];
+    gt_batchnorm_forward_train(x, 2, 2, 2, gamma, beta, rmean, rvar, y, save);
+    const double mean[2] = {3, 2}, var[2] = {3.5, 4};
+    for (int i = 0; i < 2; i++)
+        for (int ch = 0; ch < 2; ch++)
+            for (int j = 0; j < 2; j++) {
+                int at = (i * 2 + ch) * 2 + j;
+                CHECK_CLOSE(y[at], gamma[ch] * (x[at] - mean[ch]) / sqrt(var[ch] + 1e-5) + beta[ch],
+                            1e-6);
+            }
+    CHECK_CLOSE(y[0], 2 * -2 / sqrt(3.50001) + 0.5, 1e-6); /* -1.638071 */
+    CHECK_CLOSE(y[3], -1 * -2 / sqrt(4.00001), 1e-6);      /* 0.999999 */
+    CHECK_CLOSE(save[0], 3, 1e-7);
+    CHECK_CLOSE(save[3], 1 / sqrt(4.00001), 1e-7);
+    CHECK_CLOSE(rmean[0], 0.3, 1e-7);
+    CHECK_CLOSE(rmean[1], 0.2, 1e-7);
+    CHECK_CLOSE(rvar[0], 0.9 + 0.1 * 14.0 / 3.0, 1e-6);
+    CHECK_CLOSE(rvar[1], 0.9 + 0.1 * 16.0 / 3.0, 1e-6);
+
+    /* Evaluation normalises with the running statistics and leaves them alone. */
+    float keep_mean[2] = {rmean[0], rmean[1]}, keep_var[2] = {rvar[0], rvar[1]};
+    gt_batchnorm_forward_eval(x, 2, 2, 2, gamma, beta, rmean, rvar, y, save);
+    for (int at = 0; at < 8; at++) {
+        int ch = (at / 2) % 2;
+        CHECK_CLOSE(y[at], gamma[ch] * (x[at] - keep_mean[ch]) / sqrt(keep_var[ch] + 1e-5) +
+                               beta[ch], 1e-6);
+    }
+    CHECK(memcmp(rmean, keep_mean, sizeof rmean) == 0 && memcmp(rvar, keep_var, sizeof rvar) == 0);
+
+    /* One value per channel: the running variance moves towards the biased variance, 0. */
+    float one[2] = {5, -5}, y1[2], rm[2] = {0, 0}, rv[2] = {1, 1};
+    gt_batchnorm_forward_train(one, 1, 2, 1, gamma, beta, rm, rv, y1, save);
+    CHECK_CLOSE(y1[0], beta[0], 1e-6);
+    CHECK_CLOSE(y1[1], beta[1], 1e-6);
+    CHECK(rv[0] == 0.9f && rm[1] == -0.5f);
+}
+
+typedef struct bn_case {
+    int n, c, train;
+    size_t plane;
+    float *x, *gamma, *beta, *rmean, *rvar, *y, *g, *save;
+} bn_case;
+
+static double bn_loss(void *ctx)
+{
+    bn_case *t = ctx;
+    if (t->train)
+        gt_batchnorm_forward_train(t->x, t->n, t->c, t->plane, t->gamma, t->beta, t->rmean,
+                                   t->rvar, t->y, t->save);
+    else
+        gt_batchnorm_forward_eval(t->x, t->n, t->c, t->plane, t->gamma, t->beta, t->rmean,
+                                  t->rvar, t->y, t->save);
+    return dot_double(t->y, t->g, (size_t)t->n * t->c * t->plane);
+}
+
+static void test_batchnorm_case(int train)
+{
+    bn_case t = {.n = 3, .c = 4, .plane = 6, .train = train};
+    size_t len = (size_t)t.n * t.c * t.plane;
+    t.x = fill_uniform(len, -1, 2);
+    t.gamma = fill_uniform(4, 0.5f, 1.5f);
+    t.beta = fill_uniform(4, -0.5f, 0.5f);
+    t.rmean = fill_uniform(4, -0.2f, 0.2f);
+    t.rvar = fill_uniform(4, 0.5f, 1.5f);
+    t.y = fill_const(len, NAN);
+    t.g = fill_uniform(len, -1, 1);
+    t.save = fill_const(8, NAN);
+    bn_loss(&t);
+    float *dx = fill_const(len, NAN), *dgamma = fill_const(4, 0.5f), *dbeta = fill_const(4, 0);
+    float *dgamma2 = fill_const(4, 0), *dbeta2 = fill_const(4, 0);
+    gt_batchnorm_backward(t.x, t.g, t.n, t.c, t.plane, t.gamma, t.save, train, dx, dgamma, dbeta);
+    gt_batchnorm_backward(t.x, t.g, t.n, t.c, t.plane, t.gamma, t.save, train, NULL, dgamma2,
+                          dbeta2);
+    for (int ch = 0; ch < 4; ch++) {
+        CHECK_CLOSE(dgamma[ch] - 0.5f, dgamma2[ch], 1e-6); /* accumulates */
+        dgamma[ch] -= 0.5f;
+    }
+    const char *mode = train ? "train" : "eval";
+    char what[64];
+    snprintf(what, sizeof what, "batchnorm %s dx", mode);
+    check_grad(what, t.x, dx, len, bn_loss, &t);
+    snprintf(what, sizeof what, "batchnorm %s dgamma", mode);
+    check_grad(what, t.gamma, dgamma, 4, bn_loss, &t);
+    snprintf(what, sizeof what, "batchnorm %s dbeta", mode);
+    check_grad(what, t.beta, dbeta, 4, bn_loss, &t);
+    if (train) { /* the batch's output per channel has mean beta and variance gamma^2 */
+        bn_loss(&t); /* check_grad leaves y from a perturbed input */
+        for (int ch = 0; ch < 4; ch++) {
+            double sum = 0, sq = 0, m = (double)t.n * t.plane;
+            for (int i = 0; i < t.n; i++)
+                for (size_t j = 0; j < t.plane; j++) {
+                    double v = t.y[((size_t)i * t.c + ch) * t.plane + j];
+                    sum += v, sq += v * v;
+                }
+            CHECK_CLOSE(sum / m, t.beta[ch], 1e-5);
+            CHECK_CLOSE(sq / m - (sum / m) * (sum / m), t.gamma[ch] * t.gamma[ch], 1e-4);
+        }
+    }
+    gt_free(t.x), gt_free(t.gamma), gt_free(t.beta), gt_free(t.rmean), gt_free(t.rvar);
+    gt_free(t.y), gt_free(t.g), gt_free(t.save), gt_free(dx), gt_free(dgamma), gt_free(dbeta);
+    gt_free(dgamma2), gt_free(dbeta2);
+}
+
+static void test_add(void)
+{
+    float a[5] = {1, -2, 3.5f, 0, 1e-3f}, b[5] = {0.5f, 2, -1, 7, 1e-3f}, y[5];
+    gt_add(a, b, y, 5);
+    for (int j = 0; j < 5; j++)
+        CHECK(y[j] == a[j] + b[j]);
+    gt_add(a, b, a, 5); /* in place */
+    CHECK(memcmp(a, y, sizeof y) == 0);
 }
 
 /* ---- dropout ----------------------------------------------------------------------------------- */
@@ -668,10 +847,15 @@ int main(void)
 {
     gt_rng_seed(&rng, 20240611);
     test_conv_known();
-    test_conv_case(2, 3, 7, 9, 4, 3, 0);  /* odd sizes, 35-element plane: groups of 8 samples */
-    test_conv_case(3, 2, 7, 9, 5, 3, 1);  /* padding, and a group cut short by n */
-    test_conv_case(2, 1, 6, 5, 3, 5, 2);  /* pad 2 with a 5x5 kernel wider than some rows */
-    test_conv_case(2, 2, 18, 18, 6, 3, 0); /* 256-element plane: one sample per group */
+    test_conv_case(2, 3, 7, 9, 4, 3, 0, 1, 1);  /* odd sizes, 35-element plane: groups of 8 */
+    test_conv_case(3, 2, 7, 9, 5, 3, 1, 1, 1);  /* padding, and a group cut short by n */
+    test_conv_case(2, 1, 6, 5, 3, 5, 2, 1, 1);  /* pad 2 with a 5x5 kernel wider than some rows */
+    test_conv_case(2, 2, 18, 18, 6, 3, 0, 1, 1); /* 256-element plane: one sample per group */
+    test_conv_case(2, 3, 8, 8, 4, 3, 1, 1, 0);  /* no bias */
+    test_conv_case(3, 2, 8, 8, 4, 3, 1, 2, 0);  /* ResNet's downsampling 3x3: 8x8 -> 4x4 */
+    test_conv_case(2, 3, 7, 9, 5, 1, 0, 2, 0);  /* its 1x1 shortcut, odd sizes: 7x9 -> 4x5 */
+    test_conv_case(2, 2, 9, 8, 3, 3, 1, 3, 1);  /* stride 3 with a bias, rows left over */
+    test_conv_case(1, 2, 11, 10, 3, 5, 2, 2, 1); /* 5x5, pad 2, stride 2 */
     test_linear_case(3, 13, 7);
     test_linear_case(6, 37, 21);
     test_pool_case(GT_AVGPOOL, 2, 3, 8, 6, 2);
@@ -681,6 +865,11 @@ int main(void)
     test_pool_case(GT_MAXPOOL, 2, 2, 7, 9, 2);
     test_pool_case(GT_MAXPOOL, 1, 2, 7, 11, 3);
     test_maxpool_ties();
+    test_gap();
+    test_batchnorm_known();
+    test_batchnorm_case(1);
+    test_batchnorm_case(0);
+    test_add();
     test_act_case(GT_RELU, "relu dx");
     test_act_case(GT_SIGMOID, "sigmoid dx");
     test_act_case(GT_TANH, "tanh dx");

@@ -176,7 +176,7 @@ static void test_round_trip(void)
     CHECK(strcmp(m.spec, "init:xavier fc:10") == 0 && m.init == GT_INIT_XAVIER);
 
     /* Exactly GT_MAX_LAYERS layers is allowed. */
-    char spec[512] = "";
+    static char spec[GT_MAX_LAYERS * 5 + 8];
     for (int i = 0; i < GT_MAX_LAYERS - 1; i++)
         strcat(spec, "relu ");
     strcat(spec, "fc:10");
@@ -311,10 +311,13 @@ static void test_layer_kind_table(void)
 
 static void test_bad_specs(void)
 {
-    static char many[512], longtok[128], too_long[160];
+    static char many[GT_MAX_LAYERS * 5 + 8], longtok[128], too_long[160], many_at[32],
+        many_why[32];
     for (int i = 0; i < GT_MAX_LAYERS; i++)
         strcat(many, "relu ");
     strcat(many, "fc:10");
+    snprintf(many_at, sizeof many_at, "layer %d 'fc:10'", GT_MAX_LAYERS + 1);
+    snprintf(many_why, sizeof many_why, "more than %d layers", GT_MAX_LAYERS);
     snprintf(longtok, sizeof longtok, "fc:%070d", 10);
     snprintf(too_long, sizeof too_long, "%s relu", longtok);
     const bad_case cases[] = {
@@ -362,7 +365,7 @@ static void test_bad_specs(void)
         {"fc:10 relu", {"layer 2 'relu'", "last layer must be fc:10"}},
         {"conv:10:1", {"'conv:10:1'", "last layer"}},
         {"fc:84 relu fc:5", {"'fc:5'", "5 outputs but the dataset has 10 classes"}},
-        {many, {"layer 33 'fc:10'", "more than 32 layers"}},
+        {many, {many_at, many_why}},
         {"", {"--model", "empty"}},
         {"  ,, # just a comment\n\n", {"--model", "empty"}},
         {"init:xavier", {"--model", "empty"}},
