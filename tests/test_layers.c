@@ -648,10 +648,11 @@ typedef struct layer_desc {
     gt_layer_kind kind;
     int out, k, pad;
     float p;
+    int stride, no_bias, peer; /* stride 0 reads as 1; peer for block markers (model.h) */
 } layer_desc;
 
 /* Fills m as model.c would: shapes, offsets of weight then bias for each parameterised layer,
- * tensors, nparams and max_act. */
+ * batch norm's buffers, tensors, nparams, nbuffers and max_act. */
 static void model_make(gt_model *m, int c, int h, int w, const layer_desc *d, int nd)
 {
     memset(m, 0, sizeof *m);
@@ -659,24 +660,39 @@ static void model_make(gt_model *m, int c, int h, int w, const layer_desc *d, in
     m->in_c = c, m->in_h = h, m->in_w = w;
     m->nlayers = nd;
     m->max_act = (size_t)c * h * w;
-    int nconv = 0, nfc = 0;
+    int nconv = 0, nfc = 0, nbn = 0;
     size_t off = 0;
     for (int l = 0; l < nd; l++) {
         gt_layer *L = &m->layers[l];
         L->kind = d[l].kind;
         L->in_c = c, L->in_h = h, L->in_w = w;
-        L->k = d[l].k, L->pad = d[l].pad, L->p = d[l].p;
+        L->k = d[l].k, L->pad = d[l].pad, L->p = d[l].p, L->peer = d[l].peer;
+        L->stride = d[l].stride ? d[l].stride : 1, L->no_bias = d[l].no_bias;
         L->in_len = (size_t)c * h * w;
+        size_t b_len = 0;
         if (L->kind == GT_CONV) {
             snprintf(L->name, sizeof L->name, "c%d", ++nconv % 100);
-            c = d[l].out, h = h + 2 * L->pad - L->k + 1, w = w + 2 * L->pad - L->k + 1;
+            c = d[l].out;
+            h = (h + 2 * L->pad - L->k) / L->stride + 1, w = (w + 2 * L->pad - L->k) / L->stride + 1;
             L->w_len = (size_t)c * L->in_c * L->k * L->k;
+            b_len = L->no_bias ? 0 : (size_t)c;
         } else if (L->kind == GT_LINEAR) {
             snprintf(L->name, sizeof L->name, "f%d", ++nfc % 100);
             c = d[l].out, h = 1, w = 1;
             L->w_len = (size_t)c * L->in_len;
+            b_len = (size_t)c;
+        } else if (L->kind == GT_BATCHNORM) {
+            snprintf(L->name, sizeof L->name, "b%d", ++nbn % 100);
+            L->w_len = b_len = (size_t)c;
+            L->s_off = m->nbuffers, L->s_len = 2 * (size_t)c + 1;
+            m->nbuffers += L->s_len;
         } else if (L->kind == GT_AVGPOOL || L->kind == GT_MAXPOOL) {
             h /= L->k, w /= L->k;
+        } else if (L->kind == GT_GAP) {
+            h = w = 1;
+        } else if (L->kind == GT_RES_SPLIT) {
+            const gt_layer *B = &m->layers[L->peer];
+            c = B->in_c, h = B->in_h, w = B->in_w;
         }
         L->out_c = c, L->out_h = h, L->out_w = w;
         L->out_len = (size_t)c * h * w;
@@ -684,12 +700,14 @@ static void model_make(gt_model *m, int c, int h, int w, const layer_desc *d, in
         if (!L->w_len)
             continue;
         L->w_off = off, off += L->w_len;
-        L->b_off = off, L->b_len = (size_t)c, off += L->b_len;
+        L->b_off = off, L->b_len = b_len, off += L->b_len;
         char layer_name[sizeof L->name];
         memcpy(layer_name, L->name, sizeof layer_name);
         gt_tensor_info *t = &m->tensors[m->ntensors++];
         snprintf(t->name, sizeof t->name, "%s.weight", layer_name);
         t->offset = L->w_off, t->len = L->w_len;
+        if (!b_len)
+            continue;
         t = &m->tensors[m->ntensors++];
         snprintf(t->name, sizeof t->name, "%s.bias", layer_name);
         t->offset = L->b_off, t->len = L->b_len;
@@ -700,7 +718,7 @@ static void model_make(gt_model *m, int c, int h, int w, const layer_desc *d, in
 
 typedef struct net_case {
     gt_cpu_net net;
-    float *params;
+    float *params, *buffers;
     gt_batch batch;
     int train;
 } net_case;
@@ -709,16 +727,17 @@ static double net_mean_loss(void *ctx)
 {
     net_case *t = ctx;
     int correct;
-    return gt_cpu_net_step(&t->net, t->params, &t->batch, t->train, NULL, &correct) / t->batch.n;
+    return gt_cpu_net_run(&t->net, t->params, t->buffers, &t->batch, t->train, NULL, &correct) /
+           t->batch.n;
 }
 
 static void test_network(void)
 {
     static const layer_desc layers[] = {
-        {GT_CONV, 4, 5, 2, 0},   {GT_RELU, 0, 0, 0, 0},    {GT_MAXPOOL, 0, 2, 0, 0},
-        {GT_CONV, 5, 3, 0, 0},   {GT_SIGMOID, 0, 0, 0, 0}, {GT_AVGPOOL, 0, 2, 0, 0},
-        {GT_LINEAR, 12, 0, 0, 0}, {GT_TANH, 0, 0, 0, 0},    {GT_DROPOUT, 0, 0, 0, 0.25f},
-        {GT_LINEAR, 6, 0, 0, 0},
+        {GT_CONV, 4, 5, 2, 0, 0, 0, 0},   {GT_RELU, 0, 0, 0, 0, 0, 0, 0},    {GT_MAXPOOL, 0, 2, 0, 0, 0, 0, 0},
+        {GT_CONV, 5, 3, 0, 0, 0, 0, 0},   {GT_SIGMOID, 0, 0, 0, 0, 0, 0, 0}, {GT_AVGPOOL, 0, 2, 0, 0, 0, 0, 0},
+        {GT_LINEAR, 12, 0, 0, 0, 0, 0, 0}, {GT_TANH, 0, 0, 0, 0, 0, 0, 0},    {GT_DROPOUT, 0, 0, 0, 0.25f, 0, 0, 0},
+        {GT_LINEAR, 6, 0, 0, 0, 0, 0, 0},
     };
     gt_model m;
     model_make(&m, 2, 12, 11, layers, (int)(sizeof layers / sizeof *layers));
@@ -797,14 +816,131 @@ static void test_network(void)
     gt_free(t.params), gt_free(grad), gt_free(ds.images), gt_free(ds.labels);
 }
 
+/* Batch norm, strides, no-bias convolutions, global average pooling and residual blocks through
+ * gt_cpu_net_run: an identity block with a block nested in its body, then a projection block that
+ * strides and widens. Every gradient against finite differences in training (batch statistics,
+ * which mix the samples) and in evaluation (running statistics); the running statistics move as
+ * BatchNorm2d's do, and only in training. */
+static void test_residual_network(void)
+{
+    const gt_layer_kind C = GT_CONV, BN = GT_BATCHNORM, R = GT_TANH, B = GT_RES_BEGIN,
+                        S = GT_RES_SPLIT, E = GT_RES_END;
+    /* Every convolution feeds a batch norm, which cancels a bias: none has one. Smooth tanh
+     * stands in for ReLU but at the end: a step of a batch norm's gamma moves a whole channel,
+     * and too many of its values would cross ReLU's kink for a finite difference. */
+    const layer_desc layers[] = {
+        {C, 4, 3, 1, 0, 1, 1, 0},  {BN, 0, 0, 0, 0, 0, 0, 0},  {R, 0, 0, 0, 0, 0, 0, 0},
+        {B, 0, 0, 0, 0, 0, 0, 12}, /* 3: identity block, ends at 12 */
+        {C, 4, 3, 1, 0, 1, 1, 0},  {BN, 0, 0, 0, 0, 0, 0, 0},  {R, 0, 0, 0, 0, 0, 0, 0},
+        {B, 0, 0, 0, 0, 0, 0, 10}, /* 7: nested identity block, ends at 10 */
+        {C, 4, 1, 0, 0, 1, 1, 0},  {BN, 0, 0, 0, 0, 0, 0, 0},  {E, 0, 0, 0, 0, 0, 0, 7},
+        {R, 0, 0, 0, 0, 0, 0, 0},  {E, 0, 0, 0, 0, 0, 0, 3},   {R, 0, 0, 0, 0, 0, 0, 0},
+        {B, 0, 0, 0, 0, 0, 0, 23}, /* 14: projection block, split at 20, ends at 23 */
+        {C, 6, 3, 1, 0, 2, 1, 0},  {BN, 0, 0, 0, 0, 0, 0, 0},  {R, 0, 0, 0, 0, 0, 0, 0},
+        {C, 6, 3, 1, 0, 1, 1, 0},  {BN, 0, 0, 0, 0, 0, 0, 0},  {S, 0, 0, 0, 0, 0, 0, 14},
+        {C, 6, 1, 0, 0, 2, 1, 0},  {BN, 0, 0, 0, 0, 0, 0, 0},  {E, 0, 0, 0, 0, 0, 0, 20},
+        {GT_RELU, 0, 0, 0, 0, 0, 0, 0}, {GT_GAP, 0, 0, 0, 0, 0, 0, 0},
+        {GT_LINEAR, 5, 0, 0, 0, 0, 0, 0},
+    };
+    const int nl = (int)(sizeof layers / sizeof *layers);
+    gt_model m;
+    model_make(&m, 3, 7, 6, layers, nl);
+    CHECK(m.layers[20].out_c == 4 && m.layers[20].out_h == 7 && m.layers[22].out_h == 4 &&
+          m.layers[22].out_w == 3 && m.layers[18].out_h == 4 && m.nclasses == 5);
+    CHECK(m.nbuffers == 3 * (2 * 4 + 1) + 3 * (2 * 6 + 1) && m.ntensors == 6 + 6 * 2 + 2);
+
+    gt_dataset ds = {.n = 12, .c = 3, .h = 7, .w = 6, .nclasses = 5};
+    size_t img = (size_t)3 * 7 * 6;
+    ds.images = gt_alloc(ds.n * img);
+    ds.labels = gt_alloc(ds.n);
+    for (size_t j = 0; j < ds.n * img; j++)
+        ds.images[j] = (uint8_t)gt_rng_below(&rng, 256);
+    for (uint32_t j = 0; j < ds.n; j++)
+        ds.labels[j] = (uint8_t)gt_rng_below(&rng, 5);
+    uint32_t idx[4] = {5, 0, 11, 7};
+    net_case t = {.batch = {&ds, idx, 4, 1, 99}, .train = 1};
+    gt_err e;
+    CHECK_MSG(gt_cpu_net_create(&t.net, &m, 4, &e) == 0, "%s", e.msg);
+    t.params = fill_uniform(m.nparams, -0.5f, 0.5f);
+    t.buffers = fill_const(m.nbuffers, NAN);
+    gt_model_init_buffers(&m, t.buffers);
+    float *grad = fill_const(m.nparams, NAN);
+    int correct = -1;
+
+    /* NULL buffers cannot run batch norm. */
+    CHECK(isnan(gt_cpu_net_run(&t.net, t.params, NULL, &t.batch, 1, grad, &correct)));
+    CHECK(isnan(gt_cpu_net_step(&t.net, t.params, &t.batch, 0, NULL, &correct)) && correct == 0);
+
+    double loss = gt_cpu_net_run(&t.net, t.params, t.buffers, &t.batch, 1, grad, &correct);
+    CHECK(isfinite(loss) && loss > 0 && correct >= 0 && correct <= 4);
+    /* The first batch norm's running statistics moved from (0, 1) by 0.1 towards its input's. */
+    const gt_layer *bn = &m.layers[1];
+    size_t plane = (size_t)bn->in_h * bn->in_w, mcount = 4 * plane;
+    for (int ch = 0; ch < bn->in_c; ch++) {
+        double sum = 0, sq = 0;
+        for (int i = 0; i < 4; i++)
+            for (size_t j = 0; j < plane; j++) {
+                double v = t.net.act[1][((size_t)i * bn->in_c + ch) * plane + j];
+                sum += v, sq += v * v;
+            }
+        double mean = sum / mcount, var = (sq - sum * mean) / (mcount - 1);
+        CHECK_CLOSE(t.buffers[bn->s_off + ch], 0.1 * mean, 1e-5);
+        CHECK_CLOSE(t.buffers[bn->s_off + bn->in_c + ch], 0.9 + 0.1 * var, 1e-5);
+    }
+    CHECK(t.buffers[bn->s_off + 2 * bn->in_c] == 1.0f);
+    /* The batch statistics, not the running ones, make the training loss. */
+    CHECK(gt_cpu_net_run(&t.net, t.params, t.buffers, &t.batch, 1, NULL, NULL) == loss);
+    CHECK(t.buffers[bn->s_off + 2 * bn->in_c] == 2.0f);
+
+    for (int i = 0; i < m.ntensors; i++) {
+        const gt_tensor_info *ti = &m.tensors[i];
+        check_grad_with(ti->name, t.params + ti->offset, grad + ti->offset, ti->len,
+                        net_mean_loss, &t, 5e-3, 1);
+    }
+
+    /* Evaluation reads the running statistics and leaves them alone. */
+    float *keep = fill_const(m.nbuffers, 0);
+    memcpy(keep, t.buffers, m.nbuffers * sizeof *keep);
+    t.train = 0;
+    double eval = gt_cpu_net_run(&t.net, t.params, t.buffers, &t.batch, 0, grad, &correct);
+    CHECK(isfinite(eval) && fabs(eval - loss) > 1e-4);
+    CHECK(memcmp(keep, t.buffers, m.nbuffers * sizeof *keep) == 0);
+    for (int i = 0; i < m.ntensors; i += 2) {
+        const gt_tensor_info *ti = &m.tensors[i];
+        check_grad_with(ti->name, t.params + ti->offset, grad + ti->offset, ti->len,
+                        net_mean_loss, &t, 5e-3, 1);
+    }
+    gt_cpu_net_destroy(&t.net);
+
+    /* Block markers that do not pair up are refused. */
+    gt_cpu_net bad;
+    gt_model broken = m;
+    broken.layers[12].peer = 7;
+    CHECK(gt_cpu_net_create(&bad, &broken, 4, &e) == -1 && strstr(e.msg, "layer 12"));
+    broken = m;
+    broken.layers[20].peer = 3;
+    CHECK(gt_cpu_net_create(&bad, &broken, 4, &e) == -1 && strstr(e.msg, "layer 20"));
+    broken = m;
+    broken.layers[14].peer = 40;
+    CHECK(gt_cpu_net_create(&bad, &broken, 4, &e) == -1 && strstr(e.msg, "layer 14"));
+    broken = m;
+    broken.layers[9].s_off = m.nbuffers - 4;
+    CHECK(gt_cpu_net_create(&bad, &broken, 4, &e) == -1 && strstr(e.msg, "layer 9"));
+    broken = m;
+    broken.layers[15].stride = 1; /* the body no longer fits the shortcut */
+    CHECK(gt_cpu_net_create(&bad, &broken, 4, &e) == -1 && strstr(e.msg, "layer 15"));
+    gt_free(t.params), gt_free(t.buffers), gt_free(grad), gt_free(keep);
+    gt_free(ds.images), gt_free(ds.labels);
+}
+
 /* A kind with no row in the layer-kind table is an error everywhere it is met: the shape rule,
  * the CPU network's checks and steps, and the activation functions. It is never run as an
  * identity layer. */
 static void test_unknown_kind(void)
 {
     static const layer_desc layers[] = {
-        {GT_LINEAR, 5, 0, 0, 0}, {GT_RELU, 0, 0, 0, 0}, {GT_LINEAR, 3, 0, 0, 0}};
-    const gt_layer_kind unknown = (gt_layer_kind)(GT_DROPOUT + 1);
+        {GT_LINEAR, 5, 0, 0, 0, 0, 0, 0}, {GT_RELU, 0, 0, 0, 0, 0, 0, 0}, {GT_LINEAR, 3, 0, 0, 0, 0, 0, 0}};
+    const gt_layer_kind unknown = (gt_layer_kind)(GT_RES_END + 1);
     gt_model m;
     model_make(&m, 1, 2, 3, layers, 3);
     gt_err e = {{0}};
@@ -877,6 +1013,7 @@ int main(void)
     test_softmax_xent();
     test_input_normalize();
     test_network();
+    test_residual_network();
     test_unknown_kind();
     TEST_DONE();
 }

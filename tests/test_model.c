@@ -138,13 +138,16 @@ static void test_other_builtins(void)
     CHECK(gt_model_builtin_spec("lenet") == NULL && gt_model_builtin_spec(NULL) == NULL);
 }
 
-/* Same layers, tensors and sizes; the name may differ (a rebuilt spec is "custom"). */
+/* Same layers, tensors, buffers and sizes; the name may differ (a rebuilt spec is "custom"). */
 static int same_model(const gt_model *a, const gt_model *b)
 {
     return a->nlayers == b->nlayers && a->ntensors == b->ntensors && a->init == b->init &&
-           a->nparams == b->nparams && a->max_act == b->max_act &&
+           a->nparams == b->nparams && a->max_act == b->max_act && a->nbuffers == b->nbuffers &&
+           a->nbuffer_tensors == b->nbuffer_tensors &&
            memcmp(a->layers, b->layers, sizeof a->layers) == 0 &&
-           memcmp(a->tensors, b->tensors, sizeof a->tensors) == 0 && strcmp(a->spec, b->spec) == 0;
+           memcmp(a->tensors, b->tensors, sizeof a->tensors) == 0 &&
+           memcmp(a->buffer_tensors, b->buffer_tensors, sizeof a->buffer_tensors) == 0 &&
+           strcmp(a->spec, b->spec) == 0;
 }
 
 static void test_round_trip(void)
@@ -155,6 +158,8 @@ static void test_round_trip(void)
          "dropout:0.25 fc:33 sigmoid dropout:0 fc:10"),
         "  fc:10  init:xavier ",
         "avgpool:1 fc:16 conv:4:1 dropout:.1 fc:010",
+        "conv:4:3:1:1:nobias bn relu res[conv:4:3:1:1:nobias bn relu|conv:4:1:0:nobias bn]relu "
+        "res[ res[ tanh ] conv:8:3:1:2 | conv:8:1:0:2:nobias ] gap fc:10 init:kaiming",
     };
     for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
         gt_model a, b;
@@ -174,6 +179,51 @@ static void test_round_trip(void)
     CHECK(strcmp(m.name, "custom") == 0 && m.layers[5].p == 0.25f);
     CHECK(gt_model_build(specs[5], 1, 28, 28, 10, &m, &e) == 0);
     CHECK(strcmp(m.spec, "init:xavier fc:10") == 0 && m.init == GT_INIT_XAVIER);
+    CHECK(m.nbuffers == 0 && m.nbuffer_tensors == 0);
+    CHECK(gt_model_build(specs[7], 1, 28, 28, 10, &m, &e) == 0);
+    CHECK_MSG(strcmp(m.spec, "init:kaiming conv:4:3:1:nobias bn relu res[ conv:4:3:1:nobias bn "
+                             "relu | conv:4:1:0:nobias bn ] relu res[ res[ tanh ] conv:8:3:1:2 | "
+                             "conv:8:1:0:2:nobias ] gap fc:10") == 0, "%s", m.spec);
+    CHECK(m.init == GT_INIT_KAIMING && m.nlayers == 22);
+    /* Block markers point at each other; | gives the block's input shape again. */
+    CHECK(m.layers[3].kind == GT_RES_BEGIN && m.layers[3].peer == 10);
+    CHECK(m.layers[7].kind == GT_RES_SPLIT && m.layers[7].peer == 3);
+    CHECK(m.layers[10].kind == GT_RES_END && m.layers[10].peer == 7);
+    CHECK(m.layers[12].peer == 19 && m.layers[13].peer == 15 && m.layers[15].peer == 13);
+    CHECK(m.layers[17].peer == 12 && m.layers[19].peer == 17);
+    CHECK(m.layers[17].out_c == 4 && m.layers[17].out_h == 28 && m.layers[16].out_h == 14);
+    CHECK(m.layers[19].out_c == 8 && m.layers[19].out_h == 14 && m.layers[20].out_h == 1);
+    CHECK(m.layers[16].stride == 2 && m.layers[16].b_len == 8 && m.layers[18].b_len == 0);
+
+    /* Batch norm's parameters are b1.weight and b1.bias; its statistics are buffers. */
+    CHECK(gt_model_build("conv:4:3:1:1:nobias bn relu conv:3:1 bn fc:10", 2, 5, 5, 10, &m, &e) == 0);
+    const want_tensor params[] = {
+        {"c1.weight", 4, {4, 2, 3, 3}}, {"b1.weight", 1, {4}}, {"b1.bias", 1, {4}},
+        {"c2.weight", 4, {3, 4, 1, 1}}, {"c2.bias", 1, {3}},   {"b2.weight", 1, {3}},
+        {"b2.bias", 1, {3}},            {"f1.weight", 2, {10, 75}}, {"f1.bias", 1, {10}},
+    };
+    CHECK(m.ntensors == 9);
+    size_t off = 0;
+    for (int i = 0; i < 9 && i < m.ntensors; i++) {
+        const gt_tensor_info *t = gt_model_tensor(&m, params[i].name);
+        CHECK_MSG(t == &m.tensors[i] && t->offset == off && t->rank == params[i].rank &&
+                  memcmp(t->shape, params[i].shape, sizeof params[i].shape) == 0,
+                  "%s", params[i].name);
+        off += t ? t->len : 0;
+    }
+    CHECK(m.nparams == off && off == 72 + 8 + 12 + 3 + 6 + 750 + 10);
+    const char *bufs[] = {"b1.running_mean", "b1.running_var", "b1.num_batches_tracked",
+                          "b2.running_mean", "b2.running_var", "b2.num_batches_tracked"};
+    const size_t buf_off[] = {0, 4, 8, 9, 12, 15}, buf_len[] = {4, 4, 1, 3, 3, 1};
+    CHECK(m.nbuffer_tensors == 6 && m.nbuffers == 16);
+    for (int i = 0; i < 6; i++) {
+        const gt_tensor_info *t = gt_model_buffer(&m, bufs[i]);
+        CHECK_MSG(t == &m.buffer_tensors[i] && t->offset == buf_off[i] && t->len == buf_len[i] &&
+                  t->rank == (buf_len[i] == 1 ? 0 : 1), "%s", bufs[i]);
+        CHECK(gt_model_tensor(&m, bufs[i]) == NULL);
+    }
+    CHECK(gt_model_buffer(&m, "b1.weight") == NULL && gt_model_buffer(&m, NULL) == NULL);
+    CHECK(m.layers[1].s_off == 0 && m.layers[1].s_len == 9 && m.layers[4].s_off == 9);
 
     /* Exactly GT_MAX_LAYERS layers is allowed. */
     static char spec[GT_MAX_LAYERS * 5 + 8];
@@ -286,7 +336,7 @@ static void test_layer_kind_table(void)
     char words[256];
     gt_layer_kind_words(words, sizeof words);
     int rows = 0;
-    for (int k = GT_CONV; k <= GT_DROPOUT; k++, rows++) {
+    for (int k = GT_CONV; k <= GT_RES_END; k++, rows++) {
         const gt_layer_kind_row *row = gt_layer_kind_of((gt_layer_kind)k);
         CHECK_MSG(row && (int)row->kind == k, "kind %d has no row", k);
         if (!row)
@@ -294,12 +344,13 @@ static void test_layer_kind_table(void)
         CHECK(gt_layer_kind_find(row->word, strlen(row->word)) == row && strstr(words, row->word));
         CHECK(row->parse && row->out_shape && row->format && row->cpu_forward && row->cpu_backward);
     }
-    CHECK(rows == 8 && gt_layer_kind_find("conv2", 5) == NULL && gt_layer_kind_find("con", 3) == NULL);
-    CHECK(gt_layer_kind_of((gt_layer_kind)(GT_DROPOUT + 1)) == NULL);
+    CHECK(rows == 13 && gt_layer_kind_find("conv2", 5) == NULL && gt_layer_kind_find("con", 3) == NULL);
+    CHECK(gt_layer_kind_of((gt_layer_kind)(GT_RES_END + 1)) == NULL);
 
     gt_model m, again;
     gt_err e;
-    const char *spec = "conv:3:3:1 relu maxpool:2 conv:4:2 sigmoid avgpool:2 tanh dropout:0.25 fc:10";
+    const char *spec = "conv:3:3:1 relu maxpool:2 conv:4:2 sigmoid avgpool:2 tanh dropout:0.25 "
+                       "res[ conv:4:3:1:1:nobias bn | bn ] conv:5:1:0:2 gap fc:10";
     CHECK(gt_model_build(spec, 1, 12, 12, 10, &m, &e) == 0);
     for (int i = 0; i < m.nlayers; i++) {
         char tok[64];
@@ -335,7 +386,31 @@ static void test_bad_specs(void)
         {"conv:6:5:-1 fc:10", {"'conv:6:5:-1'", "padding '-1'"}},
         {"conv:6:5:1y fc:10", {"'conv:6:5:1y'", "padding"}},
         {"conv:6 fc:10", {"'conv:6'", "conv:OUT:K"}},
-        {"conv:6:5:1:1 fc:10", {"'conv:6:5:1:1'", "fields"}},
+        {"conv:6:5:1:1:nobias:1 fc:10", {"'conv:6:5:1:1:nobias:1'", "fields"}},
+        {"conv:6:5:1:0 fc:10", {"'conv:6:5:1:0'", "bad stride '0'"}},
+        {"conv:6:5:1:65 fc:10", {"'conv:6:5:1:65'", "bad stride '65'"}},
+        {"conv:6:5:1:2x fc:10", {"'conv:6:5:1:2x'", "stride '2x'"}},
+        {"conv:6:5:nobias:1 fc:10", {"'conv:6:5:nobias:1'", "padding 'nobias'"}},
+        {"conv:6:5:1:1:bias fc:10", {"'conv:6:5:1:1:bias'", "[:nobias]"}},
+        {"conv:6:5:1:1:1 fc:10", {"'conv:6:5:1:1:1'", "[:nobias]"}},
+        {"conv:6:nobias fc:10", {"'conv:6:nobias'", "kernel size 'nobias'"}},
+        {"conv:6:3:1:29 conv:6:3 fc:10", {"layer 2 'conv:6:3'", "smaller than 1x1"}},
+        {"bn:4 fc:10", {"'bn:4'", "no parameters"}},
+        {"gap:2 fc:10", {"'gap:2'", "no parameters"}},
+        {"res[ conv:8:3:1 ] fc:10", {"layer 3 ']'", "body gives 8x28x28 but its shortcut 1x28x28"}},
+        {"conv:4:1 res[ conv:4:3:1:2 | conv:4:1 ] fc:10",
+         {"layer 6 ']'", "body gives 4x14x14 but its shortcut 4x28x28"}},
+        {"res[ relu fc:10", {"layer 1 'res['", "not closed"}},
+        {"res[ res[ relu ] fc:10", {"layer 1 'res['", "not closed"}},
+        {"relu ] fc:10", {"layer 2 ']'", "without its res["}},
+        {"relu | fc:10", {"layer 2 '|'", "outside a residual block"}},
+        {"res[ relu | relu | relu ] fc:10", {"layer 5 '|'", "second '|' in the block opened at layer 1"}},
+        {"res[ res[ res[ res[ res[ res[ res[ res[ res[ ] ] ] ] ] ] ] ] ] fc:10",
+         {"layer 9 'res['", "more than 8 residual blocks"}},
+        {"res[relu]x fc:10", {"'x'", "unknown layer"}},
+        {"rez[ relu ] fc:10", {"'rez['", "unknown layer"}},
+        {"res [ relu ] fc:10", {"'res'", "unknown layer"}},
+        {"init:kaiming:2 fc:10", {"'init:kaiming:2'", "init:kaiming"}},
         {"conv:6:5: fc:10", {"'conv:6:5:'", "padding ''"}},
         {"fc:", {"'fc:'", "output features"}},
         {"fc:10.0", {"'fc:10.0'", "'10.0'"}},

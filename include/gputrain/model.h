@@ -35,6 +35,7 @@ extern "C" {
 #define GT_MAX_LAYERS 128     /* resnet20 has 83 (its blocks' markers included) */
 #define GT_MAX_TENSORS (2 * GT_MAX_LAYERS)
 #define GT_SPECLEN 4096       /* resnet20's canonical spec is about 1,100 characters */
+#define GT_MAX_BUFFER_TENSORS (3 * GT_MAX_LAYERS)
 #define GT_MAX_BLOCK_DEPTH 8  /* residual blocks inside residual blocks */
 
 typedef enum gt_layer_kind {
@@ -99,7 +100,7 @@ typedef struct gt_model {
     gt_tensor_info tensors[GT_MAX_TENSORS];
     size_t nparams;
     int nbuffer_tensors;
-    gt_tensor_info buffer_tensors[GT_MAX_TENSORS]; /* offsets into the buffer array */
+    gt_tensor_info buffer_tensors[GT_MAX_BUFFER_TENSORS]; /* offsets into the buffer array */
     size_t nbuffers;             /* floats in the buffer array; 0 without batch norm */
     size_t max_act;              /* largest per-sample activation (input included), for buffers */
 } gt_model;
