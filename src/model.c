@@ -24,7 +24,6 @@
 typedef struct model_builtin {
     const char *name;
     const char *spec;
-    int resnet_names; /* its layers take the PyTorch reference's module names (model_name_resnet) */
 } model_builtin;
 
 /* The residual networks' basic block: conv3x3 BN ReLU conv3x3 BN plus the shortcut, then ReLU.
@@ -35,20 +34,20 @@ typedef struct model_builtin {
     ":1:0:2:nobias bn ] relu "
 
 static const model_builtin model_builtins[] = {
-    {"lenet5", "conv:6:5 relu avgpool:2 conv:16:5 relu avgpool:2 fc:120 relu fc:84 relu fc:10", 0},
+    {"lenet5", "conv:6:5 relu avgpool:2 conv:16:5 relu avgpool:2 fc:120 relu fc:84 relu fc:10"},
     {"lenet5-classic", "init:xavier conv:6:5:2 sigmoid avgpool:2 conv:16:5 sigmoid avgpool:2 "
-                       "fc:120 sigmoid fc:84 sigmoid fc:10", 0},
-    {"mlp", "fc:256 relu fc:128 relu fc:10", 0},
+                       "fc:120 sigmoid fc:84 sigmoid fc:10"},
+    {"mlp", "fc:256 relu fc:128 relu fc:10"},
     {"cnn-wide", "conv:32:5:2 relu maxpool:2 conv:64:5:2 relu maxpool:2 fc:1024 relu dropout:0.4 "
-                 "fc:10", 0},
+                 "fc:10"},
     /* He et al.'s CIFAR ResNet-20: 3 stages of 3 blocks, 16/32/64 channels. */
-    {"resnet20", "init:kaiming conv:16:3:1:1:nobias bn relu " RES_SAME(16) RES_SAME(16) RES_SAME(16)
+    {"resnet20", "init:kaiming names:resnet conv:16:3:1:1:nobias bn relu " RES_SAME(16) RES_SAME(16) RES_SAME(16)
                  RES_DOWN(32) RES_SAME(32) RES_SAME(32) RES_DOWN(64) RES_SAME(64) RES_SAME(64)
-                 "gap fc:10", 1},
+                 "gap fc:10"},
     /* ResNet-18 for small images: a 3x3 stem without max-pool, 4 stages of 2 blocks. */
-    {"resnet18", "init:kaiming conv:64:3:1:1:nobias bn relu " RES_SAME(64) RES_SAME(64)
+    {"resnet18", "init:kaiming names:resnet conv:64:3:1:1:nobias bn relu " RES_SAME(64) RES_SAME(64)
                  RES_DOWN(128) RES_SAME(128) RES_DOWN(256) RES_SAME(256) RES_DOWN(512)
-                 RES_SAME(512) "gap fc:10", 1},
+                 RES_SAME(512) "gap fc:10"},
 };
 
 #define MODEL_BUILTIN_NAMES "lenet5 lenet5-classic mlp cnn-wide resnet20 resnet18"
@@ -58,7 +57,7 @@ typedef struct model_parse {
     const char *where;  /* "--model" or "--model: FILE" */
     const char *tok[GT_MAX_LAYERS];
     int toklen[GT_MAX_LAYERS];
-    int init_seen;
+    int init_seen, names_seen;
     int open[GT_MAX_BLOCK_DEPTH]; /* the res[ of each open block, innermost last */
     int split[GT_MAX_BLOCK_DEPTH]; /* and its |, or -1 */
     int depth;
@@ -135,6 +134,23 @@ static int parse_init(const char *s, int len, gt_model *m, model_parse *ps, gt_e
         return gt_fail(e, "%s: '%.*s': unknown init (init:torch, init:xavier or init:kaiming)",
                        ps->where, len, s);
     ps->init_seen = 1;
+    return 0;
+}
+
+static int parse_names(const char *s, int len, gt_model *m, model_parse *ps, gt_err *e)
+{
+    gt_layer_token t;
+    gt_layer_token_split(s, len, &t);
+    if (ps->names_seen)
+        return gt_fail(e, "%s: '%.*s': names given twice", ps->where, len, s);
+    if (t.n == 2 && field_is(&t, 1, "plain"))
+        m->resnet_names = 0;
+    else if (t.n == 2 && field_is(&t, 1, "resnet"))
+        m->resnet_names = 1;
+    else
+        return gt_fail(e, "%s: '%.*s': unknown names (names:plain or names:resnet)", ps->where,
+                       len, s);
+    ps->names_seen = 1;
     return 0;
 }
 
@@ -223,6 +239,11 @@ static int model_parse_spec(const char *text, size_t len, gt_model *m, model_par
                            MODEL_MAX_TOKEN, tok, MODEL_MAX_TOKEN);
         if (n >= 5 && memcmp(tok, "init:", 5) == 0) {
             if (parse_init(tok, (int)n, m, ps, e))
+                return -1;
+            continue;
+        }
+        if (n >= 6 && memcmp(tok, "names:", 6) == 0) {
+            if (parse_names(tok, (int)n, m, ps, e))
                 return -1;
             continue;
         }
@@ -370,6 +391,18 @@ static int model_infer_shapes(gt_model *m, const model_parse *ps, gt_err *e)
     return 0;
 }
 
+/* names:resnet follows the reference's one layout; a spec outside it (two layers after the last
+ * block, a block inside a block) would name two tensors alike, which checkpoints cannot hold. */
+static int model_check_names(const gt_model *m, const char *where, gt_err *e)
+{
+    for (int i = 0; i < m->ntensors; i++)
+        for (int j = 0; j < i; j++)
+            if (strcmp(m->tensors[i].name, m->tensors[j].name) == 0)
+                return gt_fail(e, "%s: names:resnet names two tensors %s (it takes a stem, "
+                               "blocks not nested, then one fc)", where, m->tensors[i].name);
+    return 0;
+}
+
 static int model_check_output(const gt_model *m, const model_parse *ps, gt_err *e)
 {
     int last = m->nlayers - 1;
@@ -403,6 +436,8 @@ static int model_write_spec(gt_model *m, const char *where, gt_err *e)
     size_t pos = 0;
     static const char *const init_words[] = {"init:torch", "init:xavier", "init:kaiming"};
     int rc = spec_append(m, &pos, init_words[m->init]);
+    if (rc == 0 && m->resnet_names) /* names:plain, the default, is left out */
+        rc = spec_append(m, &pos, "names:resnet");
     for (int i = 0; rc == 0 && i < m->nlayers; i++) {
         gt_layer_kind_of(m->layers[i].kind)->format(&m->layers[i], tok, sizeof tok);
         rc = spec_append(m, &pos, tok);
@@ -496,7 +531,7 @@ int gt_model_build(const char *name_or_spec, int in_c, int in_h, int in_w, int n
     /* A built-in's output width follows the dataset, so it runs on any class count. */
     if (rc == 0 && builtin)
         m->layers[m->nlayers - 1].out_c = nclasses;
-    if (rc == 0 && bi && bi->resnet_names)
+    if (rc == 0 && m->resnet_names)
         model_name_resnet(m);
     else if (rc == 0)
         model_name_sequential(m);
@@ -504,6 +539,8 @@ int gt_model_build(const char *name_or_spec, int in_c, int in_h, int in_w, int n
         rc = model_infer_shapes(m, &ps, e);
     if (rc == 0)
         rc = model_check_output(m, &ps, e);
+    if (rc == 0)
+        rc = model_check_names(m, ps.where, e);
     if (rc == 0)
         rc = model_write_spec(m, ps.where, e);
     free(file);

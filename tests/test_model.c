@@ -1,7 +1,8 @@
 /* test_model.c - built-in models against the PyTorch reference layouts, spec parsing and its
  * canonical round trip, @FILE specs, seeded initialisation, and every kind of bad spec. */
-#include "gputrain/model.h"
+#include "gputrain/cpu_net.h"
 #include "gputrain/layer_kinds.h"
+#include "gputrain/model.h"
 #include "test_util.h"
 
 #include <unistd.h>
@@ -15,8 +16,8 @@ typedef struct want_tensor {
     int shape[4];
 } want_tensor;
 
-/* Names, shapes, gap-free offsets and the layers' own ranges agree with the expected tensors. */
-static void check_tensors(const gt_model *m, const want_tensor *want, int n)
+/* Names, shapes and gap-free offsets agree with the expected tensors. */
+static void check_tensors_only(const gt_model *m, const want_tensor *want, int n)
 {
     CHECK(m->ntensors == n);
     size_t off = 0;
@@ -37,6 +38,12 @@ static void check_tensors(const gt_model *m, const want_tensor *want, int n)
         off += len;
     }
     CHECK(m->nparams == off);
+}
+
+/* And the layers' own ranges agree with them. */
+static void check_tensors(const gt_model *m, const want_tensor *want, int n)
+{
+    check_tensors_only(m, want, n);
     int ti = 0;
     for (int i = 0; i < m->nlayers; i++) {
         const gt_layer *l = &m->layers[i];
@@ -324,6 +331,246 @@ static void test_init(void)
     }
 }
 
+/* ---- the residual built-ins against the PyTorch reference ---------------------------------------- */
+
+typedef struct resnet_ref {
+    const char *name;
+    int stages, blocks, width0;
+    size_t params_3x32x32;
+} resnet_ref;
+
+static const resnet_ref resnets[] = {
+    {"resnet20", 3, 3, 16, 272474},
+    {"resnet18", 4, 2, 64, 11173962},
+};
+
+/* The reference's state_dict in its order: the parameters (want) and the buffers (bufs) apart. */
+typedef struct state_list {
+    want_tensor want[GT_MAX_TENSORS], bufs[GT_MAX_BUFFER_TENSORS];
+    char names[GT_MAX_TENSORS + GT_MAX_BUFFER_TENSORS][64];
+    int n, nbufs;
+} state_list;
+
+static void state_add(state_list *sl, int buffer, const char *module, const char *what, int rank,
+                      int d0, int d1, int d2, int d3)
+{
+    char *name = sl->names[sl->n + sl->nbufs];
+    snprintf(name, 64, "%s.%s", module, what);
+    want_tensor t = {name, rank, {d0, d1, d2, d3}};
+    if (buffer)
+        sl->bufs[sl->nbufs++] = t;
+    else
+        sl->want[sl->n++] = t;
+}
+
+static void state_conv_bn(state_list *sl, const char *conv, const char *bn, int o, int i, int k)
+{
+    state_add(sl, 0, conv, "weight", 4, o, i, k, k);
+    state_add(sl, 0, bn, "weight", 1, o, 0, 0, 0);
+    state_add(sl, 0, bn, "bias", 1, o, 0, 0, 0);
+    state_add(sl, 1, bn, "running_mean", 1, o, 0, 0, 0);
+    state_add(sl, 1, bn, "running_var", 1, o, 0, 0, 0);
+    state_add(sl, 1, bn, "num_batches_tracked", 0, 0, 0, 0, 0);
+}
+
+static void resnet_state(const resnet_ref *r, int in_c, int nclasses, state_list *sl)
+{
+    char a[32], b[32];
+    memset(sl, 0, sizeof *sl);
+    state_conv_bn(sl, "stem.0", "stem.1", r->width0, in_c, 3);
+    int c = r->width0, n = 0;
+    for (int st = 0; st < r->stages; st++)
+        for (int bl = 0; bl < r->blocks; bl++, n++) {
+            int out = r->width0 << st, in = c;
+            snprintf(a, sizeof a, "layers.%d.c1", n), snprintf(b, sizeof b, "layers.%d.b1", n);
+            state_conv_bn(sl, a, b, out, in, 3);
+            snprintf(a, sizeof a, "layers.%d.c2", n), snprintf(b, sizeof b, "layers.%d.b2", n);
+            state_conv_bn(sl, a, b, out, out, 3);
+            if (in != out || (st > 0 && bl == 0)) {
+                snprintf(a, sizeof a, "layers.%d.short.0", n);
+                snprintf(b, sizeof b, "layers.%d.short.1", n);
+                state_conv_bn(sl, a, b, out, in, 1);
+            }
+            c = out;
+        }
+    state_add(sl, 0, "fc", "weight", 2, nclasses, c, 0, 0);
+    state_add(sl, 0, "fc", "bias", 1, nclasses, 0, 0, 0);
+}
+
+static void check_buffers(const gt_model *m, const want_tensor *want, int n)
+{
+    CHECK(m->nbuffer_tensors == n);
+    size_t off = 0;
+    for (int i = 0; i < n && i < m->nbuffer_tensors; i++) {
+        const gt_tensor_info *t = &m->buffer_tensors[i];
+        size_t len = want[i].rank ? (size_t)want[i].shape[0] : 1;
+        CHECK_MSG(strcmp(t->name, want[i].name) == 0 && t->rank == want[i].rank &&
+                  t->offset == off && t->len == len, "buffer %d is %s, want %s", i, t->name,
+                  want[i].name);
+        CHECK(gt_model_buffer(m, want[i].name) == t);
+        off += len;
+    }
+    CHECK(m->nbuffers == off);
+}
+
+/* Names, shapes and counts equal to the reference's state_dict at both input shapes; the
+ * canonical spec rebuilds the same model, names included. */
+static void test_resnet_layout(void)
+{
+    static state_list sl;
+    static gt_model m, again;
+    gt_err e = {{0}};
+    for (size_t r = 0; r < sizeof resnets / sizeof *resnets; r++) {
+        const resnet_ref *ref = &resnets[r];
+        for (int in_c = 3; in_c >= 1; in_c -= 2) {
+            int side = in_c == 3 ? 32 : 28;
+            CHECK_MSG(gt_model_build(ref->name, in_c, side, side, 10, &m, &e) == 0, "%s: %s",
+                      ref->name, e.msg);
+            resnet_state(ref, in_c, 10, &sl);
+            size_t want = ref->params_3x32x32 - (size_t)(3 - in_c) * ref->width0 * 9;
+            CHECK_MSG(m.nparams == want, "%s %dx%d: %zu parameters, want %zu", ref->name, in_c,
+                      side, m.nparams, want);
+            check_tensors_only(&m, sl.want, sl.n);
+            check_buffers(&m, sl.bufs, sl.nbufs);
+            CHECK(strcmp(m.name, ref->name) == 0 && m.init == GT_INIT_KAIMING && m.resnet_names);
+            /* The last stage's map: 32 -> 8 (resnet20) or 4 (resnet18); 28 -> 7 or 4. */
+            const gt_layer *gap = &m.layers[m.nlayers - 2];
+            int last = side;
+            for (int st = 1; st < ref->stages; st++)
+                last = (last - 1) / 2 + 1;
+            CHECK(gap->kind == GT_GAP && gap->in_h == last && gap->in_w == last &&
+                  gap->in_c == ref->width0 << (ref->stages - 1) && gap->out_len == (size_t)gap->in_c);
+            CHECK(strlen(m.spec) < GT_SPECLEN - 1);
+            CHECK(strncmp(m.spec, "init:kaiming names:resnet conv:", 31) == 0);
+            CHECK_MSG(gt_model_build(m.spec, in_c, side, side, 10, &again, &e) == 0, "%s", e.msg);
+            CHECK(same_model(&m, &again) && strcmp(again.name, "custom") == 0);
+        }
+    }
+    CHECK(gt_model_build("resnet20", 3, 32, 32, 100, &m, &e) == 0);
+    CHECK(m.nparams == 272474 + 64 * 90 + 90 && gt_model_tensor(&m, "fc.weight")->shape[0] == 100);
+}
+
+/* kaiming_normal_(fan_out) convolutions, BatchNorm2d's gamma 1 and beta 0, Linear's default. */
+static void test_resnet_init(void)
+{
+    static gt_model m;
+    gt_err e = {{0}};
+    CHECK(gt_model_build("resnet20", 3, 32, 32, 10, &m, &e) == 0);
+    float *p = calloc(m.nparams, sizeof *p), *q = calloc(m.nparams, sizeof *q);
+    float *buf = calloc(m.nbuffers, sizeof *buf);
+    CHECK(p && q && buf);
+    if (!p || !q || !buf) {
+        free(p), free(q), free(buf);
+        return;
+    }
+    gt_model_init_params(&m, p, 7);
+    gt_model_init_params(&m, q, 7);
+    CHECK(memcmp(p, q, m.nparams * sizeof *p) == 0);
+    const char *convs[] = {"layers.8.c1.weight", "layers.6.short.0.weight", "stem.0.weight"};
+    for (int i = 0; i < 3; i++) {
+        const gt_tensor_info *t = gt_model_tensor(&m, convs[i]);
+        double sum = 0, sq = 0, sd = sqrt(2.0 / ((double)t->shape[0] * t->shape[2] * t->shape[3]));
+        for (size_t j = 0; j < t->len; j++)
+            sum += p[t->offset + j], sq += (double)p[t->offset + j] * p[t->offset + j];
+        double mean = sum / t->len, got = sqrt(sq / t->len - mean * mean);
+        double tol = 4 / sqrt((double)t->len); /* about 4 standard errors */
+        CHECK_MSG(fabs(mean) < 4 * sd / sqrt((double)t->len) && fabs(got / sd - 1) < tol,
+                  "%s: mean %g, sd %g, want 0 and %g", convs[i], mean, got, sd);
+    }
+    for (int i = 0; i < m.nlayers; i++) {
+        const gt_layer *l = &m.layers[i];
+        for (size_t j = 0; l->kind == GT_BATCHNORM && j < l->w_len; j++)
+            CHECK(p[l->w_off + j] == 1.0f && p[l->b_off + j] == 0.0f);
+    }
+    const gt_tensor_info *fw = gt_model_tensor(&m, "fc.weight"), *fb = gt_model_tensor(&m, "fc.bias");
+    double bound = 1 / sqrt(64.0), wmax = 0, bmax = 0;
+    for (size_t j = 0; j < fw->len; j++)
+        wmax = fmax(wmax, fabs(p[fw->offset + j]));
+    for (size_t j = 0; j < fb->len; j++)
+        bmax = fmax(bmax, fabs(p[fb->offset + j]));
+    CHECK(wmax <= bound && wmax > 0.9 * bound && bmax <= bound && bmax > 0);
+    gt_model_init_buffers(&m, buf);
+    for (int i = 0; i < m.nbuffer_tensors; i++) {
+        const gt_tensor_info *t = &m.buffer_tensors[i];
+        float want = strstr(t->name, "running_var") ? 1.0f : 0.0f;
+        for (size_t j = 0; j < t->len; j++)
+            CHECK_MSG(buf[t->offset + j] == want, "%s[%zu]", t->name, j);
+    }
+    free(p), free(q), free(buf);
+}
+
+typedef struct resnet_case {
+    gt_cpu_net net;
+    float *params, *buffers;
+    gt_batch batch;
+} resnet_case;
+
+static double resnet_loss(resnet_case *t)
+{
+    return gt_cpu_net_run(&t->net, t->params, t->buffers, &t->batch, 1, NULL, NULL) / t->batch.n;
+}
+
+/* resnet20 on two 3x32x32 samples, in training: the gradient of a few entries of several tensors
+ * (each tensor's largest and one chosen at random) against central differences. */
+static void test_resnet_gradient(void)
+{
+    static gt_model m;
+    gt_err e = {{0}};
+    gt_rng r;
+    gt_rng_seed(&r, 5);
+    CHECK(gt_model_build("resnet20", 3, 32, 32, 10, &m, &e) == 0);
+    gt_dataset ds = {.n = 2, .c = 3, .h = 32, .w = 32, .nclasses = 10};
+    ds.images = gt_alloc(2 * 3 * 32 * 32);
+    ds.labels = gt_alloc(2);
+    for (size_t j = 0; j < 2 * 3 * 32 * 32; j++)
+        ds.images[j] = (uint8_t)gt_rng_below(&r, 256);
+    ds.labels[0] = 3, ds.labels[1] = 8;
+    uint32_t idx[2] = {0, 1};
+    resnet_case t = {.batch = {&ds, idx, 2, 1, 1}};
+    CHECK_MSG(gt_cpu_net_create(&t.net, &m, 2, &e) == 0, "%s", e.msg);
+    t.params = gt_alloc(m.nparams * sizeof(float));
+    t.buffers = gt_alloc(m.nbuffers * sizeof(float));
+    float *grad = gt_alloc(m.nparams * sizeof(float));
+    gt_model_init_params(&m, t.params, 11);
+    gt_model_init_buffers(&m, t.buffers);
+    /* gamma and beta away from 1 and 0, so that each batch norm's gradient is not special */
+    for (int i = 0; i < m.nlayers; i++)
+        for (size_t j = 0; m.layers[i].kind == GT_BATCHNORM && j < m.layers[i].w_len; j++) {
+            t.params[m.layers[i].w_off + j] = 0.5f + (float)gt_rng_uniform(&r);
+            t.params[m.layers[i].b_off + j] = (float)gt_rng_uniform(&r) - 0.5f;
+        }
+    double loss = gt_cpu_net_run(&t.net, t.params, t.buffers, &t.batch, 1, grad, NULL);
+    CHECK(isfinite(loss) && loss > 0);
+    const char *names[] = {"stem.0.weight", "stem.1.weight", "layers.0.c1.weight",
+                           "layers.3.short.0.weight", "layers.3.short.1.bias",
+                           "layers.5.b2.weight", "layers.8.c2.weight", "fc.weight", "fc.bias"};
+    /* A small step: a stem weight moves every pixel of its channel, and at 1e-3 enough of them
+     * cross a ReLU's kink to move the difference by several percent. */
+    const float step = 1e-4f;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const gt_tensor_info *ti = gt_model_tensor(&m, names[i]);
+        size_t big = 0;
+        for (size_t j = 1; j < ti->len; j++)
+            if (fabsf(grad[ti->offset + j]) > fabsf(grad[ti->offset + big]))
+                big = j;
+        size_t picks[2] = {big, gt_rng_below(&r, (uint32_t)ti->len)};
+        double gmax = fabs(grad[ti->offset + big]);
+        for (int k = 0; k < 2; k++) {
+            float *v = t.params + ti->offset + picks[k], keep = *v;
+            *v = keep + step;
+            double up = resnet_loss(&t);
+            *v = keep - step;
+            double down = resnet_loss(&t);
+            *v = keep;
+            double num = (up - down) / (2.0 * step), ana = grad[ti->offset + picks[k]];
+            CHECK_MSG(fabs(num - ana) <= 3e-2 * fabs(ana) + 2e-2 * gmax + 1e-5,
+                      "%s[%zu]: analytic %.7g, numeric %.7g", names[i], picks[k], ana, num);
+        }
+    }
+    gt_cpu_net_destroy(&t.net);
+    gt_free(t.params), gt_free(t.buffers), gt_free(grad), gt_free(ds.images), gt_free(ds.labels);
+}
+
 typedef struct bad_case {
     const char *spec;
     const char *want[2]; /* substrings the message must hold */
@@ -411,6 +658,9 @@ static void test_bad_specs(void)
         {"rez[ relu ] fc:10", {"'rez['", "unknown layer"}},
         {"res [ relu ] fc:10", {"'res'", "unknown layer"}},
         {"init:kaiming:2 fc:10", {"'init:kaiming:2'", "init:kaiming"}},
+        {"names:torch fc:10", {"'names:torch'", "names:resnet"}},
+        {"names:resnet fc:10 names:plain", {"'names:plain'", "twice"}},
+        {"names:resnet res[ relu ] fc:16 fc:10", {"two tensors fc.weight", "one fc"}},
         {"conv:6:5: fc:10", {"'conv:6:5:'", "padding ''"}},
         {"fc:", {"'fc:'", "output features"}},
         {"fc:10.0", {"'fc:10.0'", "'10.0'"}},
@@ -485,5 +735,8 @@ int main(void)
     test_init();
     test_bad_specs();
     test_layer_kind_table();
+    test_resnet_layout();
+    test_resnet_init();
+    test_resnet_gradient();
     TEST_DONE();
 }

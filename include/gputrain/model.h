@@ -22,6 +22,8 @@
  *   res[ BODY | SHORTCUT ]  BODY's output plus SHORTCUT's, which also runs on the block's input
  *                           ('[' ends a word, ']' and '|' are words of their own; blocks nest)
  *   init:torch | init:xavier | init:kaiming   (weights' init; see gt_init_kind)
+ *   names:plain | names:resnet  (tensor names: c1, b1, f1, ... or the PyTorch ResNet reference's
+ *                                stem.N, layers.N.c1/b1/c2/b2/short.N, fc; see resnet20) 
  * The last layer must be fc:NCLASSES; softmax cross-entropy is the loss. */
 #ifndef GT_MODEL_H
 #define GT_MODEL_H
@@ -93,6 +95,7 @@ typedef struct gt_model {
     char name[32];               /* "lenet5", ... or "custom" */
     char spec[GT_SPECLEN];       /* canonical spec text: rebuilding from it gives the same model */
     gt_init_kind init;
+    int resnet_names;            /* names:resnet: layers named as model_name_resnet (model.c) */
     int in_c, in_h, in_w, nclasses;
     int nlayers;
     gt_layer layers[GT_MAX_LAYERS];
