@@ -36,7 +36,7 @@ extern "C" {
 
 #define GT_MAX_LAYERS 128     /* resnet20 has 83 (its blocks' markers included) */
 #define GT_MAX_TENSORS (2 * GT_MAX_LAYERS)
-#define GT_SPECLEN 4096       /* resnet20's canonical spec is about 1,100 characters */
+#define GT_SPECLEN 4096       /* resnet20's canonical spec is about 670 characters */
 #define GT_MAX_BUFFER_TENSORS (3 * GT_MAX_LAYERS)
 #define GT_MAX_BLOCK_DEPTH 8  /* residual blocks inside residual blocks */
 
