@@ -20,9 +20,11 @@ static int plan_shape_matches(const gt_model *m)
     if (m->nlayers != n)
         return 0;
     for (int l = 0; l < n; l++) {
-        gt_layer_kind k = m->layers[l].kind;
-        if (want[l] == PLAN_ACT ? !plan_is_act(k) : (int)k != want[l])
+        const gt_layer *L = &m->layers[l];
+        if (want[l] == PLAN_ACT ? !plan_is_act(L->kind) : (int)L->kind != want[l])
             return 0;
+        if (L->kind == GT_CONV && (L->stride != 1 || L->b_len == 0))
+            return 0; /* the kernels stride by 1 and add a bias */
     }
     return 1;
 }

@@ -13,6 +13,9 @@
 
 static const float one = 1.0f, zero = 0.0f;
 
+/* The kinds of residual networks run on the CPU backend only, so far. */
+#define GPU_NOT_YET "not on the GPU yet (the CPU backend runs it: --gpus cpu:N)"
+
 static int layer_fail(gt_cuda_ctx *c, const gt_cuda_layer *cl, gt_err *e, const char *what)
 {
     return gt_fail(e, "%s: layer %u (%s): %s", c->name, cl->index,
@@ -254,6 +257,12 @@ static int layer_set_batch(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
     case GT_LINEAR:
     case GT_DROPOUT:
         break; /* no descriptors */
+    case GT_BATCHNORM:
+    case GT_GAP:
+    case GT_RES_BEGIN:
+    case GT_RES_SPLIT:
+    case GT_RES_END:
+        return layer_fail(c, cl, e, GPU_NOT_YET); /* gt_cuda_layer_init refused it already */
     }
     cl->n = n;
     return 0;
@@ -351,6 +360,8 @@ int gt_cuda_layer_init(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_layer *L, uin
         return -1;
     switch (L->kind) {
     case GT_CONV:
+        if (L->stride != 1 || L->b_len == 0)
+            return layer_fail(c, cl, e, "a strided convolution or one without bias: " GPU_NOT_YET);
         return conv_init(c, cl, e);
     case GT_AVGPOOL:
     case GT_MAXPOOL:
@@ -362,6 +373,12 @@ int gt_cuda_layer_init(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_layer *L, uin
     case GT_LINEAR:
     case GT_DROPOUT:
         return 0;
+    case GT_BATCHNORM:
+    case GT_GAP:
+    case GT_RES_BEGIN:
+    case GT_RES_SPLIT:
+    case GT_RES_END:
+        return layer_fail(c, cl, e, GPU_NOT_YET);
     }
     return layer_fail(c, cl, e, "unknown layer kind");
 }
@@ -451,6 +468,12 @@ int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass 
     case GT_DROPOUT:
         return gt_cuda_dropout_forward(c, x, y, p->mask, p->n, cl->L.out_len, cl->L.p, p->seed,
                                        p->epoch, p->key, p->ids, cl->index, e);
+    case GT_BATCHNORM:
+    case GT_GAP:
+    case GT_RES_BEGIN:
+    case GT_RES_SPLIT:
+    case GT_RES_END:
+        return layer_fail(c, cl, e, GPU_NOT_YET);
     }
     return layer_fail(c, cl, e, "unknown layer kind");
 }
@@ -530,6 +553,12 @@ int gt_cuda_layer_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass
         return dx ? gt_cuda_dropout_backward(c, dy, p->mask, dx, (size_t)p->n * cl->L.out_len,
                                              cl->L.p, e)
                   : 0;
+    case GT_BATCHNORM:
+    case GT_GAP:
+    case GT_RES_BEGIN:
+    case GT_RES_SPLIT:
+    case GT_RES_END:
+        return layer_fail(c, cl, e, GPU_NOT_YET);
     }
     return layer_fail(c, cl, e, "unknown layer kind");
 }

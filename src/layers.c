@@ -195,12 +195,22 @@ static int conv_group(size_t plane)
     return g > 16 ? 16 : (int)g;
 }
 
-/* Workspace: conv_group column matrices, then one zero-padded input sample. The padded size is
- * (oh + k - 1) x (ow + k - 1) whatever the padding, as oh = h + 2 * pad - k + 1. */
+static int conv_out(int h, int k, int pad, int stride)
+{
+    return (h + 2 * pad - k) / stride + 1;
+}
+
+/* Workspace: conv_group column matrices, then one zero-padded input sample. */
+size_t gt_conv2d_col_len_strided(int c, int h, int w, int k, int pad, int stride)
+{
+    size_t plane = (size_t)conv_out(h, k, pad, stride) * conv_out(w, k, pad, stride);
+    return (size_t)conv_group(plane) * c * k * k * plane + (size_t)c * (h + 2 * pad) * (w + 2 * pad);
+}
+
+/* At stride 1 the padded input is (oh + k - 1) x (ow + k - 1) whatever the padding. */
 size_t gt_conv2d_col_len(int c, int k, int oh, int ow)
 {
-    size_t plane = (size_t)oh * ow;
-    return (size_t)conv_group(plane) * c * k * k * plane + (size_t)c * (oh + k - 1) * (ow + k - 1);
+    return gt_conv2d_col_len_strided(c, oh + k - 1, ow + k - 1, k, 0, 1);
 }
 
 /* x itself when pad is 0, else a copy of x with pad zeros around each channel, in xp. */
@@ -218,9 +228,23 @@ static const float *conv_pad_input(const float *restrict x, int c, int h, int w,
     return xp;
 }
 
-/* col[(ci*k + ky)*k + kx][oy*ow + ox] = xp[ci][oy + ky][ox + kx] from the padded input. The k
- * shifted copies of a source row are written together, which also keeps the compiler from
- * turning each short row into a memcpy call. */
+/* col[(ci*k + ky)*k + kx][oy*ow + ox] = xp[ci][oy*s + ky][ox*s + kx] from the padded input, for
+ * a stride s above 1: plain loops (the stride-1 path below is the one LeNet's speed rests on). */
+static void conv_im2col_strided(const float *restrict xp, int c, int hp, int wp, int k, int s,
+                                int oh, int ow, float *restrict col)
+{
+    for (int ci = 0; ci < c; ci++)
+        for (int ky = 0; ky < k; ky++)
+            for (int kx = 0; kx < k; kx++)
+                for (int oy = 0; oy < oh; oy++) {
+                    const float *src = xp + ((size_t)ci * hp + oy * s + ky) * wp + kx;
+                    for (int ox = 0; ox < ow; ox++)
+                        *col++ = src[ox * s];
+                }
+}
+
+/* The same at stride 1. The k shifted copies of a source row are written together, which also
+ * keeps the compiler from turning each short row into a memcpy call. */
 static void conv_im2col(const float *restrict xp, int c, int hp, int wp, int k, int oh, int ow,
                         float *restrict col)
 {
@@ -272,38 +296,72 @@ static void conv_col2im(const float *restrict col, int c, int h, int w, int k, i
             }
 }
 
-void gt_conv2d_forward(const float *x, int n, int c, int h, int w, const float *wt, const float *b,
-                       int o, int k, int pad, float *y, float *col)
+/* The adjoint of conv_im2col_strided into the unpadded dx (overwritten). */
+static void conv_col2im_strided(const float *restrict col, int c, int h, int w, int k, int pad,
+                                int s, int oh, int ow, float *restrict dx)
 {
-    int oh = h + 2 * pad - k + 1, ow = w + 2 * pad - k + 1, r = c * k * k;
+    memset(dx, 0, (size_t)c * h * w * sizeof *dx);
+    for (int ci = 0; ci < c; ci++)
+        for (int ky = 0; ky < k; ky++)
+            for (int kx = 0; kx < k; kx++)
+                for (int oy = 0; oy < oh; oy++) {
+                    int iy = oy * s + ky - pad;
+                    for (int ox = 0; ox < ow; ox++, col++) {
+                        int ix = ox * s + kx - pad;
+                        if (iy >= 0 && iy < h && ix >= 0 && ix < w)
+                            dx[((size_t)ci * h + iy) * w + ix] += *col;
+                    }
+                }
+}
+
+/* One sample's column matrix from its unpadded input, at any stride. */
+static void conv_columns(const float *x, int c, int h, int w, int k, int pad, int stride, int oh,
+                         int ow, float *xpad, float *col)
+{
+    const float *xp = conv_pad_input(x, c, h, w, pad, xpad);
+    if (stride == 1)
+        conv_im2col(xp, c, h + 2 * pad, w + 2 * pad, k, oh, ow, col);
+    else
+        conv_im2col_strided(xp, c, h + 2 * pad, w + 2 * pad, k, stride, oh, ow, col);
+}
+
+void gt_conv2d_forward_strided(const float *x, int n, int c, int h, int w, const float *wt,
+                               const float *b, int o, int k, int pad, int stride, float *y,
+                               float *col)
+{
+    int oh = conv_out(h, k, pad, stride), ow = conv_out(w, k, pad, stride), r = c * k * k;
     size_t plane = (size_t)oh * ow, in_len = (size_t)c * h * w;
     float *xpad = col + (size_t)conv_group(plane) * r * plane;
     for (int i = 0; i < n; i++) {
         float *yi = y + (size_t)i * o * plane;
-        const float *xp = conv_pad_input(x + i * in_len, c, h, w, pad, xpad);
-        conv_im2col(xp, c, h + 2 * pad, w + 2 * pad, k, oh, ow, col);
+        conv_columns(x + i * in_len, c, h, w, k, pad, stride, oh, ow, xpad, col);
         fill_bias_rows(yi, o, plane, b);
         gemm_acc(o, (int)plane, r, wt, (size_t)r, 1, col, plane, yi, plane);
     }
 }
 
+void gt_conv2d_forward(const float *x, int n, int c, int h, int w, const float *wt, const float *b,
+                       int o, int k, int pad, float *y, float *col)
+{
+    gt_conv2d_forward_strided(x, n, c, h, w, wt, b, o, k, pad, 1, y, col);
+}
+
 /* Samples go in groups of conv_group: their column matrices first give the weight gradient in one
  * pass, then each column matrix is overwritten by that sample's column gradient. */
-void gt_conv2d_backward(const float *x, const float *dy, int n, int c, int h, int w,
-                        const float *wt, int o, int k, int pad, float *dx, float *dw, float *db,
-                        float *col)
+void gt_conv2d_backward_strided(const float *x, const float *dy, int n, int c, int h, int w,
+                                const float *wt, int o, int k, int pad, int stride, float *dx,
+                                float *dw, float *db, float *col)
 {
-    int oh = h + 2 * pad - k + 1, ow = w + 2 * pad - k + 1, r = c * k * k;
+    int oh = conv_out(h, k, pad, stride), ow = conv_out(w, k, pad, stride), r = c * k * k;
     size_t plane = (size_t)oh * ow, in_len = (size_t)c * h * w, col_one = (size_t)r * plane;
     int group = conv_group(plane);
     float *xpad = col + group * col_one;
     for (int i0 = 0; i0 < n; i0 += group) {
         int g = n - i0 < group ? n - i0 : group;
         const float *dyg = dy + (size_t)i0 * o * plane;
-        for (int s = 0; s < g; s++) {
-            const float *xp = conv_pad_input(x + (i0 + s) * in_len, c, h, w, pad, xpad);
-            conv_im2col(xp, c, h + 2 * pad, w + 2 * pad, k, oh, ow, col + s * col_one);
-        }
+        for (int s = 0; s < g; s++)
+            conv_columns(x + (i0 + s) * in_len, c, h, w, k, pad, stride, oh, ow, xpad,
+                         col + s * col_one);
         gemm_acc_nt(o, r, g, (int)plane, dyg, plane, (size_t)o * plane, col, plane, col_one, dw,
                     (size_t)r);
         if (db)
@@ -317,9 +375,19 @@ void gt_conv2d_backward(const float *x, const float *dy, int n, int c, int h, in
             memset(cs, 0, col_one * sizeof *cs);
             gemm_acc(r, (int)plane, o, wt, 1, (size_t)r, dyg + (size_t)s * o * plane, plane, cs,
                      plane);
-            conv_col2im(cs, c, h, w, k, pad, oh, ow, dx + (i0 + s) * in_len);
+            if (stride == 1)
+                conv_col2im(cs, c, h, w, k, pad, oh, ow, dx + (i0 + s) * in_len);
+            else
+                conv_col2im_strided(cs, c, h, w, k, pad, stride, oh, ow, dx + (i0 + s) * in_len);
         }
     }
+}
+
+void gt_conv2d_backward(const float *x, const float *dy, int n, int c, int h, int w,
+                        const float *wt, int o, int k, int pad, float *dx, float *dw, float *db,
+                        float *col)
+{
+    gt_conv2d_backward_strided(x, dy, n, c, h, w, wt, o, k, pad, 1, dx, dw, db, col);
 }
 
 /* ---- linear ----------------------------------------------------------------------------------- */
@@ -443,6 +511,121 @@ void gt_maxpool_backward(const float *dy, const int32_t *arg, int n, int c, int 
             dx[pl * h * w + arg[pl * plane_out + j]] += dy[pl * plane_out + j];
 }
 
+/* Global average pooling: each channel plane to its mean. */
+void gt_gap_forward(const float *x, int n, int c, size_t plane, float *y)
+{
+    float inv = 1.0f / (float)plane;
+    for (size_t pl = 0; pl < (size_t)n * c; pl++)
+        y[pl] = row_sum(x + pl * plane, plane) * inv;
+}
+
+void gt_gap_backward(const float *dy, int n, int c, size_t plane, float *dx)
+{
+    float inv = 1.0f / (float)plane;
+    for (size_t pl = 0; pl < (size_t)n * c; pl++)
+        for (size_t j = 0; j < plane; j++)
+            dx[pl * plane + j] = dy[pl] * inv;
+}
+
+/* ---- batch normalisation and the residual add --------------------------------------------------- */
+
+/* Channel ch of sample i starts at x + (i * c + ch) * plane. Sums run in double, so a channel of a
+ * whole batch (128 x 32 x 32 values) keeps float precision. */
+static double bn_channel_sum(const float *x, int n, int c, size_t plane, int ch, double shift,
+                             int square)
+{
+    double s = 0;
+    for (int i = 0; i < n; i++) {
+        const float *p = x + ((size_t)i * c + ch) * plane;
+        for (size_t j = 0; j < plane; j++) {
+            double d = (double)p[j] - shift;
+            s += square ? d * d : d;
+        }
+    }
+    return s;
+}
+
+/* y = gamma * (x - mean) * invstd + beta over channel ch. */
+static void bn_channel_apply(const float *x, int n, int c, size_t plane, int ch, float gamma,
+                             float beta, float mean, float invstd, float *y)
+{
+    float scale = gamma * invstd; /* x - mean first: folding mean into beta would cancel badly */
+    for (int i = 0; i < n; i++) {
+        size_t at = ((size_t)i * c + ch) * plane;
+        for (size_t j = 0; j < plane; j++)
+            y[at + j] = (x[at + j] - mean) * scale + beta;
+    }
+}
+
+void gt_batchnorm_forward_train(const float *x, int n, int c, size_t plane, const float *gamma,
+                                const float *beta, float *running_mean, float *running_var,
+                                float *y, float *save)
+{
+    double m = (double)n * (double)plane;
+    for (int ch = 0; ch < c; ch++) {
+        double mean = bn_channel_sum(x, n, c, plane, ch, 0, 0) / m;
+        double var = bn_channel_sum(x, n, c, plane, ch, mean, 1) / m;
+        double unbiased = m > 1 ? var * m / (m - 1) : var;
+        save[ch] = (float)mean;
+        save[c + ch] = (float)(1.0 / sqrt(var + GT_BN_EPS));
+        running_mean[ch] = (float)((1 - GT_BN_MOMENTUM) * running_mean[ch] + GT_BN_MOMENTUM * mean);
+        running_var[ch] =
+            (float)((1 - GT_BN_MOMENTUM) * running_var[ch] + GT_BN_MOMENTUM * unbiased);
+        bn_channel_apply(x, n, c, plane, ch, gamma[ch], beta[ch], save[ch], save[c + ch], y);
+    }
+}
+
+void gt_batchnorm_forward_eval(const float *x, int n, int c, size_t plane, const float *gamma,
+                               const float *beta, const float *running_mean,
+                               const float *running_var, float *y, float *save)
+{
+    for (int ch = 0; ch < c; ch++) {
+        save[ch] = running_mean[ch];
+        save[c + ch] = (float)(1.0 / sqrt((double)running_var[ch] + GT_BN_EPS));
+        bn_channel_apply(x, n, c, plane, ch, gamma[ch], beta[ch], save[ch], save[c + ch], y);
+    }
+}
+
+/* With batch statistics, mean and variance depend on every x of the channel:
+ * dx = gamma * invstd / m * (m * dy - sum(dy) - xhat * sum(dy * xhat)). With running statistics
+ * the layer is a per-channel affine map: dx = gamma * invstd * dy. */
+void gt_batchnorm_backward(const float *x, const float *dy, int n, int c, size_t plane,
+                           const float *gamma, const float *save, int batch_stats, float *dx,
+                           float *dgamma, float *dbeta)
+{
+    double m = (double)n * (double)plane;
+    for (int ch = 0; ch < c; ch++) {
+        double mean = save[ch], invstd = save[c + ch], sum_dy = 0, sum_dy_xhat = 0;
+        for (int i = 0; i < n; i++) {
+            size_t at = ((size_t)i * c + ch) * plane;
+            for (size_t j = 0; j < plane; j++) {
+                sum_dy += dy[at + j];
+                sum_dy_xhat += (double)dy[at + j] * (((double)x[at + j] - mean) * invstd);
+            }
+        }
+        dgamma[ch] += (float)sum_dy_xhat;
+        dbeta[ch] += (float)sum_dy;
+        if (!dx)
+            continue;
+        double k = gamma[ch] * invstd;
+        for (int i = 0; i < n; i++) {
+            size_t at = ((size_t)i * c + ch) * plane;
+            for (size_t j = 0; j < plane; j++) {
+                double g = dy[at + j];
+                if (batch_stats)
+                    g -= (sum_dy + ((double)x[at + j] - mean) * invstd * sum_dy_xhat) / m;
+                dx[at + j] = (float)(k * g);
+            }
+        }
+    }
+}
+
+void gt_add(const float *a, const float *b, float *y, size_t len)
+{
+    for (size_t j = 0; j < len; j++)
+        y[j] = a[j] + b[j];
+}
+
 /* ---- activations and dropout ------------------------------------------------------------------ */
 
 int gt_act_forward(gt_layer_kind kind, const float *x, float *y, size_t len)
@@ -465,6 +648,11 @@ int gt_act_forward(gt_layer_kind kind, const float *x, float *y, size_t len)
     case GT_AVGPOOL:
     case GT_MAXPOOL:
     case GT_DROPOUT:
+    case GT_BATCHNORM:
+    case GT_GAP:
+    case GT_RES_BEGIN:
+    case GT_RES_SPLIT:
+    case GT_RES_END:
         break;
     }
     return -1; /* not an activation, or not a kind at all */
@@ -490,6 +678,11 @@ int gt_act_backward(gt_layer_kind kind, const float *y, const float *dy, float *
     case GT_AVGPOOL:
     case GT_MAXPOOL:
     case GT_DROPOUT:
+    case GT_BATCHNORM:
+    case GT_GAP:
+    case GT_RES_BEGIN:
+    case GT_RES_SPLIT:
+    case GT_RES_END:
         break;
     }
     return -1; /* not an activation, or not a kind at all */

@@ -185,7 +185,7 @@ static int setup_model(const gt_config *c, int ch, int h, int w, int k, setup *s
     s->m = malloc(sizeof *s->m);
     if (!s->m)
         return gt_fail(e, "out of memory");
-    if (gt_model_build(c->model, ch, h, w, k, s->m, e) != 0) {
+    if (gt_model_build(c->model, ch, h, w, k, s->m, e) != 0 || gt_model_check_runnable(s->m, e)) {
         free(s->m);
         s->m = NULL;
         return -1;
@@ -637,11 +637,18 @@ static int resume_same(const gt_config *c, const gt_data *d, const gt_ckpt_meta 
         return gt_fail(e, "--optimizer %s: %s was trained with --optimizer %s (its state is in the "
                        "file); resume with --optimizer %s", gt_optimizer_name(c->optim.kind),
                        c->resume, meta->optimizer, meta->optimizer);
-    if (meta->train_samples && meta->train_samples != d->train.n)
+    int limited = flag_given(argc, argv, "--train-samples");
+    if (meta->train_samples && meta->train_samples != d->train.n && limited)
         return gt_fail(e, "--train-samples: %s was trained on %llu training samples, this run has "
                        "%u; resume with --train-samples %llu", c->resume,
                        (unsigned long long)meta->train_samples, d->train.n,
                        (unsigned long long)meta->train_samples);
+    if (meta->train_samples && meta->train_samples != d->train.n)
+        return gt_fail(e, "--data: %s was trained on other data or a part of it (%llu training "
+                       "samples, fingerprint %08x; this data %s: %u, %08x); resume with its "
+                       "--data, and --train-samples %llu if that run took a part", c->resume,
+                       (unsigned long long)meta->train_samples, meta->data_fingerprint, d->dir,
+                       d->train.n, d->fingerprint, (unsigned long long)meta->train_samples);
     if (meta->data_fingerprint != d->fingerprint)
         return gt_fail(e, "--data: %s was trained on other data (fingerprint %08x, this data %s: "
                        "%08x)", c->resume, meta->data_fingerprint, d->dir, d->fingerprint);
@@ -723,6 +730,7 @@ static int check_model_spec(const gt_config *c, const gt_data *d, gt_err *e)
     if (!m)
         return gt_fail(e, "out of memory");
     int rc = gt_model_build(c->model, d->train.c, d->train.h, d->train.w, d->train.nclasses, m, e);
+    rc = rc == 0 ? gt_model_check_runnable(m, e) : rc;
     free(m);
     return rc;
 }

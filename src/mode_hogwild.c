@@ -156,6 +156,22 @@ static void hogwild_fail(run *r, worker *w, const range *rg, int nrg)
     pthread_mutex_unlock(&r->mu);
 }
 
+/* The step every part of the epoch has done, as a checkpoint or evaluation taken now records it:
+ * dynamic, the batches taken from the cursor less those in flight; static, the slowest slice's
+ * (less its steps in flight), from which every slice goes on at a resume. Caller holds r->mu. */
+static uint64_t hogwild_done_step_locked(const run *r)
+{
+    if (r->cfg->balance == GT_BALANCE_DYNAMIC)
+        return hog(r)->cursor - hog(r)->pipe_inflight;
+    uint64_t step = UINT64_MAX;
+    for (int i = 0; i < r->W; i++) {
+        const hogwild_worker *h = hw(&r->workers[i]);
+        if (h->slice_pos - h->pipe_inflight < step)
+            step = h->slice_pos - h->pipe_inflight;
+    }
+    return step;
+}
+
 /* After a step's push: telemetry, evaluations and checkpoints that fell due (at the position of
  * the batches pushed so far), the stop check and the rounds across hosts. */
 static void hogwild_done(run *r, worker *w, const gt_step_out *o, int n, uint64_t step)
@@ -168,10 +184,7 @@ static void hogwild_done(run *r, worker *w, const gt_step_out *o, int n, uint64_
         hog(r)->pipe_inflight--;
     }
     worker_account_step_locked(r, w, o, n);
-    jobs_post_due_locked(r, r->cfg->balance == GT_BALANCE_DYNAMIC
-                                 ? hog(r)->cursor - hog(r)->pipe_inflight
-                                 : hw(w)->slice_pos - hw(w)->pipe_inflight,
-                          atomic_load(&r->ps.updates));
+    jobs_post_due_locked(r, hogwild_done_step_locked(r), atomic_load(&r->ps.updates));
     if (stop_asked(r))
         r->halt = 1;
     uint64_t round = hogwild_round_turn_locked(r);

@@ -28,6 +28,13 @@ typedef struct model_builtin {
     const char *spec;
 } model_builtin;
 
+/* The residual networks' basic block: conv3x3 BN ReLU conv3x3 BN plus the shortcut, then ReLU.
+ * The shortcut is the identity, or conv1x1 BN where the block strides or widens. */
+#define RES_SAME(C) "res[ conv:" #C ":3:1:1:nobias bn relu conv:" #C ":3:1:1:nobias bn ] relu "
+#define RES_DOWN(C)                                                                         \
+    "res[ conv:" #C ":3:1:2:nobias bn relu conv:" #C ":3:1:1:nobias bn | conv:" #C           \
+    ":1:0:2:nobias bn ] relu "
+
 static const model_builtin model_builtins[] = {
     {"lenet5", "conv:6:5 relu avgpool:2 conv:16:5 relu avgpool:2 fc:120 relu fc:84 relu fc:10"},
     {"lenet5-classic", "init:xavier conv:6:5:2 sigmoid avgpool:2 conv:16:5 sigmoid avgpool:2 "
@@ -35,24 +42,43 @@ static const model_builtin model_builtins[] = {
     {"mlp", "fc:256 relu fc:128 relu fc:10"},
     {"cnn-wide", "conv:32:5:2 relu maxpool:2 conv:64:5:2 relu maxpool:2 fc:1024 relu dropout:0.4 "
                  "fc:10"},
+    /* He et al.'s CIFAR ResNet-20: 3 stages of 3 blocks, 16/32/64 channels. */
+    {"resnet20", "init:kaiming names:resnet conv:16:3:1:1:nobias bn relu " RES_SAME(16) RES_SAME(16) RES_SAME(16)
+                 RES_DOWN(32) RES_SAME(32) RES_SAME(32) RES_DOWN(64) RES_SAME(64) RES_SAME(64)
+                 "gap fc:10"},
+    /* ResNet-18 for small images: a 3x3 stem without max-pool, 4 stages of 2 blocks. */
+    {"resnet18", "init:kaiming names:resnet conv:64:3:1:1:nobias bn relu " RES_SAME(64) RES_SAME(64)
+                 RES_DOWN(128) RES_SAME(128) RES_DOWN(256) RES_SAME(256) RES_DOWN(512)
+                 RES_SAME(512) "gap fc:10"},
 };
+
+#define MODEL_BUILTIN_NAMES "lenet5 lenet5-classic mlp cnn-wide resnet20 resnet18"
 
 /* Where the text being parsed came from, and each layer's token as written, for messages. */
 typedef struct model_parse {
     const char *where;  /* "--model" or "--model: FILE" */
     const char *tok[GT_MAX_LAYERS];
     int toklen[GT_MAX_LAYERS];
-    int init_seen;
+    int init_seen, names_seen;
+    int open[GT_MAX_BLOCK_DEPTH]; /* the res[ of each open block, innermost last */
+    int split[GT_MAX_BLOCK_DEPTH]; /* and its |, or -1 */
+    int depth;
 } model_parse;
 
-const char *gt_model_builtin_spec(const char *name)
+static const model_builtin *model_builtin_find(const char *name)
 {
     if (!name)
         return NULL;
     for (size_t i = 0; i < sizeof model_builtins / sizeof *model_builtins; i++)
         if (strcmp(model_builtins[i].name, name) == 0)
-            return model_builtins[i].spec;
+            return &model_builtins[i];
     return NULL;
+}
+
+const char *gt_model_builtin_spec(const char *name)
+{
+    const model_builtin *b = model_builtin_find(name);
+    return b ? b->spec : NULL;
 }
 
 /* "--model: layer N 'TOKEN': message" for the layer at idx. */
@@ -84,8 +110,8 @@ static int parse_layer(gt_layer *l, const model_parse *ps, int idx, gt_err *e)
     if (!row) {
         char words[128];
         gt_layer_kind_words(words, sizeof words);
-        return token_fail(e, ps, idx, "unknown layer (%s init; built-in models: lenet5 "
-                                      "lenet5-classic mlp cnn-wide)", words);
+        return token_fail(e, ps, idx, "unknown layer (%s init; built-in models: "
+                                      MODEL_BUILTIN_NAMES ")", words);
     }
     gt_err why;
     if (row->parse(&t, l, &why))
@@ -104,10 +130,29 @@ static int parse_init(const char *s, int len, gt_model *m, model_parse *ps, gt_e
         m->init = GT_INIT_TORCH;
     else if (t.n == 2 && field_is(&t, 1, "xavier"))
         m->init = GT_INIT_XAVIER;
+    else if (t.n == 2 && field_is(&t, 1, "kaiming"))
+        m->init = GT_INIT_KAIMING;
     else
-        return gt_fail(e, "%s: '%.*s': unknown init (init:torch or init:xavier)", ps->where, len,
-                       s);
+        return gt_fail(e, "%s: '%.*s': unknown init (init:torch, init:xavier or init:kaiming)",
+                       ps->where, len, s);
     ps->init_seen = 1;
+    return 0;
+}
+
+static int parse_names(const char *s, int len, gt_model *m, model_parse *ps, gt_err *e)
+{
+    gt_layer_token t;
+    gt_layer_token_split(s, len, &t);
+    if (ps->names_seen)
+        return gt_fail(e, "%s: '%.*s': names given twice", ps->where, len, s);
+    if (t.n == 2 && field_is(&t, 1, "plain"))
+        m->resnet_names = 0;
+    else if (t.n == 2 && field_is(&t, 1, "resnet"))
+        m->resnet_names = 1;
+    else
+        return gt_fail(e, "%s: '%.*s': unknown names (names:plain or names:resnet)", ps->where,
+                       len, s);
+    ps->names_seen = 1;
     return 0;
 }
 
@@ -116,7 +161,65 @@ static int is_separator(char c)
     return c == ' ' || c == ',' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
 }
 
-/* Tokenises text[0..len) into m->layers (kinds and hyper-parameters only) and m->init. */
+/* Matches layer idx, when it is a block marker, with its block's others (model.h's peer). */
+static int model_match_block(gt_model *m, model_parse *ps, int idx, gt_err *e)
+{
+    gt_layer *l = &m->layers[idx];
+    int d = ps->depth;
+    switch (l->kind) {
+    case GT_RES_BEGIN:
+        if (d == GT_MAX_BLOCK_DEPTH)
+            return token_fail(e, ps, idx, "more than %d residual blocks inside each other",
+                              GT_MAX_BLOCK_DEPTH);
+        ps->open[d] = idx;
+        ps->split[d] = -1;
+        ps->depth++;
+        return 0;
+    case GT_RES_SPLIT:
+        if (d == 0)
+            return token_fail(e, ps, idx, "'|' outside a residual block res[ ... ]");
+        if (ps->split[d - 1] >= 0)
+            return token_fail(e, ps, idx, "a second '|' in the block opened at layer %d",
+                              ps->open[d - 1] + 1);
+        l->peer = ps->open[d - 1];
+        ps->split[d - 1] = idx;
+        return 0;
+    case GT_RES_END:
+        if (d == 0)
+            return token_fail(e, ps, idx, "']' without its res[");
+        l->peer = ps->split[d - 1] >= 0 ? ps->split[d - 1] : ps->open[d - 1];
+        m->layers[ps->open[d - 1]].peer = idx;
+        ps->depth--;
+        return 0;
+    case GT_CONV:
+    case GT_LINEAR:
+    case GT_AVGPOOL:
+    case GT_MAXPOOL:
+    case GT_RELU:
+    case GT_SIGMOID:
+    case GT_TANH:
+    case GT_DROPOUT:
+    case GT_BATCHNORM:
+    case GT_GAP:
+        break;
+    }
+    return 0;
+}
+
+/* Where the token at text[i] ends: at a separator or '#'; after a '['; and ']' and '|' are
+ * tokens of their own. */
+static size_t token_end(const char *text, size_t len, size_t i)
+{
+    if (text[i] == ']' || text[i] == '|')
+        return i + 1;
+    while (i < len && !is_separator(text[i]) && text[i] != '#' && text[i] != ']' &&
+           text[i] != '|')
+        if (text[i++] == '[')
+            break;
+    return i;
+}
+
+/* Tokenises text[0..len) into m->layers (kinds, hyper-parameters and block peers) and m->init. */
 static int model_parse_spec(const char *text, size_t len, gt_model *m, model_parse *ps, gt_err *e)
 {
     size_t i = 0;
@@ -131,9 +234,8 @@ static int model_parse_spec(const char *text, size_t len, gt_model *m, model_par
             continue;
         }
         const char *tok = text + i;
-        size_t n = 0;
-        while (i < len && !is_separator(text[i]) && text[i] != '#')
-            i++, n++;
+        size_t n = token_end(text, len, i) - i;
+        i += n;
         if (n > MODEL_MAX_TOKEN)
             return gt_fail(e, "%s: token '%.*s...' is longer than %d characters", ps->where,
                            MODEL_MAX_TOKEN, tok, MODEL_MAX_TOKEN);
@@ -142,24 +244,32 @@ static int model_parse_spec(const char *text, size_t len, gt_model *m, model_par
                 return -1;
             continue;
         }
+        if (n >= 6 && memcmp(tok, "names:", 6) == 0) {
+            if (parse_names(tok, (int)n, m, ps, e))
+                return -1;
+            continue;
+        }
         if (m->nlayers == GT_MAX_LAYERS)
             return gt_fail(e, "%s: layer %d '%.*s': more than %d layers", ps->where,
                            m->nlayers + 1, (int)n, tok, GT_MAX_LAYERS);
         ps->tok[m->nlayers] = tok;
         ps->toklen[m->nlayers] = (int)n;
-        if (parse_layer(&m->layers[m->nlayers], ps, m->nlayers, e))
+        if (parse_layer(&m->layers[m->nlayers], ps, m->nlayers, e) ||
+            model_match_block(m, ps, m->nlayers, e))
             return -1;
         m->nlayers++;
     }
     if (m->nlayers == 0)
         return gt_fail(e, "%s: empty model spec (no layers)", ps->where);
+    if (ps->depth)
+        return token_fail(e, ps, ps->open[ps->depth - 1], "the residual block is not closed "
+                          "with ']'");
     return 0;
 }
 
-static void model_add_tensor(gt_model *m, const char *layer, const char *what, size_t offset,
-                             int rank, const int *shape, size_t len)
+static void model_add_tensor(gt_tensor_info *t, const char *layer, const char *what,
+                             size_t offset, int rank, const int *shape, size_t len)
 {
-    gt_tensor_info *t = &m->tensors[m->ntensors++];
     snprintf(t->name, sizeof t->name, "%s.%s", layer, what);
     t->offset = offset;
     t->rank = rank;
@@ -168,34 +278,85 @@ static void model_add_tensor(gt_model *m, const char *layer, const char *what, s
     t->len = len;
 }
 
-/* Gives layer l (shapes already set) its name, weight and bias ranges and tensors. */
-static void model_place_params(gt_model *m, gt_layer *l, unsigned char *nconv,
-                               unsigned char *nfc)
+/* Names every layer with parameters c1, c2, ... b1, ... f1, ... in order (its row's prefix). */
+static void model_name_sequential(gt_model *m)
 {
-    int conv = l->kind == GT_CONV;
-    unsigned char number = conv ? ++*nconv : ++*nfc; /* at most GT_MAX_LAYERS */
-    snprintf(l->name, sizeof l->name, "%c%hhu", conv ? 'c' : 'f', number);
-    l->w_off = m->nparams;
-    l->b_len = (size_t)l->out_c;
-    if (conv) {
-        l->w_len = (size_t)l->out_c * (size_t)l->in_c * (size_t)l->k * (size_t)l->k;
-        int shape[4] = {l->out_c, l->in_c, l->k, l->k};
-        model_add_tensor(m, l->name, "weight", l->w_off, 4, shape, l->w_len);
-    } else {
-        l->w_len = (size_t)l->out_c * l->in_len;
-        int shape[2] = {l->out_c, (int)l->in_len};
-        model_add_tensor(m, l->name, "weight", l->w_off, 2, shape, l->w_len);
+    unsigned char count[3] = {0}; /* conv, batch norm, linear: at most GT_MAX_LAYERS each */
+    for (int i = 0; i < m->nlayers; i++) {
+        gt_layer *l = &m->layers[i];
+        char prefix = gt_layer_kind_of(l->kind)->param_prefix;
+        if (!prefix)
+            continue;
+        int which = prefix == 'c' ? 0 : prefix == 'b' ? 1 : 2;
+        snprintf(l->name, sizeof l->name, "%c%hhu", prefix, ++count[which]);
     }
-    l->b_off = l->w_off + l->w_len;
-    model_add_tensor(m, l->name, "bias", l->b_off, 1, &l->out_c, l->b_len);
+}
+
+/* Names the layers as the PyTorch reference of the residual built-ins does: its stem
+ * Sequential(conv, bn, relu) gives stem.0 and stem.1; block N (numbered across stages) has
+ * layers.N.c1, .b1, .c2, .b2 and its shortcut Sequential(conv, bn) layers.N.short.0 and .1; the
+ * classifier after the blocks is fc. */
+static void model_name_resnet(gt_model *m)
+{
+    int started = 0, inside = 0, shortcut = 0;
+    unsigned char block = 0, nth = 0, convs = 0, bns = 0; /* below GT_MAX_LAYERS */
+    for (int i = 0; i < m->nlayers; i++) {
+        gt_layer *l = &m->layers[i];
+        if (l->kind == GT_RES_BEGIN) {
+            block = started ? block + 1 : 0;
+            started = inside = 1, shortcut = 0, nth = convs = bns = 0;
+        }
+        else if (l->kind == GT_RES_SPLIT)
+            shortcut = 1;
+        else if (l->kind == GT_RES_END)
+            inside = 0, nth = 0;
+        if (!gt_layer_kind_of(l->kind)->param_prefix)
+            continue;
+        if (inside && shortcut)
+            snprintf(l->name, sizeof l->name, "layers.%hhu.short.%hhu", block, nth++);
+        else if (inside)
+            snprintf(l->name, sizeof l->name, "layers.%hhu.%c%hhu", block,
+                     l->kind == GT_CONV ? 'c' : 'b', l->kind == GT_CONV ? ++convs : ++bns);
+        else if (!started)
+            snprintf(l->name, sizeof l->name, "stem.%hhu", nth++);
+        else
+            snprintf(l->name, sizeof l->name, "fc");
+    }
+}
+
+/* Gives layer l (shapes and name already set) its weight, bias and buffer ranges and tensors:
+ * parameters weight then bias; batch norm's buffers running_mean, running_var and the rank-0
+ * num_batches_tracked. */
+static void model_place_params(gt_model *m, gt_layer *l)
+{
+    size_t lens[3];
+    gt_layer_param_lens(l, lens);
+    int c = l->kind == GT_BATCHNORM ? l->in_c : l->out_c;
+    int shape[4] = {c, l->in_c, l->k, l->k}, rank = l->kind == GT_CONV ? 4 : 1;
+    if (l->kind == GT_LINEAR)
+        shape[1] = (int)l->in_len, rank = 2;
+    l->w_off = m->nparams, l->w_len = lens[0];
+    l->b_off = l->w_off + l->w_len, l->b_len = lens[1];
+    model_add_tensor(&m->tensors[m->ntensors++], l->name, "weight", l->w_off, rank, shape,
+                     l->w_len);
+    if (l->b_len)
+        model_add_tensor(&m->tensors[m->ntensors++], l->name, "bias", l->b_off, 1, &c, l->b_len);
     m->nparams = l->b_off + l->b_len;
+    l->s_off = m->nbuffers, l->s_len = lens[2];
+    if (!l->s_len)
+        return;
+    gt_tensor_info *t = &m->buffer_tensors[m->nbuffer_tensors];
+    model_add_tensor(t, l->name, "running_mean", l->s_off, 1, &c, (size_t)c);
+    model_add_tensor(t + 1, l->name, "running_var", l->s_off + (size_t)c, 1, &c, (size_t)c);
+    model_add_tensor(t + 2, l->name, "num_batches_tracked", l->s_off + 2 * (size_t)c, 0, NULL, 1);
+    m->nbuffer_tensors += 3;
+    m->nbuffers = l->s_off + l->s_len;
 }
 
 /* Fills every layer's shapes, lengths and parameter ranges, the tensors, nparams and max_act. */
 static int model_infer_shapes(gt_model *m, const model_parse *ps, gt_err *e)
 {
     int c = m->in_c, h = m->in_h, w = m->in_w;
-    unsigned char nconv = 0, nfc = 0;
     m->max_act = (size_t)c * (size_t)h * (size_t)w;
     for (int i = 0; i < m->nlayers; i++) {
         gt_layer *l = &m->layers[i];
@@ -205,7 +366,7 @@ static int model_infer_shapes(gt_model *m, const model_parse *ps, gt_err *e)
         l->in_len = (size_t)c * (size_t)h * (size_t)w;
         long long out[3];
         gt_err why;
-        if (gt_layer_out_shape(l, out, &why))
+        if (gt_layer_model_shape(m, i, out, &why))
             return token_fail(e, ps, i, "%s", why.msg);
         if (out[1] < 1 || out[2] < 1)
             return token_fail(e, ps, i, "output %lldx%lldx%lld from input %dx%dx%d is "
@@ -224,11 +385,23 @@ static int model_infer_shapes(gt_model *m, const model_parse *ps, gt_err *e)
             m->max_act = l->out_len;
         if (!gt_layer_kind_of(l->kind)->param_prefix)
             continue;
-        model_place_params(m, l, &nconv, &nfc);
+        model_place_params(m, l);
         if (m->nparams > MODEL_MAX_COUNT)
             return token_fail(e, ps, i, "the model reaches %zu parameters (limit %llu)",
                               m->nparams, MODEL_MAX_COUNT);
     }
+    return 0;
+}
+
+/* names:resnet follows the reference's one layout; a spec outside it (two layers after the last
+ * block, a block inside a block) would name two tensors alike, which checkpoints cannot hold. */
+static int model_check_names(const gt_model *m, const char *where, gt_err *e)
+{
+    for (int i = 0; i < m->ntensors; i++)
+        for (int j = 0; j < i; j++)
+            if (strcmp(m->tensors[i].name, m->tensors[j].name) == 0)
+                return gt_fail(e, "%s: names:resnet names two tensors %s (it takes a stem, "
+                               "blocks not nested, then one fc)", where, m->tensors[i].name);
     return 0;
 }
 
@@ -263,7 +436,10 @@ static int model_write_spec(gt_model *m, const char *where, gt_err *e)
 {
     char tok[64];
     size_t pos = 0;
-    int rc = spec_append(m, &pos, m->init == GT_INIT_XAVIER ? "init:xavier" : "init:torch");
+    static const char *const init_words[] = {"init:torch", "init:xavier", "init:kaiming"};
+    int rc = spec_append(m, &pos, init_words[m->init]);
+    if (rc == 0 && m->resnet_names) /* names:plain, the default, is left out */
+        rc = spec_append(m, &pos, "names:resnet");
     for (int i = 0; rc == 0 && i < m->nlayers; i++) {
         gt_layer_kind_of(m->layers[i].kind)->format(&m->layers[i], tok, sizeof tok);
         rc = spec_append(m, &pos, tok);
@@ -338,10 +514,16 @@ static int model_build_text(const char *text, size_t len, const char *builtin, c
     /* A built-in's output width follows the dataset, so it runs on any class count. */
     if (rc == 0 && builtin)
         m->layers[m->nlayers - 1].out_c = nclasses;
+    if (rc == 0 && m->resnet_names)
+        model_name_resnet(m);
+    else if (rc == 0)
+        model_name_sequential(m);
     if (rc == 0)
         rc = model_infer_shapes(m, &ps, e);
     if (rc == 0)
         rc = model_check_output(m, &ps, e);
+    if (rc == 0)
+        rc = model_check_names(m, ps.where, e);
     if (rc == 0)
         rc = model_write_spec(m, ps.where, e);
     return rc;
@@ -404,12 +586,31 @@ static void fill_uniform(gt_rng *r, float *x, size_t n, double bound)
         x[i] = (float)(bound * (2.0 * gt_rng_uniform(r) - 1.0));
 }
 
+/* Normal with mean 0 and standard deviation sd, by Box-Muller (one value per pair of draws). */
+static void fill_normal(gt_rng *r, float *x, size_t n, double sd)
+{
+    for (size_t i = 0; i < n; i++) {
+        double u = 1.0 - gt_rng_uniform(r), v = gt_rng_uniform(r); /* u in (0, 1] */
+        x[i] = (float)(sd * sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v));
+    }
+}
+
+static void fill_const(float *x, size_t n, float v)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = v;
+}
+
 void gt_model_init_params(const gt_model *m, float *params, uint64_t seed)
 {
     gt_rng r;
     gt_rng_seed(&r, seed);
     for (int i = 0; i < m->nlayers; i++) {
         const gt_layer *l = &m->layers[i];
+        if (l->kind == GT_BATCHNORM) {
+            fill_const(params + l->w_off, l->w_len, 1.0f);
+            fill_const(params + l->b_off, l->b_len, 0.0f);
+        }
         if (l->kind != GT_CONV && l->kind != GT_LINEAR)
             continue;
         int conv = l->kind == GT_CONV;
@@ -417,7 +618,11 @@ void gt_model_init_params(const gt_model *m, float *params, uint64_t seed)
         double fan_in = conv ? l->in_c * kk : (double)l->in_len, fan_out = l->out_c * kk;
         if (m->init == GT_INIT_XAVIER) {
             fill_uniform(&r, params + l->w_off, l->w_len, sqrt(6.0 / (fan_in + fan_out)));
-            memset(params + l->b_off, 0, l->b_len * sizeof *params);
+            fill_const(params + l->b_off, l->b_len, 0.0f);
+        } else if (m->init == GT_INIT_KAIMING && conv) {
+            /* kaiming_normal_(mode='fan_out', nonlinearity='relu'): gain sqrt(2). */
+            fill_normal(&r, params + l->w_off, l->w_len, sqrt(2.0 / fan_out));
+            fill_const(params + l->b_off, l->b_len, 0.0f);
         } else {
             /* kaiming_uniform(a=sqrt(5)) reduces to the bias's bound 1/sqrt(fan_in). */
             fill_uniform(&r, params + l->w_off, l->w_len, 1.0 / sqrt(fan_in));
@@ -426,12 +631,44 @@ void gt_model_init_params(const gt_model *m, float *params, uint64_t seed)
     }
 }
 
-const gt_tensor_info *gt_model_tensor(const gt_model *m, const char *name)
+void gt_model_init_buffers(const gt_model *m, float *buffers)
+{
+    for (int i = 0; i < m->nlayers; i++) {
+        const gt_layer *l = &m->layers[i];
+        if (l->kind != GT_BATCHNORM)
+            continue;
+        fill_const(buffers + l->s_off, (size_t)l->in_c, 0.0f);
+        fill_const(buffers + l->s_off + l->in_c, (size_t)l->in_c, 1.0f);
+        buffers[l->s_off + 2 * (size_t)l->in_c] = 0.0f;
+    }
+}
+
+static const gt_tensor_info *tensor_find(const gt_tensor_info *t, int n, const char *name)
 {
     if (!name)
         return NULL;
-    for (int i = 0; i < m->ntensors; i++)
-        if (strcmp(m->tensors[i].name, name) == 0)
-            return &m->tensors[i];
+    for (int i = 0; i < n; i++)
+        if (strcmp(t[i].name, name) == 0)
+            return &t[i];
     return NULL;
+}
+
+const gt_tensor_info *gt_model_tensor(const gt_model *m, const char *name)
+{
+    return tensor_find(m->tensors, m->ntensors, name);
+}
+
+const gt_tensor_info *gt_model_buffer(const gt_model *m, const char *name)
+{
+    return tensor_find(m->buffer_tensors, m->nbuffer_tensors, name);
+}
+
+int gt_model_check_runnable(const gt_model *m, gt_err *e)
+{
+    for (int l = 0; m->nbuffers > 0 && l < m->nlayers; l++)
+        if (m->layers[l].kind == GT_BATCHNORM)
+            return gt_fail(e, "model %s: layer %d 'bn': batch norm is not yet trained, evaluated "
+                           "or used by predict (its running statistics have no place in the "
+                           "parameter store yet); models without bn run", m->name, l + 1);
+    return 0;
 }

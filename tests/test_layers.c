@@ -88,25 +88,27 @@ static double dot_double(const float *a, const float *b, size_t len)
 /* ---- convolution ------------------------------------------------------------------------------- */
 
 typedef struct conv_case {
-    int n, c, h, w, o, k, pad, oh, ow;
+    int n, c, h, w, o, k, pad, stride, oh, ow;
     float *x, *wt, *b, *y, *g, *col;
 } conv_case;
 
 static double conv_loss(void *ctx)
 {
     conv_case *t = ctx;
-    gt_conv2d_forward(t->x, t->n, t->c, t->h, t->w, t->wt, t->b, t->o, t->k, t->pad, t->y, t->col);
+    gt_conv2d_forward_strided(t->x, t->n, t->c, t->h, t->w, t->wt, t->b, t->o, t->k, t->pad,
+                              t->stride, t->y, t->col);
     return dot_double(t->y, t->g, (size_t)t->n * t->o * t->oh * t->ow);
 }
 
-/* The definition, in double: y[i][o][oy][ox] = b[o] + sum w[o][ci][ky][kx] x[i][ci][iy][ix]. */
+/* The definition, in double: y[i][o][oy][ox] = b[o] + sum w[o][ci][ky][kx] x[i][ci][iy][ix]
+ * with iy = oy * stride + ky - pad. */
 static double conv_naive(const conv_case *t, int i, int oc, int oy, int ox)
 {
-    double s = t->b[oc];
+    double s = t->b ? t->b[oc] : 0;
     for (int ci = 0; ci < t->c; ci++)
         for (int ky = 0; ky < t->k; ky++)
             for (int kx = 0; kx < t->k; kx++) {
-                int iy = oy + ky - t->pad, ix = ox + kx - t->pad;
+                int iy = oy * t->stride + ky - t->pad, ix = ox * t->stride + kx - t->pad;
                 if (iy < 0 || iy >= t->h || ix < 0 || ix >= t->w)
                     continue;
                 s += (double)t->wt[((oc * t->c + ci) * t->k + ky) * t->k + kx] *
@@ -115,19 +117,26 @@ static double conv_naive(const conv_case *t, int i, int oc, int oy, int ox)
     return s;
 }
 
-static void test_conv_case(int n, int c, int h, int w, int o, int k, int pad)
+/* A stride above 1 or no bias (bias 0) goes through the strided functions; the stride-1 calls
+ * through gt_conv2d_forward and _backward, which must give the same bits. */
+static void test_conv_case(int n, int c, int h, int w, int o, int k, int pad, int stride, int bias)
 {
-    conv_case t = {.n = n, .c = c, .h = h, .w = w, .o = o, .k = k, .pad = pad,
-                   .oh = h + 2 * pad - k + 1, .ow = w + 2 * pad - k + 1};
+    conv_case t = {.n = n, .c = c, .h = h, .w = w, .o = o, .k = k, .pad = pad, .stride = stride,
+                   .oh = (h + 2 * pad - k) / stride + 1, .ow = (w + 2 * pad - k) / stride + 1};
     size_t in_len = (size_t)n * c * h * w, out_len = (size_t)n * o * t.oh * t.ow;
     size_t w_len = (size_t)o * c * k * k;
-    char what[64];
+    char what[80], name[64];
+    snprintf(name, sizeof name, "conv %dx%dx%d k%d pad%d stride%d%s", c, h, w, k, pad, stride,
+             bias ? "" : " nobias");
     t.x = fill_uniform(in_len, -1, 1);
     t.wt = fill_uniform(w_len, -0.5f, 0.5f);
-    t.b = fill_uniform((size_t)o, -0.5f, 0.5f);
+    t.b = bias ? fill_uniform((size_t)o, -0.5f, 0.5f) : NULL;
     t.g = fill_uniform(out_len, -1, 1);
     t.y = fill_const(out_len, NAN);
-    t.col = fill_const(gt_conv2d_col_len(c, k, t.oh, t.ow), NAN);
+    t.col = fill_const(gt_conv2d_col_len_strided(c, h, w, k, pad, stride), NAN);
+    if (stride == 1)
+        CHECK(gt_conv2d_col_len_strided(c, h, w, k, pad, 1) ==
+              gt_conv2d_col_len(c, k, t.oh, t.ow));
 
     conv_loss(&t);
     double worst = 0;
@@ -137,28 +146,45 @@ static void test_conv_case(int n, int c, int h, int w, int o, int k, int pad)
                 double want = conv_naive(&t, i, oc, p / t.ow, p % t.ow);
                 worst = fmax(worst, fabs(t.y[((size_t)i * o + oc) * t.oh * t.ow + p] - want));
             }
-    CHECK_MSG(worst < 1e-5, "conv %dx%d k%d pad%d: forward off the definition by %g", h, w, k, pad,
-              worst);
+    CHECK_MSG(worst < 1e-5, "%s: forward off the definition by %g", name, worst);
+    if (stride == 1 && bias) {
+        float *y1 = fill_const(out_len, NAN);
+        gt_conv2d_forward(t.x, n, c, h, w, t.wt, t.b, o, k, pad, y1, t.col);
+        CHECK(memcmp(y1, t.y, out_len * sizeof *y1) == 0);
+        gt_free(y1);
+    }
 
     /* Parameter gradients accumulate onto what is there; dx is overwritten. */
-    float *dw = fill_const(w_len, 0.25f), *db = fill_const((size_t)o, -0.5f);
+    float *dw = fill_const(w_len, 0.25f), *db = bias ? fill_const((size_t)o, -0.5f) : NULL;
     float *dx = fill_const(in_len, NAN);
-    float *dw_nodx = fill_const(w_len, 0), *db_nodx = fill_const((size_t)o, 0);
-    gt_conv2d_backward(t.x, t.g, n, c, h, w, t.wt, o, k, pad, dx, dw, db, t.col);
-    gt_conv2d_backward(t.x, t.g, n, c, h, w, t.wt, o, k, pad, NULL, dw_nodx, db_nodx, t.col);
+    float *dw_nodx = fill_const(w_len, 0), *db_nodx = bias ? fill_const((size_t)o, 0) : NULL;
+    gt_conv2d_backward_strided(t.x, t.g, n, c, h, w, t.wt, o, k, pad, stride, dx, dw, db, t.col);
+    gt_conv2d_backward_strided(t.x, t.g, n, c, h, w, t.wt, o, k, pad, stride, NULL, dw_nodx,
+                               db_nodx, t.col);
     for (size_t j = 0; j < w_len; j++) {
         CHECK_CLOSE(dw[j] - 0.25f, dw_nodx[j], 1e-5);
         dw[j] -= 0.25f;
     }
-    for (int j = 0; j < o; j++) {
+    for (int j = 0; bias && j < o; j++) {
         CHECK_CLOSE(db[j] + 0.5f, db_nodx[j], 1e-5);
         db[j] += 0.5f;
     }
-    snprintf(what, sizeof what, "conv %dx%dx%d k%d pad%d dw", c, h, w, k, pad);
+    if (stride == 1 && bias) {
+        float *dx1 = fill_const(in_len, NAN), *dw1 = fill_const(w_len, 0);
+        float *db1 = fill_const((size_t)o, 0);
+        gt_conv2d_backward(t.x, t.g, n, c, h, w, t.wt, o, k, pad, dx1, dw1, db1, t.col);
+        CHECK(memcmp(dx1, dx, in_len * sizeof *dx) == 0);
+        CHECK(memcmp(dw1, dw_nodx, w_len * sizeof *dw) == 0);
+        CHECK(memcmp(db1, db_nodx, (size_t)o * sizeof *db) == 0);
+        gt_free(dx1), gt_free(dw1), gt_free(db1);
+    }
+    snprintf(what, sizeof what, "%s dw", name);
     check_grad(what, t.wt, dw, w_len, conv_loss, &t);
-    snprintf(what, sizeof what, "conv %dx%dx%d k%d pad%d db", c, h, w, k, pad);
-    check_grad(what, t.b, db, (size_t)o, conv_loss, &t);
-    snprintf(what, sizeof what, "conv %dx%dx%d k%d pad%d dx", c, h, w, k, pad);
+    if (bias) {
+        snprintf(what, sizeof what, "%s db", name);
+        check_grad(what, t.b, db, (size_t)o, conv_loss, &t);
+    }
+    snprintf(what, sizeof what, "%s dx", name);
     check_grad(what, t.x, dx, in_len, conv_loss, &t);
 
     gt_free(t.x), gt_free(t.wt), gt_free(t.b), gt_free(t.g), gt_free(t.y), gt_free(t.col);
@@ -346,6 +372,159 @@ static void test_act_case(gt_layer_kind kind, const char *name)
     gt_free(t.x), gt_free(t.y), gt_free(t.g), gt_free(dx);
 }
 
+/* ---- global average pooling, batch norm and the residual add ------------------------------------ */
+
+typedef struct gap_case {
+    int n, c;
+    size_t plane;
+    float *x, *y, *g;
+} gap_case;
+
+static double gap_loss(void *ctx)
+{
+    gap_case *t = ctx;
+    gt_gap_forward(t->x, t->n, t->c, t->plane, t->y);
+    return dot_double(t->y, t->g, (size_t)t->n * t->c);
+}
+
+static void test_gap(void)
+{
+    gap_case t = {.n = 3, .c = 4, .plane = 5 * 7};
+    size_t in_len = (size_t)t.n * t.c * t.plane;
+    t.x = fill_uniform(in_len, -1, 1);
+    t.y = fill_const((size_t)t.n * t.c, NAN);
+    t.g = fill_uniform((size_t)t.n * t.c, -1, 1);
+    gap_loss(&t);
+    for (int pl = 0; pl < t.n * t.c; pl++) {
+        double sum = 0;
+        for (size_t j = 0; j < t.plane; j++)
+            sum += t.x[pl * t.plane + j];
+        CHECK_CLOSE(t.y[pl], sum / (double)t.plane, 1e-6);
+    }
+    float *dx = fill_const(in_len, NAN);
+    gt_gap_backward(t.g, t.n, t.c, t.plane, dx);
+    check_grad("gap dx", t.x, dx, in_len, gap_loss, &t);
+    gt_free(t.x), gt_free(t.y), gt_free(t.g), gt_free(dx);
+}
+
+/* Two samples of two channels of two values; channel 0 holds 1 2 | 3 6 (mean 3, biased variance
+ * 3.5, unbiased 14/3), channel 1 holds 0 0 | 4 4 (mean 2, variance 4, unbiased 16/3). */
+static void test_batchnorm_known(void)
+{
+    const float x[8] = {1, 2, 0, 0, 3, 6, 4, 4}, gamma[2] = {2, -1}, beta[2] = {0.5f, 0};
+    float rmean[2] = {0, 0}, rvar[2] = {1, 1}, y[8], save[4];
+    gt_batchnorm_forward_train(x, 2, 2, 2, gamma, beta, rmean, rvar, y, save);
+    const double mean[2] = {3, 2}, var[2] = {3.5, 4};
+    for (int i = 0; i < 2; i++)
+        for (int ch = 0; ch < 2; ch++)
+            for (int j = 0; j < 2; j++) {
+                int at = (i * 2 + ch) * 2 + j;
+                CHECK_CLOSE(y[at], gamma[ch] * (x[at] - mean[ch]) / sqrt(var[ch] + 1e-5) + beta[ch],
+                            1e-6);
+            }
+    CHECK_CLOSE(y[0], 2 * -2 / sqrt(3.50001) + 0.5, 1e-6); /* -1.638071 */
+    CHECK_CLOSE(y[3], -1 * -2 / sqrt(4.00001), 1e-6);      /* 0.999999 */
+    CHECK_CLOSE(save[0], 3, 1e-7);
+    CHECK_CLOSE(save[3], 1 / sqrt(4.00001), 1e-7);
+    CHECK_CLOSE(rmean[0], 0.3, 1e-7);
+    CHECK_CLOSE(rmean[1], 0.2, 1e-7);
+    CHECK_CLOSE(rvar[0], 0.9 + 0.1 * 14.0 / 3.0, 1e-6);
+    CHECK_CLOSE(rvar[1], 0.9 + 0.1 * 16.0 / 3.0, 1e-6);
+
+    /* Evaluation normalises with the running statistics and leaves them alone. */
+    float keep_mean[2] = {rmean[0], rmean[1]}, keep_var[2] = {rvar[0], rvar[1]};
+    gt_batchnorm_forward_eval(x, 2, 2, 2, gamma, beta, rmean, rvar, y, save);
+    for (int at = 0; at < 8; at++) {
+        int ch = (at / 2) % 2;
+        CHECK_CLOSE(y[at], gamma[ch] * (x[at] - keep_mean[ch]) / sqrt(keep_var[ch] + 1e-5) +
+                               beta[ch], 1e-6);
+    }
+    CHECK(memcmp(rmean, keep_mean, sizeof rmean) == 0 && memcmp(rvar, keep_var, sizeof rvar) == 0);
+
+    /* One value per channel: the running variance moves towards the biased variance, 0. */
+    float one[2] = {5, -5}, y1[2], rm[2] = {0, 0}, rv[2] = {1, 1};
+    gt_batchnorm_forward_train(one, 1, 2, 1, gamma, beta, rm, rv, y1, save);
+    CHECK_CLOSE(y1[0], beta[0], 1e-6);
+    CHECK_CLOSE(y1[1], beta[1], 1e-6);
+    CHECK(rv[0] == 0.9f && rm[1] == -0.5f);
+}
+
+typedef struct bn_case {
+    int n, c, train;
+    size_t plane;
+    float *x, *gamma, *beta, *rmean, *rvar, *y, *g, *save;
+} bn_case;
+
+static double bn_loss(void *ctx)
+{
+    bn_case *t = ctx;
+    if (t->train)
+        gt_batchnorm_forward_train(t->x, t->n, t->c, t->plane, t->gamma, t->beta, t->rmean,
+                                   t->rvar, t->y, t->save);
+    else
+        gt_batchnorm_forward_eval(t->x, t->n, t->c, t->plane, t->gamma, t->beta, t->rmean,
+                                  t->rvar, t->y, t->save);
+    return dot_double(t->y, t->g, (size_t)t->n * t->c * t->plane);
+}
+
+static void test_batchnorm_case(int train)
+{
+    bn_case t = {.n = 3, .c = 4, .plane = 6, .train = train};
+    size_t len = (size_t)t.n * t.c * t.plane;
+    t.x = fill_uniform(len, -1, 2);
+    t.gamma = fill_uniform(4, 0.5f, 1.5f);
+    t.beta = fill_uniform(4, -0.5f, 0.5f);
+    t.rmean = fill_uniform(4, -0.2f, 0.2f);
+    t.rvar = fill_uniform(4, 0.5f, 1.5f);
+    t.y = fill_const(len, NAN);
+    t.g = fill_uniform(len, -1, 1);
+    t.save = fill_const(8, NAN);
+    bn_loss(&t);
+    float *dx = fill_const(len, NAN), *dgamma = fill_const(4, 0.5f), *dbeta = fill_const(4, 0);
+    float *dgamma2 = fill_const(4, 0), *dbeta2 = fill_const(4, 0);
+    gt_batchnorm_backward(t.x, t.g, t.n, t.c, t.plane, t.gamma, t.save, train, dx, dgamma, dbeta);
+    gt_batchnorm_backward(t.x, t.g, t.n, t.c, t.plane, t.gamma, t.save, train, NULL, dgamma2,
+                          dbeta2);
+    for (int ch = 0; ch < 4; ch++) {
+        CHECK_CLOSE(dgamma[ch] - 0.5f, dgamma2[ch], 1e-6); /* accumulates */
+        dgamma[ch] -= 0.5f;
+    }
+    const char *mode = train ? "train" : "eval";
+    char what[64];
+    snprintf(what, sizeof what, "batchnorm %s dx", mode);
+    check_grad(what, t.x, dx, len, bn_loss, &t);
+    snprintf(what, sizeof what, "batchnorm %s dgamma", mode);
+    check_grad(what, t.gamma, dgamma, 4, bn_loss, &t);
+    snprintf(what, sizeof what, "batchnorm %s dbeta", mode);
+    check_grad(what, t.beta, dbeta, 4, bn_loss, &t);
+    if (train) { /* the batch's output per channel has mean beta and variance gamma^2 */
+        bn_loss(&t); /* check_grad leaves y from a perturbed input */
+        for (int ch = 0; ch < 4; ch++) {
+            double sum = 0, sq = 0, m = (double)t.n * t.plane;
+            for (int i = 0; i < t.n; i++)
+                for (size_t j = 0; j < t.plane; j++) {
+                    double v = t.y[((size_t)i * t.c + ch) * t.plane + j];
+                    sum += v, sq += v * v;
+                }
+            CHECK_CLOSE(sum / m, t.beta[ch], 1e-5);
+            CHECK_CLOSE(sq / m - (sum / m) * (sum / m), t.gamma[ch] * t.gamma[ch], 1e-4);
+        }
+    }
+    gt_free(t.x), gt_free(t.gamma), gt_free(t.beta), gt_free(t.rmean), gt_free(t.rvar);
+    gt_free(t.y), gt_free(t.g), gt_free(t.save), gt_free(dx), gt_free(dgamma), gt_free(dbeta);
+    gt_free(dgamma2), gt_free(dbeta2);
+}
+
+static void test_add(void)
+{
+    float a[5] = {1, -2, 3.5f, 0, 1e-3f}, b[5] = {0.5f, 2, -1, 7, 1e-3f}, y[5];
+    gt_add(a, b, y, 5);
+    for (int j = 0; j < 5; j++)
+        CHECK(y[j] == a[j] + b[j]);
+    gt_add(a, b, a, 5); /* in place */
+    CHECK(memcmp(a, y, sizeof y) == 0);
+}
+
 /* ---- dropout ----------------------------------------------------------------------------------- */
 
 typedef struct dropout_case {
@@ -469,10 +648,11 @@ typedef struct layer_desc {
     gt_layer_kind kind;
     int out, k, pad;
     float p;
+    int stride, no_bias, peer; /* stride 0 reads as 1; peer for block markers (model.h) */
 } layer_desc;
 
 /* Fills m as model.c would: shapes, offsets of weight then bias for each parameterised layer,
- * tensors, nparams and max_act. */
+ * batch norm's buffers, tensors, nparams, nbuffers and max_act. */
 static void model_make(gt_model *m, int c, int h, int w, const layer_desc *d, int nd)
 {
     memset(m, 0, sizeof *m);
@@ -480,24 +660,39 @@ static void model_make(gt_model *m, int c, int h, int w, const layer_desc *d, in
     m->in_c = c, m->in_h = h, m->in_w = w;
     m->nlayers = nd;
     m->max_act = (size_t)c * h * w;
-    int nconv = 0, nfc = 0;
+    int nconv = 0, nfc = 0, nbn = 0;
     size_t off = 0;
     for (int l = 0; l < nd; l++) {
         gt_layer *L = &m->layers[l];
         L->kind = d[l].kind;
         L->in_c = c, L->in_h = h, L->in_w = w;
-        L->k = d[l].k, L->pad = d[l].pad, L->p = d[l].p;
+        L->k = d[l].k, L->pad = d[l].pad, L->p = d[l].p, L->peer = d[l].peer;
+        L->stride = d[l].stride ? d[l].stride : 1, L->no_bias = d[l].no_bias;
         L->in_len = (size_t)c * h * w;
+        size_t b_len = 0;
         if (L->kind == GT_CONV) {
             snprintf(L->name, sizeof L->name, "c%d", ++nconv % 100);
-            c = d[l].out, h = h + 2 * L->pad - L->k + 1, w = w + 2 * L->pad - L->k + 1;
+            c = d[l].out;
+            h = (h + 2 * L->pad - L->k) / L->stride + 1, w = (w + 2 * L->pad - L->k) / L->stride + 1;
             L->w_len = (size_t)c * L->in_c * L->k * L->k;
+            b_len = L->no_bias ? 0 : (size_t)c;
         } else if (L->kind == GT_LINEAR) {
             snprintf(L->name, sizeof L->name, "f%d", ++nfc % 100);
             c = d[l].out, h = 1, w = 1;
             L->w_len = (size_t)c * L->in_len;
+            b_len = (size_t)c;
+        } else if (L->kind == GT_BATCHNORM) {
+            snprintf(L->name, sizeof L->name, "b%d", ++nbn % 100);
+            L->w_len = b_len = (size_t)c;
+            L->s_off = m->nbuffers, L->s_len = 2 * (size_t)c + 1;
+            m->nbuffers += L->s_len;
         } else if (L->kind == GT_AVGPOOL || L->kind == GT_MAXPOOL) {
             h /= L->k, w /= L->k;
+        } else if (L->kind == GT_GAP) {
+            h = w = 1;
+        } else if (L->kind == GT_RES_SPLIT) {
+            const gt_layer *B = &m->layers[L->peer];
+            c = B->in_c, h = B->in_h, w = B->in_w;
         }
         L->out_c = c, L->out_h = h, L->out_w = w;
         L->out_len = (size_t)c * h * w;
@@ -505,12 +700,14 @@ static void model_make(gt_model *m, int c, int h, int w, const layer_desc *d, in
         if (!L->w_len)
             continue;
         L->w_off = off, off += L->w_len;
-        L->b_off = off, L->b_len = (size_t)c, off += L->b_len;
+        L->b_off = off, L->b_len = b_len, off += L->b_len;
         char layer_name[sizeof L->name];
         memcpy(layer_name, L->name, sizeof layer_name);
         gt_tensor_info *t = &m->tensors[m->ntensors++];
         snprintf(t->name, sizeof t->name, "%s.weight", layer_name);
         t->offset = L->w_off, t->len = L->w_len;
+        if (!b_len)
+            continue;
         t = &m->tensors[m->ntensors++];
         snprintf(t->name, sizeof t->name, "%s.bias", layer_name);
         t->offset = L->b_off, t->len = L->b_len;
@@ -521,7 +718,7 @@ static void model_make(gt_model *m, int c, int h, int w, const layer_desc *d, in
 
 typedef struct net_case {
     gt_cpu_net net;
-    float *params;
+    float *params, *buffers;
     gt_batch batch;
     int train;
 } net_case;
@@ -530,16 +727,17 @@ static double net_mean_loss(void *ctx)
 {
     net_case *t = ctx;
     int correct;
-    return gt_cpu_net_step(&t->net, t->params, &t->batch, t->train, NULL, &correct) / t->batch.n;
+    return gt_cpu_net_run(&t->net, t->params, t->buffers, &t->batch, t->train, NULL, &correct) /
+           t->batch.n;
 }
 
 static void test_network(void)
 {
     static const layer_desc layers[] = {
-        {GT_CONV, 4, 5, 2, 0},   {GT_RELU, 0, 0, 0, 0},    {GT_MAXPOOL, 0, 2, 0, 0},
-        {GT_CONV, 5, 3, 0, 0},   {GT_SIGMOID, 0, 0, 0, 0}, {GT_AVGPOOL, 0, 2, 0, 0},
-        {GT_LINEAR, 12, 0, 0, 0}, {GT_TANH, 0, 0, 0, 0},    {GT_DROPOUT, 0, 0, 0, 0.25f},
-        {GT_LINEAR, 6, 0, 0, 0},
+        {GT_CONV, 4, 5, 2, 0, 0, 0, 0},   {GT_RELU, 0, 0, 0, 0, 0, 0, 0},    {GT_MAXPOOL, 0, 2, 0, 0, 0, 0, 0},
+        {GT_CONV, 5, 3, 0, 0, 0, 0, 0},   {GT_SIGMOID, 0, 0, 0, 0, 0, 0, 0}, {GT_AVGPOOL, 0, 2, 0, 0, 0, 0, 0},
+        {GT_LINEAR, 12, 0, 0, 0, 0, 0, 0}, {GT_TANH, 0, 0, 0, 0, 0, 0, 0},    {GT_DROPOUT, 0, 0, 0, 0.25f, 0, 0, 0},
+        {GT_LINEAR, 6, 0, 0, 0, 0, 0, 0},
     };
     gt_model m;
     model_make(&m, 2, 12, 11, layers, (int)(sizeof layers / sizeof *layers));
@@ -618,14 +816,131 @@ static void test_network(void)
     gt_free(t.params), gt_free(grad), gt_free(ds.images), gt_free(ds.labels);
 }
 
+/* Batch norm, strides, no-bias convolutions, global average pooling and residual blocks through
+ * gt_cpu_net_run: an identity block with a block nested in its body, then a projection block that
+ * strides and widens. Every gradient against finite differences in training (batch statistics,
+ * which mix the samples) and in evaluation (running statistics); the running statistics move as
+ * BatchNorm2d's do, and only in training. */
+static void test_residual_network(void)
+{
+    const gt_layer_kind C = GT_CONV, BN = GT_BATCHNORM, R = GT_TANH, B = GT_RES_BEGIN,
+                        S = GT_RES_SPLIT, E = GT_RES_END;
+    /* Every convolution feeds a batch norm, which cancels a bias: none has one. Smooth tanh
+     * stands in for ReLU but at the end: a step of a batch norm's gamma moves a whole channel,
+     * and too many of its values would cross ReLU's kink for a finite difference. */
+    const layer_desc layers[] = {
+        {C, 4, 3, 1, 0, 1, 1, 0},  {BN, 0, 0, 0, 0, 0, 0, 0},  {R, 0, 0, 0, 0, 0, 0, 0},
+        {B, 0, 0, 0, 0, 0, 0, 12}, /* 3: identity block, ends at 12 */
+        {C, 4, 3, 1, 0, 1, 1, 0},  {BN, 0, 0, 0, 0, 0, 0, 0},  {R, 0, 0, 0, 0, 0, 0, 0},
+        {B, 0, 0, 0, 0, 0, 0, 10}, /* 7: nested identity block, ends at 10 */
+        {C, 4, 1, 0, 0, 1, 1, 0},  {BN, 0, 0, 0, 0, 0, 0, 0},  {E, 0, 0, 0, 0, 0, 0, 7},
+        {R, 0, 0, 0, 0, 0, 0, 0},  {E, 0, 0, 0, 0, 0, 0, 3},   {R, 0, 0, 0, 0, 0, 0, 0},
+        {B, 0, 0, 0, 0, 0, 0, 23}, /* 14: projection block, split at 20, ends at 23 */
+        {C, 6, 3, 1, 0, 2, 1, 0},  {BN, 0, 0, 0, 0, 0, 0, 0},  {R, 0, 0, 0, 0, 0, 0, 0},
+        {C, 6, 3, 1, 0, 1, 1, 0},  {BN, 0, 0, 0, 0, 0, 0, 0},  {S, 0, 0, 0, 0, 0, 0, 14},
+        {C, 6, 1, 0, 0, 2, 1, 0},  {BN, 0, 0, 0, 0, 0, 0, 0},  {E, 0, 0, 0, 0, 0, 0, 20},
+        {GT_RELU, 0, 0, 0, 0, 0, 0, 0}, {GT_GAP, 0, 0, 0, 0, 0, 0, 0},
+        {GT_LINEAR, 5, 0, 0, 0, 0, 0, 0},
+    };
+    const int nl = (int)(sizeof layers / sizeof *layers);
+    gt_model m;
+    model_make(&m, 3, 7, 6, layers, nl);
+    CHECK(m.layers[20].out_c == 4 && m.layers[20].out_h == 7 && m.layers[22].out_h == 4 &&
+          m.layers[22].out_w == 3 && m.layers[18].out_h == 4 && m.nclasses == 5);
+    CHECK(m.nbuffers == 3 * (2 * 4 + 1) + 3 * (2 * 6 + 1) && m.ntensors == 6 + 6 * 2 + 2);
+
+    gt_dataset ds = {.n = 12, .c = 3, .h = 7, .w = 6, .nclasses = 5};
+    size_t img = (size_t)3 * 7 * 6;
+    ds.images = gt_alloc(ds.n * img);
+    ds.labels = gt_alloc(ds.n);
+    for (size_t j = 0; j < ds.n * img; j++)
+        ds.images[j] = (uint8_t)gt_rng_below(&rng, 256);
+    for (uint32_t j = 0; j < ds.n; j++)
+        ds.labels[j] = (uint8_t)gt_rng_below(&rng, 5);
+    uint32_t idx[4] = {5, 0, 11, 7};
+    net_case t = {.batch = {&ds, idx, 4, 1, 99}, .train = 1};
+    gt_err e;
+    CHECK_MSG(gt_cpu_net_create(&t.net, &m, 4, &e) == 0, "%s", e.msg);
+    t.params = fill_uniform(m.nparams, -0.5f, 0.5f);
+    t.buffers = fill_const(m.nbuffers, NAN);
+    gt_model_init_buffers(&m, t.buffers);
+    float *grad = fill_const(m.nparams, NAN);
+    int correct = -1;
+
+    /* NULL buffers cannot run batch norm. */
+    CHECK(isnan(gt_cpu_net_run(&t.net, t.params, NULL, &t.batch, 1, grad, &correct)));
+    CHECK(isnan(gt_cpu_net_step(&t.net, t.params, &t.batch, 0, NULL, &correct)) && correct == 0);
+
+    double loss = gt_cpu_net_run(&t.net, t.params, t.buffers, &t.batch, 1, grad, &correct);
+    CHECK(isfinite(loss) && loss > 0 && correct >= 0 && correct <= 4);
+    /* The first batch norm's running statistics moved from (0, 1) by 0.1 towards its input's. */
+    const gt_layer *bn = &m.layers[1];
+    size_t plane = (size_t)bn->in_h * bn->in_w, mcount = 4 * plane;
+    for (int ch = 0; ch < bn->in_c; ch++) {
+        double sum = 0, sq = 0;
+        for (int i = 0; i < 4; i++)
+            for (size_t j = 0; j < plane; j++) {
+                double v = t.net.act[1][((size_t)i * bn->in_c + ch) * plane + j];
+                sum += v, sq += v * v;
+            }
+        double mean = sum / mcount, var = (sq - sum * mean) / (mcount - 1);
+        CHECK_CLOSE(t.buffers[bn->s_off + ch], 0.1 * mean, 1e-5);
+        CHECK_CLOSE(t.buffers[bn->s_off + bn->in_c + ch], 0.9 + 0.1 * var, 1e-5);
+    }
+    CHECK(t.buffers[bn->s_off + 2 * bn->in_c] == 1.0f);
+    /* The batch statistics, not the running ones, make the training loss. */
+    CHECK(gt_cpu_net_run(&t.net, t.params, t.buffers, &t.batch, 1, NULL, NULL) == loss);
+    CHECK(t.buffers[bn->s_off + 2 * bn->in_c] == 2.0f);
+
+    for (int i = 0; i < m.ntensors; i++) {
+        const gt_tensor_info *ti = &m.tensors[i];
+        check_grad_with(ti->name, t.params + ti->offset, grad + ti->offset, ti->len,
+                        net_mean_loss, &t, 5e-3, 1);
+    }
+
+    /* Evaluation reads the running statistics and leaves them alone. */
+    float *keep = fill_const(m.nbuffers, 0);
+    memcpy(keep, t.buffers, m.nbuffers * sizeof *keep);
+    t.train = 0;
+    double eval = gt_cpu_net_run(&t.net, t.params, t.buffers, &t.batch, 0, grad, &correct);
+    CHECK(isfinite(eval) && fabs(eval - loss) > 1e-4);
+    CHECK(memcmp(keep, t.buffers, m.nbuffers * sizeof *keep) == 0);
+    for (int i = 0; i < m.ntensors; i += 2) {
+        const gt_tensor_info *ti = &m.tensors[i];
+        check_grad_with(ti->name, t.params + ti->offset, grad + ti->offset, ti->len,
+                        net_mean_loss, &t, 5e-3, 1);
+    }
+    gt_cpu_net_destroy(&t.net);
+
+    /* Block markers that do not pair up are refused. */
+    gt_cpu_net bad;
+    gt_model broken = m;
+    broken.layers[12].peer = 7;
+    CHECK(gt_cpu_net_create(&bad, &broken, 4, &e) == -1 && strstr(e.msg, "layer 12"));
+    broken = m;
+    broken.layers[20].peer = 3;
+    CHECK(gt_cpu_net_create(&bad, &broken, 4, &e) == -1 && strstr(e.msg, "layer 20"));
+    broken = m;
+    broken.layers[14].peer = 40;
+    CHECK(gt_cpu_net_create(&bad, &broken, 4, &e) == -1 && strstr(e.msg, "layer 14"));
+    broken = m;
+    broken.layers[9].s_off = m.nbuffers - 4;
+    CHECK(gt_cpu_net_create(&bad, &broken, 4, &e) == -1 && strstr(e.msg, "layer 9"));
+    broken = m;
+    broken.layers[15].stride = 1; /* the body no longer fits the shortcut */
+    CHECK(gt_cpu_net_create(&bad, &broken, 4, &e) == -1 && strstr(e.msg, "layer 15"));
+    gt_free(t.params), gt_free(t.buffers), gt_free(grad), gt_free(keep);
+    gt_free(ds.images), gt_free(ds.labels);
+}
+
 /* A kind with no row in the layer-kind table is an error everywhere it is met: the shape rule,
  * the CPU network's checks and steps, and the activation functions. It is never run as an
  * identity layer. */
 static void test_unknown_kind(void)
 {
     static const layer_desc layers[] = {
-        {GT_LINEAR, 5, 0, 0, 0}, {GT_RELU, 0, 0, 0, 0}, {GT_LINEAR, 3, 0, 0, 0}};
-    const gt_layer_kind unknown = (gt_layer_kind)(GT_DROPOUT + 1);
+        {GT_LINEAR, 5, 0, 0, 0, 0, 0, 0}, {GT_RELU, 0, 0, 0, 0, 0, 0, 0}, {GT_LINEAR, 3, 0, 0, 0, 0, 0, 0}};
+    const gt_layer_kind unknown = (gt_layer_kind)(GT_RES_END + 1);
     gt_model m;
     model_make(&m, 1, 2, 3, layers, 3);
     gt_err e = {{0}};
@@ -668,10 +983,15 @@ int main(void)
 {
     gt_rng_seed(&rng, 20240611);
     test_conv_known();
-    test_conv_case(2, 3, 7, 9, 4, 3, 0);  /* odd sizes, 35-element plane: groups of 8 samples */
-    test_conv_case(3, 2, 7, 9, 5, 3, 1);  /* padding, and a group cut short by n */
-    test_conv_case(2, 1, 6, 5, 3, 5, 2);  /* pad 2 with a 5x5 kernel wider than some rows */
-    test_conv_case(2, 2, 18, 18, 6, 3, 0); /* 256-element plane: one sample per group */
+    test_conv_case(2, 3, 7, 9, 4, 3, 0, 1, 1);  /* odd sizes, 35-element plane: groups of 8 */
+    test_conv_case(3, 2, 7, 9, 5, 3, 1, 1, 1);  /* padding, and a group cut short by n */
+    test_conv_case(2, 1, 6, 5, 3, 5, 2, 1, 1);  /* pad 2 with a 5x5 kernel wider than some rows */
+    test_conv_case(2, 2, 18, 18, 6, 3, 0, 1, 1); /* 256-element plane: one sample per group */
+    test_conv_case(2, 3, 8, 8, 4, 3, 1, 1, 0);  /* no bias */
+    test_conv_case(3, 2, 8, 8, 4, 3, 1, 2, 0);  /* ResNet's downsampling 3x3: 8x8 -> 4x4 */
+    test_conv_case(2, 3, 7, 9, 5, 1, 0, 2, 0);  /* its 1x1 shortcut, odd sizes: 7x9 -> 4x5 */
+    test_conv_case(2, 2, 9, 8, 3, 3, 1, 3, 1);  /* stride 3 with a bias, rows left over */
+    test_conv_case(1, 2, 11, 10, 3, 5, 2, 2, 1); /* 5x5, pad 2, stride 2 */
     test_linear_case(3, 13, 7);
     test_linear_case(6, 37, 21);
     test_pool_case(GT_AVGPOOL, 2, 3, 8, 6, 2);
@@ -681,6 +1001,11 @@ int main(void)
     test_pool_case(GT_MAXPOOL, 2, 2, 7, 9, 2);
     test_pool_case(GT_MAXPOOL, 1, 2, 7, 11, 3);
     test_maxpool_ties();
+    test_gap();
+    test_batchnorm_known();
+    test_batchnorm_case(1);
+    test_batchnorm_case(0);
+    test_add();
     test_act_case(GT_RELU, "relu dx");
     test_act_case(GT_SIGMOID, "sigmoid dx");
     test_act_case(GT_TANH, "tanh dx");
@@ -688,6 +1013,7 @@ int main(void)
     test_softmax_xent();
     test_input_normalize();
     test_network();
+    test_residual_network();
     test_unknown_kind();
     TEST_DONE();
 }

@@ -1,7 +1,8 @@
 /* test_model.c - built-in models against the PyTorch reference layouts, spec parsing and its
  * canonical round trip, @FILE specs, seeded initialisation, and every kind of bad spec. */
-#include "gputrain/model.h"
+#include "gputrain/cpu_net.h"
 #include "gputrain/layer_kinds.h"
+#include "gputrain/model.h"
 #include "test_util.h"
 
 #include <unistd.h>
@@ -15,8 +16,8 @@ typedef struct want_tensor {
     int shape[4];
 } want_tensor;
 
-/* Names, shapes, gap-free offsets and the layers' own ranges agree with the expected tensors. */
-static void check_tensors(const gt_model *m, const want_tensor *want, int n)
+/* Names, shapes and gap-free offsets agree with the expected tensors. */
+static void check_tensors_only(const gt_model *m, const want_tensor *want, int n)
 {
     CHECK(m->ntensors == n);
     size_t off = 0;
@@ -37,6 +38,12 @@ static void check_tensors(const gt_model *m, const want_tensor *want, int n)
         off += len;
     }
     CHECK(m->nparams == off);
+}
+
+/* And the layers' own ranges agree with them. */
+static void check_tensors(const gt_model *m, const want_tensor *want, int n)
+{
+    check_tensors_only(m, want, n);
     int ti = 0;
     for (int i = 0; i < m->nlayers; i++) {
         const gt_layer *l = &m->layers[i];
@@ -138,13 +145,16 @@ static void test_other_builtins(void)
     CHECK(gt_model_builtin_spec("lenet") == NULL && gt_model_builtin_spec(NULL) == NULL);
 }
 
-/* Same layers, tensors and sizes; the name may differ (a rebuilt custom spec is "custom"). */
+/* Same layers, tensors, buffers and sizes; the name may differ (a rebuilt spec is "custom"). */
 static int same_model(const gt_model *a, const gt_model *b)
 {
     return a->nlayers == b->nlayers && a->ntensors == b->ntensors && a->init == b->init &&
-           a->nparams == b->nparams && a->max_act == b->max_act &&
+           a->nparams == b->nparams && a->max_act == b->max_act && a->nbuffers == b->nbuffers &&
+           a->nbuffer_tensors == b->nbuffer_tensors &&
            memcmp(a->layers, b->layers, sizeof a->layers) == 0 &&
-           memcmp(a->tensors, b->tensors, sizeof a->tensors) == 0 && strcmp(a->spec, b->spec) == 0;
+           memcmp(a->tensors, b->tensors, sizeof a->tensors) == 0 &&
+           memcmp(a->buffer_tensors, b->buffer_tensors, sizeof a->buffer_tensors) == 0 &&
+           strcmp(a->spec, b->spec) == 0;
 }
 
 static void test_round_trip(void)
@@ -155,6 +165,8 @@ static void test_round_trip(void)
          "dropout:0.25 fc:33 sigmoid dropout:0 fc:10"),
         "  fc:10  init:xavier ",
         "avgpool:1 fc:16 conv:4:1 dropout:.1 fc:010",
+        "conv:4:3:1:1:nobias bn relu res[conv:4:3:1:1:nobias bn relu|conv:4:1:0:nobias bn]relu "
+        "res[ res[ tanh ] conv:8:3:1:2 | conv:8:1:0:2:nobias ] gap fc:10 init:kaiming",
     };
     for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
         gt_model a, b;
@@ -176,9 +188,54 @@ static void test_round_trip(void)
     CHECK(strcmp(m.name, "custom") == 0 && m.layers[5].p == 0.25f);
     CHECK(gt_model_build(specs[5], 1, 28, 28, 10, &m, &e) == 0);
     CHECK(strcmp(m.spec, "init:xavier fc:10") == 0 && m.init == GT_INIT_XAVIER);
+    CHECK(m.nbuffers == 0 && m.nbuffer_tensors == 0);
+    CHECK(gt_model_build(specs[7], 1, 28, 28, 10, &m, &e) == 0);
+    CHECK_MSG(strcmp(m.spec, "init:kaiming conv:4:3:1:nobias bn relu res[ conv:4:3:1:nobias bn "
+                             "relu | conv:4:1:0:nobias bn ] relu res[ res[ tanh ] conv:8:3:1:2 | "
+                             "conv:8:1:0:2:nobias ] gap fc:10") == 0, "%s", m.spec);
+    CHECK(m.init == GT_INIT_KAIMING && m.nlayers == 22);
+    /* Block markers point at each other; | gives the block's input shape again. */
+    CHECK(m.layers[3].kind == GT_RES_BEGIN && m.layers[3].peer == 10);
+    CHECK(m.layers[7].kind == GT_RES_SPLIT && m.layers[7].peer == 3);
+    CHECK(m.layers[10].kind == GT_RES_END && m.layers[10].peer == 7);
+    CHECK(m.layers[12].peer == 19 && m.layers[13].peer == 15 && m.layers[15].peer == 13);
+    CHECK(m.layers[17].peer == 12 && m.layers[19].peer == 17);
+    CHECK(m.layers[17].out_c == 4 && m.layers[17].out_h == 28 && m.layers[16].out_h == 14);
+    CHECK(m.layers[19].out_c == 8 && m.layers[19].out_h == 14 && m.layers[20].out_h == 1);
+    CHECK(m.layers[16].stride == 2 && m.layers[16].b_len == 8 && m.layers[18].b_len == 0);
+
+    /* Batch norm's parameters are b1.weight and b1.bias; its statistics are buffers. */
+    CHECK(gt_model_build("conv:4:3:1:1:nobias bn relu conv:3:1 bn fc:10", 2, 5, 5, 10, &m, &e) == 0);
+    const want_tensor params[] = {
+        {"c1.weight", 4, {4, 2, 3, 3}}, {"b1.weight", 1, {4}}, {"b1.bias", 1, {4}},
+        {"c2.weight", 4, {3, 4, 1, 1}}, {"c2.bias", 1, {3}},   {"b2.weight", 1, {3}},
+        {"b2.bias", 1, {3}},            {"f1.weight", 2, {10, 75}}, {"f1.bias", 1, {10}},
+    };
+    CHECK(m.ntensors == 9);
+    size_t off = 0;
+    for (int i = 0; i < 9 && i < m.ntensors; i++) {
+        const gt_tensor_info *t = gt_model_tensor(&m, params[i].name);
+        CHECK_MSG(t == &m.tensors[i] && t->offset == off && t->rank == params[i].rank &&
+                  memcmp(t->shape, params[i].shape, sizeof params[i].shape) == 0,
+                  "%s", params[i].name);
+        off += t ? t->len : 0;
+    }
+    CHECK(m.nparams == off && off == 72 + 8 + 12 + 3 + 6 + 750 + 10);
+    const char *bufs[] = {"b1.running_mean", "b1.running_var", "b1.num_batches_tracked",
+                          "b2.running_mean", "b2.running_var", "b2.num_batches_tracked"};
+    const size_t buf_off[] = {0, 4, 8, 9, 12, 15}, buf_len[] = {4, 4, 1, 3, 3, 1};
+    CHECK(m.nbuffer_tensors == 6 && m.nbuffers == 16);
+    for (int i = 0; i < 6; i++) {
+        const gt_tensor_info *t = gt_model_buffer(&m, bufs[i]);
+        CHECK_MSG(t == &m.buffer_tensors[i] && t->offset == buf_off[i] && t->len == buf_len[i] &&
+                  t->rank == (buf_len[i] == 1 ? 0 : 1), "%s", bufs[i]);
+        CHECK(gt_model_tensor(&m, bufs[i]) == NULL);
+    }
+    CHECK(gt_model_buffer(&m, "b1.weight") == NULL && gt_model_buffer(&m, NULL) == NULL);
+    CHECK(m.layers[1].s_off == 0 && m.layers[1].s_len == 9 && m.layers[4].s_off == 9);
 
     /* Exactly GT_MAX_LAYERS layers is allowed. */
-    char spec[512] = "";
+    static char spec[GT_MAX_LAYERS * 5 + 8];
     for (int i = 0; i < GT_MAX_LAYERS - 1; i++)
         strcat(spec, "relu ");
     strcat(spec, "fc:10");
@@ -312,6 +369,246 @@ static void test_init(void)
     }
 }
 
+/* ---- the residual built-ins against the PyTorch reference ---------------------------------------- */
+
+typedef struct resnet_ref {
+    const char *name;
+    int stages, blocks, width0;
+    size_t params_3x32x32;
+} resnet_ref;
+
+static const resnet_ref resnets[] = {
+    {"resnet20", 3, 3, 16, 272474},
+    {"resnet18", 4, 2, 64, 11173962},
+};
+
+/* The reference's state_dict in its order: the parameters (want) and the buffers (bufs) apart. */
+typedef struct state_list {
+    want_tensor want[GT_MAX_TENSORS], bufs[GT_MAX_BUFFER_TENSORS];
+    char names[GT_MAX_TENSORS + GT_MAX_BUFFER_TENSORS][64];
+    int n, nbufs;
+} state_list;
+
+static void state_add(state_list *sl, int buffer, const char *module, const char *what, int rank,
+                      int d0, int d1, int d2, int d3)
+{
+    char *name = sl->names[sl->n + sl->nbufs];
+    snprintf(name, 64, "%s.%s", module, what);
+    want_tensor t = {name, rank, {d0, d1, d2, d3}};
+    if (buffer)
+        sl->bufs[sl->nbufs++] = t;
+    else
+        sl->want[sl->n++] = t;
+}
+
+static void state_conv_bn(state_list *sl, const char *conv, const char *bn, int o, int i, int k)
+{
+    state_add(sl, 0, conv, "weight", 4, o, i, k, k);
+    state_add(sl, 0, bn, "weight", 1, o, 0, 0, 0);
+    state_add(sl, 0, bn, "bias", 1, o, 0, 0, 0);
+    state_add(sl, 1, bn, "running_mean", 1, o, 0, 0, 0);
+    state_add(sl, 1, bn, "running_var", 1, o, 0, 0, 0);
+    state_add(sl, 1, bn, "num_batches_tracked", 0, 0, 0, 0, 0);
+}
+
+static void resnet_state(const resnet_ref *r, int in_c, int nclasses, state_list *sl)
+{
+    char a[32], b[32];
+    memset(sl, 0, sizeof *sl);
+    state_conv_bn(sl, "stem.0", "stem.1", r->width0, in_c, 3);
+    int c = r->width0, n = 0;
+    for (int st = 0; st < r->stages; st++)
+        for (int bl = 0; bl < r->blocks; bl++, n++) {
+            int out = r->width0 << st, in = c;
+            snprintf(a, sizeof a, "layers.%d.c1", n), snprintf(b, sizeof b, "layers.%d.b1", n);
+            state_conv_bn(sl, a, b, out, in, 3);
+            snprintf(a, sizeof a, "layers.%d.c2", n), snprintf(b, sizeof b, "layers.%d.b2", n);
+            state_conv_bn(sl, a, b, out, out, 3);
+            if (in != out || (st > 0 && bl == 0)) {
+                snprintf(a, sizeof a, "layers.%d.short.0", n);
+                snprintf(b, sizeof b, "layers.%d.short.1", n);
+                state_conv_bn(sl, a, b, out, in, 1);
+            }
+            c = out;
+        }
+    state_add(sl, 0, "fc", "weight", 2, nclasses, c, 0, 0);
+    state_add(sl, 0, "fc", "bias", 1, nclasses, 0, 0, 0);
+}
+
+static void check_buffers(const gt_model *m, const want_tensor *want, int n)
+{
+    CHECK(m->nbuffer_tensors == n);
+    size_t off = 0;
+    for (int i = 0; i < n && i < m->nbuffer_tensors; i++) {
+        const gt_tensor_info *t = &m->buffer_tensors[i];
+        size_t len = want[i].rank ? (size_t)want[i].shape[0] : 1;
+        CHECK_MSG(strcmp(t->name, want[i].name) == 0 && t->rank == want[i].rank &&
+                  t->offset == off && t->len == len, "buffer %d is %s, want %s", i, t->name,
+                  want[i].name);
+        CHECK(gt_model_buffer(m, want[i].name) == t);
+        off += len;
+    }
+    CHECK(m->nbuffers == off);
+}
+
+/* Names, shapes and counts equal to the reference's state_dict at both input shapes; the
+ * canonical spec rebuilds the same model, names included. */
+static void test_resnet_layout(void)
+{
+    static state_list sl;
+    static gt_model m, again;
+    gt_err e = {{0}};
+    for (size_t r = 0; r < sizeof resnets / sizeof *resnets; r++) {
+        const resnet_ref *ref = &resnets[r];
+        for (int in_c = 3; in_c >= 1; in_c -= 2) {
+            int side = in_c == 3 ? 32 : 28;
+            CHECK_MSG(gt_model_build(ref->name, in_c, side, side, 10, &m, &e) == 0, "%s: %s",
+                      ref->name, e.msg);
+            resnet_state(ref, in_c, 10, &sl);
+            size_t want = ref->params_3x32x32 - (size_t)(3 - in_c) * ref->width0 * 9;
+            CHECK_MSG(m.nparams == want, "%s %dx%d: %zu parameters, want %zu", ref->name, in_c,
+                      side, m.nparams, want);
+            check_tensors_only(&m, sl.want, sl.n);
+            check_buffers(&m, sl.bufs, sl.nbufs);
+            CHECK(strcmp(m.name, ref->name) == 0 && m.init == GT_INIT_KAIMING && m.resnet_names);
+            /* The last stage's map: 32 -> 8 (resnet20) or 4 (resnet18); 28 -> 7 or 4. */
+            const gt_layer *gap = &m.layers[m.nlayers - 2];
+            int last = side;
+            for (int st = 1; st < ref->stages; st++)
+                last = (last - 1) / 2 + 1;
+            CHECK(gap->kind == GT_GAP && gap->in_h == last && gap->in_w == last &&
+                  gap->in_c == ref->width0 << (ref->stages - 1) && gap->out_len == (size_t)gap->in_c);
+            CHECK(strlen(m.spec) < GT_SPECLEN - 1);
+            CHECK(strncmp(m.spec, "init:kaiming names:resnet conv:", 31) == 0);
+            CHECK_MSG(gt_model_build(m.spec, in_c, side, side, 10, &again, &e) == 0, "%s", e.msg);
+            CHECK(same_model(&m, &again) && strcmp(again.name, ref->name) == 0); /* named as the built-in */
+        }
+    }
+    CHECK(gt_model_build("resnet20", 3, 32, 32, 100, &m, &e) == 0);
+    CHECK(m.nparams == 272474 + 64 * 90 + 90 && gt_model_tensor(&m, "fc.weight")->shape[0] == 100);
+}
+
+/* kaiming_normal_(fan_out) convolutions, BatchNorm2d's gamma 1 and beta 0, Linear's default. */
+static void test_resnet_init(void)
+{
+    static gt_model m;
+    gt_err e = {{0}};
+    CHECK(gt_model_build("resnet20", 3, 32, 32, 10, &m, &e) == 0);
+    float *p = calloc(m.nparams, sizeof *p), *q = calloc(m.nparams, sizeof *q);
+    float *buf = calloc(m.nbuffers, sizeof *buf);
+    CHECK(p && q && buf);
+    if (!p || !q || !buf) {
+        free(p), free(q), free(buf);
+        return;
+    }
+    gt_model_init_params(&m, p, 7);
+    gt_model_init_params(&m, q, 7);
+    CHECK(memcmp(p, q, m.nparams * sizeof *p) == 0);
+    const char *convs[] = {"layers.8.c1.weight", "layers.6.short.0.weight", "stem.0.weight"};
+    for (int i = 0; i < 3; i++) {
+        const gt_tensor_info *t = gt_model_tensor(&m, convs[i]);
+        double sum = 0, sq = 0, sd = sqrt(2.0 / ((double)t->shape[0] * t->shape[2] * t->shape[3]));
+        for (size_t j = 0; j < t->len; j++)
+            sum += p[t->offset + j], sq += (double)p[t->offset + j] * p[t->offset + j];
+        double mean = sum / t->len, got = sqrt(sq / t->len - mean * mean);
+        double tol = 4 / sqrt((double)t->len); /* about 4 standard errors */
+        CHECK_MSG(fabs(mean) < 4 * sd / sqrt((double)t->len) && fabs(got / sd - 1) < tol,
+                  "%s: mean %g, sd %g, want 0 and %g", convs[i], mean, got, sd);
+    }
+    for (int i = 0; i < m.nlayers; i++) {
+        const gt_layer *l = &m.layers[i];
+        for (size_t j = 0; l->kind == GT_BATCHNORM && j < l->w_len; j++)
+            CHECK(p[l->w_off + j] == 1.0f && p[l->b_off + j] == 0.0f);
+    }
+    const gt_tensor_info *fw = gt_model_tensor(&m, "fc.weight"), *fb = gt_model_tensor(&m, "fc.bias");
+    double bound = 1 / sqrt(64.0), wmax = 0, bmax = 0;
+    for (size_t j = 0; j < fw->len; j++)
+        wmax = fmax(wmax, fabs(p[fw->offset + j]));
+    for (size_t j = 0; j < fb->len; j++)
+        bmax = fmax(bmax, fabs(p[fb->offset + j]));
+    CHECK(wmax <= bound && wmax > 0.9 * bound && bmax <= bound && bmax > 0);
+    gt_model_init_buffers(&m, buf);
+    for (int i = 0; i < m.nbuffer_tensors; i++) {
+        const gt_tensor_info *t = &m.buffer_tensors[i];
+        float want = strstr(t->name, "running_var") ? 1.0f : 0.0f;
+        for (size_t j = 0; j < t->len; j++)
+            CHECK_MSG(buf[t->offset + j] == want, "%s[%zu]", t->name, j);
+    }
+    free(p), free(q), free(buf);
+}
+
+typedef struct resnet_case {
+    gt_cpu_net net;
+    float *params, *buffers;
+    gt_batch batch;
+} resnet_case;
+
+static double resnet_loss(resnet_case *t)
+{
+    return gt_cpu_net_run(&t->net, t->params, t->buffers, &t->batch, 1, NULL, NULL) / t->batch.n;
+}
+
+/* resnet20 on two 3x32x32 samples, in training: the gradient of a few entries of several tensors
+ * (each tensor's largest and one chosen at random) against central differences. */
+static void test_resnet_gradient(void)
+{
+    static gt_model m;
+    gt_err e = {{0}};
+    gt_rng r;
+    gt_rng_seed(&r, 5);
+    CHECK(gt_model_build("resnet20", 3, 32, 32, 10, &m, &e) == 0);
+    gt_dataset ds = {.n = 2, .c = 3, .h = 32, .w = 32, .nclasses = 10};
+    ds.images = gt_alloc(2 * 3 * 32 * 32);
+    ds.labels = gt_alloc(2);
+    for (size_t j = 0; j < 2 * 3 * 32 * 32; j++)
+        ds.images[j] = (uint8_t)gt_rng_below(&r, 256);
+    ds.labels[0] = 3, ds.labels[1] = 8;
+    uint32_t idx[2] = {0, 1};
+    resnet_case t = {.batch = {&ds, idx, 2, 1, 1}};
+    CHECK_MSG(gt_cpu_net_create(&t.net, &m, 2, &e) == 0, "%s", e.msg);
+    t.params = gt_alloc(m.nparams * sizeof(float));
+    t.buffers = gt_alloc(m.nbuffers * sizeof(float));
+    float *grad = gt_alloc(m.nparams * sizeof(float));
+    gt_model_init_params(&m, t.params, 11);
+    gt_model_init_buffers(&m, t.buffers);
+    /* gamma and beta away from 1 and 0, so that each batch norm's gradient is not special */
+    for (int i = 0; i < m.nlayers; i++)
+        for (size_t j = 0; m.layers[i].kind == GT_BATCHNORM && j < m.layers[i].w_len; j++) {
+            t.params[m.layers[i].w_off + j] = 0.5f + (float)gt_rng_uniform(&r);
+            t.params[m.layers[i].b_off + j] = (float)gt_rng_uniform(&r) - 0.5f;
+        }
+    double loss = gt_cpu_net_run(&t.net, t.params, t.buffers, &t.batch, 1, grad, NULL);
+    CHECK(isfinite(loss) && loss > 0);
+    const char *names[] = {"stem.0.weight", "stem.1.weight", "layers.0.c1.weight",
+                           "layers.3.short.0.weight", "layers.3.short.1.bias",
+                           "layers.5.b2.weight", "layers.8.c2.weight", "fc.weight", "fc.bias"};
+    /* A small step: a stem weight moves every pixel of its channel, and at 1e-3 enough of them
+     * cross a ReLU's kink to move the difference by several percent. */
+    const float step = 1e-4f;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        const gt_tensor_info *ti = gt_model_tensor(&m, names[i]);
+        size_t big = 0;
+        for (size_t j = 1; j < ti->len; j++)
+            if (fabsf(grad[ti->offset + j]) > fabsf(grad[ti->offset + big]))
+                big = j;
+        size_t picks[2] = {big, gt_rng_below(&r, (uint32_t)ti->len)};
+        double gmax = fabs(grad[ti->offset + big]);
+        for (int k = 0; k < 2; k++) {
+            float *v = t.params + ti->offset + picks[k], keep = *v;
+            *v = keep + step;
+            double up = resnet_loss(&t);
+            *v = keep - step;
+            double down = resnet_loss(&t);
+            *v = keep;
+            double num = (up - down) / (2.0 * step), ana = grad[ti->offset + picks[k]];
+            CHECK_MSG(fabs(num - ana) <= 3e-2 * fabs(ana) + 2e-2 * gmax + 1e-5,
+                      "%s[%zu]: analytic %.7g, numeric %.7g", names[i], picks[k], ana, num);
+        }
+    }
+    gt_cpu_net_destroy(&t.net);
+    gt_free(t.params), gt_free(t.buffers), gt_free(grad), gt_free(ds.images), gt_free(ds.labels);
+}
+
 typedef struct bad_case {
     const char *spec;
     const char *want[2]; /* substrings the message must hold */
@@ -324,7 +621,7 @@ static void test_layer_kind_table(void)
     char words[256];
     gt_layer_kind_words(words, sizeof words);
     int rows = 0;
-    for (int k = GT_CONV; k <= GT_DROPOUT; k++, rows++) {
+    for (int k = GT_CONV; k <= GT_RES_END; k++, rows++) {
         const gt_layer_kind_row *row = gt_layer_kind_of((gt_layer_kind)k);
         CHECK_MSG(row && (int)row->kind == k, "kind %d has no row", k);
         if (!row)
@@ -332,12 +629,13 @@ static void test_layer_kind_table(void)
         CHECK(gt_layer_kind_find(row->word, strlen(row->word)) == row && strstr(words, row->word));
         CHECK(row->parse && row->out_shape && row->format && row->cpu_forward && row->cpu_backward);
     }
-    CHECK(rows == 8 && gt_layer_kind_find("conv2", 5) == NULL && gt_layer_kind_find("con", 3) == NULL);
-    CHECK(gt_layer_kind_of((gt_layer_kind)(GT_DROPOUT + 1)) == NULL);
+    CHECK(rows == 13 && gt_layer_kind_find("conv2", 5) == NULL && gt_layer_kind_find("con", 3) == NULL);
+    CHECK(gt_layer_kind_of((gt_layer_kind)(GT_RES_END + 1)) == NULL);
 
     gt_model m, again;
     gt_err e;
-    const char *spec = "conv:3:3:1 relu maxpool:2 conv:4:2 sigmoid avgpool:2 tanh dropout:0.25 fc:10";
+    const char *spec = "conv:3:3:1 relu maxpool:2 conv:4:2 sigmoid avgpool:2 tanh dropout:0.25 "
+                       "res[ conv:4:3:1:1:nobias bn | bn ] conv:5:1:0:2 gap fc:10";
     CHECK(gt_model_build(spec, 1, 12, 12, 10, &m, &e) == 0);
     for (int i = 0; i < m.nlayers; i++) {
         char tok[64];
@@ -349,10 +647,13 @@ static void test_layer_kind_table(void)
 
 static void test_bad_specs(void)
 {
-    static char many[512], longtok[128], too_long[160];
+    static char many[GT_MAX_LAYERS * 5 + 8], longtok[128], too_long[160], many_at[32],
+        many_why[32];
     for (int i = 0; i < GT_MAX_LAYERS; i++)
         strcat(many, "relu ");
     strcat(many, "fc:10");
+    snprintf(many_at, sizeof many_at, "layer %d 'fc:10'", GT_MAX_LAYERS + 1);
+    snprintf(many_why, sizeof many_why, "more than %d layers", GT_MAX_LAYERS);
     snprintf(longtok, sizeof longtok, "fc:%070d", 10);
     snprintf(too_long, sizeof too_long, "%s relu", longtok);
     const bad_case cases[] = {
@@ -370,7 +671,34 @@ static void test_bad_specs(void)
         {"conv:6:5:-1 fc:10", {"'conv:6:5:-1'", "padding '-1'"}},
         {"conv:6:5:1y fc:10", {"'conv:6:5:1y'", "padding"}},
         {"conv:6 fc:10", {"'conv:6'", "conv:OUT:K"}},
-        {"conv:6:5:1:1 fc:10", {"'conv:6:5:1:1'", "fields"}},
+        {"conv:6:5:1:1:nobias:1 fc:10", {"'conv:6:5:1:1:nobias:1'", "fields"}},
+        {"conv:6:5:1:0 fc:10", {"'conv:6:5:1:0'", "bad stride '0'"}},
+        {"conv:6:5:1:65 fc:10", {"'conv:6:5:1:65'", "bad stride '65'"}},
+        {"conv:6:5:1:2x fc:10", {"'conv:6:5:1:2x'", "stride '2x'"}},
+        {"conv:6:5:nobias:1 fc:10", {"'conv:6:5:nobias:1'", "padding 'nobias'"}},
+        {"conv:6:5:1:1:bias fc:10", {"'conv:6:5:1:1:bias'", "[:nobias]"}},
+        {"conv:6:5:1:1:1 fc:10", {"'conv:6:5:1:1:1'", "[:nobias]"}},
+        {"conv:6:nobias fc:10", {"'conv:6:nobias'", "kernel size 'nobias'"}},
+        {"conv:6:3:1:29 conv:6:3 fc:10", {"layer 2 'conv:6:3'", "smaller than 1x1"}},
+        {"bn:4 fc:10", {"'bn:4'", "no parameters"}},
+        {"gap:2 fc:10", {"'gap:2'", "no parameters"}},
+        {"res[ conv:8:3:1 ] fc:10", {"layer 3 ']'", "body gives 8x28x28 but its shortcut 1x28x28"}},
+        {"conv:4:1 res[ conv:4:3:1:2 | conv:4:1 ] fc:10",
+         {"layer 6 ']'", "body gives 4x14x14 but its shortcut 4x28x28"}},
+        {"res[ relu fc:10", {"layer 1 'res['", "not closed"}},
+        {"res[ res[ relu ] fc:10", {"layer 1 'res['", "not closed"}},
+        {"relu ] fc:10", {"layer 2 ']'", "without its res["}},
+        {"relu | fc:10", {"layer 2 '|'", "outside a residual block"}},
+        {"res[ relu | relu | relu ] fc:10", {"layer 5 '|'", "second '|' in the block opened at layer 1"}},
+        {"res[ res[ res[ res[ res[ res[ res[ res[ res[ ] ] ] ] ] ] ] ] ] fc:10",
+         {"layer 9 'res['", "more than 8 residual blocks"}},
+        {"res[relu]x fc:10", {"'x'", "unknown layer"}},
+        {"rez[ relu ] fc:10", {"'rez['", "unknown layer"}},
+        {"res [ relu ] fc:10", {"'res'", "unknown layer"}},
+        {"init:kaiming:2 fc:10", {"'init:kaiming:2'", "init:kaiming"}},
+        {"names:torch fc:10", {"'names:torch'", "names:resnet"}},
+        {"names:resnet fc:10 names:plain", {"'names:plain'", "twice"}},
+        {"names:resnet res[ relu ] fc:16 fc:10", {"two tensors fc.weight", "one fc"}},
         {"conv:6:5: fc:10", {"'conv:6:5:'", "padding ''"}},
         {"fc:", {"'fc:'", "output features"}},
         {"fc:10.0", {"'fc:10.0'", "'10.0'"}},
@@ -400,7 +728,7 @@ static void test_bad_specs(void)
         {"fc:10 relu", {"layer 2 'relu'", "last layer must be fc:10"}},
         {"conv:10:1", {"'conv:10:1'", "last layer"}},
         {"fc:84 relu fc:5", {"'fc:5'", "5 outputs but the dataset has 10 classes"}},
-        {many, {"layer 33 'fc:10'", "more than 32 layers"}},
+        {many, {many_at, many_why}},
         {"", {"--model", "empty"}},
         {"  ,, # just a comment\n\n", {"--model", "empty"}},
         {"init:xavier", {"--model", "empty"}},
@@ -446,5 +774,8 @@ int main(void)
     test_init();
     test_bad_specs();
     test_layer_kind_table();
+    test_resnet_layout();
+    test_resnet_init();
+    test_resnet_gradient();
     TEST_DONE();
 }

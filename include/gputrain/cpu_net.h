@@ -21,7 +21,11 @@ typedef struct gt_cpu_net {
     float *grad_act2;              /* and pong */
     uint8_t *mask[GT_MAX_LAYERS];  /* dropout masks */
     int32_t *arg[GT_MAX_LAYERS];   /* maxpool argmax */
+    float *save[GT_MAX_LAYERS];    /* batch norm: the mean and 1/std its forward used (2 C) */
+    float *branch[GT_MAX_LAYERS];  /* block markers: their block's gradient buffer, one of: */
+    float *grad_branch[GT_MAX_BLOCK_DEPTH]; /* max_batch * max_act each, one per nesting depth */
     float *col;                    /* im2col workspace */
+    float *buffers;                /* the model's buffers during a step (gt_cpu_net_run's) */
 } gt_cpu_net;
 
 int gt_cpu_net_create(gt_cpu_net *net, const gt_model *m, int max_batch, gt_err *e);
@@ -36,8 +40,14 @@ typedef struct gt_batch {
     uint64_t seed;
 } gt_batch;
 
-/* Forward (train=1 applies dropout) and, when grad is non-NULL, backward: grad is overwritten with
- * the gradient of the mean loss. Returns the summed loss over the batch; *correct counts hits. */
+/* Forward (train=1 applies dropout and batch norm's batch statistics) and, when grad is non-NULL,
+ * backward: grad is overwritten with the gradient of the mean loss. Returns the summed loss over
+ * the batch; *correct counts hits. buffers are the model's m->nbuffers floats (batch norm's
+ * running statistics, model.h): a training forward updates them, an evaluation forward reads
+ * them; the parameters are never written. A model with buffers given NULL returns NaN. */
+double gt_cpu_net_run(gt_cpu_net *net, const float *params, float *buffers, const gt_batch *b,
+                      int train, float *grad, int *correct);
+/* gt_cpu_net_run without buffers, for the models that have none. */
 double gt_cpu_net_step(gt_cpu_net *net, const float *params, const gt_batch *b, int train,
                        float *grad, int *correct);
 

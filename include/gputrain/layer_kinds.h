@@ -16,7 +16,7 @@ extern "C" {
 
 #define GT_LAYER_MAX_WIDTH 65536 /* channels or features of one layer */
 #define GT_LAYER_MAX_KERNEL 64
-#define GT_LAYER_MAX_FIELDS 4    /* conv:OUT:K:PAD */
+#define GT_LAYER_MAX_FIELDS 6    /* conv:OUT:K:PAD:STRIDE:nobias */
 
 /* A spec token split at ':' into its word and the numbers after it. */
 typedef struct gt_layer_token {
@@ -36,7 +36,8 @@ typedef void (*gt_cpu_backward_fn)(gt_cpu_net *net, int l, const float *params, 
 typedef struct gt_layer_kind_row {
     gt_layer_kind kind;
     const char *word;        /* the spec token's word: "conv" */
-    char param_prefix;       /* 'c' or 'f': its weight and bias are c1.weight...; 0 for none */
+    char param_prefix;       /* 'c', 'f' or 'b': its weight and bias are c1.weight...; 0 for
+                                none */
     /* The token's fields into l's hyper-parameters; -1 with the reason in e (no layer or token:
      * the caller adds them). */
     int (*parse)(const gt_layer_token *t, gt_layer *l, gt_err *e);
@@ -62,6 +63,16 @@ void gt_layer_token_split(const char *s, int len, gt_layer_token *t);
 /* The one shape rule: l's output shape from its input shape (l->in_c, in_h, in_w). -1 with a
  * message for a kind without a row or hyper-parameters that cannot work. */
 int gt_layer_out_shape(const gt_layer *l, long long out[3], gt_err *e);
+
+/* The weight, bias and buffer lengths (lens[0..2]) layer l has from its kind and shapes: conv
+ * O x I x K x K and O (none with no_bias), linear out x in and out, batch norm C, C and 2 C + 1,
+ * other kinds none. */
+void gt_layer_param_lens(const gt_layer *l, size_t lens[3]);
+
+/* Layer l of m's output shape, blocks included: a '|' gives its block's input shape again, a ']'
+ * requires its two branches to agree (the layers before l must have their shapes). -1 with a
+ * message for a bad peer index or branches that differ. */
+int gt_layer_model_shape(const gt_model *m, int l, long long out[3], gt_err *e);
 
 #ifdef __cplusplus
 }

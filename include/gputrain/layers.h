@@ -17,11 +17,21 @@
 extern "C" {
 #endif
 
-/* col: workspace of at least gt_conv2d_col_len(c, k, oh, ow) floats. */
+/* Convolution, output (h + 2 pad - k) / stride + 1 per side (floor, as PyTorch). b may be NULL
+ * (no bias). col: workspace of at least gt_conv2d_col_len_strided(c, h, w, k, pad, stride)
+ * floats; at stride 1 that is gt_conv2d_col_len(c, k, oh, ow). */
+size_t gt_conv2d_col_len_strided(int c, int h, int w, int k, int pad, int stride);
 size_t gt_conv2d_col_len(int c, int k, int oh, int ow);
+void gt_conv2d_forward_strided(const float *x, int n, int c, int h, int w, const float *wt,
+                               const float *b, int o, int k, int pad, int stride, float *y,
+                               float *col);
+/* dx may be NULL (first layer), db too (no bias). dw, db accumulate. */
+void gt_conv2d_backward_strided(const float *x, const float *dy, int n, int c, int h, int w,
+                                const float *wt, int o, int k, int pad, int stride, float *dx,
+                                float *dw, float *db, float *col);
+/* The same at stride 1. */
 void gt_conv2d_forward(const float *x, int n, int c, int h, int w, const float *wt, const float *b,
                        int o, int k, int pad, float *y, float *col);
-/* dx may be NULL (first layer). dw, db accumulate. */
 void gt_conv2d_backward(const float *x, const float *dy, int n, int c, int h, int w,
                         const float *wt, int o, int k, int pad, float *dx, float *dw, float *db,
                         float *col);
@@ -38,6 +48,32 @@ void gt_avgpool_backward(const float *dy, int n, int c, int h, int w, int k, flo
 void gt_maxpool_forward(const float *x, int n, int c, int h, int w, int k, float *y, int32_t *arg);
 void gt_maxpool_backward(const float *dy, const int32_t *arg, int n, int c, int h, int w, int k,
                          float *dx);
+
+/* Global average pooling: y[i][ch] = the mean of x's channel plane (plane = h * w elements). */
+void gt_gap_forward(const float *x, int n, int c, size_t plane, float *y);
+void gt_gap_backward(const float *dy, int n, int c, size_t plane, float *dx);
+
+/* Batch normalisation over the channels of x (n x c x plane), as PyTorch's BatchNorm2d:
+ * y = gamma * (x - mean) / sqrt(var + eps) + beta. Training uses the batch's mean and biased
+ * variance, and moves the running statistics by momentum towards the batch mean and the unbiased
+ * variance (the biased one when a channel has a single value). Evaluation uses the running
+ * statistics. Both write save (2 c floats: the mean and 1 / sqrt(var + eps) they used) for the
+ * backward, which takes batch_stats = 1 after a training forward and 0 after an evaluation one.
+ * dx may be NULL; dgamma and dbeta accumulate. */
+#define GT_BN_EPS 1e-5
+#define GT_BN_MOMENTUM 0.1
+void gt_batchnorm_forward_train(const float *x, int n, int c, size_t plane, const float *gamma,
+                                const float *beta, float *running_mean, float *running_var,
+                                float *y, float *save);
+void gt_batchnorm_forward_eval(const float *x, int n, int c, size_t plane, const float *gamma,
+                               const float *beta, const float *running_mean,
+                               const float *running_var, float *y, float *save);
+void gt_batchnorm_backward(const float *x, const float *dy, int n, int c, size_t plane,
+                           const float *gamma, const float *save, int batch_stats, float *dx,
+                           float *dgamma, float *dbeta);
+
+/* y = a + b elementwise (y may be a or b): the residual add, and its backward's gradient sum. */
+void gt_add(const float *a, const float *b, float *y, size_t len);
 
 /* Activations; backward uses the forward output y (relu: y > 0; sigmoid: y(1-y); tanh: 1-y^2).
  * Return 0, or -1 without writing anything when kind is not an activation. */
