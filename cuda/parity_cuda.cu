@@ -152,6 +152,7 @@ int gt_cuda_test_conv2d(gt_cuda_ctx *c, const float *x, int n, int ch, int h, in
     snprintf(L.name, sizeof L.name, "c1");
     L.k = k;
     L.pad = pad;
+    L.stride = 1;
     L.w_len = (size_t)o * ch * k * k;
     L.b_off = L.w_len;
     L.b_len = b ? (size_t)o : 0;
