@@ -356,9 +356,11 @@ static int progress_on(const run *r)
     return r->cfg->progress > 0 || (r->cfg->progress < 0 && !r->cfg->quiet && isatty(2));
 }
 
-/* The progress bar on standard error, redrawn in place; final ends its line. Its throughput is
- * this run's own. */
-void report_progress(run *r, uint32_t epoch, int final)
+/* The progress bar on standard error, redrawn in place: the share done, the epoch, the mean
+ * training loss since the last evaluation, this run's own throughput and the time left at that
+ * rate. final draws it at its end and takes it away (a terminal's line is cleared, a file's
+ * ended), so that no frozen bar stands between the last evaluation and the summary. */
+void report_progress(run *r, uint32_t epoch, double loss, int final)
 {
     if (!progress_on(r))
         return;
@@ -373,13 +375,22 @@ void report_progress(run *r, uint32_t epoch, int final)
         bar[i] = i < filled ? '#' : '.';
     bar[width] = 0;
     double wall = (final && r->t_done > 0 ? r->t_done : gt_now()) - r->t0;
+    double rate = wall > 0 ? (double)(samples - r->samples0) / wall : 0;
     uint32_t shown = epoch + 1 > (uint32_t)r->cfg->epochs ? (uint32_t)r->cfg->epochs : epoch + 1;
+    char extra[64] = "";
+    if (isfinite(loss))
+        snprintf(extra, sizeof extra, "  loss %.4f", loss);
+    if (rate > 0 && total > samples)
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), "  %.0f s left",
+                 (double)(total - samples) / rate + 0.5);
     pthread_mutex_lock(&r->rep.log_mu); /* a redraw overwrites the bar's own line */
-    fprintf(stderr, "\r[%s] %5.1f%%  epoch %u/%d  %8.0f samples/s", bar, 100 * frac, shown,
-            r->cfg->epochs, wall > 0 ? (double)(samples - r->samples0) / wall : 0);
-    if (final)
-        fputc('\n', stderr);
-    r->rep.bar_drawn = !final;
+    fprintf(stderr, "\r[%s] %5.1f%%  epoch %u/%d  %8.0f samples/s%s%s", bar, 100 * frac, shown,
+            r->cfg->epochs, rate, extra, isatty(2) ? "\033[K" : "");
+    r->rep.bar_drawn = 1;
+    if (final) {
+        fputs(isatty(2) ? "\r\033[K" : "\n", stderr);
+        r->rep.bar_drawn = 0;
+    }
     fflush(stderr);
     pthread_mutex_unlock(&r->rep.log_mu);
 }

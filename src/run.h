@@ -286,7 +286,7 @@ void report_point(run *r, const gt_eval_point *p);
 void report_worker_left(run *r, worker *w, const char *why);
 void report_stall(run *r, worker *w, double idle);
 void report_resume_restart(run *r, uint64_t step, uint64_t epoch_steps);
-void report_progress(run *r, uint32_t epoch, int final);
+void report_progress(run *r, uint32_t epoch, double loss, int final);
 int report_close(run *r, const gt_run_result *res, int rc, gt_err *e);
 void report_recipe(run *r, const gt_recipe *rec);
 void report_device_step(run *r);

@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -97,16 +98,17 @@ int supervise(run *r, gt_run_result *res, gt_err *e)
         run_wait_locked(r, 0.1);
         uint32_t epoch = r->epoch;
         int sig_host = r->hosts.stop_sig;
+        double loss = r->stats.seen_acc ? r->stats.loss_acc / (double)r->stats.seen_acc : NAN;
         pthread_mutex_unlock(&r->mu);
         note_signal(r, sig_host, &noted);
         watchdog(r);
-        report_progress(r, epoch, 0);
+        report_progress(r, epoch, loss, 0);
         pthread_mutex_lock(&r->mu);
     }
     uint32_t epoch = r->epoch;
     int sig_host = r->hosts.stop_sig;
     pthread_mutex_unlock(&r->mu);
     note_signal(r, sig_host, &noted);
-    report_progress(r, epoch, 1);
+    report_progress(r, epoch, NAN, 1);
     return rc;
 }

@@ -21,7 +21,7 @@ ratio_below() { awk -v a="$1" -v b="$2" -v l="$3" 'BEGIN { exit !(b > 0 && a / b
 # glued FILE: lines printed onto the progress bar. The bar's drawings that were cleared
 # (\r[...] ... \r ESC[K) and lines of nothing but drawings (the bar's own, ended) are removed;
 # what still holds a drawing, or an evaluation's text not at column 0, is glued.
-BAR=$'\r''\[[#.]+\] +[0-9.]+%  epoch [0-9]+/[0-9]+ +[0-9]+ samples/s'
+BAR=$'\r''\[[#.]+\] +[0-9.]+%  epoch [0-9]+/[0-9]+ +[0-9]+ samples/s(  loss [0-9.]+)?(  [0-9]+ s left)?('$'\x1b''\[K)?'
 glued() {
     sed -E "s|($BAR)+\r\x1b\[K||g; s|\r$||" "$1" | grep -avE "^($BAR)+\$" |
         grep -aE '\[[#.]+\] +[0-9.]+%|train loss' | grep -av '^epoch '
