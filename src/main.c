@@ -555,8 +555,8 @@ static void print_header(const gt_config *c, const gt_data *d, const setup *s, i
 /* *usage is set when the error is in a command-line value (--model), not in a run. The recipe's
  * corrections for the run's worker count (recipe.h) apply to a copy of the config. The devices
  * are those start-up opened (s), or are opened here; the caller closes them. */
-static int cmd_train(const gt_config *given, const gt_data *d, setup *s, gt_run_result *res,
-                     int *interrupted, int *usage, gt_err *e)
+static int cmd_train(const gt_config *given, const char *command, const gt_data *d, setup *s,
+                     gt_run_result *res, int *interrupted, int *usage, gt_err *e)
 {
     gt_config cc = *given;
     const gt_config *c = &cc;
@@ -601,7 +601,7 @@ static int cmd_train(const gt_config *given, const gt_data *d, setup *s, gt_run_
         gt_start start = {.params = params, .state = state, .nstate = nstate,
                           .resumed = resumed ? &meta : NULL, .recipe = &rec,
                           .launched = s->launched, .data_s = s->data_s,
-                          .devices_s = s->devices_s};
+                          .devices_s = s->devices_s, .command = command};
         gt_train_install_signals();
         rc = gt_train_run(c, m, d, s->devs, s->n, s->ev, &start, res, e);
         if (rc == 0)
@@ -804,9 +804,26 @@ static int load_while_opening(const gt_config *c, gt_data *data, setup *s, gt_er
     return 0;
 }
 
+/* The command line as a shell would take it back (words with other than [-+=:,./@%_A-Za-z0-9]
+ * single-quoted), cut at cap - 1 bytes; for the log. */
+static void command_line(int argc, char **argv, char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < argc && n + 1 < cap; i++) {
+        const char *a = argv[i];
+        int plain = *a && strspn(a, "-+=:,./@%_ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                    "0123456789") == strlen(a);
+        int k = snprintf(buf + n, cap - n, plain ? "%s%s" : "%s'%s'", i ? " " : "", a);
+        n = k < 0 || (size_t)k >= cap - n ? cap - 1 : n + (size_t)k;
+    }
+}
+
 int main(int argc, char **argv)
 {
     setup su = {.launched = launch_time(), .data_s = -1, .devices_s = -1};
+    char command[2048];
+    command_line(argc, argv, command, sizeof command);
     gt_config c;
     gt_err e = {{0}};
     int pr = gt_cli_parse(argc, argv, &c, stdout, &e);
@@ -871,7 +888,7 @@ int main(int argc, char **argv)
         rc = gt_cluster_rank() == 0 ? cmd_eval(&c, &data, &e) : 0;
     } else {
         gt_run_result *res = calloc(1, sizeof *res);
-        rc = res ? cmd_train(&c, &data, &su, res, &interrupted, &usage, &e)
+        rc = res ? cmd_train(&c, command, &data, &su, res, &interrupted, &usage, &e)
                  : gt_fail(&e, "out of memory");
         gt_run_result_free(res);
         free(res);

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef GT_VERSION
@@ -110,11 +111,21 @@ static double report_wall_s(const run *r)
 /* ---- the config record --------------------------------------------------------------------------- */
 
 /* Version, build, mode, devices, model and data. */
-static void config_run(run *r, FILE *f)
+static void config_run(run *r, FILE *f, const gt_start *start)
 {
     const gt_config *c = r->cfg;
     fprintf(f, "{\"type\":\"config\",\"version\":\"%s\",\"cuda\":%s,\"nccl\":%s,\"mpi\":%s",
             GT_VERSION, REPORT_CUDA, REPORT_NCCL, REPORT_MPI);
+    put_field_str(f, "revision", GT_REVISION);
+    put_field_str(f, "argv", start && start->command ? start->command : "");
+    char host[256] = "", when[32] = "";
+    gethostname(host, sizeof host - 1);
+    time_t now = time(NULL);
+    struct tm utc;
+    if (gmtime_r(&now, &utc))
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &utc);
+    put_field_str(f, "host", host);
+    put_field_str(f, "started", when);
     put_field_str(f, "mode", r->ops->name);
     put_field_str(f, "step", r->device_step ? "device" : "store");
     fprintf(f, ",\"workers\":%d,\"hosts\":%d,\"devices\":[", r->Wg, r->H);
@@ -207,15 +218,16 @@ static FILE *log_open(const char *path, int append, gt_err *e)
 }
 
 /* Opens --log (host 0 only; appended to when resuming) and writes its config record. */
-int report_open(run *r, int resumed, gt_err *e)
+int report_open(run *r, const gt_start *start, gt_err *e)
 {
+    int resumed = start->resumed != NULL;
     const gt_config *cfg = r->cfg;
     if (!cfg->log_path[0] || r->host != 0)
         return 0;
     r->rep.log = log_open(cfg->log_path, resumed, e);
     if (!r->rep.log)
         return -1;
-    config_run(r, r->rep.log);
+    config_run(r, r->rep.log, start);
     config_training(r, r->rep.log);
     config_files(r, r->rep.log);
     fflush(r->rep.log);

@@ -275,7 +275,7 @@ void barrier_complete_locked(run *r);
 void run_barrier(run *r, worker *w, leader_fn fn);
 
 /* report.c */
-int report_open(run *r, int resumed, gt_err *e);
+int report_open(run *r, const gt_start *start, gt_err *e);
 void report_event(run *r, const char *event, const char *message);
 void report_note(run *r, const char *message);
 void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step, uint64_t samples,

@@ -215,7 +215,7 @@ static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_da
     if (r->ops->init(r, devices, start, e) != 0)
         return -1;
     gt_permutation(r->perm, r->ntrain, cfg->seed, r->epoch);
-    if (report_open(r, start->resumed != NULL, e) != 0)
+    if (report_open(r, start, e) != 0)
         return -1;
     if (restarts)
         report_resume_restart(r, start->resumed->step, r->ops->epoch_steps(r));

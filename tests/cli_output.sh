@@ -107,7 +107,7 @@ expect_exit 0 -- "${R[@]}" --epochs 4 --resume "$TMP/rs.st" --quiet
 grep -q '^nothing to train: ' "$TMP/out" && [ "$(wc -l <"$TMP/out")" -eq 1 ] || fail "finished run, --quiet: $(cat "$TMP/out")"
 
 # ---- the log's records ---------------------------------------------------------------------------
-CONFIG_KEYS="version cuda nccl mpi mode workers hosts devices evaluator model model_spec parameters input
+CONFIG_KEYS="version cuda nccl mpi revision argv host started mode workers hosts devices evaluator model model_spec parameters input
 nclasses data data_fingerprint train_samples test_samples batch epochs seed eval_every optimizer lr momentum
 nesterov weight_decay beta1 beta2 eps schedule warmup step_epochs gamma stripes staleness sync_every
 balance overlap tf32 on_nan checkpoint checkpoint_every checkpoint_unit keep resume init
@@ -121,6 +121,10 @@ head -1 "$TMP/rs.jsonl" | grep -q '^{"type":"config",' || fail "the log does not
 for k in $CONFIG_KEYS; do
     head -1 "$TMP/rs.jsonl" | grep -q "\"$k\":" || fail "config record lacks \"$k\""
 done
+head -1 "$TMP/rs.jsonl" | grep -o '"argv":"[^"]*"' | grep -qF -- "--log $TMP/rs.jsonl" ||
+    fail "the config record's argv is not the command line: $(head -1 "$TMP/rs.jsonl" | grep -o '"argv":"[^"]*"')"
+head -1 "$TMP/rs.jsonl" | grep -qE '"started":"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z"' ||
+    fail "the config record has no UTC start time"
 head -1 "$TMP/rs.jsonl" | grep -q "\"devices\":\[\"cpu:0\",\"cpu:1\"\].*\"data\":\"$DATA\"" ||
     fail "config record: $(head -1 "$TMP/rs.jsonl")"
 for k in $SUMMARY_KEYS; do

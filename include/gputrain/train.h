@@ -69,6 +69,7 @@ typedef struct gt_start {
     double launched;              /* when the process was launched, on gt_now's clock; 0: unknown */
     double data_s, devices_s;     /* start-up's data load and device opening, each its own time;
                                    * -1: not measured */
+    const char *command;          /* the command line as given, for the log; may be NULL */
 } gt_start;
 
 /* Trains model on data with the devices (one worker each) as cfg says; evaluator is a device of
