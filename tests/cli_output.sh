@@ -9,7 +9,6 @@
 # is missing.
 . "$(dirname "$0")/lib_cli.sh"
 DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
-EXPECT_TIMEOUT=300
 RUN=(--data "$DATA" --gpus cpu:2)
 
 # num FILE TYPE KEY [N]: KEY's number in the Nth record of TYPE (default: the last one).
@@ -33,7 +32,7 @@ glued() {
 TERM_RUN=("${RUN[@]}" --epochs 1 --train-samples 20000 --batch 48 --eval-every 25)
 if command -v script >/dev/null 2>&1; then
     cmd="$BIN ${TERM_RUN[*]}"
-    timeout -k 5 300 script -qfec "$cmd" /dev/null >"$TMP/tty" 2>&1 </dev/null ||
+    timeout -k 5 $HANG_S script -qfec "$cmd" /dev/null >"$TMP/tty" 2>&1 </dev/null ||
         fail "under a terminal: exit $?: $(tail -c 300 "$TMP/tty")"
     [ -z "$(glued "$TMP/tty")" ] || fail "evaluation lines glued to the bar: $(glued "$TMP/tty" | head -2)"
     grep -aq $'\r\x1b\\[K' "$TMP/tty" || fail "the bar was never cleared for a line (too fast to test?)"
@@ -41,7 +40,7 @@ if command -v script >/dev/null 2>&1; then
     grep -aq '100.0%' "$TMP/tty" || fail "the bar stops short of 100%: $(tr '\r' '\n' <"$TMP/tty" | grep -a '%' | tail -1)"
     grep -aq '(cpu:0, cpu:1)' "$TMP/tty" || fail "the header does not name both devices: $(head -1 "$TMP/tty")"
     # --quiet under a terminal: the done: line alone, no bar
-    timeout -k 5 300 script -qfec "$cmd --quiet" /dev/null >"$TMP/ttyq" 2>&1 </dev/null
+    timeout -k 5 $HANG_S script -qfec "$cmd --quiet" /dev/null >"$TMP/ttyq" 2>&1 </dev/null
     tr -d '\r' <"$TMP/ttyq" >"$TMP/ttyq.txt"
     [ "$(wc -l <"$TMP/ttyq.txt")" -eq 1 ] && grep -q '^done: .*test acc 0\.[0-9]*$' "$TMP/ttyq.txt" ||
         fail "--quiet under a terminal: $(cat -v "$TMP/ttyq")"
@@ -51,7 +50,7 @@ else
 fi
 
 # --progress with stdout and stderr in one file: the bar's line is ended before each line
-timeout -k 5 300 "$BIN" "${TERM_RUN[@]}" --progress >"$TMP/both" 2>&1 </dev/null || fail "--progress 2>&1: exit $?"
+timeout -k 5 $HANG_S "$BIN" "${TERM_RUN[@]}" --progress >"$TMP/both" 2>&1 </dev/null || fail "--progress 2>&1: exit $?"
 [ -z "$(glued "$TMP/both")" ] || fail "--progress 2>&1: lines glued to the bar: $(glued "$TMP/both" | head -2)"
 
 # --quiet: exactly the final line on stdout, nothing on stderr
@@ -155,7 +154,7 @@ grep -A1 '"event":"run_failed",.*"message":"every worker failed: worker 0 (cpu:0
 # SIGINT before the first evaluation: a signal event, "not evaluated", test_acc null
 "$BIN" "${RUN[@]}" --epochs 2 --no-progress --log "$TMP/s.jsonl" >"$TMP/s.out" 2>"$TMP/s.err" </dev/null &
 pid=$!
-for _ in $(seq 1 300); do grep -q '"type":"config"' "$TMP/s.jsonl" 2>/dev/null && break; sleep 0.1; done
+wait_for $HANG_S logged "$TMP/s.jsonl" config
 sleep 0.3
 kill -INT $pid
 wait $pid
