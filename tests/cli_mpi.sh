@@ -80,11 +80,15 @@ check_signal_one() {
 }
 
 # Ctrl-C on Open MPI's mpirun: SIGTERM reaches every process after odls_base_sigkill_timeout
-# seconds and SIGKILL as long again, the time they have to stop and save.
+# seconds and SIGKILL as long again, the time they have to stop and save. Host 0 saves after the
+# evaluations already queued: epochs of 1200 samples are shorter than an evaluation of the 10,000
+# test images, which queued up, and a busy machine took more than 5 s to finish them (2 runs in
+# 2); epochs of 6000 leave at most one, and 10 s leave room for it.
 check_signal_launcher() {
     local launcher
     rm -f "$TMP"/sig*
-    timeout $((2 * HANG_S)) mpirun --oversubscribe --mca odls_base_sigkill_timeout 5 -np 2 "$BIN" "${COMMON[@]}" \
+    timeout $((2 * HANG_S)) mpirun --oversubscribe --mca odls_base_sigkill_timeout 10 -np 2 "$BIN" \
+        --data "$DATA" --train-samples 6000 --batch 32 --no-progress \
         --gpus cpu:1 --mode sync --epochs 100000 --checkpoint "$TMP/sig.safetensors" --log "$TMP/sig.jsonl" \
         >"$TMP/sig.out" 2>&1 &
     launcher=$!
