@@ -138,14 +138,18 @@ if [ "$QUICK" != 1 ]; then
 fi
 
 # A host that hangs without dying (SIGSTOP) ends the run once the other has waited --host-timeout
-# in a collective: a line naming the host that waited, MPI_Abort, no hang.
+# in a collective: a line naming the host that waited, MPI_Abort, no hang. Host 0 evaluates while
+# the others wait for it once its queue of evaluations is full: epochs of 600 samples, shorter
+# than an evaluation, made a busy machine's host 1 wait more than 3 s for a live host 0 (2 runs in
+# 2 under ASan). This run's first epoch outlasts the check, and its first step says it trains.
 check_hung_host() {
     local launcher ranks stopped rc=0
     rm -f "$TMP"/hang*
-    timeout $((2 * HANG_S)) "${MPIRUN[@]}" -np 2 "$BIN" "${COMMON[@]}" --gpus cpu:1 --mode sync --epochs 100000 \
-        --host-timeout 3 --log "$TMP/hang.jsonl" >"$TMP/hang.out" 2>&1 &
+    timeout $((2 * HANG_S)) "${MPIRUN[@]}" -np 2 "$BIN" --data "$DATA" --train-samples 60000 --batch 32 \
+        --no-progress --gpus cpu:1 --mode sync --epochs 100000 --host-timeout 3 --log-steps \
+        --log "$TMP/hang.jsonl" >"$TMP/hang.out" 2>&1 &
     launcher=$!
-    wait_for_eval "$TMP/hang.jsonl" || fail "hung host: no evaluation within $HANG_S s"
+    wait_for $HANG_S logged "$TMP/hang.jsonl" step || fail "hung host: no step within $HANG_S s"
     ranks=$(ranks_of "$TMP/hang.jsonl")
     [ "$(echo "$ranks" | wc -w)" -eq 2 ] || fail "hung host: expected 2 gputrain processes, found '$ranks'"
     stopped=$(echo "$ranks" | tail -1)
