@@ -26,6 +26,9 @@ typedef struct ssp_worker {
 static ssp_run *ssp(const run *r) { return r->own; }
 static ssp_worker *sw(const worker *w) { return w->own; }
 
+/* gt_now, unless a test simulates the workers' pace (train.h). */
+double (*gt_ssp_clock)(void) = gt_now;
+
 /* Begins the apply of clock `applied` where every share of it is in and none is in progress:
  * one part of the stripes per live worker, so that workers waiting for it share it. Returns
  * whether an apply is in progress. Caller holds r->mu. */
@@ -166,7 +169,7 @@ static int ssp_wait_bound_locked(run *r, worker *w, uint64_t c)
 static int ssp_wait_locked(run *r, worker *w, uint64_t c)
 {
     uint64_t s = (uint64_t)r->clk.R - 1; /* --staleness: the slots hold R = staleness + 1 clocks */
-    double since = gt_now();
+    double since = gt_ssp_clock();
     for (;;) {
         ssp_apply_ready_locked(r);
         if (r->halt || r->clk.applied >= c)
@@ -176,10 +179,10 @@ static int ssp_wait_locked(run *r, worker *w, uint64_t c)
                 return -1;
             continue;
         }
-        double until = ssp_fresh_until_locked(r, w, c, since, gt_now());
+        double until = ssp_fresh_until_locked(r, w, c, since, gt_ssp_clock());
         if (until == 0)
             return 0;
-        run_wait_locked(r, until - gt_now());
+        run_wait_locked(r, until - gt_ssp_clock());
     }
 }
 
@@ -191,8 +194,8 @@ static int ssp_clock(run *r, worker *w, uint64_t c)
     pthread_mutex_lock(&r->mu);
     if (ssp_wait_locked(r, w, c) != 0)
         return -1;
-    double t0 = gt_now();
-    w->wait_s += t0 - t;
+    w->wait_s += gt_now() - t;
+    double t0 = gt_ssp_clock();
     if (r->halt) {
         pthread_mutex_unlock(&r->mu);
         return 0;
@@ -209,8 +212,9 @@ static int ssp_clock(run *r, worker *w, uint64_t c)
     if (worker_pull(r, w) != 0 || clocked_claim_and_compute(r, w, c) != 0)
         return -1;
     pthread_mutex_lock(&r->mu);
-    double took = gt_now() - t0;
-    sw(w)->share_s = sw(w)->share_s > 0 ? sw(w)->share_s + SSP_PACE_WEIGHT * (took - sw(w)->share_s) : took;
+    double took = gt_ssp_clock() - t0;
+    sw(w)->share_s = sw(w)->share_s > 0 ? sw(w)->share_s + SSP_PACE_WEIGHT * (took - sw(w)->share_s)
+                                        : took;
     sw(w)->clock_t0 = 0;
     w->clock = c + 1;
     ssp_apply_ready_locked(r);

@@ -26,7 +26,7 @@ if [ "$QUICK" = 1 ]; then
     LEARNS=0.25
 fi
 
-mpi2() { timeout 120 "${MPIRUN[@]}" -np 2 "$BIN" "$@"; }
+mpi2() { timeout $HANG_S "${MPIRUN[@]}" -np 2 "$BIN" "$@"; }
 worker0_losses() { grep '"type":"step","worker":0,' "$1" | sed 's/.*"loss":\([^}]*\)}.*/\1/'; }
 final_acc() { grep '"type":"eval"' "$1" | tail -1 | sed 's/.*"test_acc":\([0-9.]*\).*/\1/'; }
 # same_losses A B: worker 0 logged as many steps in both, each within 1e-4 relative
@@ -42,10 +42,7 @@ ranks_of() {
         [ "$(cat "/proc/$p/comm" 2>/dev/null)" = gputrain ] && echo "$p"
     done
 }
-wait_for_eval() {
-    for _ in $(seq 1 600); do grep -q '"type":"eval"' "$1" 2>/dev/null && return 0; sleep 0.1; done
-    return 1
-}
+wait_for_eval() { wait_for $HANG_S logged "$1" eval; }
 
 # Resume: a checkpoint of 2 processes continues exactly on 2 processes, and on 1 process with as
 # many workers (the checkpoint holds the global progress).
@@ -67,10 +64,10 @@ check_resume() {
 check_signal_one() {
     local mode=$1 launcher ranks rc=0
     rm -f "$TMP"/sig*
-    timeout 300 "${MPIRUN[@]}" -np 2 "$BIN" "${COMMON[@]}" --gpus cpu:1 --mode "$mode" --epochs 100000 \
+    timeout $((2 * HANG_S)) "${MPIRUN[@]}" -np 2 "$BIN" "${COMMON[@]}" --gpus cpu:1 --mode "$mode" --epochs 100000 \
         --checkpoint "$TMP/sig.safetensors" --log "$TMP/sig.jsonl" >"$TMP/sig.out" 2>&1 &
     launcher=$!
-    wait_for_eval "$TMP/sig.jsonl" || fail "$mode: no evaluation within 60 s"
+    wait_for_eval "$TMP/sig.jsonl" || fail "$mode: no evaluation within $HANG_S s"
     ranks=$(ranks_of "$TMP/sig.jsonl")
     [ "$(echo "$ranks" | wc -w)" -eq 2 ] || fail "$mode: expected 2 gputrain processes, found '$ranks'"
     kill -INT $(echo "$ranks" | tail -1)
@@ -83,15 +80,19 @@ check_signal_one() {
 }
 
 # Ctrl-C on Open MPI's mpirun: SIGTERM reaches every process after odls_base_sigkill_timeout
-# seconds and SIGKILL as long again, the time they have to stop and save.
+# seconds and SIGKILL as long again, the time they have to stop and save. Host 0 saves after the
+# evaluations already queued: epochs of 1200 samples are shorter than an evaluation of the 10,000
+# test images, which queued up, and a busy machine took more than 5 s to finish them (2 runs in
+# 2); epochs of 6000 leave at most one, and 10 s leave room for it.
 check_signal_launcher() {
     local launcher
     rm -f "$TMP"/sig*
-    timeout 300 mpirun --oversubscribe --mca odls_base_sigkill_timeout 5 -np 2 "$BIN" "${COMMON[@]}" \
+    timeout $((2 * HANG_S)) mpirun --oversubscribe --mca odls_base_sigkill_timeout 10 -np 2 "$BIN" \
+        --data "$DATA" --train-samples 6000 --batch 32 --no-progress \
         --gpus cpu:1 --mode sync --epochs 100000 --checkpoint "$TMP/sig.safetensors" --log "$TMP/sig.jsonl" \
         >"$TMP/sig.out" 2>&1 &
     launcher=$!
-    wait_for_eval "$TMP/sig.jsonl" || fail "no evaluation within 60 s"
+    wait_for_eval "$TMP/sig.jsonl" || fail "no evaluation within $HANG_S s"
     # The launcher is timeout's only child (Open MPI 5's mpirun execs prterun: match no name).
     kill -INT "$(pgrep -P $launcher | head -1)"
     wait $launcher
@@ -101,7 +102,7 @@ check_signal_launcher() {
 
 # The wrapper's collectives across two processes.
 if [ -x "${GT_BUILD_DIR:-}/test_cluster" ]; then
-    timeout 60 "${MPIRUN[@]}" -np 2 "$GT_BUILD_DIR/test_cluster" >"$TMP/tc.out" 2>&1 &&
+    timeout $HANG_S "${MPIRUN[@]}" -np 2 "$GT_BUILD_DIR/test_cluster" >"$TMP/tc.out" 2>&1 &&
         [ "$(grep -c '^ok$' "$TMP/tc.out")" -eq 2 ] || fail "test_cluster under mpirun: $(cat "$TMP/tc.out")"
 fi
 
@@ -137,14 +138,18 @@ if [ "$QUICK" != 1 ]; then
 fi
 
 # A host that hangs without dying (SIGSTOP) ends the run once the other has waited --host-timeout
-# in a collective: a line naming the host that waited, MPI_Abort, no hang.
+# in a collective: a line naming the host that waited, MPI_Abort, no hang. Host 0 evaluates while
+# the others wait for it once its queue of evaluations is full: epochs of 600 samples, shorter
+# than an evaluation, made a busy machine's host 1 wait more than 3 s for a live host 0 (2 runs in
+# 2 under ASan). This run's first epoch outlasts the check, and its first step says it trains.
 check_hung_host() {
     local launcher ranks stopped rc=0
     rm -f "$TMP"/hang*
-    timeout 120 "${MPIRUN[@]}" -np 2 "$BIN" "${COMMON[@]}" --gpus cpu:1 --mode sync --epochs 100000 \
-        --host-timeout 3 --log "$TMP/hang.jsonl" >"$TMP/hang.out" 2>&1 &
+    timeout $((2 * HANG_S)) "${MPIRUN[@]}" -np 2 "$BIN" --data "$DATA" --train-samples 60000 --batch 32 \
+        --no-progress --gpus cpu:1 --mode sync --epochs 100000 --host-timeout 3 --log-steps \
+        --log "$TMP/hang.jsonl" >"$TMP/hang.out" 2>&1 &
     launcher=$!
-    wait_for_eval "$TMP/hang.jsonl" || fail "hung host: no evaluation within 60 s"
+    wait_for $HANG_S logged "$TMP/hang.jsonl" step || fail "hung host: no step within $HANG_S s"
     ranks=$(ranks_of "$TMP/hang.jsonl")
     [ "$(echo "$ranks" | wc -w)" -eq 2 ] || fail "hung host: expected 2 gputrain processes, found '$ranks'"
     stopped=$(echo "$ranks" | tail -1)
@@ -159,7 +164,7 @@ check_hung_host
 
 # Hosts that differ, or a host whose workers all fail, end the run with a line naming the host.
 rc=0
-timeout 120 "${MPIRUN[@]}" -np 1 "$BIN" "${COMMON[@]}" --gpus cpu:1 --mode sync --epochs 1 : \
+timeout $HANG_S "${MPIRUN[@]}" -np 1 "$BIN" "${COMMON[@]}" --gpus cpu:1 --mode sync --epochs 1 : \
     -np 1 "$BIN" "${COMMON[@]}" --gpus cpu:2 --mode sync --epochs 1 >"$TMP/diff.out" 2>&1 || rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "hosts with 1 and 2 workers: exit $rc"
 grep -q 'host 1 (.*): --gpus: the number of workers differs between hosts' "$TMP/diff.out" ||

@@ -7,7 +7,6 @@
 # run writing the same checkpoint is refused (flock), and temporary files of killed runs are removed.
 . "$(dirname "$0")/lib_cli.sh"
 DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
-EXPECT_TIMEOUT=30
 ONE=(--data "$DATA" --gpus cpu:1 --train-samples 200 --epochs 1 --no-progress)
 TWO=(--data "$DATA" --gpus cpu:1 --train-samples 200 --epochs 2 --no-progress)
 # A refusal must come before training: with this many epochs a late one would time out.
@@ -92,7 +91,7 @@ expect_exit 0 -- "${ONE[@]}" --checkpoint "$TMP/ck"
 # 12: a second run writing the same checkpoint is refused while the first runs
 "$BIN" "${LONG[@]}" --checkpoint "$TMP/locked" --log "$TMP/locked.jsonl" >/dev/null 2>&1 &
 first=$!
-for _ in $(seq 1 300); do [ -e "$TMP/locked.jsonl" ] && break; sleep 0.1; done
+wait_for $HANG_S test -e "$TMP/locked.jsonl"
 expect_error "$TMP/locked" "another running gputrain" -- "${LONG[@]}" --checkpoint "$TMP/locked"
 kill -KILL $first
 wait $first 2>/dev/null

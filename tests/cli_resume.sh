@@ -10,7 +10,6 @@
 # and specs are command-line errors (exit 2).
 . "$(dirname "$0")/lib_cli.sh"
 DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
-EXPECT_TIMEOUT=120
 RUN=(--data "$DATA" --train-samples 200 --no-progress)
 ONE=(--gpus cpu:1)
 

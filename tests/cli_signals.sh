@@ -14,13 +14,7 @@ if [ "${GT_QUICK:-0}" = 1 ]; then
 fi
 
 # wait_for_progress LOG: until the run has finished an evaluation (so it is really training)
-wait_for_progress() {
-    for _ in $(seq 1 600); do
-        grep -q '"type":"eval"' "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    return 1
-}
+wait_for_progress() { wait_for $HANG_S logged "$1" eval; }
 
 for mode in $MODES; do
     # hogwild+overlap: hogwild --overlap (a worker has two steps in flight when the signal comes)
@@ -31,7 +25,7 @@ for mode in $MODES; do
         "$BIN" "${COMMON[@]}" --epochs 100000 --gpus cpu:2 "${m[@]}" --checkpoint "$TMP/ck.safetensors" \
             --log "$TMP/log.jsonl" >"$TMP/out" 2>&1 &
         pid=$!
-        wait_for_progress "$TMP/log.jsonl" || fail "$mode: no evaluation within 60 s"
+        wait_for_progress "$TMP/log.jsonl" || fail "$mode: no evaluation within $HANG_S s"
         kill -"$sig" $pid
         wait $pid
         rc=$?
@@ -56,7 +50,7 @@ done
 TSAN_OPTIONS="${TSAN_OPTIONS:-} report_thread_leaks=0" \
     "$BIN" "${COMMON[@]}" --epochs 100000 --gpus cpu:1 --log "$TMP/log2.jsonl" >"$TMP/out" 2>&1 &
 pid=$!
-wait_for_progress "$TMP/log2.jsonl" || fail "no evaluation within 60 s"
+wait_for_progress "$TMP/log2.jsonl" || fail "no evaluation within $HANG_S s"
 kill -INT $pid
 kill -INT $pid
 wait $pid

@@ -5,11 +5,13 @@
 . "$(dirname "$0")/lib_cli.sh"
 DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
 COMMON=(--data "$DATA" --train-samples 1200 --batch 32 --no-progress)
-# Sanitizer builds (GT_QUICK=1) are 10-50x slower: fewer samples there, same checks.
+# Sanitizer builds (GT_QUICK=1) are 10-50x slower: fewer samples there, same checks. The short
+# hogwild run's accuracy depends on how its two workers interleave: 0.49-0.57 in release (0.35
+# leaves 5 standard deviations), 0.33-0.48 on 600 samples (so 0.2, where 0.25 left 3).
 CKEVERY=25s LEARNS=0.35
 if [ "${GT_QUICK:-0}" = 1 ]; then
     COMMON=(--data "$DATA" --train-samples 600 --batch 32 --no-progress)
-    CKEVERY=10s LEARNS=0.25
+    CKEVERY=10s LEARNS=0.2
 fi
 
 # A short hogwild run on two workers learns, prints its epochs and writes a JSONL log.

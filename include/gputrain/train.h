@@ -82,6 +82,12 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
                  gt_device **devices, int ndevices, gt_device *evaluator, const gt_start *start,
                  gt_run_result *res, gt_err *e);
 
+/* The clock ssp's pacing reads (gt_now's seconds), on each worker's own thread: how long its
+ * clocks take and when it gives up waiting for fresh parameters. A test sets a simulated one
+ * before a run, so that workers are balanced or slow by construction whatever else the machine
+ * runs (tests/test_modes.c). */
+extern double (*gt_ssp_clock)(void);
+
 /* Frees what a run's result holds (not res itself); res may be NULL. */
 void gt_run_result_free(gt_run_result *res);
 
