@@ -7,7 +7,7 @@
 # steps_diff.py on two runs, check_safetensors.py on a checkpoint this build writes. No GPU.
 . "$(dirname "$0")/lib_cli.sh"
 SRC=${GT_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
-for t in "$SRC"/tools/*.sh "$SRC"/tools/*.py; do
+for t in "$SRC"/tools/*.sh "$SRC"/tools/gpu/*.sh "$SRC"/tools/*.py; do
     case "$(basename "$t")" in lib.sh | run.sh) continue ;; esac # sourced / passes arguments to gputrain
     case "$t" in *.py) run=(python3 "$t") ;; *) run=(bash "$t") ;; esac
     "${run[@]}" --help >"$TMP/help" 2>&1

@@ -13,7 +13,7 @@
 # local-kN (--sync-every N), allreduce.
 # --data defaults to datasets/fashion-mnist, then /usr/share/datasets/fashion-mnist.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/tools/lib.sh"
 gt_prog=scaling
 cmd="$0 $*"

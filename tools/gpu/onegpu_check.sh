@@ -11,7 +11,7 @@
 #                              [--baseline BIN]   (BIN: an older gputrain, timed on the same rows)
 # (the sanitizer pass takes minutes: split it from the timings where a call has a time limit)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/tools/lib.sh"
 gt_prog=onegpu_check
 data="" gpu=0 epochs=3 sanitize=1 timing=1 base= parity_run=1 wall_runs=1

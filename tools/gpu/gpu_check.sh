@@ -9,7 +9,7 @@
 # --data defaults to datasets/fashion-mnist, then /usr/share/datasets/fashion-mnist.
 # Logs go to OUT (default results); the last lines printed are a short summary.
 set -uo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/tools/lib.sh"
 gt_prog=gpu_check
 data="" ref="$root/tools/torch_lenet.py" stb="" out="$root/results" perf=1 scaling=1
@@ -53,11 +53,11 @@ fi
 step "GPU checkpoint read by Python safetensors" "$([ $? -eq 0 ] && echo ok || echo FAILED) ($(tail -1 "$out/safetensors.log"))"
 
 if [ $perf -eq 1 ]; then
-    bash "$root/tools/gpu_perf.sh" --data "$data" --torch-ref "$ref" --bin "$bin" --out "$out" >"$out/perf.log" 2>&1
+    bash "$root/tools/gpu/gpu_perf.sh" --data "$data" --torch-ref "$ref" --bin "$bin" --out "$out" >"$out/perf.log" 2>&1
     step "one-GPU perf" "$(grep -c '' "$out/perf.log") lines, see perf-*.md"
 fi
 if [ $scaling -eq 1 ] && [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-    bash "$root/tools/scaling.sh" --data "$data" --torch-ref "$ref" --bin "$bin" --out "$out" >"$out/scaling.log" 2>&1
+    bash "$root/tools/gpu/scaling.sh" --data "$data" --torch-ref "$ref" --bin "$bin" --out "$out" >"$out/scaling.log" 2>&1
     step "scaling" "see scaling-*.md"
 fi
 echo

@@ -7,7 +7,7 @@
 #                               [--out results]
 # --data defaults to datasets/fashion-mnist, then /usr/share/datasets/fashion-mnist.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/tools/lib.sh"
 gt_prog=interop_check
 cmd="$0 $*"

@@ -8,7 +8,7 @@
 # samples/s: an epoch's samples over the median epoch after the first (lib.sh gt_median_sps).
 # Usage: tools/exchange_runs.sh BIN DATA_DIR [EPOCHS] (default 3 epochs).
 set -u
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/tools/lib.sh"
 gt_prog=exchange_runs
 case "${1:-}" in

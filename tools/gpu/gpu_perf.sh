@@ -7,7 +7,7 @@
 #                          [--gpu 0] [--epochs 5] [--out results]
 # --data defaults to datasets/fashion-mnist, then /usr/share/datasets/fashion-mnist.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/tools/lib.sh"
 gt_prog=gpu_perf
 cmd="$0 $*"

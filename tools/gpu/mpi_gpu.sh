@@ -12,7 +12,7 @@
 #                         [--args "more gputrain options"] [--name SUFFIX] [--out results]
 # --args go to every run (e.g. a recipe); --name SUFFIX writes mpi-<card>-<date>-SUFFIX.md.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/tools/lib.sh"
 gt_prog=mpi_gpu
 cmd="$0 $*"
