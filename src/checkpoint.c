@@ -40,12 +40,11 @@ static int ckpt_state_names(const char *optimizer, const char *const **names)
 
 /* ---- the model, as both directions need it ----------------------------------------------------- */
 
+/* The index of the model's tensor of that name, or -1. */
 static int ckpt_find_tensor(const gt_model *m, const char *name)
 {
-    for (int t = 0; t < m->ntensors; t++)
-        if (strcmp(m->tensors[t].name, name) == 0)
-            return t;
-    return -1;
+    const gt_tensor_info *t = gt_model_tensor(m, name);
+    return t ? (int)(t - m->tensors) : -1;
 }
 
 static int ckpt_terminated(const char *s, size_t cap) { return strnlen(s, cap) < cap; }

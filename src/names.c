@@ -186,20 +186,3 @@ int gt_mode_parse(const char *word, gt_mode *out)
     return 0;
 }
 
-int gt_optimizer_parse(const char *word, gt_opt_kind *out)
-{
-    int v;
-    if (gt_name_value(GT_NAMES_OPTIMIZER, word, &v))
-        return -1;
-    *out = (gt_opt_kind)v;
-    return 0;
-}
-
-int gt_schedule_parse(const char *word, gt_sched_kind *out)
-{
-    int v;
-    if (gt_name_value(GT_NAMES_SCHEDULE, word, &v))
-        return -1;
-    *out = (gt_sched_kind)v;
-    return 0;
-}

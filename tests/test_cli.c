@@ -623,12 +623,11 @@ static void test_name_tables(void)
         CHECK(strcmp(gt_name(sets[s], 1000), "?") == 0 && strcmp(gt_name(sets[s], -1), "?") == 0);
     }
     gt_mode m;
-    gt_opt_kind k;
-    gt_sched_kind sk;
+    int k = -1;
     CHECK(gt_mode_parse("ssp", &m) == 0 && m == GT_MODE_SSP && gt_mode_parse("SSP", &m) == -1);
-    CHECK(gt_optimizer_parse("adam", &k) == 0 && k == GT_OPT_ADAM);
-    CHECK(gt_optimizer_parse("rmsprop", &k) == -1 && k == GT_OPT_ADAM);
-    CHECK(gt_schedule_parse("cosine", &sk) == 0 && sk == GT_SCHED_COSINE);
+    CHECK(gt_name_value(GT_NAMES_OPTIMIZER, "adam", &k) == 0 && k == GT_OPT_ADAM);
+    CHECK(gt_name_value(GT_NAMES_OPTIMIZER, "rmsprop", &k) == -1 && k == GT_OPT_ADAM);
+    CHECK(gt_name_value(GT_NAMES_SCHEDULE, "cosine", &k) == 0 && k == GT_SCHED_COSINE);
     CHECK(strcmp(gt_optimizer_name(GT_OPT_SGD), "sgd") == 0);
     CHECK(gt_optimizer_row_of(GT_OPT_ADAM)->nstate == 2 && gt_mode_row_of(GT_MODE_SYNC)->clocked &&
           !gt_mode_row_of(GT_MODE_HOGWILD)->clocked && gt_mode_row_of((gt_mode)99) == NULL);

@@ -72,9 +72,7 @@ const char *gt_mode_name(gt_mode m);
 const char *gt_mode_label(const gt_config *c);
 int gt_mode_parse(const char *word, gt_mode *out);
 const char *gt_optimizer_name(gt_opt_kind k);
-int gt_optimizer_parse(const char *word, gt_opt_kind *out);
 const char *gt_schedule_name(gt_sched_kind k);
-int gt_schedule_parse(const char *word, gt_sched_kind *out);
 
 #ifdef __cplusplus
 }
