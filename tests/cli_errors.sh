@@ -65,7 +65,7 @@ if bash -c 'ulimit -v 1500000 && "$0" --version; exit $?' "$BIN" >/dev/null 2>&1
         --no-progress --model "conv:512:3:1 relu conv:512:3:1 relu fc:10") >"$TMP/out" 2>"$TMP/err"
     rc=$?
     [ $rc -eq 1 ] && [ "$(wc -l <"$TMP/err")" -eq 1 ] &&
-        grep -q "out of memory for the CPU buffers of 1024 samples at a time: the output of layer [0-9] ([0-9]* values a sample) (evaluation's pass; the training batch is 64)" "$TMP/err" ||
+        grep -Eq "out of memory for the CPU buffers of 1024 samples at a time: the (output of layer [0-9]+|input and the gradients) \([0-9]+ values a sample\) \(evaluation's pass; the training batch is 64\)" "$TMP/err" ||
         fail "out of memory: exit $rc: $(cat "$TMP/err")"
 fi
 
