@@ -3,7 +3,16 @@
  *
  * A device holds its own copy of the parameters. The worker pulls the store into d->params (host
  * memory: plain for the CPU, pinned for a GPU), calls load_params, runs train_step, which leaves
- * the mean gradient in d->grad (host memory, pinned for a GPU), and pushes d->grad to the store. */
+ * the mean gradient in d->grad (host memory, pinned for a GPU), and pushes d->grad to the store.
+ *
+ * A model with batch norm has buffers (model.h: running means, variances and counts), which the
+ * optimizer never touches. load_params loads d->buffers beside d->params; evaluate normalises with
+ * them. A training step normalises with its batch's statistics and then, without keep_grad, leaves
+ * them in d->stats in the buffers' layout (each batch norm's batch mean where its running mean
+ * is, its unbiased batch variance where its running variance is, 1 where its count is) for the
+ * store to fold into its running statistics (gt_ps_push_stats); with keep_grad the device moves
+ * its own running statistics instead (momentum GT_BN_MOMENTUM, as PyTorch), and get_params copies
+ * them into d->buffers. */
 #ifndef GT_DEVICE_H
 #define GT_DEVICE_H
 
@@ -49,7 +58,8 @@ typedef struct gt_device_ops {
      * load_params then train_step do, but returns once the work is queued behind any step still
      * running: it reads d->params and will write the gradient into d->grad as they are at the
      * call, so the caller may point them at other pinned buffers (gt_host_alloc) for the next
-     * step. step_end waits for the oldest begun step and gives its results. At most two steps
+     * step. step_end waits for the oldest begun step and gives its results (its batch
+     * statistics in d->stats). At most two steps
      * are begun and not ended; train_step is refused while any is. With d->predict set and a
      * step still running, the loaded parameters first take that step's plain SGD step
      * (gt_optim_predict) on the device, from its gradient there. */
@@ -75,8 +85,9 @@ typedef struct gt_device_ops {
      * averages the replicas through the store. Every device must call it alike. */
     int (*local_update)(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st,
                         float gscale, int average, gt_err *e);
-    /* Copies the device's parameters into d->params and its optimizer state into s0/s1 (NULL:
-     * skip), for evaluation and checkpoints. */
+    /* Copies the device's parameters into d->params, its optimizer state into s0/s1 (NULL:
+     * skip) and, where it keeps them (keep_grad), its running statistics into d->buffers, for
+     * evaluation and checkpoints. */
     int (*get_params)(gt_device *d, float *s0, float *s1, gt_err *e);
     /* Sets the device's optimizer state from host arrays (NULL: zeros), when a run resumes. */
     int (*set_state)(gt_device *d, const float *s0, const float *s1, gt_err *e);
@@ -91,6 +102,10 @@ struct gt_device {
     int max_batch;
     float *params;       /* nparams, host */
     float *grad;         /* nparams, host */
+    float *buffers;      /* model->nbuffers, host (pinned for a GPU): running statistics; NULL
+                            when the model has none */
+    float *stats;        /* model->nbuffers, host (pinned for a GPU): the last training step's
+                            batch statistics (without keep_grad); NULL when the model has none */
     int keep_grad;       /* train_step leaves the gradient on the device (allreduce mode) */
     const gt_predict *predict; /* step_begin's weight prediction (--overlap), NULL: none */
     void *impl;          /* backend state */
