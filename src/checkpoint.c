@@ -107,25 +107,36 @@ static void ckpt_save_free(ckpt_save *sv)
     free(sv->classes);
 }
 
-/* Parameters first, then each optimizer state array, each with the model's tensor layout. */
-static void ckpt_list_tensors(ckpt_save *sv, const gt_model *m, const float *params,
-                              float *const *state, int nstate, const char *const *names)
+/* One tensor of the file: its name, data and CRC. */
+static void ckpt_list_one(ckpt_save *sv, const gt_tensor_info *ti, const char *prefix,
+                          const float *base)
 {
-    for (int s = 0; s <= nstate; s++) {
-        for (int t = 0; t < m->ntensors; t++, sv->nout++) {
-            const gt_tensor_info *ti = &m->tensors[t];
-            gt_st_out *o = &sv->out[sv->nout];
-            char *name = sv->crc_key[sv->nout] + 6;
-            memcpy(sv->crc_key[sv->nout], "crc32.", 6);
-            if (s == 0)
-                snprintf(name, GT_ST_MAX_NAME + 2, "%s", ti->name);
-            else
-                snprintf(name, GT_ST_MAX_NAME + 2, "optim.%s.%s", names[s - 1], ti->name);
-            *o = (gt_st_out){.name = name, .data = (s == 0 ? params : state[s - 1]) + ti->offset,
-                             .len = ti->len, .rank = ti->rank, .shape = ti->shape};
-            snprintf(sv->crc_hex[sv->nout], sizeof sv->crc_hex[0], "%08" PRIx32,
-                     gt_st_crc_floats_le(o->data, o->len));
-        }
+    gt_st_out *o = &sv->out[sv->nout];
+    char *name = sv->crc_key[sv->nout] + 6;
+    memcpy(sv->crc_key[sv->nout], "crc32.", 6);
+    snprintf(name, GT_ST_MAX_NAME + 2, "%s%s", prefix, ti->name);
+    *o = (gt_st_out){.name = name, .data = base + ti->offset, .len = ti->len, .rank = ti->rank,
+                     .shape = ti->shape};
+    snprintf(sv->crc_hex[sv->nout], sizeof sv->crc_hex[0], "%08" PRIx32,
+             gt_st_crc_floats_le(o->data, o->len));
+    sv->nout++;
+}
+
+/* Parameters first, then the buffers, then each optimizer state array, each with the model's
+ * tensor layout. */
+static void ckpt_list_tensors(ckpt_save *sv, const gt_model *m, const float *params,
+                              const float *buffers, float *const *state, int nstate,
+                              const char *const *names)
+{
+    for (int t = 0; t < m->ntensors; t++)
+        ckpt_list_one(sv, &m->tensors[t], "", params);
+    for (int t = 0; t < m->nbuffer_tensors; t++)
+        ckpt_list_one(sv, &m->buffer_tensors[t], "", buffers);
+    for (int s = 1; s <= nstate; s++) {
+        char prefix[40];
+        snprintf(prefix, sizeof prefix, "optim.%s.", names[s - 1]);
+        for (int t = 0; t < m->ntensors; t++)
+            ckpt_list_one(sv, &m->tensors[t], prefix, state[s - 1]);
     }
 }
 
@@ -295,14 +306,18 @@ uint64_t gt_ckpt_step_samples(int clocked, int slices, int workers, int hosts, i
     return hosts == 1 && (!slices || workers == 1) ? (uint64_t)batch : 0;
 }
 
-int gt_ckpt_save(const char *path, const gt_model *m, const float *params, float *const *state,
-                 int nstate, const gt_ckpt_meta *meta, int keep, gt_err *e)
+int gt_ckpt_save(const char *path, const gt_model *m, const float *params,
+                 const float *buffers, float *const *state, int nstate, const gt_ckpt_meta *meta,
+                 int keep, gt_err *e)
 {
     if (ckpt_check_save_args(path, m, params, state, nstate, meta, keep, e) != 0)
         return -1;
+    if (m->nbuffers && !buffers)
+        return gt_fail(e, "checkpoint %s: model %s has batch-norm buffers and none were given",
+                       path, m->name);
     const char *const *names;
     ckpt_state_names(meta->optimizer, &names);
-    size_t n = (size_t)m->ntensors * (1 + (size_t)nstate) + 1;
+    size_t n = (size_t)m->ntensors * (1 + (size_t)nstate) + (size_t)m->nbuffer_tensors + 1;
     ckpt_save sv = {.out = calloc(n, sizeof *sv.out), .crc_key = calloc(n, sizeof *sv.crc_key),
                     .crc_hex = calloc(n, sizeof *sv.crc_hex),
                     .kv = calloc(n + CKPT_NFIXED, sizeof *sv.kv)};
@@ -310,7 +325,7 @@ int gt_ckpt_save(const char *path, const gt_model *m, const float *params, float
     if (meta->nnames > 0)
         sv.classes = ckpt_classes_json(meta);
     if (sv.out && sv.crc_key && sv.crc_hex && sv.kv && (meta->nnames == 0 || sv.classes)) {
-        ckpt_list_tensors(&sv, m, params, state, nstate, names);
+        ckpt_list_tensors(&sv, m, params, buffers, state, nstate, names);
         ckpt_list_meta(&sv, m, meta);
         sv.header = gt_st_build_header(sv.kv, sv.nkv, sv.out, sv.nout, &sv.hlen);
         if (sv.header)
@@ -332,6 +347,7 @@ int gt_ckpt_save(const char *path, const gt_model *m, const float *params, float
 typedef struct ckpt_slot {
     uint32_t crc;
     int tensor, slot;
+    int buffer;       /* tensor indexes the model's buffer tensors (slot 0) */
 } ckpt_slot;
 
 typedef struct ckpt_file {
@@ -684,15 +700,19 @@ static int ckpt_match_model(ckpt_file *cf, const gt_model *m, int want, gt_err *
     if (want > 0 && want != fstates)
         return gt_fail(e, "checkpoint %s holds %s optimizer state, this run uses %s", cf->path,
                        cf->meta.optimizer, run_opt ? run_opt->head.name : "?");
-    unsigned char found[3][GT_MAX_TENSORS] = {{0}};
+    unsigned char found[3][GT_MAX_TENSORS] = {{0}}, bfound[GT_MAX_BUFFER_TENSORS] = {0};
     for (int i = 0; i < cf->st.nentries; i++) {
         const gt_st_entry *ent = &cf->st.entries[i];
         ckpt_slot *sl = &cf->slots[i];
         int t = ckpt_target(ent->name, m, names, fstates, &sl->slot);
-        if (t < 0)
+        const gt_tensor_info *bt = t < 0 ? gt_model_buffer(m, ent->name) : NULL;
+        if (t < 0 && !bt)
             return gt_fail(e, "checkpoint %s has tensor %s, which model %s does not have", cf->path,
                            ent->name, m->name);
-        const gt_tensor_info *ti = &m->tensors[t];
+        sl->buffer = bt != NULL;
+        if (bt)
+            t = (int)(bt - m->buffer_tensors);
+        const gt_tensor_info *ti = bt ? bt : &m->tensors[t];
         if (ent->rank != ti->rank || memcmp(ent->shape, ti->shape, (size_t)ti->rank * sizeof(int)) != 0) {
             char have[64], need[64];
             ckpt_shape_text(have, sizeof have, ent->rank, ent->shape);
@@ -700,9 +720,15 @@ static int ckpt_match_model(ckpt_file *cf, const gt_model *m, int want, gt_err *
             return gt_fail(e, "checkpoint %s: tensor %s has shape %s, model %s wants %s", cf->path,
                            ent->name, have, m->name, need);
         }
-        found[sl->slot][t] = 1;
+        if (bt)
+            bfound[t] = 1;
+        else
+            found[sl->slot][t] = 1;
         sl->tensor = sl->slot <= want ? t : -1;
     }
+    for (int t = 0; t < m->nbuffer_tensors; t++)
+        if (!bfound[t])
+            return gt_fail(e, "checkpoint %s lacks buffer %s", cf->path, m->buffer_tensors[t].name);
     for (int s = 0; s <= want; s++)
         for (int t = 0; t < m->ntensors; t++)
             if (!found[s][t]) {
@@ -752,19 +778,23 @@ static int ckpt_check_finite(const ckpt_file *cf, const gt_model *m, int want, c
 /* One pass over the data in file order into a staging buffer; the caller's arrays are written
  * only once every CRC has passed. */
 static int ckpt_read_tensors(const ckpt_file *cf, const gt_model *m, int want, float *params,
-                             float *const *state, unsigned flags, gt_err *e)
+                             float *buffers, float *const *state, unsigned flags, gt_err *e)
 {
-    size_t n = m->nparams;
+    size_t n = m->nparams, nb = m->nbuffers;
     float *stage = NULL;
     if (n > 0) {
-        if (n > SIZE_MAX / sizeof(float) / (1 + (size_t)want) ||
-            !(stage = gt_alloc(n * (1 + (size_t)want) * sizeof(float))))
+        /* the buffers are staged after the arrays of parameters and state */
+        if (n > (SIZE_MAX / sizeof(float) - nb) / (1 + (size_t)want) ||
+            !(stage = gt_alloc((n * (1 + (size_t)want) + nb) * sizeof(float))))
             return gt_fail(e, "checkpoint %s: out of memory staging %zu parameters", cf->path, n);
     }
+    float *bstage = stage ? stage + n * (1 + (size_t)want) : NULL;
     for (int i = 0; i < cf->st.nentries; i++) {
         const ckpt_slot *sl = &cf->slots[i];
         char *dst = NULL;
-        if (sl->tensor >= 0)
+        if (sl->tensor >= 0 && sl->buffer)
+            dst = (char *)(bstage + m->buffer_tensors[sl->tensor].offset);
+        else if (sl->tensor >= 0)
             dst = (char *)(stage + (size_t)sl->slot * n + m->tensors[sl->tensor].offset);
         if (ckpt_read_tensor(cf, i, dst, e) != 0) {
             gt_free(stage);
@@ -772,11 +802,20 @@ static int ckpt_read_tensors(const ckpt_file *cf, const gt_model *m, int want, f
         }
     }
     if (stage)
-        gt_st_floats_from_le(stage, n * (1 + (size_t)want));
+        gt_st_floats_from_le(stage, n * (1 + (size_t)want) + nb);
     if (!(flags & GT_CKPT_ALLOW_NONFINITE) && ckpt_check_finite(cf, m, want, stage, e) != 0) {
         gt_free(stage);
         return -1;
     }
+    for (size_t i = 0; i < nb && !(flags & GT_CKPT_ALLOW_NONFINITE); i++)
+        if (!isfinite(bstage[i])) {
+            gt_free(stage);
+            return gt_fail(e, "checkpoint %s: a batch-norm buffer holds %s at %zu "
+                           "(--allow-nonfinite loads it)", cf->path,
+                           isnan(bstage[i]) ? "NaN" : "an infinite value", i);
+        }
+    if (buffers && nb)
+        memcpy(buffers, bstage, nb * sizeof(float));
     for (int s = 0; s <= want; s++) {
         float *dst = s == 0 ? params : state[s - 1];
         for (int t = 0; t < m->ntensors; t++) {
@@ -789,8 +828,8 @@ static int ckpt_read_tensors(const ckpt_file *cf, const gt_model *m, int want, f
     return 0;
 }
 
-int gt_ckpt_load(const char *path, const gt_model *m, float *params, float *const *state,
-                 int nstate, gt_ckpt_meta *meta, unsigned flags, gt_err *e)
+int gt_ckpt_load(const char *path, const gt_model *m, float *params, float *buffers,
+                 float *const *state, int nstate, gt_ckpt_meta *meta, unsigned flags, gt_err *e)
 {
     int want = state && nstate > 0 ? nstate : 0;
     if (!path)
@@ -810,7 +849,7 @@ int gt_ckpt_load(const char *path, const gt_model *m, float *params, float *cons
         return -1;
     int rc = ckpt_match_model(&cf, m, want, e);
     if (rc == 0)
-        rc = ckpt_read_tensors(&cf, m, want, params, state, flags, e);
+        rc = ckpt_read_tensors(&cf, m, want, params, buffers, state, flags, e);
     if (rc == 0 && meta)
         *meta = cf.meta;
     ckpt_close(&cf);

@@ -158,6 +158,7 @@ int gt_cpu_net_create(gt_cpu_net *net, const gt_model *m, int max_batch, gt_err 
     }
     net->m = m;
     net->max_batch = max_batch;
+    net->bn_momentum = GT_BN_MOMENTUM;
     size_t nb = (size_t)max_batch;
     int layer = 0; /* whose output was being allocated when one failed; 0: the input */
     int ok = (net->xbytes = net_alloc(nb, in_len, 1)) && (net->ybytes = net_alloc(nb, 1, 1)) &&

@@ -1,16 +1,32 @@
 /* device_cpu.c - the CPU backend behind the device table: one gt_cpu_net per worker thread.
  *
  * It is the reference every GPU op is checked against, so it does nothing clever: load_params is
- * free (the worker pulls straight into d->params), train_step is gt_cpu_net_step. */
+ * free (the worker pulls straight into d->params and d->buffers), train_step is gt_cpu_net_run:
+ * with momentum 1 into d->stats (the batch's statistics for the store), or, with keep_grad, moving
+ * d->buffers itself. */
 #include "gputrain/device.h"
+#include "gputrain/layers.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
 #define GT_EVAL_CHUNK 1024
+#define GT_EVAL_BYTES ((size_t)256 << 20) /* the activations an evaluation chunk may add */
+
+/* Samples an evaluation pass takes at once: up to GT_EVAL_CHUNK where their activations fit in
+ * GT_EVAL_BYTES (a LeNet), else the training batch (a residual network keeps ~2 MB of
+ * activations a sample, which 1024 samples would turn into gigabytes a worker). */
+static int cpu_eval_chunk(const gt_model *m, int max_batch)
+{
+    size_t per = m->max_act * ((size_t)m->nlayers + 3) * sizeof(float);
+    size_t fit = per ? GT_EVAL_BYTES / per : GT_EVAL_CHUNK;
+    int chunk = fit < GT_EVAL_CHUNK ? (int)fit : GT_EVAL_CHUNK;
+    return chunk > max_batch ? chunk : max_batch;
+}
 
 typedef struct cpu_impl {
     gt_cpu_net net;
+    int chunk;            /* samples an evaluation pass takes at once (cpu_eval_chunk) */
     uint32_t *eval_idx;
 } cpu_impl;
 
@@ -21,7 +37,9 @@ static int cpu_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt_
     cpu_impl *c = d->impl;
     if (b->n < 1 || b->n > d->max_batch)
         return gt_fail(e, "%s: batch of %d samples (buffers hold %d)", d->name, b->n, d->max_batch);
-    out->loss_sum = gt_cpu_net_step(&c->net, d->params, b, 1, d->grad, &out->correct);
+    float *bufs = d->keep_grad ? d->buffers : d->stats;
+    c->net.bn_momentum = d->keep_grad ? GT_BN_MOMENTUM : 1.0;
+    out->loss_sum = gt_cpu_net_run(&c->net, d->params, bufs, b, 1, d->grad, &out->correct);
     return 0;
 }
 
@@ -31,13 +49,14 @@ static int cpu_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32_
     cpu_impl *c = d->impl;
     out->loss_sum = 0;
     out->correct = 0;
-    for (uint32_t s = lo; s < hi; s += GT_EVAL_CHUNK) {
-        uint32_t n = hi - s < GT_EVAL_CHUNK ? hi - s : GT_EVAL_CHUNK;
+    uint32_t chunk = (uint32_t)c->chunk;
+    for (uint32_t s = lo; s < hi; s += chunk) {
+        uint32_t n = hi - s < chunk ? hi - s : chunk;
         for (uint32_t i = 0; i < n; i++)
             c->eval_idx[i] = s + i;
         gt_batch b = {.ds = ds, .idx = c->eval_idx, .n = (int)n};
         int hits = 0;
-        out->loss_sum += gt_cpu_net_step(&c->net, d->params, &b, 0, NULL, &hits);
+        out->loss_sum += gt_cpu_net_run(&c->net, d->params, d->buffers, &b, 0, NULL, &hits);
         out->correct += hits;
     }
     return 0;
@@ -53,6 +72,8 @@ static void cpu_close(gt_device *d)
     }
     gt_free(d->params);
     gt_free(d->grad);
+    gt_free(d->buffers);
+    gt_free(d->stats);
     free(d);
 }
 
@@ -79,13 +100,22 @@ int gt_cpu_device_open(gt_device **out, const gt_model *m, int max_batch, int in
     d->model = m;
     d->max_batch = max_batch;
     snprintf(d->name, sizeof d->name, "cpu:%d", index);
-    int net_batch = max_batch > GT_EVAL_CHUNK ? max_batch : GT_EVAL_CHUNK;
+    int net_batch = cpu_eval_chunk(m, max_batch);
+    c->chunk = net_batch;
     d->params = gt_alloc(m->nparams * sizeof(float));
     d->grad = gt_alloc(m->nparams * sizeof(float));
-    c->eval_idx = gt_alloc(GT_EVAL_CHUNK * sizeof(uint32_t));
-    if (!d->params || !d->grad || !c->eval_idx) {
+    c->eval_idx = gt_alloc((size_t)net_batch * sizeof(uint32_t));
+    if (m->nbuffers) {
+        d->buffers = gt_alloc(m->nbuffers * sizeof(float));
+        d->stats = gt_alloc(m->nbuffers * sizeof(float));
+    }
+    if (!d->params || !d->grad || !c->eval_idx || (m->nbuffers && (!d->buffers || !d->stats))) {
         cpu_close(d);
         return gt_fail(e, "cpu:%d: out of memory for %zu parameters", index, m->nparams);
+    }
+    if (m->nbuffers) {
+        gt_model_init_buffers(m, d->buffers);
+        gt_model_init_buffers(m, d->stats);
     }
     gt_err why;
     if (gt_cpu_net_create(&c->net, m, net_batch, &why) != 0) {

@@ -15,6 +15,7 @@ void job_free(job *j)
     free(j->params);
     free(j->state[0]);
     free(j->state[1]);
+    free(j->buffers);
 }
 
 /* Posts a job to the calling thread; waits while the queue is full. Caller holds r->mu. */
@@ -44,6 +45,12 @@ int jobs_snapshot_locked(run *r, job *j, int kinds, uint32_t epoch, uint64_t ste
         if (!j->params)
             return -1;
         gt_ps_pull(&r->ps, j->params, NULL);
+    }
+    if (r->ps.buffers && (j->params || (kinds & JOB_CKPT))) {
+        j->buffers = malloc(r->m->nbuffers * sizeof(float));
+        if (!j->buffers)
+            return -1;
+        gt_ps_pull_buffers(&r->ps, j->buffers);
     }
     if (kinds & JOB_CKPT) {
         for (int i = 0; i < r->ps.nstate; i++) {
@@ -107,11 +114,13 @@ void jobs_post_due_locked(run *r, uint64_t step_in_epoch, uint64_t clocks_total)
 }
 
 /* Test loss and accuracy of a snapshot, on the calling thread's own device. */
-static int evaluate_snapshot(run *r, const float *params, double *loss, double *acc, gt_err *e)
+static int evaluate_snapshot(run *r, const job *j, double *loss, double *acc, gt_err *e)
 {
     gt_device *d = r->evaluator;
     gt_step_out o = {0};
-    memcpy(d->params, params, r->n * sizeof(float));
+    memcpy(d->params, j->params, r->n * sizeof(float));
+    if (j->buffers)
+        memcpy(d->buffers, j->buffers, r->m->nbuffers * sizeof(float));
     if (d->ops->load_params(d, e) != 0)
         return -1;
     if (d->ops->evaluate(d, &r->data->test, 0, r->data->test.n, &o, e) != 0)
@@ -156,7 +165,8 @@ int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e)
     meta.momentum = cfg->optim.momentum;
     meta.weight_decay = cfg->optim.weight_decay;
     float *const state[2] = {j->state[0], j->state[1]};
-    if (gt_ckpt_save(cfg->checkpoint, r->m, j->params, state, r->ps.nstate, &meta, cfg->keep, e) != 0)
+    if (gt_ckpt_save(cfg->checkpoint, r->m, j->params, j->buffers, state, r->ps.nstate, &meta,
+                     cfg->keep, e) != 0)
         return -1;
     snprintf(res->checkpoint_written, sizeof res->checkpoint_written, "%s", cfg->checkpoint);
     report_checkpoint(r, cfg->checkpoint, j->epoch, j->step, j->samples, j->wall);
@@ -193,7 +203,7 @@ int jobs_handle(run *r, job *j, gt_run_result *res, gt_err *e)
             p.test_loss = j->test_loss;
             p.test_acc = j->test_acc;
         } else {
-            rc = evaluate_snapshot(r, j->params, &p.test_loss, &p.test_acc, e);
+            rc = evaluate_snapshot(r, j, &p.test_loss, &p.test_acc, e);
         }
         if (rc == 0)
             rc = result_add_point(res, &p, e);

@@ -348,9 +348,9 @@ static void cpu_bn_forward(gt_cpu_net *net, int l, const float *params, const gt
     size_t plane = (size_t)L->in_h * L->in_w;
     if (train) {
         gt_batchnorm_forward_train(net->act[l], b->n, L->in_c, plane, params + L->w_off,
-                                   params + L->b_off, stats, stats + L->in_c, net->act[l + 1],
+                                   params + L->b_off, net->bn_momentum, stats, stats + L->in_c, net->act[l + 1],
                                    net->save[l]);
-        stats[2 * L->in_c] += 1.0f;
+        stats[2 * L->in_c] = net->bn_momentum == 1 ? 1.0f : stats[2 * L->in_c] + 1.0f;
     } else {
         gt_batchnorm_forward_eval(net->act[l], b->n, L->in_c, plane, params + L->w_off,
                                   params + L->b_off, stats, stats + L->in_c, net->act[l + 1],

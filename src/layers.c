@@ -558,8 +558,8 @@ static void bn_channel_apply(const float *x, int n, int c, size_t plane, int ch,
 }
 
 void gt_batchnorm_forward_train(const float *x, int n, int c, size_t plane, const float *gamma,
-                                const float *beta, float *running_mean, float *running_var,
-                                float *y, float *save)
+                                const float *beta, double momentum, float *running_mean,
+                                float *running_var, float *y, float *save)
 {
     double m = (double)n * (double)plane;
     for (int ch = 0; ch < c; ch++) {
@@ -568,9 +568,12 @@ void gt_batchnorm_forward_train(const float *x, int n, int c, size_t plane, cons
         double unbiased = m > 1 ? var * m / (m - 1) : var;
         save[ch] = (float)mean;
         save[c + ch] = (float)(1.0 / sqrt(var + GT_BN_EPS));
-        running_mean[ch] = (float)((1 - GT_BN_MOMENTUM) * running_mean[ch] + GT_BN_MOMENTUM * mean);
-        running_var[ch] =
-            (float)((1 - GT_BN_MOMENTUM) * running_var[ch] + GT_BN_MOMENTUM * unbiased);
+        /* momentum 1 writes the batch's own statistics, whatever the array held before */
+        running_mean[ch] = momentum == 1 ? (float)mean
+                                         : (float)((1 - momentum) * running_mean[ch] + momentum * mean);
+        running_var[ch] = momentum == 1
+                              ? (float)unbiased
+                              : (float)((1 - momentum) * running_var[ch] + momentum * unbiased);
         bn_channel_apply(x, n, c, plane, ch, gamma[ch], beta[ch], save[ch], save[c + ch], y);
     }
 }

@@ -185,7 +185,7 @@ static int setup_model(const gt_config *c, int ch, int h, int w, int k, setup *s
     s->m = malloc(sizeof *s->m);
     if (!s->m)
         return gt_fail(e, "out of memory");
-    if (gt_model_build(c->model, ch, h, w, k, s->m, e) != 0 || gt_model_check_runnable(s->m, e)) {
+    if (gt_model_build(c->model, ch, h, w, k, s->m, e) != 0) {
         free(s->m);
         s->m = NULL;
         return -1;
@@ -331,7 +331,8 @@ static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
     int n = 0;
     int rc = open_devices(c, &m, devs, &n, &ev, e);
     if (rc == 0)
-        rc = gt_ckpt_load(c->checkpoint, &m, ev->params, NULL, 0, &meta, ckpt_flags(c), e);
+        rc = gt_ckpt_load(c->checkpoint, &m, ev->params, ev->buffers, NULL, 0, &meta,
+                          ckpt_flags(c), e);
     gt_step_out o = {0};
     if (rc == 0)
         rc = ev->ops->load_params(ev, e);
@@ -430,22 +431,26 @@ static int check_log_data(const gt_config *c, const gt_data *d, gt_err *e)
     return 0;
 }
 
-/* Initial parameters and optimizer state: fresh, --init weights, or a --resume checkpoint. */
+/* Initial parameters, buffers (batch norm's running statistics) and optimizer state: fresh,
+ * --init weights and buffers, or a --resume checkpoint. */
 static int load_start(const gt_config *c, const gt_model *m, const gt_data *d, float *params,
-                      float **state, int nstate, gt_ckpt_meta *meta, int *resumed, gt_err *e)
+                      float *buffers, float **state, int nstate, gt_ckpt_meta *meta, int *resumed,
+                      gt_err *e)
 {
     *resumed = 0;
     if (c->resume[0]) {
-        if (gt_ckpt_load(c->resume, m, params, state, nstate, meta, ckpt_flags(c), e) != 0)
+        if (gt_ckpt_load(c->resume, m, params, buffers, state, nstate, meta, ckpt_flags(c), e) != 0)
             return -1;
         *resumed = 1;
         return 0;
     }
     if (c->init[0]) {
         gt_ckpt_meta tmp;
-        return gt_ckpt_load(c->init, m, params, NULL, 0, &tmp, ckpt_flags(c), e);
+        return gt_ckpt_load(c->init, m, params, buffers, NULL, 0, &tmp, ckpt_flags(c), e);
     }
     gt_model_init_params(m, params, c->seed);
+    if (buffers)
+        gt_model_init_buffers(m, buffers);
     return 0;
 }
 
@@ -577,15 +582,18 @@ static int cmd_train(const gt_config *given, const char *command, const gt_data 
     float *state[2] = {NULL, NULL};
     for (int i = 0; i < nstate; i++)
         state[i] = gt_alloc(m->nparams * sizeof(float));
-    if (!params || (nstate > 0 && !state[0]) || (nstate > 1 && !state[1])) {
+    float *buffers = m->nbuffers ? gt_alloc(m->nbuffers * sizeof(float)) : NULL;
+    if (!params || (nstate > 0 && !state[0]) || (nstate > 1 && !state[1]) ||
+        (m->nbuffers && !buffers)) {
         gt_free(params);
+        gt_free(buffers);
         gt_free(state[0]);
         gt_free(state[1]);
         return gt_fail(e, "out of memory for %zu parameters", m->nparams);
     }
     gt_ckpt_meta meta;
     int resumed = 0;
-    int rc = load_start(c, m, d, params, state, nstate, &meta, &resumed, e);
+    int rc = load_start(c, m, d, params, buffers, state, nstate, &meta, &resumed, e);
     if (rc == 0 && resumed && resume_position(c, d->train.n, &meta, e) != 0) {
         *usage = 1;
         rc = -1;
@@ -598,7 +606,7 @@ static int cmd_train(const gt_config *given, const char *command, const gt_data 
     }
     if (rc == 0) {
         print_header(c, d, s, resumed, &meta);
-        gt_start start = {.params = params, .state = state, .nstate = nstate,
+        gt_start start = {.params = params, .state = state, .nstate = nstate, .buffers = buffers,
                           .resumed = resumed ? &meta : NULL, .recipe = &rec,
                           .launched = s->launched, .data_s = s->data_s,
                           .devices_s = s->devices_s, .command = command};
@@ -612,6 +620,7 @@ static int cmd_train(const gt_config *given, const char *command, const gt_data 
                    res->checkpoint_written[0] ? "; state saved to " : "", res->checkpoint_written);
     }
     gt_free(params);
+    gt_free(buffers);
     gt_free(state[0]);
     gt_free(state[1]);
     return rc;
@@ -730,7 +739,6 @@ static int check_model_spec(const gt_config *c, const gt_data *d, gt_err *e)
     if (!m)
         return gt_fail(e, "out of memory");
     int rc = gt_model_build(c->model, d->train.c, d->train.h, d->train.w, d->train.nclasses, m, e);
-    rc = rc == 0 ? gt_model_check_runnable(m, e) : rc;
     free(m);
     return rc;
 }

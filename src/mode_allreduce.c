@@ -97,6 +97,7 @@ static int allreduce_publish(run *r, worker *w)
         return -1;
     }
     gt_ps_store_stripes(&r->ps, 0, r->ps.nranges, w->dev->params);
+    gt_ps_store_buffers(&r->ps, w->dev->buffers); /* replica 0's running statistics, as DDP */
     return 0;
 }
 

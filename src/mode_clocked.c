@@ -94,6 +94,27 @@ int clocked_start_store_threads(run *r, gt_err *e)
     return gt_ps_start_threads(&r->ps, r->W, e);
 }
 
+/* One share's batch statistics of a clock (the models with batch norm). */
+static float *clocked_stat_slot(run *r, uint64_t clock, int share)
+{
+    size_t ring = (size_t)(clock % (uint64_t)r->clk.R);
+    return r->clk.stat_slots + (ring * (size_t)r->W + (size_t)share) * r->m->nbuffers;
+}
+
+/* Folds the batch statistics of clock c's shares into the store's running statistics in share
+ * order, as the clock's gradients are summed, so that sync's buffers are reproducible too; a
+ * dropped share has none. Call once per clock, when it is applied. Caller holds r->mu. */
+void clocked_fold_stats_locked(run *r, uint64_t clock)
+{
+    if (!r->clk.stats_in)
+        return;
+    uint64_t *in = &r->clk.stats_in[clock % (uint64_t)r->clk.R];
+    for (int s = 0; s < r->W; s++)
+        if (*in & (1ull << s))
+            gt_ps_push_stats(&r->ps, clocked_stat_slot(r, clock, s));
+    *in = 0;
+}
+
 /* share_done of the modes that sum shares: the gradient goes to its slot (where the device did
  * not write it there itself), or zeros where it was dropped (--on-nan skip), so the sum keeps its
  * order. */
@@ -104,6 +125,13 @@ int clocked_slot_store(run *r, worker *w, uint64_t clock, int share, int rc)
         memset(slot, 0, r->n * sizeof(float));
     else if (w->dev->grad != slot)
         memcpy(slot, w->dev->grad, r->n * sizeof(float));
+    if (rc == 0 && r->clk.stats_in) {
+        memcpy(clocked_stat_slot(r, clock, share), w->dev->stats,
+               r->m->nbuffers * sizeof(float));
+        pthread_mutex_lock(&r->mu);
+        r->clk.stats_in[clock % (uint64_t)r->clk.R] |= 1ull << share;
+        pthread_mutex_unlock(&r->mu);
+    }
     return 0;
 }
 
@@ -273,6 +301,14 @@ int clocked_init(run *r, int R, int nslots, gt_err *e)
                        r->n);
     for (int k = 0; k < R; k++)
         r->clk.slot_read_clock[k] = UINT64_MAX;
+    size_t nb = r->m->nbuffers;
+    if (nb) {
+        r->clk.stat_slots = malloc((size_t)R * (size_t)r->W * nb * sizeof(float));
+        r->clk.stats_in = calloc((size_t)R, sizeof(uint64_t));
+        if (!r->clk.stat_slots || !r->clk.stats_in)
+            return gt_fail(e, "out of memory for %d x %d batch-norm statistics of %zu values", R,
+                           r->W, nb);
+    }
     return 0;
 }
 
@@ -288,6 +324,8 @@ void clocked_epoch_reset(run *r)
     r->clk.applied = 0;
     for (int k = 0; k < r->clk.R; k++) {
         r->clk.claimed[k] = r->clk.deposited[k] = 0;
+        if (r->clk.stats_in)
+            r->clk.stats_in[k] = 0;
         r->clk.slot_read_clock[k] = UINT64_MAX;
     }
     for (int i = 0; i < r->W; i++)

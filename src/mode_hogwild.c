@@ -218,6 +218,7 @@ static void hogwild_epoch(run *r, worker *w)
         if (rc == 0) {
             run_lr lr = run_lr_now(r, 0, 1);
             gt_ps_push(&r->ps, w->index, r->W, w->dev->grad, lr.gscale, w->ver, lr.epoch);
+            gt_ps_push_stats(&r->ps, w->dev->stats);
         }
         double t3 = gt_now();
         w->pull_s += t1 - t0;
@@ -331,6 +332,7 @@ static void hogwild_epoch_overlap(run *r, worker *w)
             run_lr lr = run_lr_now(r, 0, 1);
             gt_ps_push(&r->ps, w->index, r->W, hw(w)->gbuf[o->buf], lr.gscale, hw(w)->vbuf[o->buf],
                        lr.epoch);
+            gt_ps_push_stats(&r->ps, w->dev->stats); /* step_end left the ended step's */
         }
         w->push_s += gt_now() - t0;
         hogwild_done(r, w, &o->o, o->b.n, o->step);

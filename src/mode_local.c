@@ -113,6 +113,9 @@ static int local_step(run *r, worker *w, uint64_t clock, int share, int rc)
     run_lr lr = run_lr_now(r, ++lw(w)->updates, 1);
     gt_optim_apply(&r->cfg->optim, &lr.st, w->dev->params, w->dev->grad, lr.gscale, lw(w)->state[0],
                    lw(w)->state[1], r->n);
+    /* The replicas share one set of running statistics, the store's (the parameters' average
+     * would be theirs; the statistics of every replica's batches are). */
+    gt_ps_push_stats(&r->ps, w->dev->stats);
     if (w->dev->ops->load_params(w->dev, &e) != 0) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;

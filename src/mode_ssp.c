@@ -70,6 +70,7 @@ static void ssp_apply_finish_locked(run *r)
     hosts_agreed_locked(r, sig, &e);
     atomic_store(&r->ps.updates, ssp(r)->apply_t);
     gt_ps_note_staleness(&r->ps, c - r->clk.slot_read_clock[k]);
+    clocked_fold_stats_locked(r, c);
     r->clk.claimed[k] = r->clk.deposited[k] = 0;
     r->clk.slot_read_clock[k] = UINT64_MAX;
     r->clk.applied = c + 1;

@@ -15,6 +15,7 @@ static void sync_after_apply_leader(run *r)
         guard_saved_locked(r, atomic_load(&r->ps.updates) + 1);
     r->guard.save_wanted = 0;
     uint64_t c = r->clk.applied;
+    clocked_fold_stats_locked(r, c);
     gt_ps_note_staleness(&r->ps, 0);
     r->clk.claimed[c % (uint64_t)r->clk.R] = 0;
     r->clk.deposited[c % (uint64_t)r->clk.R] = 0;

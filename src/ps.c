@@ -75,8 +75,52 @@ int gt_ps_init(gt_ps *ps, size_t n, int nstripes, const gt_optim_cfg *optim, gt_
     return 0;
 }
 
+int gt_ps_init_buffers(gt_ps *ps, const gt_model *m, gt_err *e)
+{
+    if (m->nbuffers == 0)
+        return 0;
+    ps->buffers = gt_alloc(m->nbuffers * sizeof(float));
+    if (!ps->buffers)
+        return gt_fail(e, "parameter store: out of memory for %zu buffer values", m->nbuffers);
+    ps->model = m;
+    pthread_mutex_init(&ps->buffer_lock, NULL);
+    gt_model_init_buffers(m, ps->buffers);
+    return 0;
+}
+
+void gt_ps_pull_buffers(gt_ps *ps, float *dst)
+{
+    if (!ps->buffers || !dst)
+        return;
+    pthread_mutex_lock(&ps->buffer_lock);
+    memcpy(dst, ps->buffers, ps->model->nbuffers * sizeof(float));
+    pthread_mutex_unlock(&ps->buffer_lock);
+}
+
+void gt_ps_store_buffers(gt_ps *ps, const float *src)
+{
+    if (!ps->buffers || !src)
+        return;
+    pthread_mutex_lock(&ps->buffer_lock);
+    memcpy(ps->buffers, src, ps->model->nbuffers * sizeof(float));
+    pthread_mutex_unlock(&ps->buffer_lock);
+}
+
+void gt_ps_push_stats(gt_ps *ps, const float *stats)
+{
+    if (!ps->buffers || !stats)
+        return;
+    pthread_mutex_lock(&ps->buffer_lock);
+    gt_model_fold_stats(ps->model, ps->buffers, stats);
+    pthread_mutex_unlock(&ps->buffer_lock);
+}
+
 void gt_ps_free(gt_ps *ps)
 {
+    if (ps->buffers) {
+        pthread_mutex_destroy(&ps->buffer_lock);
+        gt_free(ps->buffers);
+    }
     for (int i = 0; i < ps->npools; i++)
         gt_ps_pool_destroy(ps->pools[i]);
     if (ps->stripes)

@@ -16,6 +16,8 @@ int gt_ps_saved_alloc(gt_ps_saved *s, const gt_ps *ps, gt_err *e)
         s->state[i] = malloc(ps->n * sizeof(float));
         ok = s->state[i] != NULL;
     }
+    if (ok && ps->buffers)
+        ok = (s->buffers = malloc(ps->model->nbuffers * sizeof(float))) != NULL;
     if (ok)
         return 0;
     gt_ps_saved_free(s);
@@ -27,6 +29,7 @@ void gt_ps_saved_free(gt_ps_saved *s)
     free(s->params);
     free(s->state[0]);
     free(s->state[1]);
+    free(s->buffers);
     memset(s, 0, sizeof *s);
 }
 
@@ -66,10 +69,12 @@ void gt_ps_save(gt_ps *ps, gt_ps_saved *s)
 {
     for (int i = 0; i < ps->nranges; i++)
         ps_save_stripe(ps, &ps->stripes[i], s, 0);
+    gt_ps_pull_buffers(ps, s->buffers);
 }
 
 void gt_ps_restore(gt_ps *ps, const gt_ps_saved *s)
 {
     for (int i = 0; i < ps->nranges; i++)
         ps_save_stripe(ps, &ps->stripes[i], (gt_ps_saved *)s, 1);
+    gt_ps_store_buffers(ps, s->buffers);
 }

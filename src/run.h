@@ -49,6 +49,7 @@ typedef struct job {
     int kinds;            /* JOB_EVAL | JOB_CKPT */
     float *params;
     float *state[2];      /* optimizer state (checkpoints only) */
+    float *buffers;       /* the store's buffers (batch norm's running statistics); NULL if none */
     uint32_t epoch;       /* epochs completed when taken */
     uint64_t step;        /* clocks/batches completed inside the next epoch */
     uint64_t samples, updates;
@@ -152,6 +153,9 @@ typedef struct run_clocked {
     float *slots;              /* nslots * W * n */
     uint64_t *claimed, *deposited; /* per ring slot: bit per share */
     uint64_t *slot_read_clock; /* per ring slot: lowest applied count its gradients were read at */
+    float *stat_slots;         /* R * W * nbuffers: each share's batch statistics (batch norm),
+                                  folded into the store in share order when its clock is applied */
+    uint64_t *stats_in;        /* per ring slot: bit per share whose statistics are in */
     uint64_t applied;          /* clocks applied this epoch */
     uint64_t spread_max;       /* largest gap between the fastest and slowest worker clock */
     uint64_t pending_upto;     /* the last clock the workers at a sync/local barrier worked on */
@@ -346,6 +350,7 @@ uint64_t clocked_stop_step(const run *r);
 void clocked_epoch_reset(run *r);
 float *clocked_slot(run *r, uint64_t clock, int share);
 int clocked_slot_store(run *r, worker *w, uint64_t clock, int share, int rc);
+void clocked_fold_stats_locked(run *r, uint64_t clock);
 void clocked_gather_share(run *r, uint64_t clock, int share, gt_batch *b);
 int clocked_claim_share_locked(run *r, worker *w, uint64_t upto, uint64_t *clock_out);
 int clocked_share(run *r, worker *w, uint64_t clock, int share);

@@ -131,6 +131,9 @@ static int run_alloc(run *r, gt_device **devices, const gt_start *start, gt_err 
     memcpy(r->ps.params, start->params, r->n * sizeof(float));
     for (int i = 0; i < r->ps.nstate && start->state && i < start->nstate; i++)
         memcpy(r->ps.state[i], start->state[i], r->n * sizeof(float));
+    if (gt_ps_init_buffers(&r->ps, r->m, e) != 0)
+        return -1;
+    gt_ps_store_buffers(&r->ps, start->buffers);
     r->perm = gt_alloc((size_t)r->ntrain * sizeof(uint32_t));
     r->workers = calloc((size_t)r->W, sizeof(worker));
     if (!r->perm || !r->workers)
@@ -242,6 +245,8 @@ static void run_free(run *r)
     free(r->clk.claimed);
     free(r->clk.deposited);
     free(r->clk.slot_read_clock);
+    free(r->clk.stat_slots);
+    free(r->clk.stats_in);
     for (int i = 0; i < r->jq.n; i++)
         job_free(&r->jq.q[i]);
     guard_free(r);

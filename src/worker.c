@@ -71,10 +71,11 @@ int worker_compute(run *r, worker *w, const gt_batch *b, gt_step_out *o, uint64_
     return worker_check(r, w, o, step);
 }
 
-/* Pulls the store's parameters onto the worker's device; -1 with its error set. */
+/* Pulls the store's parameters (and buffers) onto the worker's device; -1 with its error set. */
 int worker_pull(run *r, worker *w)
 {
     gt_ps_pull(&r->ps, w->dev->params, w->ver);
+    gt_ps_pull_buffers(&r->ps, w->dev->buffers);
     return worker_load(w);
 }
 

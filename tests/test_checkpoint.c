@@ -62,6 +62,7 @@ static void model_make(gt_model *m, const char *spec, int fc_in, int nout)
 typedef struct arrays {
     size_t n;
     float *p, *s[2];
+    float *b;          /* the model's buffers: as many floats as parameters, which is more */
 } arrays;
 
 static void arrays_alloc(arrays *a, size_t n)
@@ -70,7 +71,8 @@ static void arrays_alloc(arrays *a, size_t n)
     a->p = calloc(n, sizeof(float));
     a->s[0] = calloc(n, sizeof(float));
     a->s[1] = calloc(n, sizeof(float));
-    if (!a->p || !a->s[0] || !a->s[1]) {
+    a->b = calloc(n, sizeof(float));
+    if (!a->p || !a->s[0] || !a->s[1] || !a->b) {
         fprintf(stderr, "out of memory\n");
         exit(1);
     }
@@ -81,6 +83,7 @@ static void arrays_free(arrays *a)
     free(a->p);
     free(a->s[0]);
     free(a->s[1]);
+    free(a->b);
 }
 
 /* Random bit patterns: NaN payloads, infinities, denormals and -0 must all survive. */
@@ -163,13 +166,13 @@ static int meta_equal(const gt_ckpt_meta *a, const gt_ckpt_meta *b)
 static int save(const char *path, const gt_model *m, const arrays *a, int nstate,
                 const gt_ckpt_meta *mt, int keep, gt_err *e)
 {
-    return gt_ckpt_save(path, m, a->p, nstate ? a->s : NULL, nstate, mt, keep, e);
+    return gt_ckpt_save(path, m, a->p, a->b, nstate ? a->s : NULL, nstate, mt, keep, e);
 }
 
 static int load(const char *path, const gt_model *m, arrays *a, int nstate, gt_ckpt_meta *mt,
                 gt_err *e)
 {
-    return gt_ckpt_load(path, m, a->p, nstate ? a->s : NULL, nstate, mt, 0, e);
+    return gt_ckpt_load(path, m, a->p, a->b, nstate ? a->s : NULL, nstate, mt, 0, e);
 }
 
 static unsigned char *file_read(const char *path, size_t *n)
@@ -260,6 +263,47 @@ static void test_round_trip(const char *optimizer, int nstate)
     arrays_random(&b, 3);
     CHECK_MSG(load(path, &m, &b, 0, NULL, &e) == 0, "%s", e.msg);
     CHECK(arrays_equal(&a, &b, 0));
+    arrays_free(&a);
+    arrays_free(&b);
+}
+
+/* A residual network's checkpoint holds its batch norms' buffers under PyTorch's names beside the
+ * parameters and state; they come back bit for bit, and a file with a non-finite running
+ * variance is refused. */
+static void test_buffers(void)
+{
+    gt_model m;
+    gt_err e = {{0}};
+    CHECK_MSG(gt_model_build("resnet20", 3, 8, 8, 10, &m, &e) == 0, "%s", e.msg);
+    CHECK(m.nbuffers > 0 && m.nbuffer_tensors == 3 * 21);
+    arrays a, b;
+    arrays_alloc(&a, m.nparams);
+    arrays_alloc(&b, m.nparams);
+    gt_model_init_params(&m, a.p, 5);
+    for (size_t i = 0; i < m.nbuffers; i++)
+        a.b[i] = (float)i * 0.25f;
+    gt_ckpt_meta in, out;
+    meta_make(&in, &m, "sgd");
+    char path[512];
+    test_path(path, sizeof path, "buffers");
+    CHECK_MSG(save(path, &m, &a, 1, &in, 0, &e) == 0, "%s", e.msg);
+    CHECK_MSG(load(path, &m, &b, 1, &out, &e) == 0, "%s", e.msg);
+    CHECK(arrays_equal(&a, &b, 1));
+    CHECK(memcmp(a.b, b.b, m.nbuffers * sizeof(float)) == 0);
+    size_t len;
+    unsigned char *file = file_read(path, &len);
+    CHECK(file && strstr((char *)file + 8, "\"layers.6.short.1.num_batches_tracked\":{\"dtype\":"
+                                       "\"F32\",\"shape\":[]") != NULL);
+    CHECK(file && strstr((char *)file + 8, "\"stem.1.running_var\"") != NULL);
+    free(file);
+    /* The buffers must be finite. */
+    const gt_tensor_info *rv = gt_model_buffer(&m, "stem.1.running_var");
+    CHECK(rv != NULL);
+    a.b[rv->offset + 1] = NAN;
+    char bad[512];
+    test_path(bad, sizeof bad, "buffers_nan");
+    CHECK_MSG(save(bad, &m, &a, 1, &in, 0, &e) == 0, "%s", e.msg);
+    expect_refused(bad, &m, 1, "batch-norm buffer holds NaN");
     arrays_free(&a);
     arrays_free(&b);
 }
@@ -1058,7 +1102,7 @@ static void test_nonfinite(void)
         expect_refused(path, &m, 1, which == 0 ? "c1.weight[3] is NaN"
                                                : "optim.momentum_buffer.f1.weight[1] is infinite");
         arrays_fill(&b, 0);
-        CHECK_MSG(gt_ckpt_load(path, &m, b.p, b.s, 1, NULL, GT_CKPT_ALLOW_NONFINITE, &e) == 0, "%s",
+        CHECK_MSG(gt_ckpt_load(path, &m, b.p, b.b, b.s, 1, NULL, GT_CKPT_ALLOW_NONFINITE, &e) == 0, "%s",
                   e.msg);
         CHECK(which == 0 ? isnan(b.p[3]) : isinf(b.s[0][m.tensors[2].offset + 1]));
     }
@@ -1230,6 +1274,7 @@ int main(void)
     test_killed_saves();
     test_wall_time();
     test_class_names();
+    test_buffers();
     remove_test_dir();
     TEST_DONE();
 }

@@ -413,7 +413,7 @@ static void test_batchnorm_known(void)
 {
     const float x[8] = {1, 2, 0, 0, 3, 6, 4, 4}, gamma[2] = {2, -1}, beta[2] = {0.5f, 0};
     float rmean[2] = {0, 0}, rvar[2] = {1, 1}, y[8], save[4];
-    gt_batchnorm_forward_train(x, 2, 2, 2, gamma, beta, rmean, rvar, y, save);
+    gt_batchnorm_forward_train(x, 2, 2, 2, gamma, beta, GT_BN_MOMENTUM, rmean, rvar, y, save);
     const double mean[2] = {3, 2}, var[2] = {3.5, 4};
     for (int i = 0; i < 2; i++)
         for (int ch = 0; ch < 2; ch++)
@@ -443,10 +443,17 @@ static void test_batchnorm_known(void)
 
     /* One value per channel: the running variance moves towards the biased variance, 0. */
     float one[2] = {5, -5}, y1[2], rm[2] = {0, 0}, rv[2] = {1, 1};
-    gt_batchnorm_forward_train(one, 1, 2, 1, gamma, beta, rm, rv, y1, save);
+    gt_batchnorm_forward_train(one, 1, 2, 1, gamma, beta, GT_BN_MOMENTUM, rm, rv, y1, save);
     CHECK_CLOSE(y1[0], beta[0], 1e-6);
     CHECK_CLOSE(y1[1], beta[1], 1e-6);
     CHECK(rv[0] == 0.9f && rm[1] == -0.5f);
+
+    /* momentum 1: the batch's own mean and unbiased variance, whatever the arrays held. */
+    float bm[2] = {NAN, 7}, bv[2] = {INFINITY, -1};
+    gt_batchnorm_forward_train(x, 2, 2, 2, gamma, beta, 1.0, bm, bv, y, save);
+    CHECK(bm[0] == 3.0f && bm[1] == 2.0f);
+    CHECK_CLOSE(bv[0], 14.0 / 3.0, 1e-6);
+    CHECK_CLOSE(bv[1], 16.0 / 3.0, 1e-6);
 }
 
 typedef struct bn_case {
@@ -459,7 +466,7 @@ static double bn_loss(void *ctx)
 {
     bn_case *t = ctx;
     if (t->train)
-        gt_batchnorm_forward_train(t->x, t->n, t->c, t->plane, t->gamma, t->beta, t->rmean,
+        gt_batchnorm_forward_train(t->x, t->n, t->c, t->plane, t->gamma, t->beta, GT_BN_MOMENTUM, t->rmean,
                                    t->rvar, t->y, t->save);
     else
         gt_batchnorm_forward_eval(t->x, t->n, t->c, t->plane, t->gamma, t->beta, t->rmean,

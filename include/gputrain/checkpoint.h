@@ -2,7 +2,9 @@
  *
  * File: 8-byte little-endian header length, a JSON header, then raw little-endian float32 data.
  * Tensors carry the model's PyTorch names and layouts (c1.weight O x I x kH x kW, f1.weight
- * out x in); optimizer state follows as "optim.<state>.<tensor>" (state: momentum_buffer, exp_avg,
+ * out x in), then the model's buffers with their PyTorch names (batch norm's running_mean,
+ * running_var and the rank-0 num_batches_tracked, stored as float32: load_state_dict copies it
+ * into PyTorch's int64 buffer); optimizer state follows as "optim.<state>.<tensor>" (state: momentum_buffer, exp_avg,
  * exp_avg_sq, as torch.optim names them). "__metadata__" (string values, as the format requires)
  * holds format, model_spec, model, mode, epoch, step, samples, updates, seed, data_fingerprint,
  * optimizer, classes (the class names, in label order, as a JSON array of strings inside the
@@ -67,8 +69,9 @@ typedef struct gt_ckpt_meta {
  * by hard links renamed over them, so no name ever goes missing. A save of the state already at
  * PATH (its position and every tensor's CRC) replaces it without rotating, so the last distinct
  * checkpoint is never pushed out by a copy of the newest. */
-int gt_ckpt_save(const char *path, const gt_model *m, const float *params, float *const *state,
-                 int nstate, const gt_ckpt_meta *meta, int keep, gt_err *e);
+int gt_ckpt_save(const char *path, const gt_model *m, const float *params,
+                 const float *buffers, float *const *state, int nstate, const gt_ckpt_meta *meta,
+                 int keep, gt_err *e);
 
 /* Samples of the epoch's permutation one step covers where a layout trains each epoch as a
  * prefix of it: a clocked mode's clock (every worker's batch), hogwild's shared cursor or a single
@@ -82,11 +85,12 @@ int gt_ckpt_read_meta(const char *path, gt_ckpt_meta *meta, gt_err *e);
 
 #define GT_CKPT_ALLOW_NONFINITE 1u /* gt_ckpt_load flag: accept NaN and Inf values */
 
-/* Loads the parameters of m (names, shapes and CRCs must match) and, when state is non-NULL and
- * nstate > 0, the optimizer state (its absence is an error then). A NaN or Inf among the values
+/* Loads the parameters of m (names, shapes and CRCs must match), its buffers (m->nbuffers floats;
+ * buffers may be NULL to check them only) and, when state is non-NULL and nstate > 0, the
+ * optimizer state (its absence is an error then). A NaN or Inf among the values
  * loaded is refused unless flags has GT_CKPT_ALLOW_NONFINITE. */
-int gt_ckpt_load(const char *path, const gt_model *m, float *params, float *const *state,
-                 int nstate, gt_ckpt_meta *meta, unsigned flags, gt_err *e);
+int gt_ckpt_load(const char *path, const gt_model *m, float *params, float *buffers,
+                 float *const *state, int nstate, gt_ckpt_meta *meta, unsigned flags, gt_err *e);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,8 @@ typedef struct gt_cpu_net {
     float *grad_branch[GT_MAX_BLOCK_DEPTH]; /* max_batch * max_act each, one per nesting depth */
     float *col;                    /* im2col workspace */
     float *buffers;                /* the model's buffers during a step (gt_cpu_net_run's) */
+    double bn_momentum;            /* how a training forward moves them: GT_BN_MOMENTUM (the
+                                      default), or 1 to leave the batch's statistics there */
 } gt_cpu_net;
 
 int gt_cpu_net_create(gt_cpu_net *net, const gt_model *m, int max_batch, gt_err *e);
@@ -44,7 +46,8 @@ typedef struct gt_batch {
  * backward: grad is overwritten with the gradient of the mean loss. Returns the summed loss over
  * the batch; *correct counts hits. buffers are the model's m->nbuffers floats (batch norm's
  * running statistics, model.h): a training forward updates them, an evaluation forward reads
- * them; the parameters are never written. A model with buffers given NULL returns NaN. */
+ * them (with net->bn_momentum 1 a training forward writes its batch's statistics there, and 1 as
+ * the count, instead); the parameters are never written. A model with buffers given NULL returns NaN. */
 double gt_cpu_net_run(gt_cpu_net *net, const float *params, float *buffers, const gt_batch *b,
                       int train, float *grad, int *correct);
 /* gt_cpu_net_run without buffers, for the models that have none. */

@@ -57,14 +57,15 @@ void gt_gap_backward(const float *dy, int n, int c, size_t plane, float *dx);
  * y = gamma * (x - mean) / sqrt(var + eps) + beta. Training uses the batch's mean and biased
  * variance, and moves the running statistics by momentum towards the batch mean and the unbiased
  * variance (the biased one when a channel has a single value). Evaluation uses the running
- * statistics. Both write save (2 c floats: the mean and 1 / sqrt(var + eps) they used) for the
+ * statistics. momentum is GT_BN_MOMENTUM for PyTorch's running statistics; 1 writes the batch's
+ * own mean and unbiased variance there (what a device hands the parameter store). Both write save (2 c floats: the mean and 1 / sqrt(var + eps) they used) for the
  * backward, which takes batch_stats = 1 after a training forward and 0 after an evaluation one.
  * dx may be NULL; dgamma and dbeta accumulate. */
 #define GT_BN_EPS 1e-5
 #define GT_BN_MOMENTUM 0.1
 void gt_batchnorm_forward_train(const float *x, int n, int c, size_t plane, const float *gamma,
-                                const float *beta, float *running_mean, float *running_var,
-                                float *y, float *save);
+                                const float *beta, double momentum, float *running_mean,
+                                float *running_var, float *y, float *save);
 void gt_batchnorm_forward_eval(const float *x, int n, int c, size_t plane, const float *gamma,
                                const float *beta, const float *running_mean,
                                const float *running_var, float *y, float *save);

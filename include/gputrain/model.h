@@ -120,11 +120,6 @@ int gt_model_build(const char *name_or_spec, int in_c, int in_h, int in_w, int n
 int gt_model_build_spec(const char *where, const char *spec, int in_c, int in_h, int in_w,
                         int nclasses, gt_model *m, gt_err *e);
 
-/* Whether train, eval and predict can run m: 0, or -1 naming the first batch-norm layer, whose
- * running statistics (the model's buffers) the parameter store, the modes and checkpoints do not
- * keep yet; its CPU reference layers (layers.c, cpu_net.c) are tested on their own. */
-int gt_model_check_runnable(const gt_model *m, gt_err *e);
-
 /* The spec text of a built-in model, or NULL. */
 const char *gt_model_builtin_spec(const char *name);
 
@@ -132,6 +127,12 @@ const char *gt_model_builtin_spec(const char *name);
 void gt_model_init_params(const gt_model *m, float *params, uint64_t seed);
 /* The buffers' initial values (m->nbuffers floats): running mean 0, running variance 1, count 0. */
 void gt_model_init_buffers(const gt_model *m, float *buffers);
+
+/* Folds one training batch's statistics (stats, in the buffers' layout: each batch norm's batch
+ * mean, unbiased batch variance and 1, as a device leaves them in d->stats) into the running
+ * statistics `buffers`, as PyTorch's BatchNorm2d moves its own: momentum GT_BN_MOMENTUM, count
+ * plus one. The parameter store calls it for every step a worker pushes. */
+void gt_model_fold_stats(const gt_model *m, float *buffers, const float *stats);
 
 /* Parameter tensor by name, or NULL. */
 const gt_tensor_info *gt_model_tensor(const gt_model *m, const char *name);

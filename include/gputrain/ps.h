@@ -9,10 +9,16 @@
  * A large push, pull or stripe apply is shared with a few helper threads the store owns
  * (src/ps_pool.c); every stripe is still locked and applied as one piece, so the bits are the same.
  * The clocked modes (src/mode_clocked.c) split an update's stripes between workers with
- * gt_ps_apply_stripes, gt_ps_store_stripes and gt_ps_stripes_span. */
+ * gt_ps_apply_stripes, gt_ps_store_stripes and gt_ps_stripes_span.
+ *
+ * A model with batch norm also has buffers (running statistics, model.h), which the store keeps
+ * beside the parameters under one lock of their own (they are small: resnet18's are 9,620
+ * floats): every step a worker pushes folds its batch's statistics into them (gt_ps_push_stats),
+ * so they are the running statistics of every batch trained, in the order the store took them. */
 #ifndef GT_PS_H
 #define GT_PS_H
 
+#include "gputrain/model.h"
 #include "gputrain/optim.h"
 #include <pthread.h>
 #include <stdatomic.h>
@@ -53,6 +59,10 @@ typedef struct gt_ps {
     int npools;                 /* 0 until started, and where none would help */
     _Atomic int pool_state;     /* 0 undecided, 1 being started, 2 decided */
     size_t pool_min;            /* a walk over at least this many parameters uses a pool */
+    /* batch norm's running statistics (gt_ps_init_buffers): NULL for a model without them */
+    float *buffers;             /* model->nbuffers floats */
+    const gt_model *model;      /* their layout, for gt_model_fold_stats */
+    pthread_mutex_t buffer_lock;
 } gt_ps;
 
 /* Default stripe count: enough that W workers starting at different stripes rarely collide, each
@@ -61,6 +71,15 @@ int gt_ps_default_stripes(size_t n);
 
 int gt_ps_init(gt_ps *ps, size_t n, int nstripes, const gt_optim_cfg *optim, gt_err *e);
 void gt_ps_free(gt_ps *ps);
+
+/* Gives the store the model's buffers, at their initial values (nothing for a model without). */
+int gt_ps_init_buffers(gt_ps *ps, const gt_model *m, gt_err *e);
+/* Copies the buffers into dst (nothing where there are none). */
+void gt_ps_pull_buffers(gt_ps *ps, float *dst);
+/* Overwrites the buffers with src (a resumed checkpoint, a replica's, a rollback). */
+void gt_ps_store_buffers(gt_ps *ps, const float *src);
+/* Folds one step's batch statistics into the buffers (gt_model_fold_stats), under their lock. */
+void gt_ps_push_stats(gt_ps *ps, const float *stats);
 
 /* Copies the parameters into dst; ver (nranges entries, may be NULL) receives stripe versions. */
 void gt_ps_pull(gt_ps *ps, float *dst, uint64_t *ver);
