@@ -55,16 +55,17 @@ int gt_cuda_optim_apply(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_
 /* --overlap's weight prediction: gt_optim_predict's arithmetic, non-finite gradients skipped,
  * from src (pinned host memory the device reads, or p itself) into p. */
 __device__ static inline float optim_predict_one(const optim_consts &k, float p, float g,
-                                                 float gscale)
+                                                 float gscale, size_t i)
 {
-    return isfinite(g) ? optim_sgd_one(k, p, g, gscale) : p;
+    return isfinite(g) ? optim_sgd_one(k, p, g, gscale, i) : p;
 }
 
+/* p, src and g point at element `at` of the parameter array. */
 __global__ static void optim_predict_kernel(optim_consts k, float *p, const float *src,
-                                            const float *g, float gscale, size_t n)
+                                            const float *g, float gscale, size_t n, size_t at)
 {
     OPTIM_GRID_STRIDE(i, n)
-    p[i] = optim_predict_one(k, src[i], g[i], gscale);
+    p[i] = optim_predict_one(k, src[i], g[i], gscale, at + i);
 }
 
 /* The same, four floats a thread where every pointer is 16-byte aligned: reads of host memory
@@ -75,8 +76,11 @@ __global__ static void optim_predict4_kernel(optim_consts k, float4 *p, const fl
     OPTIM_GRID_STRIDE(i, n4)
     {
         float4 s = src[i], d = g[i];
-        p[i] = make_float4(optim_predict_one(k, s.x, d.x, gscale), optim_predict_one(k, s.y, d.y, gscale),
-                           optim_predict_one(k, s.z, d.z, gscale), optim_predict_one(k, s.w, d.w, gscale));
+        size_t j = 4 * i;
+        p[i] = make_float4(optim_predict_one(k, s.x, d.x, gscale, j),
+                           optim_predict_one(k, s.y, d.y, gscale, j + 1),
+                           optim_predict_one(k, s.z, d.z, gscale, j + 2),
+                           optim_predict_one(k, s.w, d.w, gscale, j + 3));
     }
 }
 
@@ -96,7 +100,7 @@ int gt_cuda_optim_predict_from(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt
     }
     if (done < n) {
         optim_predict_kernel<<<optim_grid(n - done), OPTIM_BLOCK, 0, c->stream>>>(
-            k, p + done, src + done, g + done, gscale, n - done);
+            k, p + done, src + done, g + done, gscale, n - done, done);
         GT_CUDA_LAUNCHED(c->name, e);
     }
     return 0;

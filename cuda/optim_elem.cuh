@@ -20,6 +20,7 @@ typedef struct optim_consts {
     float lr, mom, wd;
     float b1, one_b1, b2, one_b2, eps;
     float step_size, bc2_sqrt;
+    size_t decay_end;  /* elements from here on take no weight decay; 0: all take it */
 } optim_consts;
 
 static inline optim_consts optim_consts_make(const gt_optim_cfg *c, const gt_optim_step *st)
@@ -35,6 +36,7 @@ static inline optim_consts optim_consts_make(const gt_optim_cfg *c, const gt_opt
     k.eps = c->eps;
     k.step_size = (float)((double)st->lr / (double)st->bc1);
     k.bc2_sqrt = (float)sqrt((double)st->bc2);
+    k.decay_end = c->decay_end;
     return k;
 }
 
@@ -67,10 +69,17 @@ __device__ static inline float optim_momentum(float buf, float g, float mom)
     return __fadd_rn(__fmul_rn(mom, buf), g);
 }
 
-/* Plain SGD on one element: also --overlap's weight prediction (optim_predict_one). */
-__device__ static inline float optim_sgd_one(const optim_consts &k, float p, float g, float gscale)
+/* The weight decay of element i of the parameter array (gt_optim_apply_at's split). */
+__device__ static inline float optim_wd(const optim_consts &k, size_t i)
 {
-    return __fsub_rn(p, __fmul_rn(k.lr, optim_grad(g, gscale, p, k.wd)));
+    return k.decay_end != 0 && i >= k.decay_end ? 0.0f : k.wd;
+}
+
+/* Plain SGD on element i: also --overlap's weight prediction (optim_predict_one). */
+__device__ static inline float optim_sgd_one(const optim_consts &k, float p, float g, float gscale,
+                                             size_t i)
+{
+    return __fsub_rn(p, __fmul_rn(k.lr, optim_grad(g, gscale, p, optim_wd(k, i))));
 }
 
 /* Element i of p (and of the state arrays the rule has: s0 the momentum buffer or Adam's first
@@ -79,19 +88,20 @@ template <int RULE>
 __device__ static inline void optim_elem(const optim_consts &k, float *p, float g, float gscale,
                                          float *s0, float *s1, size_t i)
 {
+    float wd = optim_wd(k, i);
     if (RULE == OPTIM_SGD) {
-        p[i] = optim_sgd_one(k, p[i], g, gscale);
+        p[i] = optim_sgd_one(k, p[i], g, gscale, i);
     } else if (RULE == OPTIM_MOMENTUM) {
-        float b = optim_momentum(s0[i], optim_grad(g, gscale, p[i], k.wd), k.mom);
+        float b = optim_momentum(s0[i], optim_grad(g, gscale, p[i], wd), k.mom);
         s0[i] = b;
         p[i] = __fsub_rn(p[i], __fmul_rn(k.lr, b));
     } else if (RULE == OPTIM_NESTEROV) {
-        float gi = optim_grad(g, gscale, p[i], k.wd);
+        float gi = optim_grad(g, gscale, p[i], wd);
         float b = optim_momentum(s0[i], gi, k.mom);
         s0[i] = b;
         p[i] = __fsub_rn(p[i], __fmul_rn(k.lr, __fadd_rn(gi, __fmul_rn(k.mom, b))));
     } else {
-        float gi = optim_grad(g, gscale, p[i], k.wd);
+        float gi = optim_grad(g, gscale, p[i], wd);
         float mi = __fadd_rn(__fmul_rn(k.b1, s0[i]), __fmul_rn(k.one_b1, gi));
         float vi = __fadd_rn(__fmul_rn(k.b2, s1[i]), __fmul_rn(__fmul_rn(k.one_b2, gi), gi));
         s0[i] = mi;

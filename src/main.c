@@ -577,6 +577,7 @@ static int cmd_train(const gt_config *given, const char *command, const gt_data 
     if (train_model(c, d, s, usage, e) != 0)
         return -1;
     const gt_model *m = s->m;
+    cc.optim.decay_end = m->ndecay < m->nparams ? m->ndecay : 0;
     int nstate = gt_optim_nstate(&c->optim);
     float *params = gt_alloc(m->nparams * sizeof(float));
     float *state[2] = {NULL, NULL};
@@ -848,6 +849,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "gputrain: %s\n", e.msg);
         return usage ? EXIT_USAGE : EXIT_FAILED;
     }
+    char model_note[GT_RECIPE_LEN * 2] = "";
+    if (c.command == GT_CMD_TRAIN)
+        gt_recipe_model(&c, model_note, sizeof model_note);
     gt_cluster_set_timeout(c.host_timeout);
     if (gt_cluster_init(&e) != 0)
         return die(&e, EXIT_FAILED);
@@ -855,6 +859,8 @@ int main(int argc, char **argv)
         c.quiet = 1;
         c.progress = 0;
     }
+    if (model_note[0] && !c.quiet)
+        printf("note: %s\n", model_note);
     struct stat rs; /* a resumed run saves to its file (one that is no file is refused on reading) */
     const char *ckflag = "--checkpoint";
     if (c.command != GT_CMD_EVAL && c.resume[0] && !c.checkpoint[0] && stat(c.resume, &rs) == 0 &&

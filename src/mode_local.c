@@ -111,8 +111,8 @@ static int local_step(run *r, worker *w, uint64_t clock, int share, int rc)
         return 0;
     gt_err e = {{0}};
     run_lr lr = run_lr_now(r, ++lw(w)->updates, 1);
-    gt_optim_apply(&r->cfg->optim, &lr.st, w->dev->params, w->dev->grad, lr.gscale, lw(w)->state[0],
-                   lw(w)->state[1], r->n);
+    gt_optim_apply_at(&r->cfg->optim, &lr.st, 0, w->dev->params, w->dev->grad, lr.gscale,
+                      lw(w)->state[0], lw(w)->state[1], r->n, 0);
     /* The replicas share one set of running statistics, the store's (the parameters' average
      * would be theirs; the statistics of every replica's batches are). */
     gt_ps_push_stats(&r->ps, w->dev->stats);

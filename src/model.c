@@ -394,6 +394,51 @@ static int model_infer_shapes(gt_model *m, const model_parse *ps, gt_err *e)
     return 0;
 }
 
+/* A model with batch norm decays only its convolution and linear weights, as the residual
+ * networks' recipe does (biases and batch norm's gamma and beta take no weight decay): those
+ * weights move to the front of the flat array, [0, ndecay), the rest after them, each tensor in
+ * layer order, so that an update's weight decay ends at one index. Tensors keep their order and
+ * names (checkpoints look them up by name). Other models decay every parameter, as torch.optim's
+ * default does: ndecay = nparams. */
+static void model_place_decay(gt_model *m)
+{
+    m->ndecay = m->nparams;
+    if (m->nbuffers == 0)
+        return;
+    size_t at = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            m->ndecay = at;
+        for (int i = 0; i < m->nlayers; i++) {
+            gt_layer *l = &m->layers[i];
+            if (!gt_layer_kind_of(l->kind)->param_prefix)
+                continue;
+            int decays = l->kind == GT_CONV || l->kind == GT_LINEAR;
+            if (pass == 0 && decays) {
+                l->w_off = at;
+                at += l->w_len;
+            } else if (pass == 1) {
+                if (!decays) {
+                    l->w_off = at;
+                    at += l->w_len;
+                }
+                l->b_off = at;
+                at += l->b_len;
+            }
+        }
+    }
+    for (int t = 0; t < m->ntensors; t++) {
+        gt_tensor_info *ti = &m->tensors[t];
+        const char *dot = strrchr(ti->name, '.');
+        for (int i = 0; dot && i < m->nlayers; i++) {
+            const gt_layer *l = &m->layers[i];
+            size_t n = strlen(l->name);
+            if (n && (size_t)(dot - ti->name) == n && strncmp(ti->name, l->name, n) == 0)
+                ti->offset = strcmp(dot, ".weight") == 0 ? l->w_off : l->b_off;
+        }
+    }
+}
+
 /* names:resnet follows the reference's one layout; a spec outside it (two layers after the last
  * block, a block inside a block) would name two tensors alike, which checkpoints cannot hold. */
 static int model_check_names(const gt_model *m, const char *where, gt_err *e)
@@ -521,6 +566,8 @@ static int model_build_text(const char *text, size_t len, const char *builtin, c
         model_name_sequential(m);
     if (rc == 0)
         rc = model_infer_shapes(m, &ps, e);
+    if (rc == 0)
+        model_place_decay(m);
     if (rc == 0)
         rc = model_check_output(m, &ps, e);
     if (rc == 0)

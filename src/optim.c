@@ -203,10 +203,14 @@ void gt_optim_predict(const gt_optim_cfg *c, const gt_optim_step *st, float *p, 
                       float gscale, size_t n)
 {
     optim_consts k = optim_consts_make(c, st);
+    size_t end = c->decay_end && c->decay_end < n ? c->decay_end : n;
     fp_mode mode = fp_flush_denormals();
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        if (i == end)
+            k.wd = 0.0f;
         if (isfinite(g[i]))
             p[i] = optim_sgd_one(&k, p[i], g[i], gscale);
+    }
     fp_restore(mode);
 }
 
@@ -273,6 +277,22 @@ void gt_optim_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, co
     fp_mode mode = fp_flush_denormals();
     row->apply(c, st, p, g, gscale, s0, s1, n);
     fp_restore(mode);
+}
+
+void gt_optim_apply_at(const gt_optim_cfg *c, const gt_optim_step *st, size_t at, float *p,
+                       const float *g, float gscale, float *s0, float *s1, size_t n, int relaxed)
+{
+    void (*apply)(const gt_optim_cfg *, const gt_optim_step *, float *, const float *, float,
+                  float *, float *, size_t) = relaxed ? gt_optim_apply_relaxed : gt_optim_apply;
+    size_t end = c->decay_end;
+    size_t k = end == 0 || end >= at + n ? n : end <= at ? 0 : end - at; /* decayed first */
+    if (k > 0)
+        apply(c, st, p, g, gscale, s0, s1, k);
+    if (k < n) {
+        gt_optim_cfg none = *c;
+        none.weight_decay = 0.0f;
+        apply(&none, st, p + k, g + k, gscale, s0 ? s0 + k : NULL, s1 ? s1 + k : NULL, n - k);
+    }
 }
 
 static inline float load_relaxed(float *x)

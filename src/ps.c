@@ -251,10 +251,8 @@ static void ps_apply_range(gt_ps *ps, const gt_stripe *st, const float *g, float
     size_t lo = st->lo, len = st->hi - st->lo;
     float *s0 = ps->state[0] ? ps->state[0] + lo : NULL;
     float *s1 = ps->state[1] ? ps->state[1] + lo : NULL;
-    if (ps->nstripes == 0)
-        gt_optim_apply_relaxed(&ps->optim, step, ps->params + lo, g + lo, gscale, s0, s1, len);
-    else
-        gt_optim_apply(&ps->optim, step, ps->params + lo, g + lo, gscale, s0, s1, len);
+    gt_optim_apply_at(&ps->optim, step, lo, ps->params + lo, g + lo, gscale, s0, s1, len,
+                      ps->nstripes == 0);
 }
 
 /* Sums the walk's addends into its gradient over one stripe, in their order, so each element

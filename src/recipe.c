@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 /* ssp over this many workers or fewer keeps the recipe of sync (docs/convergence-notes.md,
  * section 9): a worker waits for peers of its pace, so they read fresh parameters. Measured: 2 and
@@ -161,6 +162,35 @@ static void recipe_predict(gt_config *c, int workers, gt_recipe *r)
     c->overlap_predict = 1;
     recipe_note(r, c, workers, "weight prediction (a step starts from its pull minus its "
                 "predecessor's SGD step, in flight; --literal turns it off)");
+}
+
+void gt_recipe_model(gt_config *c, char *note, size_t cap)
+{
+    note[0] = '\0';
+    if (strcmp(c->model, "resnet20") != 0 && strcmp(c->model, "resnet18") != 0)
+        return;
+    unsigned g = c->given;
+    if (!(g & GT_GIVEN_BATCH))
+        c->batch = 128;
+    if (c->optim.kind != GT_OPT_SGD)
+        return;
+    if (!(g & GT_GIVEN_LR))
+        c->optim.lr = (float)(0.1 * c->batch / 128.0);
+    if (!(g & GT_GIVEN_MOMENTUM))
+        c->optim.momentum = 0.9f;
+    if (!(g & GT_GIVEN_NESTEROV))
+        c->optim.nesterov = 1;
+    if (!(g & GT_GIVEN_WEIGHT_DECAY))
+        c->optim.weight_decay = 5e-4f;
+    if (!(g & GT_GIVEN_SCHEDULE))
+        c->optim.schedule = GT_SCHED_COSINE;
+    if (!(g & GT_GIVEN_WARMUP) && c->epochs > 1)
+        c->optim.warmup_epochs = 1.0f;
+    snprintf(note, cap, "%s's recipe: batch %d, lr %g%s, momentum %g, weight decay %g, warm-up %g "
+             "epoch, %s (flags set any of them)", c->model, c->batch, (double)c->optim.lr,
+             c->optim.nesterov ? " Nesterov" : "", (double)c->optim.momentum,
+             (double)c->optim.weight_decay, (double)c->optim.warmup_epochs,
+             gt_schedule_name(c->optim.schedule));
 }
 
 void gt_recipe_apply(gt_config *c, int workers, uint32_t ntrain, gt_recipe *r)

@@ -16,11 +16,12 @@ typedef struct want_tensor {
     int shape[4];
 } want_tensor;
 
-/* Names, shapes and gap-free offsets agree with the expected tensors. */
+/* Names, shapes and gap-free offsets agree with the expected tensors: in their order, or with
+ * batch norm the weights that decay first (model.h ndecay), then the rest, each in order. */
 static void check_tensors_only(const gt_model *m, const want_tensor *want, int n)
 {
     CHECK(m->ntensors == n);
-    size_t off = 0;
+    size_t off = 0, tail = m->ndecay;
     for (int i = 0; i < n && i < m->ntensors; i++) {
         const gt_tensor_info *t = &m->tensors[i];
         size_t len = 1;
@@ -32,12 +33,14 @@ static void check_tensors_only(const gt_model *m, const want_tensor *want, int n
                       t->shape[d], want[i].shape[d]);
             len *= (size_t)want[i].shape[d];
         }
-        CHECK_MSG(t->len == len && t->offset == off, "%s len %zu offset %zu", t->name, t->len,
+        int decays = m->ndecay == m->nparams || (t->rank >= 2 && strstr(t->name, ".weight"));
+        size_t *at = decays ? &off : &tail;
+        CHECK_MSG(t->len == len && t->offset == *at, "%s len %zu offset %zu", t->name, t->len,
                   t->offset);
         CHECK(gt_model_tensor(m, want[i].name) == t);
-        off += len;
+        *at += len;
     }
-    CHECK(m->nparams == off);
+    CHECK(m->ndecay == off && m->nparams == (m->ndecay == m->nparams ? off : tail));
 }
 
 /* And the layers' own ranges agree with them. */
@@ -212,14 +215,9 @@ static void test_round_trip(void)
         {"b2.bias", 1, {3}},            {"f1.weight", 2, {10, 75}}, {"f1.bias", 1, {10}},
     };
     CHECK(m.ntensors == 9);
-    size_t off = 0;
-    for (int i = 0; i < 9 && i < m.ntensors; i++) {
-        const gt_tensor_info *t = gt_model_tensor(&m, params[i].name);
-        CHECK_MSG(t == &m.tensors[i] && t->offset == off && t->rank == params[i].rank &&
-                  memcmp(t->shape, params[i].shape, sizeof params[i].shape) == 0,
-                  "%s", params[i].name);
-        off += t ? t->len : 0;
-    }
+    check_tensors_only(&m, params, 9); /* c1, c2, f1 weights first; biases, gamma, beta after */
+    CHECK(m.ndecay == 72 + 12 + 750);
+    size_t off = m.nparams;
     CHECK(m.nparams == off && off == 72 + 8 + 12 + 3 + 6 + 750 + 10);
     const char *bufs[] = {"b1.running_mean", "b1.running_var", "b1.num_batches_tracked",
                           "b2.running_mean", "b2.running_var", "b2.num_batches_tracked"};
@@ -764,8 +762,55 @@ static void test_bad_specs(void)
     CHECK_MSG(strstr(e.msg, "'conv:16:5'") != NULL, "%s", e.msg);
 }
 
+/* With batch norm, the conv and linear weights come first, [0, ndecay), then the biases and
+ * batch norm's gamma and beta; the tensors still tile the array without overlap. Without batch
+ * norm every parameter decays and the layout is layer order. */
+static void test_decay_layout(void)
+{
+    static gt_model m;
+    gt_err e = {{0}};
+    CHECK_MSG(gt_model_build("resnet20", 3, 32, 32, 10, &m, &e) == 0, "%s", e.msg);
+    CHECK(m.ndecay > 0 && m.ndecay < m.nparams);
+    static unsigned char used[300000];
+    CHECK(m.nparams <= sizeof used);
+    memset(used, 0, sizeof used);
+    size_t decayed = 0;
+    for (int t = 0; t < m.ntensors; t++) {
+        const gt_tensor_info *ti = &m.tensors[t];
+        int weight = strstr(ti->name, ".weight") != NULL && ti->rank >= 2;
+        CHECK_MSG(weight == (ti->offset < m.ndecay), "%s at %zu (ndecay %zu)", ti->name,
+                  ti->offset, m.ndecay);
+        CHECK(ti->offset + ti->len <= (weight ? m.ndecay : m.nparams));
+        for (size_t i = 0; i < ti->len && ti->offset + i < sizeof used; i++)
+            CHECK(used[ti->offset + i]++ == 0);
+        decayed += weight ? ti->len : 0;
+    }
+    CHECK(decayed == m.ndecay);
+    for (size_t i = 0; i < m.nparams; i++)
+        if (!used[i]) {
+            CHECK_MSG(0, "parameter %zu belongs to no tensor", i);
+            break;
+        }
+    /* The layers read their parameters where their tensors are. */
+    for (int l = 0; l < m.nlayers; l++) {
+        const gt_layer *L = &m.layers[l];
+        if (!L->name[0])
+            continue;
+        char name[64];
+        snprintf(name, sizeof name, "%s.weight", L->name);
+        const gt_tensor_info *w = gt_model_tensor(&m, name);
+        CHECK(w && w->offset == L->w_off);
+        snprintf(name, sizeof name, "%s.bias", L->name);
+        const gt_tensor_info *b = gt_model_tensor(&m, name);
+        CHECK(L->b_len == 0 || (b && b->offset == L->b_off));
+    }
+    CHECK_MSG(gt_model_build("lenet5", 1, 28, 28, 10, &m, &e) == 0, "%s", e.msg);
+    CHECK(m.ndecay == m.nparams && m.layers[0].b_off == m.layers[0].w_off + m.layers[0].w_len);
+}
+
 int main(void)
 {
+    test_decay_layout();
     test_lenet5();
     test_other_builtins();
     test_round_trip();

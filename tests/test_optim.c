@@ -340,8 +340,40 @@ static void test_table(void)
     CHECK(gt_optimizer_row_of((gt_opt_kind)99) == NULL && gt_optimizer_row_keeping(3) == NULL);
 }
 
+/* gt_optim_apply_at: parameters from decay_end on take no weight decay, wherever a range starts;
+ * decay_end 0 decays all; the prediction follows the same split. */
+static void test_decay_end(void)
+{
+    gt_optim_cfg c;
+    gt_optim_defaults(&c);
+    c.weight_decay = 0.5f;
+    c.momentum = 0.0f;
+    gt_optim_step st = gt_optim_prepare(&c, 1, 0.0);
+    float g[8] = {0}, p[8], q[8];
+    for (int at = 0; at < 8; at++) {
+        for (int i = 0; i < 8; i++)
+            p[i] = 1.0f;
+        c.decay_end = 5;
+        /* two calls over [0, at) and [at, 8), as two stripes would */
+        gt_optim_apply_at(&c, &st, 0, p, g, 1.0f, NULL, NULL, (size_t)at, 0);
+        gt_optim_apply_at(&c, &st, (size_t)at, p + at, g + at, 1.0f, NULL, NULL, 8 - (size_t)at,
+                          at % 2);
+        for (int i = 0; i < 8; i++)
+            CHECK_MSG(i < 5 ? p[i] < 1.0f : p[i] == 1.0f, "at %d: p[%d] = %g", at, i, (double)p[i]);
+    }
+    for (int i = 0; i < 8; i++)
+        p[i] = q[i] = 1.0f;
+    gt_optim_predict(&c, &st, q, g, 1.0f, 8);
+    gt_optim_apply_at(&c, &st, 0, p, g, 1.0f, NULL, NULL, 8, 0);
+    CHECK(memcmp(p, q, sizeof p) == 0);
+    c.decay_end = 0;
+    gt_optim_apply_at(&c, &st, 3, p, g, 1.0f, NULL, NULL, 8, 0);
+    CHECK(p[7] < 1.0f);
+}
+
 int main(void)
 {
+    test_decay_end();
     test_table();
     test_predict();
     test_denormals_flushed();

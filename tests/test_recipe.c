@@ -242,8 +242,32 @@ static void test_descriptions_fit(void)
     }
 }
 
+/* The residual built-ins' recipe fills what the command line left open, and nothing else; other
+ * models keep the general defaults. */
+static void test_model_recipe(void)
+{
+    char note[256];
+    gt_config c = base(GT_MODE_HOGWILD), plain = c;
+    gt_recipe_model(&c, note, sizeof note);
+    CHECK(same_config(&c, &plain) && note[0] == '\0');
+    snprintf(c.model, sizeof c.model, "resnet18");
+    c.epochs = 15;
+    gt_recipe_model(&c, note, sizeof note);
+    CHECK(c.batch == 128 && c.optim.lr == 0.1f && c.optim.nesterov && c.optim.momentum == 0.9f &&
+          c.optim.weight_decay == 5e-4f && c.optim.schedule == GT_SCHED_COSINE &&
+          c.optim.warmup_epochs == 1.0f && strstr(note, "resnet18") != NULL);
+    c = base(GT_MODE_SYNC);
+    snprintf(c.model, sizeof c.model, "resnet20");
+    c.batch = 256;
+    c.optim.weight_decay = 0.0f;
+    c.given = GT_GIVEN_BATCH | GT_GIVEN_WEIGHT_DECAY;
+    gt_recipe_model(&c, note, sizeof note);
+    CHECK(c.batch == 256 && c.optim.lr == 0.2f && c.optim.weight_decay == 0.0f);
+}
+
 int main(void)
 {
+    test_model_recipe();
     test_one_worker_identity();
     test_literal_identity();
     test_hogwild_momentum();

@@ -44,6 +44,10 @@ typedef enum gt_exchange { GT_EXCHANGE_AUTO = 0, GT_EXCHANGE_P2P, GT_EXCHANGE_NC
 #define GT_GIVEN_MOMENTUM (1u << 1)
 #define GT_GIVEN_WARMUP (1u << 2)
 #define GT_GIVEN_ON_NAN (1u << 3)
+#define GT_GIVEN_BATCH (1u << 4)
+#define GT_GIVEN_NESTEROV (1u << 5)
+#define GT_GIVEN_WEIGHT_DECAY (1u << 6)
+#define GT_GIVEN_SCHEDULE (1u << 7)
 
 #define GT_MAX_ITEMS 1024 /* images and ranges one predict command takes */
 

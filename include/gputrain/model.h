@@ -102,6 +102,9 @@ typedef struct gt_model {
     int ntensors;
     gt_tensor_info tensors[GT_MAX_TENSORS];
     size_t nparams;
+    size_t ndecay;               /* parameters [0, ndecay) take weight decay, the rest none: with
+                                    batch norm the conv and linear weights come first and biases
+                                    and batch norm's gamma, beta after them; else every one */
     int nbuffer_tensors;
     gt_tensor_info buffer_tensors[GT_MAX_BUFFER_TENSORS]; /* offsets into the buffer array */
     size_t nbuffers;             /* floats in the buffer array; 0 without batch norm */

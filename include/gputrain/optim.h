@@ -27,6 +27,9 @@ typedef struct gt_optim_cfg {
     float momentum;       /* SGD momentum, 0 = none */
     int nesterov;         /* SGD Nesterov momentum */
     float weight_decay;   /* L2, added to the gradient */
+    size_t decay_end;     /* parameters at this index and after take no weight decay (a model
+                             with batch norm: its biases and gamma, beta; model.h ndecay);
+                             0: every parameter takes it */
     float beta1, beta2, eps; /* Adam */
     gt_sched_kind schedule;
     float warmup_epochs;  /* linear warm-up from 0 over this many epochs, then the schedule */
@@ -57,14 +60,19 @@ gt_optim_step gt_optim_prepare(const gt_optim_cfg *c, uint64_t t, double epoch);
 void gt_optim_apply(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
                     float gscale, float *s0, float *s1, size_t n);
 
+/* gt_optim_apply (relaxed: gt_optim_apply_relaxed) of parameters [at, at + n) of the model's flat
+ * array, p pointing at parameter `at`: those from c->decay_end on take no weight decay. */
+void gt_optim_apply_at(const gt_optim_cfg *c, const gt_optim_step *st, size_t at, float *p,
+                       const float *g, float gscale, float *s0, float *s1, size_t n, int relaxed);
 /* The same arithmetic with every access to p, s0 and s1 a relaxed atomic load or store, for the
  * lock-free Hogwild store: concurrent updates may interleave element by element (an update can be
  * lost), but no value is torn and there is no undefined behaviour. */
 void gt_optim_apply_relaxed(const gt_optim_cfg *c, const gt_optim_step *st, float *p,
                             const float *g, float gscale, float *s0, float *s1, size_t n);
 
-/* --overlap's weight prediction: the plain SGD step (no momentum) of gradient g, p -= lr x (g x
- * gscale + weight_decay x p), in gt_optim_apply's arithmetic, skipping entries of g that are not
+/* --overlap's weight prediction: the plain SGD step (no momentum) of gradient g over the whole
+ * parameter array, p -= lr x (g x gscale + weight_decay x p) (no decay from c->decay_end on), in
+ * gt_optim_apply's arithmetic, skipping entries of g that are not
  * finite (a non-finite step is dropped, not pushed). With momentum 0 it is the store's own update
  * of g, bit for bit. */
 void gt_optim_predict(const gt_optim_cfg *c, const gt_optim_step *st, float *p, const float *g,
