@@ -7,12 +7,20 @@ model spec, as a PyTorch module with its parameters loaded strictly, or as a num
     pred = model(x).argmax(1)                               # x: N x C x H x W floats in [0, 1]
 
 load_torch returns a torch.nn.Module whose state_dict names are the checkpoint's (c1.weight, ...,
-f3.bias: convolutions c1, c2, ... and fully connected layers f1, f2, ... in spec order), loaded with
-load_state_dict(strict=True); the optimizer state ("optim.<state>.<param>" tensors) comes back
-separately as {param name: {state name: tensor}} (torch.optim's names: momentum_buffer, exp_avg,
-exp_avg_sq), and meta is the checkpoint's metadata. Any spec gputrain accepts works: conv:C:K[:P],
-fc:N, relu, sigmoid, tanh, avgpool:K, maxpool:K, dropout:P and init:torch|xavier, separated by
-spaces or commas. load_numpy gives the same model as a numpy forward pass (no torch needed).
+f3.bias: convolutions c1, c2, ..., batch norms b1, ... and fully connected layers f1, ... in spec
+order; with names:resnet, as the residual built-ins have them: stem.0.weight, layers.N.c1.weight,
+layers.N.b1.running_mean, layers.N.short.0.weight, fc.bias, ...), loaded with
+load_state_dict(strict=True): parameters and, for batch norm, the buffers running_mean, running_var
+and num_batches_tracked (an int64 scalar, whether the file holds it as an F32 or an integer tensor,
+as a scalar or one element). A resnet20 or resnet18 checkpoint becomes tools/torch_resnet.py's
+ResNet, the project's PyTorch reference; any other spec a module that runs its layers in order.
+The optimizer state ("optim.<state>.<param>" tensors) comes back separately as {param name:
+{state name: tensor}} (torch.optim's names: momentum_buffer, exp_avg, exp_avg_sq), and meta is
+the checkpoint's metadata. Any spec gputrain accepts works: conv:OUT:K[:PAD[:STRIDE]][:nobias],
+fc:N, bn, gap, relu, sigmoid, tanh, avgpool:K, maxpool:K, dropout:P, residual blocks
+res[ BODY | SHORTCUT ] and res[ BODY ] (identity shortcut), init:torch|xavier|kaiming and
+names:plain|resnet, separated by spaces or commas. load_numpy gives the same model as a numpy
+forward pass (no torch needed; evaluation mode: batch norm with the running statistics).
 
 Command line: the test split of --data as gputrain reads it (IDX files, .gz or plain, or an image
 folder DIR/test/<class>/*.png|jpg, which needs Pillow), pixels / 255:
