@@ -31,7 +31,7 @@ augmentation); --compile 1 runs the model through torch.compile.
 Modes: one GPU (--gpus 1), or DistributedDataParallel over --gpus N GPUs, one process each started
 here (torch.multiprocessing.spawn), or under torchrun (WORLD_SIZE, RANK, LOCAL_RANK in the
 environment); NCCL; --batch is per GPU and each GPU takes its own slice of every epoch's
-permutation. --device cpu runs one process on the CPU (a check without a GPU).
+permutation. --device cpu runs on the CPU, --gpus N processes over gloo (a check without a GPU).
 
 Prints one line per epoch and writes --out FILE.jsonl: one {"type": "epoch"} record per epoch and a
 final {"type": "summary"} record, which is also the last line on stdout: epoch_times (training
@@ -498,8 +498,8 @@ def parse_args(argv):
         a.gpus = int(os.environ["WORLD_SIZE"])
     if a.graph and (a.gpus > 1 or a.device == "cpu" or a.augment or a.compile):
         p.error("--graph 1 works on one GPU, without --augment and --compile")
-    if a.device == "cpu" and (a.gpus > 1 or a.amp != "fp32"):
-        p.error("--device cpu runs one process in fp32")
+    if a.device == "cpu" and a.amp != "fp32":
+        p.error("--device cpu runs in fp32 (--gpus N: N processes over gloo)")
     if a.synthetic:
         if a.synthetic < a.batch * a.gpus:
             p.error(f"--synthetic {a.synthetic}: fewer images than one global batch ({a.batch * a.gpus})")
