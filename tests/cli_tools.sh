@@ -4,7 +4,9 @@
 # benchmark uses, with time to 0.87, the diverged/stalled flag, startup_s and stale_p99_capped
 # (empty where a log lacks them), model and seed from a log's config record; plot.py draws them, and
 # one run's loss and accuracy from its log (where matplotlib imports). With the data:
-# steps_diff.py on two runs, check_safetensors.py on a checkpoint this build writes. No GPU.
+# steps_diff.py on two runs, check_safetensors.py on a checkpoint this build writes. Without data:
+# a resnet20 checkpoint written in gputrain's layout (batch norm's buffers included) through
+# check_safetensors.py and gputrain_torch.py (numpy, and torch where it imports). No GPU.
 . "$(dirname "$0")/lib_cli.sh"
 SRC=${GT_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 for t in "$SRC"/tools/*.sh "$SRC"/tools/gpu/*.sh "$SRC"/tools/*.py; do
