@@ -36,8 +36,10 @@ permutation. --device cpu runs on the CPU, --gpus N processes over gloo (a check
 Prints one line per epoch and writes --out FILE.jsonl: one {"type": "epoch"} record per epoch and a
 final {"type": "summary"} record, which is also the last line on stdout: epoch_times (training
 only, evaluation excluded), test_acc per epoch, samples_per_s_steady (an epoch's samples over the
-median epoch time after the first), time_to_acc {threshold: cumulative training seconds when the
-test accuracy first reached it, or null}, parameters, card. Exit status 2 on a command-line error.
+median epoch time after the first; images_per_s_steady the same), time_to_acc {threshold:
+cumulative training seconds when the test accuracy first reached it, or null}, time_to_acc_wall
+(the same from the first epoch's start, evaluations included, as gputrain's wall_s counts),
+parameters, card. Exit status 2 on a command-line error.
 """
 import argparse
 import gzip
@@ -374,6 +376,7 @@ def run(rank, args, world=None):
     step = GraphStep(stepper, net, args, lr_at, x, y) if args.graph else EagerStep(stepper, net, args, lr_at)
     log = open(args.out, "w", encoding="utf-8") if (args.out and rank == 0) else None
     times, accs, losses, reached, trained = [], [], [], {}, 0.0
+    start = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
         perm = torch.randperm(x.shape[0], device=dev, generator=gen)
         mine = perm[rank * per:(rank + 1) * per]
@@ -394,7 +397,7 @@ def run(rank, args, world=None):
         losses.append(round(float(total) / max(steps, 1), 6))
         for t in args.targets:
             if acc is not None and acc >= t and t not in reached:
-                reached[t] = round(trained, 3)
+                reached[t] = (round(trained, 3), round(time.perf_counter() - start, 3))
         samples = steps * args.batch * world
         rec = {"type": "epoch", "epoch": epoch, "epoch_s": times[-1], "samples": samples,
                "samples_per_s": round(samples / dt, 1), "train_loss": losses[-1], "test_acc": accs[-1],
@@ -425,7 +428,9 @@ def write_summary(args, log, dev, sizes, times, accs, losses, reached):
            "compile": args.compile, "augment": args.augment, "seed": args.seed, "epochs": args.epochs,
            "epoch_samples": samples, "epoch_times": times, "test_acc": accs, "train_loss": losses,
            "samples_per_s_steady": round(samples / steady, 1) if steady > 0 else 0,
-           "time_to_acc": {f"{t:g}": reached.get(t) for t in args.targets},
+           "images_per_s_steady": round(samples / steady, 1) if steady > 0 else 0,
+           "time_to_acc": {f"{t:g}": reached.get(t, (None,))[0] for t in args.targets},
+           "time_to_acc_wall": {f"{t:g}": reached.get(t, (None, None))[1] for t in args.targets},
            "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"}
     line = json.dumps(rec)
     if log:
