@@ -4,7 +4,9 @@
 # benchmark uses, with time to 0.87, the diverged/stalled flag, startup_s and stale_p99_capped
 # (empty where a log lacks them), model and seed from a log's config record; plot.py draws them, and
 # one run's loss and accuracy from its log (where matplotlib imports). With the data:
-# steps_diff.py on two runs, check_safetensors.py on a checkpoint this build writes. No GPU.
+# steps_diff.py on two runs, check_safetensors.py on a checkpoint this build writes. Without data:
+# a resnet20 checkpoint written in gputrain's layout (batch norm's buffers included) through
+# check_safetensors.py and gputrain_torch.py (numpy, and torch where it imports). No GPU.
 . "$(dirname "$0")/lib_cli.sh"
 SRC=${GT_SOURCE_DIR:-$(cd "$(dirname "$0")/.." && pwd)}
 for t in "$SRC"/tools/*.sh "$SRC"/tools/gpu/*.sh "$SRC"/tools/*.py; do
@@ -127,6 +129,143 @@ if DATA=$(find_data); then
     [ $? -eq 1 ] && grep -q 'CRC MISMATCH' "$TMP/cs" || fail "check_safetensors.py: changed tensor: $(cat "$TMP/cs")"
     python3 "$SRC/tools/check_safetensors.py" "$TMP/none.safetensors" >"$TMP/cs" 2>&1
     [ $? -eq 1 ] && [ "$(wc -l <"$TMP/cs")" -eq 1 ] || fail "check_safetensors.py: a missing file: $(cat "$TMP/cs")"
+fi
+
+# Residual checkpoints, written here as gputrain lays them out (parameters, batch norm's buffers
+# with num_batches_tracked an I64 scalar, optimizer state; every CRC): check_safetensors.py passes
+# them; gputrain_torch.py rebuilds resnet20 from its spec and its numpy forward pass gives what a
+# forward pass written here from the architecture alone (shift-and-add convolutions) gives; an F32
+# one-element count reads as int64 too; a missing buffer is refused by name. Where torch imports,
+# torch_resnet.py's ResNet (what load_torch builds for resnet20) and the spec-driven module load
+# the state strictly and agree with numpy. Needs numpy, no data.
+if python3 -c 'import numpy' 2>/dev/null; then
+    python3 - "$SRC/tools" "$TMP" <<'PY' >"$TMP/res.out" 2>&1 || fail "residual checkpoints: $(tail -n 5 "$TMP/res.out")"
+import json, struct, subprocess, sys, zlib
+import numpy as np
+tools, tmp = sys.argv[1], sys.argv[2]
+sys.path.insert(0, tools)
+import gputrain_torch as g
+import torch_resnet as tr
+
+
+def write(path, meta, tensors):
+    """A gputrain-2 checkpoint: crc32.<name> of each tensor's bytes, header_crc32 over the length
+    and the header with its own digits as zeros."""
+    header, blobs, off = {}, [], 0
+    meta = dict(meta, format="gputrain-2", header_crc32="00000000")
+    for name, arr in tensors.items():
+        blob = arr.astype(arr.dtype.newbyteorder("<")).tobytes()
+        header[name] = {"dtype": {"f": "F32", "i": "I64"}[arr.dtype.kind], "shape": list(arr.shape),
+                        "data_offsets": [off, off + len(blob)]}
+        meta["crc32." + name] = f"{zlib.crc32(blob):08x}"
+        blobs.append(blob)
+        off += len(blob)
+    text = json.dumps(dict(__metadata__=meta, **header), separators=(",", ":")).encode()
+    lenb = struct.pack("<Q", len(text))
+    crc = zlib.crc32(text, zlib.crc32(lenb)) & 0xFFFFFFFF
+    text = text.replace(b'"header_crc32":"00000000"', f'"header_crc32":"{crc:08x}"'.encode())
+    with open(path, "wb") as f:
+        f.write(lenb + text + b"".join(blobs))
+
+
+rng = np.random.default_rng(5)
+in_shape, spec = (1, 12, 12), tr.gputrain_spec("resnet20")
+layers = g.parse_spec(spec, in_shape)
+params, buffers = g.expected_tensors(layers)
+state = {}
+for k, s in {**params, **buffers}.items():
+    if k.endswith("num_batches_tracked"):
+        state[k] = np.array(37, dtype=np.int64)
+    elif k.endswith("running_var"):
+        state[k] = rng.uniform(0.5, 2.0, s).astype(np.float32)
+    else:
+        fan = int(np.prod(s[1:])) if len(s) > 1 else 1
+        state[k] = (rng.standard_normal(s) / np.sqrt(fan)).astype(np.float32)
+tensors = dict(state, **{"optim.momentum_buffer.fc.weight": np.zeros((10, 64), np.float32)})
+meta = {"model": "resnet20", "model_spec": spec, "in_shape": "x".join(map(str, in_shape)), "nclasses": "10",
+        "optimizer": "sgd", "mode": "sync", "epoch": "1", "step": "1", "samples": "1"}
+write(f"{tmp}/r20.safetensors", meta, tensors)
+cs = subprocess.run([sys.executable, f"{tools}/check_safetensors.py", f"{tmp}/r20.safetensors"], capture_output=True,
+                    text=True)
+assert cs.returncode == 0 and cs.stdout.count(" ok\n") == len(tensors), cs.stdout + cs.stderr
+assert "layers.8.b2.num_batches_tracked          int64    scalar" in cs.stdout, cs.stdout
+
+# The architecture alone: stem, 3 stages of 3 basic blocks (16, 32, 64; strides 1, 2, 2), gap, fc.
+P = state
+
+
+def conv(x, w, stride):
+    k = w.shape[2]
+    p = k // 2
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p, p), (p, p)))
+    ho, wo = (x.shape[2] + 2 * p - k) // stride + 1, (x.shape[3] + 2 * p - k) // stride + 1
+    y = np.zeros((x.shape[0], w.shape[0], ho, wo))
+    for i in range(k):
+        for j in range(k):
+            y += np.einsum("nchw,oc->nohw", xp[:, :, i:i + stride * ho:stride, j:j + stride * wo:stride], w[:, :, i, j])
+    return y
+
+
+def bn(x, n):
+    sh = (1, -1, 1, 1)
+    return (x - P[n + ".running_mean"].reshape(sh)) / np.sqrt(P[n + ".running_var"].reshape(sh) + 1e-5) * \
+        P[n + ".weight"].reshape(sh) + P[n + ".bias"].reshape(sh)
+
+
+def reference(x):
+    x = np.maximum(bn(conv(x, P["stem.0.weight"], 1), "stem.1"), 0)
+    b = 0
+    for c, stride in ((16, 1), (32, 2), (64, 2)):
+        for i in range(3):
+            s, n = (stride if i == 0 else 1), f"layers.{b}"
+            y = np.maximum(bn(conv(x, P[n + ".c1.weight"], s), n + ".b1"), 0)
+            y = bn(conv(y, P[n + ".c2.weight"], 1), n + ".b2")
+            short = bn(conv(x, P[n + ".short.0.weight"], s), n + ".short.1") if n + ".short.0.weight" in P else x
+            x, b = np.maximum(y + short, 0), b + 1
+    return x.mean(axis=(2, 3)) @ P["fc.weight"].T.astype(np.float64) + P["fc.bias"]
+
+
+x = rng.uniform(0, 1, (6,) + in_shape).astype(np.float32)
+want = reference(x)
+forward, optim, meta2 = g.load_numpy(f"{tmp}/r20.safetensors")
+got = forward(x)
+assert np.abs(got - want).max() < 1e-3 * max(1.0, np.abs(want).max()), (got, want)
+assert list(optim) == ["fc.weight"] and meta2["model"] == "resnet20"
+print("numpy forward of resnet20 matches the architecture: max diff", float(np.abs(got - want).max()))
+
+# The count as one F32 element reads as the same int64 scalar; a missing buffer is refused.
+t2 = dict(tensors, **{"layers.0.b1.num_batches_tracked": np.array([37.0], np.float32)})
+write(f"{tmp}/r20f.safetensors", meta, t2)
+_, t2r = g.read_safetensors(f"{tmp}/r20f.safetensors")
+st, _ = g.split_state(t2r, layers, "r20f")
+assert st["layers.0.b1.num_batches_tracked"].dtype == np.int64 and st["layers.0.b1.num_batches_tracked"].shape == ()
+t3 = {k: v for k, v in tensors.items() if k != "layers.4.b2.running_var"}
+write(f"{tmp}/r20m.safetensors", meta, t3)
+try:
+    g.load_numpy(f"{tmp}/r20m.safetensors")
+    raise AssertionError("a checkpoint without layers.4.b2.running_var loaded")
+except g.CheckpointError as e:
+    assert "layers.4.b2.running_var" in str(e), e
+
+try:
+    import torch
+except ImportError:
+    print("torch modules not checked: python3 cannot import torch")
+    sys.exit(0)
+model, _, _ = g.load_torch(f"{tmp}/r20.safetensors")
+generic, _, _ = g.load_torch(f"{tmp}/r20.safetensors", generic=True)
+assert type(model).__name__ == "ResNet" and type(generic).__name__ == "GputrainNet"
+assert model.state_dict()["layers.0.b1.num_batches_tracked"].dtype == torch.int64
+assert list(model.state_dict()) == list(generic.state_dict())
+with torch.no_grad():
+    for m in (model, generic):
+        out = m(torch.from_numpy(x)).double().numpy()
+        assert np.abs(out - want).max() < 1e-3 * max(1.0, np.abs(want).max()), (type(m).__name__, out, want)
+print("torch: ResNet and the spec-driven module load strictly and match")
+PY
+    cat "$TMP/res.out"
+else
+    echo "residual checkpoints not checked: python3 cannot import numpy"
 fi
 
 finish

@@ -2,7 +2,9 @@
 """check_safetensors.py - reads a gputrain checkpoint as PyTorch users will (with Python's
 safetensors package where it is installed, else with this script's own reader of the format), lists
 its tensors and metadata, and checks every CRC gputrain writes: "header_crc32" (the length and the
-header, with its own 8 digits read as "00000000") and "crc32.<name>" of every tensor.
+header, with its own 8 digits read as "00000000") and "crc32.<name>" of every tensor (of its
+little-endian bytes, whatever its dtype: F32, or an integer buffer such as batch norm's
+num_batches_tracked).
 
 Usage: python3 tools/check_safetensors.py CHECKPOINT [CHECKPOINT...]
 
@@ -19,6 +21,9 @@ FORMAT = "gputrain-2"  # src/checkpoint.c, CKPT_FORMAT
 OLD_FORMATS = {"gputrain-1": "an older gputrain's, without a header CRC; gputrain refuses it"}
 CRC_KEY = "header_crc32"
 MAX_HEADER = 100 << 20
+# The dtypes a checkpoint may hold: parameters, optimizer state and running statistics are F32; a
+# buffer such as batch norm's num_batches_tracked may be an integer, as PyTorch keeps it (int64).
+DTYPES = {"F32": "<f4", "F64": "<f8", "I64": "<i8", "I32": "<i4"}
 
 
 class Unreadable(Exception):
@@ -68,9 +73,11 @@ def load_tensors(path, raw, n, header):
             continue
         begin, end = info["data_offsets"]
         count = int(np.prod(info["shape"], dtype=np.int64))
-        if info.get("dtype") != "F32" or not 0 <= begin <= end <= len(data) or end - begin != 4 * count:
-            raise Unreadable(f"{path}: tensor {name}: not F32 {info['shape']} at bytes {begin}..{end}")
-        tensors[name] = np.frombuffer(data[begin:end], dtype="<f4").reshape(info["shape"])
+        dt = DTYPES.get(info.get("dtype"))
+        if dt is None or not 0 <= begin <= end <= len(data) or end - begin != int(dt[2]) * count:
+            raise Unreadable(f"{path}: tensor {name}: not {', '.join(DTYPES)} {info['shape']} at bytes "
+                             f"{begin}..{end}")
+        tensors[name] = np.frombuffer(data[begin:end], dtype=dt).reshape(info["shape"])
     return tensors, "own reader (safetensors not installed)"
 
 
@@ -100,7 +107,7 @@ def check_tensors(tensors, meta):
     problems = 0
     for name in sorted(tensors):
         t = tensors[name]
-        got = zlib.crc32(np.ascontiguousarray(t, dtype="<f4").tobytes()) & 0xFFFFFFFF
+        got = zlib.crc32(np.ascontiguousarray(t, dtype=t.dtype.newbyteorder("<")).tobytes()) & 0xFFFFFFFF
         want = meta.get("crc32." + name)
         if want is None:
             status = "NO CRC"

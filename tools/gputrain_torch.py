@@ -7,12 +7,20 @@ model spec, as a PyTorch module with its parameters loaded strictly, or as a num
     pred = model(x).argmax(1)                               # x: N x C x H x W floats in [0, 1]
 
 load_torch returns a torch.nn.Module whose state_dict names are the checkpoint's (c1.weight, ...,
-f3.bias: convolutions c1, c2, ... and fully connected layers f1, f2, ... in spec order), loaded with
-load_state_dict(strict=True); the optimizer state ("optim.<state>.<param>" tensors) comes back
-separately as {param name: {state name: tensor}} (torch.optim's names: momentum_buffer, exp_avg,
-exp_avg_sq), and meta is the checkpoint's metadata. Any spec gputrain accepts works: conv:C:K[:P],
-fc:N, relu, sigmoid, tanh, avgpool:K, maxpool:K, dropout:P and init:torch|xavier, separated by
-spaces or commas. load_numpy gives the same model as a numpy forward pass (no torch needed).
+f3.bias: convolutions c1, c2, ..., batch norms b1, ... and fully connected layers f1, ... in spec
+order; with names:resnet, as the residual built-ins have them: stem.0.weight, layers.N.c1.weight,
+layers.N.b1.running_mean, layers.N.short.0.weight, fc.bias, ...), loaded with
+load_state_dict(strict=True): parameters and, for batch norm, the buffers running_mean, running_var
+and num_batches_tracked (an int64 scalar, whether the file holds it as an F32 or an integer tensor,
+as a scalar or one element). A resnet20 or resnet18 checkpoint becomes tools/torch_resnet.py's
+ResNet, the project's PyTorch reference; any other spec a module that runs its layers in order.
+The optimizer state ("optim.<state>.<param>" tensors) comes back separately as {param name:
+{state name: tensor}} (torch.optim's names: momentum_buffer, exp_avg, exp_avg_sq), and meta is
+the checkpoint's metadata. Any spec gputrain accepts works: conv:OUT:K[:PAD[:STRIDE]][:nobias],
+fc:N, bn, gap, relu, sigmoid, tanh, avgpool:K, maxpool:K, dropout:P, residual blocks
+res[ BODY | SHORTCUT ] and res[ BODY ] (identity shortcut), init:torch|xavier|kaiming and
+names:plain|resnet, separated by spaces or commas. load_numpy gives the same model as a numpy
+forward pass (no torch needed; evaluation mode: batch norm with the running statistics).
 
 Command line: the test split of --data as gputrain reads it (IDX files, .gz or plain, or an image
 folder DIR/test/<class>/*.png|jpg, which needs Pillow), pixels / 255:
@@ -44,9 +52,15 @@ class CheckpointError(Exception):
     """A checkpoint or spec that cannot be read; the message names the file and the problem."""
 
 
+# safetensors dtypes a checkpoint may hold: parameters and running statistics are F32; a buffer
+# such as num_batches_tracked may be stored as an integer (PyTorch keeps it as int64).
+DTYPES = {"F32": "<f4", "F64": "<f8", "I64": "<i8", "I32": "<i4"}
+
+
 def read_safetensors(path):
-    """(metadata dict, {name: numpy float32 array}) of a safetensors file, every offset and CRC
-    checked (CRC-32 of the little-endian bytes, metadata "crc32.<name>", as gputrain writes)."""
+    """(metadata dict, {name: numpy array}) of a safetensors file, every offset and CRC checked
+    (CRC-32 of the little-endian bytes, metadata "crc32.<name>", as gputrain writes). F32 tensors
+    come back as float32, integer ones (I64, I32) as int64, F64 as float64."""
     import numpy as np
     try:
         with open(path, "rb") as f:
@@ -70,52 +84,151 @@ def read_safetensors(path):
         count = 1
         for d in info["shape"]:
             count *= d
-        if info.get("dtype") != "F32" or not 0 <= begin <= end <= len(data) or end - begin != 4 * count:
-            raise CheckpointError(f"{path}: tensor {name}: not F32 {info['shape']} at {begin}..{end}")
+        dt = DTYPES.get(info.get("dtype"))
+        if dt is None or not 0 <= begin <= end <= len(data) or end - begin != int(dt[2]) * count:
+            raise CheckpointError(f"{path}: tensor {name}: not F32, F64, I64 or I32 {info['shape']} "
+                                  f"at {begin}..{end}")
         blob = bytes(data[begin:end])
         want = meta.get("crc32." + name)
         if want is not None and f"{zlib.crc32(blob) & 0xFFFFFFFF:08x}" != want:
             raise CheckpointError(f"{path}: tensor {name}: CRC-32 mismatch (damaged file)")
-        tensors[name] = np.frombuffer(blob, dtype="<f4").reshape(info["shape"]).astype(np.float32)
+        arr = np.frombuffer(blob, dtype=dt).reshape(info["shape"])
+        tensors[name] = arr.astype(np.float32 if dt == "<f4" else np.float64 if dt == "<f8" else np.int64)
     return meta, tensors
 
 
+def conv_token(f, tok):
+    """conv:OUT:K[:PAD[:STRIDE]][:nobias] as (out, k, pad, stride, bias)."""
+    bias = f[-1] != "nobias"
+    nums = f[1:] if bias else f[1:-1]
+    if not 2 <= len(nums) <= 4 or not all(x.isdigit() for x in nums):
+        raise CheckpointError(f"model spec: '{tok}': expected conv:OUT:K[:PAD[:STRIDE]][:nobias]")
+    out, k = int(nums[0]), int(nums[1])
+    pad = int(nums[2]) if len(nums) >= 3 else 0
+    stride = int(nums[3]) if len(nums) == 4 else 1
+    if out < 1 or k < 1 or pad >= k or stride < 1:
+        raise CheckpointError(f"model spec: '{tok}': bad conv")
+    return out, k, pad, stride, bias
+
+
+def parse_layer(tok, shape):
+    """One layer token as a dict (kind, token and its numbers) and the output shape it gives."""
+    c, h, w = shape
+    f = tok.split(":")
+    L = {"kind": f[0], "token": tok}
+    if f[0] == "conv":
+        out, k, pad, stride, bias = conv_token(f, tok)
+        L.update(in_c=c, out_c=out, k=k, pad=pad, stride=stride, bias=bias)
+        side = lambda n: (n + 2 * pad - k) // stride + 1 if n + 2 * pad >= k else 0  # noqa: E731
+        return L, (out, side(h), side(w))
+    if f[0] == "fc" and len(f) == 2 and f[1].isdigit() and int(f[1]) >= 1:
+        L.update(in_len=c * h * w, out_c=int(f[1]), bias=True)
+        return L, (int(f[1]), 1, 1)
+    if f[0] in ("avgpool", "maxpool") and len(f) == 2 and f[1].isdigit() and int(f[1]) >= 1:
+        L["k"] = int(f[1])
+        return L, (c, h // L["k"], w // L["k"])
+    if f[0] == "dropout" and len(f) == 2 and re.fullmatch(r"\d*\.?\d+", f[1]) and float(f[1]) < 1:
+        L["p"] = float(f[1])
+        return L, shape
+    if f[0] == "bn" and len(f) == 1:
+        L.update(c=c, out_c=c)
+        return L, shape
+    if f[0] == "gap" and len(f) == 1:
+        return L, (c, 1, 1)
+    if f[0] in ("relu", "sigmoid", "tanh", "res[", "|", "]") and len(f) == 1:
+        return L, shape
+    raise CheckpointError(f"model spec: '{tok}': not a layer gputrain knows")
+
+
 def parse_spec(spec, in_shape):
-    """The layers of a model spec, each a dict with kind, shapes and (conv/fc) its parameter name,
-    checked as gputrain's parser checks them."""
-    c, h, w = in_shape
-    layers, nconv, nfc = [], 0, 0
+    """The layers of a model spec, each a dict with kind, shapes and (conv, bn, fc) its parameter
+    name, checked as gputrain's parser checks them. Residual blocks res[ BODY | SHORTCUT ] (or
+    res[ BODY ], the identity shortcut) add the body's output to the shortcut's; names:resnet
+    names the parameters as src/model.c does (see name_resnet)."""
+    shape, layers, names, blocks = tuple(in_shape), [], "plain", []
     for tok in (t for t in re.split(r"[\s,]+", spec.strip()) if t):
-        f = tok.split(":")
-        L = {"kind": f[0], "token": tok}
-        if f[0] == "init" and len(f) == 2 and f[1] in ("torch", "xavier"):
+        if re.fullmatch(r"init:(torch|xavier|kaiming)", tok):
             continue
-        if f[0] == "conv" and len(f) in (3, 4) and all(x.isdigit() for x in f[1:]):
-            nconv += 1
-            out, k, pad = int(f[1]), int(f[2]), int(f[3]) if len(f) == 4 else 0
-            if out < 1 or k < 1 or pad >= k:
-                raise CheckpointError(f"model spec: '{tok}': bad conv")
-            L.update(name=f"c{nconv}", in_c=c, out_c=out, k=k, pad=pad)
-            c, h, w = out, h + 2 * pad - k + 1, w + 2 * pad - k + 1
-        elif f[0] == "fc" and len(f) == 2 and f[1].isdigit() and int(f[1]) >= 1:
-            nfc += 1
-            L.update(name=f"f{nfc}", in_len=c * h * w, out_c=int(f[1]))
-            c, h, w = int(f[1]), 1, 1
-        elif f[0] in ("avgpool", "maxpool") and len(f) == 2 and f[1].isdigit() and int(f[1]) >= 1:
-            L["k"] = int(f[1])
-            h, w = h // L["k"], w // L["k"]
-        elif f[0] in ("relu", "sigmoid", "tanh") and len(f) == 1:
-            pass
-        elif f[0] == "dropout" and len(f) == 2 and re.fullmatch(r"\d*\.?\d+", f[1]) and float(f[1]) < 1:
-            L["p"] = float(f[1])
-        else:
-            raise CheckpointError(f"model spec: '{tok}': not a layer gputrain knows")
-        if h < 1 or w < 1:
+        if tok.startswith("names:"):
+            if tok not in ("names:plain", "names:resnet"):
+                raise CheckpointError(f"model spec: '{tok}': unknown names (names:plain or names:resnet)")
+            names = tok[6:]
+            continue
+        L, out = parse_layer(tok, shape)
+        if L["kind"] == "res[":
+            blocks.append({"in": shape, "body": None})
+        elif L["kind"] == "|":
+            if not blocks or blocks[-1]["body"] is not None:
+                raise CheckpointError(f"model spec: '{tok}' outside a residual block")
+            blocks[-1]["body"], out = shape, blocks[-1]["in"]
+        elif L["kind"] == "]":
+            if not blocks:
+                raise CheckpointError("model spec: ']' closes no residual block")
+            b = blocks.pop()
+            other = b["body"] if b["body"] is not None else b["in"]
+            if other != shape:
+                raise CheckpointError(f"model spec: a residual block adds {'x'.join(map(str, other))} to "
+                                      f"{'x'.join(map(str, shape))}: they must match")
+        shape = out
+        if shape[1] < 1 or shape[2] < 1:
             raise CheckpointError(f"model spec: '{tok}': output smaller than 1x1")
         layers.append(L)
+    if blocks:
+        raise CheckpointError("model spec: a residual block is not closed with ']'")
     if not layers or layers[-1]["kind"] != "fc":
         raise CheckpointError("model spec: the last layer must be fc:N")
+    (name_resnet if names == "resnet" else name_plain)(layers)
+    seen = set()
+    for L in (L for L in layers if "name" in L):
+        if L["name"] in seen:
+            raise CheckpointError(f"model spec: names:resnet names two layers {L['name']} (it takes a stem, "
+                                  "blocks not nested, then one fc)")
+        seen.add(L["name"])
     return layers
+
+
+PREFIX = {"conv": "c", "bn": "b", "fc": "f"}
+
+
+def name_plain(layers):
+    """c1, c2, ... b1, ... f1, ... in spec order."""
+    count = {}
+    for L in layers:
+        p = PREFIX.get(L["kind"])
+        if p:
+            count[p] = count.get(p, 0) + 1
+            L["name"] = f"{p}{count[p]}"
+
+
+def name_resnet(layers):
+    """The names of PyTorch's residual networks: stem.N before the first block (N counting layers
+    with parameters, as in Sequential(conv, bn, relu)), layers.B.c1/b1/c2/b2 in block B (numbered
+    across stages), layers.B.short.N in its shortcut, fc after the blocks."""
+    started = inside = shortcut = False
+    block, nth, convs, bns = -1, 0, 0, 0
+    for L in layers:
+        kind = L["kind"]
+        if kind == "res[":
+            block += 1
+            started, inside, shortcut, nth, convs, bns = True, True, False, 0, 0, 0
+        elif kind == "|":
+            shortcut = True
+        elif kind == "]":
+            inside, nth = False, 0
+        if kind not in PREFIX:
+            continue
+        if inside and shortcut:
+            L["name"], nth = f"layers.{block}.short.{nth}", nth + 1
+        elif inside and kind == "conv":
+            convs += 1
+            L["name"] = f"layers.{block}.c{convs}"
+        elif inside:
+            bns += 1
+            L["name"] = f"layers.{block}.b{bns}"
+        elif not started:
+            L["name"], nth = f"stem.{nth}", nth + 1
+        else:
+            L["name"] = "fc"
 
 
 def model_of(meta, path):
@@ -126,25 +239,59 @@ def model_of(meta, path):
         raise CheckpointError(f"{path}: metadata lacks a model_spec or a CxHxW in_shape") from None
 
 
-def split_state(tensors, layers, path):
-    """Parameters (checked against the spec's names and shapes) and optimizer state by parameter."""
-    params = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
-    want = {}
+BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def expected_tensors(layers):
+    """({parameter name: shape}, {buffer name: shape}) of a parsed spec, PyTorch's layouts."""
+    params, buffers = {}, {}
     for L in layers:
-        if L["kind"] == "conv":
-            want[L["name"] + ".weight"] = (L["out_c"], L["in_c"], L["k"], L["k"])
-        elif L["kind"] == "fc":
-            want[L["name"] + ".weight"] = (L["out_c"], L["in_len"])
-        if "name" in L:
-            want[L["name"] + ".bias"] = (L["out_c"],)
-    if set(params) != set(want) or any(params[k].shape != s for k, s in want.items()):
-        raise CheckpointError(f"{path}: tensors {sorted(params)} do not match the model spec's {sorted(want)}")
+        kind = L["kind"]
+        if kind == "conv":
+            params[L["name"] + ".weight"] = (L["out_c"], L["in_c"], L["k"], L["k"])
+        elif kind == "fc":
+            params[L["name"] + ".weight"] = (L["out_c"], L["in_len"])
+        elif kind == "bn":
+            params[L["name"] + ".weight"] = (L["c"],)
+            buffers.update({f"{L['name']}.running_mean": (L["c"],), f"{L['name']}.running_var": (L["c"],),
+                            f"{L['name']}.num_batches_tracked": ()})
+        if kind == "bn" or L.get("bias"):
+            params[L["name"] + ".bias"] = (L["out_c"],)
+    return params, buffers
+
+
+def split_state(tensors, layers, path):
+    """The model's state (parameters and buffers, checked against the spec's names and shapes) and
+    the optimizer state by parameter. Batch norm's buffers are running_mean and running_var (float32)
+    and num_batches_tracked, which comes back as an int64 scalar whether the file holds it as a
+    scalar or one element, as a float or an integer. A model without batch norm has no buffers."""
+    import numpy as np
+    state = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
+    want, bufs = expected_tensors(layers)
+    want.update(bufs)
+    for k in bufs:
+        if k.endswith(".num_batches_tracked") and k in state and state[k].size == 1:
+            v = state[k].reshape(())
+            if v.dtype.kind == "f" and (not np.isfinite(v) or v < 0 or v != np.floor(v)):
+                raise CheckpointError(f"{path}: tensor {k}: {v} is not a count")
+            state[k] = v.astype(np.int64)
+    missing = sorted(set(want) - set(state))
+    extra = sorted(set(state) - set(want))
+    if missing or extra:
+        raise CheckpointError(f"{path}: the tensors do not match the model spec: missing {missing[:6]}"
+                              f"{' ...' if len(missing) > 6 else ''}, unexpected {extra[:6]}"
+                              f"{' ...' if len(extra) > 6 else ''}")
+    for k, s in want.items():
+        if state[k].shape != s:
+            raise CheckpointError(f"{path}: tensor {k} is {list(state[k].shape)}, the model spec wants {list(s)}")
+        if not k.endswith(".num_batches_tracked") and state[k].dtype != np.float32:
+            state[k] = state[k].astype(np.float32)
     optim = {}
     for k, v in tensors.items():
         if k.startswith("optim."):
-            state, _, pname = k[len("optim."):].partition(".")
-            optim.setdefault(pname, {})[state] = v
-    return params, optim
+            st, _, pname = k[len("optim."):].partition(".")
+            optim.setdefault(pname, {})[st] = v
+    return state, optim
 
 
 def load_numpy(path):
@@ -155,66 +302,117 @@ def load_numpy(path):
     return (lambda x: numpy_forward(layers, params, x)), optim, meta
 
 
-def numpy_forward(layers, params, x):
-    """Logits of x (N x C x H x W float32) in eval mode (dropout is the identity)."""
+BN_EPS = 1e-5  # include/gputrain/layers.h, GT_BN_EPS; PyTorch's default
+
+
+def numpy_conv(L, params, x):
     import numpy as np
     from numpy.lib.stride_tricks import sliding_window_view
+    p, s = L["pad"], L["stride"]
+    xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p))) if p else x
+    win = sliding_window_view(xp, (L["k"], L["k"]), axis=(2, 3))[:, :, ::s, ::s]  # N C Ho Wo k k
+    y = np.tensordot(win, params[L["name"] + ".weight"], axes=([1, 4, 5], [1, 2, 3])).transpose(0, 3, 1, 2)
+    return y + params[L["name"] + ".bias"][None, :, None, None] if L["bias"] else y
+
+
+def numpy_forward(layers, params, x):
+    """Logits of x (N x C x H x W float32) in eval mode (dropout is the identity, batch norm uses the
+    running statistics)."""
+    import numpy as np
     x = np.asarray(x, dtype=np.float32)
+    blocks = []  # per open residual block: [its input, the body's output or None]
     for L in layers:
         kind = L["kind"]
         if kind == "conv":
-            p = L["pad"]
-            xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p))) if p else x
-            win = sliding_window_view(xp, (L["k"], L["k"]), axis=(2, 3))  # N C Ho Wo k k
-            y = np.tensordot(win, params[L["name"] + ".weight"], axes=([1, 4, 5], [1, 2, 3]))  # N Ho Wo O
-            x = y.transpose(0, 3, 1, 2) + params[L["name"] + ".bias"][None, :, None, None]
+            x = numpy_conv(L, params, x)
         elif kind == "fc":
             x = x.reshape(x.shape[0], -1) @ params[L["name"] + ".weight"].T + params[L["name"] + ".bias"]
+        elif kind == "bn":
+            n = L["name"]
+            inv = 1.0 / np.sqrt(params[n + ".running_var"].astype(np.float64) + BN_EPS)
+            scale = (params[n + ".weight"] * inv).astype(np.float32)
+            shift = (params[n + ".bias"] - params[n + ".running_mean"] * scale).astype(np.float32)
+            x = x * scale[None, :, None, None] + shift[None, :, None, None]
+        elif kind == "gap":
+            x = x.mean(axis=(2, 3), keepdims=True)
         elif kind in ("avgpool", "maxpool"):
             k = L["k"]
             n, c, h, w = x.shape
-            blocks = x[:, :, :h // k * k, :w // k * k].reshape(n, c, h // k, k, w // k, k)
-            x = blocks.mean(axis=(3, 5)) if kind == "avgpool" else blocks.max(axis=(3, 5))
+            cut = x[:, :, :h // k * k, :w // k * k].reshape(n, c, h // k, k, w // k, k)
+            x = cut.mean(axis=(3, 5)) if kind == "avgpool" else cut.max(axis=(3, 5))
         elif kind == "relu":
             x = np.maximum(x, 0)
         elif kind == "sigmoid":
             x = 1 / (1 + np.exp(-x))
         elif kind == "tanh":
             x = np.tanh(x)
+        elif kind == "res[":
+            blocks.append([x, None])
+        elif kind == "|":
+            blocks[-1][1], x = x, blocks[-1][0]
+        elif kind == "]":
+            start, body = blocks.pop()
+            x = x + (body if body is not None else start)
         x = x.astype(np.float32, copy=False)
     return x
 
 
 def torch_module(layers, in_shape):
-    """A torch.nn.Module for the spec, with PyTorch's layouts and the checkpoint's names."""
+    """A torch.nn.Module for any parsed spec, with PyTorch's layouts and the checkpoint's names
+    (a dotted name such as layers.3.short.0 is a module inside containers layers, 3 and short)."""
+    import torch
     import torch.nn as nn
     import torch.nn.functional as F
+
+    def make(L):
+        if L["kind"] == "conv":
+            return nn.Conv2d(L["in_c"], L["out_c"], L["k"], stride=L["stride"], padding=L["pad"], bias=L["bias"])
+        if L["kind"] == "bn":
+            return nn.BatchNorm2d(L["c"], eps=BN_EPS, momentum=0.1)
+        return nn.Linear(L["in_len"], L["out_c"])
 
     class GputrainNet(nn.Module):
         def __init__(self):
             super().__init__()
-            self.layers = layers
+            self.layers_spec = layers
             self.in_shape = in_shape
+            self.mods = []  # the module of each layer, or None (a plain list: not registered twice)
             for L in layers:
-                if L["kind"] == "conv":
-                    setattr(self, L["name"], nn.Conv2d(L["in_c"], L["out_c"], L["k"], padding=L["pad"]))
-                elif L["kind"] == "fc":
-                    setattr(self, L["name"], nn.Linear(L["in_len"], L["out_c"]))
+                if "name" not in L:
+                    self.mods.append(None)
+                    continue
+                parent, *path = [self] + L["name"].split(".")
+                for part in path[:-1]:
+                    if not hasattr(parent, part):
+                        parent.add_module(part, nn.Module())
+                    parent = getattr(parent, part)
+                parent.add_module(path[-1], make(L))
+                self.mods.append(getattr(parent, path[-1]))
 
         def forward(self, x):
-            acts = {"relu": F.relu, "sigmoid": F.sigmoid, "tanh": F.tanh}
-            for L in self.layers:
+            acts = {"relu": F.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh}
+            blocks = []
+            for L, mod in zip(self.layers_spec, self.mods):
                 kind = L["kind"]
-                if kind == "conv":
-                    x = getattr(self, L["name"])(x)
-                elif kind == "fc":
-                    x = getattr(self, L["name"])(x.flatten(1))
+                if kind == "fc":
+                    x = mod(x.flatten(1))
+                elif mod is not None:
+                    x = mod(x)
                 elif kind == "avgpool":
                     x = F.avg_pool2d(x, L["k"])
                 elif kind == "maxpool":
                     x = F.max_pool2d(x, L["k"])
+                elif kind == "gap":
+                    x = x.mean(dim=(2, 3), keepdim=True)
                 elif kind == "dropout":
                     x = F.dropout(x, L["p"], self.training)
+                elif kind == "res[":
+                    blocks.append([x, None])
+                elif kind == "|":
+                    blocks[-1][1], x = x, blocks[-1][0]
+                elif kind == "]":
+                    start, body = blocks.pop()
+                    x = x + (body if body is not None else start)
                 else:
                     x = acts[kind](x)
             return x
@@ -222,16 +420,36 @@ def torch_module(layers, in_shape):
     return GputrainNet()
 
 
-def load_torch(path, device="cpu"):
-    """(torch module in eval mode, optimizer state {param: {state: tensor}}, metadata)."""
+def reference_model(meta, in_shape):
+    """torch_resnet.py's ResNet when the checkpoint's spec is exactly a residual built-in's canonical
+    spec (for its class count), else None."""
+    from torch_resnet import ARCHS, gputrain_spec
+    try:
+        nclasses = int(meta.get("nclasses", ""))
+    except ValueError:
+        return None
+    for name in ARCHS:
+        if meta.get("model_spec") == gputrain_spec(name, nclasses):
+            from torch_resnet import ResNet
+            return ResNet(name, in_shape[0], nclasses)
+    return None
+
+
+def load_torch(path, device="cpu", generic=False):
+    """(torch module in eval mode, optimizer state {param: {state: tensor}}, metadata). A resnet20 or
+    resnet18 checkpoint becomes tools/torch_resnet.py's ResNet (the project's reference), any other
+    spec (or any spec with generic=True) a module that runs the spec's layers in order; either way
+    parameters and buffers are loaded with load_state_dict(strict=True)."""
     import torch
     meta, tensors = read_safetensors(path)
     layers, in_shape = model_of(meta, path)
-    params, optim = split_state(tensors, layers, path)
-    model = torch_module(layers, in_shape)
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in params.items()}, strict=True)
-    state = {p: {s: torch.from_numpy(v).to(device) for s, v in st.items()} for p, st in optim.items()}
-    return model.to(device).eval(), state, meta
+    state, optim = split_state(tensors, layers, path)
+    model = None if generic else reference_model(meta, in_shape)
+    if model is None:
+        model = torch_module(layers, in_shape)
+    model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in state.items()}, strict=True)
+    opt_state = {p: {s: torch.from_numpy(v.copy()).to(device) for s, v in st.items()} for p, st in optim.items()}
+    return model.to(device).eval(), opt_state, meta
 
 
 class DataError(Exception):
@@ -345,7 +563,7 @@ def check_match(path, meta, images, names, data, ignore_classes):
 
 
 def evaluate(args):
-    """Correct test predictions, in batches of 1000."""
+    """Correct test predictions, in batches (1000 images with torch, 200 with numpy)."""
     import numpy as np
     images, labels, names = test_set(args.data)
     if args.backend == "torch":
@@ -359,7 +577,8 @@ def evaluate(args):
         forward, _, meta = load_numpy(args.checkpoint)
     check_match(args.checkpoint, meta, images, names, args.data, args.ignore_classes)
     x = images.astype(np.float32) / np.float32(255.0)
-    pred = np.concatenate([forward(x[i:i + 1000]).argmax(1) for i in range(0, len(x), 1000)])
+    n = 1000 if args.backend == "torch" else 200  # numpy's unfolded windows: k*k copies of a layer's input
+    pred = np.concatenate([forward(x[i:i + n]).argmax(1) for i in range(0, len(x), n)])
     return int((pred == labels).sum()), len(labels)
 
 
