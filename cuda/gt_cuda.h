@@ -32,6 +32,22 @@ void gt_cuda_ctx_close(gt_cuda_ctx *c);
 int gt_cuda_test_conv2d(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w,
                         const float *wt, const float *b, int o, int k, int pad, const float *dy,
                         float *y, float *dx, float *dw, float *db, gt_err *e);
+/* The same with a stride (gt_conv2d_forward_strided's shapes); b NULL: no bias (db unused). */
+int gt_cuda_test_conv2d_strided(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w,
+                                const float *wt, const float *b, int o, int k, int pad,
+                                int stride, const float *dy, float *y, float *dx, float *dw,
+                                float *db, gt_err *e);
+/* Batch norm over ch channels of h x w planes. train: gt_batchnorm_forward_train (running_mean
+ * and running_var, ch floats each, move by GT_BN_MOMENTUM), then, with dy, gt_batchnorm_backward
+ * with batch statistics (dx, and dgamma, dbeta accumulated into). Without train:
+ * gt_batchnorm_forward_eval with the running statistics, forward only (dy must be NULL). */
+int gt_cuda_test_batchnorm(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w,
+                           const float *gamma, const float *beta, float *running_mean,
+                           float *running_var, int train, const float *dy, float *y, float *dx,
+                           float *dgamma, float *dbeta, gt_err *e);
+/* Global average pooling of ch planes of h x w: gt_gap_forward, then gt_gap_backward. */
+int gt_cuda_test_gap(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w,
+                     const float *dy, float *y, float *dx, gt_err *e);
 int gt_cuda_test_linear(gt_cuda_ctx *c, const float *x, int n, int in, const float *wt,
                         const float *b, int out, const float *dy, float *y, float *dx, float *dw,
                         float *db, gt_err *e);
@@ -211,6 +227,8 @@ typedef struct gt_cuda_layer {
     unsigned *bias_done;      /* and a counter a channel for gt_cuda_conv_bias_grad */
     cudnnPoolingDescriptor_t pool_desc;
     cudnnActivationDescriptor_t act_desc;
+    cudnnTensorDescriptor_t bn_desc; /* batch norm: 1 x C x 1 x 1, its parameters and statistics */
+    float *bn_save;           /* batch norm: the batch mean and inverse std its forward used (2 C) */
 } gt_cuda_layer;
 
 /* A training batch's dropout seed and epoch in device memory, beside its sample ids: a replayed
@@ -231,6 +249,13 @@ typedef struct gt_cuda_pass {
     uint64_t seed;            /* dropout: used when key is NULL */
     uint32_t epoch;
     const gt_cuda_key *key;   /* dropout: seed and epoch in device memory; NULL: the two above */
+    int train;                /* batch norm: normalise by the batch's statistics (else running) */
+    float *buffers;           /* batch norm: the flat buffer array (model.h) at L.s_off: read
+                                 when not training; when training, written with the batch's
+                                 statistics (mean, unbiased variance, count 1) or, with
+                                 bn_running, moved by them (momentum GT_BN_MOMENTUM, count + 1) */
+    int bn_running;           /* see buffers */
+    const float *other;       /* "]": the other branch's output, added to x */
 } gt_cuda_pass;
 
 /* Creates the descriptors of L (layer number index of its model); checks that cuDNN agrees with
@@ -293,6 +318,19 @@ int gt_cuda_dropout_backward(gt_cuda_ctx *c, const float *dy, const uint8_t *mas
  * up to 64 classes a thread takes a row and does the CPU's arithmetic in its order. */
 int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t *labels, int n,
                          int k, float scale, float *dlogits, gt_cuda_result *res, gt_err *e);
+
+/* ---- the residual networks' small ops (blocks_cuda.cu) ------------------------------------- */
+
+/* y[p] = the mean of plane p of x, for planes planes of plane floats each. */
+int gt_cuda_gap_forward(gt_cuda_ctx *c, const float *x, float *y, size_t planes, size_t plane,
+                        gt_err *e);
+/* dx[p][j] = dy[p] / plane. */
+int gt_cuda_gap_backward(gt_cuda_ctx *c, const float *dy, float *dx, size_t planes,
+                         size_t plane, gt_err *e);
+/* y = a + b over len floats (y may be a or b). */
+int gt_cuda_add(gt_cuda_ctx *c, const float *a, const float *b, float *y, size_t len, gt_err *e);
+/* Batch norm's count of batches (one float in device memory): + 1 with accumulate, else 1. */
+int gt_cuda_bn_count(gt_cuda_ctx *c, float *count, int accumulate, gt_err *e);
 
 /* ---- the fused LeNet step (fused_cuda.cu, kernels in fused_kernels.cuh) --------------------- */
 
@@ -420,6 +458,8 @@ typedef struct gt_cuda_allreduce gt_cuda_allreduce;
 typedef struct gt_cuda_device_parts {
     gt_cuda_ctx *ctx;
     float *params, *grad;             /* device arrays, nparams each */
+    float *buffers;                   /* the running statistics (nbuffers) where keep_grad steps
+                                         moved them since the last load_params, else NULL */
     gt_cuda_allreduce **allreduce;    /* set by gt_cuda_allreduce_init, freed when d closes */
 } gt_cuda_device_parts;
 

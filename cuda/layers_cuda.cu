@@ -1,6 +1,9 @@
 /* layers_cuda.cu - the GPU version of each layer of src/layers.c, with the same semantics and
- * layouts: convolution, pooling and activations through cuDNN (NCHW float), linear through
- * cuBLAS, dropout through kernels.cu.
+ * layouts: convolution (any stride and padding, with or without bias), pooling, activations and
+ * batch norm through cuDNN (NCHW float), linear through cuBLAS, dropout through kernels.cu,
+ * global average pooling and the residual add through blocks_cuda.cu. The block markers "res["
+ * and "|" compute nothing here: the network loop (device_cuda.cu) routes their activations and
+ * gradients, as src/cpu_net.c does.
  *
  * A gt_cuda_layer holds the descriptors of one layer; they are rewritten only when the batch
  * size changes (a short last batch, an evaluation chunk). Convolution algorithms are chosen once
@@ -8,13 +11,12 @@
  * cuDNN's heuristics pick others that fit, so a step never allocates. */
 #include "gt_cuda.h"
 
+#include "gputrain/layers.h" /* GT_BN_EPS, GT_BN_MOMENTUM */
+
 #include <stdio.h>
 #include <string.h>
 
 static const float one = 1.0f, zero = 0.0f;
-
-/* The kinds of residual networks run on the CPU backend only, so far. */
-#define GPU_NOT_YET "not on the GPU yet (the CPU backend runs it: --gpus cpu:N)"
 
 static int layer_fail(gt_cuda_ctx *c, const gt_cuda_layer *cl, gt_err *e, const char *what)
 {
@@ -254,15 +256,17 @@ static int layer_set_batch(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
         if (tensor_set(c, cl->x_desc, n, L->in_c, L->in_h, L->in_w, e))
             return -1;
         break;
+    case GT_BATCHNORM:
+        if (tensor_set(c, cl->x_desc, n, L->in_c, L->in_h, L->in_w, e))
+            return -1;
+        break;
     case GT_LINEAR:
     case GT_DROPOUT:
-        break; /* no descriptors */
-    case GT_BATCHNORM:
     case GT_GAP:
     case GT_RES_BEGIN:
     case GT_RES_SPLIT:
     case GT_RES_END:
-        return layer_fail(c, cl, e, GPU_NOT_YET); /* gt_cuda_layer_init refused it already */
+        break; /* no descriptors */
     }
     cl->n = n;
     return 0;
@@ -301,8 +305,9 @@ static int conv_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
     for (int i = 0; i < 3; i++) {
         GT_CUDNN_CHECK(c->name, e, cudnnCreateConvolutionDescriptor(convs[i]));
         GT_CUDNN_CHECK(c->name, e,
-                       cudnnSetConvolution2dDescriptor(*convs[i], L->pad, L->pad, 1, 1, 1, 1,
-                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+                       cudnnSetConvolution2dDescriptor(*convs[i], L->pad, L->pad, L->stride,
+                                                       L->stride, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                       CUDNN_DATA_FLOAT));
         GT_CUDNN_CHECK(c->name, e, cudnnSetConvolutionMathType(*convs[i], math));
     }
     int on, oc, oh, ow;
@@ -338,6 +343,21 @@ static int pool_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
     return 0;
 }
 
+/* Batch norm: the batch's descriptor (set per batch size), the 1 x C x 1 x 1 one of gamma, beta
+ * and the statistics, and the saved mean and inverse std the backward reads. */
+static int bn_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    if (L->w_len != (size_t)L->in_c || L->b_len != (size_t)L->in_c ||
+        L->s_len != 2 * (size_t)L->in_c + 1 || L->out_c != L->in_c)
+        return layer_fail(c, cl, e, "batch norm's parameters or buffers do not fit its channels");
+    GT_CUDNN_CHECK(c->name, e, cudnnCreateTensorDescriptor(&cl->x_desc));
+    GT_CUDNN_CHECK(c->name, e, cudnnCreateTensorDescriptor(&cl->bn_desc));
+    if (tensor_set(c, cl->bn_desc, 1, L->in_c, 1, 1, e))
+        return -1;
+    return gt_cuda_malloc(c, (void **)&cl->bn_save, 2 * (size_t)L->in_c * sizeof(float), e);
+}
+
 static int act_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
 {
     cudnnActivationMode_t mode = cl->L.kind == GT_RELU      ? CUDNN_ACTIVATION_RELU
@@ -360,8 +380,8 @@ int gt_cuda_layer_init(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_layer *L, uin
         return -1;
     switch (L->kind) {
     case GT_CONV:
-        if (L->stride != 1 || L->b_len == 0)
-            return layer_fail(c, cl, e, "a strided convolution or one without bias: " GPU_NOT_YET);
+        if (L->stride < 1)
+            return layer_fail(c, cl, e, "convolution stride below 1");
         return conv_init(c, cl, e);
     case GT_AVGPOOL:
     case GT_MAXPOOL:
@@ -370,15 +390,15 @@ int gt_cuda_layer_init(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_layer *L, uin
     case GT_SIGMOID:
     case GT_TANH:
         return act_init(c, cl, e);
+    case GT_BATCHNORM:
+        return bn_init(c, cl, e);
     case GT_LINEAR:
     case GT_DROPOUT:
-        return 0;
-    case GT_BATCHNORM:
     case GT_GAP:
     case GT_RES_BEGIN:
     case GT_RES_SPLIT:
     case GT_RES_END:
-        return layer_fail(c, cl, e, GPU_NOT_YET);
+        return 0;
     }
     return layer_fail(c, cl, e, "unknown layer kind");
 }
@@ -403,6 +423,10 @@ void gt_cuda_layer_destroy(gt_cuda_layer *cl)
         cudnnDestroyPoolingDescriptor(cl->pool_desc);
     if (cl->act_desc)
         cudnnDestroyActivationDescriptor(cl->act_desc);
+    if (cl->bn_desc)
+        cudnnDestroyTensorDescriptor(cl->bn_desc);
+    if (cl->bn_save)
+        cudaFree(cl->bn_save);
     if (cl->bias_part)
         cudaFree(cl->bias_part);
     if (cl->bias_done)
@@ -442,6 +466,34 @@ static int linear_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass 
     return 0;
 }
 
+/* Training: cuDNN's running statistics are (1 - f) old + f batch with the unbiased variance, so
+ * f = 1 writes the batch's own (the stats the store folds in, count 1) and f = GT_BN_MOMENTUM
+ * moves the device's running statistics as PyTorch does (count + 1). Evaluation normalises with
+ * the running statistics. */
+static int bn_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p, const float *x,
+                      float *y, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    if (!p->buffers)
+        return layer_fail(c, cl, e, "batch norm without the model's buffers");
+    float *mean = p->buffers + L->s_off, *var = mean + L->in_c, *count = var + L->in_c;
+    const float *gamma = p->params + L->w_off, *beta = p->params + L->b_off;
+    if (!p->train) {
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnBatchNormalizationForwardInference(
+                           c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, cl->x_desc, x,
+                           cl->x_desc, y, cl->bn_desc, gamma, beta, mean, var, GT_BN_EPS));
+        return 0;
+    }
+    double factor = p->bn_running ? GT_BN_MOMENTUM : 1.0;
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnBatchNormalizationForwardTraining(
+                       c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, cl->x_desc, x, cl->x_desc,
+                       y, cl->bn_desc, gamma, beta, factor, mean, var, GT_BN_EPS, cl->bn_save,
+                       cl->bn_save + L->in_c));
+    return gt_cuda_bn_count(c, count, p->bn_running, e);
+}
+
 int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
                           const float *x, float *y, gt_err *e)
 {
@@ -469,11 +521,17 @@ int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass 
         return gt_cuda_dropout_forward(c, x, y, p->mask, p->n, cl->L.out_len, cl->L.p, p->seed,
                                        p->epoch, p->key, p->ids, cl->index, e);
     case GT_BATCHNORM:
+        return bn_forward(c, cl, p, x, y, e);
     case GT_GAP:
+        return gt_cuda_gap_forward(c, x, y, (size_t)p->n * cl->L.in_c,
+                                   (size_t)cl->L.in_h * cl->L.in_w, e);
+    case GT_RES_END:
+        if (!p->other)
+            return layer_fail(c, cl, e, "a block's end without its other branch");
+        return gt_cuda_add(c, x, p->other, y, (size_t)p->n * cl->L.out_len, e);
     case GT_RES_BEGIN:
     case GT_RES_SPLIT:
-    case GT_RES_END:
-        return layer_fail(c, cl, e, GPU_NOT_YET);
+        return layer_fail(c, cl, e, "block markers run in the network loop (device_cuda.cu)");
     }
     return layer_fail(c, cl, e, "unknown layer kind");
 }
@@ -521,6 +579,26 @@ static int linear_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass
     return 0;
 }
 
+/* With the batch's statistics of the forward just run (the only backward a step takes): gamma's
+ * and beta's gradients accumulate into p->grad; cuDNN always writes an input gradient, so a
+ * first layer's (dx NULL) needs scratch from the caller. */
+static int bn_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p, const float *x,
+                       const float *dy, float *dx, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    if (!p->train)
+        return layer_fail(c, cl, e, "batch norm backward runs in training only");
+    if (!dx)
+        return layer_fail(c, cl, e, "batch norm backward needs an input gradient buffer");
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnBatchNormalizationBackward(
+                       c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &one, cl->x_desc, x,
+                       cl->x_desc, dy, cl->x_desc, dx, cl->bn_desc, p->params + L->w_off,
+                       p->grad + L->w_off, p->grad + L->b_off, GT_BN_EPS, cl->bn_save,
+                       cl->bn_save + L->in_c));
+    return 0;
+}
+
 int gt_cuda_layer_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
                            const float *x, const float *y, const float *dy, float *dx,
                            gt_err *e)
@@ -554,11 +632,15 @@ int gt_cuda_layer_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass
                                              cl->L.p, e)
                   : 0;
     case GT_BATCHNORM:
+        return bn_backward(c, cl, p, x, dy, dx, e);
     case GT_GAP:
+        return dx ? gt_cuda_gap_backward(c, dy, dx, (size_t)p->n * cl->L.in_c,
+                                         (size_t)cl->L.in_h * cl->L.in_w, e)
+                  : 0;
     case GT_RES_BEGIN:
     case GT_RES_SPLIT:
     case GT_RES_END:
-        return layer_fail(c, cl, e, GPU_NOT_YET);
+        return layer_fail(c, cl, e, "block markers run in the network loop (device_cuda.cu)");
     }
     return layer_fail(c, cl, e, "unknown layer kind");
 }
