@@ -24,6 +24,7 @@
  * it moves the device's running statistics instead, which get_params copies back. */
 #include "gt_cuda.h"
 
+#include <cuda_bf16.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,7 @@ typedef struct cuda_impl {
     int nclasses;
     gt_cuda_layer layer[GT_MAX_LAYERS];
     float *params, *grad;              /* nparams each */
+    void *params_half;                 /* bf16 precision: params rounded to bf16 (nparams) */
     float *act[GT_MAX_LAYERS + 1];     /* act[0] the input, act[l + 1] layer l's output; cap rows */
     float *dact[2];                    /* gradient flowing backward (ping-pong), max_batch rows */
     uint8_t *mask[GT_MAX_LAYERS];      /* dropout keep flags, max_batch rows */
@@ -180,7 +182,7 @@ static void cuda_free_impl(cuda_impl *g, const gt_model *m)
         if (g->branch[i])
             cudaFree(g->branch[i]);
     void *dev[] = {g->params, g->grad, g->dact[0], g->dact[1], g->slot[0].dev, g->slot[1].dev,
-                   g->eval_x, g->eval_y, g->result, g->buffers, g->stats};
+                   g->eval_x, g->eval_y, g->result, g->buffers, g->stats, g->params_half};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
         if (dev[i])
             cudaFree(dev[i]);
@@ -249,6 +251,23 @@ static int cuda_alloc_model_buffers(gt_device *d, cuda_impl *g, gt_err *e)
     return 0;
 }
 
+/* bf16 precision: the parameters' bf16 copy and the context's scratch for a layer's bf16 input
+ * and output (any layer's, cap rows) and a convolution's weight gradient. */
+static int cuda_alloc_half(gt_device *d, cuda_impl *g, gt_err *e)
+{
+    const gt_model *m = d->model;
+    size_t w_max = 0;
+    if (!g->ctx->bf16)
+        return 0;
+    for (int l = 0; l < m->nlayers; l++)
+        if (m->layers[l].kind == GT_CONV && m->layers[l].w_len > w_max)
+            w_max = m->layers[l].w_len;
+    if (gt_cuda_malloc(g->ctx, &g->params_half, (m->nparams ? m->nparams : 1) * 2, e))
+        return -1;
+    GT_CUDA_CHECK(d->name, e, cudaMemset(g->params_half, 0, (m->nparams ? m->nparams : 1) * 2));
+    return gt_cuda_ctx_half_scratch(g->ctx, (size_t)g->cap * m->max_act, w_max, e);
+}
+
 static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
 {
     gt_cuda_ctx *c = g->ctx;
@@ -276,7 +295,7 @@ static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
             gt_cuda_malloc(c, (void **)&g->branch[g->depth[l]], nb * m->max_act * sizeof(float),
                            e))
             return -1;
-    if (cuda_alloc_model_buffers(d, g, e))
+    if (cuda_alloc_model_buffers(d, g, e) || cuda_alloc_half(d, g, e))
         return -1;
     for (int s = 0; s < 2; s++) {
         if (gt_cuda_malloc(c, (void **)&g->slot[s].dev, slot_bytes, e) ||
@@ -323,12 +342,24 @@ static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
         size_t layer_need = 0;
         if (gt_cuda_layer_init(c, &g->layer[l], L, (uint32_t)l, e))
             return -1;
-        if (L->kind == GT_CONV &&
-            gt_cuda_layer_choose_algos(c, &g->layer[l], d->max_batch, g->cap, g->act[l],
-                                       g->params + L->w_off, g->act[l + 1],
-                                       l ? g->dact[0] : NULL, g->grad + L->w_off, &layer_need,
-                                       e))
+        if (L->kind != GT_CONV) {
+            /* nothing to time */
+        } else if (c->bf16) {
+            /* Timed on the bf16 buffers the steps use, at their alignment (a weight's copy
+             * starts at its offset in the parameters' bf16 array). */
+            if (gt_cuda_layer_choose_algos(c, &g->layer[l], d->max_batch, g->cap,
+                                           (const float *)c->half_a,
+                                           (const float *)((const __nv_bfloat16 *)g->params_half +
+                                                           L->w_off),
+                                           (float *)c->half_b, l ? g->dact[0] : NULL,
+                                           (float *)c->half_w, &layer_need, e))
+                return -1;
+        } else if (gt_cuda_layer_choose_algos(c, &g->layer[l], d->max_batch, g->cap, g->act[l],
+                                              g->params + L->w_off, g->act[l + 1],
+                                              l ? g->dact[0] : NULL, g->grad + L->w_off,
+                                              &layer_need, e)) {
             return -1;
+        }
         need = layer_need > need ? layer_need : need;
     }
     if (gt_cuda_ctx_set_workspace(c, need, e))
@@ -508,8 +539,10 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
     slot_layout lay = slot_layout_for(n, g->in_len);
     gt_cuda_pass pass = {n, g->params, g->grad, NULL, (const uint32_t *)(s->dev + lay.ids), 0, 0,
                          (const gt_cuda_key *)s->dev, 1, d->keep_grad ? g->buffers : g->stats,
-                         d->keep_grad, NULL};
+                         d->keep_grad, NULL, g->params_half};
     const float *logits;
+    if (g->params_half && gt_cuda_to_bf16(c, g->params, g->params_half, m->nparams, e))
+        return -1;
     if (g->stats && !d->keep_grad)
         GT_CUDA_CHECK(d->name, e,
                       cudaMemsetAsync(g->stats, 0, m->nbuffers * sizeof(float), c->stream));
@@ -762,8 +795,11 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
                                   c->stream));
     if (g->fused)
         return gt_fused_eval(c, &g->fnet, g->params, g->eval_x, g->eval_y, n, g->result, e);
-    gt_cuda_pass pass = {n, g->params, NULL, NULL, NULL, 0, 0, NULL, 0, g->buffers, 0, NULL};
+    gt_cuda_pass pass = {n, g->params, NULL, NULL, NULL, 0, 0, NULL, 0, g->buffers, 0, NULL,
+                         g->params_half};
     const float *logits;
+    if (g->params_half && gt_cuda_to_bf16(c, g->params, g->params_half, d->model->nparams, e))
+        return -1;
     if (gt_cuda_normalize(c, g->eval_x, g->act[0], (size_t)n * g->in_len, e) ||
         cuda_forward(g, d->model, pass, &logits, e))
         return -1;
@@ -889,7 +925,9 @@ int gt_cuda_device_read_grad(gt_device *d, float *host, gt_err *e)
 
 /* ---- open ------------------------------------------------------------------------------------ */
 
-/* The fused step where the model has its shape and the GPU the shared memory; graphs always. */
+/* The fused step where the model has its shape and the GPU the shared memory (not for bf16
+ * precision, which the layer path computes in; gt_cuda_device_set_path may still choose it);
+ * graphs always. */
 static int cuda_plan_fused(gt_device *d, cuda_impl *g, gt_err *e)
 {
     int smem = 0;
@@ -899,7 +937,7 @@ static int cuda_plan_fused(gt_device *d, cuda_impl *g, gt_err *e)
     g->fusable = gt_fused_plan(d->model, (size_t)smem, &g->fnet);
     if (g->fusable && gt_fused_alloc(g->ctx, &g->fnet, g->cap, e))
         return -1;
-    g->fused = g->fusable;
+    g->fused = g->fusable && !g->ctx->bf16; /* the fused kernels compute in fp32 */
     g->graphs = 1;
     return 0;
 }
@@ -948,10 +986,13 @@ static int cuda_check_model(const gt_model *m, int max_batch, int ordinal, int c
     return 0;
 }
 
-int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int ordinal, int tf32,
-                        gt_err *e)
+int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int ordinal,
+                        gt_precision precision, gt_err *e)
 {
     *out = NULL;
+    if (precision != GT_PRECISION_FP32 && precision != GT_PRECISION_TF32 &&
+        precision != GT_PRECISION_BF16)
+        return gt_fail(e, "gpu:%d: unknown precision %d", ordinal, (int)precision);
     int cap = max_batch > CUDA_EVAL_CHUNK ? max_batch : CUDA_EVAL_CHUNK;
     if (cuda_check_model(m, max_batch, ordinal, cap, e))
         return -1;
@@ -974,7 +1015,7 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
     }
     g->in_len = m->layers[0].in_len;
     g->nclasses = (int)m->layers[m->nlayers - 1].out_len;
-    if (gt_cuda_ctx_open(&g->ctx, ordinal, tf32, e)) {
+    if (gt_cuda_ctx_open(&g->ctx, ordinal, precision, e)) {
         cuda_close(d);
         return -1;
     }

@@ -3,7 +3,8 @@
  * lenet5-classic and cnn-wide against gt_cpu_net_step on every step path (fused kernels and layer
  * by layer, replayed graphs and eager); networks with batch norm and residual blocks (small ones
  * with identity, projection and nested blocks, and resnet20) against gt_cpu_net_run, their batch
- * statistics and running statistics included; and the error for a GPU that does not exist.
+ * statistics and running statistics included; one step and an evaluation in bf16 precision near
+ * the fp32 CPU reference; and the error for a GPU that does not exist.
  * Skipped (77) when built without CUDA or run where no GPU is visible. */
 #include "gputrain/device.h"
 #include "gputrain/layers.h"
@@ -430,7 +431,7 @@ static void test_layers(gt_rng *r)
 {
     gt_cuda_ctx *c = NULL;
     gt_err e = {""};
-    int rc = gt_cuda_ctx_open(&c, 0, 0, &e);
+    int rc = gt_cuda_ctx_open(&c, 0, GT_PRECISION_FP32, &e);
     CHECK_MSG(rc == 0, "context: %s", e.msg);
     if (rc)
         return;
@@ -932,7 +933,7 @@ static void test_model(const char *name, int max_batch, uint32_t eval_n, int fus
     rc = gt_cpu_net_create(&net, &m, cpu_batch, &e);
     CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
     if (rc == 0) {
-        rc = gt_cuda_device_open(&d, &m, max_batch, 0, 0, &e);
+        rc = gt_cuda_device_open(&d, &m, max_batch, 0, GT_PRECISION_FP32, &e);
         CHECK_MSG(rc == 0, "%s: open: %s", name, e.msg);
     }
     gt_cuda_path path = {0};
@@ -976,7 +977,7 @@ static void test_tf32(const gt_dataset *ds, const char *name, double grad_tol)
     make_batch(&b, idx, 32, ds, r);
     CHECK(gt_cpu_net_create(&net, &m, 32, &e) == 0);
     double loss_cpu = gt_cpu_net_step(&net, params, &b, 1, grad_cpu, &hits_cpu);
-    int rc = gt_cuda_device_open(&d, &m, 32, 0, 1, &e);
+    int rc = gt_cuda_device_open(&d, &m, 32, 0, GT_PRECISION_TF32, &e);
     CHECK_MSG(rc == 0, "tf32 open: %s", e.msg);
     if (rc == 0) {
         rc = gt_cuda_device_set_path(d, 0, 1, &e);
@@ -1247,7 +1248,7 @@ static void test_bn_model(const char *name, const gt_dataset *ds, int max_batch,
     rc = gt_cpu_net_create(&net, &m, cpu_batch, &e);
     CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
     if (rc == 0) {
-        rc = gt_cuda_device_open(&d, &m, max_batch, 0, 0, &e);
+        rc = gt_cuda_device_open(&d, &m, max_batch, 0, GT_PRECISION_FP32, &e);
         CHECK_MSG(rc == 0, "%s: open: %s", name, e.msg);
     }
     if (rc == 0) {
@@ -1283,6 +1284,100 @@ static void test_bn_model(const char *name, const gt_dataset *ds, int max_batch,
     gt_free(buffers);
 }
 
+/* bf16 precision (convolutions and linear layers on bf16 copies, fp32 accumulation): 8
+ * mantissa bits round each product's inputs by up to 2^-9, so one step lands near the fp32 CPU
+ * reference, not on it: the loss within BF16_LOSS_TOL (relative), the whole gradient within
+ * BF16_GRAD_TOL (relative L2), and a model's batch statistics within BF16_GRAD_TOL each. A wrong
+ * conversion, layout or accumulation is off by order 1. */
+#define BF16_LOSS_TOL 2e-2
+#define BF16_GRAD_TOL 3e-2
+
+static void test_bf16(const gt_dataset *ds, const char *name, int batch)
+{
+    gt_rng own, *r = &own; /* its own batch, whatever the cases before it drew */
+    gt_rng_seed(r, 78);
+    gt_model m;
+    gt_cpu_net net;
+    gt_device *d = NULL;
+    gt_err e = {""};
+    uint32_t idx[GT_TEST_MAX_BATCH];
+    gt_batch b;
+    int hits_cpu = 0;
+    CHECK(gt_model_build(name, ds->c, ds->h, ds->w, 10, &m, &e) == 0);
+    float *params = gt_alloc(m.nparams * sizeof *params);
+    float *grad_cpu = gt_alloc(m.nparams * sizeof *grad_cpu);
+    size_t nb = m.nbuffers ? m.nbuffers : 1;
+    float *buffers = gt_alloc(nb * sizeof *buffers), *moved = gt_alloc(nb * sizeof *moved);
+    gt_model_init_params(&m, params, 14);
+    bn_buffers_random(&m, buffers, r);
+    memset(moved, 0, nb * sizeof *moved);
+    make_batch(&b, idx, batch, ds, r);
+    CHECK(gt_cpu_net_create(&net, &m, batch, &e) == 0);
+    double loss_cpu = gt_cpu_net_run(&net, params, m.nbuffers ? moved : NULL, &b, 1, grad_cpu,
+                                     &hits_cpu);
+    int rc = gt_cuda_device_open(&d, &m, batch, 0, GT_PRECISION_BF16, &e);
+    CHECK_MSG(rc == 0, "bf16 open: %s", e.msg);
+    if (rc == 0) {
+        gt_cuda_path path = {0};
+        CHECK(gt_cuda_device_get_path(d, &path) == 0);
+        CHECK_MSG(!path.fused, "bf16 %s: opened on the fused (fp32) kernels", name);
+        rc = gt_cuda_device_set_path(d, 0, 1, &e);
+        CHECK_MSG(rc == 0, "bf16 path: %s", e.msg);
+    }
+    for (int step = 0; rc == 0 && step < 2; step++) { /* eager, then replayed */
+        gt_step_out out = {.correct = -1};
+        memcpy(d->params, params, m.nparams * sizeof *params);
+        if (m.nbuffers)
+            memcpy(d->buffers, buffers, m.nbuffers * sizeof *buffers);
+        rc = d->ops->load_params(d, &e) || d->ops->train_step(d, &b, &out, &e);
+        CHECK_MSG(rc == 0, "bf16 %s step: %s", name, e.msg);
+        if (rc)
+            break;
+        double err = rel_err(d->grad, grad_cpu, m.nparams);
+        printf("bf16 %s step %d: loss %.9g (CPU %.9g), gradient relative error %.3g\n", name,
+               step + 1, out.loss_sum, loss_cpu, err);
+        CHECK_MSG(fabs(out.loss_sum - loss_cpu) <= BF16_LOSS_TOL * fabs(loss_cpu),
+                  "bf16 %s: loss %.9g on the GPU, %.9g on the CPU", name, out.loss_sum, loss_cpu);
+        CHECK_MSG(err <= BF16_GRAD_TOL, "bf16 %s: gradient relative error %.3g", name, err);
+        CHECK_MSG(gt_all_finite(d->grad, m.nparams), "bf16 %s: non-finite gradient", name);
+        for (int t = 0; t < m.nbuffer_tensors && step == 0; t++) {
+            const gt_tensor_info *ti = &m.buffer_tensors[t];
+            if (strstr(ti->name, "num_batches_tracked"))
+                continue;
+            float *want = copy_floats(moved + ti->offset, ti->len);
+            for (size_t i = 0; i < ti->len; i++)
+                want[i] = (float)((double)want[i] / GT_BN_MOMENTUM);
+            double serr = rel_err(d->stats + ti->offset, want, ti->len);
+            CHECK_MSG(serr <= BF16_GRAD_TOL, "bf16 %s: batch statistics %s: relative error %.3g",
+                      name, ti->name, serr);
+            gt_free(want);
+        }
+    }
+    if (rc == 0) {
+        gt_step_out out = {.correct = -1};
+        int eval_hits = 0;
+        uint32_t lo = 11; /* evaluation reads a range: samples [11, 11 + batch) */
+        uint32_t *eidx = gt_alloc((size_t)batch * sizeof *eidx);
+        for (int i = 0; i < batch; i++)
+            eidx[i] = lo + (uint32_t)i;
+        gt_batch eb = {ds, eidx, batch, 0, 0};
+        double eval_cpu = gt_cpu_net_run(&net, params, m.nbuffers ? buffers : NULL, &eb, 0, NULL,
+                                         &eval_hits);
+        rc = d->ops->evaluate(d, ds, lo, lo + (uint32_t)batch, &out, &e);
+        CHECK_MSG(rc == 0, "bf16 %s evaluate: %s", name, e.msg);
+        CHECK_MSG(rc != 0 || fabs(out.loss_sum - eval_cpu) <= BF16_LOSS_TOL * fabs(eval_cpu),
+                  "bf16 %s: evaluation loss %.9g on the GPU, %.9g on the CPU", name,
+                  out.loss_sum, eval_cpu);
+        gt_free(eidx);
+    }
+    gt_device_close(d);
+    gt_cpu_net_destroy(&net);
+    gt_free(params);
+    gt_free(grad_cpu);
+    gt_free(buffers);
+    gt_free(moved);
+}
+
 static void test_missing_gpu(int count)
 {
     gt_model m;
@@ -1290,7 +1385,7 @@ static void test_missing_gpu(int count)
     gt_err e = {""};
     char want[32];
     CHECK(gt_model_build("lenet5", 1, 28, 28, 10, &m, &e) == 0);
-    int rc = gt_cuda_device_open(&d, &m, 8, count, 0, &e);
+    int rc = gt_cuda_device_open(&d, &m, 8, count, GT_PRECISION_FP32, &e);
     CHECK(rc == -1);
     CHECK(d == NULL);
     snprintf(want, sizeof want, "GPU %d", count);
@@ -1356,6 +1451,9 @@ int main(void)
     gt_dataset cifar;
     random_images(&cifar, &r, 300, 3, 32, 32);
     test_bn_model("resnet20", &cifar, 8, 40, &r);
+    test_bf16(&ds, "lenet5", 32);
+    test_bf16(&ds, "cnn-wide", 32);
+    test_bf16(&cifar, "resnet20", 16);
     gt_free(cifar.images);
     gt_free(cifar.labels);
     test_missing_gpu(count);
