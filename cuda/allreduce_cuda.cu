@@ -119,6 +119,10 @@ int gt_cuda_get_params(gt_device *d, float *s0, float *s1, gt_err *e)
     GT_CUDA_CHECK(d->name, e,
                   cudaMemcpyAsync(d->params, p.params, bytes, cudaMemcpyDeviceToHost,
                                   p.ctx->stream));
+    if (p.buffers && d->buffers)
+        GT_CUDA_CHECK(d->name, e,
+                      cudaMemcpyAsync(d->buffers, p.buffers, d->model->nbuffers * sizeof(float),
+                                      cudaMemcpyDeviceToHost, p.ctx->stream));
     for (int i = 0; i < 2; i++) {
         if (!host[i])
             continue;

@@ -106,6 +106,24 @@ int gt_cuda_ctx_set_workspace(gt_cuda_ctx *c, size_t bytes, gt_err *e)
     return 0;
 }
 
+int gt_cuda_ctx_half_scratch(gt_cuda_ctx *c, size_t act, size_t w, gt_err *e)
+{
+    void **bufs[3] = {&c->half_a, &c->half_b, &c->half_w};
+    size_t want[3] = {act, act, w}, have[3] = {c->half_len, c->half_len, c->half_w_len};
+    for (int i = 0; i < 3; i++) {
+        if (want[i] <= have[i] && *bufs[i])
+            continue;
+        if (*bufs[i])
+            GT_CUDA_CHECK(c->name, e, cudaFree(*bufs[i]));
+        *bufs[i] = NULL;
+        if (gt_cuda_malloc(c, bufs[i], (want[i] ? want[i] : 1) * 2, e))
+            return -1;
+    }
+    c->half_len = act > c->half_len ? act : c->half_len;
+    c->half_w_len = w > c->half_w_len ? w : c->half_w_len;
+    return 0;
+}
+
 /* Selects the device and makes sure its context comes up, with a message that names it. */
 static int ctx_init_device(gt_cuda_ctx *c, int ordinal, gt_err *e)
 {
@@ -166,14 +184,15 @@ int gt_cuda_ctx_layer_libs(gt_cuda_ctx *c, gt_err *e)
     return 0;
 }
 
-int gt_cuda_ctx_open(gt_cuda_ctx **out, int ordinal, int tf32, gt_err *e)
+int gt_cuda_ctx_open(gt_cuda_ctx **out, int ordinal, gt_precision precision, gt_err *e)
 {
     *out = NULL;
     gt_cuda_ctx *c = (gt_cuda_ctx *)calloc(1, sizeof *c);
     if (!c)
         return gt_fail(e, "--gpus: GPU %d: out of host memory", ordinal);
     c->ordinal = ordinal;
-    c->tf32 = tf32;
+    c->tf32 = precision == GT_PRECISION_TF32;
+    c->bf16 = precision == GT_PRECISION_BF16;
     if (ctx_init_device(c, ordinal, e) || ctx_create_handles(c, e)) {
         gt_cuda_ctx_close(c);
         return -1;
@@ -198,6 +217,10 @@ void gt_cuda_ctx_close(gt_cuda_ctx *c)
             cudaFree(c->cublas_ws);
         if (c->ws)
             cudaFree(c->ws);
+        void *half[3] = {c->half_a, c->half_b, c->half_w};
+        for (int i = 0; i < 3; i++)
+            if (half[i])
+                cudaFree(half[i]);
         cudaStreamDestroy(c->stream);
         cudaGetLastError();
     }

@@ -13,9 +13,18 @@
  * host one graph launch and one synchronisation instead of some forty library calls of 5-60 us
  * each. A shape's first step runs eagerly, which also lets cuDNN and the module loader do their
  * one-time work outside a capture, and its graph is captured right after for the steps that
- * follow. */
+ * follow.
+ *
+ * Residual blocks run as src/cpu_net.c runs them: the outputs of "res[" and "|" are the block's
+ * input itself (act[l + 1] points at it, no copy), "]" adds the other branch, and backward keeps
+ * one gradient buffer per nesting depth. Batch norm's running statistics (the model's buffers)
+ * live on the device beside the parameters: load_params uploads d->buffers there and evaluation
+ * reads them. A training step writes its batch statistics into device scratch and copies them
+ * into d->stats as part of the step (graphs are kept per host stats buffer too); with keep_grad
+ * it moves the device's running statistics instead, which get_params copies back. */
 #include "gt_cuda.h"
 
+#include <cuda_bf16.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +50,7 @@ typedef struct cuda_graph {
     cudaGraphExec_t exec;     /* NULL: an empty entry */
     int n, slot, keep_grad;
     const float *grad_dst;    /* the host gradient buffer its copy writes */
+    const float *stats_dst;   /* the host batch-statistics buffer its copy writes */
     uint64_t used;            /* the step that last ran it: the least recent is replaced */
 } cuda_graph;
 
@@ -51,12 +61,19 @@ typedef struct cuda_impl {
     int nclasses;
     gt_cuda_layer layer[GT_MAX_LAYERS];
     float *params, *grad;              /* nparams each */
+    void *params_half;                 /* bf16 precision: params rounded to bf16 (nparams) */
     float *act[GT_MAX_LAYERS + 1];     /* act[0] the input, act[l + 1] layer l's output; cap rows */
     float *dact[2];                    /* gradient flowing backward (ping-pong), max_batch rows */
     uint8_t *mask[GT_MAX_LAYERS];      /* dropout keep flags, max_batch rows */
     cuda_slot slot[2];
     int inflight[2], ninflight;        /* slots of begun, not yet ended steps, oldest first */
     uint8_t *eval_x, *eval_y;          /* one evaluation chunk's images and labels */
+    float *branch[GT_MAX_BLOCK_DEPTH]; /* residual blocks' gradient buffers, one per nesting depth,
+                                        * max_batch rows */
+    int depth[GT_MAX_LAYERS];          /* block markers: their block's nesting depth */
+    float *buffers;                    /* the model's buffers (running statistics); NULL if none */
+    float *stats;                      /* a step's batch statistics, in the buffers' layout */
+    int buffers_moved;                 /* a keep_grad step moved buffers since load_params */
     gt_cuda_result *result;
     gt_cuda_result *result_host;       /* pinned, one per slot (a step's loss and hits), then the
                                         * evaluation's: a step may still be queued beside it */
@@ -89,6 +106,22 @@ static size_t layer_in_len(const gt_model *m, int l)
     return l == 0 ? m->layers[0].in_len : m->layers[l - 1].out_len;
 }
 
+/* The layer whose output act[l] is (as cpu_net.c points them): "res[" gives its input, "|" the
+ * block's input; l itself where act[l] has its own buffer. */
+static int act_owner(const gt_model *m, int l)
+{
+    while (l > 0) {
+        const gt_layer *L = &m->layers[l - 1];
+        if (L->kind == GT_RES_BEGIN)
+            l = l - 1;
+        else if (L->kind == GT_RES_SPLIT)
+            l = L->peer;
+        else
+            break;
+    }
+    return l;
+}
+
 /* ---- captured steps -------------------------------------------------------------------------- */
 
 static void graph_drop_all(cuda_impl *g)
@@ -101,12 +134,12 @@ static void graph_drop_all(cuda_impl *g)
 }
 
 static cuda_graph *graph_find(cuda_impl *g, int n, int slot, int keep_grad,
-                              const float *grad_dst)
+                              const float *grad_dst, const float *stats_dst)
 {
     for (int i = 0; i < CUDA_GRAPHS; i++) {
         cuda_graph *gr = &g->graph[i];
         if (gr->exec && gr->n == n && gr->slot == slot && gr->keep_grad == keep_grad &&
-            gr->grad_dst == grad_dst)
+            gr->grad_dst == grad_dst && gr->stats_dst == stats_dst)
             return gr;
     }
     return NULL;
@@ -114,7 +147,7 @@ static cuda_graph *graph_find(cuda_impl *g, int n, int slot, int keep_grad,
 
 /* Keeps exec in an empty entry, else in place of the least recently used one. */
 static void graph_store(cuda_impl *g, cudaGraphExec_t exec, int n, int slot, int keep_grad,
-                        const float *grad_dst)
+                        const float *grad_dst, const float *stats_dst)
 {
     cuda_graph *gr = &g->graph[0];
     for (int i = 0; i < CUDA_GRAPHS && gr->exec; i++)
@@ -127,12 +160,13 @@ static void graph_store(cuda_impl *g, cudaGraphExec_t exec, int n, int slot, int
     gr->slot = slot;
     gr->keep_grad = keep_grad;
     gr->grad_dst = grad_dst;
+    gr->stats_dst = stats_dst;
     gr->used = g->nsteps;
 }
 
 /* ---- buffers and close ----------------------------------------------------------------------- */
 
-static void cuda_free_impl(cuda_impl *g)
+static void cuda_free_impl(cuda_impl *g, const gt_model *m)
 {
     graph_drop_all(g);
     gt_fused_free(&g->fnet);
@@ -142,10 +176,13 @@ static void cuda_free_impl(cuda_impl *g)
             cudaFree(g->mask[l]);
     }
     for (int l = 0; l <= GT_MAX_LAYERS; l++)
-        if (g->act[l])
+        if (g->act[l] && (l > m->nlayers || act_owner(m, l) == l))
             cudaFree(g->act[l]);
+    for (int i = 0; i < GT_MAX_BLOCK_DEPTH; i++)
+        if (g->branch[i])
+            cudaFree(g->branch[i]);
     void *dev[] = {g->params, g->grad, g->dact[0], g->dact[1], g->slot[0].dev, g->slot[1].dev,
-                   g->eval_x, g->eval_y, g->result};
+                   g->eval_x, g->eval_y, g->result, g->buffers, g->stats, g->params_half};
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++)
         if (dev[i])
             cudaFree(dev[i]);
@@ -167,13 +204,15 @@ static void cuda_close(gt_device *d)
             cudaSetDevice(g->ctx->ordinal);
             cudaStreamSynchronize(g->ctx->stream);
             gt_cuda_allreduce_free(g->allreduce);
-            cuda_free_impl(g);
+            cuda_free_impl(g, d->model);
             gt_cuda_ctx_close(g->ctx);
         }
         free(g);
     }
     gt_host_free(d->params);
     gt_host_free(d->grad);
+    gt_host_free(d->buffers);
+    gt_host_free(d->stats);
     free(d);
 }
 
@@ -188,6 +227,47 @@ static int cuda_alloc_host(gt_cuda_ctx *c, void **p, size_t bytes, gt_err *e)
     return 0;
 }
 
+/* Batch norm's running statistics on the device and their host twins d->buffers and d->stats
+ * (pinned), the buffers at their initial values; nothing for a model without buffers. The
+ * statistics' scratch starts at zero: cuDNN reads it times 0, which a NaN would survive. */
+static int cuda_alloc_model_buffers(gt_device *d, cuda_impl *g, gt_err *e)
+{
+    gt_cuda_ctx *c = g->ctx;
+    size_t bytes = d->model->nbuffers * sizeof(float);
+    if (!bytes)
+        return 0;
+    if (gt_cuda_malloc(c, (void **)&g->buffers, bytes, e) ||
+        gt_cuda_malloc(c, (void **)&g->stats, bytes, e))
+        return -1;
+    d->buffers = (float *)gt_host_alloc(bytes);
+    d->stats = (float *)gt_host_alloc(bytes);
+    if (!d->buffers || !d->stats)
+        return gt_fail(e, "%s: out of host memory for %zu buffer values", c->name,
+                       d->model->nbuffers);
+    gt_model_init_buffers(d->model, d->buffers);
+    memset(d->stats, 0, bytes);
+    GT_CUDA_CHECK(c->name, e, cudaMemset(g->stats, 0, bytes));
+    GT_CUDA_CHECK(c->name, e, cudaMemcpy(g->buffers, d->buffers, bytes, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+/* bf16 precision: the parameters' bf16 copy and the context's scratch for a layer's bf16 input
+ * and output (any layer's, cap rows) and a convolution's weight gradient. */
+static int cuda_alloc_half(gt_device *d, cuda_impl *g, gt_err *e)
+{
+    const gt_model *m = d->model;
+    size_t w_max = 0;
+    if (!g->ctx->bf16)
+        return 0;
+    for (int l = 0; l < m->nlayers; l++)
+        if (m->layers[l].kind == GT_CONV && m->layers[l].w_len > w_max)
+            w_max = m->layers[l].w_len;
+    if (gt_cuda_malloc(g->ctx, &g->params_half, (m->nparams ? m->nparams : 1) * 2, e))
+        return -1;
+    GT_CUDA_CHECK(d->name, e, cudaMemset(g->params_half, 0, (m->nparams ? m->nparams : 1) * 2));
+    return gt_cuda_ctx_half_scratch(g->ctx, (size_t)g->cap * m->max_act, w_max, e);
+}
+
 static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
 {
     gt_cuda_ctx *c = g->ctx;
@@ -198,7 +278,10 @@ static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
         gt_cuda_malloc(c, (void **)&g->grad, nparams * sizeof(float), e))
         return -1;
     for (int l = 0; l <= m->nlayers; l++)
-        if (gt_cuda_malloc(c, (void **)&g->act[l], cap * layer_in_len(m, l) * sizeof(float), e))
+        if (act_owner(m, l) != l)
+            g->act[l] = g->act[act_owner(m, l)]; /* owners come first */
+        else if (gt_cuda_malloc(c, (void **)&g->act[l], cap * layer_in_len(m, l) * sizeof(float),
+                                e))
             return -1;
     for (int l = 0; l < m->nlayers; l++)
         if (m->layers[l].kind == GT_DROPOUT &&
@@ -207,6 +290,13 @@ static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
     for (int i = 0; i < 2; i++)
         if (gt_cuda_malloc(c, (void **)&g->dact[i], nb * m->max_act * sizeof(float), e))
             return -1;
+    for (int l = 0; l < m->nlayers; l++)
+        if (m->layers[l].kind == GT_RES_BEGIN && !g->branch[g->depth[l]] &&
+            gt_cuda_malloc(c, (void **)&g->branch[g->depth[l]], nb * m->max_act * sizeof(float),
+                           e))
+            return -1;
+    if (cuda_alloc_model_buffers(d, g, e) || cuda_alloc_half(d, g, e))
+        return -1;
     for (int s = 0; s < 2; s++) {
         if (gt_cuda_malloc(c, (void **)&g->slot[s].dev, slot_bytes, e) ||
             cuda_alloc_host(c, (void **)&g->slot[s].host, slot_bytes, e))
@@ -252,12 +342,24 @@ static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
         size_t layer_need = 0;
         if (gt_cuda_layer_init(c, &g->layer[l], L, (uint32_t)l, e))
             return -1;
-        if (L->kind == GT_CONV &&
-            gt_cuda_layer_choose_algos(c, &g->layer[l], d->max_batch, g->cap, g->act[l],
-                                       g->params + L->w_off, g->act[l + 1],
-                                       l ? g->dact[0] : NULL, g->grad + L->w_off, &layer_need,
-                                       e))
+        if (L->kind != GT_CONV) {
+            /* nothing to time */
+        } else if (c->bf16) {
+            /* Timed on the bf16 buffers the steps use, at their alignment (a weight's copy
+             * starts at its offset in the parameters' bf16 array). */
+            if (gt_cuda_layer_choose_algos(c, &g->layer[l], d->max_batch, g->cap,
+                                           (const float *)c->half_a,
+                                           (const float *)((const __nv_bfloat16 *)g->params_half +
+                                                           L->w_off),
+                                           (float *)c->half_b, l ? g->dact[0] : NULL,
+                                           (float *)c->half_w, &layer_need, e))
+                return -1;
+        } else if (gt_cuda_layer_choose_algos(c, &g->layer[l], d->max_batch, g->cap, g->act[l],
+                                              g->params + L->w_off, g->act[l + 1],
+                                              l ? g->dact[0] : NULL, g->grad + L->w_off,
+                                              &layer_need, e)) {
             return -1;
+        }
         need = layer_need > need ? layer_need : need;
     }
     if (gt_cuda_ctx_set_workspace(c, need, e))
@@ -327,15 +429,24 @@ static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch 
 
 /* ---- passes ---------------------------------------------------------------------------------- */
 
-/* Forward through every layer; without train, dropout is the identity and is skipped (the next
- * layer reads its input). *logits is the last layer's output. */
-static int cuda_forward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, int train,
-                        const float **logits, gt_err *e)
+/* Forward through every layer; without pass.train, dropout is the identity and is skipped (the
+ * next layer reads its input). "res[" passes its input on, "|" the block's input (its peer's
+ * input), and "]" adds its peer's input, the other branch. *logits is the last layer's output. */
+static int cuda_forward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, const float **logits,
+                        gt_err *e)
 {
+    const float *in[GT_MAX_LAYERS]; /* each layer's input, as it ran */
     const float *x = g->act[0];
     for (int l = 0; l < m->nlayers; l++) {
-        if (!train && m->layers[l].kind == GT_DROPOUT)
+        const gt_layer *L = &m->layers[l];
+        in[l] = x;
+        if ((!pass.train && L->kind == GT_DROPOUT) || L->kind == GT_RES_BEGIN)
             continue;
+        if (L->kind == GT_RES_SPLIT) {
+            x = in[L->peer];
+            continue;
+        }
+        pass.other = L->kind == GT_RES_END ? in[L->peer] : NULL;
         pass.mask = g->mask[l];
         if (gt_cuda_layer_forward(g->ctx, &g->layer[l], &pass, x, g->act[l + 1], e))
             return -1;
@@ -345,21 +456,76 @@ static int cuda_forward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, int 
     return 0;
 }
 
-/* Backward from dact[0] (the loss gradient); the first layer computes no input gradient. */
+static void swap_ptr(float **a, float **b)
+{
+    float *t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* The block markers' backward, as cpu_net.c's (layer_kinds.c): "]" keeps its output gradient in
+ * its depth's buffer and passes it on; "|" passes on the kept one (the body's output gradient)
+ * and keeps the shortcut's gradient of the block input, a swap of buffers; "res[" adds the kept
+ * one to the body's gradient of the block input. Buffers swap roles, not contents, where they
+ * can: every one holds max_batch * max_act floats. */
+static int cuda_backward_marker(cuda_impl *g, const gt_layer *L, int l, int n, float **dy,
+                                float **dx, float **branch, gt_err *e)
+{
+    gt_cuda_ctx *c = g->ctx;
+    float **kept = &branch[g->depth[l]];
+    size_t len = (size_t)n * L->out_len;
+    switch (L->kind) {
+    case GT_RES_END:
+        GT_CUDA_CHECK(c->name, e,
+                      cudaMemcpyAsync(*kept, *dy, len * sizeof(float), cudaMemcpyDeviceToDevice,
+                                      c->stream));
+        return 0;
+    case GT_RES_SPLIT:
+        swap_ptr(dy, kept);
+        return 0;
+    case GT_RES_BEGIN:
+        if (gt_cuda_add(c, *dy, *kept, *dx, len, e))
+            return -1;
+        swap_ptr(dy, dx);
+        return 0;
+    case GT_CONV:
+    case GT_LINEAR:
+    case GT_AVGPOOL:
+    case GT_MAXPOOL:
+    case GT_RELU:
+    case GT_SIGMOID:
+    case GT_TANH:
+    case GT_DROPOUT:
+    case GT_BATCHNORM:
+    case GT_GAP:
+        break;
+    }
+    return gt_fail(e, "%s: layer %d is not a block marker", c->name, l);
+}
+
+/* Backward from dact[0] (the loss gradient); the first layer computes no input gradient (a
+ * first batch norm still gets a scratch buffer for it: cuDNN writes one). Layers without
+ * parameters stop at the first layer, as on the CPU. */
 static int cuda_backward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, gt_err *e)
 {
     float *dy = g->dact[0], *dx = g->dact[1];
+    float *branch[GT_MAX_BLOCK_DEPTH];
+    memcpy(branch, g->branch, sizeof branch);
     for (int l = m->nlayers - 1; l >= 0; l--) {
-        gt_layer_kind kind = m->layers[l].kind;
-        if (l == 0 && kind != GT_CONV && kind != GT_LINEAR)
+        const gt_layer *L = &m->layers[l];
+        gt_layer_kind kind = L->kind;
+        if (l == 0 && kind != GT_CONV && kind != GT_LINEAR && kind != GT_BATCHNORM)
             break;
+        if (kind == GT_RES_BEGIN || kind == GT_RES_SPLIT || kind == GT_RES_END) {
+            if (cuda_backward_marker(g, L, l, pass.n, &dy, &dx, branch, e))
+                return -1;
+            continue;
+        }
         pass.mask = g->mask[l];
         if (gt_cuda_layer_backward(g->ctx, &g->layer[l], &pass, g->act[l], g->act[l + 1], dy,
-                                   l ? dx : NULL, e))
+                                   l || kind == GT_BATCHNORM ? dx : NULL, e))
             return -1;
-        float *t = dy;
-        dy = dx;
-        dx = t;
+        swap_ptr(&dy, &dx);
     }
     return 0;
 }
@@ -372,10 +538,16 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
     const gt_model *m = d->model;
     slot_layout lay = slot_layout_for(n, g->in_len);
     gt_cuda_pass pass = {n, g->params, g->grad, NULL, (const uint32_t *)(s->dev + lay.ids), 0, 0,
-                         (const gt_cuda_key *)s->dev};
+                         (const gt_cuda_key *)s->dev, 1, d->keep_grad ? g->buffers : g->stats,
+                         d->keep_grad, NULL, g->params_half};
     const float *logits;
+    if (g->params_half && gt_cuda_to_bf16(c, g->params, g->params_half, m->nparams, e))
+        return -1;
+    if (g->stats && !d->keep_grad)
+        GT_CUDA_CHECK(d->name, e,
+                      cudaMemsetAsync(g->stats, 0, m->nbuffers * sizeof(float), c->stream));
     if (gt_cuda_normalize(c, s->dev + lay.images, g->act[0], (size_t)n * g->in_len, e) ||
-        cuda_forward(g, m, pass, 1, &logits, e))
+        cuda_forward(g, m, pass, &logits, e))
         return -1;
     GT_CUDA_CHECK(d->name, e, cudaMemsetAsync(g->result, 0, sizeof *g->result, c->stream));
     GT_CUDA_CHECK(d->name, e,
@@ -406,6 +578,10 @@ static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, gt_err *e
         GT_CUDA_CHECK(d->name, e,
                       cudaMemcpyAsync(d->grad, g->grad, grad_bytes, cudaMemcpyDeviceToHost,
                                       c->stream));
+    if (!d->keep_grad && g->stats)
+        GT_CUDA_CHECK(d->name, e,
+                      cudaMemcpyAsync(d->stats, g->stats, d->model->nbuffers * sizeof(float),
+                                      cudaMemcpyDeviceToHost, c->stream));
     GT_CUDA_CHECK(d->name, e,
                   cudaMemcpyAsync(g->result_host + s, g->result, sizeof *g->result,
                                   cudaMemcpyDeviceToHost, c->stream));
@@ -439,16 +615,18 @@ static void graph_capture(gt_device *d, cuda_impl *g, int s, int n)
         graph_drop_all(g);
         return;
     }
-    graph_store(g, exec, n, s, d->keep_grad, d->grad);
+    graph_store(g, exec, n, s, d->keep_grad, d->grad, d->stats);
 }
 
 /* Replays the graph of this shape, or runs the step eagerly and captures it. */
 static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
 {
     g->nsteps++;
+    if (d->keep_grad && g->buffers)
+        g->buffers_moved = 1;
     if (!g->graphs)
         return cuda_step_enqueue(d, g, s, n, e);
-    cuda_graph *gr = graph_find(g, n, s, d->keep_grad, d->grad);
+    cuda_graph *gr = graph_find(g, n, s, d->keep_grad, d->grad, d->stats);
     if (gr) {
         gr->used = g->nsteps;
         GT_CUDA_CHECK(d->name, e, cudaGraphLaunch(gr->exec, g->ctx->stream));
@@ -462,6 +640,18 @@ static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
 
 /* ---- the device operations ------------------------------------------------------------------- */
 
+/* d->buffers (running statistics) onto the device, behind whatever is queued. */
+static int cuda_load_buffers(gt_device *d, cuda_impl *g, gt_err *e)
+{
+    if (!g->buffers)
+        return 0;
+    GT_CUDA_CHECK(d->name, e,
+                  cudaMemcpyAsync(g->buffers, d->buffers, d->model->nbuffers * sizeof(float),
+                                  cudaMemcpyHostToDevice, g->ctx->stream));
+    g->buffers_moved = 0;
+    return 0;
+}
+
 static int cuda_load_params(gt_device *d, gt_err *e)
 {
     cuda_impl *g = (cuda_impl *)d->impl;
@@ -469,7 +659,7 @@ static int cuda_load_params(gt_device *d, gt_err *e)
     GT_CUDA_CHECK(d->name, e,
                   cudaMemcpyAsync(g->params, d->params, d->model->nparams * sizeof(float),
                                   cudaMemcpyHostToDevice, g->ctx->stream));
-    return 0;
+    return cuda_load_buffers(d, g, e);
 }
 
 /* Queues b's step on the loaded parameters and records its slot's consumed event; *slot_out is
@@ -554,6 +744,8 @@ static int cuda_step_begin(gt_device *d, const gt_batch *b, gt_err *e)
         if (cuda_load_params(d, e))
             return -1;
         src = g->params;
+    } else if (cuda_load_buffers(d, g, e)) {
+        return -1;
     }
     if (predict && gt_cuda_optim_predict_from(g->ctx, d->predict->cfg, &d->predict->st, g->params,
                                               src, g->grad, d->predict->gscale,
@@ -603,10 +795,13 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
                                   c->stream));
     if (g->fused)
         return gt_fused_eval(c, &g->fnet, g->params, g->eval_x, g->eval_y, n, g->result, e);
-    gt_cuda_pass pass = {n, g->params, NULL, NULL, NULL, 0, 0, NULL};
+    gt_cuda_pass pass = {n, g->params, NULL, NULL, NULL, 0, 0, NULL, 0, g->buffers, 0, NULL,
+                         g->params_half};
     const float *logits;
+    if (g->params_half && gt_cuda_to_bf16(c, g->params, g->params_half, d->model->nparams, e))
+        return -1;
     if (gt_cuda_normalize(c, g->eval_x, g->act[0], (size_t)n * g->in_len, e) ||
-        cuda_forward(g, d->model, pass, 0, &logits, e))
+        cuda_forward(g, d->model, pass, &logits, e))
         return -1;
     return gt_cuda_softmax_xent(c, logits, g->eval_y, n, g->nclasses, 1.0f / (float)n, NULL,
                                 g->result, e);
@@ -671,6 +866,7 @@ int gt_cuda_device_parts_of(gt_device *d, gt_cuda_device_parts *out)
     out->ctx = g->ctx;
     out->params = g->params;
     out->grad = g->grad;
+    out->buffers = g->buffers_moved ? g->buffers : NULL;
     out->allreduce = &g->allreduce;
     return 0;
 }
@@ -729,7 +925,9 @@ int gt_cuda_device_read_grad(gt_device *d, float *host, gt_err *e)
 
 /* ---- open ------------------------------------------------------------------------------------ */
 
-/* The fused step where the model has its shape and the GPU the shared memory; graphs always. */
+/* The fused step where the model has its shape and the GPU the shared memory (not for bf16
+ * precision, which the layer path computes in; gt_cuda_device_set_path may still choose it);
+ * graphs always. */
 static int cuda_plan_fused(gt_device *d, cuda_impl *g, gt_err *e)
 {
     int smem = 0;
@@ -739,8 +937,36 @@ static int cuda_plan_fused(gt_device *d, cuda_impl *g, gt_err *e)
     g->fusable = gt_fused_plan(d->model, (size_t)smem, &g->fnet);
     if (g->fusable && gt_fused_alloc(g->ctx, &g->fnet, g->cap, e))
         return -1;
-    g->fused = g->fusable;
+    g->fused = g->fusable && !g->ctx->bf16; /* the fused kernels compute in fp32 */
     g->graphs = 1;
+    return 0;
+}
+
+/* Each block marker's nesting depth (its gradient buffer), checking the markers pair up as
+ * model.c sets them. */
+static int cuda_block_depths(const gt_model *m, int *depth, int ordinal, gt_err *e)
+{
+    int open = 0;
+    for (int l = 0; l < m->nlayers; l++) {
+        const gt_layer *L = &m->layers[l];
+        int ok = 1;
+        depth[l] = 0;
+        if (L->kind == GT_RES_BEGIN) {
+            ok = open < GT_MAX_BLOCK_DEPTH && L->peer > l && L->peer < m->nlayers;
+            depth[l] = open++;
+        } else if (L->kind == GT_RES_SPLIT) {
+            ok = open > 0 && L->peer >= 0 && L->peer < l;
+            depth[l] = open - 1;
+        } else if (L->kind == GT_RES_END) {
+            ok = open > 0 && L->peer >= 0 && L->peer < l;
+            depth[l] = --open;
+        }
+        if (!ok)
+            return gt_fail(e, "gpu:%d: model %s: layer %d: residual block markers out of order",
+                           ordinal, m->name, l);
+    }
+    if (open)
+        return gt_fail(e, "gpu:%d: model %s: a residual block is not closed", ordinal, m->name);
     return 0;
 }
 
@@ -760,10 +986,13 @@ static int cuda_check_model(const gt_model *m, int max_batch, int ordinal, int c
     return 0;
 }
 
-int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int ordinal, int tf32,
-                        gt_err *e)
+int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int ordinal,
+                        gt_precision precision, gt_err *e)
 {
     *out = NULL;
+    if (precision != GT_PRECISION_FP32 && precision != GT_PRECISION_TF32 &&
+        precision != GT_PRECISION_BF16)
+        return gt_fail(e, "gpu:%d: unknown precision %d", ordinal, (int)precision);
     int cap = max_batch > CUDA_EVAL_CHUNK ? max_batch : CUDA_EVAL_CHUNK;
     if (cuda_check_model(m, max_batch, ordinal, cap, e))
         return -1;
@@ -780,9 +1009,13 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
     d->model = m;
     d->max_batch = max_batch;
     g->cap = cap;
+    if (cuda_block_depths(m, g->depth, ordinal, e)) {
+        cuda_close(d);
+        return -1;
+    }
     g->in_len = m->layers[0].in_len;
     g->nclasses = (int)m->layers[m->nlayers - 1].out_len;
-    if (gt_cuda_ctx_open(&g->ctx, ordinal, tf32, e)) {
+    if (gt_cuda_ctx_open(&g->ctx, ordinal, precision, e)) {
         cuda_close(d);
         return -1;
     }

@@ -21,9 +21,10 @@ extern "C" {
 
 typedef struct gt_cuda_ctx gt_cuda_ctx;
 
-/* A context on GPU ordinal: compute stream, cuDNN and cuBLAS handles. tf32 lets cuBLAS and
- * cuDNN use TF32 tensor cores. */
-int gt_cuda_ctx_open(gt_cuda_ctx **out, int ordinal, int tf32, gt_err *e);
+/* A context on GPU ordinal: compute stream, cuDNN and cuBLAS handles. GT_PRECISION_TF32 lets
+ * cuBLAS and cuDNN use TF32 tensor cores; GT_PRECISION_BF16 runs convolutions and linear layers
+ * on bf16 copies (device.h). */
+int gt_cuda_ctx_open(gt_cuda_ctx **out, int ordinal, gt_precision precision, gt_err *e);
 void gt_cuda_ctx_close(gt_cuda_ctx *c);
 
 /* One layer on the GPU of c, forward then backward, on host arrays. Forward writes y; backward
@@ -32,6 +33,22 @@ void gt_cuda_ctx_close(gt_cuda_ctx *c);
 int gt_cuda_test_conv2d(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w,
                         const float *wt, const float *b, int o, int k, int pad, const float *dy,
                         float *y, float *dx, float *dw, float *db, gt_err *e);
+/* The same with a stride (gt_conv2d_forward_strided's shapes); b NULL: no bias (db unused). */
+int gt_cuda_test_conv2d_strided(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w,
+                                const float *wt, const float *b, int o, int k, int pad,
+                                int stride, const float *dy, float *y, float *dx, float *dw,
+                                float *db, gt_err *e);
+/* Batch norm over ch channels of h x w planes. train: gt_batchnorm_forward_train (running_mean
+ * and running_var, ch floats each, move by GT_BN_MOMENTUM), then, with dy, gt_batchnorm_backward
+ * with batch statistics (dx, and dgamma, dbeta accumulated into). Without train:
+ * gt_batchnorm_forward_eval with the running statistics, forward only (dy must be NULL). */
+int gt_cuda_test_batchnorm(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w,
+                           const float *gamma, const float *beta, float *running_mean,
+                           float *running_var, int train, const float *dy, float *y, float *dx,
+                           float *dgamma, float *dbeta, gt_err *e);
+/* Global average pooling of ch planes of h x w: gt_gap_forward, then gt_gap_backward. */
+int gt_cuda_test_gap(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w,
+                     const float *dy, float *y, float *dx, gt_err *e);
 int gt_cuda_test_linear(gt_cuda_ctx *c, const float *x, int n, int in, const float *wt,
                         const float *b, int out, const float *dy, float *y, float *dx, float *dw,
                         float *db, gt_err *e);
@@ -143,7 +160,8 @@ void gt_p2p_release(gt_p2p *p);
 
 struct gt_cuda_ctx {
     int ordinal;
-    int tf32;
+    int tf32;                 /* fp32 data may be multiplied in TF32 */
+    int bf16;                 /* convolutions and linear layers compute on bf16 copies */
     char name[64];            /* "gpu:N (device name)", the start of every error message */
     cudaStream_t stream;      /* compute: every kernel, cuDNN and cuBLAS call of this context */
     cudnnHandle_t cudnn;      /* NULL until gt_cuda_ctx_layer_libs (the first layer's init) */
@@ -151,6 +169,10 @@ struct gt_cuda_ctx {
     void *cublas_ws;
     void *ws;                 /* cuDNN workspace shared by all layers (one stream, one at a time) */
     size_t ws_bytes;
+    void *half_a, *half_b;    /* bf16 scratch shared by all layers: a layer's input (or input
+                                 gradient) and output (or output gradient), half_len values each */
+    void *half_w;             /* bf16 scratch: a convolution's weight gradient, half_w_len values */
+    size_t half_len, half_w_len;
 };
 
 /* Fills e with "<gpu>: <call> failed: <what> (<file>:<line>)" and returns -1. */
@@ -190,6 +212,9 @@ int gt_cuda_ctx_layer_libs(gt_cuda_ctx *c, gt_err *e);
 int gt_cuda_ctx_set_workspace(gt_cuda_ctx *c, size_t bytes, gt_err *e);
 /* cudaMalloc with the size in the message. */
 int gt_cuda_malloc(gt_cuda_ctx *c, void **p, size_t bytes, gt_err *e);
+/* (Re)allocates the bf16 scratch (half_a, half_b of act values, half_w of w values) where they
+ * are smaller; set-up time only. */
+int gt_cuda_ctx_half_scratch(gt_cuda_ctx *c, size_t act, size_t w, gt_err *e);
 
 /* ---- layers (layers_cuda.cu) ----------------------------------------------------------------- */
 
@@ -205,12 +230,16 @@ typedef struct gt_cuda_layer {
     cudnnConvolutionFwdAlgo_t fwd_algo;
     cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
+    cudnnDataType_t dtype;    /* convolution: its x, w, y descriptors' type (bf16 contexts:
+                                 CUDNN_DATA_BFLOAT16, on the half scratch) */
     int planned;              /* the convolution algorithms are chosen */
     int need_dx;              /* the backward-data algorithm was chosen (not the first layer) */
     float *bias_part;         /* conv with bias: GT_CUDA_BIAS_MAX_SPLITS partial sums a channel */
     unsigned *bias_done;      /* and a counter a channel for gt_cuda_conv_bias_grad */
     cudnnPoolingDescriptor_t pool_desc;
     cudnnActivationDescriptor_t act_desc;
+    cudnnTensorDescriptor_t bn_desc; /* batch norm: 1 x C x 1 x 1, its parameters and statistics */
+    float *bn_save;           /* batch norm: the batch mean and inverse std of its forward (2 C) */
 } gt_cuda_layer;
 
 /* A training batch's dropout seed and epoch in device memory, beside its sample ids: a replayed
@@ -231,6 +260,14 @@ typedef struct gt_cuda_pass {
     uint64_t seed;            /* dropout: used when key is NULL */
     uint32_t epoch;
     const gt_cuda_key *key;   /* dropout: seed and epoch in device memory; NULL: the two above */
+    int train;                /* batch norm: normalise by the batch's statistics (else running) */
+    float *buffers;           /* batch norm: the flat buffer array (model.h) at L.s_off: read
+                                 when not training; when training, written with the batch's
+                                 statistics (mean, unbiased variance, count 1) or, with
+                                 bn_running, moved by them (momentum GT_BN_MOMENTUM, count + 1) */
+    int bn_running;           /* see buffers */
+    const float *other;       /* "]": the other branch's output, added to x */
+    const void *params_half;  /* bf16 contexts: the parameters rounded to bf16 (same layout) */
 } gt_cuda_pass;
 
 /* Creates the descriptors of L (layer number index of its model); checks that cuDNN agrees with
@@ -242,7 +279,8 @@ void gt_cuda_layer_destroy(gt_cuda_layer *cl);
 /* Convolutions only: chooses the algorithms by timing them at batch n on real buffers (x, w, y,
  * and dx, dw for backward; dx NULL for a first layer) within the context's workspace, which the
  * caller sizes for the search; deterministic ones for backward. *ws_need gets the workspace they
- * need at batch n and, where it fits, at batch n_max, so one allocation covers both. */
+ * need at batch n and, where it fits, at batch n_max, so one allocation covers both. In a bf16
+ * context the buffers hold bf16 values (the types stay float * for the fp32 callers). */
 int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max,
                                const float *x, const float *w, float *y, float *dx, float *dw,
                                size_t *ws_need, gt_err *e);
@@ -293,6 +331,29 @@ int gt_cuda_dropout_backward(gt_cuda_ctx *c, const float *dy, const uint8_t *mas
  * up to 64 classes a thread takes a row and does the CPU's arithmetic in its order. */
 int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t *labels, int n,
                          int k, float scale, float *dlogits, gt_cuda_result *res, gt_err *e);
+
+/* ---- the residual networks' small ops (blocks_cuda.cu) ------------------------------------- */
+
+/* y[p] = the mean of plane p of x, for planes planes of plane floats each. */
+int gt_cuda_gap_forward(gt_cuda_ctx *c, const float *x, float *y, size_t planes, size_t plane,
+                        gt_err *e);
+/* dx[p][j] = dy[p] / plane. */
+int gt_cuda_gap_backward(gt_cuda_ctx *c, const float *dy, float *dx, size_t planes,
+                         size_t plane, gt_err *e);
+/* y = a + b over len floats (y may be a or b). */
+int gt_cuda_add(gt_cuda_ctx *c, const float *a, const float *b, float *y, size_t len, gt_err *e);
+/* Batch norm's count of batches (one float in device memory): + 1 with accumulate, else 1. */
+int gt_cuda_bn_count(gt_cuda_ctx *c, float *count, int accumulate, gt_err *e);
+
+/* ---- bf16 conversions (blocks_cuda.cu); bf16 arrays are __nv_bfloat16 -------------------- */
+
+/* dst = src rounded to bf16 (nearest even), n values. */
+int gt_cuda_to_bf16(gt_cuda_ctx *c, const float *src, void *dst, size_t n, gt_err *e);
+/* dst[i] = src[i] (bf16) + bias[i / plane % ch] (bias NULL: none), n values. */
+int gt_cuda_from_bf16(gt_cuda_ctx *c, const void *src, float *dst, size_t n, const float *bias,
+                      int ch, size_t plane, gt_err *e);
+/* dst[i] += src[i] (bf16), n values: a bf16 weight gradient into the fp32 one. */
+int gt_cuda_add_bf16(gt_cuda_ctx *c, const void *src, float *dst, size_t n, gt_err *e);
 
 /* ---- the fused LeNet step (fused_cuda.cu, kernels in fused_kernels.cuh) --------------------- */
 
@@ -420,6 +481,8 @@ typedef struct gt_cuda_allreduce gt_cuda_allreduce;
 typedef struct gt_cuda_device_parts {
     gt_cuda_ctx *ctx;
     float *params, *grad;             /* device arrays, nparams each */
+    float *buffers;                   /* the running statistics (nbuffers) where keep_grad steps
+                                         moved them since the last load_params, else NULL */
     gt_cuda_allreduce **allreduce;    /* set by gt_cuda_allreduce_init, freed when d closes */
 } gt_cuda_device_parts;
 

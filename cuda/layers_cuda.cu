@@ -1,20 +1,29 @@
 /* layers_cuda.cu - the GPU version of each layer of src/layers.c, with the same semantics and
- * layouts: convolution, pooling and activations through cuDNN (NCHW float), linear through
- * cuBLAS, dropout through kernels.cu.
+ * layouts: convolution (any stride and padding, with or without bias), pooling, activations and
+ * batch norm through cuDNN (NCHW float), linear through cuBLAS, dropout through kernels.cu,
+ * global average pooling and the residual add through blocks_cuda.cu. The block markers "res["
+ * and "|" compute nothing here: the network loop (device_cuda.cu) routes their activations and
+ * gradients, as src/cpu_net.c does.
  *
  * A gt_cuda_layer holds the descriptors of one layer; they are rewritten only when the batch
  * size changes (a short last batch, an evaluation chunk). Convolution algorithms are chosen once
  * at start-up by timing them; if a later batch size needs more workspace than was allocated,
- * cuDNN's heuristics pick others that fit, so a step never allocates. */
+ * cuDNN's heuristics pick others that fit, so a step never allocates.
+ *
+ * In a bf16 context (device.h's GT_PRECISION_BF16) convolutions and linear layers round their
+ * input, weights and output gradient into bf16 copies (the context's half scratch and the pass's
+ * params_half), multiply with fp32 accumulation, and widen the results back to fp32: activations,
+ * gradients and everything else stay fp32. */
 #include "gt_cuda.h"
+
+#include "gputrain/layers.h" /* GT_BN_EPS, GT_BN_MOMENTUM */
+
+#include <cuda_bf16.h>
 
 #include <stdio.h>
 #include <string.h>
 
 static const float one = 1.0f, zero = 0.0f;
-
-/* The kinds of residual networks run on the CPU backend only, so far. */
-#define GPU_NOT_YET "not on the GPU yet (the CPU backend runs it: --gpus cpu:N)"
 
 static int layer_fail(gt_cuda_ctx *c, const gt_cuda_layer *cl, gt_err *e, const char *what)
 {
@@ -22,12 +31,23 @@ static int layer_fail(gt_cuda_ctx *c, const gt_cuda_layer *cl, gt_err *e, const 
                    cl->L.name[0] ? cl->L.name : "unnamed", what);
 }
 
+static int tensor_set_type(gt_cuda_ctx *c, cudnnTensorDescriptor_t d, cudnnDataType_t type, int n,
+                           int ch, int h, int w, gt_err *e)
+{
+    GT_CUDNN_CHECK(c->name, e, cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type, n, ch, h, w));
+    return 0;
+}
+
 static int tensor_set(gt_cuda_ctx *c, cudnnTensorDescriptor_t d, int n, int ch, int h, int w,
                       gt_err *e)
 {
-    GT_CUDNN_CHECK(c->name, e,
-                   cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, ch, h, w));
-    return 0;
+    return tensor_set_type(c, d, CUDNN_DATA_FLOAT, n, ch, h, w, e);
+}
+
+/* Whether cuDNN and cuBLAS may use tensor cores: TF32 on fp32 data, or bf16 data. */
+static int tensor_ops_ok(const gt_cuda_ctx *c)
+{
+    return c->tf32 || c->bf16;
 }
 
 /* ---- choosing convolution algorithms --------------------------------------------------------- */
@@ -50,8 +70,8 @@ static bool conv_winograd(cudnnConvolutionBwdFilterAlgo_t a)
            a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
 }
 
-/* The first (fastest) result that ran and fits limit, deterministic when asked; without TF32,
- * one that keeps fp32 accuracy (no tensor cores, no Winograd). -1 if none. */
+/* The first (fastest) result that ran and fits limit, deterministic when asked; without tensor
+ * ops (TF32 or bf16), one that keeps fp32 accuracy (no tensor cores, no Winograd). -1 if none. */
 template <typename Perf>
 static int conv_pick(const Perf *perf, int got, size_t limit, int deterministic, int tf32)
 {
@@ -79,9 +99,9 @@ static int conv_take(gt_cuda_ctx *c, gt_cuda_layer *cl, const Perf *perf, int go
                      size_t *need, const char *direction, gt_err *e)
 {
     deterministic = deterministic && !c->tf32;
-    int i = conv_pick(perf, got, limit, deterministic, c->tf32);
+    int i = conv_pick(perf, got, limit, deterministic, tensor_ops_ok(c));
     if (i < 0 && deterministic)
-        i = conv_pick(perf, got, limit, 0, c->tf32);
+        i = conv_pick(perf, got, limit, 0, tensor_ops_ok(c));
     if (i < 0) {
         char what[160];
         snprintf(what, sizeof what,
@@ -93,15 +113,16 @@ static int conv_take(gt_cuda_ctx *c, gt_cuda_layer *cl, const Perf *perf, int go
     if (perf[i].memory > *need)
         *need = perf[i].memory;
     GT_CUDNN_CHECK(c->name, e,
-                   cudnnSetConvolutionMathType(conv, c->tf32 ? perf[i].mathType : CUDNN_FMA_MATH));
+                   cudnnSetConvolutionMathType(conv, tensor_ops_ok(c) ? perf[i].mathType
+                                                                      : CUDNN_FMA_MATH));
     return 0;
 }
 
 static int conv_set_batch_desc(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
 {
     const gt_layer *L = &cl->L;
-    return tensor_set(c, cl->x_desc, n, L->in_c, L->in_h, L->in_w, e) ||
-           tensor_set(c, cl->y_desc, n, L->out_c, L->out_h, L->out_w, e);
+    return tensor_set_type(c, cl->x_desc, cl->dtype, n, L->in_c, L->in_h, L->in_w, e) ||
+           tensor_set_type(c, cl->y_desc, cl->dtype, n, L->out_c, L->out_h, L->out_w, e);
 }
 
 /* Workspace the chosen algorithms need at the current descriptors; -1 if one of them cannot
@@ -254,15 +275,17 @@ static int layer_set_batch(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
         if (tensor_set(c, cl->x_desc, n, L->in_c, L->in_h, L->in_w, e))
             return -1;
         break;
+    case GT_BATCHNORM:
+        if (tensor_set(c, cl->x_desc, n, L->in_c, L->in_h, L->in_w, e))
+            return -1;
+        break;
     case GT_LINEAR:
     case GT_DROPOUT:
-        break; /* no descriptors */
-    case GT_BATCHNORM:
     case GT_GAP:
     case GT_RES_BEGIN:
     case GT_RES_SPLIT:
     case GT_RES_END:
-        return layer_fail(c, cl, e, GPU_NOT_YET); /* gt_cuda_layer_init refused it already */
+        break; /* no descriptors */
     }
     cl->n = n;
     return 0;
@@ -286,7 +309,12 @@ static int conv_bias_alloc(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
 static int conv_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
 {
     const gt_layer *L = &cl->L;
-    cudnnMathType_t math = c->tf32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION : CUDNN_FMA_MATH;
+    cudnnMathType_t math = c->tf32   ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+                           : c->bf16 ? CUDNN_TENSOR_OP_MATH
+                                     : CUDNN_FMA_MATH;
+    /* bf16: the convolution reads and writes bf16 copies (gt_cuda_ctx's half scratch) and
+     * accumulates in fp32 (the descriptors' compute type stays float). */
+    cl->dtype = c->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
     cudnnConvolutionDescriptor_t *convs[3] = {&cl->conv_fwd, &cl->conv_bwd_data,
                                               &cl->conv_bwd_filter};
     GT_CUDNN_CHECK(c->name, e, cudnnCreateTensorDescriptor(&cl->x_desc));
@@ -294,19 +322,20 @@ static int conv_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
     GT_CUDNN_CHECK(c->name, e, cudnnCreateTensorDescriptor(&cl->bias_desc));
     GT_CUDNN_CHECK(c->name, e, cudnnCreateFilterDescriptor(&cl->w_desc));
     GT_CUDNN_CHECK(c->name, e,
-                   cudnnSetFilter4dDescriptor(cl->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                   cudnnSetFilter4dDescriptor(cl->w_desc, cl->dtype, CUDNN_TENSOR_NCHW,
                                               L->out_c, L->in_c, L->k, L->k));
     if (tensor_set(c, cl->bias_desc, 1, L->out_c, 1, 1, e) || conv_bias_alloc(c, cl, e))
         return -1;
     for (int i = 0; i < 3; i++) {
         GT_CUDNN_CHECK(c->name, e, cudnnCreateConvolutionDescriptor(convs[i]));
         GT_CUDNN_CHECK(c->name, e,
-                       cudnnSetConvolution2dDescriptor(*convs[i], L->pad, L->pad, 1, 1, 1, 1,
-                                                       CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+                       cudnnSetConvolution2dDescriptor(*convs[i], L->pad, L->pad, L->stride,
+                                                       L->stride, 1, 1, CUDNN_CROSS_CORRELATION,
+                                                       CUDNN_DATA_FLOAT));
         GT_CUDNN_CHECK(c->name, e, cudnnSetConvolutionMathType(*convs[i], math));
     }
     int on, oc, oh, ow;
-    if (tensor_set(c, cl->x_desc, 1, L->in_c, L->in_h, L->in_w, e))
+    if (tensor_set_type(c, cl->x_desc, cl->dtype, 1, L->in_c, L->in_h, L->in_w, e))
         return -1;
     GT_CUDNN_CHECK(c->name, e,
                    cudnnGetConvolution2dForwardOutputDim(cl->conv_fwd, cl->x_desc, cl->w_desc,
@@ -338,6 +367,21 @@ static int pool_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
     return 0;
 }
 
+/* Batch norm: the batch's descriptor (set per batch size), the 1 x C x 1 x 1 one of gamma, beta
+ * and the statistics, and the saved mean and inverse std the backward reads. */
+static int bn_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    if (L->w_len != (size_t)L->in_c || L->b_len != (size_t)L->in_c ||
+        L->s_len != 2 * (size_t)L->in_c + 1 || L->out_c != L->in_c)
+        return layer_fail(c, cl, e, "batch norm's parameters or buffers do not fit its channels");
+    GT_CUDNN_CHECK(c->name, e, cudnnCreateTensorDescriptor(&cl->x_desc));
+    GT_CUDNN_CHECK(c->name, e, cudnnCreateTensorDescriptor(&cl->bn_desc));
+    if (tensor_set(c, cl->bn_desc, 1, L->in_c, 1, 1, e))
+        return -1;
+    return gt_cuda_malloc(c, (void **)&cl->bn_save, 2 * (size_t)L->in_c * sizeof(float), e);
+}
+
 static int act_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
 {
     cudnnActivationMode_t mode = cl->L.kind == GT_RELU      ? CUDNN_ACTIVATION_RELU
@@ -360,8 +404,8 @@ int gt_cuda_layer_init(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_layer *L, uin
         return -1;
     switch (L->kind) {
     case GT_CONV:
-        if (L->stride != 1 || L->b_len == 0)
-            return layer_fail(c, cl, e, "a strided convolution or one without bias: " GPU_NOT_YET);
+        if (L->stride < 1)
+            return layer_fail(c, cl, e, "convolution stride below 1");
         return conv_init(c, cl, e);
     case GT_AVGPOOL:
     case GT_MAXPOOL:
@@ -370,15 +414,15 @@ int gt_cuda_layer_init(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_layer *L, uin
     case GT_SIGMOID:
     case GT_TANH:
         return act_init(c, cl, e);
+    case GT_BATCHNORM:
+        return bn_init(c, cl, e);
     case GT_LINEAR:
     case GT_DROPOUT:
-        return 0;
-    case GT_BATCHNORM:
     case GT_GAP:
     case GT_RES_BEGIN:
     case GT_RES_SPLIT:
     case GT_RES_END:
-        return layer_fail(c, cl, e, GPU_NOT_YET);
+        return 0;
     }
     return layer_fail(c, cl, e, "unknown layer kind");
 }
@@ -403,6 +447,10 @@ void gt_cuda_layer_destroy(gt_cuda_layer *cl)
         cudnnDestroyPoolingDescriptor(cl->pool_desc);
     if (cl->act_desc)
         cudnnDestroyActivationDescriptor(cl->act_desc);
+    if (cl->bn_desc)
+        cudnnDestroyTensorDescriptor(cl->bn_desc);
+    if (cl->bn_save)
+        cudaFree(cl->bn_save);
     if (cl->bias_part)
         cudaFree(cl->bias_part);
     if (cl->bias_done)
@@ -412,11 +460,43 @@ void gt_cuda_layer_destroy(gt_cuda_layer *cl)
 
 /* ---- forward and backward -------------------------------------------------------------------- */
 
+/* The bf16 parameters of layer L (weights at w_off), or NULL with a message when the pass has
+ * none or the scratch cannot hold rows values. */
+static const __nv_bfloat16 *half_params(gt_cuda_ctx *c, const gt_cuda_layer *cl,
+                                        const gt_cuda_pass *p, size_t rows, gt_err *e)
+{
+    if (!p->params_half || !c->half_a || !c->half_b || rows > c->half_len) {
+        layer_fail(c, cl, e, "the bf16 parameters or scratch are missing or too small");
+        return NULL;
+    }
+    return (const __nv_bfloat16 *)p->params_half + cl->L.w_off;
+}
+
+/* bf16: x rounded into half_a, the convolution into half_b, then widened into y with the
+ * bias added on the way. */
+static int conv_forward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
+                             const float *x, float *y, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    size_t xin = (size_t)p->n * L->in_len, yout = (size_t)p->n * L->out_len;
+    const __nv_bfloat16 *w = half_params(c, cl, p, xin > yout ? xin : yout, e);
+    if (!w || gt_cuda_to_bf16(c, x, c->half_a, xin, e))
+        return -1;
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnConvolutionForward(c->cudnn, &one, cl->x_desc, c->half_a, cl->w_desc, w,
+                                           cl->conv_fwd, cl->fwd_algo, c->ws, c->ws_bytes, &zero,
+                                           cl->y_desc, c->half_b));
+    return gt_cuda_from_bf16(c, c->half_b, y, yout, L->b_len ? p->params + L->b_off : NULL,
+                             L->out_c, (size_t)L->out_h * L->out_w, e);
+}
+
 static int conv_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p, const float *x,
                         float *y, gt_err *e)
 {
     if (!cl->planned)
         return layer_fail(c, cl, e, "convolution algorithms were never chosen");
+    if (cl->dtype == CUDNN_DATA_BFLOAT16)
+        return conv_forward_bf16(c, cl, p, x, y, e);
     GT_CUDNN_CHECK(c->name, e,
                    cudnnConvolutionForward(c->cudnn, &one, cl->x_desc, x, cl->w_desc,
                                            p->params + cl->L.w_off, cl->conv_fwd, cl->fwd_algo,
@@ -434,12 +514,51 @@ static int linear_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass 
                           const float *x, float *y, gt_err *e)
 {
     int in = (int)cl->L.in_len, out = (int)cl->L.out_len;
+    if (c->bf16) {
+        /* bf16 x and W, the product accumulated and written in fp32. */
+        const __nv_bfloat16 *w = half_params(c, cl, p, (size_t)p->n * in, e);
+        if (!w || gt_cuda_to_bf16(c, x, c->half_a, (size_t)p->n * in, e))
+            return -1;
+        GT_CUBLAS_CHECK(c->name, e,
+                        cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, p->n, in, &one, w,
+                                     CUDA_R_16BF, in, c->half_a, CUDA_R_16BF, in, &zero, y,
+                                     CUDA_R_32F, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        return cl->L.b_len ? gt_cuda_bias_add(c, y, p->params + cl->L.b_off, p->n, out, e) : 0;
+    }
     GT_CUBLAS_CHECK(c->name, e,
                     cublasSgemm(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, out, p->n, in, &one,
                                 p->params + cl->L.w_off, in, x, in, &zero, y, out));
     if (cl->L.b_len)
         return gt_cuda_bias_add(c, y, p->params + cl->L.b_off, p->n, out, e);
     return 0;
+}
+
+/* Training: cuDNN's running statistics are (1 - f) old + f batch with the unbiased variance, so
+ * f = 1 writes the batch's own (the stats the store folds in, count 1) and f = GT_BN_MOMENTUM
+ * moves the device's running statistics as PyTorch does (count + 1). Evaluation normalises with
+ * the running statistics. */
+static int bn_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p, const float *x,
+                      float *y, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    if (!p->buffers)
+        return layer_fail(c, cl, e, "batch norm without the model's buffers");
+    float *mean = p->buffers + L->s_off, *var = mean + L->in_c, *count = var + L->in_c;
+    const float *gamma = p->params + L->w_off, *beta = p->params + L->b_off;
+    if (!p->train) {
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnBatchNormalizationForwardInference(
+                           c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, cl->x_desc, x,
+                           cl->x_desc, y, cl->bn_desc, gamma, beta, mean, var, GT_BN_EPS));
+        return 0;
+    }
+    double factor = p->bn_running ? GT_BN_MOMENTUM : 1.0;
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnBatchNormalizationForwardTraining(
+                       c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, cl->x_desc, x, cl->x_desc,
+                       y, cl->bn_desc, gamma, beta, factor, mean, var, GT_BN_EPS, cl->bn_save,
+                       cl->bn_save + L->in_c));
+    return gt_cuda_bn_count(c, count, p->bn_running, e);
 }
 
 int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
@@ -469,13 +588,55 @@ int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass 
         return gt_cuda_dropout_forward(c, x, y, p->mask, p->n, cl->L.out_len, cl->L.p, p->seed,
                                        p->epoch, p->key, p->ids, cl->index, e);
     case GT_BATCHNORM:
+        return bn_forward(c, cl, p, x, y, e);
     case GT_GAP:
+        return gt_cuda_gap_forward(c, x, y, (size_t)p->n * cl->L.in_c,
+                                   (size_t)cl->L.in_h * cl->L.in_w, e);
+    case GT_RES_END:
+        if (!p->other)
+            return layer_fail(c, cl, e, "a block's end without its other branch");
+        return gt_cuda_add(c, x, p->other, y, (size_t)p->n * cl->L.out_len, e);
     case GT_RES_BEGIN:
     case GT_RES_SPLIT:
-    case GT_RES_END:
-        return layer_fail(c, cl, e, GPU_NOT_YET);
+        return layer_fail(c, cl, e, "block markers run in the network loop (device_cuda.cu)");
     }
     return layer_fail(c, cl, e, "unknown layer kind");
+}
+
+/* bf16: x into half_a and dy into half_b; the weight gradient into half_w, then added to the
+ * fp32 one; the input gradient into half_a (x's copy is used up), then widened into dx. The
+ * bias gradient sums the fp32 dy. */
+static int conv_backward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
+                              const float *x, const float *dy, float *dx, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    size_t xin = (size_t)p->n * L->in_len, yout = (size_t)p->n * L->out_len;
+    const __nv_bfloat16 *w = half_params(c, cl, p, xin > yout ? xin : yout, e);
+    if (!w)
+        return -1;
+    if (!c->half_w || L->w_len > c->half_w_len)
+        return layer_fail(c, cl, e, "the bf16 weight-gradient scratch is missing or too small");
+    if (gt_cuda_to_bf16(c, x, c->half_a, xin, e) || gt_cuda_to_bf16(c, dy, c->half_b, yout, e))
+        return -1;
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnConvolutionBackwardFilter(c->cudnn, &one, cl->x_desc, c->half_a,
+                                                  cl->y_desc, c->half_b, cl->conv_bwd_filter,
+                                                  cl->bwd_filter_algo, c->ws, c->ws_bytes, &zero,
+                                                  cl->w_desc, c->half_w));
+    if (gt_cuda_add_bf16(c, c->half_w, p->grad + L->w_off, L->w_len, e))
+        return -1;
+    if (L->b_len && gt_cuda_conv_bias_grad(c, dy, p->grad + L->b_off, cl->bias_part,
+                                           cl->bias_done, p->n, L->out_c,
+                                           L->out_h * L->out_w, e))
+        return -1;
+    if (!dx)
+        return 0;
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnConvolutionBackwardData(c->cudnn, &one, cl->w_desc, w, cl->y_desc,
+                                                c->half_b, cl->conv_bwd_data, cl->bwd_data_algo,
+                                                c->ws, c->ws_bytes, &zero, cl->x_desc,
+                                                c->half_a));
+    return gt_cuda_from_bf16(c, c->half_a, dx, xin, NULL, 0, 0, e);
 }
 
 static int conv_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
@@ -484,6 +645,8 @@ static int conv_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *
     const gt_layer *L = &cl->L;
     if (!cl->planned || (dx && !cl->need_dx))
         return layer_fail(c, cl, e, "convolution backward algorithms were never chosen");
+    if (cl->dtype == CUDNN_DATA_BFLOAT16)
+        return conv_backward_bf16(c, cl, p, x, dy, dx, e);
     GT_CUDNN_CHECK(c->name, e,
                    cudnnConvolutionBackwardFilter(c->cudnn, &one, cl->x_desc, x, cl->y_desc, dy,
                                                   cl->conv_bwd_filter, cl->bwd_filter_algo, c->ws,
@@ -502,6 +665,33 @@ static int conv_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *
     return 0;
 }
 
+/* linear_backward's products on bf16 copies of x (half_a), dy (half_b) and W, accumulated and
+ * written in fp32; the bias gradient sums the fp32 dy. */
+static int linear_backward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
+                                const float *x, const float *dy, float *dx, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    int in = (int)L->in_len, out = (int)L->out_len;
+    size_t xin = (size_t)p->n * in, yout = (size_t)p->n * out;
+    const __nv_bfloat16 *w = half_params(c, cl, p, xin > yout ? xin : yout, e);
+    if (!w || gt_cuda_to_bf16(c, x, c->half_a, xin, e) ||
+        gt_cuda_to_bf16(c, dy, c->half_b, yout, e))
+        return -1;
+    GT_CUBLAS_CHECK(c->name, e,
+                    cublasGemmEx(c->cublas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, p->n, &one,
+                                 c->half_a, CUDA_R_16BF, in, c->half_b, CUDA_R_16BF, out, &one,
+                                 p->grad + L->w_off, CUDA_R_32F, in, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+    if (L->b_len && gt_cuda_bias_grad(c, dy, p->grad + L->b_off, p->n, out, e))
+        return -1;
+    if (dx)
+        GT_CUBLAS_CHECK(c->name, e,
+                        cublasGemmEx(c->cublas, CUBLAS_OP_N, CUBLAS_OP_N, in, p->n, out, &one, w,
+                                     CUDA_R_16BF, in, c->half_b, CUDA_R_16BF, out, &zero, dx,
+                                     CUDA_R_32F, in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
 /* dW[out][in] += dy^T x is column-major dW^T (in x out) += x^T dy; dx[n][in] = dy W is
  * column-major dx^T (in x n) = W^T dy^T. */
 static int linear_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
@@ -509,6 +699,8 @@ static int linear_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass
 {
     const gt_layer *L = &cl->L;
     int in = (int)L->in_len, out = (int)L->out_len;
+    if (c->bf16)
+        return linear_backward_bf16(c, cl, p, x, dy, dx, e);
     GT_CUBLAS_CHECK(c->name, e,
                     cublasSgemm(c->cublas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, p->n, &one, x, in,
                                 dy, out, &one, p->grad + L->w_off, in));
@@ -518,6 +710,26 @@ static int linear_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass
         GT_CUBLAS_CHECK(c->name, e,
                         cublasSgemm(c->cublas, CUBLAS_OP_N, CUBLAS_OP_N, in, p->n, out, &one,
                                     p->params + L->w_off, in, dy, out, &zero, dx, in));
+    return 0;
+}
+
+/* With the batch's statistics of the forward just run (the only backward a step takes): gamma's
+ * and beta's gradients accumulate into p->grad; cuDNN always writes an input gradient, so a
+ * first layer's (dx NULL) needs scratch from the caller. */
+static int bn_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p, const float *x,
+                       const float *dy, float *dx, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    if (!p->train)
+        return layer_fail(c, cl, e, "batch norm backward runs in training only");
+    if (!dx)
+        return layer_fail(c, cl, e, "batch norm backward needs an input gradient buffer");
+    GT_CUDNN_CHECK(c->name, e,
+                   cudnnBatchNormalizationBackward(
+                       c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &one, cl->x_desc, x,
+                       cl->x_desc, dy, cl->x_desc, dx, cl->bn_desc, p->params + L->w_off,
+                       p->grad + L->w_off, p->grad + L->b_off, GT_BN_EPS, cl->bn_save,
+                       cl->bn_save + L->in_c));
     return 0;
 }
 
@@ -554,11 +766,15 @@ int gt_cuda_layer_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass
                                              cl->L.p, e)
                   : 0;
     case GT_BATCHNORM:
+        return bn_backward(c, cl, p, x, dy, dx, e);
     case GT_GAP:
+        return dx ? gt_cuda_gap_backward(c, dy, dx, (size_t)p->n * cl->L.in_c,
+                                         (size_t)cl->L.in_h * cl->L.in_w, e)
+                  : 0;
     case GT_RES_BEGIN:
     case GT_RES_SPLIT:
     case GT_RES_END:
-        return layer_fail(c, cl, e, GPU_NOT_YET);
+        return layer_fail(c, cl, e, "block markers run in the network loop (device_cuda.cu)");
     }
     return layer_fail(c, cl, e, "unknown layer kind");
 }

@@ -7,6 +7,7 @@
 #include "gt_cuda.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { PARITY_MAX_BUFS = 12 };
@@ -25,6 +26,8 @@ typedef struct parity_io {
     const uint32_t *ids;
     uint64_t seed;
     uint32_t epoch;
+    float *buffers;           /* batch norm: its 2 C + 1 buffer values, read and written back */
+    int train;                /* batch norm: batch statistics (moving buffers) or running ones */
 } parity_io;
 
 static void parity_free(parity_bufs *bufs)
@@ -73,7 +76,7 @@ static int parity_layer_run(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const pari
     size_t xin = (size_t)n * L->in_len * sizeof(float);
     size_t yout = (size_t)n * L->out_len * sizeof(float);
     size_t nparams = L->w_len + L->b_len, bytes_params = (nparams ? nparams : 1) * sizeof(float);
-    float *x, *y, *dy, *dx = NULL, *params, *grad;
+    float *x, *y, *dy, *dx = NULL, *params, *grad, *buffers = NULL;
     uint8_t *mask;
     uint32_t *ids = NULL;
     if (parity_alloc(c, bufs, (void **)&x, io->x, xin, e) ||
@@ -83,7 +86,9 @@ static int parity_layer_run(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const pari
         parity_alloc(c, bufs, (void **)&params, NULL, bytes_params, e) ||
         parity_alloc(c, bufs, (void **)&grad, NULL, bytes_params, e) ||
         parity_alloc(c, bufs, (void **)&mask, NULL, (size_t)n * L->out_len, e) ||
-        (io->ids && parity_alloc(c, bufs, (void **)&ids, io->ids, (size_t)n * sizeof *ids, e)))
+        (io->ids && parity_alloc(c, bufs, (void **)&ids, io->ids, (size_t)n * sizeof *ids, e)) ||
+        (io->buffers && parity_alloc(c, bufs, (void **)&buffers, io->buffers,
+                                     L->s_len * sizeof(float), e)))
         return -1;
     float *w = params + L->w_off, *b = params + L->b_off;
     if ((io->wt && parity_upload(c, w, io->wt, L->w_len, e)) ||
@@ -97,14 +102,17 @@ static int parity_layer_run(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const pari
     if ((io->dw && parity_upload(c, grad + L->w_off, io->dw, L->w_len, e)) ||
         (io->db && L->b_len && parity_upload(c, grad + L->b_off, io->db, L->b_len, e)))
         return -1;
-    gt_cuda_pass pass = {n, params, grad, mask, ids, io->seed, io->epoch, NULL};
+    /* Batch norm moves the buffers by momentum, as gt_batchnorm_forward_train does. */
+    gt_cuda_pass pass = {n, params, grad, mask, ids, io->seed, io->epoch, NULL, io->train,
+                         buffers, 1, NULL, NULL};
     if (gt_cuda_layer_forward(c, cl, &pass, x, y, e) ||
         (io->dy && gt_cuda_layer_backward(c, cl, &pass, x, y, dy, dx, e)))
         return -1;
     if (parity_download(c, io->y, y, yout, e) || parity_download(c, io->dx, dx, xin, e) ||
         parity_download(c, io->mask, mask, (size_t)n * L->out_len, e) ||
         parity_download(c, io->dw, grad + L->w_off, L->w_len * sizeof(float), e) ||
-        (L->b_len && parity_download(c, io->db, grad + L->b_off, L->b_len * sizeof(float), e)))
+        (L->b_len && parity_download(c, io->db, grad + L->b_off, L->b_len * sizeof(float), e)) ||
+        (buffers && parity_download(c, io->buffers, buffers, L->s_len * sizeof(float), e)))
         return -1;
     GT_CUDA_CHECK(c->name, e, cudaStreamSynchronize(c->stream));
     return 0;
@@ -144,19 +152,83 @@ static gt_layer parity_shape(gt_layer_kind kind, int ch, int h, int w, int oc, i
     return L;
 }
 
+int gt_cuda_test_conv2d_strided(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w,
+                                const float *wt, const float *b, int o, int k, int pad,
+                                int stride, const float *dy, float *y, float *dx, float *dw,
+                                float *db, gt_err *e)
+{
+    if (stride < 1 || h + 2 * pad < k || w + 2 * pad < k)
+        return gt_fail(e, "%s: convolution k%d pad%d stride %d does not fit %d x %d", c->name, k,
+                       pad, stride, h, w);
+    gt_layer L = parity_shape(GT_CONV, ch, h, w, o, (h + 2 * pad - k) / stride + 1,
+                              (w + 2 * pad - k) / stride + 1);
+    snprintf(L.name, sizeof L.name, "c1");
+    L.k = k;
+    L.pad = pad;
+    L.stride = stride;
+    L.no_bias = b == NULL;
+    L.w_len = (size_t)o * ch * k * k;
+    L.b_off = L.w_len;
+    L.b_len = b ? (size_t)o : 0;
+    parity_io io = {x, wt, b, dy, y, dx, dw, db, NULL, NULL, 0, 0, NULL, 1};
+    return parity_layer(c, &L, 0, n, &io, e);
+}
+
 int gt_cuda_test_conv2d(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w,
                         const float *wt, const float *b, int o, int k, int pad, const float *dy,
                         float *y, float *dx, float *dw, float *db, gt_err *e)
 {
-    gt_layer L = parity_shape(GT_CONV, ch, h, w, o, h + 2 * pad - k + 1, w + 2 * pad - k + 1);
-    snprintf(L.name, sizeof L.name, "c1");
-    L.k = k;
-    L.pad = pad;
-    L.stride = 1;
-    L.w_len = (size_t)o * ch * k * k;
-    L.b_off = L.w_len;
-    L.b_len = b ? (size_t)o : 0;
-    parity_io io = {x, wt, b, dy, y, dx, dw, db, NULL, NULL, 0, 0};
+    return gt_cuda_test_conv2d_strided(c, x, n, ch, h, w, wt, b, o, k, pad, 1, dy, y, dx, dw, db,
+                                       e);
+}
+
+int gt_cuda_test_batchnorm(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w,
+                           const float *gamma, const float *beta, float *running_mean,
+                           float *running_var, int train, const float *dy, float *y, float *dx,
+                           float *dgamma, float *dbeta, gt_err *e)
+{
+    if (!train && dy)
+        return gt_fail(e, "%s: batch norm's backward is tested in training only", c->name);
+    gt_layer L = parity_shape(GT_BATCHNORM, ch, h, w, ch, h, w);
+    snprintf(L.name, sizeof L.name, "b1");
+    size_t len = (size_t)ch;
+    /* gamma then beta, as the model places them; the layer's own buffer layout, count last. */
+    float *params = (float *)malloc(2 * len * sizeof(float));
+    float *buffers = (float *)malloc((2 * len + 1) * sizeof(float));
+    if (!params || !buffers) {
+        free(params);
+        free(buffers);
+        return gt_fail(e, "%s: out of host memory", c->name);
+    }
+    memcpy(params, gamma, len * sizeof(float));
+    memcpy(params + len, beta, len * sizeof(float));
+    memcpy(buffers, running_mean, len * sizeof(float));
+    memcpy(buffers + len, running_var, len * sizeof(float));
+    buffers[2 * len] = 0.0f;
+    L.w_len = len;
+    L.b_off = len;
+    L.b_len = len;
+    L.s_len = 2 * len + 1;
+    parity_io io = {x, params, params + len, dy, y, dx, dgamma, dbeta, NULL, NULL, 0, 0,
+                    buffers, train};
+    int rc = parity_layer(c, &L, 0, n, &io, e);
+    if (rc == 0 && train) {
+        memcpy(running_mean, buffers, len * sizeof(float));
+        memcpy(running_var, buffers + len, len * sizeof(float));
+        if (buffers[2 * len] != 1.0f)
+            rc = gt_fail(e, "%s: batch norm counted %g batches, not 1", c->name,
+                         (double)buffers[2 * len]);
+    }
+    free(params);
+    free(buffers);
+    return rc;
+}
+
+int gt_cuda_test_gap(gt_cuda_ctx *c, const float *x, int n, int ch, int h, int w,
+                     const float *dy, float *y, float *dx, gt_err *e)
+{
+    gt_layer L = parity_shape(GT_GAP, ch, h, w, ch, 1, 1);
+    parity_io io = {x, NULL, NULL, dy, y, dx, NULL, NULL, NULL, NULL, 0, 0, NULL, 1};
     return parity_layer(c, &L, 0, n, &io, e);
 }
 
@@ -169,7 +241,7 @@ int gt_cuda_test_linear(gt_cuda_ctx *c, const float *x, int n, int in, const flo
     L.w_len = (size_t)out * in;
     L.b_off = L.w_len;
     L.b_len = b ? (size_t)out : 0;
-    parity_io io = {x, wt, b, dy, y, dx, dw, db, NULL, NULL, 0, 0};
+    parity_io io = {x, wt, b, dy, y, dx, dw, db, NULL, NULL, 0, 0, NULL, 1};
     return parity_layer(c, &L, 0, n, &io, e);
 }
 
@@ -178,7 +250,7 @@ int gt_cuda_test_pool(gt_cuda_ctx *c, gt_layer_kind kind, const float *x, int n,
 {
     gt_layer L = parity_shape(kind, ch, h, w, ch, h / k, w / k);
     L.k = k;
-    parity_io io = {x, NULL, NULL, dy, y, dx, NULL, NULL, NULL, NULL, 0, 0};
+    parity_io io = {x, NULL, NULL, dy, y, dx, NULL, NULL, NULL, NULL, 0, 0, NULL, 1};
     return parity_layer(c, &L, 0, n, &io, e);
 }
 
@@ -188,7 +260,7 @@ int gt_cuda_test_act(gt_cuda_ctx *c, gt_layer_kind kind, const float *x, const f
     if (len > (size_t)INT32_MAX)
         return gt_fail(e, "%s: %zu activations exceed what cuDNN addresses", c->name, len);
     gt_layer L = parity_shape(kind, (int)len, 1, 1, (int)len, 1, 1);
-    parity_io io = {x, NULL, NULL, dy, y, dx, NULL, NULL, NULL, NULL, 0, 0};
+    parity_io io = {x, NULL, NULL, dy, y, dx, NULL, NULL, NULL, NULL, 0, 0, NULL, 1};
     return parity_layer(c, &L, 0, 1, &io, e);
 }
 
@@ -200,7 +272,7 @@ int gt_cuda_test_dropout(gt_cuda_ctx *c, const float *x, const float *dy, int n,
         return gt_fail(e, "%s: %zu activations per sample are too many", c->name, len);
     gt_layer L = parity_shape(GT_DROPOUT, (int)len, 1, 1, (int)len, 1, 1);
     L.p = p;
-    parity_io io = {x, NULL, NULL, dy, y, dx, NULL, NULL, mask, sample_ids, seed, epoch};
+    parity_io io = {x, NULL, NULL, dy, y, dx, NULL, NULL, mask, sample_ids, seed, epoch, NULL, 1};
     return parity_layer(c, &L, layer, n, &io, e);
 }
 

@@ -5,8 +5,8 @@
 
 int gt_cuda_device_count(void) { return 0; }
 
-int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int ordinal, int tf32,
-                        gt_err *e)
+int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int ordinal,
+                        gt_precision precision, gt_err *e)
 {
     *out = NULL;
     return gt_fail(e, "--gpus: GPU %d requested, but this gputrain was built without CUDA", ordinal);

@@ -1,8 +1,11 @@
 /* test_cuda_parity.c - every CUDA op against its CPU twin in src/layers.c on random inputs, then
  * whole training steps (loss, hits and every gradient tensor) and evaluations of lenet5,
  * lenet5-classic and cnn-wide against gt_cpu_net_step on every step path (fused kernels and layer
- * by layer, replayed graphs and eager), and the error for a GPU that does not exist. Skipped (77)
- * when built without CUDA or run where no GPU is visible. */
+ * by layer, replayed graphs and eager); networks with batch norm and residual blocks (small ones
+ * with identity, projection and nested blocks, and resnet20) against gt_cpu_net_run, their batch
+ * statistics and running statistics included; one step and an evaluation in bf16 precision near
+ * the fp32 CPU reference; and the error for a GPU that does not exist.
+ * Skipped (77) when built without CUDA or run where no GPU is visible. */
 #include "gputrain/device.h"
 #include "gputrain/layers.h"
 #include "gputrain/model.h"
@@ -301,11 +304,134 @@ static void test_normalize(gt_cuda_ctx *c, gt_rng *r)
     CHECK_REL(gpu, cpu, LEN, "normalize");
 }
 
+/* A strided convolution, with or without bias, against gt_conv2d_*_strided. */
+static void test_conv_strided(gt_cuda_ctx *c, gt_rng *r, int n, int ch, int h, int w, int o,
+                              int k, int pad, int stride, int bias, int with_dx)
+{
+    int oh = (h + 2 * pad - k) / stride + 1, ow = (w + 2 * pad - k) / stride + 1;
+    size_t xl = (size_t)n * ch * h * w, yl = (size_t)n * o * oh * ow, wl = (size_t)o * ch * k * k;
+    float *x = rand_floats(r, xl, -1, 1), *wt = rand_floats(r, wl, -0.5f, 0.5f);
+    float *b = bias ? rand_floats(r, o, -1, 1) : NULL, *dy = rand_floats(r, yl, -1, 1);
+    float *dw0 = rand_floats(r, wl, -1, 1), *db0 = rand_floats(r, o, -1, 1);
+    float *y_cpu = gt_alloc(yl * 4), *y_gpu = gt_alloc(yl * 4);
+    float *dx_cpu = gt_alloc(xl * 4), *dx_gpu = gt_alloc(xl * 4);
+    float *dw_cpu = copy_floats(dw0, wl), *dw_gpu = copy_floats(dw0, wl);
+    float *db_cpu = copy_floats(db0, o), *db_gpu = copy_floats(db0, o);
+    float *col = gt_alloc(gt_conv2d_col_len_strided(ch, h, w, k, pad, stride) * 4);
+    gt_err e = {""};
+    char what[96];
+    gt_conv2d_forward_strided(x, n, ch, h, w, wt, b, o, k, pad, stride, y_cpu, col);
+    gt_conv2d_backward_strided(x, dy, n, ch, h, w, wt, o, k, pad, stride,
+                               with_dx ? dx_cpu : NULL, dw_cpu, bias ? db_cpu : NULL, col);
+    int rc = gt_cuda_test_conv2d_strided(c, x, n, ch, h, w, wt, b, o, k, pad, stride, dy, y_gpu,
+                                         with_dx ? dx_gpu : NULL, dw_gpu, db_gpu, &e);
+    CHECK_MSG(rc == 0, "strided conv: %s", e.msg);
+    subtract(dw_cpu, dw0, wl);
+    subtract(dw_gpu, dw0, wl);
+    subtract(db_cpu, db0, o);
+    subtract(db_gpu, db0, o);
+    const char *kind = bias ? "bias" : "nobias";
+    snprintf(what, sizeof what, "conv k%d pad%d stride%d %s forward", k, pad, stride, kind);
+    CHECK_REL(y_gpu, y_cpu, yl, what);
+    snprintf(what, sizeof what, "conv k%d pad%d stride%d %s weight grad", k, pad, stride, kind);
+    CHECK_REL(dw_gpu, dw_cpu, wl, what);
+    if (bias) {
+        snprintf(what, sizeof what, "conv k%d pad%d stride%d bias grad", k, pad, stride);
+        CHECK_REL(db_gpu, db_cpu, o, what);
+    } else {
+        /* No bias: the bias gradient's array is not touched. */
+        CHECK_MSG(memcmp(db_gpu, db_cpu, (size_t)o * sizeof *db_gpu) == 0,
+                  "conv k%d stride%d nobias: a bias gradient was written", k, stride);
+    }
+    if (with_dx) {
+        snprintf(what, sizeof what, "conv k%d pad%d stride%d %s input grad", k, pad, stride,
+                 kind);
+        CHECK_REL(dx_gpu, dx_cpu, xl, what);
+    }
+    float *bufs[] = {x, wt, b, dy, dw0, db0, y_cpu, y_gpu, dx_cpu, dx_gpu, dw_cpu, dw_gpu,
+                     db_cpu, db_gpu, col};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        gt_free(bufs[i]);
+}
+
+/* Batch norm against gt_batchnorm_*: training (output, input gradient, gamma's and beta's
+ * gradients accumulated onto a start, running statistics moved by momentum), then evaluation
+ * with the moved running statistics. Inputs have a per-channel offset and scale, as a
+ * convolution's outputs do. */
+static void test_batchnorm(gt_cuda_ctx *c, gt_rng *r, int n, int ch, int h, int w)
+{
+    size_t plane = (size_t)h * w, xl = (size_t)n * ch * plane;
+    float *x = rand_floats(r, xl, -1, 1), *dy = rand_floats(r, xl, -1, 1);
+    float *gamma = rand_floats(r, ch, 0.5f, 1.5f), *beta = rand_floats(r, ch, -0.5f, 0.5f);
+    float *shift = rand_floats(r, ch, -2, 2), *scale = rand_floats(r, ch, 0.2f, 3);
+    float *rm_cpu = rand_floats(r, ch, -0.3f, 0.3f), *rv_cpu = rand_floats(r, ch, 0.5f, 1.5f);
+    float *rm_gpu = copy_floats(rm_cpu, ch), *rv_gpu = copy_floats(rv_cpu, ch);
+    float *dg0 = rand_floats(r, ch, -1, 1), *db0 = rand_floats(r, ch, -1, 1);
+    float *dg_cpu = copy_floats(dg0, ch), *dg_gpu = copy_floats(dg0, ch);
+    float *db_cpu = copy_floats(db0, ch), *db_gpu = copy_floats(db0, ch);
+    float *y_cpu = gt_alloc(xl * 4), *y_gpu = gt_alloc(xl * 4);
+    float *dx_cpu = gt_alloc(xl * 4), *dx_gpu = gt_alloc(xl * 4);
+    float *save = gt_alloc(2 * (size_t)ch * 4);
+    gt_err e = {""};
+    char what[96];
+    for (size_t i = 0; i < xl; i++) {
+        size_t chan = i / plane % (size_t)ch;
+        x[i] = x[i] * scale[chan] + shift[chan];
+    }
+    gt_batchnorm_forward_train(x, n, ch, plane, gamma, beta, rm_cpu, rv_cpu, y_cpu, save);
+    gt_batchnorm_backward(x, dy, n, ch, plane, gamma, save, 1, dx_cpu, dg_cpu, db_cpu);
+    int rc = gt_cuda_test_batchnorm(c, x, n, ch, h, w, gamma, beta, rm_gpu, rv_gpu, 1, dy, y_gpu,
+                                    dx_gpu, dg_gpu, db_gpu, &e);
+    CHECK_MSG(rc == 0, "batch norm train: %s", e.msg);
+    subtract(dg_cpu, dg0, ch);
+    subtract(dg_gpu, dg0, ch);
+    subtract(db_cpu, db0, ch);
+    subtract(db_gpu, db0, ch);
+    snprintf(what, sizeof what, "bn %d x %d x %dx%d train", n, ch, h, w);
+    CHECK_REL(y_gpu, y_cpu, xl, what);
+    CHECK_REL(dx_gpu, dx_cpu, xl, "bn input grad");
+    CHECK_REL(dg_gpu, dg_cpu, ch, "bn gamma grad");
+    CHECK_REL(db_gpu, db_cpu, ch, "bn beta grad");
+    CHECK_REL(rm_gpu, rm_cpu, ch, "bn running mean");
+    CHECK_REL(rv_gpu, rv_cpu, ch, "bn running variance");
+    gt_batchnorm_forward_eval(x, n, ch, plane, gamma, beta, rm_cpu, rv_cpu, y_cpu, save);
+    rc = gt_cuda_test_batchnorm(c, x, n, ch, h, w, gamma, beta, rm_cpu, rv_cpu, 0, NULL, y_gpu,
+                                NULL, NULL, NULL, &e);
+    CHECK_MSG(rc == 0, "batch norm eval: %s", e.msg);
+    snprintf(what, sizeof what, "bn %d x %d x %dx%d eval", n, ch, h, w);
+    CHECK_REL(y_gpu, y_cpu, xl, what);
+    float *bufs[] = {x, dy, gamma, beta, shift, scale, rm_cpu, rv_cpu, rm_gpu, rv_gpu, dg0, db0,
+                     dg_cpu, dg_gpu, db_cpu, db_gpu, y_cpu, y_gpu, dx_cpu, dx_gpu, save};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        gt_free(bufs[i]);
+}
+
+static void test_gap(gt_cuda_ctx *c, gt_rng *r, int n, int ch, int h, int w)
+{
+    size_t plane = (size_t)h * w, xl = (size_t)n * ch * plane, yl = (size_t)n * ch;
+    float *x = rand_floats(r, xl, -1, 1), *dy = rand_floats(r, yl, -1, 1);
+    float *y_cpu = gt_alloc(yl * 4), *y_gpu = gt_alloc(yl * 4);
+    float *dx_cpu = gt_alloc(xl * 4), *dx_gpu = gt_alloc(xl * 4);
+    gt_err e = {""};
+    gt_gap_forward(x, n, ch, plane, y_cpu);
+    gt_gap_backward(dy, n, ch, plane, dx_cpu);
+    int rc = gt_cuda_test_gap(c, x, n, ch, h, w, dy, y_gpu, dx_gpu, &e);
+    CHECK_MSG(rc == 0, "gap: %s", e.msg);
+    CHECK_REL(y_gpu, y_cpu, yl, "gap forward");
+    CHECK_REL(dx_gpu, dx_cpu, xl, "gap input grad");
+    gt_free(x);
+    gt_free(dy);
+    gt_free(y_cpu);
+    gt_free(y_gpu);
+    gt_free(dx_cpu);
+    gt_free(dx_gpu);
+}
+
 static void test_layers(gt_rng *r)
 {
     gt_cuda_ctx *c = NULL;
     gt_err e = {""};
-    int rc = gt_cuda_ctx_open(&c, 0, 0, &e);
+    int rc = gt_cuda_ctx_open(&c, 0, GT_PRECISION_FP32, &e);
     CHECK_MSG(rc == 0, "context: %s", e.msg);
     if (rc)
         return;
@@ -335,6 +461,18 @@ static void test_layers(gt_rng *r)
     test_xent(c, r, 33, 65);
     test_xent(c, r, 20, 300);
     test_normalize(c, r);
+    /* The residual networks' convolutions: 3x3 stride 2 and 1x1 stride 2 without bias (the
+     * downsampling blocks), an odd side that leaves a column over, and a biased strided one. */
+    test_conv_strided(c, r, 4, 16, 32, 32, 32, 3, 1, 2, 0, 1);
+    test_conv_strided(c, r, 4, 16, 32, 32, 32, 1, 0, 2, 0, 1);
+    test_conv_strided(c, r, 3, 3, 9, 11, 5, 3, 1, 2, 1, 1);
+    test_conv_strided(c, r, 2, 4, 10, 10, 6, 3, 0, 3, 1, 0);
+    test_conv_strided(c, r, 5, 3, 8, 8, 16, 3, 1, 1, 0, 0);
+    test_batchnorm(c, r, 8, 16, 8, 8);
+    test_batchnorm(c, r, 3, 5, 7, 9);
+    test_batchnorm(c, r, 64, 10, 1, 1); /* after a linear layer: 1 x 1 planes */
+    test_gap(c, r, 8, 64, 8, 8);
+    test_gap(c, r, 3, 5, 7, 9);
     gt_cuda_ctx_close(c);
 }
 
@@ -369,9 +507,11 @@ static void compare_loss(const gt_step_out *out, double loss_cpu, int hits_cpu, 
               out->correct, hits_cpu);
 }
 
-/* The loss, hits and every gradient tensor of a GPU step against the CPU's. */
-static void compare_step(const gt_model *m, const gt_step_out *out, const float *grad_gpu,
-                         double loss_cpu, int hits_cpu, const float *grad_cpu, const char *what)
+/* The loss, hits and every gradient tensor of a GPU step against the CPU's, each gradient
+ * tensor within tol. */
+static void compare_step_tol(const gt_model *m, const gt_step_out *out, const float *grad_gpu,
+                             double loss_cpu, int hits_cpu, const float *grad_cpu, double tol,
+                             const char *what)
 {
     compare_loss(out, loss_cpu, hits_cpu, what);
     double errs[GT_MAX_TENSORS], worst = 0;
@@ -380,14 +520,20 @@ static void compare_step(const gt_model *m, const gt_step_out *out, const float 
         errs[t] = rel_err(grad_gpu + ti->offset, grad_cpu + ti->offset, ti->len);
         worst = fmax(worst, errs[t]);
     }
-    if (worst > TOL && worst <= KINK_TOL && ++g_kink_steps <= 2) {
+    if (worst > tol && worst <= KINK_TOL && ++g_kink_steps <= 2) {
         printf("note: %s: gradients %.3g apart (relative), within %g: taken as a kink crossing\n",
                what, worst, KINK_TOL);
         return;
     }
     for (int t = 0; t < m->ntensors; t++)
-        CHECK_MSG(errs[t] <= TOL, "%s: gradient %s: relative error %.3g", what, m->tensors[t].name,
+        CHECK_MSG(errs[t] <= tol, "%s: gradient %s: relative error %.3g", what, m->tensors[t].name,
                   errs[t]);
+}
+
+static void compare_step(const gt_model *m, const gt_step_out *out, const float *grad_gpu,
+                         double loss_cpu, int hits_cpu, const float *grad_cpu, const char *what)
+{
+    compare_step_tol(m, out, grad_gpu, loss_cpu, hits_cpu, grad_cpu, TOL, what);
 }
 
 static void step_compare(gt_device *d, gt_cpu_net *net, const float *params, const gt_batch *b,
@@ -787,7 +933,7 @@ static void test_model(const char *name, int max_batch, uint32_t eval_n, int fus
     rc = gt_cpu_net_create(&net, &m, cpu_batch, &e);
     CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
     if (rc == 0) {
-        rc = gt_cuda_device_open(&d, &m, max_batch, 0, 0, &e);
+        rc = gt_cuda_device_open(&d, &m, max_batch, 0, GT_PRECISION_FP32, &e);
         CHECK_MSG(rc == 0, "%s: open: %s", name, e.msg);
     }
     gt_cuda_path path = {0};
@@ -831,7 +977,7 @@ static void test_tf32(const gt_dataset *ds, const char *name, double grad_tol)
     make_batch(&b, idx, 32, ds, r);
     CHECK(gt_cpu_net_create(&net, &m, 32, &e) == 0);
     double loss_cpu = gt_cpu_net_step(&net, params, &b, 1, grad_cpu, &hits_cpu);
-    int rc = gt_cuda_device_open(&d, &m, 32, 0, 1, &e);
+    int rc = gt_cuda_device_open(&d, &m, 32, 0, GT_PRECISION_TF32, &e);
     CHECK_MSG(rc == 0, "tf32 open: %s", e.msg);
     if (rc == 0) {
         rc = gt_cuda_device_set_path(d, 0, 1, &e);
@@ -855,6 +1001,383 @@ static void test_tf32(const gt_dataset *ds, const char *name, double grad_tol)
     gt_free(grad_cpu);
 }
 
+/* ---- networks with batch norm and residual blocks ------------------------------------------- */
+
+/* Gradients of a deep normalised network: each of resnet20's 19 batch norms divides by its
+ * batch's standard deviation, so the GPU's other summation orders (~1e-7 a sum) grow on the way
+ * down; 1e-3 still catches a wrong routing or a missing term, which is off by order 1. The batch
+ * statistics and running statistics are checked per buffer tensor at BN_STATS_TOL. */
+#define BN_GRAD_TOL 1e-3
+#define BN_STATS_TOL 1e-4
+
+static void random_images(gt_dataset *ds, gt_rng *r, uint32_t n, int c, int h, int w)
+{
+    size_t len = (size_t)n * c * h * w;
+    memset(ds, 0, sizeof *ds);
+    ds->n = n;
+    ds->c = c;
+    ds->h = h;
+    ds->w = w;
+    ds->nclasses = 10;
+    ds->images = gt_alloc(len);
+    ds->labels = gt_alloc(n);
+    for (size_t i = 0; i < len; i++)
+        ds->images[i] = (uint8_t)gt_rng_below(r, 256);
+    for (uint32_t i = 0; i < n; i++)
+        ds->labels[i] = (uint8_t)gt_rng_below(r, 10);
+}
+
+/* Running statistics away from their initial values (so evaluation's normalisation is not the
+ * identity's) and a count of a few batches. */
+static void bn_buffers_random(const gt_model *m, float *buf, gt_rng *r)
+{
+    gt_model_init_buffers(m, buf);
+    for (int l = 0; l < m->nlayers; l++) {
+        const gt_layer *L = &m->layers[l];
+        if (L->kind != GT_BATCHNORM)
+            continue;
+        float *mean = buf + L->s_off, *var = mean + L->in_c;
+        for (int i = 0; i < L->in_c; i++) {
+            mean[i] = (float)(0.4 * (gt_rng_uniform(r) - 0.5));
+            var[i] = (float)(0.5 + gt_rng_uniform(r));
+        }
+        var[L->in_c] = 3.0f;
+    }
+}
+
+/* Each buffer tensor of got against want: means and variances within BN_STATS_TOL, counts
+ * exactly. */
+static void bn_compare_buffers(const gt_model *m, const float *got, const float *want,
+                               const char *which, const char *what)
+{
+    for (int t = 0; t < m->nbuffer_tensors; t++) {
+        const gt_tensor_info *ti = &m->buffer_tensors[t];
+        if (strstr(ti->name, "num_batches_tracked")) {
+            CHECK_MSG(got[ti->offset] == want[ti->offset], "%s: %s %s: %g, want %g", what, which,
+                      ti->name, (double)got[ti->offset], (double)want[ti->offset]);
+            continue;
+        }
+        double err = rel_err(got + ti->offset, want + ti->offset, ti->len);
+        CHECK_MSG(err <= BN_STATS_TOL, "%s: %s %s: relative error %.3g", what, which, ti->name,
+                  err);
+    }
+}
+
+/* The CPU step from zeroed buffers moves each running value to GT_BN_MOMENTUM times the batch's
+ * (mean; unbiased variance) and each count to 1: dividing by the momentum gives the batch
+ * statistics a device step must leave in d->stats. */
+static void bn_expected_stats(const gt_model *m, float *moved)
+{
+    for (int l = 0; l < m->nlayers; l++) {
+        const gt_layer *L = &m->layers[l];
+        if (L->kind != GT_BATCHNORM)
+            continue;
+        float *v = moved + L->s_off;
+        for (int i = 0; i < 2 * L->in_c; i++)
+            v[i] = (float)((double)v[i] / GT_BN_MOMENTUM);
+    }
+}
+
+/* One training step on the device against gt_cpu_net_run. Without keep_grad: the gradient in
+ * d->grad and the batch statistics in d->stats (the CPU's from zeroed buffers). With keep_grad:
+ * the gradient on the device, and held (the running statistics the device holds, as the CPU
+ * keeps them) moved by the step as the CPU moves them, read back through get_params. */
+static void bn_step_compare(gt_device *d, gt_cpu_net *net, const float *params, float *held,
+                            const gt_batch *b, int keep, const char *what)
+{
+    const gt_model *m = d->model;
+    float *grad_cpu = gt_alloc(m->nparams * sizeof(float));
+    float *grad_dev = gt_alloc(m->nparams * sizeof(float));
+    float *moved = keep ? copy_floats(held, m->nbuffers) : gt_alloc(m->nbuffers * sizeof(float));
+    gt_step_out out = {.correct = -1};
+    gt_err e = {""};
+    int hits_cpu = 0;
+    if (!keep)
+        memset(moved, 0, m->nbuffers * sizeof(float));
+    double loss_cpu = gt_cpu_net_run(net, params, moved, b, 1, grad_cpu, &hits_cpu);
+    d->keep_grad = keep;
+    int rc = d->ops->train_step(d, b, &out, &e);
+    d->keep_grad = 0;
+    CHECK_MSG(rc == 0, "%s: %s", what, e.msg);
+    if (rc == 0 && keep)
+        rc = gt_cuda_device_read_grad(d, grad_dev, &e);
+    if (rc == 0 && keep) {
+        rc = d->ops->get_params(d, NULL, NULL, &e);
+        CHECK_MSG(rc == 0, "%s: get_params: %s", what, e.msg);
+    }
+    if (rc == 0) {
+        compare_step_tol(m, &out, keep ? grad_dev : d->grad, loss_cpu, hits_cpu, grad_cpu,
+                         BN_GRAD_TOL, what);
+        if (keep) {
+            bn_compare_buffers(m, d->buffers, moved, "running statistics", what);
+            memcpy(held, moved, m->nbuffers * sizeof(float));
+        } else {
+            bn_expected_stats(m, moved);
+            bn_compare_buffers(m, d->stats, moved, "batch statistics", what);
+        }
+    }
+    gt_free(grad_cpu);
+    gt_free(grad_dev);
+    gt_free(moved);
+}
+
+static int bn_load(gt_device *d, const float *params, const float *buffers, const char *what)
+{
+    memcpy(d->buffers, buffers, d->model->nbuffers * sizeof(float));
+    return load_params(d, params, what);
+}
+
+/* Two overlapped steps (step_begin, step_end), each with its own host gradient and statistics
+ * buffers: each lands in its own, the CPU's. */
+static void bn_overlap_compare(gt_device *d, gt_cpu_net *net, const float *params,
+                               const gt_dataset *ds, gt_rng *r, const char *path)
+{
+    const gt_model *m = d->model;
+    float *own_grad = d->grad, *own_stats = d->stats;
+    float *g[2], *st[2], *grad_cpu = gt_alloc(m->nparams * sizeof(float));
+    float *moved = gt_alloc(m->nbuffers * sizeof(float));
+    uint32_t idx[2][GT_TEST_MAX_BATCH];
+    gt_batch b[2];
+    gt_err e = {""};
+    char what[160];
+    int rc = 0;
+    for (int k = 0; k < 2; k++) {
+        g[k] = gt_host_alloc(m->nparams * sizeof(float));
+        st[k] = gt_host_alloc(m->nbuffers * sizeof(float));
+        make_batch(&b[k], idx[k], k ? d->max_batch / 2 + 1 : d->max_batch, ds, r);
+    }
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        d->grad = g[k];
+        d->stats = st[k];
+        rc = d->ops->step_begin(d, &b[k], &e);
+        CHECK_MSG(rc == 0, "%s: step_begin %d: %s", path, k, e.msg);
+    }
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        gt_step_out out = {.correct = -1};
+        rc = d->ops->step_end(d, &out, &e);
+        CHECK_MSG(rc == 0, "%s: step_end %d: %s", path, k, e.msg);
+        if (rc)
+            break;
+        int hits_cpu = 0;
+        memset(moved, 0, m->nbuffers * sizeof(float));
+        double loss_cpu = gt_cpu_net_run(net, params, moved, &b[k], 1, grad_cpu, &hits_cpu);
+        snprintf(what, sizeof what, "%s overlapped step %d", path, k + 1);
+        compare_step_tol(m, &out, g[k], loss_cpu, hits_cpu, grad_cpu, BN_GRAD_TOL, what);
+        bn_expected_stats(m, moved);
+        bn_compare_buffers(m, st[k], moved, "batch statistics", what);
+    }
+    d->grad = own_grad;
+    d->stats = own_stats;
+    for (int k = 0; k < 2; k++) {
+        gt_host_free(g[k]);
+        gt_host_free(st[k]);
+    }
+    gt_free(grad_cpu);
+    gt_free(moved);
+}
+
+/* One path (graphs or eager) of a model with buffers: steps of full and short batches whose
+ * statistics land in d->stats; keep_grad steps that move the device's running statistics;
+ * overlapped steps; an evaluation with loaded running statistics. */
+static void bn_test_path(gt_device *d, gt_cpu_net *net, const float *params,
+                         const float *buffers, const gt_dataset *ds, gt_rng *r, uint32_t eval_n,
+                         const char *path)
+{
+    const gt_model *m = d->model;
+    float *held = copy_floats(buffers, m->nbuffers);
+    uint32_t idx[GT_TEST_MAX_BATCH];
+    gt_batch b;
+    char what[160];
+    gt_err e = {""};
+    if (bn_load(d, params, buffers, path) == 0) {
+        for (int i = 0; i < 4; i++) {
+            int n = i == 2 ? d->max_batch / 2 + 1 : d->max_batch;
+            make_batch(&b, idx, n, ds, r);
+            b.epoch = 3 + (uint32_t)i;
+            b.seed = 0x5eedull + 17 * (uint64_t)i;
+            snprintf(what, sizeof what, "%s step %d (%d samples)", path, i + 1, n);
+            bn_step_compare(d, net, params, held, &b, 0, what);
+        }
+        /* keep_grad: the running statistics move on the device, one step after another. */
+        for (int i = 0; i < 2; i++) {
+            make_batch(&b, idx, d->max_batch, ds, r);
+            snprintf(what, sizeof what, "%s keep_grad step %d", path, i + 1);
+            bn_step_compare(d, net, params, held, &b, 1, what);
+        }
+        bn_overlap_compare(d, net, params, ds, r, path);
+    }
+    /* Evaluation normalises with the loaded running statistics. */
+    if (bn_load(d, params, buffers, path) == 0) {
+        uint32_t *eidx = gt_alloc(eval_n * sizeof *eidx);
+        for (uint32_t i = 0; i < eval_n; i++)
+            eidx[i] = 7 + i;
+        gt_batch eb = {ds, eidx, (int)eval_n, 0, 0};
+        float *eval_buffers = copy_floats(buffers, m->nbuffers);
+        int hits_cpu = 0;
+        double loss_cpu = gt_cpu_net_run(net, params, eval_buffers, &eb, 0, NULL, &hits_cpu);
+        gt_step_out out = {.correct = -1};
+        int rc = d->ops->evaluate(d, ds, 7, 7 + eval_n, &out, &e);
+        snprintf(what, sizeof what, "%s evaluate", path);
+        CHECK_MSG(rc == 0, "%s: %s", what, e.msg);
+        compare_loss(&out, loss_cpu, hits_cpu, what);
+        gt_free(eidx);
+        gt_free(eval_buffers);
+    }
+    gt_free(held);
+}
+
+/* A model with batch norm (and residual blocks) on the layer path, graphs and eager: open
+ * allocates d->buffers and d->stats, the fused kernels refuse it. */
+static void test_bn_model(const char *name, const gt_dataset *ds, int max_batch, uint32_t eval_n,
+                          gt_rng *r)
+{
+    gt_model m;
+    gt_cpu_net net;
+    gt_device *d = NULL;
+    gt_err e = {""};
+    int rc = gt_model_build(name, ds->c, ds->h, ds->w, 10, &m, &e);
+    CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
+    if (rc)
+        return;
+    CHECK_MSG(m.nbuffers > 0, "%s: no buffers", name);
+    float *params = gt_alloc(m.nparams * sizeof *params);
+    float *buffers = gt_alloc(m.nbuffers * sizeof *buffers);
+    gt_model_init_params(&m, params, 13);
+    bn_buffers_random(&m, buffers, r);
+    int cpu_batch = (int)eval_n > max_batch ? (int)eval_n : max_batch;
+    rc = gt_cpu_net_create(&net, &m, cpu_batch, &e);
+    CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
+    if (rc == 0) {
+        rc = gt_cuda_device_open(&d, &m, max_batch, 0, GT_PRECISION_FP32, &e);
+        CHECK_MSG(rc == 0, "%s: open: %s", name, e.msg);
+    }
+    if (rc == 0) {
+        gt_cuda_path path = {0};
+        CHECK(d->buffers != NULL && d->stats != NULL);
+        CHECK(gt_cuda_device_get_path(d, &path) == 0);
+        CHECK_MSG(!path.fusable && !path.fused, "%s: the fused kernels took a model with "
+                                                "batch norm", name);
+        CHECK(gt_cuda_device_set_path(d, 1, 1, &e) == -1);
+        float *init = gt_alloc(m.nbuffers * sizeof *init);
+        gt_model_init_buffers(&m, init);
+        CHECK_MSG(memcmp(init, d->buffers, m.nbuffers * sizeof *init) == 0,
+                  "%s: open left d->buffers other than the initial values", name);
+        gt_free(init);
+    }
+    for (int graphs = 1; rc == 0 && graphs >= 0; graphs--) {
+        char label[96];
+        snprintf(label, sizeof label, "%.60s %s", name, graphs ? "graphs" : "eager");
+        rc = gt_cuda_device_set_path(d, 0, graphs, &e);
+        CHECK_MSG(rc == 0, "%s: %s", label, e.msg);
+        if (rc)
+            break;
+        g_kink_steps = 0;
+        bn_test_path(d, &net, params, buffers, ds, r, eval_n, label);
+        gt_cuda_path path = {0};
+        CHECK(gt_cuda_device_get_path(d, &path) == 0);
+        CHECK_MSG(path.graphs == graphs && (!graphs || path.ngraphs > 0),
+                  "%s: %d graphs in use (%s)", label, path.ngraphs, path.graph_error);
+    }
+    gt_device_close(d);
+    gt_cpu_net_destroy(&net);
+    gt_free(params);
+    gt_free(buffers);
+}
+
+/* bf16 precision (convolutions and linear layers on bf16 copies, fp32 accumulation): 8
+ * mantissa bits round each product's inputs by up to 2^-9, so one step lands near the fp32 CPU
+ * reference, not on it: the loss within BF16_LOSS_TOL (relative), the whole gradient within
+ * BF16_GRAD_TOL (relative L2), and a model's batch statistics within BF16_GRAD_TOL each. A wrong
+ * conversion, layout or accumulation is off by order 1. */
+#define BF16_LOSS_TOL 2e-2
+#define BF16_GRAD_TOL 3e-2
+
+static void test_bf16(const gt_dataset *ds, const char *name, int batch)
+{
+    gt_rng own, *r = &own; /* its own batch, whatever the cases before it drew */
+    gt_rng_seed(r, 78);
+    gt_model m;
+    gt_cpu_net net;
+    gt_device *d = NULL;
+    gt_err e = {""};
+    uint32_t idx[GT_TEST_MAX_BATCH];
+    gt_batch b;
+    int hits_cpu = 0;
+    CHECK(gt_model_build(name, ds->c, ds->h, ds->w, 10, &m, &e) == 0);
+    float *params = gt_alloc(m.nparams * sizeof *params);
+    float *grad_cpu = gt_alloc(m.nparams * sizeof *grad_cpu);
+    size_t nb = m.nbuffers ? m.nbuffers : 1;
+    float *buffers = gt_alloc(nb * sizeof *buffers), *moved = gt_alloc(nb * sizeof *moved);
+    gt_model_init_params(&m, params, 14);
+    bn_buffers_random(&m, buffers, r);
+    memset(moved, 0, nb * sizeof *moved);
+    make_batch(&b, idx, batch, ds, r);
+    CHECK(gt_cpu_net_create(&net, &m, batch, &e) == 0);
+    double loss_cpu = gt_cpu_net_run(&net, params, m.nbuffers ? moved : NULL, &b, 1, grad_cpu,
+                                     &hits_cpu);
+    int rc = gt_cuda_device_open(&d, &m, batch, 0, GT_PRECISION_BF16, &e);
+    CHECK_MSG(rc == 0, "bf16 open: %s", e.msg);
+    if (rc == 0) {
+        gt_cuda_path path = {0};
+        CHECK(gt_cuda_device_get_path(d, &path) == 0);
+        CHECK_MSG(!path.fused, "bf16 %s: opened on the fused (fp32) kernels", name);
+        rc = gt_cuda_device_set_path(d, 0, 1, &e);
+        CHECK_MSG(rc == 0, "bf16 path: %s", e.msg);
+    }
+    for (int step = 0; rc == 0 && step < 2; step++) { /* eager, then replayed */
+        gt_step_out out = {.correct = -1};
+        memcpy(d->params, params, m.nparams * sizeof *params);
+        if (m.nbuffers)
+            memcpy(d->buffers, buffers, m.nbuffers * sizeof *buffers);
+        rc = d->ops->load_params(d, &e) || d->ops->train_step(d, &b, &out, &e);
+        CHECK_MSG(rc == 0, "bf16 %s step: %s", name, e.msg);
+        if (rc)
+            break;
+        double err = rel_err(d->grad, grad_cpu, m.nparams);
+        printf("bf16 %s step %d: loss %.9g (CPU %.9g), gradient relative error %.3g\n", name,
+               step + 1, out.loss_sum, loss_cpu, err);
+        CHECK_MSG(fabs(out.loss_sum - loss_cpu) <= BF16_LOSS_TOL * fabs(loss_cpu),
+                  "bf16 %s: loss %.9g on the GPU, %.9g on the CPU", name, out.loss_sum, loss_cpu);
+        CHECK_MSG(err <= BF16_GRAD_TOL, "bf16 %s: gradient relative error %.3g", name, err);
+        CHECK_MSG(gt_all_finite(d->grad, m.nparams), "bf16 %s: non-finite gradient", name);
+        for (int t = 0; t < m.nbuffer_tensors && step == 0; t++) {
+            const gt_tensor_info *ti = &m.buffer_tensors[t];
+            if (strstr(ti->name, "num_batches_tracked"))
+                continue;
+            float *want = copy_floats(moved + ti->offset, ti->len);
+            for (size_t i = 0; i < ti->len; i++)
+                want[i] = (float)((double)want[i] / GT_BN_MOMENTUM);
+            double serr = rel_err(d->stats + ti->offset, want, ti->len);
+            CHECK_MSG(serr <= BF16_GRAD_TOL, "bf16 %s: batch statistics %s: relative error %.3g",
+                      name, ti->name, serr);
+            gt_free(want);
+        }
+    }
+    if (rc == 0) {
+        gt_step_out out = {.correct = -1};
+        int eval_hits = 0;
+        uint32_t lo = 11; /* evaluation reads a range: samples [11, 11 + batch) */
+        uint32_t *eidx = gt_alloc((size_t)batch * sizeof *eidx);
+        for (int i = 0; i < batch; i++)
+            eidx[i] = lo + (uint32_t)i;
+        gt_batch eb = {ds, eidx, batch, 0, 0};
+        double eval_cpu = gt_cpu_net_run(&net, params, m.nbuffers ? buffers : NULL, &eb, 0, NULL,
+                                         &eval_hits);
+        rc = d->ops->evaluate(d, ds, lo, lo + (uint32_t)batch, &out, &e);
+        CHECK_MSG(rc == 0, "bf16 %s evaluate: %s", name, e.msg);
+        CHECK_MSG(rc != 0 || fabs(out.loss_sum - eval_cpu) <= BF16_LOSS_TOL * fabs(eval_cpu),
+                  "bf16 %s: evaluation loss %.9g on the GPU, %.9g on the CPU", name,
+                  out.loss_sum, eval_cpu);
+        gt_free(eidx);
+    }
+    gt_device_close(d);
+    gt_cpu_net_destroy(&net);
+    gt_free(params);
+    gt_free(grad_cpu);
+    gt_free(buffers);
+    gt_free(moved);
+}
+
 static void test_missing_gpu(int count)
 {
     gt_model m;
@@ -862,7 +1385,7 @@ static void test_missing_gpu(int count)
     gt_err e = {""};
     char want[32];
     CHECK(gt_model_build("lenet5", 1, 28, 28, 10, &m, &e) == 0);
-    int rc = gt_cuda_device_open(&d, &m, 8, count, 0, &e);
+    int rc = gt_cuda_device_open(&d, &m, 8, count, GT_PRECISION_FP32, &e);
     CHECK(rc == -1);
     CHECK(d == NULL);
     snprintf(want, sizeof want, "GPU %d", count);
@@ -916,6 +1439,23 @@ int main(void)
                "dropout:0.3 fc:16 relu fc:10", 16, 40, 0, &ds, &r);
     test_tf32(&ds, "lenet5", 5e-2);
     test_tf32(&ds, "cnn-wide", 0.1);
+    /* A first-layer batch norm (its input gradient is scratch) before a strided biased
+     * convolution; an identity block whose body holds dropout (skipped by evaluation) and a
+     * biased convolution, then a projection block with a block nested in its body. */
+    test_bn_model("bn conv:4:3:1:2 relu gap fc:10", &ds, 16, 60, &r);
+    test_bn_model("conv:8:3:1:1:nobias bn relu "
+                  "res[ conv:8:3:1:1:nobias bn relu dropout:0.2 conv:8:3:1 bn ] relu "
+                  "res[ conv:12:3:1:2:nobias bn relu res[ conv:12:3:1 relu ] "
+                  "conv:12:3:1:1:nobias bn | conv:12:1:0:2:nobias bn ] relu avgpool:2 gap fc:10",
+                  &ds, 16, 60, &r);
+    gt_dataset cifar;
+    random_images(&cifar, &r, 300, 3, 32, 32);
+    test_bn_model("resnet20", &cifar, 8, 40, &r);
+    test_bf16(&ds, "lenet5", 32);
+    test_bf16(&ds, "cnn-wide", 32);
+    test_bf16(&cifar, "resnet20", 16);
+    gt_free(cifar.images);
+    gt_free(cifar.labels);
     test_missing_gpu(count);
     gt_free(ds.images);
     gt_free(ds.labels);
