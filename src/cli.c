@@ -388,9 +388,13 @@ static const cli_row cli_rows[] = {
      .help = "allreduce, and local on GPUs: how the GPUs of one host exchange gradients; auto, "
              "peer to peer (p2p) where the GPUs reach each other, else NCCL; p2p or nccl insist "
              "on one (across hosts it is always NCCL)"},
-    {.name = "tf32", .type = CLI_SWITCH, .field = F(tf32), .lo = 1,
+    {.name = "precision", .type = CLI_WORD, .field = F(precision), .set = GT_NAMES_PRECISION,
      .commands = CMD_TRAIN | CMD_EVAL,
-     .help = "allow TF32 tensor-core math on GPUs"},
+     .help = "the GPUs' compute: fp32; tf32 (tensor-core products of fp32 data); bf16 "
+             "(convolutions and linear layers on bf16 copies, fp32 accumulation); the store, "
+             "the optimizer and batch norm's statistics stay fp32"},
+    {.name = "tf32", .type = CLI_SWITCH, .field = F(precision), .lo = GT_PRECISION_TF32,
+     .commands = CMD_TRAIN | CMD_EVAL, .help = "--precision tf32"},
 
     {.section = "Model and data", .name = "model", .value = "NAME|SPEC|@FILE", .type = CLI_TEXT,
      TEXT(model), .commands = CMD_TRAIN,

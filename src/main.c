@@ -57,7 +57,7 @@ static int die(const gt_err *e, int code)
 typedef struct gpu_open_job {
     gt_device **out, **evaluator; /* evaluator: NULL but on the first GPU of host 0 */
     const gt_model *m;
-    int batch, ordinal, tf32;
+    int batch, ordinal, precision;
     int rc, ev_rc;
     gt_err err, ev_err;
 } gpu_open_job;
@@ -65,10 +65,10 @@ typedef struct gpu_open_job {
 static void *gpu_open_run(void *arg)
 {
     gpu_open_job *j = arg;
-    j->rc = gt_cuda_device_open(j->out, j->m, j->batch, j->ordinal, j->tf32, &j->err);
+    gt_precision prec = (gt_precision)j->precision;
+    j->rc = gt_cuda_device_open(j->out, j->m, j->batch, j->ordinal, prec, &j->err);
     if (j->rc == 0 && j->evaluator)
-        j->ev_rc = gt_cuda_device_open(j->evaluator, j->m, j->batch, j->ordinal, j->tf32,
-                                       &j->ev_err);
+        j->ev_rc = gt_cuda_device_open(j->evaluator, j->m, j->batch, j->ordinal, prec, &j->ev_err);
     return NULL;
 }
 
@@ -86,7 +86,7 @@ static int open_gpus(const gt_config *cfg, const gt_model *m, gt_device **devs, 
     for (int i = 0; i < n; i++) {
         devs[i] = NULL;
         job[i] = (gpu_open_job){&devs[i], i == 0 && evaluator ? &ev : NULL, m, cfg->batch,
-                                cfg->gpus[i], cfg->tf32, 0, 0, {{0}}, {{0}}};
+                                cfg->gpus[i], cfg->precision, 0, 0, {{0}}, {{0}}};
         started[i] = n > 1 && pthread_create(&thread[i], NULL, gpu_open_run, &job[i]) == 0;
         if (!started[i])
             gpu_open_run(&job[i]);

@@ -54,6 +54,12 @@ static const gt_name_head exchange_rows[] = {
     {"nccl", GT_EXCHANGE_NCCL},
 };
 
+static const gt_name_head precision_rows[] = {
+    {"fp32", GT_PRECISION_FP32},
+    {"tf32", GT_PRECISION_TF32},
+    {"bf16", GT_PRECISION_BF16},
+};
+
 #define NAMES_SET(rows) {(rows), sizeof *(rows), (int)(sizeof(rows) / sizeof *(rows))}
 
 /* Indexed by gt_name_set. */
@@ -69,6 +75,7 @@ static const struct {
     [GT_NAMES_ON_NAN] = NAMES_SET(on_nan_rows),
     [GT_NAMES_ON_DIVERGE] = NAMES_SET(on_diverge_rows),
     [GT_NAMES_EXCHANGE] = NAMES_SET(exchange_rows),
+    [GT_NAMES_PRECISION] = NAMES_SET(precision_rows),
 };
 
 /* Row i of set as its head (every row struct starts with one); NULL past the end. */

@@ -168,7 +168,8 @@ static void config_training(run *r, FILE *f)
     put_field_str(f, "balance", gt_name(GT_NAMES_BALANCE, (int)c->balance));
     fprintf(f, ",\"overlap\":%s,\"overlap_predict\":%s,\"tf32\":%s",
             c->overlap ? "true" : "false", c->overlap_predict ? "true" : "false",
-            c->tf32 ? "true" : "false");
+            c->precision == GT_PRECISION_TF32 ? "true" : "false");
+    put_field_str(f, "precision", gt_name(GT_NAMES_PRECISION, c->precision));
     put_field_str(f, "on_nan", (c->given & GT_GIVEN_ON_NAN) ? gt_name(GT_NAMES_ON_NAN, (int)c->on_nan)
                                                              : "guard");
     put_field_str(f, "on_diverge", gt_name(GT_NAMES_ON_DIVERGE, (int)c->on_diverge));

@@ -35,7 +35,7 @@ static double field(const gt_config *c, const char *name)
         "beta1", "beta2", "eps", "schedule", "warmup", "step_epochs", "gamma", "total_epochs",
         "seed", "mode", "stripes", "staleness", "sync_every", "balance", "eval_every", "progress",
         "quiet", "checkpoint_every", "checkpoint_every_steps", "keep", "on_nan", "inject_worker",
-        "inject_step", "stall_timeout", "tf32", "log_steps", "overlap", "host_timeout",
+        "inject_step", "stall_timeout", "precision", "log_steps", "overlap", "host_timeout",
         "allow_nonfinite", "literal", "on_diverge", "given", "ignore_classes", "top", "nitems",
         "exchange", "image_h", "image_w", "store_step"};
     const gt_optim_cfg *o = &c->optim;
@@ -46,7 +46,7 @@ static double field(const gt_config *c, const char *name)
         o->step_epochs, o->gamma, o->total_epochs, (double)c->seed, c->mode, c->stripes,
         c->staleness, c->sync_every, c->balance, c->eval_every, c->progress, c->quiet,
         c->checkpoint_every, c->checkpoint_every_steps, c->keep, c->on_nan, c->inject_worker,
-        c->inject_step, c->stall_timeout, c->tf32, c->log_steps, c->overlap, c->host_timeout,
+        c->inject_step, c->stall_timeout, c->precision, c->log_steps, c->overlap, c->host_timeout,
         c->allow_nonfinite, c->literal, c->on_diverge, c->given, c->ignore_classes, c->top,
         c->nitems, c->exchange, c->image_size[0], c->image_size[1], c->store_step};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
@@ -147,7 +147,9 @@ static const good_case GOOD[] = {
     {{"--sync-every", "1000000"}, "sync_every", 1000000, NULL},
     {{"--balance", "static"}, "balance", GT_BALANCE_STATIC, NULL},
     {{"--balance", "dynamic"}, "balance", GT_BALANCE_DYNAMIC, NULL},
-    {{"--tf32"}, "tf32", 1, NULL},
+    {{"--tf32"}, "precision", GT_PRECISION_TF32, NULL},
+    {{"--precision", "bf16"}, "precision", GT_PRECISION_BF16, NULL},
+    {{"--precision", "fp32"}, "precision", GT_PRECISION_FP32, NULL},
     {{"--overlap"}, "overlap", 1, NULL},
     {{NULL}, "store_step", 0, NULL},
     {{"--store-step"}, "store_step", 1, NULL},
@@ -385,6 +387,7 @@ static const bad_case BAD[] = {
     {{"train", "--ignore-classes"},
      "--ignore-classes", "does not apply to train (only to eval, predict)"},
     {{"--exchange", "ring"}, "--exchange", "'ring' is not one of auto, p2p, nccl"},
+    {{"--precision", "fp16"}, "--precision", "'fp16' is not one of fp32, tf32, bf16"},
     {{"eval", "--checkpoint", "m.st", "--exchange", "p2p"}, "--exchange", "does not apply to eval"},
     {{"--epochs", "2", "--", "x"}, "unexpected argument", "'x'"},
     {{"--epochs", "2", "--", "--batch", "3"}, "unexpected argument", "'--batch'"},

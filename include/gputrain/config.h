@@ -39,6 +39,15 @@ typedef enum gt_on_diverge { GT_DIVERGE_RECOVER = 0, GT_DIVERGE_STOP } gt_on_div
 /* --exchange: how the GPUs of one host exchange gradients in allreduce (and local's averages). */
 typedef enum gt_exchange { GT_EXCHANGE_AUTO = 0, GT_EXCHANGE_P2P, GT_EXCHANGE_NCCL } gt_exchange;
 
+/* --precision: what the GPUs compute in (the CPU backend always computes in fp32). */
+typedef enum gt_precision {
+    GT_PRECISION_FP32 = 0, /* fp32 everywhere, no tensor cores (the parity reference) */
+    GT_PRECISION_TF32,     /* fp32 data; cuBLAS and cuDNN may round products to TF32 */
+    GT_PRECISION_BF16,     /* convolutions and linear layers multiply bf16 copies of their
+                              inputs and weights, accumulating in fp32 (outputs rounded to bf16,
+                              then kept fp32); everything else as fp32 */
+} gt_precision;
+
 /* Bits of gt_config.given: options the command line set, which the recipe never overrides. */
 #define GT_GIVEN_LR (1u << 0)
 #define GT_GIVEN_MOMENTUM (1u << 1)
@@ -104,7 +113,7 @@ typedef struct gt_config {
     gt_on_diverge on_diverge;     /* a diverged or stalled run: roll back and go on, or stop */
 
     /* GPU options */
-    int tf32;
+    int precision;                /* gt_precision (--precision; --tf32 is --precision tf32) */
     gt_exchange exchange;         /* auto: peer to peer where it works, else NCCL */
 
     /* eval and predict */

@@ -116,13 +116,6 @@ int gt_cpu_device_open(gt_device **out, const gt_model *m, int max_batch, int in
 
 /* What a CUDA device computes in. Parameters, their gradients, the loss and batch norm stay fp32
  * in every one; the values of the first two are those of the old int tf32 argument. */
-typedef enum gt_precision {
-    GT_PRECISION_FP32 = 0, /* fp32 everywhere, no tensor cores (the parity reference) */
-    GT_PRECISION_TF32,     /* fp32 data; cuBLAS and cuDNN may round products to TF32 */
-    GT_PRECISION_BF16,     /* convolutions and linear layers multiply bf16 copies of their
-                              inputs and weights, accumulating in fp32 (outputs rounded to bf16,
-                              then kept fp32); everything else as fp32 */
-} gt_precision;
 
 /* The CUDA backend (cuda/); returns -1 with a message when built without CUDA. */
 int gt_cuda_device_count(void);

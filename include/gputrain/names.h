@@ -21,6 +21,7 @@ typedef enum gt_name_set {
     GT_NAMES_ON_NAN,   /* gt_on_nan, --on-nan */
     GT_NAMES_ON_DIVERGE, /* gt_on_diverge, --on-diverge */
     GT_NAMES_EXCHANGE, /* gt_exchange, --exchange */
+    GT_NAMES_PRECISION, /* gt_precision, --precision */
 } gt_name_set;
 
 /* The delay in updates that a mode's asynchrony adds with `workers` workers in all, which the
