@@ -299,7 +299,8 @@ static int slot_free(const cuda_impl *g)
     return slot_busy(g, 0) ? 1 : 0;
 }
 
-/* Gathers b into the slot's pinned bytes; the upload is the caller's. */
+/* Gathers b into the slot's pinned bytes, augmented as b says (data_augment.c: the same bytes as
+ * the CPU network's gather); the upload is the caller's. */
 static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch *b, gt_err *e)
 {
     const gt_dataset *ds = b->ds;
@@ -317,7 +318,7 @@ static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch 
                            ds->labels[id], g->nclasses);
         ids[i] = id;
         labels[i] = ds->labels[id];
-        memcpy(images + (size_t)i * g->in_len, ds->images + (size_t)id * g->in_len, g->in_len);
+        gt_data_copy_sample(ds, id, b->aug, b->seed, b->epoch, images + (size_t)i * g->in_len);
     }
     key->seed = b->seed;
     key->epoch = b->epoch;

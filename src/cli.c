@@ -297,6 +297,12 @@ static int cli_parse_image_size(const char *s, gt_config *c, gt_err *e)
     return 0;
 }
 
+/* --augment none, or a list of crop:P and flip. */
+static int cli_parse_augment(const char *s, gt_config *c, gt_err *e)
+{
+    return gt_augment_parse(s, &c->augment, e);
+}
+
 /* ---- the rows -------------------------------------------------------------------------------- */
 
 typedef enum cli_type {
@@ -404,6 +410,12 @@ static const cli_row cli_rows[] = {
      .parse = cli_parse_image_size, .commands = CMD_ALL,
      .help = "resize every image of an image folder to HxW (N: NxN)",
      .dflt = "all images share one size"},
+    {.name = "augment", .value = "none|crop:P,flip", .type = CLI_CUSTOM, .field = F(augment),
+     .parse = cli_parse_augment, .commands = CMD_TRAIN,
+     .help = "training batches only: a random crop of the image padded with P zeros (P 1.."
+             CLI_STR(GT_AUGMENT_MAX_PAD) ") and/or a horizontal flip, per sample, drawn from the "
+             "seed, the epoch and the sample alone",
+     .dflt = "none"},
     {.name = "train-samples", .value = "N", .type = CLI_U32, .field = F(train_samples), .lo = 1,
      .hi = UINT32_MAX, .commands = CMD_TRAIN, .help = "train on the first N samples only",
      .dflt = "all"},

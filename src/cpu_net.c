@@ -209,11 +209,14 @@ void gt_cpu_net_destroy(gt_cpu_net *net)
     memset(net, 0, sizeof *net);
 }
 
-static void net_gather(gt_cpu_net *net, const gt_batch *b)
+/* The batch's bytes (augmented where training: the same function as the CUDA staging gather)
+ * and labels, then the input step. */
+static void net_gather(gt_cpu_net *net, const gt_batch *b, int train)
 {
     size_t in_len = net->m->layers[0].in_len;
+    const gt_augment *aug = train ? b->aug : NULL;
     for (int i = 0; i < b->n; i++) {
-        memcpy(net->xbytes + i * in_len, b->ds->images + (size_t)b->idx[i] * in_len, in_len);
+        gt_data_copy_sample(b->ds, b->idx[i], aug, b->seed, b->epoch, net->xbytes + i * in_len);
         net->ybytes[i] = b->ds->labels[b->idx[i]];
     }
     gt_input_normalize(net->xbytes, net->act[0], (size_t)b->n * in_len);
@@ -235,7 +238,7 @@ double gt_cpu_net_run(gt_cpu_net *net, const float *params, float *buffers, cons
     for (int l = 0; l < m->nlayers; l++)
         if (!(rows[l] = gt_layer_kind_of(m->layers[l].kind)))
             return NAN; /* gt_cpu_net_create refuses such a model; this one changed since */
-    net_gather(net, b);
+    net_gather(net, b, train);
     for (int l = 0; l < m->nlayers; l++)
         rows[l]->cpu_forward(net, l, params, b, train);
     float *dy = net->grad_act, *dx = net->grad_act2;

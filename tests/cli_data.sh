@@ -2,8 +2,8 @@
 # cli_data.sh - the data formats without a dataset installed, end to end on the CPU: a CIFAR-10
 # folder written here trains a small colour model for an epoch and predicts with its class names;
 # damaged CIFAR files give one-line errors naming the file. Synthetic data: an epoch of the same
-# model on it beats chance clearly, a checkpoint of it resumes, and bad specs are command-line
-# errors naming the value. --image-size: a folder of colour images of many sizes trains, evaluates
+# model on it beats chance clearly, also with --augment (the same losses with one worker or two
+# under sync), a checkpoint of it resumes, and bad specs are command-line errors naming the value. --image-size: a folder of colour images of many sizes trains, evaluates
 # and predicts on any-size images, the checkpoint saying that its images were resized.
 . "$(dirname "$0")/lib_cli.sh"
 command -v python3 >/dev/null || { echo "skipped: python3 not found"; exit 77; }
@@ -54,6 +54,20 @@ grep -q "^resuming" "$TMP/res.out" || fail "synthetic resume: $(cat "$TMP/res.ou
 "$BIN" "${SYN[@]/3000/3001}" --epochs 2 --resume "$TMP/syn.safetensors" >"$TMP/res.out" 2>&1 &&
     fail "resumed on other synthetic data"
 grep -q "trained on other data" "$TMP/res.out" || fail "synthetic resume on other data: $(cat "$TMP/res.out")"
+# Augmentation (crop and flip of the training batches): it still learns, the log records it, and
+# the same seed gives the same run whatever the worker count's split of the batches (sync).
+"$BIN" "${SYN[@]}" --epochs 1 --augment crop:2,flip --log "$TMP/aug.jsonl" >"$TMP/aug.out" 2>&1 ||
+    fail "training with --augment failed: $(cat "$TMP/aug.out")"
+acc=$(sed -n 's/^done:.*test acc \([0-9.]*\).*/\1/p' "$TMP/aug.out")
+awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5) }' || fail "--augment: test accuracy '$acc' after an epoch (chance 0.1)"
+grep -q '"augment":"crop:2,flip"' "$TMP/aug.jsonl" || fail "--augment: not in the log's config record"
+AUG=(--data synthetic:3x32x32:10:400 --model "$MODEL" --no-progress --epochs 1 --mode sync --literal)
+aug_losses() { "$BIN" "${AUG[@]}" "$@" 2>&1 | sed -n 's/^epoch.*\(train loss .*acc [0-9.]*\).*samples\/s.*/\1/p'; }
+l1=$(aug_losses --gpus cpu:1 --batch 40 --augment crop:3,flip)
+l2=$(aug_losses --gpus cpu:2 --batch 20 --augment crop:3,flip)
+l0=$(aug_losses --gpus cpu:1 --batch 40)
+[ -n "$l1" ] && [ "$l1" = "$l2" ] || fail "--augment: 1 worker at 40 and 2 at 20 differ: '$l1' / '$l2'"
+[ "$l1" != "$l0" ] || fail "--augment crop:3,flip trained exactly as without it: '$l0'"
 for bad in synthetic:0x32x32:10 synthetic:3x32 synthetic:3x32x32:1 synthetic:3x99999x32:10; do
     expect_exit 2 -- --data "$bad" --gpus cpu:1 --epochs 1
     expect_error "$bad" -- --data "$bad" --gpus cpu:1 --epochs 1

@@ -37,7 +37,7 @@ static double field(const gt_config *c, const char *name)
         "quiet", "checkpoint_every", "checkpoint_every_steps", "keep", "on_nan", "inject_worker",
         "inject_step", "stall_timeout", "tf32", "log_steps", "overlap", "host_timeout",
         "allow_nonfinite", "literal", "on_diverge", "given", "ignore_classes", "top", "nitems",
-        "exchange", "image_h", "image_w", "store_step"};
+        "exchange", "image_h", "image_w", "store_step", "augment_pad", "augment_flip"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -48,7 +48,8 @@ static double field(const gt_config *c, const char *name)
         c->checkpoint_every, c->checkpoint_every_steps, c->keep, c->on_nan, c->inject_worker,
         c->inject_step, c->stall_timeout, c->tf32, c->log_steps, c->overlap, c->host_timeout,
         c->allow_nonfinite, c->literal, c->on_diverge, c->given, c->ignore_classes, c->top,
-        c->nitems, c->exchange, c->image_size[0], c->image_size[1], c->store_step};
+        c->nitems, c->exchange, c->image_size[0], c->image_size[1], c->store_step,
+        c->augment.pad, c->augment.flip};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -112,6 +113,11 @@ static const good_case GOOD[] = {
     {{NULL}, "top", 3, NULL},
     {{NULL}, "image_h", 0, NULL},
     {{"--image-size", "48x64"}, "image_h", 48, NULL},
+    {{NULL}, "augment_pad", 0, NULL},
+    {{"--augment", "crop:2,flip"}, "augment_pad", 2, NULL},
+    {{"--augment", "crop:2,flip"}, "augment_flip", 1, NULL},
+    {{"--augment", "flip"}, "augment_pad", 0, NULL},
+    {{"--augment", "none"}, "augment_flip", 0, NULL},
     {{"--image-size", "48x64"}, "image_w", 64, NULL},
     {{"predict", "--checkpoint", "m.st", "--image-size", "32", "a.png"}, "image_w", 32, NULL},
     {{"predict", "--checkpoint", "m.st", "a.png"}, "command", GT_CMD_PREDICT, NULL},
@@ -359,6 +365,8 @@ static const bad_case BAD[] = {
     {{"predict", "--checkpoint", "m.st"}, "predict", "at least one image"},
     {{"predict", "--checkpoint", "m.st", "--top", "0", "a.png"}, "--top", "0 is out of range"},
     {{"--image-size", "32x"}, "--image-size", "'32x' is not HxW or N"},
+    {{"--augment", "crop:0"}, "--augment", "crop padding 0 is out of range (1..64)"},
+    {{"--augment", "rotate"}, "--augment", "'rotate' is not none or a list of crop:P and flip"},
     {{"--image-size", "x32"}, "--image-size", "'x32' is not HxW or N"},
     {{"--image-size", "32x0"}, "--image-size", "32x0 is out of range"},
     {{"--image-size", "4097"}, "--image-size", "4097 is out of range (sides 1..4096)"},

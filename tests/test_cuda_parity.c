@@ -442,7 +442,7 @@ static void eval_compare(gt_device *d, gt_cpu_net *net, const float *params,
     uint32_t *idx = gt_alloc(n * sizeof *idx);
     for (uint32_t i = 0; i < n; i++)
         idx[i] = lo + i;
-    gt_batch b = {ds, idx, (int)n, 0, 0};
+    gt_batch b = {ds, idx, (int)n, 0, 0, NULL};
     int hits_cpu = 0;
     double loss_cpu = gt_cpu_net_step(net, params, &b, 0, NULL, &hits_cpu);
     gt_step_out out = {.correct = -1};

@@ -5,10 +5,12 @@
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #include <stb_image_write.h>
 
+#include "gputrain/cpu_net.h"
 #include "gputrain/data.h"
 #include "test_util.h"
 
 #include <ftw.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -1426,6 +1428,158 @@ static void test_escape(void)
     CHECK_MSG(strcmp(e.msg, "/tmp/\\x1b]0;x\\x07.png: bad") == 0, "%s", e.msg);
 }
 
+/* ---- augmentation ---------------------------------------------------------------------------- */
+
+/* The expected crop (corner dy, dx of the P-padded image) and flip of a c x h x w image, built the
+ * slow way: pad into a larger array, cut, mirror. */
+static void augment_expected(const uint8_t *src, int c, int h, int w, int pad, int dy, int dx,
+                             int flip, uint8_t *out)
+{
+    int ph = h + 2 * pad, pw = w + 2 * pad;
+    uint8_t *padded = calloc((size_t)c * ph * pw, 1);
+    for (int ch = 0; ch < c; ch++)
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++)
+                padded[((size_t)ch * ph + y + pad) * pw + x + pad] = src[((size_t)ch * h + y) * w + x];
+    for (int ch = 0; ch < c; ch++)
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++) {
+                int cx = flip ? w - 1 - x : x;
+                out[((size_t)ch * h + y) * w + x] = padded[((size_t)ch * ph + y + dy) * pw + cx + dx];
+            }
+    free(padded);
+}
+
+static void test_augment_parse(void)
+{
+    gt_augment a;
+    gt_err e = {{0}};
+    char buf[32];
+    CHECK(gt_augment_parse("crop:2,flip", &a, &e) == 0 && a.pad == 2 && a.flip == 1);
+    gt_augment_format(&a, buf, sizeof buf);
+    CHECK(strcmp(buf, "crop:2,flip") == 0);
+    CHECK(gt_augment_parse("flip", &a, &e) == 0 && a.pad == 0 && a.flip == 1);
+    gt_augment_format(&a, buf, sizeof buf);
+    CHECK(strcmp(buf, "flip") == 0);
+    CHECK(gt_augment_parse("none", &a, &e) == 0 && !gt_augment_on(&a));
+    gt_augment_format(&a, buf, sizeof buf);
+    CHECK(strcmp(buf, "none") == 0);
+    CHECK(!gt_augment_on(NULL));
+    const char *bad[] = {"", "crop", "crop:", "crop:0", "crop:65", "crop:2x", "flip,", "mirror",
+                         "none,flip", "crop:-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK_MSG(gt_augment_parse(bad[i], &a, &e) != 0, "'%s' accepted", bad[i]);
+        CHECK(strstr(e.msg, "--augment") != NULL);
+    }
+}
+
+/* A known image after a given crop and flip; every offset and both flips occur; the draw depends
+ * on (seed, epoch, sample) alone; no augmentation copies the bytes. */
+static void test_augment_bytes(void)
+{
+    enum { C = 2, H = 4, W = 5, N = 600 };
+    gt_dataset ds = {.n = N, .c = C, .h = H, .w = W, .nclasses = 2};
+    ds.images = gt_alloc((size_t)N * C * H * W);
+    for (size_t i = 0; i < (size_t)N * C * H * W; i++)
+        ds.images[i] = (uint8_t)(i % 251 + 1);
+    gt_augment a = {.pad = 2, .flip = 1};
+    uint8_t got[C * H * W], want[C * H * W];
+    /* One hand-written case: sample 0 cut at corner (0, 3), mirrored. Channel 0 is 1..20 row by
+     * row; the window holds padded rows -2..1 and columns 1..5 of the image, right to left. */
+    augment_expected(ds.images, C, H, W, 2, 0, 3, 1, want);
+    static const uint8_t hand[H * W] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        0, 5, 4, 3, 2, 0, 10, 9, 8, 7};
+    CHECK(memcmp(want, hand, sizeof hand) == 0);
+    int seen[5][5][2] = {{{0}}};
+    for (uint32_t s = 0; s < N; s++) {
+        int dy, dx, flip, dy2, dx2, flip2;
+        gt_augment_draw(&a, 42, 3, s, &dy, &dx, &flip);
+        gt_augment_draw(&a, 42, 3, s, &dy2, &dx2, &flip2);
+        CHECK(dy == dy2 && dx == dx2 && flip == flip2);
+        CHECK(dy >= 0 && dy <= 4 && dx >= 0 && dx <= 4 && (flip == 0 || flip == 1));
+        seen[dy][dx][flip]++;
+        gt_data_copy_sample(&ds, s, &a, 42, 3, got);
+        augment_expected(ds.images + (size_t)s * C * H * W, C, H, W, 2, dy, dx, flip, want);
+        CHECK_MSG(memcmp(got, want, sizeof got) == 0, "sample %u", s);
+    }
+    int all = 1;
+    for (int y = 0; y < 5; y++)
+        for (int x = 0; x < 5; x++)
+            all = all && seen[y][x][0] && seen[y][x][1];
+    CHECK(all);
+    /* Another epoch or seed draws differently for some samples; the same key always the same. */
+    int differ_epoch = 0, differ_seed = 0;
+    for (uint32_t s = 0; s < 64; s++) {
+        int d[3], o[3], q[3];
+        gt_augment_draw(&a, 42, 3, s, &d[0], &d[1], &d[2]);
+        gt_augment_draw(&a, 42, 4, s, &o[0], &o[1], &o[2]);
+        gt_augment_draw(&a, 43, 3, s, &q[0], &q[1], &q[2]);
+        differ_epoch += memcmp(d, o, sizeof d) != 0;
+        differ_seed += memcmp(d, q, sizeof d) != 0;
+    }
+    CHECK(differ_epoch > 32 && differ_seed > 32);
+    /* Flip alone never shifts; crop alone never mirrors; none copies. */
+    gt_augment fl = {.pad = 0, .flip = 1}, none = {0, 0};
+    for (uint32_t s = 0; s < 16; s++) {
+        int dy, dx, flip;
+        gt_augment_draw(&fl, 42, 3, s, &dy, &dx, &flip);
+        CHECK(dy == 0 && dx == 0);
+        gt_data_copy_sample(&ds, s, &fl, 42, 3, got);
+        augment_expected(ds.images + (size_t)s * C * H * W, C, H, W, 0, 0, 0, flip, want);
+        CHECK(memcmp(got, want, sizeof got) == 0);
+        gt_data_copy_sample(&ds, s, &none, 42, 3, got);
+        CHECK(memcmp(got, ds.images + (size_t)s * C * H * W, sizeof got) == 0);
+        gt_data_copy_sample(&ds, s, NULL, 42, 3, got);
+        CHECK(memcmp(got, ds.images + (size_t)s * C * H * W, sizeof got) == 0);
+    }
+    gt_free(ds.images);
+}
+
+/* The CPU network's gather augments a training batch as gt_data_copy_sample does, whatever batch
+ * the sample lands in, and never an evaluation. */
+static void test_augment_cpu_net(void)
+{
+    enum { C = 1, H = 6, W = 6, N = 8 };
+    gt_err e = {{0}};
+    gt_model m;
+    CHECK(gt_model_build("fc:3", C, H, W, 3, &m, &e) == 0);
+    gt_dataset ds = {.n = N, .c = C, .h = H, .w = W, .nclasses = 3};
+    ds.images = gt_alloc((size_t)N * C * H * W);
+    ds.labels = gt_alloc(N);
+    for (size_t i = 0; i < (size_t)N * C * H * W; i++)
+        ds.images[i] = (uint8_t)(i * 7 % 250 + 3);
+    for (int i = 0; i < N; i++)
+        ds.labels[i] = (uint8_t)(i % 3);
+    gt_cpu_net net;
+    CHECK(gt_cpu_net_create(&net, &m, N, &e) == 0);
+    float *params = gt_alloc(m.nparams * sizeof(float));
+    gt_model_init_params(&m, params, 1);
+    gt_augment a = {.pad = 2, .flip = 1};
+    uint32_t idx[N] = {5, 1, 7, 0, 2, 6, 3, 4}, one[1] = {7};
+    gt_batch b = {&ds, idx, N, 9, 77, &a};
+    uint8_t want[C * H * W];
+    size_t len = (size_t)C * H * W;
+    int changed = 0;
+    CHECK(isfinite(gt_cpu_net_step(&net, params, &b, 1, NULL, NULL)));
+    for (int i = 0; i < N; i++) {
+        gt_data_copy_sample(&ds, idx[i], &a, 77, 9, want);
+        CHECK(memcmp(net.xbytes + i * len, want, len) == 0);
+        changed += memcmp(want, ds.images + idx[i] * len, len) != 0;
+    }
+    CHECK(changed > 0);
+    gt_batch b1 = {&ds, one, 1, 9, 77, &a};
+    CHECK(isfinite(gt_cpu_net_step(&net, params, &b1, 1, NULL, NULL)));
+    gt_data_copy_sample(&ds, 7, &a, 77, 9, want);
+    CHECK(memcmp(net.xbytes, want, len) == 0);
+    CHECK(isfinite(gt_cpu_net_step(&net, params, &b, 0, NULL, NULL)));
+    for (int i = 0; i < N; i++)
+        CHECK(memcmp(net.xbytes + i * len, ds.images + idx[i] * len, len) == 0);
+    gt_free(params);
+    gt_cpu_net_destroy(&net);
+    gt_free(ds.images);
+    gt_free(ds.labels);
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/gt_test_data_XXXXXX");
@@ -1452,6 +1606,9 @@ int main(void)
     test_cifar_damage();
     test_synthetic();
     test_image_size();
+    test_augment_parse();
+    test_augment_bytes();
+    test_augment_cpu_net();
     remove_tree(tmp_root);
     TEST_DONE();
 }

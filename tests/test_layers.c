@@ -962,7 +962,7 @@ static void test_unknown_kind(void)
     ds.images = gt_alloc(4 * 6);
     ds.labels = gt_alloc(4);
     uint32_t idx[4] = {0, 1, 2, 3};
-    gt_batch b = {&ds, idx, 4, 1, 7};
+    gt_batch b = {&ds, idx, 4, 1, 7, NULL};
     float *params = fill_uniform(m.nparams, -0.5f, 0.5f);
     CHECK(gt_cpu_net_create(&net, &m, 4, &e) == 0);
     CHECK(isfinite(gt_cpu_net_step(&net, params, &b, 1, NULL, NULL)));

@@ -60,6 +60,7 @@ typedef struct gt_config {
     char data[GT_PATHLEN];        /* "" = default search */
     uint32_t train_samples;       /* 0 = all */
     int image_size[2];            /* --image-size: height, width folder images are resized to; 0 0 = none */
+    gt_augment augment;           /* --augment: training batches' crop and flip (data.h); 0 0 = none */
     int epochs;
     int batch;                    /* per worker, in every mode */
     gt_optim_cfg optim;

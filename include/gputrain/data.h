@@ -52,6 +52,34 @@ int gt_data_load_sized(const char *dir, uint32_t train_limit, const int *size, g
                        gt_err *e);
 void gt_data_free(gt_data *d);
 
+/* Training-data augmentation (data_augment.c, --augment), applied to the uint8 bytes of a training
+ * batch while the host gathers it (the CPU network's gather and the CUDA staging gather both call
+ * gt_data_copy_sample), never to evaluation. The crop and flip of sample s in epoch e are a pure
+ * function of (seed, e, s) through gt_augment_key (counter_rng.h), so every mode, worker count and
+ * backend sees the same augmented sample. As torchvision's RandomCrop(padding=P) followed by
+ * RandomHorizontalFlip: the image is padded with P zeros on every side, an H x W window is cut at
+ * a uniform offset (0..2P down, 0..2P across), then mirrored left-right with probability 1/2. */
+#define GT_AUGMENT_MAX_PAD 64
+typedef struct gt_augment {
+    int pad;  /* crop:P, zero padding on each side, 0..GT_AUGMENT_MAX_PAD; 0 = no crop */
+    int flip; /* 1: horizontal flip with probability 1/2 */
+} gt_augment;
+
+/* Whether a changes anything (NULL: no). */
+int gt_augment_on(const gt_augment *a);
+/* Parses --augment's value: "none", or a comma list of crop:P and flip. 0, or -1 with a one-line
+ * message. */
+int gt_augment_parse(const char *s, gt_augment *a, gt_err *e);
+/* The canonical text of a ("none", "crop:2,flip", "flip"), for logs and the config record. */
+void gt_augment_format(const gt_augment *a, char *buf, size_t size);
+/* The crop offsets (dy, dx: 0..2P, the window's corner in the padded image) and flip that sample
+ * gets in epoch (exposed for tests). */
+void gt_augment_draw(const gt_augment *a, uint64_t seed, uint32_t epoch, uint32_t sample, int *dy,
+                     int *dx, int *flip);
+/* Sample id of ds, augmented by a (NULL: copied as it is), into dst (c * h * w bytes). */
+void gt_data_copy_sample(const gt_dataset *ds, uint32_t id, const gt_augment *a, uint64_t seed,
+                         uint32_t epoch, uint8_t *dst);
+
 /* The shape of one sample (channels, height, width) and the class count of the dataset that
  * gt_data_load(dir, ...) would load, read from the train images' IDX header alone (CIFAR's is
  * fixed), so that the model can be built and the devices opened while the data still loads.
