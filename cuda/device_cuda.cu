@@ -375,7 +375,7 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
     gt_cuda_pass pass = {n, g->params, g->grad, NULL, (const uint32_t *)(s->dev + lay.ids), 0, 0,
                          (const gt_cuda_key *)s->dev};
     const float *logits;
-    if (gt_cuda_normalize(c, s->dev + lay.images, g->act[0], (size_t)n * g->in_len, e) ||
+    if (gt_cuda_input(c, m, s->dev + lay.images, g->act[0], n, e) ||
         cuda_forward(g, m, pass, 1, &logits, e))
         return -1;
     GT_CUDA_CHECK(d->name, e, cudaMemsetAsync(g->result, 0, sizeof *g->result, c->stream));
@@ -399,6 +399,10 @@ static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, gt_err *e
     GT_CUDA_CHECK(d->name, e,
                   cudaMemcpyAsync(slot->dev, slot->host, lay.total, cudaMemcpyHostToDevice,
                                   c->stream));
+    if (g->fused && d->model->norm.on)
+        return gt_fail(e, "%s: the fused LeNet step does not normalise the input per channel "
+                          "(--normalize): the device was opened before the model normalised",
+                       d->name);
     if (g->fused ? gt_fused_train(c, &g->fnet, g->params, slot->dev + lay.images,
                                   slot->dev + lay.labels, n, g->grad, g->result, e)
                  : cuda_layers_train(d, g, slot, n, e))
@@ -602,11 +606,15 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
     GT_CUDA_CHECK(d->name, e,
                   cudaMemcpyAsync(g->eval_y, ds->labels + lo, (size_t)n, cudaMemcpyHostToDevice,
                                   c->stream));
+    if (g->fused && d->model->norm.on)
+        return gt_fail(e, "%s: the fused LeNet step does not normalise the input per channel "
+                          "(--normalize): the device was opened before the model normalised",
+                       d->name);
     if (g->fused)
         return gt_fused_eval(c, &g->fnet, g->params, g->eval_x, g->eval_y, n, g->result, e);
     gt_cuda_pass pass = {n, g->params, NULL, NULL, NULL, 0, 0, NULL};
     const float *logits;
-    if (gt_cuda_normalize(c, g->eval_x, g->act[0], (size_t)n * g->in_len, e) ||
+    if (gt_cuda_input(c, d->model, g->eval_x, g->act[0], n, e) ||
         cuda_forward(g, d->model, pass, 0, &logits, e))
         return -1;
     return gt_cuda_softmax_xent(c, logits, g->eval_y, n, g->nclasses, 1.0f / (float)n, NULL,
@@ -686,6 +694,9 @@ int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e)
     cuda_impl *g = cuda_impl_of(d);
     if (!g)
         return gt_fail(e, "gt_cuda_device_set_path: not a CUDA device");
+    if (fused && d->model->norm.on)
+        return gt_fail(e, "%s: the fused LeNet step does not normalise the input per channel "
+                          "(--normalize): model %s runs layer by layer", d->name, d->model->name);
     if (fused && !g->fusable)
         return gt_fail(e, "%s: model %s does not have the fused step's shape (conv act avgpool "
                           "conv act avgpool fc act fc act fc)",
@@ -737,7 +748,8 @@ static int cuda_plan_fused(gt_device *d, cuda_impl *g, gt_err *e)
     GT_CUDA_CHECK(d->name, e,
                   cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                          d->ordinal));
-    g->fusable = gt_fused_plan(d->model, (size_t)smem, &g->fnet);
+    /* The fused kernels convert the input as x / 255 alone: --normalize takes the layer path. */
+    g->fusable = !d->model->norm.on && gt_fused_plan(d->model, (size_t)smem, &g->fnet);
     if (g->fusable && gt_fused_alloc(g->ctx, &g->fnet, g->cap, e))
         return -1;
     g->fused = g->fusable;

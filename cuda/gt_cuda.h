@@ -265,6 +265,11 @@ typedef struct gt_cuda_result {
 } gt_cuda_result;
 
 int gt_cuda_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_t len, gt_err *e);
+/* The model's input step on n samples of m's input (model.h's gt_input_norm): x / 255 where its
+ * normalisation is off (gt_cuda_normalize), else (x / 255 - mean[ch]) / std[ch], the CPU's formula
+ * (cpu_net.c), so the floats are equal. */
+int gt_cuda_input(gt_cuda_ctx *c, const gt_model *m, const uint8_t *src, float *dst, int n,
+                  gt_err *e);
 /* Sets *flag (device memory, zeroed by the caller) when an entry of g[0..len) is not finite. */
 int gt_cuda_flag_nonfinite(gt_cuda_ctx *c, const float *g, size_t len, int *flag, gt_err *e);
 /* y[r][j] += b[j] for rows r < n of width len. */

@@ -67,6 +67,9 @@ static int net_check_model(const gt_model *m, int *depth, gt_err *e)
                        GT_MAX_LAYERS);
     if (net_check_blocks(m, depth, e))
         return -1;
+    if (m->norm.on && (m->in_c > GT_NORM_MAX_C || m->in_c < 1))
+        return gt_fail(e, "model %s: %d input channels to normalise (at most %d)", m->name,
+                       m->in_c, GT_NORM_MAX_C);
     int c = m->in_c, h = m->in_h, w = m->in_w;
     for (int l = 0; l < m->nlayers; l++) {
         const gt_layer *L = &m->layers[l];
@@ -209,6 +212,23 @@ void gt_cpu_net_destroy(gt_cpu_net *net)
     memset(net, 0, sizeof *net);
 }
 
+/* The input step with the model's per-channel normalisation (model.h): the formula of the GPU's
+ * input kernel (kernels.cu), so both give the same floats. */
+static void net_input(const gt_model *m, const uint8_t *src, float *dst, int n)
+{
+    size_t plane = (size_t)m->in_h * m->in_w, len = (size_t)n * m->in_c * plane;
+    if (!m->norm.on) {
+        gt_input_normalize(src, dst, len);
+        return;
+    }
+    for (size_t p = 0; p < len; p += plane) {
+        int ch = (int)(p / plane % (size_t)m->in_c);
+        float mean = m->norm.mean[ch], std = m->norm.std[ch];
+        for (size_t j = p; j < p + plane; j++)
+            dst[j] = ((float)src[j] / 255.0f - mean) / std;
+    }
+}
+
 /* The batch's bytes (augmented where training: the same function as the CUDA staging gather)
  * and labels, then the input step. */
 static void net_gather(gt_cpu_net *net, const gt_batch *b, int train)
@@ -219,7 +239,7 @@ static void net_gather(gt_cpu_net *net, const gt_batch *b, int train)
         gt_data_copy_sample(b->ds, b->idx[i], aug, b->seed, b->epoch, net->xbytes + i * in_len);
         net->ybytes[i] = b->ds->labels[b->idx[i]];
     }
-    gt_input_normalize(net->xbytes, net->act[0], (size_t)b->n * in_len);
+    net_input(net->m, net->xbytes, net->act[0], b->n);
 }
 
 /* A batch larger than max_batch would overrun the buffers, and batch norm without its buffers

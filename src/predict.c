@@ -83,6 +83,7 @@ int gt_predict_model(const char *path, const gt_ckpt_meta *meta, int in_c, int i
     if (strcmp(meta->model, m->name) != 0 && strcmp(meta->model, "custom") != 0)
         return gt_fail(e, "checkpoint %s: the metadata names model %.31s, but model_spec is %s: "
                        "the file was edited", path, meta->model, m->name);
+    m->norm = meta->norm; /* the input step the model was trained with */
     return gt_model_check_runnable(m, e);
 }
 

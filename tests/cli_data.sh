@@ -3,7 +3,8 @@
 # folder written here trains a small colour model for an epoch and predicts with its class names;
 # damaged CIFAR files give one-line errors naming the file. Synthetic data: an epoch of the same
 # model on it beats chance clearly, also with --augment (the same losses with one worker or two
-# under sync), a checkpoint of it resumes, and bad specs are command-line errors naming the value. --image-size: a folder of colour images of many sizes trains, evaluates
+# under sync) and --normalize (eval and predict normalise alike), a checkpoint of it resumes, and bad
+# specs are command-line errors naming the value. --image-size: a folder of colour images of many sizes trains, evaluates
 # and predicts on any-size images, the checkpoint saying that its images were resized.
 . "$(dirname "$0")/lib_cli.sh"
 command -v python3 >/dev/null || { echo "skipped: python3 not found"; exit 77; }
@@ -68,6 +69,26 @@ l2=$(aug_losses --gpus cpu:2 --batch 20 --augment crop:3,flip)
 l0=$(aug_losses --gpus cpu:1 --batch 40)
 [ -n "$l1" ] && [ "$l1" = "$l2" ] || fail "--augment: 1 worker at 40 and 2 at 20 differ: '$l1' / '$l2'"
 [ "$l1" != "$l0" ] || fail "--augment crop:3,flip trained exactly as without it: '$l0'"
+# --normalize: auto's per-channel statistics reach the log and the checkpoint, and eval and
+# predict normalise as training did (their accuracy is the run's last evaluation); a list of the
+# wrong length for the data's channels is a command-line error.
+NRM=(--data synthetic:3x16x16:10:200 --model "$MODEL" --no-progress --epochs 1 --gpus cpu:1 --batch 50)
+"$BIN" "${NRM[@]}" --normalize auto --checkpoint "$TMP/norm.st" --log "$TMP/norm.jsonl" >"$TMP/norm.out" 2>&1 ||
+    fail "--normalize auto failed: $(cat "$TMP/norm.out")"
+grep -q '"normalize":"0\.[0-9]*,0\.[0-9]*,0\.[0-9]*/0\.[0-9]*,0\.[0-9]*,0\.[0-9]*"' "$TMP/norm.jsonl" ||
+    fail "--normalize auto: the config record says $(grep -o '"normalize":"[^"]*"' "$TMP/norm.jsonl")"
+run_eval=$(sed -n 's/^epoch.*test loss \([0-9.]*\) acc \([0-9.]*\).*/\1 \2/p' "$TMP/norm.out")
+"$BIN" eval --checkpoint "$TMP/norm.st" --data synthetic:3x16x16:10:200 --gpus cpu:1 >"$TMP/norm.eval" 2>&1 ||
+    fail "eval of a normalised checkpoint: $(cat "$TMP/norm.eval")"
+ev=$(sed -n 's/.*test loss \([0-9.]*\) acc \([0-9.]*\).*/\1 \2/p' "$TMP/norm.eval")
+[ -n "$ev" ] && [ "$ev" = "$run_eval" ] || fail "--normalize: eval says '$ev', the run '$run_eval'"
+acc=$("$BIN" predict --checkpoint "$TMP/norm.st" --data synthetic:3x16x16:10:200 test:0-9999 | sed -n 's/^accuracy \([0-9.]*\).*/\1/p')
+[ "$acc" = "${run_eval#* }" ] || fail "--normalize: predict's accuracy '$acc', the run's '${run_eval#* }'"
+"$BIN" "${NRM[@]}" --normalize 0.5,0.5,0.5/0.25,0.25,0.25 --checkpoint "$TMP/norm.st" >/dev/null 2>&1 ||
+    fail "--normalize with one value per channel failed"
+"$BIN" "${NRM[@]}" --normalize 0.5/0.25 >/dev/null 2>&1 || fail "--normalize with one value failed"
+expect_exit 2 -- "${NRM[@]}" --normalize 0.5,0.5/0.25,0.25
+expect_error "--normalize 0.5,0.5/0.25,0.25" "2 values per list for 3-channel data" -- "${NRM[@]}" --normalize 0.5,0.5/0.25,0.25
 for bad in synthetic:0x32x32:10 synthetic:3x32 synthetic:3x32x32:1 synthetic:3x99999x32:10; do
     expect_exit 2 -- --data "$bad" --gpus cpu:1 --epochs 1
     expect_error "$bad" -- --data "$bad" --gpus cpu:1 --epochs 1

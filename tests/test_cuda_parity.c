@@ -349,6 +349,7 @@ static void make_batch(gt_batch *b, uint32_t *idx, int n, const gt_dataset *ds, 
     b->n = n;
     b->epoch = 3;
     b->seed = 0x5eedull;
+    b->aug = NULL;
 }
 
 /* A step whose gradients miss TOL but stay within KINK_TOL is allowed twice per path (the
@@ -855,6 +856,65 @@ static void test_tf32(const gt_dataset *ds, const char *name, double grad_tol)
     gt_free(grad_cpu);
 }
 
+/* The data side on the GPU: augmented training batches (the staging gather's bytes must be the
+ * CPU gather's) on the fused and the layer path, and --normalize's input step, which the fused
+ * path refuses (open chooses the layer path), in steps and evaluation. */
+static void test_data_input(const gt_dataset *ds)
+{
+    gt_rng own, *r = &own;
+    gt_rng_seed(r, 91);
+    gt_augment aug = {.pad = 2, .flip = 1};
+    for (int norm = 0; norm <= 1; norm++) {
+        gt_model m;
+        gt_cpu_net net;
+        gt_device *d = NULL;
+        gt_err e = {""};
+        CHECK(gt_model_build("lenet5", 1, 28, 28, 10, &m, &e) == 0);
+        if (norm) {
+            m.norm.on = 1;
+            m.norm.mean[0] = 0.2860f;
+            m.norm.std[0] = 0.3530f;
+        }
+        float *params = gt_alloc(m.nparams * sizeof *params);
+        float *grad_cpu = gt_alloc(m.nparams * sizeof *grad_cpu);
+        gt_model_init_params(&m, params, 13);
+        CHECK(gt_cpu_net_create(&net, &m, 64, &e) == 0);
+        int rc = gt_cuda_device_open(&d, &m, 32, 0, 0, &e);
+        CHECK_MSG(rc == 0, "data input open: %s", e.msg);
+        gt_cuda_path path = {0};
+        if (rc == 0) {
+            CHECK(gt_cuda_device_get_path(d, &path) == 0);
+            CHECK_MSG(path.fused == !norm && path.fusable == !norm,
+                      "normalise %d: opened fused %d fusable %d", norm, path.fused, path.fusable);
+            int set = gt_cuda_device_set_path(d, 1, 1, &e);
+            CHECK(norm ? set == -1 && strstr(e.msg, "--normalize") != NULL : set == 0);
+        }
+        for (int fused = !norm; rc == 0 && fused >= 0; fused--) {
+            char what[96];
+            CHECK(gt_cuda_device_set_path(d, fused, 1, &e) == 0);
+            if (load_params(d, params, "data input"))
+                break;
+            for (int i = 0; i < 3; i++) {
+                uint32_t idx[32];
+                gt_batch b;
+                make_batch(&b, idx, 32, ds, r);
+                b.epoch = 5 + (uint32_t)i;
+                b.aug = &aug;
+                snprintf(what, sizeof what, "normalise %d augment %s step %d", norm,
+                         fused ? "fused" : "layers", i + 1);
+                step_compare(d, &net, params, &b, grad_cpu, what);
+            }
+            snprintf(what, sizeof what, "normalise %d %s evaluate", norm,
+                     fused ? "fused" : "layers");
+            eval_compare(d, &net, params, ds, 3, 60, what);
+        }
+        gt_device_close(d);
+        gt_cpu_net_destroy(&net);
+        gt_free(params);
+        gt_free(grad_cpu);
+    }
+}
+
 static void test_missing_gpu(int count)
 {
     gt_model m;
@@ -916,6 +976,7 @@ int main(void)
                "dropout:0.3 fc:16 relu fc:10", 16, 40, 0, &ds, &r);
     test_tf32(&ds, "lenet5", 5e-2);
     test_tf32(&ds, "cnn-wide", 0.1);
+    test_data_input(&ds);
     test_missing_gpu(count);
     gt_free(ds.images);
     gt_free(ds.labels);

@@ -1580,6 +1580,107 @@ static void test_augment_cpu_net(void)
     gt_free(ds.labels);
 }
 
+/* ---- normalisation --------------------------------------------------------------------------- */
+
+static void test_norm_parse(void)
+{
+    gt_input_norm n;
+    int count = 0;
+    gt_err e = {{0}};
+    char buf[600];
+    CHECK(gt_norm_parse("x", "0.4914,0.4822,0.4465/0.247,0.2435,0.2616", &n, &count, &e) == 0);
+    CHECK(n.on && count == 3 && n.mean[1] == 0.4822f && n.std[2] == 0.2616f);
+    gt_norm_format(&n, 3, buf, sizeof buf);
+    gt_input_norm back;
+    int count2;
+    CHECK(gt_norm_parse("x", buf, &back, &count2, &e) == 0 && count2 == 3);
+    CHECK(memcmp(back.mean, n.mean, sizeof n.mean) == 0 && memcmp(back.std, n.std, sizeof n.std) == 0);
+    /* 9 digits bring back any float exactly. */
+    n.mean[0] = 0.1f + 1e-8f, n.std[0] = 1.0f / 3.0f;
+    gt_norm_format(&n, 1, buf, sizeof buf);
+    CHECK(gt_norm_parse("x", buf, &back, &count2, &e) == 0 && count2 == 1);
+    CHECK(back.mean[0] == n.mean[0] && back.std[0] == n.std[0]);
+    n.on = 0;
+    gt_norm_format(&n, 3, buf, sizeof buf);
+    CHECK(strcmp(buf, "none") == 0);
+    const char *bad[] = {"", "/", "0.5", "0.5/", "/0.5", "0.5,/0.2", "0.5//0.2", "a/b",
+                         "0.5/-1", "0.5/0", "1e9/1", "0.5,0.5/0.5",
+                         "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1/1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK_MSG(gt_norm_parse("what", bad[i], &n, &count, &e) != 0, "'%s' accepted", bad[i]);
+        CHECK(strncmp(e.msg, "what: ", 6) == 0);
+    }
+}
+
+/* auto's statistics: the per-channel mean and population std of x / 255, by hand. */
+static void test_norm_stats(void)
+{
+    enum { N = 3, C = 2, P = 4 };
+    gt_dataset ds = {.n = N, .c = C, .h = 2, .w = 2, .nclasses = 2};
+    ds.images = gt_alloc(N * C * P);
+    double sum[C] = {0}, sq[C] = {0};
+    for (int i = 0; i < N * C * P; i++) {
+        ds.images[i] = (uint8_t)(i * 29 % 256);
+        int ch = i / P % C;
+        double v = ds.images[i] / 255.0;
+        sum[ch] += v, sq[ch] += v * v;
+    }
+    gt_input_norm n;
+    gt_err e = {{0}};
+    CHECK(gt_data_channel_stats(&ds, &n, &e) == 0 && n.on);
+    for (int ch = 0; ch < C; ch++) {
+        double mean = sum[ch] / (N * P), sd = sqrt(sq[ch] / (N * P) - mean * mean);
+        CHECK_CLOSE(n.mean[ch], mean, 1e-6);
+        CHECK_CLOSE(n.std[ch], sd, 1e-6);
+    }
+    memset(ds.images, 7, N * C * P); /* constant: std 1 */
+    CHECK(gt_data_channel_stats(&ds, &n, &e) == 0 && n.std[0] == 1.0f && n.std[1] == 1.0f);
+    CHECK_CLOSE(n.mean[0], 7 / 255.0, 1e-7);
+    ds.c = GT_NORM_MAX_C + 1;
+    CHECK(gt_data_channel_stats(&ds, &n, &e) != 0 && strstr(e.msg, "channels") != NULL);
+    gt_free(ds.images);
+}
+
+/* The CPU network's input step normalises each channel as model.h says, and leaves x / 255 with
+ * the normalisation off. */
+static void test_norm_cpu_net(void)
+{
+    enum { C = 3, H = 2, W = 3, N = 2 };
+    gt_err e = {{0}};
+    gt_model m;
+    CHECK(gt_model_build("fc:2", C, H, W, 2, &m, &e) == 0);
+    CHECK(!m.norm.on);
+    gt_dataset ds = {.n = N, .c = C, .h = H, .w = W, .nclasses = 2};
+    ds.images = gt_alloc(N * C * H * W);
+    ds.labels = gt_alloc(N);
+    for (int i = 0; i < N * C * H * W; i++)
+        ds.images[i] = (uint8_t)(i * 13 % 256);
+    ds.labels[0] = 0, ds.labels[1] = 1;
+    float *params = gt_alloc(m.nparams * sizeof(float));
+    gt_model_init_params(&m, params, 1);
+    uint32_t idx[N] = {1, 0};
+    gt_batch b = {&ds, idx, N, 0, 1, NULL};
+    gt_cpu_net net;
+    CHECK(gt_cpu_net_create(&net, &m, N, &e) == 0);
+    CHECK(isfinite(gt_cpu_net_step(&net, params, &b, 0, NULL, NULL)));
+    for (int i = 0; i < N * C * H * W; i++)
+        CHECK(net.act[0][i] == (float)ds.images[idx[i / (C * H * W)] * C * H * W + i % (C * H * W)] / 255.0f);
+    const float mean[C] = {0.5f, 0.25f, 0.125f}, sd[C] = {0.2f, 0.3f, 0.4f};
+    m.norm.on = 1;
+    memcpy(m.norm.mean, mean, sizeof mean);
+    memcpy(m.norm.std, sd, sizeof sd);
+    CHECK(isfinite(gt_cpu_net_step(&net, params, &b, 0, NULL, NULL)));
+    for (int i = 0; i < N * C * H * W; i++) {
+        int s = i / (C * H * W), ch = i / (H * W) % C;
+        uint8_t v = ds.images[idx[s] * C * H * W + i % (C * H * W)];
+        CHECK(net.act[0][i] == ((float)v / 255.0f - mean[ch]) / sd[ch]);
+    }
+    gt_cpu_net_destroy(&net);
+    gt_free(params);
+    gt_free(ds.images);
+    gt_free(ds.labels);
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/gt_test_data_XXXXXX");
@@ -1609,6 +1710,9 @@ int main(void)
     test_augment_parse();
     test_augment_bytes();
     test_augment_cpu_net();
+    test_norm_parse();
+    test_norm_stats();
+    test_norm_cpu_net();
     remove_tree(tmp_root);
     TEST_DONE();
 }

@@ -8,6 +8,8 @@
  * optimizer, classes (the class names, in label order, as a JSON array of strings inside the
  * string; absent in checkpoints written before it existed), wall_ms (optional: files without
  * it read as 0), resize_images ("1" where the run resized its images to in_shape, else absent),
+ * input_norm ("M1,M2,.../S1,S2,...", one per input channel, where the model's input step
+ * normalises: --normalize; absent: x / 255 alone),
  * batch, workers, epoch_pos, train_samples, lr, momentum, weight_decay (optional: files without
  * them read as 0), "crc32.<tensor>" for every tensor, and header_crc32: the CRC-32 of the 8
  * length bytes and the whole header with its own 8 digits read as "00000000", so that every byte
@@ -47,6 +49,7 @@ typedef struct gt_ckpt_meta {
     uint64_t seed;
     uint32_t data_fingerprint;
     int resized;              /* 1: trained on images resized to in_h x in_w (--image-size) */
+    gt_input_norm norm;       /* the input step's normalisation (--normalize); off where absent */
     int nnames;               /* class names held: nclasses, or 0 (a checkpoint written without) */
     char class_names[GT_CKPT_MAX_CLASSES][GT_CKPT_NAMELEN];
     uint64_t wall_ms;         /* training wall time up to the checkpoint, over every run resumed

@@ -7,6 +7,7 @@
 #define GT_DATA_H
 
 #include "gputrain/common.h"
+#include "gputrain/model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -79,6 +80,16 @@ void gt_augment_draw(const gt_augment *a, uint64_t seed, uint32_t epoch, uint32_
 /* Sample id of ds, augmented by a (NULL: copied as it is), into dst (c * h * w bytes). */
 void gt_data_copy_sample(const gt_dataset *ds, uint32_t id, const gt_augment *a, uint64_t seed,
                          uint32_t epoch, uint8_t *dst);
+
+/* Per-channel normalisation (gt_input_norm, model.h; --normalize). gt_norm_parse reads
+ * "M1,M2,.../S1,S2,..." (as many means as standard deviations, 1..GT_NORM_MAX_C, each std > 0)
+ * into *out (on) and *count, messages beginning with what; gt_norm_format writes count channels
+ * back in that form (9 significant digits: the floats exactly), or "none" where off.
+ * gt_data_channel_stats: the mean and standard deviation (population) of x / 255 over every pixel
+ * of each channel of ds (--normalize auto, on the training split); a constant channel gets std 1. */
+int gt_norm_parse(const char *what, const char *s, gt_input_norm *out, int *count, gt_err *e);
+void gt_norm_format(const gt_input_norm *n, int count, char *buf, size_t size);
+int gt_data_channel_stats(const gt_dataset *ds, gt_input_norm *out, gt_err *e);
 
 /* The shape of one sample (channels, height, width) and the class count of the dataset that
  * gt_data_load(dir, ...) would load, read from the train images' IDX header alone (CIFAR's is
