@@ -56,7 +56,8 @@ typedef struct cuda_impl {
     uint8_t *mask[GT_MAX_LAYERS];      /* dropout keep flags, max_batch rows */
     cuda_slot slot[2];
     int inflight[2], ninflight;        /* slots of begun, not yet ended steps, oldest first */
-    uint8_t *eval_x, *eval_y;          /* one evaluation chunk's images and labels */
+    uint8_t *eval_x;                   /* one evaluation chunk's images */
+    uint16_t *eval_y;                  /* and labels */
     gt_cuda_result *result;
     gt_cuda_result *result_host;       /* pinned, one per slot (a step's loss and hits), then the
                                         * evaluation's: a step may still be queued beside it */
@@ -79,7 +80,7 @@ static slot_layout slot_layout_for(int n, size_t in_len)
     slot_layout l;
     l.ids = align16(sizeof(gt_cuda_key));
     l.labels = align16(l.ids + (size_t)n * sizeof(uint32_t));
-    l.images = align16(l.labels + (size_t)n);
+    l.images = align16(l.labels + (size_t)n * sizeof(uint16_t));
     l.total = l.images + (size_t)n * in_len;
     return l;
 }
@@ -215,7 +216,7 @@ static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
                       cudaEventCreateWithFlags(&g->slot[s].consumed, cudaEventDisableTiming));
     }
     if (gt_cuda_malloc(c, (void **)&g->eval_x, cap * g->in_len, e) ||
-        gt_cuda_malloc(c, (void **)&g->eval_y, cap, e) ||
+        gt_cuda_malloc(c, (void **)&g->eval_y, cap * sizeof *g->eval_y, e) ||
         gt_cuda_malloc(c, (void **)&g->result, sizeof *g->result, e) ||
         cuda_alloc_host(c, (void **)&g->result_host, 3 * sizeof *g->result_host, e))
         return -1;
@@ -307,7 +308,8 @@ static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch 
     slot_layout lay = slot_layout_for(b->n, g->in_len);
     gt_cuda_key *key = (gt_cuda_key *)s->host;
     uint32_t *ids = (uint32_t *)(s->host + lay.ids);
-    uint8_t *labels = s->host + lay.labels, *images = s->host + lay.images;
+    uint16_t *labels = (uint16_t *)(s->host + lay.labels);
+    uint8_t *images = s->host + lay.images;
     for (int i = 0; i < b->n; i++) {
         uint32_t id = b->idx[i];
         if (id >= ds->n)
@@ -381,8 +383,8 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
     GT_CUDA_CHECK(d->name, e, cudaMemsetAsync(g->result, 0, sizeof *g->result, c->stream));
     GT_CUDA_CHECK(d->name, e,
                   cudaMemsetAsync(g->grad, 0, m->nparams * sizeof(float), c->stream));
-    if (gt_cuda_softmax_xent(c, logits, s->dev + lay.labels, n, g->nclasses, 1.0f / (float)n,
-                             g->dact[0], g->result, e))
+    if (gt_cuda_softmax_xent(c, logits, (const uint16_t *)(s->dev + lay.labels), n, g->nclasses,
+                             1.0f / (float)n, g->dact[0], g->result, e))
         return -1;
     if (cuda_backward(g, m, pass, e))
         return -1;
@@ -404,7 +406,8 @@ static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, gt_err *e
                           "(--normalize): the device was opened before the model normalised",
                        d->name);
     if (g->fused ? gt_fused_train(c, &g->fnet, g->params, slot->dev + lay.images,
-                                  slot->dev + lay.labels, n, g->grad, g->result, e)
+                                  (const uint16_t *)(slot->dev + lay.labels), n, g->grad,
+                                  g->result, e)
                  : cuda_layers_train(d, g, slot, n, e))
         return -1;
     if (!d->keep_grad)
@@ -604,8 +607,8 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
                   cudaMemcpyAsync(g->eval_x, ds->images + (size_t)lo * g->in_len,
                                   (size_t)n * g->in_len, cudaMemcpyHostToDevice, c->stream));
     GT_CUDA_CHECK(d->name, e,
-                  cudaMemcpyAsync(g->eval_y, ds->labels + lo, (size_t)n, cudaMemcpyHostToDevice,
-                                  c->stream));
+                  cudaMemcpyAsync(g->eval_y, ds->labels + lo, (size_t)n * sizeof *g->eval_y,
+                                  cudaMemcpyHostToDevice, c->stream));
     if (g->fused && d->model->norm.on)
         return gt_fail(e, "%s: the fused LeNet step does not normalise the input per channel "
                           "(--normalize): the device was opened before the model normalised",

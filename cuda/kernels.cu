@@ -342,7 +342,7 @@ __device__ static double xent_row(const float *z, int label, int k, float scale,
  * another), and the block's sums go in a fixed tree, so the result does not depend on
  * scheduling. */
 __global__ static void __launch_bounds__(XENT_THREADS)
-    softmax_xent_kernel(const float *logits, const uint8_t *labels, int n, int k, float scale,
+    softmax_xent_kernel(const float *logits, const uint16_t *labels, int n, int k, float scale,
                         float *dlogits, int width, gt_cuda_result *res)
 {
     int lane = threadIdx.x % width, teams = blockDim.x / width;
@@ -365,7 +365,7 @@ __global__ static void __launch_bounds__(XENT_THREADS)
     }
 }
 
-int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t *labels, int n,
+int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint16_t *labels, int n,
                          int k, float scale, float *dlogits, gt_cuda_result *res, gt_err *e)
 {
     if (n == 0 || k == 0)

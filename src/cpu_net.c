@@ -163,7 +163,7 @@ int gt_cpu_net_create(gt_cpu_net *net, const gt_model *m, int max_batch, gt_err 
     net->max_batch = max_batch;
     size_t nb = (size_t)max_batch;
     int layer = 0; /* whose output was being allocated when one failed; 0: the input */
-    int ok = (net->xbytes = net_alloc(nb, in_len, 1)) && (net->ybytes = net_alloc(nb, 1, 1)) &&
+    int ok = (net->xbytes = net_alloc(nb, in_len, 1)) && (net->labels = net_alloc(nb, 1, sizeof *net->labels)) &&
              (net->act[0] = net_alloc(nb, in_len, sizeof(float))) &&
              (net->grad_act = net_alloc(nb, max_act, sizeof(float))) &&
              (net->grad_act2 = net_alloc(nb, max_act, sizeof(float)));
@@ -192,7 +192,7 @@ int gt_cpu_net_create(gt_cpu_net *net, const gt_model *m, int max_batch, gt_err 
 void gt_cpu_net_destroy(gt_cpu_net *net)
 {
     gt_free(net->xbytes);
-    gt_free(net->ybytes);
+    gt_free(net->labels);
     gt_free(net->act[0]);
     for (int l = 0; l < GT_MAX_LAYERS; l++) {
         int alias = 0; /* res[ and | outputs are an earlier layer's activations */
@@ -237,7 +237,7 @@ static void net_gather(gt_cpu_net *net, const gt_batch *b, int train)
     const gt_augment *aug = train ? b->aug : NULL;
     for (int i = 0; i < b->n; i++) {
         gt_data_copy_sample(b->ds, b->idx[i], aug, b->seed, b->epoch, net->xbytes + i * in_len);
-        net->ybytes[i] = b->ds->labels[b->idx[i]];
+        net->labels[i] = b->ds->labels[b->idx[i]];
     }
     net_input(net->m, net->xbytes, net->act[0], b->n);
 }
@@ -262,7 +262,7 @@ double gt_cpu_net_run(gt_cpu_net *net, const float *params, float *buffers, cons
     for (int l = 0; l < m->nlayers; l++)
         rows[l]->cpu_forward(net, l, params, b, train);
     float *dy = net->grad_act, *dx = net->grad_act2;
-    double loss = gt_softmax_xent(net->act[m->nlayers], net->ybytes, n, m->nclasses,
+    double loss = gt_softmax_xent(net->act[m->nlayers], net->labels, n, m->nclasses,
                                   1.0f / (float)n, grad ? dy : NULL, &hits);
     if (correct)
         *correct = hits;

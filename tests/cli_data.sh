@@ -4,7 +4,7 @@
 # damaged CIFAR files give one-line errors naming the file. Synthetic data: an epoch of the same
 # model on it beats chance clearly, also with --augment (the same losses with one worker or two
 # under sync) and --normalize (eval and predict normalise alike), a checkpoint of it resumes, and bad
-# specs are command-line errors naming the value. --image-size: a folder of colour images of many sizes trains, evaluates
+# specs are command-line errors naming the value. 300 classes in a folder train, evaluate and predict. --image-size: a folder of colour images of many sizes trains, evaluates
 # and predicts on any-size images, the checkpoint saying that its images were resized.
 . "$(dirname "$0")/lib_cli.sh"
 command -v python3 >/dev/null || { echo "skipped: python3 not found"; exit 77; }
@@ -89,6 +89,33 @@ acc=$("$BIN" predict --checkpoint "$TMP/norm.st" --data synthetic:3x16x16:10:200
 "$BIN" "${NRM[@]}" --normalize 0.5/0.25 >/dev/null 2>&1 || fail "--normalize with one value failed"
 expect_exit 2 -- "${NRM[@]}" --normalize 0.5,0.5/0.25,0.25
 expect_error "--normalize 0.5,0.5/0.25,0.25" "2 values per list for 3-channel data" -- "${NRM[@]}" --normalize 0.5,0.5/0.25,0.25
+# 300 classes (labels past a byte): a folder of one tiny PNG a class trains, evaluates, and
+# predicts with the folders' names (the checkpoint of more than 256 classes holds none).
+cat >"$TMP/many.py" <<'PY'
+import os, struct, sys, zlib
+root = sys.argv[1]
+def png(path, v):
+    raw = b"".join(b"\0" + bytes([v, 255 - v]) for _ in range(2))
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 0, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+for split in ("train", "test"):
+    for k in range(300):
+        d = os.path.join(root, split, "k%03d" % k)
+        os.makedirs(d, exist_ok=True)
+        png(os.path.join(d, "a.png"), k % 256)
+PY
+python3 "$TMP/many.py" "$TMP/many"
+"$BIN" --data "$TMP/many" --model fc:300 --gpus cpu:1 --epochs 1 --batch 30 --no-progress \
+    --checkpoint "$TMP/many.st" >"$TMP/many.out" 2>&1 || fail "300 classes: training failed: $(cat "$TMP/many.out")"
+grep -q "300 train / 300 test samples" "$TMP/many.out" || fail "300 classes: $(head -1 "$TMP/many.out")"
+"$BIN" eval --checkpoint "$TMP/many.st" --data "$TMP/many" --gpus cpu:1 >"$TMP/many.eval" 2>&1 ||
+    fail "300 classes: eval failed: $(cat "$TMP/many.eval")"
+grep -q "(.*/300)" "$TMP/many.eval" || fail "300 classes: eval says $(cat "$TMP/many.eval")"
+"$BIN" predict --checkpoint "$TMP/many.st" --data "$TMP/many" test:299 >"$TMP/many.pred" 2>&1 ||
+    fail "300 classes: predict failed: $(cat "$TMP/many.pred")"
+grep -q "^test:299: .*(true: k299)" "$TMP/many.pred" || fail "300 classes: predict says $(cat "$TMP/many.pred")"
 for bad in synthetic:0x32x32:10 synthetic:3x32 synthetic:3x32x32:1 synthetic:3x99999x32:10; do
     expect_exit 2 -- --data "$bad" --gpus cpu:1 --epochs 1
     expect_error "$bad" -- --data "$bad" --gpus cpu:1 --epochs 1

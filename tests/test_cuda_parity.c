@@ -248,15 +248,15 @@ static void test_xent(gt_cuda_ctx *c, gt_rng *r, int n, int k)
 {
     size_t len = (size_t)n * k;
     float *z = rand_floats(r, len, -5, 5);
-    uint8_t *labels = gt_alloc((size_t)n);
+    uint16_t *labels = gt_alloc((size_t)n * sizeof *labels);
     float *d_cpu = gt_alloc(len * 4), *d_gpu = gt_alloc(len * 4);
     for (int i = 0; i < n; i++)
-        labels[i] = (uint8_t)gt_rng_below(r, (uint32_t)(k < 256 ? k : 256));
+        labels[i] = (uint16_t)gt_rng_below(r, (uint32_t)k);
     for (int j = 0; j < k; j++)
         z[j] = 1.0f;
     labels[0] = 0;
     z[k + 1] = z[k + k - 1] = 9.0f;
-    labels[1] = (uint8_t)(k - 1 < 255 ? k - 1 : 255);
+    labels[1] = (uint16_t)(k - 1);
     z[k + labels[1]] = 9.0f;
     int hits_cpu = 0, hits_gpu = -1;
     double loss_gpu = 0;
@@ -334,6 +334,7 @@ static void test_layers(gt_rng *r)
     test_xent(c, r, 9, 64);
     test_xent(c, r, 33, 65);
     test_xent(c, r, 20, 300);
+    test_xent(c, r, 7, 5000); /* labels past a byte */
     test_normalize(c, r);
     gt_cuda_ctx_close(c);
 }

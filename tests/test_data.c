@@ -476,7 +476,10 @@ static uint32_t direct_fingerprint(const gt_data *d)
     for (int i = 0; i < 2; i++) {
         const gt_dataset *s = splits[i];
         crc = crc32(crc, s->images, (uInt)((size_t)s->n * s->c * s->h * s->w));
-        crc = crc32(crc, s->labels, s->n);
+        for (uint32_t k = 0; k < s->n; k++) { /* a byte a label up to 256 classes, else two */
+            uint8_t b[2] = {(uint8_t)s->labels[k], (uint8_t)(s->labels[k] >> 8)};
+            crc = crc32(crc, b, s->nclasses > 256 ? 2 : 1);
+        }
     }
     return (uint32_t)crc;
 }
@@ -681,16 +684,17 @@ static void test_folder_grey(void)
     write_file(tp("grey/train/bee/.DS_Store"), 0, "junk", 4); /* hidden: skipped */
 
     gt_dataset ds;
-    char names[GT_MAX_CLASSES][32];
+    gt_class_name *names = NULL;
     int nclasses = 0;
     gt_err e = {{0}};
-    CHECK_MSG(gt_folder_load(root, "train", &ds, names, &nclasses, &e) == 0, "%s", e.msg);
+    CHECK_MSG(gt_folder_load(root, "train", &ds, &names, &nclasses, &e) == 0, "%s", e.msg);
     CHECK(nclasses == 3 && ds.nclasses == 3);
     CHECK(strcmp(names[0], "ant") == 0 && strcmp(names[1], "bee") == 0 &&
           strcmp(names[2], "cat") == 0);
     check_samples(&ds, 1, (const int[]){3, 2, 5, 4, 6, 1}, (const int[]){0, 0, 1, 1, 1, 2}, 6);
     gt_free(ds.images);
     gt_free(ds.labels);
+    gt_free(names), names = NULL;
 
     gt_data d;
     CHECK_MSG(gt_data_load(root, 0, &d, &e) == 0, "%s", e.msg);
@@ -702,20 +706,20 @@ static void test_folder_grey(void)
 
     const char *odd = tp("grey/train/ant/c.png");
     write_png(odd, 10, IMG_W - 1, IMG_H, 1);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), odd, "4x3");
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), "a.png", "5x3");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), odd, "4x3");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), "a.png", "5x3");
     write_png(odd, 10, IMG_W, IMG_H, 3);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), odd, "3 channel");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), odd, "3 channel");
     remove(odd);
 
     const char *text = tp("grey/train/bee/notes.txt");
     write_file(text, 0, "not an image\n", 13);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), text,
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), text,
                   "not a PNG or JPEG image (its first bytes: 6e 6f 74 20 61 6e 20 69)");
     remove(text);
 
     make_dir(tp("grey/train/dog"));
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), "train/dog",
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), "train/dog",
                   "empty class folder");
     write_png(tp("grey/train/dog/d.png"), 11, IMG_W, IMG_H, 1);
     CHECK_REFUSED(gt_data_load(root, 0, &d, &e_), "test", "has 3 class folders");
@@ -729,12 +733,12 @@ static void test_folder_grey(void)
     char longname[64];
     snprintf(longname, sizeof longname, "grey/train/%032d", 7);
     make_dir(tp(longname));
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), longname,
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), longname,
                   "32 characters");
 
     make_dir(tp("bare"));
     make_dir(tp("bare/train"));
-    CHECK_REFUSED(gt_folder_load(tp("bare"), "train", &ds, names, &nclasses, &e_), "bare/train",
+    CHECK_REFUSED(gt_folder_load(tp("bare"), "train", &ds, &names, &nclasses, &e_), "bare/train",
                   "no class folders");
     CHECK(ds.images == NULL && ds.n == 0);
 }
@@ -870,7 +874,7 @@ static void test_png_damage(void)
     write_tree(root, dirs, 2, pngs, 2);
     snprintf(y, sizeof y, "%s", tp("pngd/train/a/y.png"));
     gt_dataset ds;
-    char names[GT_MAX_CLASSES][32];
+    gt_class_name *names = NULL;
     int nclasses = 0;
     size_t len;
     unsigned char *good = file_bytes(y, &len);
@@ -885,20 +889,21 @@ static void test_png_damage(void)
     memcpy(bad, good, len);
     bad[idat + 8 + n - 1] ^= 0x04; /* a byte of the zlib Adler-32, which stb_image ignores */
     write_file(y, 0, bad, len);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "fails its CRC");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), y, "fails its CRC");
     uint32_t crc = (uint32_t)crc32(0, bad + idat + 4, n + 4);
     unsigned char be[4] = {(unsigned char)(crc >> 24), (unsigned char)(crc >> 16),
                            (unsigned char)(crc >> 8), (unsigned char)crc};
     memcpy(bad + idat + 8 + n, be, 4); /* the chunk CRC made to match: the Adler-32 catches it */
     write_file(y, 0, bad, len);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "damaged");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), y, "damaged");
     write_png_inflating_to(y, 400000);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "larger than");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), y, "larger than");
     write_png_inflating_to(y, 3 * (1 + IMG_W));
     gt_err e = {{0}};
-    CHECK_MSG(gt_folder_load(root, "train", &ds, names, &nclasses, &e) == 0, "%s", e.msg);
+    CHECK_MSG(gt_folder_load(root, "train", &ds, &names, &nclasses, &e) == 0, "%s", e.msg);
     gt_free(ds.images);
     gt_free(ds.labels);
+    gt_free(names), names = NULL;
 
     /* Empty IDAT chunks (valid PNG; stb_image mishandles a first one) are taken out first. */
     blob b = {0};
@@ -908,24 +913,25 @@ static void test_png_damage(void)
     png_chunk(&b, "IDAT", NULL, 0);
     blob_put(&b, good + idat + 12 + n, len - idat - 12 - n);
     write_file(y, 0, b.p, b.n);
-    CHECK_MSG(gt_folder_load(root, "train", &ds, names, &nclasses, &e) == 0, "%s", e.msg);
+    CHECK_MSG(gt_folder_load(root, "train", &ds, &names, &nclasses, &e) == 0, "%s", e.msg);
     check_samples(&ds, 1, (const int[]){1, 2}, (const int[]){0, 0}, 2);
     gt_free(ds.images);
     gt_free(ds.labels);
+    gt_free(names), names = NULL;
     /* A chunk type of other bytes than letters is named by its bytes, not printed raw. */
     b.n = 0;
     blob_put(&b, good, idat);
     png_chunk(&b, "\xc9""DAT", good + idat + 8, n);
     blob_put(&b, good + idat + 12 + n, len - idat - 12 - n);
     write_file(y, 0, b.p, b.n);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y,
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), y,
                   "has no valid type (bytes c9 44 41 54)");
     free(b.p);
     remove(y);
     CHECK(mkfifo(y, 0600) == 0);
     signal(SIGALRM, on_alarm);
     alarm(20);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "not a regular file");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), y, "not a regular file");
     alarm(0);
     remove(y);
     free(good);
@@ -1161,7 +1167,7 @@ static void test_synthetic(void)
         {"synthetic:3x32x32:10:5:5", "is not synthetic:CxHxW:K"},
         {"synthetic:3x-2x32:10", "is not synthetic:CxHxW:K"},
         {"synthetic:3x32x32:1", "K is 1 classes"},
-        {"synthetic:3x32x32:257", "K is 257 classes"},
+        {"synthetic:3x32x32:65537", "K is 65537 classes"},
         {"synthetic:3x4097x32:10", "3x4097x32 is out of range"},
         {"synthetic:3x32x32:10:0", ": 0 training"},
         {"synthetic:3x4096x4096:10:100", "100 training and 10000 test samples"},
@@ -1236,12 +1242,13 @@ static void write_bytes(const char *path, const unsigned char *buf, size_t n)
 /* A folder a/train/x/ holding only the file rel (written by the caller); loads its train split. */
 static int load_one(const char *root, gt_dataset *ds, gt_err *e)
 {
-    char names[GT_MAX_CLASSES][32];
+    gt_class_name *names = NULL;
     int nclasses = 0;
-    int rc = gt_folder_load(root, "train", ds, names, &nclasses, e);
+    int rc = gt_folder_load(root, "train", ds, &names, &nclasses, e);
     if (rc == 0) {
         gt_free(ds->images);
         gt_free(ds->labels);
+        gt_free(names), names = NULL;
     }
     return rc;
 }
@@ -1326,11 +1333,11 @@ static void check_jpeg(const char *root, const char *path, const unsigned char *
                        int c)
 {
     write_bytes(path, jpg, len);
-    char names[GT_MAX_CLASSES][32];
+    gt_class_name *names = NULL;
     int nclasses = 0;
     gt_dataset ds;
     gt_err e = {{0}};
-    CHECK_MSG(gt_folder_load(root, "train", &ds, names, &nclasses, &e) == 0, "%s", e.msg);
+    CHECK_MSG(gt_folder_load(root, "train", &ds, &names, &nclasses, &e) == 0, "%s", e.msg);
     CHECK(ds.n == 1 && ds.c == c && ds.w == IMG_W && ds.h == IMG_H);
     int far = 0;
     for (int i = 0; ds.images && ds.c == c && i < c * IMG_W * IMG_H; i++)
@@ -1338,6 +1345,7 @@ static void check_jpeg(const char *root, const char *path, const unsigned char *
     CHECK_MSG(far == 0, "%d pixels of the JPEG far from the pattern", far);
     gt_free(ds.images);
     gt_free(ds.labels);
+    gt_free(names), names = NULL;
     int accepted = 0;
     for (size_t cut = 3; cut < len - 2; cut++) { /* every prefix short of its EOI marker */
         write_bytes(path, jpg, cut);
@@ -1545,11 +1553,11 @@ static void test_augment_cpu_net(void)
     CHECK(gt_model_build("fc:3", C, H, W, 3, &m, &e) == 0);
     gt_dataset ds = {.n = N, .c = C, .h = H, .w = W, .nclasses = 3};
     ds.images = gt_alloc((size_t)N * C * H * W);
-    ds.labels = gt_alloc(N);
+    ds.labels = gt_alloc(N * sizeof *ds.labels);
     for (size_t i = 0; i < (size_t)N * C * H * W; i++)
         ds.images[i] = (uint8_t)(i * 7 % 250 + 3);
     for (int i = 0; i < N; i++)
-        ds.labels[i] = (uint8_t)(i % 3);
+        ds.labels[i] = (uint16_t)(i % 3);
     gt_cpu_net net;
     CHECK(gt_cpu_net_create(&net, &m, N, &e) == 0);
     float *params = gt_alloc(m.nparams * sizeof(float));
@@ -1652,7 +1660,7 @@ static void test_norm_cpu_net(void)
     CHECK(!m.norm.on);
     gt_dataset ds = {.n = N, .c = C, .h = H, .w = W, .nclasses = 2};
     ds.images = gt_alloc(N * C * H * W);
-    ds.labels = gt_alloc(N);
+    ds.labels = gt_alloc(N * sizeof *ds.labels);
     for (int i = 0; i < N * C * H * W; i++)
         ds.images[i] = (uint8_t)(i * 13 % 256);
     ds.labels[0] = 0, ds.labels[1] = 1;
@@ -1679,6 +1687,65 @@ static void test_norm_cpu_net(void)
     gt_free(params);
     gt_free(ds.images);
     gt_free(ds.labels);
+}
+
+/* ---- many classes ---------------------------------------------------------------------------- */
+
+/* A folder of 300 classes (c000..c299), one 2x2 PNG each in train and test: labels past a byte,
+ * heap class names, the fingerprint over two-byte labels, and a CPU step on them. */
+static void test_many_classes(void)
+{
+    enum { K = 300 };
+    const char *root = tp("many");
+    char path[1024];
+    remove_tree(root);
+    make_dir(root);
+    for (int split = 0; split < 2; split++) {
+        snprintf(path, sizeof path, "%s/%s", root, split ? "test" : "train");
+        make_dir(path);
+        for (int k = 0; k < K; k++) {
+            snprintf(path, sizeof path, "%s/%s/c%03d", root, split ? "test" : "train", k);
+            make_dir(path);
+            snprintf(path, sizeof path, "%s/%s/c%03d/a.png", root, split ? "test" : "train", k);
+            write_png(path, k, 2, 2, 1);
+        }
+    }
+    gt_data d;
+    gt_err e = {{0}};
+    CHECK_MSG(gt_data_load(root, 0, &d, &e) == 0, "%s", e.msg);
+    CHECK(d.train.nclasses == K && d.test.nclasses == K && d.train.n == K && d.test.n == K);
+    for (uint32_t i = 0; d.train.labels && i < d.train.n; i++)
+        CHECK(d.train.labels[i] == i && d.test.labels[i] == i);
+    CHECK(d.class_names && strcmp(d.class_names[0], "c000") == 0 &&
+          strcmp(d.class_names[299], "c299") == 0);
+    CHECK(d.fingerprint == direct_fingerprint(&d));
+    /* The same folder loads to the same fingerprint. */
+    gt_data two;
+    CHECK_MSG(gt_data_load(root, 0, &two, &e) == 0, "%s", e.msg);
+    CHECK(two.fingerprint == d.fingerprint);
+    gt_data_free(&two);
+    gt_model m;
+    gt_cpu_net net;
+    CHECK(gt_model_build("fc:300", 1, 2, 2, K, &m, &e) == 0);
+    CHECK(gt_cpu_net_create(&net, &m, 4, &e) == 0);
+    float *params = gt_alloc(m.nparams * sizeof(float)), *grad = gt_alloc(m.nparams * sizeof(float));
+    gt_model_init_params(&m, params, 3);
+    uint32_t idx[4] = {299, 256, 255, 0};
+    gt_batch b = {&d.train, idx, 4, 0, 1, NULL};
+    double loss = gt_cpu_net_step(&net, params, &b, 1, grad, NULL);
+    CHECK(isfinite(loss) && loss > 4 * 5.0 && loss < 4 * 7.0); /* about 4 ln 300 */
+    CHECK(net.labels[0] == 299 && net.labels[1] == 256);
+    gt_free(params);
+    gt_free(grad);
+    gt_cpu_net_destroy(&net);
+    gt_data_free(&d);
+    /* A test folder of other classes is refused by name. */
+    snprintf(path, sizeof path, "%s/test/c299", root);
+    char moved[1024];
+    snprintf(moved, sizeof moved, "%s/test/d299", root);
+    CHECK(rename(path, moved) == 0);
+    CHECK_REFUSED(gt_data_load(root, 0, &d, &e_), "class 299 is 'd299'", "'c299'");
+    remove_tree(root);
 }
 
 int main(void)
@@ -1713,6 +1780,7 @@ int main(void)
     test_norm_parse();
     test_norm_stats();
     test_norm_cpu_net();
+    test_many_classes();
     remove_tree(tmp_root);
     TEST_DONE();
 }

@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define GT_CKPT_MAX_CLASSES 256 /* class names a checkpoint can hold (labels are bytes) */
+#define GT_CKPT_MAX_CLASSES 256 /* class names a checkpoint holds: one of more classes holds none */
 #define GT_CKPT_NAMELEN 32      /* a class name's bytes, with its terminating NUL */
 
 typedef struct gt_ckpt_meta {

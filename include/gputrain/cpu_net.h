@@ -15,7 +15,7 @@ typedef struct gt_cpu_net {
     const gt_model *m;
     int max_batch;
     uint8_t *xbytes;               /* gathered uint8 input, max_batch * in_len */
-    uint8_t *ybytes;               /* gathered labels */
+    uint16_t *labels;              /* gathered labels */
     float *act[GT_MAX_LAYERS + 1]; /* act[0] input, act[i+1] output of layer i */
     float *grad_act;               /* max_batch * max_act: gradient flowing backward (ping) */
     float *grad_act2;              /* and pong */

@@ -14,7 +14,9 @@ extern "C" {
 #endif
 
 #define GT_PATHLEN 1024
-#define GT_MAX_CLASSES 256 /* labels are uint8_t, so a 257th class could not be named */
+#define GT_MAX_CLASSES 65536 /* labels are uint16_t */
+#define GT_CLASS_NAMELEN 32   /* a class name's bytes with its NUL */
+typedef char gt_class_name[GT_CLASS_NAMELEN];
 /* Limits on what a file may claim, checked before anything is allocated from it. */
 #define GT_DATA_MAX_SAMPLES 100000000u  /* samples in one split */
 #define GT_DATA_MAX_SIDE 4096u          /* pixels on either side of an image */
@@ -25,17 +27,19 @@ typedef struct gt_dataset {
     int c, h, w;      /* channels, height, width of every sample */
     int nclasses;     /* labels are in [0, nclasses) */
     uint8_t *images;  /* n * c * h * w bytes, gt_alloc'd */
-    uint8_t *labels;  /* n bytes, gt_alloc'd */
-    uint32_t images_crc, labels_crc; /* CRC-32 of images and labels: the fingerprint's parts */
+    uint16_t *labels; /* n labels, gt_alloc'd */
+    uint32_t images_crc, labels_crc; /* CRC-32 of images and labels (gt_labels_crc): the
+                                        fingerprint's parts */
 } gt_dataset;
 
 typedef struct gt_data {
     gt_dataset train, test;
     char dir[GT_PATHLEN];        /* where it was loaded from */
     char format[16];             /* "idx", "folder", "cifar10", "cifar100" or "synthetic" */
-    char class_names[GT_MAX_CLASSES][32]; /* folder datasets: the class folder names;
-                                          idx: Fashion-MNIST's ten names when its test
-                                          labels are Fashion-MNIST's, else "0".."9" */
+    gt_class_name *class_names;  /* train.nclasses names, gt_alloc'd (gt_data_free frees them):
+                                    folder datasets: the class folder names; idx: Fashion-MNIST's
+                                    ten names when its test labels are Fashion-MNIST's, else
+                                    "0".."9"; CIFAR: its names file's, else numbers */
     uint32_t fingerprint;        /* CRC-32 over train+test images and labels: ties checkpoints to data */
 } gt_data;
 
@@ -52,6 +56,14 @@ int gt_data_load(const char *dir, uint32_t train_limit, gt_data *out, gt_err *e)
 int gt_data_load_sized(const char *dir, uint32_t train_limit, const int *size, gt_data *out,
                        gt_err *e);
 void gt_data_free(gt_data *d);
+
+/* The CRC-32 of n labels as the fingerprint takes them: one byte a label where nclasses <= 256
+ * (the bytes of the files themselves, so fingerprints are what they were when labels were bytes),
+ * else two little-endian bytes a label; gt_labels_crc_len is that byte count. */
+uint32_t gt_labels_crc(const uint16_t *labels, uint32_t n, int nclasses);
+uint64_t gt_labels_crc_len(uint32_t n, int nclasses);
+/* d->class_names for n classes, zeroed; 0, or -1 with a message naming d->dir. */
+int gt_data_alloc_names(gt_data *d, int n, gt_err *e);
 
 /* Training-data augmentation (data_augment.c, --augment), applied to the uint8 bytes of a training
  * batch while the host gathers it (the CPU network's gather and the CUDA staging gather both call
@@ -125,13 +137,15 @@ int gt_synth_check(const char *spec, gt_err *e);
 int gt_synth_probe(const char *spec, int *c, int *h, int *w, int *nclasses);
 int gt_synth_load(const char *spec, gt_data *out, gt_err *e);
 
-/* Image-folder dataset ROOT/<split>/<class>/<file>; every image must share one size and channel
- * count (1 or 3; grey-with-alpha and RGBA are reduced to 1 and 3). */
+/* Image-folder dataset ROOT/<split>/<class>/<file>, up to GT_MAX_CLASSES class folders; every
+ * image must share one size and channel count (1 or 3; grey-with-alpha and RGBA are reduced to 1
+ * and 3). *class_names gets the *nclasses folder names, gt_alloc'd (the caller frees them; NULL
+ * on failure). */
 int gt_folder_load(const char *root, const char *split, gt_dataset *out,
-                   char (*class_names)[32], int *nclasses, gt_err *e);
+                   gt_class_name **class_names, int *nclasses, gt_err *e);
 /* The same, resized as gt_data_load_sized does (size {0, 0}: not resized). */
 int gt_folder_load_sized(const char *root, const char *split, const int *size, gt_dataset *out,
-                         char (*class_names)[32], int *nclasses, gt_err *e);
+                         gt_class_name **class_names, int *nclasses, gt_err *e);
 
 #ifdef __cplusplus
 }
