@@ -154,6 +154,16 @@ int gt_norm_parse(const char *what, const char *s, gt_input_norm *out, int *coun
     return 0;
 }
 
+int gt_norm_equal(const gt_input_norm *a, const gt_input_norm *b, int count)
+{
+    if (!a->on || !b->on)
+        return !a->on && !b->on;
+    for (int i = 0; i < count && i < GT_NORM_MAX_C; i++)
+        if (a->mean[i] != b->mean[i] || a->std[i] != b->std[i])
+            return 0;
+    return 1;
+}
+
 void gt_norm_format(const gt_input_norm *n, int count, char *buf, size_t size)
 {
     size_t len = 0;

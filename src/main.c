@@ -439,6 +439,13 @@ static int load_start(const gt_config *c, const gt_model *m, const gt_data *d, f
     if (c->resume[0]) {
         if (gt_ckpt_load(c->resume, m, params, state, nstate, meta, ckpt_flags(c), e) != 0)
             return -1;
+        if (!gt_norm_equal(&meta->norm, &m->norm, m->in_c)) {
+            char was[512], now[512];
+            gt_norm_format(&meta->norm, m->in_c, was, sizeof was);
+            gt_norm_format(&m->norm, m->in_c, now, sizeof now);
+            return gt_fail(e, "--resume: %s was trained with input normalisation %s, this run's "
+                           "--normalize gives %s", c->resume, was, now);
+        }
         *resumed = 1;
         return 0;
     }

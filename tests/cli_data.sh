@@ -72,7 +72,8 @@ l0=$(aug_losses --gpus cpu:1 --batch 40)
 # --normalize: auto's per-channel statistics reach the log and the checkpoint, and eval and
 # predict normalise as training did (their accuracy is the run's last evaluation); a list of the
 # wrong length for the data's channels is a command-line error.
-NRM=(--data synthetic:3x16x16:10:200 --model "$MODEL" --no-progress --epochs 1 --gpus cpu:1 --batch 50)
+NRM0=(--data synthetic:3x16x16:10:200 --model "$MODEL" --no-progress --gpus cpu:1 --batch 50)
+NRM=("${NRM0[@]}" --epochs 1)
 "$BIN" "${NRM[@]}" --normalize auto --checkpoint "$TMP/norm.st" --log "$TMP/norm.jsonl" >"$TMP/norm.out" 2>&1 ||
     fail "--normalize auto failed: $(cat "$TMP/norm.out")"
 grep -q '"normalize":"0\.[0-9]*,0\.[0-9]*,0\.[0-9]*/0\.[0-9]*,0\.[0-9]*,0\.[0-9]*"' "$TMP/norm.jsonl" ||
@@ -87,6 +88,10 @@ acc=$("$BIN" predict --checkpoint "$TMP/norm.st" --data synthetic:3x16x16:10:200
 "$BIN" "${NRM[@]}" --normalize 0.5,0.5,0.5/0.25,0.25,0.25 --checkpoint "$TMP/norm.st" >/dev/null 2>&1 ||
     fail "--normalize with one value per channel failed"
 "$BIN" "${NRM[@]}" --normalize 0.5/0.25 >/dev/null 2>&1 || fail "--normalize with one value failed"
+"$BIN" "${NRM0[@]}" --epochs 2 --normalize 0.5,0.5,0.5/0.25,0.25,0.25 --resume "$TMP/norm.st" \
+    >/dev/null 2>&1 || fail "--resume with the same --normalize failed"
+expect_error "--resume" "was trained with input normalisation 0.5,0.5,0.5/0.25,0.25,0.25" -- \
+    "${NRM0[@]}" --epochs 3 --normalize auto --resume "$TMP/norm.st"
 expect_exit 2 -- "${NRM[@]}" --normalize 0.5,0.5/0.25,0.25
 expect_error "--normalize 0.5,0.5/0.25,0.25" "2 values per list for 3-channel data" -- "${NRM[@]}" --normalize 0.5,0.5/0.25,0.25
 # 300 classes (labels past a byte): a folder of one tiny PNG a class trains, evaluates, and

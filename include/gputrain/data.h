@@ -100,6 +100,8 @@ void gt_data_copy_sample(const gt_dataset *ds, uint32_t id, const gt_augment *a,
  * gt_data_channel_stats: the mean and standard deviation (population) of x / 255 over every pixel
  * of each channel of ds (--normalize auto, on the training split); a constant channel gets std 1. */
 int gt_norm_parse(const char *what, const char *s, gt_input_norm *out, int *count, gt_err *e);
+/* Whether a and b normalise channels 0..count-1 alike (both off, or the same values). */
+int gt_norm_equal(const gt_input_norm *a, const gt_input_norm *b, int count);
 void gt_norm_format(const gt_input_norm *n, int count, char *buf, size_t size);
 int gt_data_channel_stats(const gt_dataset *ds, gt_input_norm *out, gt_err *e);
 
