@@ -300,7 +300,7 @@ static int slot_free(const cuda_impl *g)
     return slot_busy(g, 0) ? 1 : 0;
 }
 
-/* Gathers b into the slot's pinned bytes, augmented as b says (data_augment.c: the same bytes as
+/* Gathers b into the slot's pinned bytes, augmented as b says (data_input.c: the same bytes as
  * the CPU network's gather); the upload is the caller's. */
 static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch *b, gt_err *e)
 {

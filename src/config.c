@@ -56,8 +56,8 @@ int gt_config_norm_resolve(const gt_config *c, const gt_dataset *train, gt_model
         if (c->norm_count != 1 && c->norm_count != ch) {
             char given[512];
             gt_norm_format(&c->norm_given, c->norm_count, given, sizeof given);
-            return gt_fail(e, "--normalize %s: %d values per list for %d-channel data (give 1 or %d)",
-                           given, c->norm_count, ch, ch);
+            return gt_fail(e, "--normalize %s: %d values per list for %d-channel data (give 1 "
+                           "or %d)", given, c->norm_count, ch, ch);
         }
         if (ch > GT_NORM_MAX_C)
             return gt_fail(e, "--normalize: the data has %d channels (at most %d)", ch,

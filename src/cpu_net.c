@@ -163,7 +163,8 @@ int gt_cpu_net_create(gt_cpu_net *net, const gt_model *m, int max_batch, gt_err 
     net->max_batch = max_batch;
     size_t nb = (size_t)max_batch;
     int layer = 0; /* whose output was being allocated when one failed; 0: the input */
-    int ok = (net->xbytes = net_alloc(nb, in_len, 1)) && (net->labels = net_alloc(nb, 1, sizeof *net->labels)) &&
+    int ok = (net->xbytes = net_alloc(nb, in_len, 1)) &&
+             (net->labels = net_alloc(nb, 1, sizeof *net->labels)) &&
              (net->act[0] = net_alloc(nb, in_len, sizeof(float))) &&
              (net->grad_act = net_alloc(nb, max_act, sizeof(float))) &&
              (net->grad_act2 = net_alloc(nb, max_act, sizeof(float)));

@@ -3,9 +3,10 @@
 # folder written here trains a small colour model for an epoch and predicts with its class names;
 # damaged CIFAR files give one-line errors naming the file. Synthetic data: an epoch of the same
 # model on it beats chance clearly, also with --augment (the same losses with one worker or two
-# under sync) and --normalize (eval and predict normalise alike), a checkpoint of it resumes, and bad
-# specs are command-line errors naming the value. 300 classes in a folder train, evaluate and predict. --image-size: a folder of colour images of many sizes trains, evaluates
-# and predicts on any-size images, the checkpoint saying that its images were resized.
+# under sync) and --normalize (eval and predict normalise alike), a checkpoint of it resumes, and
+# bad specs are command-line errors naming the value. 300 classes in a folder train, evaluate and
+# predict. --image-size: a folder of colour images of many sizes trains, evaluates and predicts on
+# any-size images, the checkpoint saying that its images were resized.
 . "$(dirname "$0")/lib_cli.sh"
 command -v python3 >/dev/null || { echo "skipped: python3 not found"; exit 77; }
 MODEL='conv:8:5 relu maxpool:2 fc:10'

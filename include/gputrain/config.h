@@ -40,7 +40,11 @@ typedef enum gt_on_diverge { GT_DIVERGE_RECOVER = 0, GT_DIVERGE_STOP } gt_on_div
 typedef enum gt_exchange { GT_EXCHANGE_AUTO = 0, GT_EXCHANGE_P2P, GT_EXCHANGE_NCCL } gt_exchange;
 
 /* --normalize: how the model's input step normalises each channel (gt_input_norm, model.h). */
-typedef enum gt_normalize { GT_NORMALIZE_NONE = 0, GT_NORMALIZE_AUTO, GT_NORMALIZE_GIVEN } gt_normalize;
+typedef enum gt_normalize {
+    GT_NORMALIZE_NONE = 0,
+    GT_NORMALIZE_AUTO,
+    GT_NORMALIZE_GIVEN,
+} gt_normalize;
 
 /* Bits of gt_config.given: options the command line set, which the recipe never overrides. */
 #define GT_GIVEN_LR (1u << 0)
@@ -63,7 +67,7 @@ typedef struct gt_config {
     char data[GT_PATHLEN];        /* "" = default search */
     uint32_t train_samples;       /* 0 = all */
     int image_size[2];            /* --image-size: height, width folder images are resized to; 0 0 = none */
-    gt_augment augment;           /* --augment: training batches' crop and flip (data.h); 0 0 = none */
+    gt_augment augment;           /* --augment: training batches' crop and flip (data.h) */
     gt_normalize normalize;       /* --normalize: none, auto (the training split's statistics) or
                                      the values in norm_given */
     gt_input_norm norm_given;     /* --normalize M1,.../S1,...: the values given */

@@ -65,7 +65,7 @@ uint64_t gt_labels_crc_len(uint32_t n, int nclasses);
 /* d->class_names for n classes, zeroed; 0, or -1 with a message naming d->dir. */
 int gt_data_alloc_names(gt_data *d, int n, gt_err *e);
 
-/* Training-data augmentation (data_augment.c, --augment), applied to the uint8 bytes of a training
+/* Training-data augmentation (data_input.c, --augment), applied to the uint8 bytes of a training
  * batch while the host gathers it (the CPU network's gather and the CUDA staging gather both call
  * gt_data_copy_sample), never to evaluation. The crop and flip of sample s in epoch e are a pure
  * function of (seed, e, s) through gt_augment_key (counter_rng.h), so every mode, worker count and
@@ -97,8 +97,9 @@ void gt_data_copy_sample(const gt_dataset *ds, uint32_t id, const gt_augment *a,
  * "M1,M2,.../S1,S2,..." (as many means as standard deviations, 1..GT_NORM_MAX_C, each std > 0)
  * into *out (on) and *count, messages beginning with what; gt_norm_format writes count channels
  * back in that form (9 significant digits: the floats exactly), or "none" where off.
- * gt_data_channel_stats: the mean and standard deviation (population) of x / 255 over every pixel
- * of each channel of ds (--normalize auto, on the training split); a constant channel gets std 1. */
+ * gt_data_channel_stats: the mean and standard deviation (population) of x / 255 over every
+ * pixel of each channel of ds (--normalize auto, on the training split); a constant channel gets
+ * std 1. */
 int gt_norm_parse(const char *what, const char *s, gt_input_norm *out, int *count, gt_err *e);
 /* Whether a and b normalise channels 0..count-1 alike (both off, or the same values). */
 int gt_norm_equal(const gt_input_norm *a, const gt_input_norm *b, int count);
