@@ -67,7 +67,8 @@ typedef struct cuda_impl {
     uint8_t *mask[GT_MAX_LAYERS];      /* dropout keep flags, max_batch rows */
     cuda_slot slot[2];
     int inflight[2], ninflight;        /* slots of begun, not yet ended steps, oldest first */
-    uint8_t *eval_x, *eval_y;          /* one evaluation chunk's images and labels */
+    uint8_t *eval_x;                   /* one evaluation chunk's images */
+    uint16_t *eval_y;                  /* and labels */
     float *branch[GT_MAX_BLOCK_DEPTH]; /* residual blocks' gradient buffers, one per nesting depth,
                                         * max_batch rows */
     int depth[GT_MAX_LAYERS];          /* block markers: their block's nesting depth */
@@ -96,7 +97,7 @@ static slot_layout slot_layout_for(int n, size_t in_len)
     slot_layout l;
     l.ids = align16(sizeof(gt_cuda_key));
     l.labels = align16(l.ids + (size_t)n * sizeof(uint32_t));
-    l.images = align16(l.labels + (size_t)n);
+    l.images = align16(l.labels + (size_t)n * sizeof(uint16_t));
     l.total = l.images + (size_t)n * in_len;
     return l;
 }
@@ -305,7 +306,7 @@ static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
                       cudaEventCreateWithFlags(&g->slot[s].consumed, cudaEventDisableTiming));
     }
     if (gt_cuda_malloc(c, (void **)&g->eval_x, cap * g->in_len, e) ||
-        gt_cuda_malloc(c, (void **)&g->eval_y, cap, e) ||
+        gt_cuda_malloc(c, (void **)&g->eval_y, cap * sizeof *g->eval_y, e) ||
         gt_cuda_malloc(c, (void **)&g->result, sizeof *g->result, e) ||
         cuda_alloc_host(c, (void **)&g->result_host, 3 * sizeof *g->result_host, e))
         return -1;
@@ -401,14 +402,16 @@ static int slot_free(const cuda_impl *g)
     return slot_busy(g, 0) ? 1 : 0;
 }
 
-/* Gathers b into the slot's pinned bytes; the upload is the caller's. */
+/* Gathers b into the slot's pinned bytes, augmented as b says (data_input.c: the same bytes as
+ * the CPU network's gather); the upload is the caller's. */
 static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch *b, gt_err *e)
 {
     const gt_dataset *ds = b->ds;
     slot_layout lay = slot_layout_for(b->n, g->in_len);
     gt_cuda_key *key = (gt_cuda_key *)s->host;
     uint32_t *ids = (uint32_t *)(s->host + lay.ids);
-    uint8_t *labels = s->host + lay.labels, *images = s->host + lay.images;
+    uint16_t *labels = (uint16_t *)(s->host + lay.labels);
+    uint8_t *images = s->host + lay.images;
     for (int i = 0; i < b->n; i++) {
         uint32_t id = b->idx[i];
         if (id >= ds->n)
@@ -419,7 +422,7 @@ static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch 
                            ds->labels[id], g->nclasses);
         ids[i] = id;
         labels[i] = ds->labels[id];
-        memcpy(images + (size_t)i * g->in_len, ds->images + (size_t)id * g->in_len, g->in_len);
+        gt_data_copy_sample(ds, id, b->aug, b->seed, b->epoch, images + (size_t)i * g->in_len);
     }
     key->seed = b->seed;
     key->epoch = b->epoch;
@@ -546,14 +549,14 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
     if (g->stats && !d->keep_grad)
         GT_CUDA_CHECK(d->name, e,
                       cudaMemsetAsync(g->stats, 0, m->nbuffers * sizeof(float), c->stream));
-    if (gt_cuda_normalize(c, s->dev + lay.images, g->act[0], (size_t)n * g->in_len, e) ||
+    if (gt_cuda_input(c, m, s->dev + lay.images, g->act[0], n, e) ||
         cuda_forward(g, m, pass, &logits, e))
         return -1;
     GT_CUDA_CHECK(d->name, e, cudaMemsetAsync(g->result, 0, sizeof *g->result, c->stream));
     GT_CUDA_CHECK(d->name, e,
                   cudaMemsetAsync(g->grad, 0, m->nparams * sizeof(float), c->stream));
-    if (gt_cuda_softmax_xent(c, logits, s->dev + lay.labels, n, g->nclasses, 1.0f / (float)n,
-                             g->dact[0], g->result, e))
+    if (gt_cuda_softmax_xent(c, logits, (const uint16_t *)(s->dev + lay.labels), n, g->nclasses,
+                             1.0f / (float)n, g->dact[0], g->result, e))
         return -1;
     if (cuda_backward(g, m, pass, e))
         return -1;
@@ -570,8 +573,13 @@ static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, gt_err *e
     GT_CUDA_CHECK(d->name, e,
                   cudaMemcpyAsync(slot->dev, slot->host, lay.total, cudaMemcpyHostToDevice,
                                   c->stream));
+    if (g->fused && d->model->norm.on)
+        return gt_fail(e, "%s: the fused LeNet step does not normalise the input per channel "
+                          "(--normalize): the device was opened before the model normalised",
+                       d->name);
     if (g->fused ? gt_fused_train(c, &g->fnet, g->params, slot->dev + lay.images,
-                                  slot->dev + lay.labels, n, g->grad, g->result, e)
+                                  (const uint16_t *)(slot->dev + lay.labels), n, g->grad,
+                                  g->result, e)
                  : cuda_layers_train(d, g, slot, n, e))
         return -1;
     if (!d->keep_grad)
@@ -791,8 +799,12 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
                   cudaMemcpyAsync(g->eval_x, ds->images + (size_t)lo * g->in_len,
                                   (size_t)n * g->in_len, cudaMemcpyHostToDevice, c->stream));
     GT_CUDA_CHECK(d->name, e,
-                  cudaMemcpyAsync(g->eval_y, ds->labels + lo, (size_t)n, cudaMemcpyHostToDevice,
-                                  c->stream));
+                  cudaMemcpyAsync(g->eval_y, ds->labels + lo, (size_t)n * sizeof *g->eval_y,
+                                  cudaMemcpyHostToDevice, c->stream));
+    if (g->fused && d->model->norm.on)
+        return gt_fail(e, "%s: the fused LeNet step does not normalise the input per channel "
+                          "(--normalize): the device was opened before the model normalised",
+                       d->name);
     if (g->fused)
         return gt_fused_eval(c, &g->fnet, g->params, g->eval_x, g->eval_y, n, g->result, e);
     gt_cuda_pass pass = {n, g->params, NULL, NULL, NULL, 0, 0, NULL, 0, g->buffers, 0, NULL,
@@ -800,7 +812,7 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
     const float *logits;
     if (g->params_half && gt_cuda_to_bf16(c, g->params, g->params_half, d->model->nparams, e))
         return -1;
-    if (gt_cuda_normalize(c, g->eval_x, g->act[0], (size_t)n * g->in_len, e) ||
+    if (gt_cuda_input(c, d->model, g->eval_x, g->act[0], n, e) ||
         cuda_forward(g, d->model, pass, &logits, e))
         return -1;
     return gt_cuda_softmax_xent(c, logits, g->eval_y, n, g->nclasses, 1.0f / (float)n, NULL,
@@ -881,6 +893,9 @@ int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e)
     cuda_impl *g = cuda_impl_of(d);
     if (!g)
         return gt_fail(e, "gt_cuda_device_set_path: not a CUDA device");
+    if (fused && d->model->norm.on)
+        return gt_fail(e, "%s: the fused LeNet step does not normalise the input per channel "
+                          "(--normalize): model %s runs layer by layer", d->name, d->model->name);
     if (fused && !g->fusable)
         return gt_fail(e, "%s: model %s does not have the fused step's shape (conv act avgpool "
                           "conv act avgpool fc act fc act fc)",
@@ -934,7 +949,8 @@ static int cuda_plan_fused(gt_device *d, cuda_impl *g, gt_err *e)
     GT_CUDA_CHECK(d->name, e,
                   cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                          d->ordinal));
-    g->fusable = gt_fused_plan(d->model, (size_t)smem, &g->fnet);
+    /* The fused kernels convert the input as x / 255 alone: --normalize takes the layer path. */
+    g->fusable = !d->model->norm.on && gt_fused_plan(d->model, (size_t)smem, &g->fnet);
     if (g->fusable && gt_fused_alloc(g->ctx, &g->fnet, g->cap, e))
         return -1;
     g->fused = g->fusable && !g->ctx->bf16; /* the fused kernels compute in fp32 */

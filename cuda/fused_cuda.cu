@@ -76,7 +76,7 @@ static int fused_check_n(gt_cuda_ctx *c, const gt_fused_net *f, int n, gt_err *e
  * blocks an SM, then two, then FUSED_FC_SAMPLES, so that large batches read the linear layers'
  * weights fewer times. */
 static int fused_forward(gt_cuda_ctx *c, gt_fused_net *f, const float *params,
-                         const uint8_t *images, const uint8_t *labels, int n, int train,
+                         const uint8_t *images, const uint16_t *labels, int n, int train,
                          gt_cuda_result *res, gt_err *e)
 {
     float scale = 1.0f / (float)n;
@@ -110,7 +110,7 @@ static int fused_reduce(gt_cuda_ctx *c, gt_fused_net *f, int nsegs, int n, float
 }
 
 int gt_fused_train(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const uint8_t *images,
-                   const uint8_t *labels, int n, float *grad, gt_cuda_result *res, gt_err *e)
+                   const uint16_t *labels, int n, float *grad, gt_cuda_result *res, gt_err *e)
 {
     if (fused_check_n(c, f, n, e))
         return -1;
@@ -123,7 +123,7 @@ int gt_fused_train(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const u
 }
 
 int gt_fused_eval(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const uint8_t *images,
-                  const uint8_t *labels, int n, gt_cuda_result *res, gt_err *e)
+                  const uint16_t *labels, int n, gt_cuda_result *res, gt_err *e)
 {
     if (fused_check_n(c, f, n, e) || fused_forward(c, f, params, images, labels, n, 0, res, e))
         return -1;

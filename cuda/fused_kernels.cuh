@@ -402,7 +402,7 @@ __device__ static void fused_dense_back(const gt_fused_fc *fc, const float *__re
 /* Softmax cross-entropy of the block's rows of k logits, a warp per row, in double as on the CPU:
  * the row's loss and argmax hit to loss and hits, and (dz non-NULL) dz = (softmax - onehot) *
  * scale. */
-__device__ static void fused_xent(const float *z, int k, const uint8_t *labels, int ns,
+__device__ static void fused_xent(const float *z, int k, const uint16_t *labels, int ns,
                                   float scale, double *loss, int *hits, float *dz)
 {
     const int lanes = 32;
@@ -447,7 +447,7 @@ static __device__ void fused_store_rows(const float *src, float *dst, int ns, in
  * before a barrier. */
 template <int S>
 __device__ static void fused_fc_rows(const gt_fused_net &f, const float *__restrict__ params,
-                                     const uint8_t *labels, int s0, int ns, float scale,
+                                     const uint16_t *labels, int s0, int ns, float scale,
                                      int train, float *rows)
 {
     const gt_fused_fc *f1 = &f.fc[0], *f2 = &f.fc[1], *f3 = &f.fc[2];
@@ -635,7 +635,7 @@ template <int S>
 __global__ static void __launch_bounds__(FUSED_THREADS, 2)
     fused_forward_kernel(const __grid_constant__ gt_fused_net f,
                          const float *__restrict__ params, const uint8_t *images,
-                         const uint8_t *labels, int n, float scale, int train,
+                         const uint16_t *labels, int n, float scale, int train,
                          gt_cuda_result *res)
 {
     extern __shared__ float fused_smem[];

@@ -62,7 +62,7 @@ int gt_cuda_test_dropout(gt_cuda_ctx *c, const float *x, const float *dy, int n,
                          float p, uint64_t seed, uint32_t epoch, const uint32_t *sample_ids,
                          uint32_t layer, float *y, uint8_t *mask, float *dx, gt_err *e);
 /* dlogits may be NULL; *loss gets the summed loss, *correct the argmax hits. */
-int gt_cuda_test_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t *labels, int n,
+int gt_cuda_test_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint16_t *labels, int n,
                               int k, float scale, float *dlogits, double *loss, int *correct,
                               gt_err *e);
 int gt_cuda_test_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_t len, gt_err *e);
@@ -303,6 +303,11 @@ typedef struct gt_cuda_result {
 } gt_cuda_result;
 
 int gt_cuda_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_t len, gt_err *e);
+/* The model's input step on n samples of m's input (model.h's gt_input_norm): x / 255 where its
+ * normalisation is off (gt_cuda_normalize), else (x / 255 - mean[ch]) / std[ch], the CPU's formula
+ * (cpu_net.c), so the floats are equal. */
+int gt_cuda_input(gt_cuda_ctx *c, const gt_model *m, const uint8_t *src, float *dst, int n,
+                  gt_err *e);
 /* Sets *flag (device memory, zeroed by the caller) when an entry of g[0..len) is not finite. */
 int gt_cuda_flag_nonfinite(gt_cuda_ctx *c, const float *g, size_t len, int *flag, gt_err *e);
 /* y[r][j] += b[j] for rows r < n of width len. */
@@ -329,7 +334,7 @@ int gt_cuda_dropout_backward(gt_cuda_ctx *c, const float *dy, const uint8_t *mas
 /* Adds the summed loss and argmax hits of n rows of k logits to *res; writes dlogits =
  * (softmax - onehot) * scale unless dlogits is NULL. Deterministic (one block, a fixed tree);
  * up to 64 classes a thread takes a row and does the CPU's arithmetic in its order. */
-int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t *labels, int n,
+int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint16_t *labels, int n,
                          int k, float scale, float *dlogits, gt_cuda_result *res, gt_err *e);
 
 /* ---- the residual networks' small ops (blocks_cuda.cu) ------------------------------------- */
@@ -457,10 +462,10 @@ void gt_fused_free(gt_fused_net *f);
 /* One training step of n samples on c's stream: images n x in_len uint8, labels n; the mean-loss
  * gradient OVERWRITES grad (every entry), the summed loss and hits overwrite *res. */
 int gt_fused_train(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const uint8_t *images,
-                   const uint8_t *labels, int n, float *grad, gt_cuda_result *res, gt_err *e);
+                   const uint16_t *labels, int n, float *grad, gt_cuda_result *res, gt_err *e);
 /* Forward only: adds the summed loss and hits of n samples to *res. */
 int gt_fused_eval(gt_cuda_ctx *c, gt_fused_net *f, const float *params, const uint8_t *images,
-                  const uint8_t *labels, int n, gt_cuda_result *res, gt_err *e);
+                  const uint16_t *labels, int n, gt_cuda_result *res, gt_err *e);
 
 /* ---- the allreduce mode (optim_cuda.cu, allreduce_cuda.cu) ----------------------------------- */
 

@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 /* The loss kernel's block, and the most classes for which a thread takes a whole row. */
 enum { BLOCK = 256, MAX_BLOCKS = 4096, XENT_THREADS = 1024, XENT_THREAD_ROW_MAX = 64 };
@@ -37,6 +38,43 @@ int gt_cuda_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_t len
     if (len == 0)
         return 0;
     normalize_kernel<<<grid_for(len), BLOCK, 0, c->stream>>>(src, dst, len);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+/* The per-channel constants, passed by value (a graph keeps them with the launch). */
+typedef struct input_norm_args {
+    float mean[GT_NORM_MAX_C], std[GT_NORM_MAX_C];
+    unsigned plane, channels; /* pixels in a channel plane; channels of a sample */
+} input_norm_args;
+
+__global__ static void input_norm_kernel(const uint8_t *src, float *dst, size_t len,
+                                         input_norm_args a)
+{
+    GRID_STRIDE(i, len)
+    {
+        unsigned ch = (unsigned)(i / a.plane % a.channels);
+        dst[i] = ((float)src[i] / 255.0f - a.mean[ch]) / a.std[ch];
+    }
+}
+
+int gt_cuda_input(gt_cuda_ctx *c, const gt_model *m, const uint8_t *src, float *dst, int n,
+                  gt_err *e)
+{
+    size_t plane = (size_t)m->in_h * m->in_w, len = (size_t)n * m->in_c * plane;
+    if (!m->norm.on)
+        return gt_cuda_normalize(c, src, dst, len, e);
+    if (m->in_c < 1 || m->in_c > GT_NORM_MAX_C || plane > UINT_MAX)
+        return gt_fail(e, "%s: %d input channels of %zu pixels to normalise (at most %d)",
+                       c->name, m->in_c, plane, GT_NORM_MAX_C);
+    if (len == 0)
+        return 0;
+    input_norm_args a;
+    memcpy(a.mean, m->norm.mean, sizeof a.mean);
+    memcpy(a.std, m->norm.std, sizeof a.std);
+    a.plane = (unsigned)plane;
+    a.channels = (unsigned)m->in_c;
+    input_norm_kernel<<<grid_for(len), BLOCK, 0, c->stream>>>(src, dst, len, a);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
@@ -304,7 +342,7 @@ __device__ static double xent_row(const float *z, int label, int k, float scale,
  * another), and the block's sums go in a fixed tree, so the result does not depend on
  * scheduling. */
 __global__ static void __launch_bounds__(XENT_THREADS)
-    softmax_xent_kernel(const float *logits, const uint8_t *labels, int n, int k, float scale,
+    softmax_xent_kernel(const float *logits, const uint16_t *labels, int n, int k, float scale,
                         float *dlogits, int width, gt_cuda_result *res)
 {
     int lane = threadIdx.x % width, teams = blockDim.x / width;
@@ -327,7 +365,7 @@ __global__ static void __launch_bounds__(XENT_THREADS)
     }
 }
 
-int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t *labels, int n,
+int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint16_t *labels, int n,
                          int k, float scale, float *dlogits, gt_cuda_result *res, gt_err *e)
 {
     if (n == 0 || k == 0)

@@ -276,16 +276,16 @@ int gt_cuda_test_dropout(gt_cuda_ctx *c, const float *x, const float *dy, int n,
     return parity_layer(c, &L, layer, n, &io, e);
 }
 
-static int parity_xent_run(gt_cuda_ctx *c, const float *logits, const uint8_t *labels, int n,
+static int parity_xent_run(gt_cuda_ctx *c, const float *logits, const uint16_t *labels, int n,
                            int k, float scale, float *dlogits, gt_cuda_result *out,
                            parity_bufs *bufs, gt_err *e)
 {
     size_t bytes = (size_t)n * k * sizeof(float);
     float *z, *dz = NULL;
-    uint8_t *lab;
+    uint16_t *lab;
     gt_cuda_result *res;
     if (parity_alloc(c, bufs, (void **)&z, logits, bytes, e) ||
-        parity_alloc(c, bufs, (void **)&lab, labels, (size_t)n, e) ||
+        parity_alloc(c, bufs, (void **)&lab, labels, (size_t)n * sizeof *lab, e) ||
         (dlogits && parity_alloc(c, bufs, (void **)&dz, NULL, bytes, e)) ||
         parity_alloc(c, bufs, (void **)&res, NULL, sizeof *res, e))
         return -1;
@@ -297,7 +297,7 @@ static int parity_xent_run(gt_cuda_ctx *c, const float *logits, const uint8_t *l
     return 0;
 }
 
-int gt_cuda_test_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint8_t *labels, int n,
+int gt_cuda_test_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint16_t *labels, int n,
                               int k, float scale, float *dlogits, double *loss, int *correct,
                               gt_err *e)
 {

@@ -8,6 +8,7 @@
 #include "gputrain/checkpoint.h"
 
 #include "gputrain/atomic_file.h"
+#include "gputrain/data.h"
 #include "gputrain/json.h"
 #include "gputrain/names.h"
 #include "gputrain/safetensors.h"
@@ -82,7 +83,7 @@ static int ckpt_check_model(const gt_model *m, const char *path, gt_err *e)
 
 /* ---- saving --------------------------------------------------------------------------------------- */
 
-#define CKPT_NFIXED 24 /* metadata members besides the tensors' CRCs */
+#define CKPT_NFIXED 25 /* metadata members besides the tensors' CRCs */
 
 /* Everything one save writes: the tensors, their CRC members and the metadata text. */
 typedef struct ckpt_save {
@@ -92,6 +93,7 @@ typedef struct ckpt_save {
     gt_st_kv *kv;
     int nout, nkv;
     char in_shape[40], nums[11][24], reals[3][32], fingerprint[9];
+    char norm[2 * GT_NORM_MAX_C * 18]; /* input_norm: the model's --normalize values */
     char *header;
     size_t hlen;
     char *classes; /* the class names as a JSON array, or NULL */
@@ -188,6 +190,10 @@ static void ckpt_list_meta(ckpt_save *sv, const gt_model *m, const gt_ckpt_meta 
         ckpt_kv(sv, "classes", sv->classes);
     if (meta->resized)
         ckpt_kv(sv, "resize_images", "1");
+    if (m->norm.on) {
+        gt_norm_format(&m->norm, m->in_c, sv->norm, sizeof sv->norm);
+        ckpt_kv(sv, "input_norm", sv->norm);
+    }
     ckpt_kv(sv, CKPT_CRC_KEY, "00000000");
     for (int i = 0; i < sv->nout; i++)
         ckpt_kv(sv, sv->crc_key[i], sv->crc_hex[i]);
@@ -538,6 +544,13 @@ static int ckpt_parse_meta(ckpt_file *cf, gt_err *e)
         ckpt_meta_u64(cf, "resize_images", 1, 1, &resized, e) != 0)
         return -1;
     mt->resized = (int)resized;
+    const char *norm = ckpt_meta_str(cf, "input_norm"); /* absent: x / 255 alone */
+    int nnorm = 0;
+    memset(&mt->norm, 0, sizeof mt->norm);
+    if (norm && (gt_norm_parse("input_norm", norm, &mt->norm, &nnorm, e) != 0 ||
+                 nnorm != mt->in_c))
+        return gt_fail(e, "checkpoint %s: metadata \"input_norm\" is not one mean and standard "
+                       "deviation for each of its %d input channels", cf->path, mt->in_c);
     if (ckpt_state_names(mt->optimizer, &names) < 0)
         return gt_fail(e, "checkpoint %s: unknown optimizer \"%s\"", cf->path, mt->optimizer);
     if (!ckpt_known_mode(mt->mode))

@@ -297,6 +297,27 @@ static int cli_parse_image_size(const char *s, gt_config *c, gt_err *e)
     return 0;
 }
 
+/* --augment none, or a list of crop:P and flip. */
+static int cli_parse_augment(const char *s, gt_config *c, gt_err *e)
+{
+    return gt_augment_parse(s, &c->augment, e);
+}
+
+/* --normalize none | auto | M1,M2,.../S1,S2,... */
+static int cli_parse_normalize(const char *s, gt_config *c, gt_err *e)
+{
+    c->norm_count = 0;
+    if (strcmp(s, "none") == 0 || strcmp(s, "auto") == 0) {
+        c->normalize = s[0] == 'a' ? GT_NORMALIZE_AUTO : GT_NORMALIZE_NONE;
+        return 0;
+    }
+    gt_err why;
+    if (gt_norm_parse("--normalize", s, &c->norm_given, &c->norm_count, &why) != 0)
+        return gt_fail(e, "%s (or none, auto)", why.msg);
+    c->normalize = GT_NORMALIZE_GIVEN;
+    return 0;
+}
+
 /* ---- the rows -------------------------------------------------------------------------------- */
 
 typedef enum cli_type {
@@ -408,6 +429,18 @@ static const cli_row cli_rows[] = {
      .parse = cli_parse_image_size, .commands = CMD_ALL,
      .help = "resize every image of an image folder to HxW (N: NxN)",
      .dflt = "all images share one size"},
+    {.name = "augment", .value = "none|crop:P,flip", .type = CLI_CUSTOM, .field = F(augment),
+     .parse = cli_parse_augment, .commands = CMD_TRAIN,
+     .help = "training batches only: a random crop of the image padded with P zeros (P 1.."
+             CLI_STR(GT_AUGMENT_MAX_PAD) ") and/or a horizontal flip, per sample, drawn from the "
+             "seed, the epoch and the sample alone",
+     .dflt = "none"},
+    {.name = "normalize", .value = "none|auto|M,../S,..", .type = CLI_CUSTOM,
+     .field = F(normalize), .parse = cli_parse_normalize, .commands = CMD_TRAIN,
+     .help = "the input step: (x/255 - M) / S per channel (one value, or one per channel); auto, "
+             "the training split's per-channel mean and standard deviation; kept in checkpoints, "
+             "so eval and predict normalise alike",
+     .dflt = "none, x/255"},
     {.name = "train-samples", .value = "N", .type = CLI_U32, .field = F(train_samples), .lo = 1,
      .hi = UINT32_MAX, .commands = CMD_TRAIN, .help = "train on the first N samples only",
      .dflt = "all"},

@@ -3,6 +3,7 @@
 #include "gputrain/config.h"
 #include "gputrain/cluster.h" /* GT_CLUSTER_TIMEOUT */
 
+#include <stdio.h>
 #include <string.h>
 
 void gt_config_defaults(gt_config *c)
@@ -30,4 +31,43 @@ void gt_config_defaults(gt_config *c)
     c->host_timeout = GT_CLUSTER_TIMEOUT;
     c->top = 3;
     c->exchange = GT_EXCHANGE_AUTO;
+}
+
+void gt_config_norm_mark(const gt_config *c, gt_model *m)
+{
+    memset(&m->norm, 0, sizeof m->norm);
+    if (c->normalize == GT_NORMALIZE_NONE)
+        return;
+    m->norm.on = 1;
+    for (int i = 0; i < GT_NORM_MAX_C; i++)
+        m->norm.std[i] = 1.0f;
+}
+
+int gt_config_norm_resolve(const gt_config *c, const gt_dataset *train, gt_model *m, gt_err *e)
+{
+    gt_config_norm_mark(c, m);
+    int ch = m->in_c;
+    switch (c->normalize) {
+    case GT_NORMALIZE_NONE:
+        return 0;
+    case GT_NORMALIZE_AUTO:
+        return gt_data_channel_stats(train, &m->norm, e);
+    case GT_NORMALIZE_GIVEN:
+        if (c->norm_count != 1 && c->norm_count != ch) {
+            char given[512];
+            gt_norm_format(&c->norm_given, c->norm_count, given, sizeof given);
+            return gt_fail(e, "--normalize %s: %d values per list for %d-channel data (give 1 "
+                           "or %d)", given, c->norm_count, ch, ch);
+        }
+        if (ch > GT_NORM_MAX_C)
+            return gt_fail(e, "--normalize: the data has %d channels (at most %d)", ch,
+                           GT_NORM_MAX_C);
+        for (int i = 0; i < ch; i++) {
+            int k = c->norm_count == 1 ? 0 : i;
+            m->norm.mean[i] = c->norm_given.mean[k];
+            m->norm.std[i] = c->norm_given.std[k];
+        }
+        return 0;
+    }
+    return gt_fail(e, "--normalize: unknown setting %d", (int)c->normalize);
 }

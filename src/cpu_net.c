@@ -67,6 +67,9 @@ static int net_check_model(const gt_model *m, int *depth, gt_err *e)
                        GT_MAX_LAYERS);
     if (net_check_blocks(m, depth, e))
         return -1;
+    if (m->norm.on && (m->in_c > GT_NORM_MAX_C || m->in_c < 1))
+        return gt_fail(e, "model %s: %d input channels to normalise (at most %d)", m->name,
+                       m->in_c, GT_NORM_MAX_C);
     int c = m->in_c, h = m->in_h, w = m->in_w;
     for (int l = 0; l < m->nlayers; l++) {
         const gt_layer *L = &m->layers[l];
@@ -161,7 +164,8 @@ int gt_cpu_net_create(gt_cpu_net *net, const gt_model *m, int max_batch, gt_err 
     net->bn_momentum = GT_BN_MOMENTUM;
     size_t nb = (size_t)max_batch;
     int layer = 0; /* whose output was being allocated when one failed; 0: the input */
-    int ok = (net->xbytes = net_alloc(nb, in_len, 1)) && (net->ybytes = net_alloc(nb, 1, 1)) &&
+    int ok = (net->xbytes = net_alloc(nb, in_len, 1)) &&
+             (net->labels = net_alloc(nb, 1, sizeof *net->labels)) &&
              (net->act[0] = net_alloc(nb, in_len, sizeof(float))) &&
              (net->grad_act = net_alloc(nb, max_act, sizeof(float))) &&
              (net->grad_act2 = net_alloc(nb, max_act, sizeof(float)));
@@ -190,7 +194,7 @@ int gt_cpu_net_create(gt_cpu_net *net, const gt_model *m, int max_batch, gt_err 
 void gt_cpu_net_destroy(gt_cpu_net *net)
 {
     gt_free(net->xbytes);
-    gt_free(net->ybytes);
+    gt_free(net->labels);
     gt_free(net->act[0]);
     for (int l = 0; l < GT_MAX_LAYERS; l++) {
         int alias = 0; /* res[ and | outputs are an earlier layer's activations */
@@ -210,14 +214,34 @@ void gt_cpu_net_destroy(gt_cpu_net *net)
     memset(net, 0, sizeof *net);
 }
 
-static void net_gather(gt_cpu_net *net, const gt_batch *b)
+/* The input step with the model's per-channel normalisation (model.h): the formula of the GPU's
+ * input kernel (kernels.cu), so both give the same floats. */
+static void net_input(const gt_model *m, const uint8_t *src, float *dst, int n)
+{
+    size_t plane = (size_t)m->in_h * m->in_w, len = (size_t)n * m->in_c * plane;
+    if (!m->norm.on) {
+        gt_input_normalize(src, dst, len);
+        return;
+    }
+    for (size_t p = 0; p < len; p += plane) {
+        int ch = (int)(p / plane % (size_t)m->in_c);
+        float mean = m->norm.mean[ch], std = m->norm.std[ch];
+        for (size_t j = p; j < p + plane; j++)
+            dst[j] = ((float)src[j] / 255.0f - mean) / std;
+    }
+}
+
+/* The batch's bytes (augmented where training: the same function as the CUDA staging gather)
+ * and labels, then the input step. */
+static void net_gather(gt_cpu_net *net, const gt_batch *b, int train)
 {
     size_t in_len = net->m->layers[0].in_len;
+    const gt_augment *aug = train ? b->aug : NULL;
     for (int i = 0; i < b->n; i++) {
-        memcpy(net->xbytes + i * in_len, b->ds->images + (size_t)b->idx[i] * in_len, in_len);
-        net->ybytes[i] = b->ds->labels[b->idx[i]];
+        gt_data_copy_sample(b->ds, b->idx[i], aug, b->seed, b->epoch, net->xbytes + i * in_len);
+        net->labels[i] = b->ds->labels[b->idx[i]];
     }
-    gt_input_normalize(net->xbytes, net->act[0], (size_t)b->n * in_len);
+    net_input(net->m, net->xbytes, net->act[0], b->n);
 }
 
 /* A batch larger than max_batch would overrun the buffers, and batch norm without its buffers
@@ -236,11 +260,11 @@ double gt_cpu_net_run(gt_cpu_net *net, const float *params, float *buffers, cons
     for (int l = 0; l < m->nlayers; l++)
         if (!(rows[l] = gt_layer_kind_of(m->layers[l].kind)))
             return NAN; /* gt_cpu_net_create refuses such a model; this one changed since */
-    net_gather(net, b);
+    net_gather(net, b, train);
     for (int l = 0; l < m->nlayers; l++)
         rows[l]->cpu_forward(net, l, params, b, train);
     float *dy = net->grad_act, *dx = net->grad_act2;
-    double loss = gt_softmax_xent(net->act[m->nlayers], net->ybytes, n, m->nclasses,
+    double loss = gt_softmax_xent(net->act[m->nlayers], net->labels, n, m->nclasses,
                                   1.0f / (float)n, grad ? dy : NULL, &hits);
     if (correct)
         *correct = hits;

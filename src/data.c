@@ -183,7 +183,7 @@ static int folder_fill(const name_list *files, const uint32_t *ends, size_t ncla
         return gt_fail(e, "%s: %zu images of %dx%dx%d = %llu bytes (limit 8 GiB)", first, files->n,
                        c, oh, ow, bytes);
     out->images = gt_alloc(bytes);
-    out->labels = gt_alloc(files->n);
+    out->labels = gt_alloc(files->n * sizeof *out->labels);
     if (!out->images || !out->labels)
         return gt_fail(e, "%s: out of memory for %llu bytes of images", first, bytes);
     out->n = (uint32_t)files->n;
@@ -205,7 +205,7 @@ static int folder_fill(const name_list *files, const uint32_t *ends, size_t ncla
             return -1;
         while (i >= ends[k])
             k++;
-        out->labels[i] = (uint8_t)k;
+        out->labels[i] = (uint16_t)k;
     }
     return 0;
 }
@@ -214,33 +214,63 @@ static int folder_fill(const name_list *files, const uint32_t *ends, size_t ncla
 static void dataset_crc(gt_dataset *ds)
 {
     ds->images_crc = gt_crc32(0, ds->images, (size_t)ds->n * ds->c * ds->h * ds->w);
-    ds->labels_crc = gt_crc32(0, ds->labels, ds->n);
+    ds->labels_crc = gt_labels_crc(ds->labels, ds->n, ds->nclasses);
 }
 
-int gt_folder_load(const char *root, const char *split, gt_dataset *out, char (*class_names)[32],
-                   int *nclasses, gt_err *e)
+uint32_t gt_labels_crc(const uint16_t *labels, uint32_t n, int nclasses)
+{
+    uint8_t buf[4096];
+    uint32_t crc = 0;
+    int wide = nclasses > 256;
+    size_t per = wide ? 2 : 1, chunk = sizeof buf / per;
+    for (uint32_t at = 0; at < n; at += (uint32_t)chunk) {
+        size_t m = n - at < chunk ? n - at : chunk;
+        for (size_t i = 0; i < m; i++) {
+            buf[i * per] = (uint8_t)labels[at + i];
+            if (wide)
+                buf[i * per + 1] = (uint8_t)(labels[at + i] >> 8);
+        }
+        crc = gt_crc32(crc, buf, m * per);
+    }
+    return crc;
+}
+
+uint64_t gt_labels_crc_len(uint32_t n, int nclasses)
+{
+    return (uint64_t)n * (nclasses > 256 ? 2u : 1u);
+}
+
+int gt_data_alloc_names(gt_data *d, int n, gt_err *e)
+{
+    gt_free(d->class_names);
+    d->class_names = n > 0 ? gt_alloc((size_t)n * sizeof *d->class_names) : NULL;
+    if (!d->class_names)
+        return gt_fail(e, "%s: out of memory for %d class names", d->dir, n);
+    memset(d->class_names, 0, (size_t)n * sizeof *d->class_names);
+    return 0;
+}
+
+int gt_folder_load(const char *root, const char *split, gt_dataset *out,
+                   gt_class_name **class_names, int *nclasses, gt_err *e)
 {
     return gt_folder_load_sized(root, split, (const int[2]){0, 0}, out, class_names, nclasses, e);
 }
 
 int gt_folder_load_sized(const char *root, const char *split, const int *size, gt_dataset *out,
-                         char (*class_names)[32], int *nclasses, gt_err *e)
+                         gt_class_name **class_names, int *nclasses, gt_err *e)
 {
     char split_dir[GT_PATHLEN];
     name_list classes = {0}, files = {0};
     uint32_t *ends = NULL;
     int rc = -1;
     memset(out, 0, sizeof *out);
+    *class_names = NULL;
     if (path_join(split_dir, root, split, e) != 0 ||
         folder_list_classes(split_dir, &classes, e) != 0)
         goto done;
-    if (classes.n > 256) {
-        gt_fail(e, "%s: %zu classes, but labels are stored as bytes (limit 256)", split_dir,
-                classes.n);
-        goto done;
-    }
     ends = calloc(classes.n, sizeof *ends);
-    if (!ends) {
+    *class_names = gt_alloc(classes.n * sizeof **class_names);
+    if (!ends || !*class_names) {
         gt_fail(e, "%s: out of memory", split_dir);
         goto done;
     }
@@ -249,7 +279,7 @@ int gt_folder_load_sized(const char *root, const char *split, const int *size, g
         goto done;
     dataset_crc(out);
     for (size_t k = 0; k < classes.n; k++)
-        snprintf(class_names[k], 32, "%s", classes.names[k]);
+        snprintf((*class_names)[k], GT_CLASS_NAMELEN, "%s", classes.names[k]);
     *nclasses = (int)classes.n;
     rc = 0;
 done:
@@ -257,6 +287,8 @@ done:
         gt_free(out->images);
         gt_free(out->labels);
         memset(out, 0, sizeof *out);
+        gt_free(*class_names);
+        *class_names = NULL;
     }
     free(ends);
     names_free(&classes);
@@ -302,36 +334,52 @@ static int data_detect(const char *dir)
 static int data_load_idx_split(const char *images, const char *labels, gt_dataset *ds, gt_err *e)
 {
     uint32_t nlabels;
+    uint8_t *bytes = NULL; /* the file's labels, widened into ds->labels */
+    int rc = -1;
     if (gt_idx_load_images(images, &ds->n, &ds->h, &ds->w, &ds->images, &ds->images_crc, e) != 0 ||
-        gt_idx_load_labels(labels, &nlabels, &ds->labels, &ds->labels_crc, e) != 0)
-        return -1;
+        gt_idx_load_labels(labels, &nlabels, &bytes, &ds->labels_crc, e) != 0)
+        goto done;
     ds->c = 1;
     ds->nclasses = IDX_CLASSES;
-    if (nlabels != ds->n)
-        return gt_fail(e, "%s holds %u images but %s holds %u labels", images, ds->n, labels,
-                       nlabels);
+    if (nlabels != ds->n) {
+        gt_fail(e, "%s holds %u images but %s holds %u labels", images, ds->n, labels, nlabels);
+        goto done;
+    }
     for (uint32_t i = 0; i < nlabels; i++)
-        if (ds->labels[i] >= IDX_CLASSES)
-            return gt_fail(e, "%s: label at index %u is %u (expected 0..%d)", labels, i,
-                           ds->labels[i], IDX_CLASSES - 1);
-    return 0;
+        if (bytes[i] >= IDX_CLASSES) {
+            gt_fail(e, "%s: label at index %u is %u (expected 0..%d)", labels, i, bytes[i],
+                    IDX_CLASSES - 1);
+            goto done;
+        }
+    if (!(ds->labels = gt_alloc((size_t)nlabels * sizeof *ds->labels)) && nlabels) {
+        gt_fail(e, "%s: out of memory for %u labels", labels, nlabels);
+        goto done;
+    }
+    for (uint32_t i = 0; i < nlabels; i++)
+        ds->labels[i] = bytes[i];
+    rc = 0;
+done:
+    gt_free(bytes);
+    return rc;
 }
 
 /* Fashion-MNIST is recognised by its test labels (CRC-32 of the 10000 label bytes, which
  * --train-samples never cuts) and gets its class names; any other IDX data is named "0".."9". */
 #define FASHION_TEST_LABELS_CRC 0x242bc73fu
-static void data_idx_class_names(gt_data *out)
+static int data_idx_class_names(gt_data *out, gt_err *e)
 {
+    if (gt_data_alloc_names(out, IDX_CLASSES, e) != 0)
+        return -1;
     static const char *const fashion[IDX_CLASSES] = {"T-shirt/top", "Trouser", "Pullover",
         "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
-    int is_fashion = out->test.n == 10000 &&
-                     gt_crc32(0, out->test.labels, out->test.n) == FASHION_TEST_LABELS_CRC;
+    int is_fashion = out->test.n == 10000 && out->test.labels_crc == FASHION_TEST_LABELS_CRC;
     for (int k = 0; k < IDX_CLASSES; k++) {
         if (is_fashion)
             snprintf(out->class_names[k], sizeof out->class_names[k], "%s", fashion[k]);
         else
             snprintf(out->class_names[k], sizeof out->class_names[k], "%d", k);
     }
+    return 0;
 }
 
 /* One split's two files, loaded on a thread of its own. */
@@ -388,12 +436,11 @@ static int data_load_idx(const char *dir, gt_data *out, gt_err *e)
     if (out->train.h != out->test.h || out->train.w != out->test.w)
         return gt_fail(e, "%s holds %dx%d images but %s holds %dx%d", paths[0], out->train.h,
                        out->train.w, paths[2], out->test.h, out->test.w);
-    data_idx_class_names(out);
-    return 0;
+    return data_idx_class_names(out, e);
 }
 
-static int data_check_classes(const char *dir, const gt_data *d, char (*test_names)[32], int ntest,
-                              gt_err *e)
+static int data_check_classes(const char *dir, const gt_data *d, const gt_class_name *test_names,
+                              int ntest, gt_err *e)
 {
     if (ntest != d->train.nclasses)
         return gt_fail(e, "%s/test has %d class folders but %s/train has %d", dir, ntest, dir,
@@ -408,15 +455,13 @@ static int data_check_classes(const char *dir, const gt_data *d, char (*test_nam
 static int data_load_folder(const char *dir, const int *size, gt_data *out, gt_err *e)
 {
     int ntrain, ntest;
-    char(*test_names)[32] = calloc(GT_MAX_CLASSES, sizeof *test_names);
-    if (!test_names)
-        return gt_fail(e, "%s: out of memory", dir);
+    gt_class_name *test_names = NULL;
     int rc = -1;
-    if (gt_folder_load_sized(dir, "train", size, &out->train, out->class_names, &ntrain, e) == 0 &&
-        gt_folder_load_sized(dir, "test", size, &out->test, test_names, &ntest, e) == 0 &&
+    if (gt_folder_load_sized(dir, "train", size, &out->train, &out->class_names, &ntrain, e) == 0 &&
+        gt_folder_load_sized(dir, "test", size, &out->test, &test_names, &ntest, e) == 0 &&
         data_check_classes(dir, out, test_names, ntest, e) == 0)
         rc = 0;
-    free(test_names);
+    gt_free(test_names);
     if (rc != 0)
         return -1;
     const gt_dataset *a = &out->train, *b = &out->test;
@@ -438,14 +483,15 @@ static int data_apply_limit(const char *dir, gt_dataset *ds, uint32_t limit, gt_
         return gt_fail(e, "--train-samples %u is more than the %u training samples in %s", limit,
                        ds->n, dir);
     size_t per = (size_t)ds->c * ds->h * ds->w;
-    uint8_t *images = gt_alloc(limit * per), *labels = gt_alloc(limit);
+    uint8_t *images = gt_alloc(limit * per);
+    uint16_t *labels = gt_alloc(limit * sizeof *labels);
     if (!images || !labels) {
         gt_free(images);
         gt_free(labels);
         return gt_fail(e, "%s: out of memory keeping %u training samples", dir, limit);
     }
     memcpy(images, ds->images, limit * per);
-    memcpy(labels, ds->labels, limit);
+    memcpy(labels, ds->labels, limit * sizeof *labels);
     gt_free(ds->images);
     gt_free(ds->labels);
     ds->images = images;
@@ -465,7 +511,8 @@ static uint32_t data_fingerprint(const gt_data *d)
         const gt_dataset *s = splits[i];
         z_off_t bytes = (z_off_t)s->n * s->c * s->h * s->w;
         crc = (uint32_t)crc32_combine(crc, s->images_crc, bytes);
-        crc = (uint32_t)crc32_combine(crc, s->labels_crc, (z_off_t)s->n);
+        crc = (uint32_t)crc32_combine(crc, s->labels_crc,
+                                      (z_off_t)gt_labels_crc_len(s->n, s->nclasses));
     }
     return crc;
 }
@@ -569,5 +616,6 @@ void gt_data_free(gt_data *d)
     gt_free(d->train.labels);
     gt_free(d->test.images);
     gt_free(d->test.labels);
+    gt_free(d->class_names);
     memset(d, 0, sizeof *d);
 }

@@ -188,7 +188,7 @@ static int cifar_load_split(const cifar_kind *k, const char *dir, const char *co
         ds->h = ds->w = CIFAR_SIDE;
         ds->nclasses = k->nclasses;
         ds->images = gt_alloc(sp.total * CIFAR_PIXELS);
-        ds->labels = gt_alloc(sp.total);
+        ds->labels = gt_alloc(sp.total * sizeof *ds->labels);
         rc = ds->images && ds->labels ? cifar_fill(k, &sp, ds, e)
                                       : gt_fail(e, "%s: out of memory for %llu records",
                                                 sp.paths[0], (unsigned long long)sp.total);
@@ -198,7 +198,7 @@ static int cifar_load_split(const cifar_kind *k, const char *dir, const char *co
             close(sp.fds[f]);
     if (rc == 0) {
         ds->images_crc = gt_crc32(0, ds->images, (size_t)ds->n * CIFAR_PIXELS);
-        ds->labels_crc = gt_crc32(0, ds->labels, ds->n);
+        ds->labels_crc = gt_labels_crc(ds->labels, ds->n, ds->nclasses);
     }
     return rc;
 }
@@ -258,7 +258,7 @@ static int cifar_parse_names(const char *path, char *text, int nclasses, char (*
 }
 
 /* The class names from the variant's names file, or "0".."K-1" where there is none. */
-static int cifar_class_names(const cifar_kind *k, const char *dir, char (*names)[32], gt_err *e)
+static int cifar_class_names(const cifar_kind *k, const char *dir, gt_class_name *names, gt_err *e)
 {
     char path[GT_PATHLEN], *text = NULL;
     if (cifar_path(path, dir, k->names, e) != 0)
@@ -280,6 +280,8 @@ int gt_cifar_load(const char *dir, int nclasses, gt_data *out, gt_err *e)
     const cifar_kind *k = nclasses == 100 ? &cifar100 : &cifar10;
     if (cifar_load_split(k, dir, k->train, k->ntrain, &out->train, e) != 0 ||
         cifar_load_split(k, dir, &k->test, 1, &out->test, e) != 0)
+        return -1;
+    if (gt_data_alloc_names(out, k->nclasses, e) != 0)
         return -1;
     return cifar_class_names(k, dir, out->class_names, e);
 }

@@ -112,7 +112,7 @@ static int synth_split(const synth_spec *s, const uint8_t *templates, const uint
     ds->c = s->c, ds->h = s->h, ds->w = s->w;
     ds->nclasses = s->k;
     ds->images = gt_alloc(n * per);
-    ds->labels = gt_alloc(n);
+    ds->labels = gt_alloc(n * sizeof *ds->labels);
     if (!ds->images || !ds->labels)
         return gt_fail(e, "synthetic data: out of memory for %zu bytes", n * per);
     gt_rng r;
@@ -123,10 +123,10 @@ static int synth_split(const synth_spec *s, const uint8_t *templates, const uint
         uint8_t *dst = ds->images + i * per;
         for (size_t j = 0; j < per; j++)
             dst[j] = (uint8_t)(t[j] + z[j]);
-        ds->labels[i] = (uint8_t)k;
+        ds->labels[i] = (uint16_t)k;
     }
     ds->images_crc = gt_crc32(0, ds->images, n * per);
-    ds->labels_crc = gt_crc32(0, ds->labels, n);
+    ds->labels_crc = gt_labels_crc(ds->labels, n, s->k);
     return 0;
 }
 
@@ -153,6 +153,8 @@ int gt_synth_load(const char *spec, gt_data *out, gt_err *e)
                      synth_split(&s, templates, noise, SYNTH_TEST, 2, &out->test, e) == 0
                  ? 0 : -1;
     }
+    if (rc == 0)
+        rc = gt_data_alloc_names(out, s.k, e);
     for (int k = 0; rc == 0 && k < s.k; k++)
         snprintf(out->class_names[k], sizeof out->class_names[k], "%d", k);
     free(templates);

@@ -151,7 +151,8 @@ int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e)
     meta.seed = cfg->seed;
     meta.data_fingerprint = r->data->fingerprint;
     meta.resized = cfg->image_size[0] > 0;
-    meta.nnames = r->m->nclasses;
+    /* Names for up to GT_CKPT_MAX_CLASSES classes; a checkpoint of more holds none. */
+    meta.nnames = r->m->nclasses <= GT_CKPT_MAX_CLASSES ? r->m->nclasses : 0;
     for (int k = 0; k < meta.nnames; k++)
         memcpy(meta.class_names[k], r->data->class_names[k], GT_CKPT_NAMELEN);
     meta.wall_ms = (uint64_t)llround(j->wall * 1e3);

@@ -716,7 +716,7 @@ void gt_dropout_backward(const float *dy, const uint8_t *mask, float *dx, size_t
 /* ---- loss and input --------------------------------------------------------------------------- */
 
 /* Each row in double: log-sum-exp shifted by the row maximum, so large logits cannot overflow. */
-double gt_softmax_xent(const float *logits, const uint8_t *labels, int n, int k, float scale,
+double gt_softmax_xent(const float *logits, const uint16_t *labels, int n, int k, float scale,
                        float *dlogits, int *correct)
 {
     double total = 0;

@@ -190,6 +190,7 @@ static int setup_model(const gt_config *c, int ch, int h, int w, int k, setup *s
         s->m = NULL;
         return -1;
     }
+    gt_config_norm_mark(c, s->m); /* its values once the data is in: train_model */
     return 0;
 }
 
@@ -441,6 +442,13 @@ static int load_start(const gt_config *c, const gt_model *m, const gt_data *d, f
     if (c->resume[0]) {
         if (gt_ckpt_load(c->resume, m, params, buffers, state, nstate, meta, ckpt_flags(c), e) != 0)
             return -1;
+        if (!gt_norm_equal(&meta->norm, &m->norm, m->in_c)) {
+            char was[512], now[512];
+            gt_norm_format(&meta->norm, m->in_c, was, sizeof was);
+            gt_norm_format(&m->norm, m->in_c, now, sizeof now);
+            return gt_fail(e, "--resume: %s was trained with input normalisation %s, this run's "
+                           "--normalize gives %s", c->resume, was, now);
+        }
         *resumed = 1;
         return 0;
     }
@@ -521,15 +529,20 @@ static int resume_position(const gt_config *c, uint32_t ntrain, gt_ckpt_meta *me
 
 /* The model for this data: the one start-up built, with its devices open, where the data has
  * the shape start-up read from its header; else (devices closed) one built now, *usage set where
- * --model does not build. */
+ * --model does not build; its --normalize values set from the data. */
 static int train_model(const gt_config *c, const gt_data *d, setup *s, int *usage, gt_err *e)
 {
     const gt_dataset *t = &d->train;
     const gt_model *m = s->m;
-    if (m && m->in_c == t->c && m->in_h == t->h && m->in_w == t->w && m->nclasses == t->nclasses)
-        return 0;
-    setup_close(s);
-    if (setup_model(c, t->c, t->h, t->w, t->nclasses, s, e) != 0) {
+    if (!(m && m->in_c == t->c && m->in_h == t->h && m->in_w == t->w &&
+          m->nclasses == t->nclasses)) {
+        setup_close(s);
+        if (setup_model(c, t->c, t->h, t->w, t->nclasses, s, e) != 0) {
+            *usage = 1;
+            return -1;
+        }
+    }
+    if (gt_config_norm_resolve(c, t, s->m, e) != 0) {
         *usage = 1;
         return -1;
     }

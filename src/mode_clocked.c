@@ -58,6 +58,7 @@ void clocked_gather_share(run *r, uint64_t clock, int share, gt_batch *b)
     b->n = r->batch;
     b->epoch = r->epoch;
     b->seed = r->cfg->seed;
+    b->aug = &r->cfg->augment;
 }
 
 /* Sums the slots of one clock in share order into share 0's slot, over stripes [s_lo, s_hi). */

@@ -200,7 +200,7 @@ static void hogwild_epoch(run *r, worker *w)
     range rg;
     while (hogwild_next(r, w, &rg)) {
         gt_batch b = {.ds = &r->data->train, .idx = r->perm + rg.lo, .n = (int)(rg.hi - rg.lo),
-                      .epoch = r->epoch, .seed = cfg->seed};
+                      .epoch = r->epoch, .seed = cfg->seed, .aug = &cfg->augment};
         uint64_t step = atomic_load(&w->steps);
         gt_step_out o = {0};
         /* The phases' clock: pull (the store's copy), device (upload, step, download), push. */
@@ -307,7 +307,8 @@ static void hogwild_epoch_overlap(run *r, worker *w)
         pipe_step *p = &q[(head + nq) % 2];
         while (more && nq < 2 && (more = hogwild_next(r, w, &p->rg))) {
             p->b = (gt_batch){.ds = &r->data->train, .idx = r->perm + p->rg.lo,
-                              .n = (int)(p->rg.hi - p->rg.lo), .epoch = r->epoch, .seed = cfg->seed};
+                              .n = (int)(p->rg.hi - p->rg.lo), .epoch = r->epoch,
+                              .seed = cfg->seed, .aug = &cfg->augment};
             p->step = atomic_load(&w->steps) + (uint64_t)nq;
             p->o = (gt_step_out){0};
             p->buf = hw(w)->pipe_buf;

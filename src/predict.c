@@ -52,9 +52,9 @@ int gt_predict_check_classes(const char *path, const gt_ckpt_meta *meta, const g
 {
     if (meta->nnames == 0) {
         char shown[4 * GT_PATHLEN];
-        fprintf(warn, "gputrain: warning: %s holds no class names (written by an older gputrain); "
-                      "they are not checked against the data's\n",
-                gt_escape(shown, sizeof shown, path));
+        fprintf(warn, "gputrain: warning: %s holds no class names (written by an older gputrain, "
+                      "or for more than %d classes); they are not checked against the data's\n",
+                gt_escape(shown, sizeof shown, path), GT_CKPT_MAX_CLASSES);
         return 0;
     }
     int n = meta->nnames < d->train.nclasses ? meta->nnames : d->train.nclasses;
@@ -84,6 +84,7 @@ int gt_predict_model(const char *path, const gt_ckpt_meta *meta, int in_c, int i
     if (strcmp(meta->model, m->name) != 0 && strcmp(meta->model, "custom") != 0)
         return gt_fail(e, "checkpoint %s: the metadata names model %.31s, but model_spec is %s: "
                        "the file was edited", path, meta->model, m->name);
+    m->norm = meta->norm; /* the input step the model was trained with */
     return 0;
 }
 
@@ -291,7 +292,7 @@ static void warn_image(predictor *p, const char *path, const uint8_t *px, int w,
 
 static int predict_image(predictor *p, const char *path, gt_err *e)
 {
-    uint8_t label = 0;
+    uint16_t label = 0;
     gt_dataset one = {.n = 1, .c = p->m.in_c, .h = p->m.in_h, .w = p->m.in_w,
                       .nclasses = p->m.nclasses, .labels = &label};
     one.images = malloc((size_t)one.c * one.h * one.w);

@@ -145,6 +145,11 @@ static void config_run(run *r, FILE *f, const gt_start *start)
             r->data->fingerprint, r->ntrain, r->data->test.n);
     fprintf(f, ",\"batch\":%d,\"epochs\":%d,\"seed\":%llu,\"eval_every\":%d", c->batch, c->epochs,
             (unsigned long long)c->seed, c->eval_every);
+    char aug[32], norm[512];
+    gt_augment_format(&c->augment, aug, sizeof aug);
+    put_field_str(f, "augment", aug);
+    gt_norm_format(&r->m->norm, r->m->in_c, norm, sizeof norm);
+    put_field_str(f, "normalize", norm);
 }
 
 /* The optimizer, its schedule and the mode's own settings. */

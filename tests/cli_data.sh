@@ -2,9 +2,11 @@
 # cli_data.sh - the data formats without a dataset installed, end to end on the CPU: a CIFAR-10
 # folder written here trains a small colour model for an epoch and predicts with its class names;
 # damaged CIFAR files give one-line errors naming the file. Synthetic data: an epoch of the same
-# model on it beats chance clearly, a checkpoint of it resumes, and bad specs are command-line
-# errors naming the value. --image-size: a folder of colour images of many sizes trains, evaluates
-# and predicts on any-size images, the checkpoint saying that its images were resized.
+# model on it beats chance clearly, also with --augment (the same losses with one worker or two
+# under sync) and --normalize (eval and predict normalise alike), a checkpoint of it resumes, and
+# bad specs are command-line errors naming the value. 300 classes in a folder train, evaluate and
+# predict. --image-size: a folder of colour images of many sizes trains, evaluates and predicts on
+# any-size images, the checkpoint saying that its images were resized.
 . "$(dirname "$0")/lib_cli.sh"
 command -v python3 >/dev/null || { echo "skipped: python3 not found"; exit 77; }
 MODEL='conv:8:5 relu maxpool:2 fc:10'
@@ -54,6 +56,72 @@ grep -q "^resuming" "$TMP/res.out" || fail "synthetic resume: $(cat "$TMP/res.ou
 "$BIN" "${SYN[@]/3000/3001}" --epochs 2 --resume "$TMP/syn.safetensors" >"$TMP/res.out" 2>&1 &&
     fail "resumed on other synthetic data"
 grep -q "trained on other data" "$TMP/res.out" || fail "synthetic resume on other data: $(cat "$TMP/res.out")"
+# Augmentation (crop and flip of the training batches): it still learns, the log records it, and
+# the same seed gives the same run whatever the worker count's split of the batches (sync).
+"$BIN" "${SYN[@]}" --epochs 1 --augment crop:2,flip --log "$TMP/aug.jsonl" >"$TMP/aug.out" 2>&1 ||
+    fail "training with --augment failed: $(cat "$TMP/aug.out")"
+acc=$(sed -n 's/^done:.*test acc \([0-9.]*\).*/\1/p' "$TMP/aug.out")
+awk -v a="${acc:-0}" 'BEGIN { exit !(a > 0.5) }' || fail "--augment: test accuracy '$acc' after an epoch (chance 0.1)"
+grep -q '"augment":"crop:2,flip"' "$TMP/aug.jsonl" || fail "--augment: not in the log's config record"
+AUG=(--data synthetic:3x32x32:10:400 --model "$MODEL" --no-progress --epochs 1 --mode sync --literal)
+aug_losses() { "$BIN" "${AUG[@]}" "$@" 2>&1 | sed -n 's/^epoch.*\(train loss .*acc [0-9.]*\).*samples\/s.*/\1/p'; }
+l1=$(aug_losses --gpus cpu:1 --batch 40 --augment crop:3,flip)
+l2=$(aug_losses --gpus cpu:2 --batch 20 --augment crop:3,flip)
+l0=$(aug_losses --gpus cpu:1 --batch 40)
+[ -n "$l1" ] && [ "$l1" = "$l2" ] || fail "--augment: 1 worker at 40 and 2 at 20 differ: '$l1' / '$l2'"
+[ "$l1" != "$l0" ] || fail "--augment crop:3,flip trained exactly as without it: '$l0'"
+# --normalize: auto's per-channel statistics reach the log and the checkpoint, and eval and
+# predict normalise as training did (their accuracy is the run's last evaluation); a list of the
+# wrong length for the data's channels is a command-line error.
+NRM0=(--data synthetic:3x16x16:10:200 --model "$MODEL" --no-progress --gpus cpu:1 --batch 50)
+NRM=("${NRM0[@]}" --epochs 1)
+"$BIN" "${NRM[@]}" --normalize auto --checkpoint "$TMP/norm.st" --log "$TMP/norm.jsonl" >"$TMP/norm.out" 2>&1 ||
+    fail "--normalize auto failed: $(cat "$TMP/norm.out")"
+grep -q '"normalize":"0\.[0-9]*,0\.[0-9]*,0\.[0-9]*/0\.[0-9]*,0\.[0-9]*,0\.[0-9]*"' "$TMP/norm.jsonl" ||
+    fail "--normalize auto: the config record says $(grep -o '"normalize":"[^"]*"' "$TMP/norm.jsonl")"
+run_eval=$(sed -n 's/^epoch.*test loss \([0-9.]*\) acc \([0-9.]*\).*/\1 \2/p' "$TMP/norm.out")
+"$BIN" eval --checkpoint "$TMP/norm.st" --data synthetic:3x16x16:10:200 --gpus cpu:1 >"$TMP/norm.eval" 2>&1 ||
+    fail "eval of a normalised checkpoint: $(cat "$TMP/norm.eval")"
+ev=$(sed -n 's/.*test loss \([0-9.]*\) acc \([0-9.]*\).*/\1 \2/p' "$TMP/norm.eval")
+[ -n "$ev" ] && [ "$ev" = "$run_eval" ] || fail "--normalize: eval says '$ev', the run '$run_eval'"
+acc=$("$BIN" predict --checkpoint "$TMP/norm.st" --data synthetic:3x16x16:10:200 test:0-9999 | sed -n 's/^accuracy \([0-9.]*\).*/\1/p')
+[ "$acc" = "${run_eval#* }" ] || fail "--normalize: predict's accuracy '$acc', the run's '${run_eval#* }'"
+"$BIN" "${NRM[@]}" --normalize 0.5,0.5,0.5/0.25,0.25,0.25 --checkpoint "$TMP/norm.st" >/dev/null 2>&1 ||
+    fail "--normalize with one value per channel failed"
+"$BIN" "${NRM[@]}" --normalize 0.5/0.25 >/dev/null 2>&1 || fail "--normalize with one value failed"
+"$BIN" "${NRM0[@]}" --epochs 2 --normalize 0.5,0.5,0.5/0.25,0.25,0.25 --resume "$TMP/norm.st" \
+    >/dev/null 2>&1 || fail "--resume with the same --normalize failed"
+expect_error "--resume" "was trained with input normalisation 0.5,0.5,0.5/0.25,0.25,0.25" -- \
+    "${NRM0[@]}" --epochs 3 --normalize auto --resume "$TMP/norm.st"
+expect_exit 2 -- "${NRM[@]}" --normalize 0.5,0.5/0.25,0.25
+expect_error "--normalize 0.5,0.5/0.25,0.25" "2 values per list for 3-channel data" -- "${NRM[@]}" --normalize 0.5,0.5/0.25,0.25
+# 300 classes (labels past a byte): a folder of one tiny PNG a class trains, evaluates, and
+# predicts with the folders' names (the checkpoint of more than 256 classes holds none).
+cat >"$TMP/many.py" <<'PY'
+import os, struct, sys, zlib
+root = sys.argv[1]
+def png(path, v):
+    raw = b"".join(b"\0" + bytes([v, 255 - v]) for _ in range(2))
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 0, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+for split in ("train", "test"):
+    for k in range(300):
+        d = os.path.join(root, split, "k%03d" % k)
+        os.makedirs(d, exist_ok=True)
+        png(os.path.join(d, "a.png"), k % 256)
+PY
+python3 "$TMP/many.py" "$TMP/many"
+"$BIN" --data "$TMP/many" --model fc:300 --gpus cpu:1 --epochs 1 --batch 30 --no-progress \
+    --checkpoint "$TMP/many.st" >"$TMP/many.out" 2>&1 || fail "300 classes: training failed: $(cat "$TMP/many.out")"
+grep -q "300 train / 300 test samples" "$TMP/many.out" || fail "300 classes: $(head -1 "$TMP/many.out")"
+"$BIN" eval --checkpoint "$TMP/many.st" --data "$TMP/many" --gpus cpu:1 >"$TMP/many.eval" 2>&1 ||
+    fail "300 classes: eval failed: $(cat "$TMP/many.eval")"
+grep -q "(.*/300)" "$TMP/many.eval" || fail "300 classes: eval says $(cat "$TMP/many.eval")"
+"$BIN" predict --checkpoint "$TMP/many.st" --data "$TMP/many" test:299 >"$TMP/many.pred" 2>&1 ||
+    fail "300 classes: predict failed: $(cat "$TMP/many.pred")"
+grep -q "^test:299: .*(true: k299)" "$TMP/many.pred" || fail "300 classes: predict says $(cat "$TMP/many.pred")"
 for bad in synthetic:0x32x32:10 synthetic:3x32 synthetic:3x32x32:1 synthetic:3x99999x32:10; do
     expect_exit 2 -- --data "$bad" --gpus cpu:1 --epochs 1
     expect_error "$bad" -- --data "$bad" --gpus cpu:1 --epochs 1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cli_python_loader.sh - tools/gputrain_torch.py reads a gputrain checkpoint, rebuilds the model from
-# its spec and gets the test accuracy `gputrain eval` reports (to 1e-4), for the default lenet5 and
-# for a spec with every layer kind. The numpy forward pass is what CI runs (a CPU torch wheel is too
+# its spec and gets the test accuracy `gputrain eval` reports (to 1e-4), for the default lenet5 (also
+# with --normalize auto, which the loader applies from the checkpoint) and for a spec with every
+# layer kind. The numpy forward pass is what CI runs (a CPU torch wheel is too
 # heavy here); where torch imports, the torch module is checked the same way. A checkpoint whose
 # classes or input shape do not fit the data is refused. Skipped (77) without numpy.
 . "$(dirname "$0")/lib_cli.sh"
@@ -30,6 +31,7 @@ check() { # name gputrain-training-args...
     echo "$name: gputrain eval $want, loader ${backends[*]}: $got"
 }
 check lenet5
+check normalised --normalize auto
 check custom --optimizer adam --lr 5e-3 \
     --model "init:xavier conv:8:3:1 tanh maxpool:2, conv:12:3 relu avgpool:2 dropout:0.3 fc:32 sigmoid fc:10"
 

@@ -37,7 +37,8 @@ static double field(const gt_config *c, const char *name)
         "quiet", "checkpoint_every", "checkpoint_every_steps", "keep", "on_nan", "inject_worker",
         "inject_step", "stall_timeout", "precision", "log_steps", "overlap", "host_timeout",
         "allow_nonfinite", "literal", "on_diverge", "given", "ignore_classes", "top", "nitems",
-        "exchange", "image_h", "image_w", "store_step"};
+        "exchange", "image_h", "image_w", "store_step", "augment_pad", "augment_flip",
+        "normalize", "norm_count", "norm_mean1", "norm_std1"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -48,7 +49,9 @@ static double field(const gt_config *c, const char *name)
         c->checkpoint_every, c->checkpoint_every_steps, c->keep, c->on_nan, c->inject_worker,
         c->inject_step, c->stall_timeout, c->precision, c->log_steps, c->overlap, c->host_timeout,
         c->allow_nonfinite, c->literal, c->on_diverge, c->given, c->ignore_classes, c->top,
-        c->nitems, c->exchange, c->image_size[0], c->image_size[1], c->store_step};
+        c->nitems, c->exchange, c->image_size[0], c->image_size[1], c->store_step,
+        c->augment.pad, c->augment.flip, c->normalize, c->norm_count, c->norm_given.mean[1],
+        c->norm_given.std[1]};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -112,6 +115,20 @@ static const good_case GOOD[] = {
     {{NULL}, "top", 3, NULL},
     {{NULL}, "image_h", 0, NULL},
     {{"--image-size", "48x64"}, "image_h", 48, NULL},
+    {{NULL}, "augment_pad", 0, NULL},
+    {{"--augment", "crop:2,flip"}, "augment_pad", 2, NULL},
+    {{"--augment", "crop:2,flip"}, "augment_flip", 1, NULL},
+    {{"--augment", "flip"}, "augment_pad", 0, NULL},
+    {{"--augment", "none"}, "augment_flip", 0, NULL},
+    {{NULL}, "normalize", GT_NORMALIZE_NONE, NULL},
+    {{"--normalize", "auto"}, "normalize", GT_NORMALIZE_AUTO, NULL},
+    {{"--normalize", "none"}, "normalize", GT_NORMALIZE_NONE, NULL},
+    {{"--normalize", "0.4914,0.4822,0.4465/0.247,0.2435,0.2616"}, "normalize", GT_NORMALIZE_GIVEN,
+     NULL},
+    {{"--normalize", "0.4914,0.4822,0.4465/0.247,0.2435,0.2616"}, "norm_count", 3, NULL},
+    {{"--normalize", "0.4914,0.5,0.4465/0.247,0.25,0.2616"}, "norm_mean1", 0.5, NULL},
+    {{"--normalize", "0.4914,0.5,0.4465/0.247,0.25,0.2616"}, "norm_std1", 0.25, NULL},
+    {{"--normalize", "0.5/0.25"}, "norm_count", 1, NULL},
     {{"--image-size", "48x64"}, "image_w", 64, NULL},
     {{"predict", "--checkpoint", "m.st", "--image-size", "32", "a.png"}, "image_w", 32, NULL},
     {{"predict", "--checkpoint", "m.st", "a.png"}, "command", GT_CMD_PREDICT, NULL},
@@ -361,6 +378,15 @@ static const bad_case BAD[] = {
     {{"predict", "--checkpoint", "m.st"}, "predict", "at least one image"},
     {{"predict", "--checkpoint", "m.st", "--top", "0", "a.png"}, "--top", "0 is out of range"},
     {{"--image-size", "32x"}, "--image-size", "'32x' is not HxW or N"},
+    {{"--augment", "crop:0"}, "--augment", "crop padding 0 is out of range (1..64)"},
+    {{"--normalize", "0.5"}, "--normalize", "'0.5' is not M1,M2,.../S1,S2,..."},
+    {{"--normalize", "0.5,/0.2"}, "--normalize", "is not M1,M2"},
+    {{"--normalize", "0.5,0.4/0.2"}, "--normalize", "has 2 means and 1 standard deviations"},
+    {{"--normalize", "0.5/0"}, "--normalize", "standard deviation 0 is not positive"},
+    {{"--normalize", "0.5/nan"}, "--normalize", "is not M1,M2"},
+    {{"--normalize", "0.5/0.2x"}, "--normalize", "is not M1,M2"},
+    {{"--normalize", "Auto"}, "--normalize", "(or none, auto)"},
+    {{"--augment", "rotate"}, "--augment", "'rotate' is not none or a list of crop:P and flip"},
     {{"--image-size", "x32"}, "--image-size", "'x32' is not HxW or N"},
     {{"--image-size", "32x0"}, "--image-size", "32x0 is out of range"},
     {{"--image-size", "4097"}, "--image-size", "4097 is out of range (sides 1..4096)"},

@@ -626,9 +626,9 @@ static void test_allreduce_step(gt_rng *r)
     for (int s = 0; s < STEPS; s++) {
         for (int k = 0; k < g_w * STEP_B; k++)
             idx[s][k] = gt_rng_below(r, ds.n);
-        whole[s] = (gt_batch){&ds, idx[s], g_w * STEP_B, 1, 0x5eedull};
+        whole[s] = (gt_batch){&ds, idx[s], g_w * STEP_B, 1, 0x5eedull, NULL};
         for (int i = 0; i < g_w; i++)
-            share[s][i] = (gt_batch){&ds, idx[s] + i * STEP_B, STEP_B, 1, 0x5eedull};
+            share[s][i] = (gt_batch){&ds, idx[s] + i * STEP_B, STEP_B, 1, 0x5eedull, NULL};
     }
     step_case cases[2] = {{.name = "momentum"}, {.name = "adam"}};
     gt_optim_defaults(&cases[0].cfg);
@@ -1036,7 +1036,7 @@ static void time_model(const char *name, int batch, gt_rng *r)
     gt_test_random_dataset(&ds, r, 512);
     for (int i = 0; i < batch; i++)
         idx[i] = gt_rng_below(r, ds.n);
-    gt_batch b = {&ds, idx, batch, 1, 7};
+    gt_batch b = {&ds, idx, batch, 1, 7, NULL};
     gt_optim_cfg cfg;
     gt_optim_defaults(&cfg);
     float *params = gt_alloc(m.nparams * sizeof(float));

@@ -251,15 +251,15 @@ static void test_xent(gt_cuda_ctx *c, gt_rng *r, int n, int k)
 {
     size_t len = (size_t)n * k;
     float *z = rand_floats(r, len, -5, 5);
-    uint8_t *labels = gt_alloc((size_t)n);
+    uint16_t *labels = gt_alloc((size_t)n * sizeof *labels);
     float *d_cpu = gt_alloc(len * 4), *d_gpu = gt_alloc(len * 4);
     for (int i = 0; i < n; i++)
-        labels[i] = (uint8_t)gt_rng_below(r, (uint32_t)(k < 256 ? k : 256));
+        labels[i] = (uint16_t)gt_rng_below(r, (uint32_t)k);
     for (int j = 0; j < k; j++)
         z[j] = 1.0f;
     labels[0] = 0;
     z[k + 1] = z[k + k - 1] = 9.0f;
-    labels[1] = (uint8_t)(k - 1 < 255 ? k - 1 : 255);
+    labels[1] = (uint16_t)(k - 1);
     z[k + labels[1]] = 9.0f;
     int hits_cpu = 0, hits_gpu = -1;
     double loss_gpu = 0;
@@ -378,7 +378,7 @@ static void test_batchnorm(gt_cuda_ctx *c, gt_rng *r, int n, int ch, int h, int 
         size_t chan = i / plane % (size_t)ch;
         x[i] = x[i] * scale[chan] + shift[chan];
     }
-    gt_batchnorm_forward_train(x, n, ch, plane, gamma, beta, rm_cpu, rv_cpu, y_cpu, save);
+    gt_batchnorm_forward_train(x, n, ch, plane, gamma, beta, GT_BN_MOMENTUM, rm_cpu, rv_cpu, y_cpu, save);
     gt_batchnorm_backward(x, dy, n, ch, plane, gamma, save, 1, dx_cpu, dg_cpu, db_cpu);
     int rc = gt_cuda_test_batchnorm(c, x, n, ch, h, w, gamma, beta, rm_gpu, rv_gpu, 1, dy, y_gpu,
                                     dx_gpu, dg_gpu, db_gpu, &e);
@@ -460,6 +460,7 @@ static void test_layers(gt_rng *r)
     test_xent(c, r, 9, 64);
     test_xent(c, r, 33, 65);
     test_xent(c, r, 20, 300);
+    test_xent(c, r, 7, 5000); /* labels past a byte */
     test_normalize(c, r);
     /* The residual networks' convolutions: 3x3 stride 2 and 1x1 stride 2 without bias (the
      * downsampling blocks), an odd side that leaves a column over, and a biased strided one. */
@@ -487,6 +488,7 @@ static void make_batch(gt_batch *b, uint32_t *idx, int n, const gt_dataset *ds, 
     b->n = n;
     b->epoch = 3;
     b->seed = 0x5eedull;
+    b->aug = NULL;
 }
 
 /* A step whose gradients miss TOL but stay within KINK_TOL is allowed twice per path (the
@@ -588,7 +590,7 @@ static void eval_compare(gt_device *d, gt_cpu_net *net, const float *params,
     uint32_t *idx = gt_alloc(n * sizeof *idx);
     for (uint32_t i = 0; i < n; i++)
         idx[i] = lo + i;
-    gt_batch b = {ds, idx, (int)n, 0, 0};
+    gt_batch b = {ds, idx, (int)n, 0, 0, NULL};
     int hits_cpu = 0;
     double loss_cpu = gt_cpu_net_step(net, params, &b, 0, NULL, &hits_cpu);
     gt_step_out out = {.correct = -1};
@@ -1020,11 +1022,11 @@ static void random_images(gt_dataset *ds, gt_rng *r, uint32_t n, int c, int h, i
     ds->w = w;
     ds->nclasses = 10;
     ds->images = gt_alloc(len);
-    ds->labels = gt_alloc(n);
+    ds->labels = gt_alloc(n * sizeof *ds->labels);
     for (size_t i = 0; i < len; i++)
         ds->images[i] = (uint8_t)gt_rng_below(r, 256);
     for (uint32_t i = 0; i < n; i++)
-        ds->labels[i] = (uint8_t)gt_rng_below(r, 10);
+        ds->labels[i] = (uint16_t)gt_rng_below(r, 10);
 }
 
 /* Running statistics away from their initial values (so evaluation's normalisation is not the
@@ -1378,6 +1380,65 @@ static void test_bf16(const gt_dataset *ds, const char *name, int batch)
     gt_free(moved);
 }
 
+/* The data side on the GPU: augmented training batches (the staging gather's bytes must be the
+ * CPU gather's) on the fused and the layer path, and --normalize's input step, which the fused
+ * path refuses (open chooses the layer path), in steps and evaluation. */
+static void test_data_input(const gt_dataset *ds)
+{
+    gt_rng own, *r = &own;
+    gt_rng_seed(r, 91);
+    gt_augment aug = {.pad = 2, .flip = 1};
+    for (int norm = 0; norm <= 1; norm++) {
+        gt_model m;
+        gt_cpu_net net;
+        gt_device *d = NULL;
+        gt_err e = {""};
+        CHECK(gt_model_build("lenet5", 1, 28, 28, 10, &m, &e) == 0);
+        if (norm) {
+            m.norm.on = 1;
+            m.norm.mean[0] = 0.2860f;
+            m.norm.std[0] = 0.3530f;
+        }
+        float *params = gt_alloc(m.nparams * sizeof *params);
+        float *grad_cpu = gt_alloc(m.nparams * sizeof *grad_cpu);
+        gt_model_init_params(&m, params, 13);
+        CHECK(gt_cpu_net_create(&net, &m, 64, &e) == 0);
+        int rc = gt_cuda_device_open(&d, &m, 32, 0, 0, &e);
+        CHECK_MSG(rc == 0, "data input open: %s", e.msg);
+        gt_cuda_path path = {0};
+        if (rc == 0) {
+            CHECK(gt_cuda_device_get_path(d, &path) == 0);
+            CHECK_MSG(path.fused == !norm && path.fusable == !norm,
+                      "normalise %d: opened fused %d fusable %d", norm, path.fused, path.fusable);
+            int set = gt_cuda_device_set_path(d, 1, 1, &e);
+            CHECK(norm ? set == -1 && strstr(e.msg, "--normalize") != NULL : set == 0);
+        }
+        for (int fused = !norm; rc == 0 && fused >= 0; fused--) {
+            char what[96];
+            CHECK(gt_cuda_device_set_path(d, fused, 1, &e) == 0);
+            if (load_params(d, params, "data input"))
+                break;
+            for (int i = 0; i < 3; i++) {
+                uint32_t idx[32];
+                gt_batch b;
+                make_batch(&b, idx, 32, ds, r);
+                b.epoch = 5 + (uint32_t)i;
+                b.aug = &aug;
+                snprintf(what, sizeof what, "normalise %d augment %s step %d", norm,
+                         fused ? "fused" : "layers", i + 1);
+                step_compare(d, &net, params, &b, grad_cpu, what);
+            }
+            snprintf(what, sizeof what, "normalise %d %s evaluate", norm,
+                     fused ? "fused" : "layers");
+            eval_compare(d, &net, params, ds, 3, 60, what);
+        }
+        gt_device_close(d);
+        gt_cpu_net_destroy(&net);
+        gt_free(params);
+        gt_free(grad_cpu);
+    }
+}
+
 static void test_missing_gpu(int count)
 {
     gt_model m;
@@ -1456,6 +1517,7 @@ int main(void)
     test_bf16(&cifar, "resnet20", 16);
     gt_free(cifar.images);
     gt_free(cifar.labels);
+    test_data_input(&ds);
     test_missing_gpu(count);
     gt_free(ds.images);
     gt_free(ds.labels);

@@ -5,10 +5,12 @@
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #include <stb_image_write.h>
 
+#include "gputrain/cpu_net.h"
 #include "gputrain/data.h"
 #include "test_util.h"
 
 #include <ftw.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -474,7 +476,10 @@ static uint32_t direct_fingerprint(const gt_data *d)
     for (int i = 0; i < 2; i++) {
         const gt_dataset *s = splits[i];
         crc = crc32(crc, s->images, (uInt)((size_t)s->n * s->c * s->h * s->w));
-        crc = crc32(crc, s->labels, s->n);
+        for (uint32_t k = 0; k < s->n; k++) { /* a byte a label up to 256 classes, else two */
+            uint8_t b[2] = {(uint8_t)s->labels[k], (uint8_t)(s->labels[k] >> 8)};
+            crc = crc32(crc, b, s->nclasses > 256 ? 2 : 1);
+        }
     }
     return (uint32_t)crc;
 }
@@ -679,16 +684,17 @@ static void test_folder_grey(void)
     write_file(tp("grey/train/bee/.DS_Store"), 0, "junk", 4); /* hidden: skipped */
 
     gt_dataset ds;
-    char names[GT_MAX_CLASSES][32];
+    gt_class_name *names = NULL;
     int nclasses = 0;
     gt_err e = {{0}};
-    CHECK_MSG(gt_folder_load(root, "train", &ds, names, &nclasses, &e) == 0, "%s", e.msg);
+    CHECK_MSG(gt_folder_load(root, "train", &ds, &names, &nclasses, &e) == 0, "%s", e.msg);
     CHECK(nclasses == 3 && ds.nclasses == 3);
     CHECK(strcmp(names[0], "ant") == 0 && strcmp(names[1], "bee") == 0 &&
           strcmp(names[2], "cat") == 0);
     check_samples(&ds, 1, (const int[]){3, 2, 5, 4, 6, 1}, (const int[]){0, 0, 1, 1, 1, 2}, 6);
     gt_free(ds.images);
     gt_free(ds.labels);
+    gt_free(names), names = NULL;
 
     gt_data d;
     CHECK_MSG(gt_data_load(root, 0, &d, &e) == 0, "%s", e.msg);
@@ -700,20 +706,20 @@ static void test_folder_grey(void)
 
     const char *odd = tp("grey/train/ant/c.png");
     write_png(odd, 10, IMG_W - 1, IMG_H, 1);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), odd, "4x3");
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), "a.png", "5x3");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), odd, "4x3");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), "a.png", "5x3");
     write_png(odd, 10, IMG_W, IMG_H, 3);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), odd, "3 channel");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), odd, "3 channel");
     remove(odd);
 
     const char *text = tp("grey/train/bee/notes.txt");
     write_file(text, 0, "not an image\n", 13);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), text,
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), text,
                   "not a PNG or JPEG image (its first bytes: 6e 6f 74 20 61 6e 20 69)");
     remove(text);
 
     make_dir(tp("grey/train/dog"));
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), "train/dog",
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), "train/dog",
                   "empty class folder");
     write_png(tp("grey/train/dog/d.png"), 11, IMG_W, IMG_H, 1);
     CHECK_REFUSED(gt_data_load(root, 0, &d, &e_), "test", "has 3 class folders");
@@ -727,12 +733,12 @@ static void test_folder_grey(void)
     char longname[64];
     snprintf(longname, sizeof longname, "grey/train/%032d", 7);
     make_dir(tp(longname));
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), longname,
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), longname,
                   "32 characters");
 
     make_dir(tp("bare"));
     make_dir(tp("bare/train"));
-    CHECK_REFUSED(gt_folder_load(tp("bare"), "train", &ds, names, &nclasses, &e_), "bare/train",
+    CHECK_REFUSED(gt_folder_load(tp("bare"), "train", &ds, &names, &nclasses, &e_), "bare/train",
                   "no class folders");
     CHECK(ds.images == NULL && ds.n == 0);
 }
@@ -868,7 +874,7 @@ static void test_png_damage(void)
     write_tree(root, dirs, 2, pngs, 2);
     snprintf(y, sizeof y, "%s", tp("pngd/train/a/y.png"));
     gt_dataset ds;
-    char names[GT_MAX_CLASSES][32];
+    gt_class_name *names = NULL;
     int nclasses = 0;
     size_t len;
     unsigned char *good = file_bytes(y, &len);
@@ -883,20 +889,21 @@ static void test_png_damage(void)
     memcpy(bad, good, len);
     bad[idat + 8 + n - 1] ^= 0x04; /* a byte of the zlib Adler-32, which stb_image ignores */
     write_file(y, 0, bad, len);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "fails its CRC");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), y, "fails its CRC");
     uint32_t crc = (uint32_t)crc32(0, bad + idat + 4, n + 4);
     unsigned char be[4] = {(unsigned char)(crc >> 24), (unsigned char)(crc >> 16),
                            (unsigned char)(crc >> 8), (unsigned char)crc};
     memcpy(bad + idat + 8 + n, be, 4); /* the chunk CRC made to match: the Adler-32 catches it */
     write_file(y, 0, bad, len);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "damaged");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), y, "damaged");
     write_png_inflating_to(y, 400000);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "larger than");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), y, "larger than");
     write_png_inflating_to(y, 3 * (1 + IMG_W));
     gt_err e = {{0}};
-    CHECK_MSG(gt_folder_load(root, "train", &ds, names, &nclasses, &e) == 0, "%s", e.msg);
+    CHECK_MSG(gt_folder_load(root, "train", &ds, &names, &nclasses, &e) == 0, "%s", e.msg);
     gt_free(ds.images);
     gt_free(ds.labels);
+    gt_free(names), names = NULL;
 
     /* Empty IDAT chunks (valid PNG; stb_image mishandles a first one) are taken out first. */
     blob b = {0};
@@ -906,24 +913,25 @@ static void test_png_damage(void)
     png_chunk(&b, "IDAT", NULL, 0);
     blob_put(&b, good + idat + 12 + n, len - idat - 12 - n);
     write_file(y, 0, b.p, b.n);
-    CHECK_MSG(gt_folder_load(root, "train", &ds, names, &nclasses, &e) == 0, "%s", e.msg);
+    CHECK_MSG(gt_folder_load(root, "train", &ds, &names, &nclasses, &e) == 0, "%s", e.msg);
     check_samples(&ds, 1, (const int[]){1, 2}, (const int[]){0, 0}, 2);
     gt_free(ds.images);
     gt_free(ds.labels);
+    gt_free(names), names = NULL;
     /* A chunk type of other bytes than letters is named by its bytes, not printed raw. */
     b.n = 0;
     blob_put(&b, good, idat);
     png_chunk(&b, "\xc9""DAT", good + idat + 8, n);
     blob_put(&b, good + idat + 12 + n, len - idat - 12 - n);
     write_file(y, 0, b.p, b.n);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y,
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), y,
                   "has no valid type (bytes c9 44 41 54)");
     free(b.p);
     remove(y);
     CHECK(mkfifo(y, 0600) == 0);
     signal(SIGALRM, on_alarm);
     alarm(20);
-    CHECK_REFUSED(gt_folder_load(root, "train", &ds, names, &nclasses, &e_), y, "not a regular file");
+    CHECK_REFUSED(gt_folder_load(root, "train", &ds, &names, &nclasses, &e_), y, "not a regular file");
     alarm(0);
     remove(y);
     free(good);
@@ -1159,7 +1167,7 @@ static void test_synthetic(void)
         {"synthetic:3x32x32:10:5:5", "is not synthetic:CxHxW:K"},
         {"synthetic:3x-2x32:10", "is not synthetic:CxHxW:K"},
         {"synthetic:3x32x32:1", "K is 1 classes"},
-        {"synthetic:3x32x32:257", "K is 257 classes"},
+        {"synthetic:3x32x32:65537", "K is 65537 classes"},
         {"synthetic:3x4097x32:10", "3x4097x32 is out of range"},
         {"synthetic:3x32x32:10:0", ": 0 training"},
         {"synthetic:3x4096x4096:10:100", "100 training and 10000 test samples"},
@@ -1234,12 +1242,13 @@ static void write_bytes(const char *path, const unsigned char *buf, size_t n)
 /* A folder a/train/x/ holding only the file rel (written by the caller); loads its train split. */
 static int load_one(const char *root, gt_dataset *ds, gt_err *e)
 {
-    char names[GT_MAX_CLASSES][32];
+    gt_class_name *names = NULL;
     int nclasses = 0;
-    int rc = gt_folder_load(root, "train", ds, names, &nclasses, e);
+    int rc = gt_folder_load(root, "train", ds, &names, &nclasses, e);
     if (rc == 0) {
         gt_free(ds->images);
         gt_free(ds->labels);
+        gt_free(names), names = NULL;
     }
     return rc;
 }
@@ -1324,11 +1333,11 @@ static void check_jpeg(const char *root, const char *path, const unsigned char *
                        int c)
 {
     write_bytes(path, jpg, len);
-    char names[GT_MAX_CLASSES][32];
+    gt_class_name *names = NULL;
     int nclasses = 0;
     gt_dataset ds;
     gt_err e = {{0}};
-    CHECK_MSG(gt_folder_load(root, "train", &ds, names, &nclasses, &e) == 0, "%s", e.msg);
+    CHECK_MSG(gt_folder_load(root, "train", &ds, &names, &nclasses, &e) == 0, "%s", e.msg);
     CHECK(ds.n == 1 && ds.c == c && ds.w == IMG_W && ds.h == IMG_H);
     int far = 0;
     for (int i = 0; ds.images && ds.c == c && i < c * IMG_W * IMG_H; i++)
@@ -1336,6 +1345,7 @@ static void check_jpeg(const char *root, const char *path, const unsigned char *
     CHECK_MSG(far == 0, "%d pixels of the JPEG far from the pattern", far);
     gt_free(ds.images);
     gt_free(ds.labels);
+    gt_free(names), names = NULL;
     int accepted = 0;
     for (size_t cut = 3; cut < len - 2; cut++) { /* every prefix short of its EOI marker */
         write_bytes(path, jpg, cut);
@@ -1426,6 +1436,318 @@ static void test_escape(void)
     CHECK_MSG(strcmp(e.msg, "/tmp/\\x1b]0;x\\x07.png: bad") == 0, "%s", e.msg);
 }
 
+/* ---- augmentation ---------------------------------------------------------------------------- */
+
+/* The expected crop (corner dy, dx of the P-padded image) and flip of a c x h x w image, built the
+ * slow way: pad into a larger array, cut, mirror. */
+static void augment_expected(const uint8_t *src, int c, int h, int w, int pad, int dy, int dx,
+                             int flip, uint8_t *out)
+{
+    int ph = h + 2 * pad, pw = w + 2 * pad;
+    uint8_t *padded = calloc((size_t)c * ph * pw, 1);
+    for (int ch = 0; ch < c; ch++)
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++)
+                padded[((size_t)ch * ph + y + pad) * pw + x + pad] = src[((size_t)ch * h + y) * w + x];
+    for (int ch = 0; ch < c; ch++)
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++) {
+                int cx = flip ? w - 1 - x : x;
+                out[((size_t)ch * h + y) * w + x] = padded[((size_t)ch * ph + y + dy) * pw + cx + dx];
+            }
+    free(padded);
+}
+
+static void test_augment_parse(void)
+{
+    gt_augment a;
+    gt_err e = {{0}};
+    char buf[32];
+    CHECK(gt_augment_parse("crop:2,flip", &a, &e) == 0 && a.pad == 2 && a.flip == 1);
+    gt_augment_format(&a, buf, sizeof buf);
+    CHECK(strcmp(buf, "crop:2,flip") == 0);
+    CHECK(gt_augment_parse("flip", &a, &e) == 0 && a.pad == 0 && a.flip == 1);
+    gt_augment_format(&a, buf, sizeof buf);
+    CHECK(strcmp(buf, "flip") == 0);
+    CHECK(gt_augment_parse("none", &a, &e) == 0 && !gt_augment_on(&a));
+    gt_augment_format(&a, buf, sizeof buf);
+    CHECK(strcmp(buf, "none") == 0);
+    CHECK(!gt_augment_on(NULL));
+    const char *bad[] = {"", "crop", "crop:", "crop:0", "crop:65", "crop:2x", "flip,", "mirror",
+                         "none,flip", "crop:-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK_MSG(gt_augment_parse(bad[i], &a, &e) != 0, "'%s' accepted", bad[i]);
+        CHECK(strstr(e.msg, "--augment") != NULL);
+    }
+}
+
+/* A known image after a given crop and flip; every offset and both flips occur; the draw depends
+ * on (seed, epoch, sample) alone; no augmentation copies the bytes. */
+static void test_augment_bytes(void)
+{
+    enum { C = 2, H = 4, W = 5, N = 600 };
+    gt_dataset ds = {.n = N, .c = C, .h = H, .w = W, .nclasses = 2};
+    ds.images = gt_alloc((size_t)N * C * H * W);
+    for (size_t i = 0; i < (size_t)N * C * H * W; i++)
+        ds.images[i] = (uint8_t)(i % 251 + 1);
+    gt_augment a = {.pad = 2, .flip = 1};
+    uint8_t got[C * H * W], want[C * H * W];
+    /* One hand-written case: sample 0 cut at corner (0, 3), mirrored. Channel 0 is 1..20 row by
+     * row; the window holds padded rows -2..1 and columns 1..5 of the image, right to left. */
+    augment_expected(ds.images, C, H, W, 2, 0, 3, 1, want);
+    static const uint8_t hand[H * W] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        0, 5, 4, 3, 2, 0, 10, 9, 8, 7};
+    CHECK(memcmp(want, hand, sizeof hand) == 0);
+    int seen[5][5][2] = {{{0}}};
+    for (uint32_t s = 0; s < N; s++) {
+        int dy, dx, flip, dy2, dx2, flip2;
+        gt_augment_draw(&a, 42, 3, s, &dy, &dx, &flip);
+        gt_augment_draw(&a, 42, 3, s, &dy2, &dx2, &flip2);
+        CHECK(dy == dy2 && dx == dx2 && flip == flip2);
+        CHECK(dy >= 0 && dy <= 4 && dx >= 0 && dx <= 4 && (flip == 0 || flip == 1));
+        seen[dy][dx][flip]++;
+        gt_data_copy_sample(&ds, s, &a, 42, 3, got);
+        augment_expected(ds.images + (size_t)s * C * H * W, C, H, W, 2, dy, dx, flip, want);
+        CHECK_MSG(memcmp(got, want, sizeof got) == 0, "sample %u", s);
+    }
+    int all = 1;
+    for (int y = 0; y < 5; y++)
+        for (int x = 0; x < 5; x++)
+            all = all && seen[y][x][0] && seen[y][x][1];
+    CHECK(all);
+    /* Another epoch or seed draws differently for some samples; the same key always the same. */
+    int differ_epoch = 0, differ_seed = 0;
+    for (uint32_t s = 0; s < 64; s++) {
+        int d[3], o[3], q[3];
+        gt_augment_draw(&a, 42, 3, s, &d[0], &d[1], &d[2]);
+        gt_augment_draw(&a, 42, 4, s, &o[0], &o[1], &o[2]);
+        gt_augment_draw(&a, 43, 3, s, &q[0], &q[1], &q[2]);
+        differ_epoch += memcmp(d, o, sizeof d) != 0;
+        differ_seed += memcmp(d, q, sizeof d) != 0;
+    }
+    CHECK(differ_epoch > 32 && differ_seed > 32);
+    /* Flip alone never shifts; crop alone never mirrors; none copies. */
+    gt_augment fl = {.pad = 0, .flip = 1}, none = {0, 0};
+    for (uint32_t s = 0; s < 16; s++) {
+        int dy, dx, flip;
+        gt_augment_draw(&fl, 42, 3, s, &dy, &dx, &flip);
+        CHECK(dy == 0 && dx == 0);
+        gt_data_copy_sample(&ds, s, &fl, 42, 3, got);
+        augment_expected(ds.images + (size_t)s * C * H * W, C, H, W, 0, 0, 0, flip, want);
+        CHECK(memcmp(got, want, sizeof got) == 0);
+        gt_data_copy_sample(&ds, s, &none, 42, 3, got);
+        CHECK(memcmp(got, ds.images + (size_t)s * C * H * W, sizeof got) == 0);
+        gt_data_copy_sample(&ds, s, NULL, 42, 3, got);
+        CHECK(memcmp(got, ds.images + (size_t)s * C * H * W, sizeof got) == 0);
+    }
+    gt_free(ds.images);
+}
+
+/* The CPU network's gather augments a training batch as gt_data_copy_sample does, whatever batch
+ * the sample lands in, and never an evaluation. */
+static void test_augment_cpu_net(void)
+{
+    enum { C = 1, H = 6, W = 6, N = 8 };
+    gt_err e = {{0}};
+    gt_model m;
+    CHECK(gt_model_build("fc:3", C, H, W, 3, &m, &e) == 0);
+    gt_dataset ds = {.n = N, .c = C, .h = H, .w = W, .nclasses = 3};
+    ds.images = gt_alloc((size_t)N * C * H * W);
+    ds.labels = gt_alloc(N * sizeof *ds.labels);
+    for (size_t i = 0; i < (size_t)N * C * H * W; i++)
+        ds.images[i] = (uint8_t)(i * 7 % 250 + 3);
+    for (int i = 0; i < N; i++)
+        ds.labels[i] = (uint16_t)(i % 3);
+    gt_cpu_net net;
+    CHECK(gt_cpu_net_create(&net, &m, N, &e) == 0);
+    float *params = gt_alloc(m.nparams * sizeof(float));
+    gt_model_init_params(&m, params, 1);
+    gt_augment a = {.pad = 2, .flip = 1};
+    uint32_t idx[N] = {5, 1, 7, 0, 2, 6, 3, 4}, one[1] = {7};
+    gt_batch b = {&ds, idx, N, 9, 77, &a};
+    uint8_t want[C * H * W];
+    size_t len = (size_t)C * H * W;
+    int changed = 0;
+    CHECK(isfinite(gt_cpu_net_step(&net, params, &b, 1, NULL, NULL)));
+    for (int i = 0; i < N; i++) {
+        gt_data_copy_sample(&ds, idx[i], &a, 77, 9, want);
+        CHECK(memcmp(net.xbytes + i * len, want, len) == 0);
+        changed += memcmp(want, ds.images + idx[i] * len, len) != 0;
+    }
+    CHECK(changed > 0);
+    gt_batch b1 = {&ds, one, 1, 9, 77, &a};
+    CHECK(isfinite(gt_cpu_net_step(&net, params, &b1, 1, NULL, NULL)));
+    gt_data_copy_sample(&ds, 7, &a, 77, 9, want);
+    CHECK(memcmp(net.xbytes, want, len) == 0);
+    CHECK(isfinite(gt_cpu_net_step(&net, params, &b, 0, NULL, NULL)));
+    for (int i = 0; i < N; i++)
+        CHECK(memcmp(net.xbytes + i * len, ds.images + idx[i] * len, len) == 0);
+    gt_free(params);
+    gt_cpu_net_destroy(&net);
+    gt_free(ds.images);
+    gt_free(ds.labels);
+}
+
+/* ---- normalisation --------------------------------------------------------------------------- */
+
+static void test_norm_parse(void)
+{
+    gt_input_norm n;
+    int count = 0;
+    gt_err e = {{0}};
+    char buf[600];
+    CHECK(gt_norm_parse("x", "0.4914,0.4822,0.4465/0.247,0.2435,0.2616", &n, &count, &e) == 0);
+    CHECK(n.on && count == 3 && n.mean[1] == 0.4822f && n.std[2] == 0.2616f);
+    gt_norm_format(&n, 3, buf, sizeof buf);
+    gt_input_norm back;
+    int count2;
+    CHECK(gt_norm_parse("x", buf, &back, &count2, &e) == 0 && count2 == 3);
+    CHECK(memcmp(back.mean, n.mean, sizeof n.mean) == 0 && memcmp(back.std, n.std, sizeof n.std) == 0);
+    /* 9 digits bring back any float exactly. */
+    n.mean[0] = 0.1f + 1e-8f, n.std[0] = 1.0f / 3.0f;
+    gt_norm_format(&n, 1, buf, sizeof buf);
+    CHECK(gt_norm_parse("x", buf, &back, &count2, &e) == 0 && count2 == 1);
+    CHECK(back.mean[0] == n.mean[0] && back.std[0] == n.std[0]);
+    n.on = 0;
+    gt_norm_format(&n, 3, buf, sizeof buf);
+    CHECK(strcmp(buf, "none") == 0);
+    const char *bad[] = {"", "/", "0.5", "0.5/", "/0.5", "0.5,/0.2", "0.5//0.2", "a/b",
+                         "0.5/-1", "0.5/0", "1e9/1", "0.5,0.5/0.5",
+                         "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1/1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK_MSG(gt_norm_parse("what", bad[i], &n, &count, &e) != 0, "'%s' accepted", bad[i]);
+        CHECK(strncmp(e.msg, "what: ", 6) == 0);
+    }
+}
+
+/* auto's statistics: the per-channel mean and population std of x / 255, by hand. */
+static void test_norm_stats(void)
+{
+    enum { N = 3, C = 2, P = 4 };
+    gt_dataset ds = {.n = N, .c = C, .h = 2, .w = 2, .nclasses = 2};
+    ds.images = gt_alloc(N * C * P);
+    double sum[C] = {0}, sq[C] = {0};
+    for (int i = 0; i < N * C * P; i++) {
+        ds.images[i] = (uint8_t)(i * 29 % 256);
+        int ch = i / P % C;
+        double v = ds.images[i] / 255.0;
+        sum[ch] += v, sq[ch] += v * v;
+    }
+    gt_input_norm n;
+    gt_err e = {{0}};
+    CHECK(gt_data_channel_stats(&ds, &n, &e) == 0 && n.on);
+    for (int ch = 0; ch < C; ch++) {
+        double mean = sum[ch] / (N * P), sd = sqrt(sq[ch] / (N * P) - mean * mean);
+        CHECK_CLOSE(n.mean[ch], mean, 1e-6);
+        CHECK_CLOSE(n.std[ch], sd, 1e-6);
+    }
+    memset(ds.images, 7, N * C * P); /* constant: std 1 */
+    CHECK(gt_data_channel_stats(&ds, &n, &e) == 0 && n.std[0] == 1.0f && n.std[1] == 1.0f);
+    CHECK_CLOSE(n.mean[0], 7 / 255.0, 1e-7);
+    ds.c = GT_NORM_MAX_C + 1;
+    CHECK(gt_data_channel_stats(&ds, &n, &e) != 0 && strstr(e.msg, "channels") != NULL);
+    gt_free(ds.images);
+}
+
+/* The CPU network's input step normalises each channel as model.h says, and leaves x / 255 with
+ * the normalisation off. */
+static void test_norm_cpu_net(void)
+{
+    enum { C = 3, H = 2, W = 3, N = 2 };
+    gt_err e = {{0}};
+    gt_model m;
+    CHECK(gt_model_build("fc:2", C, H, W, 2, &m, &e) == 0);
+    CHECK(!m.norm.on);
+    gt_dataset ds = {.n = N, .c = C, .h = H, .w = W, .nclasses = 2};
+    ds.images = gt_alloc(N * C * H * W);
+    ds.labels = gt_alloc(N * sizeof *ds.labels);
+    for (int i = 0; i < N * C * H * W; i++)
+        ds.images[i] = (uint8_t)(i * 13 % 256);
+    ds.labels[0] = 0, ds.labels[1] = 1;
+    float *params = gt_alloc(m.nparams * sizeof(float));
+    gt_model_init_params(&m, params, 1);
+    uint32_t idx[N] = {1, 0};
+    gt_batch b = {&ds, idx, N, 0, 1, NULL};
+    gt_cpu_net net;
+    CHECK(gt_cpu_net_create(&net, &m, N, &e) == 0);
+    CHECK(isfinite(gt_cpu_net_step(&net, params, &b, 0, NULL, NULL)));
+    for (int i = 0; i < N * C * H * W; i++)
+        CHECK(net.act[0][i] == (float)ds.images[idx[i / (C * H * W)] * C * H * W + i % (C * H * W)] / 255.0f);
+    const float mean[C] = {0.5f, 0.25f, 0.125f}, sd[C] = {0.2f, 0.3f, 0.4f};
+    m.norm.on = 1;
+    memcpy(m.norm.mean, mean, sizeof mean);
+    memcpy(m.norm.std, sd, sizeof sd);
+    CHECK(isfinite(gt_cpu_net_step(&net, params, &b, 0, NULL, NULL)));
+    for (int i = 0; i < N * C * H * W; i++) {
+        int s = i / (C * H * W), ch = i / (H * W) % C;
+        uint8_t v = ds.images[idx[s] * C * H * W + i % (C * H * W)];
+        CHECK(net.act[0][i] == ((float)v / 255.0f - mean[ch]) / sd[ch]);
+    }
+    gt_cpu_net_destroy(&net);
+    gt_free(params);
+    gt_free(ds.images);
+    gt_free(ds.labels);
+}
+
+/* ---- many classes ---------------------------------------------------------------------------- */
+
+/* A folder of 300 classes (c000..c299), one 2x2 PNG each in train and test: labels past a byte,
+ * heap class names, the fingerprint over two-byte labels, and a CPU step on them. */
+static void test_many_classes(void)
+{
+    enum { K = 300 };
+    const char *root = tp("many");
+    char path[1024];
+    remove_tree(root);
+    make_dir(root);
+    for (int split = 0; split < 2; split++) {
+        snprintf(path, sizeof path, "%s/%s", root, split ? "test" : "train");
+        make_dir(path);
+        for (int k = 0; k < K; k++) {
+            snprintf(path, sizeof path, "%s/%s/c%03d", root, split ? "test" : "train", k);
+            make_dir(path);
+            snprintf(path, sizeof path, "%s/%s/c%03d/a.png", root, split ? "test" : "train", k);
+            write_png(path, k, 2, 2, 1);
+        }
+    }
+    gt_data d;
+    gt_err e = {{0}};
+    CHECK_MSG(gt_data_load(root, 0, &d, &e) == 0, "%s", e.msg);
+    CHECK(d.train.nclasses == K && d.test.nclasses == K && d.train.n == K && d.test.n == K);
+    for (uint32_t i = 0; d.train.labels && i < d.train.n; i++)
+        CHECK(d.train.labels[i] == i && d.test.labels[i] == i);
+    CHECK(d.class_names && strcmp(d.class_names[0], "c000") == 0 &&
+          strcmp(d.class_names[299], "c299") == 0);
+    CHECK(d.fingerprint == direct_fingerprint(&d));
+    /* The same folder loads to the same fingerprint. */
+    gt_data two;
+    CHECK_MSG(gt_data_load(root, 0, &two, &e) == 0, "%s", e.msg);
+    CHECK(two.fingerprint == d.fingerprint);
+    gt_data_free(&two);
+    gt_model m;
+    gt_cpu_net net;
+    CHECK(gt_model_build("fc:300", 1, 2, 2, K, &m, &e) == 0);
+    CHECK(gt_cpu_net_create(&net, &m, 4, &e) == 0);
+    float *params = gt_alloc(m.nparams * sizeof(float)), *grad = gt_alloc(m.nparams * sizeof(float));
+    gt_model_init_params(&m, params, 3);
+    uint32_t idx[4] = {299, 256, 255, 0};
+    gt_batch b = {&d.train, idx, 4, 0, 1, NULL};
+    double loss = gt_cpu_net_step(&net, params, &b, 1, grad, NULL);
+    CHECK(isfinite(loss) && loss > 4 * 5.0 && loss < 4 * 7.0); /* about 4 ln 300 */
+    CHECK(net.labels[0] == 299 && net.labels[1] == 256);
+    gt_free(params);
+    gt_free(grad);
+    gt_cpu_net_destroy(&net);
+    gt_data_free(&d);
+    /* A test folder of other classes is refused by name. */
+    snprintf(path, sizeof path, "%s/test/c299", root);
+    char moved[1024];
+    snprintf(moved, sizeof moved, "%s/test/d299", root);
+    CHECK(rename(path, moved) == 0);
+    CHECK_REFUSED(gt_data_load(root, 0, &d, &e_), "class 299 is 'd299'", "'c299'");
+    remove_tree(root);
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/gt_test_data_XXXXXX");
@@ -1452,6 +1774,13 @@ int main(void)
     test_cifar_damage();
     test_synthetic();
     test_image_size();
+    test_augment_parse();
+    test_augment_bytes();
+    test_augment_cpu_net();
+    test_norm_parse();
+    test_norm_stats();
+    test_norm_cpu_net();
+    test_many_classes();
     remove_tree(tmp_root);
     TEST_DONE();
 }

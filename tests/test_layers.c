@@ -596,7 +596,7 @@ static void test_dropout(void)
 typedef struct xent_case {
     int n, k;
     float *z;
-    uint8_t labels[5];
+    uint16_t labels[5];
 } xent_case;
 
 static double xent_mean(void *ctx)
@@ -609,7 +609,7 @@ static void test_softmax_xent(void)
 {
     /* Two classes, logits (0, ln 3): p = (1/4, 3/4). */
     float z[4] = {0, logf(3), 1, 1}, d[4];
-    uint8_t lab1[2] = {1, 0}, lab0[2] = {0, 1};
+    uint16_t lab1[2] = {1, 0}, lab0[2] = {0, 1};
     int correct = 10;
     double loss = gt_softmax_xent(z, lab1, 1, 2, 0.5f, d, &correct);
     CHECK_CLOSE(loss, log(4.0 / 3.0), 1e-7);
@@ -752,11 +752,11 @@ static void test_network(void)
 
     gt_dataset ds = {.n = 40, .c = 2, .h = 12, .w = 11, .nclasses = 6};
     ds.images = gt_alloc((size_t)ds.n * 2 * 12 * 11);
-    ds.labels = gt_alloc(ds.n);
+    ds.labels = gt_alloc(ds.n * sizeof *ds.labels);
     for (size_t j = 0; j < (size_t)ds.n * 2 * 12 * 11; j++)
         ds.images[j] = (uint8_t)gt_rng_below(&rng, 256);
     for (uint32_t j = 0; j < ds.n; j++)
-        ds.labels[j] = (uint8_t)gt_rng_below(&rng, 6);
+        ds.labels[j] = (uint16_t)gt_rng_below(&rng, 6);
     uint32_t idx[6] = {17, 3, 29, 8, 0, 39}, rev[6] = {39, 0, 8, 29, 3, 17};
 
     net_case t = {.batch = {&ds, idx, 6, 2, 1234}, .train = 1};
@@ -859,11 +859,11 @@ static void test_residual_network(void)
     gt_dataset ds = {.n = 12, .c = 3, .h = 7, .w = 6, .nclasses = 5};
     size_t img = (size_t)3 * 7 * 6;
     ds.images = gt_alloc(ds.n * img);
-    ds.labels = gt_alloc(ds.n);
+    ds.labels = gt_alloc(ds.n * sizeof *ds.labels);
     for (size_t j = 0; j < ds.n * img; j++)
         ds.images[j] = (uint8_t)gt_rng_below(&rng, 256);
     for (uint32_t j = 0; j < ds.n; j++)
-        ds.labels[j] = (uint8_t)gt_rng_below(&rng, 5);
+        ds.labels[j] = (uint16_t)gt_rng_below(&rng, 5);
     uint32_t idx[4] = {5, 0, 11, 7};
     net_case t = {.batch = {&ds, idx, 4, 1, 99}, .train = 1};
     gt_err e;
@@ -967,9 +967,9 @@ static void test_unknown_kind(void)
     /* A net made for a good model whose layer then changes kind refuses the step. */
     gt_dataset ds = {.n = 4, .c = 1, .h = 2, .w = 3, .nclasses = 3};
     ds.images = gt_alloc(4 * 6);
-    ds.labels = gt_alloc(4);
+    ds.labels = gt_alloc(4 * sizeof *ds.labels);
     uint32_t idx[4] = {0, 1, 2, 3};
-    gt_batch b = {&ds, idx, 4, 1, 7};
+    gt_batch b = {&ds, idx, 4, 1, 7, NULL};
     float *params = fill_uniform(m.nparams, -0.5f, 0.5f);
     CHECK(gt_cpu_net_create(&net, &m, 4, &e) == 0);
     CHECK(isfinite(gt_cpu_net_step(&net, params, &b, 1, NULL, NULL)));

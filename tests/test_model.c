@@ -557,7 +557,7 @@ static void test_resnet_gradient(void)
     CHECK(gt_model_build("resnet20", 3, 32, 32, 10, &m, &e) == 0);
     gt_dataset ds = {.n = 2, .c = 3, .h = 32, .w = 32, .nclasses = 10};
     ds.images = gt_alloc(2 * 3 * 32 * 32);
-    ds.labels = gt_alloc(2);
+    ds.labels = gt_alloc(2 * sizeof *ds.labels);
     for (size_t j = 0; j < 2 * 3 * 32 * 32; j++)
         ds.images[j] = (uint8_t)gt_rng_below(&r, 256);
     ds.labels[0] = 3, ds.labels[1] = 8;

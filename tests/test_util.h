@@ -130,11 +130,11 @@ static inline void gt_test_random_dataset(gt_dataset *ds, gt_rng *r, uint32_t n)
     ds->h = ds->w = 28;
     ds->nclasses = 10;
     ds->images = gt_alloc((size_t)n * 28 * 28);
-    ds->labels = gt_alloc(n);
+    ds->labels = gt_alloc(n * sizeof *ds->labels);
     for (size_t i = 0; i < (size_t)n * 28 * 28; i++)
         ds->images[i] = (uint8_t)gt_rng_below(r, 256);
     for (uint32_t i = 0; i < n; i++)
-        ds->labels[i] = (uint8_t)gt_rng_below(r, 10);
+        ds->labels[i] = (uint16_t)gt_rng_below(r, 10);
 }
 
 #endif

@@ -23,7 +23,8 @@ names:plain|resnet, separated by spaces or commas. load_numpy gives the same mod
 forward pass (no torch needed; evaluation mode: batch norm with the running statistics).
 
 Command line: the test split of --data as gputrain reads it (IDX files, .gz or plain, or an image
-folder DIR/test/<class>/*.png|jpg, which needs Pillow), pixels / 255:
+folder DIR/test/<class>/*.png|jpg, which needs Pillow), pixels / 255 (then normalised per channel
+where the checkpoint says so: metadata input_norm, --normalize; input_step does it):
     python3 tools/gputrain_torch.py eval CHECKPOINT [--data DIR] [--backend numpy|torch] [--ignore-classes]
 prints "test acc A (CORRECT/N)". A checkpoint whose input shape or class count differs from the
 data's is refused, and so is one whose class names differ (--ignore-classes goes on), as
@@ -562,6 +563,25 @@ def check_match(path, meta, images, names, data, ignore_classes):
                                   "the class names differ (--ignore-classes to go on)")
 
 
+def input_step(images, meta, path):
+    """gputrain's input step on N x C x H x W uint8 images: x / 255, then (x / 255 - mean) / std per
+    channel where the checkpoint's metadata "input_norm" ("M1,.../S1,...", --normalize) says so."""
+    import numpy as np
+    x = images.astype(np.float32) / np.float32(255.0)
+    norm = meta.get("input_norm")
+    if norm is None:
+        return x
+    try:
+        mean, std = ([np.float32(v) for v in part.split(",")] for part in norm.split("/"))
+    except ValueError:
+        raise CheckpointError(f"{path}: metadata \"input_norm\" is not M1,.../S1,...") from None
+    if len(mean) != x.shape[1] or len(std) != x.shape[1]:
+        raise CheckpointError(f"{path}: metadata \"input_norm\" is not one mean and std per channel")
+    mean = np.array(mean, dtype=np.float32).reshape(1, -1, 1, 1)
+    std = np.array(std, dtype=np.float32).reshape(1, -1, 1, 1)
+    return (x - mean) / std
+
+
 def evaluate(args):
     """Correct test predictions, in batches (1000 images with torch, 200 with numpy)."""
     import numpy as np
@@ -576,7 +596,7 @@ def evaluate(args):
     else:
         forward, _, meta = load_numpy(args.checkpoint)
     check_match(args.checkpoint, meta, images, names, args.data, args.ignore_classes)
-    x = images.astype(np.float32) / np.float32(255.0)
+    x = input_step(images, meta, args.checkpoint)
     n = 1000 if args.backend == "torch" else 200  # numpy's unfolded windows: k*k copies of a layer's input
     pred = np.concatenate([forward(x[i:i + n]).argmax(1) for i in range(0, len(x), n)])
     return int((pred == labels).sum()), len(labels)

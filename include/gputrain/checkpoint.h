@@ -10,6 +10,8 @@
  * optimizer, classes (the class names, in label order, as a JSON array of strings inside the
  * string; absent in checkpoints written before it existed), wall_ms (optional: files without
  * it read as 0), resize_images ("1" where the run resized its images to in_shape, else absent),
+ * input_norm ("M1,M2,.../S1,S2,...", one per input channel, where the model's input step
+ * normalises: --normalize; absent: x / 255 alone),
  * batch, workers, epoch_pos, train_samples, lr, momentum, weight_decay (optional: files without
  * them read as 0), "crc32.<tensor>" for every tensor, and header_crc32: the CRC-32 of the 8
  * length bytes and the whole header with its own 8 digits read as "00000000", so that every byte
@@ -33,7 +35,7 @@
 extern "C" {
 #endif
 
-#define GT_CKPT_MAX_CLASSES 256 /* class names a checkpoint can hold (labels are bytes) */
+#define GT_CKPT_MAX_CLASSES 256 /* class names a checkpoint holds: one of more classes holds none */
 #define GT_CKPT_NAMELEN 32      /* a class name's bytes, with its terminating NUL */
 
 typedef struct gt_ckpt_meta {
@@ -49,6 +51,7 @@ typedef struct gt_ckpt_meta {
     uint64_t seed;
     uint32_t data_fingerprint;
     int resized;              /* 1: trained on images resized to in_h x in_w (--image-size) */
+    gt_input_norm norm;       /* the input step's normalisation (--normalize); off where absent */
     int nnames;               /* class names held: nclasses, or 0 (a checkpoint written without) */
     char class_names[GT_CKPT_MAX_CLASSES][GT_CKPT_NAMELEN];
     uint64_t wall_ms;         /* training wall time up to the checkpoint, over every run resumed

@@ -48,6 +48,13 @@ typedef enum gt_precision {
                               then kept fp32); everything else as fp32 */
 } gt_precision;
 
+/* --normalize: how the model's input step normalises each channel (gt_input_norm, model.h). */
+typedef enum gt_normalize {
+    GT_NORMALIZE_NONE = 0,
+    GT_NORMALIZE_AUTO,
+    GT_NORMALIZE_GIVEN,
+} gt_normalize;
+
 /* Bits of gt_config.given: options the command line set, which the recipe never overrides. */
 #define GT_GIVEN_LR (1u << 0)
 #define GT_GIVEN_MOMENTUM (1u << 1)
@@ -73,6 +80,11 @@ typedef struct gt_config {
     char data[GT_PATHLEN];        /* "" = default search */
     uint32_t train_samples;       /* 0 = all */
     int image_size[2];            /* --image-size: height, width folder images are resized to; 0 0 = none */
+    gt_augment augment;           /* --augment: training batches' crop and flip (data.h) */
+    gt_normalize normalize;       /* --normalize: none, auto (the training split's statistics) or
+                                     the values in norm_given */
+    gt_input_norm norm_given;     /* --normalize M1,.../S1,...: the values given */
+    int norm_count;               /* how many per list: 1 (every channel) or one per channel */
     int epochs;
     int batch;                    /* per worker, in every mode */
     gt_optim_cfg optim;
@@ -125,6 +137,14 @@ typedef struct gt_config {
 
 /* Every field at its default: what a run does when the command line says nothing. */
 void gt_config_defaults(gt_config *c);
+
+/* --normalize on a model built for it: gt_config_norm_mark turns m->norm on (values mean 0, std 1
+ * until resolved) where c asks for any, as soon as the model is built, so that a device opened
+ * before the data is in knows it (the fused CUDA step does not normalise); gt_config_norm_resolve
+ * sets its values once the training split is in (auto: its statistics; given: one value for every
+ * channel or one per channel). -1 with a one-line message naming --normalize. */
+void gt_config_norm_mark(const gt_config *c, gt_model *m);
+int gt_config_norm_resolve(const gt_config *c, const gt_dataset *train, gt_model *m, gt_err *e);
 
 #ifdef __cplusplus
 }

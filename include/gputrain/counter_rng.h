@@ -1,4 +1,5 @@
-/* counter_rng.h - the counter-based random numbers that dropout uses on the CPU and the GPU.
+/* counter_rng.h - the counter-based random numbers that dropout (on the CPU and the GPU) and the
+ * training data's augmentation (data_input.c) use.
  *
  * A mask bit is a pure function of (key, counter), so the CPU reference and a CUDA kernel draw the
  * same mask for the same sample, and a resumed run draws what the uninterrupted run would have. */
@@ -35,6 +36,14 @@ GT_HD uint64_t gt_dropout_key(uint64_t seed, uint32_t epoch, uint32_t sample, ui
 {
     uint64_t k = seed ^ ((uint64_t)epoch << 40) ^ ((uint64_t)layer << 32) ^ sample;
     return (uint64_t)gt_counter_hash(k, 0x5eed) << 32 | gt_counter_hash(k, 0xd00d);
+}
+
+/* The augmentation key of one sample (data_input.c): its crop offsets and flip in an epoch depend
+ * only on the run's seed, the epoch and the sample's id, never on worker, batch or device. */
+GT_HD uint64_t gt_augment_key(uint64_t seed, uint32_t epoch, uint32_t sample)
+{
+    uint64_t k = seed ^ ((uint64_t)epoch << 32) ^ sample ^ 0xA5A5000000000000ull;
+    return (uint64_t)gt_counter_hash(k, 0xa116) << 32 | gt_counter_hash(k, 0xf11b);
 }
 
 #endif

@@ -15,7 +15,7 @@ typedef struct gt_cpu_net {
     const gt_model *m;
     int max_batch;
     uint8_t *xbytes;               /* gathered uint8 input, max_batch * in_len */
-    uint8_t *ybytes;               /* gathered labels */
+    uint16_t *labels;              /* gathered labels */
     float *act[GT_MAX_LAYERS + 1]; /* act[0] input, act[i+1] output of layer i */
     float *grad_act;               /* max_batch * max_act: gradient flowing backward (ping) */
     float *grad_act2;              /* and pong */
@@ -33,13 +33,15 @@ typedef struct gt_cpu_net {
 int gt_cpu_net_create(gt_cpu_net *net, const gt_model *m, int max_batch, gt_err *e);
 void gt_cpu_net_destroy(gt_cpu_net *net);
 
-/* One minibatch: the samples idx[0..n) of ds. seed and epoch key the dropout masks. */
+/* One minibatch: the samples idx[0..n) of ds. seed and epoch key the dropout masks and the
+ * augmentation. */
 typedef struct gt_batch {
-    const gt_dataset *ds;
-    const uint32_t *idx;
-    int n;
-    uint32_t epoch;
-    uint64_t seed;
+    const gt_dataset *ds;   /* the split the samples come from */
+    const uint32_t *idx;    /* n sample ids */
+    int n;                  /* samples */
+    uint32_t epoch;         /* keys dropout and augmentation */
+    uint64_t seed;          /* the run's seed: the same */
+    const gt_augment *aug;  /* training batches: --augment (data.h); NULL = none, as evaluation */
 } gt_batch;
 
 /* Forward (train=1 applies dropout and batch norm's batch statistics) and, when grad is non-NULL,

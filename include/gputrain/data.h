@@ -7,13 +7,16 @@
 #define GT_DATA_H
 
 #include "gputrain/common.h"
+#include "gputrain/model.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define GT_PATHLEN 1024
-#define GT_MAX_CLASSES 256 /* labels are uint8_t, so a 257th class could not be named */
+#define GT_MAX_CLASSES 65536 /* labels are uint16_t */
+#define GT_CLASS_NAMELEN 32   /* a class name's bytes with its NUL */
+typedef char gt_class_name[GT_CLASS_NAMELEN];
 /* Limits on what a file may claim, checked before anything is allocated from it. */
 #define GT_DATA_MAX_SAMPLES 100000000u  /* samples in one split */
 #define GT_DATA_MAX_SIDE 4096u          /* pixels on either side of an image */
@@ -24,17 +27,19 @@ typedef struct gt_dataset {
     int c, h, w;      /* channels, height, width of every sample */
     int nclasses;     /* labels are in [0, nclasses) */
     uint8_t *images;  /* n * c * h * w bytes, gt_alloc'd */
-    uint8_t *labels;  /* n bytes, gt_alloc'd */
-    uint32_t images_crc, labels_crc; /* CRC-32 of images and labels: the fingerprint's parts */
+    uint16_t *labels; /* n labels, gt_alloc'd */
+    uint32_t images_crc, labels_crc; /* CRC-32 of images and labels (gt_labels_crc): the
+                                        fingerprint's parts */
 } gt_dataset;
 
 typedef struct gt_data {
     gt_dataset train, test;
     char dir[GT_PATHLEN];        /* where it was loaded from */
     char format[16];             /* "idx", "folder", "cifar10", "cifar100" or "synthetic" */
-    char class_names[GT_MAX_CLASSES][32]; /* folder datasets: the class folder names;
-                                          idx: Fashion-MNIST's ten names when its test
-                                          labels are Fashion-MNIST's, else "0".."9" */
+    gt_class_name *class_names;  /* train.nclasses names, gt_alloc'd (gt_data_free frees them):
+                                    folder datasets: the class folder names; idx: Fashion-MNIST's
+                                    ten names when its test labels are Fashion-MNIST's, else
+                                    "0".."9"; CIFAR: its names file's, else numbers */
     uint32_t fingerprint;        /* CRC-32 over train+test images and labels: ties checkpoints to data */
 } gt_data;
 
@@ -51,6 +56,55 @@ int gt_data_load(const char *dir, uint32_t train_limit, gt_data *out, gt_err *e)
 int gt_data_load_sized(const char *dir, uint32_t train_limit, const int *size, gt_data *out,
                        gt_err *e);
 void gt_data_free(gt_data *d);
+
+/* The CRC-32 of n labels as the fingerprint takes them: one byte a label where nclasses <= 256
+ * (the bytes of the files themselves, so fingerprints are what they were when labels were bytes),
+ * else two little-endian bytes a label; gt_labels_crc_len is that byte count. */
+uint32_t gt_labels_crc(const uint16_t *labels, uint32_t n, int nclasses);
+uint64_t gt_labels_crc_len(uint32_t n, int nclasses);
+/* d->class_names for n classes, zeroed; 0, or -1 with a message naming d->dir. */
+int gt_data_alloc_names(gt_data *d, int n, gt_err *e);
+
+/* Training-data augmentation (data_input.c, --augment), applied to the uint8 bytes of a training
+ * batch while the host gathers it (the CPU network's gather and the CUDA staging gather both call
+ * gt_data_copy_sample), never to evaluation. The crop and flip of sample s in epoch e are a pure
+ * function of (seed, e, s) through gt_augment_key (counter_rng.h), so every mode, worker count and
+ * backend sees the same augmented sample. As torchvision's RandomCrop(padding=P) followed by
+ * RandomHorizontalFlip: the image is padded with P zeros on every side, an H x W window is cut at
+ * a uniform offset (0..2P down, 0..2P across), then mirrored left-right with probability 1/2. */
+#define GT_AUGMENT_MAX_PAD 64
+typedef struct gt_augment {
+    int pad;  /* crop:P, zero padding on each side, 0..GT_AUGMENT_MAX_PAD; 0 = no crop */
+    int flip; /* 1: horizontal flip with probability 1/2 */
+} gt_augment;
+
+/* Whether a changes anything (NULL: no). */
+int gt_augment_on(const gt_augment *a);
+/* Parses --augment's value: "none", or a comma list of crop:P and flip. 0, or -1 with a one-line
+ * message. */
+int gt_augment_parse(const char *s, gt_augment *a, gt_err *e);
+/* The canonical text of a ("none", "crop:2,flip", "flip"), for logs and the config record. */
+void gt_augment_format(const gt_augment *a, char *buf, size_t size);
+/* The crop offsets (dy, dx: 0..2P, the window's corner in the padded image) and flip that sample
+ * gets in epoch (exposed for tests). */
+void gt_augment_draw(const gt_augment *a, uint64_t seed, uint32_t epoch, uint32_t sample, int *dy,
+                     int *dx, int *flip);
+/* Sample id of ds, augmented by a (NULL: copied as it is), into dst (c * h * w bytes). */
+void gt_data_copy_sample(const gt_dataset *ds, uint32_t id, const gt_augment *a, uint64_t seed,
+                         uint32_t epoch, uint8_t *dst);
+
+/* Per-channel normalisation (gt_input_norm, model.h; --normalize). gt_norm_parse reads
+ * "M1,M2,.../S1,S2,..." (as many means as standard deviations, 1..GT_NORM_MAX_C, each std > 0)
+ * into *out (on) and *count, messages beginning with what; gt_norm_format writes count channels
+ * back in that form (9 significant digits: the floats exactly), or "none" where off.
+ * gt_data_channel_stats: the mean and standard deviation (population) of x / 255 over every
+ * pixel of each channel of ds (--normalize auto, on the training split); a constant channel gets
+ * std 1. */
+int gt_norm_parse(const char *what, const char *s, gt_input_norm *out, int *count, gt_err *e);
+/* Whether a and b normalise channels 0..count-1 alike (both off, or the same values). */
+int gt_norm_equal(const gt_input_norm *a, const gt_input_norm *b, int count);
+void gt_norm_format(const gt_input_norm *n, int count, char *buf, size_t size);
+int gt_data_channel_stats(const gt_dataset *ds, gt_input_norm *out, gt_err *e);
 
 /* The shape of one sample (channels, height, width) and the class count of the dataset that
  * gt_data_load(dir, ...) would load, read from the train images' IDX header alone (CIFAR's is
@@ -86,13 +140,15 @@ int gt_synth_check(const char *spec, gt_err *e);
 int gt_synth_probe(const char *spec, int *c, int *h, int *w, int *nclasses);
 int gt_synth_load(const char *spec, gt_data *out, gt_err *e);
 
-/* Image-folder dataset ROOT/<split>/<class>/<file>; every image must share one size and channel
- * count (1 or 3; grey-with-alpha and RGBA are reduced to 1 and 3). */
+/* Image-folder dataset ROOT/<split>/<class>/<file>, up to GT_MAX_CLASSES class folders; every
+ * image must share one size and channel count (1 or 3; grey-with-alpha and RGBA are reduced to 1
+ * and 3). *class_names gets the *nclasses folder names, gt_alloc'd (the caller frees them; NULL
+ * on failure). */
 int gt_folder_load(const char *root, const char *split, gt_dataset *out,
-                   char (*class_names)[32], int *nclasses, gt_err *e);
+                   gt_class_name **class_names, int *nclasses, gt_err *e);
 /* The same, resized as gt_data_load_sized does (size {0, 0}: not resized). */
 int gt_folder_load_sized(const char *root, const char *split, const int *size, gt_dataset *out,
-                         char (*class_names)[32], int *nclasses, gt_err *e);
+                         gt_class_name **class_names, int *nclasses, gt_err *e);
 
 #ifdef __cplusplus
 }

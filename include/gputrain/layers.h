@@ -90,7 +90,7 @@ void gt_dropout_backward(const float *dy, const uint8_t *mask, float *dx, size_t
 /* Softmax cross-entropy over n rows of k logits: returns the summed loss, writes dlogits =
  * (softmax - onehot) * scale (scale = 1/n for a mean loss; dlogits may be NULL), and adds to
  * *correct the number of rows whose argmax (first maximum) equals the label. */
-double gt_softmax_xent(const float *logits, const uint8_t *labels, int n, int k, float scale,
+double gt_softmax_xent(const float *logits, const uint16_t *labels, int n, int k, float scale,
                        float *dlogits, int *correct);
 
 /* uint8 -> float input step: x / 255. */

@@ -64,6 +64,17 @@ typedef enum gt_init_kind {
 } gt_init_kind;
 /* Every init: batch norm's gamma 1, beta 0; running mean 0, running variance 1, count 0. */
 
+/* The input step (--normalize): every byte becomes x / 255, then, where on, (x / 255 - mean[ch]) /
+ * std[ch] for its channel ch, the same formula on the CPU (cpu_net.c) and the GPU (kernels.cu).
+ * It belongs to the model, so that the devices, checkpoints (metadata "input_norm"), eval and
+ * predict all see it; gt_model_build leaves it off, and a checkpoint without it means off. */
+#define GT_NORM_MAX_C 16 /* channels it can describe */
+typedef struct gt_input_norm {
+    int on;                      /* 0: x / 255 only */
+    float mean[GT_NORM_MAX_C];   /* per channel, in units of x / 255 */
+    float std[GT_NORM_MAX_C];    /* per channel, > 0 */
+} gt_input_norm;
+
 typedef struct gt_layer {
     gt_layer_kind kind;
     char name[24];               /* "c1", "b2", "f3", "layers.7.short.0" for layers with
@@ -109,6 +120,7 @@ typedef struct gt_model {
     gt_tensor_info buffer_tensors[GT_MAX_BUFFER_TENSORS]; /* offsets into the buffer array */
     size_t nbuffers;             /* floats in the buffer array; 0 without batch norm */
     size_t max_act;              /* largest per-sample activation (input included), for buffers */
+    gt_input_norm norm;          /* the input step's per-channel normalisation (--normalize) */
 } gt_model;
 
 /* Builds a model for inputs of in_c x in_h x in_w and nclasses outputs. name_or_spec (--model) is

@@ -62,7 +62,7 @@ int main(int argc, char **argv)
     int warm = steps >= 100 ? 50 : 0;
     for (int k = -warm; k < steps; k++) {
         uint32_t nb = n / (uint32_t)batch, at = (uint32_t)((k + warm) % (int)nb) * (uint32_t)batch;
-        gt_batch b = {&data->train, perm + at, batch, 0, 1};
+        gt_batch b = {&data->train, perm + at, batch, 0, 1, NULL};
         gt_step_out o = {0};
         double t[6];
         t[0] = gt_now();
