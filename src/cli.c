@@ -430,13 +430,14 @@ static const cli_row cli_rows[] = {
      .help = "resize every image of an image folder to HxW (N: NxN)",
      .dflt = "all images share one size"},
     {.name = "augment", .value = "none|crop:P,flip", .type = CLI_CUSTOM, .field = F(augment),
-     .parse = cli_parse_augment, .commands = CMD_TRAIN,
+     .parse = cli_parse_augment, .commands = CMD_TRAIN, .given = GT_GIVEN_AUGMENT,
      .help = "training batches only: a random crop of the image padded with P zeros (P 1.."
              CLI_STR(GT_AUGMENT_MAX_PAD) ") and/or a horizontal flip, per sample, drawn from the "
              "seed, the epoch and the sample alone",
      .dflt = "none"},
     {.name = "normalize", .value = "none|auto|M,../S,..", .type = CLI_CUSTOM,
      .field = F(normalize), .parse = cli_parse_normalize, .commands = CMD_TRAIN,
+     .given = GT_GIVEN_NORMALIZE,
      .help = "the input step: (x/255 - M) / S per channel (one value, or one per channel); auto, "
              "the training split's per-channel mean and standard deviation; kept in checkpoints, "
              "so eval and predict normalise alike",

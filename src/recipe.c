@@ -172,6 +172,10 @@ void gt_recipe_model(gt_config *c, char *note, size_t cap)
     unsigned g = c->given;
     if (!(g & GT_GIVEN_BATCH))
         c->batch = 128;
+    if (!(g & GT_GIVEN_AUGMENT))
+        c->augment = (gt_augment){.pad = 2, .flip = 1};
+    if (!(g & GT_GIVEN_NORMALIZE))
+        c->normalize = GT_NORMALIZE_AUTO;
     if (c->optim.kind != GT_OPT_SGD)
         return;
     if (!(g & GT_GIVEN_LR))
@@ -186,8 +190,11 @@ void gt_recipe_model(gt_config *c, char *note, size_t cap)
         c->optim.schedule = GT_SCHED_COSINE;
     if (!(g & GT_GIVEN_WARMUP) && c->epochs > 1)
         c->optim.warmup_epochs = 1.0f;
-    snprintf(note, cap, "%s's recipe: batch %d, lr %g%s, momentum %g, weight decay %g, warm-up %g "
-             "epoch, %s (flags set any of them)", c->model, c->batch, (double)c->optim.lr,
+    snprintf(note, cap, "%s's recipe: batch %d, augment crop:%d%s, normalize %s, lr %g%s, momentum "
+             "%g, weight decay %g, warm-up %g epoch, %s (flags set any of them)", c->model, c->batch,
+             c->augment.pad, c->augment.flip ? ",flip" : "",
+             c->normalize == GT_NORMALIZE_AUTO ? "auto" : c->normalize ? "given" : "none",
+             (double)c->optim.lr,
              c->optim.nesterov ? " Nesterov" : "", (double)c->optim.momentum,
              (double)c->optim.weight_decay, (double)c->optim.warmup_epochs,
              gt_schedule_name(c->optim.schedule));

@@ -255,14 +255,16 @@ static void test_model_recipe(void)
     gt_recipe_model(&c, note, sizeof note);
     CHECK(c.batch == 128 && c.optim.lr == 0.1f && c.optim.nesterov && c.optim.momentum == 0.9f &&
           c.optim.weight_decay == 5e-4f && c.optim.schedule == GT_SCHED_COSINE &&
-          c.optim.warmup_epochs == 1.0f && strstr(note, "resnet18") != NULL);
+          c.optim.warmup_epochs == 1.0f && strstr(note, "resnet18") != NULL &&
+          c.augment.pad == 2 && c.augment.flip && c.normalize == GT_NORMALIZE_AUTO);
     c = base(GT_MODE_SYNC);
     snprintf(c.model, sizeof c.model, "resnet20");
     c.batch = 256;
     c.optim.weight_decay = 0.0f;
-    c.given = GT_GIVEN_BATCH | GT_GIVEN_WEIGHT_DECAY;
+    c.given = GT_GIVEN_BATCH | GT_GIVEN_WEIGHT_DECAY | GT_GIVEN_AUGMENT | GT_GIVEN_NORMALIZE;
     gt_recipe_model(&c, note, sizeof note);
-    CHECK(c.batch == 256 && c.optim.lr == 0.2f && c.optim.weight_decay == 0.0f);
+    CHECK(c.batch == 256 && c.optim.lr == 0.2f && c.optim.weight_decay == 0.0f &&
+          c.augment.pad == 0 && !c.augment.flip && c.normalize == GT_NORMALIZE_NONE);
 }
 
 int main(void)

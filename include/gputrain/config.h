@@ -64,6 +64,8 @@ typedef enum gt_normalize {
 #define GT_GIVEN_NESTEROV (1u << 5)
 #define GT_GIVEN_WEIGHT_DECAY (1u << 6)
 #define GT_GIVEN_SCHEDULE (1u << 7)
+#define GT_GIVEN_AUGMENT (1u << 8)
+#define GT_GIVEN_NORMALIZE (1u << 9)
 
 #define GT_MAX_ITEMS 1024 /* images and ranges one predict command takes */
 

@@ -43,7 +43,9 @@ double gt_recipe_delay_ssp(const gt_config *c, int workers);
 int gt_recipe_warmup_steps(const gt_config *c, int workers);
 
 /* The recipe a built-in model trains with by default (resnet20, resnet18: the residual networks'
- * of the PyTorch reference: batch 128, SGD lr 0.1 x batch / 128 with Nesterov momentum 0.9,
+ * of the PyTorch reference: batch 128, random crop with 2 pixels of padding and a flip,
+ * per-channel normalisation by the training split's statistics, SGD lr 0.1 x batch / 128 with
+ * Nesterov momentum 0.9,
  * weight decay 5e-4 (not on biases and batch norm's gamma and beta, model.h ndecay), one epoch's
  * warm-up, then cosine to 0), for every setting the command line left open; other models keep
  * the general defaults. Applied once, after parsing, before the worker-count corrections. Writes
