@@ -1213,7 +1213,7 @@ static void bn_test_path(gt_device *d, gt_cpu_net *net, const float *params,
         uint32_t *eidx = gt_alloc(eval_n * sizeof *eidx);
         for (uint32_t i = 0; i < eval_n; i++)
             eidx[i] = 7 + i;
-        gt_batch eb = {ds, eidx, (int)eval_n, 0, 0};
+        gt_batch eb = {ds, eidx, (int)eval_n, 0, 0, NULL};
         float *eval_buffers = copy_floats(buffers, m->nbuffers);
         int hits_cpu = 0;
         double loss_cpu = gt_cpu_net_run(net, params, eval_buffers, &eb, 0, NULL, &hits_cpu);
@@ -1362,7 +1362,7 @@ static void test_bf16(const gt_dataset *ds, const char *name, int batch)
         uint32_t *eidx = gt_alloc((size_t)batch * sizeof *eidx);
         for (int i = 0; i < batch; i++)
             eidx[i] = lo + (uint32_t)i;
-        gt_batch eb = {ds, eidx, batch, 0, 0};
+        gt_batch eb = {ds, eidx, batch, 0, 0, NULL};
         double eval_cpu = gt_cpu_net_run(&net, params, m.nbuffers ? buffers : NULL, &eb, 0, NULL,
                                          &eval_hits);
         rc = d->ops->evaluate(d, ds, lo, lo + (uint32_t)batch, &out, &e);
