@@ -415,7 +415,9 @@ static const cli_row cli_rows[] = {
      .help = "initialisation and shuffling seed"},
     {.name = "eval-every", .value = "N", .type = CLI_INT, .field = F(eval_every), .lo = 0,
      .hi = INT_MAX, .commands = CMD_TRAIN,
-     .help = "evaluate every N steps of each worker, also at epoch ends; 0 = at epoch ends only"},
+     .help = "evaluate at every multiple of N of the run's step (its optimizer updates: hogwild, "
+             "one worker's batch; the other modes, one clock of every worker's batch), also "
+             "at epoch ends; 0 = at epoch ends only"},
 
     {.section = "Optimisation", .name = "optimizer", .type = CLI_WORD, .field = FO(kind),
      .set = GT_NAMES_OPTIMIZER, .commands = CMD_TRAIN,
@@ -496,7 +498,8 @@ static const cli_row cli_rows[] = {
     {.section = "Output", .name = "log", .value = "FILE", .type = CLI_TEXT, TEXT(log_path),
      .commands = CMD_TRAIN, .help = "write one JSON line per evaluation and event"},
     {.name = "log-steps", .type = CLI_SWITCH, .field = F(log_steps), .lo = 1, .commands = CMD_TRAIN,
-     .help = "with --log, also one line per training step with its loss"},
+     .help = "with --log, also one line per worker batch: its loss, the run's step it went "
+             "into and its step in the epoch"},
     {.name = "progress", .type = CLI_SWITCH, .field = F(progress), .lo = 1, .commands = CMD_TRAIN,
      .help = "show a progress line", .dflt = "when stderr is a terminal"},
     {.name = "no-progress", .type = CLI_SWITCH, .field = F(progress), .lo = 0,

@@ -85,21 +85,22 @@ void jobs_post_snapshot_locked(run *r, int kinds, uint32_t epoch, uint64_t step)
     post_job_locked(r, &j);
 }
 
-/* Mid-epoch evaluation and step checkpoints fall due by samples and clocks. Caller holds r->mu. */
-void jobs_post_due_locked(run *r, uint64_t step_in_epoch, uint64_t clocks_total)
+/* Mid-epoch evaluation and step checkpoints fall due by the run's step (ps.updates, optimizer
+ * updates since the run began): --eval-every N at every multiple of N, --checkpoint-every Ns every
+ * N steps. Caller holds r->mu. */
+void jobs_post_due_locked(run *r, uint64_t step_in_epoch)
 {
     int kinds = 0;
-    uint64_t samples = atomic_load(&r->stats.samples_total);
-    if (r->jq.next_eval && samples >= r->jq.next_eval) {
+    uint64_t updates = atomic_load(&r->ps.updates);
+    if (r->jq.next_eval && updates >= r->jq.next_eval) {
         if (step_in_epoch < r->ops->epoch_steps(r)) /* at the epoch's end its own evaluation follows */
             kinds |= JOB_EVAL;
-        uint64_t every = (uint64_t)r->cfg->eval_every * (uint64_t)r->batch * (uint64_t)r->Wg;
-        while (r->jq.next_eval <= samples)
-            r->jq.next_eval += every;
+        uint64_t every = (uint64_t)r->cfg->eval_every;
+        r->jq.next_eval = (updates / every + 1) * every;
     }
-    if (r->jq.next_ckpt && clocks_total >= r->jq.next_ckpt) {
+    if (r->jq.next_ckpt && updates >= r->jq.next_ckpt) {
         kinds |= JOB_CKPT;
-        while (r->jq.next_ckpt <= clocks_total)
+        while (r->jq.next_ckpt <= updates)
             r->jq.next_ckpt += (uint64_t)r->cfg->checkpoint_every;
     }
     if (kinds)
@@ -159,7 +160,7 @@ int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e)
     if (gt_ckpt_save(cfg->checkpoint, r->m, j->params, state, r->ps.nstate, &meta, cfg->keep, e) != 0)
         return -1;
     snprintf(res->checkpoint_written, sizeof res->checkpoint_written, "%s", cfg->checkpoint);
-    report_checkpoint(r, cfg->checkpoint, j->epoch, j->step, j->samples, j->wall);
+    report_checkpoint(r, cfg->checkpoint, j->epoch, j->updates, j->step, j->samples, j->wall);
     return 0;
 }
 

@@ -545,10 +545,14 @@ static void print_header(const gt_config *c, const gt_data *d, const setup *s, i
         printf("gputrain: %s (%zu parameters) on %s, %s, %d worker%s x batch %d%s, %u train / %u test samples (%s)\n",
                s->m->name, s->m->nparams, d->dir, gt_mode_label(c), s->n,
                s->n == 1 ? "" : "s", c->batch, hosts, d->train.n, d->test.n, names);
-    if (resumed && !c->quiet)
-        printf("resuming %s at epoch %u step %llu (seed %llu); saving to %s\n", c->resume,
-               meta->epoch, (unsigned long long)meta->step, (unsigned long long)meta->seed,
-               c->checkpoint);
+    if (resumed && !c->quiet && meta->step == 0)
+        printf("resuming %s at step %llu (the start of epoch %u; seed %llu); saving to %s\n",
+               c->resume, (unsigned long long)meta->updates, meta->epoch + 1,
+               (unsigned long long)meta->seed, c->checkpoint);
+    else if (resumed && !c->quiet) /* meta->step: in this run's steps (resume_position) */
+        printf("resuming %s at step %llu (%llu steps into epoch %u; seed %llu); saving to %s\n",
+               c->resume, (unsigned long long)meta->updates, (unsigned long long)meta->step,
+               meta->epoch + 1, (unsigned long long)meta->seed, c->checkpoint);
     fflush(stdout); /* before the progress bar on stderr */
 }
 

@@ -136,9 +136,7 @@ static int allreduce_load(run *r, worker *w)
 static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t t)
 {
     atomic_store(&r->ps.updates, t);
-    uint64_t total = (uint64_t)r->epoch * r->clk.clocks + c + 1;
-    int due = (r->jq.next_eval && atomic_load(&r->stats.samples_total) >= r->jq.next_eval) ||
-              (r->jq.next_ckpt && total >= r->jq.next_ckpt);
+    int due = (r->jq.next_eval && t >= r->jq.next_eval) || (r->jq.next_ckpt && t >= r->jq.next_ckpt);
     int save = guard_save_wanted_locked(r);
     if (!due && !save)
         return 0;
@@ -151,7 +149,7 @@ static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t
         guard_saved_locked(r, t);
     if (due) {
         r->clk.applied = c + 1;
-        jobs_post_due_locked(r, c + 1, total);
+        jobs_post_due_locked(r, c + 1);
     }
     return 0;
 }
@@ -191,13 +189,13 @@ static void allreduce_eval_leader(run *r)
     jobs_post_snapshot_locked(r, JOB_EVAL, r->epoch, ar(r)->reval.step);
 }
 
-/* --eval-every N: after every N-th clock of the run (counted from epoch 0, the same on every
- * worker) but an epoch's last, whose evaluation follows at the epoch's end. */
+/* --eval-every N: after every step of the run (r->clk.updates0 + c + 1, the same on every worker)
+ * that is a multiple of N but an epoch's last, whose evaluation follows at the epoch's end. */
 static int allreduce_eval_due(const run *r, uint64_t c)
 {
     uint64_t every = (uint64_t)r->cfg->eval_every;
     return every && allreduce_on_replicas(r) && c + 1 < r->clk.clocks &&
-           ((uint64_t)r->epoch * r->clk.clocks + c + 1) % every == 0;
+           (r->clk.updates0 + c + 1) % every == 0;
 }
 
 /* A mid-epoch evaluation on the replicas: each evaluates its share; they meet at a barrier, whose
@@ -263,8 +261,8 @@ static int allreduce_step_end(run *r, worker *w)
     uint64_t c = q->clock;
     if (worker_check(r, w, &q->o, c) < 0)
         return -1;
-    uint64_t t = (uint64_t)r->epoch * r->clk.clocks + c + 1;
-    report_step(r, w, c, q->o.loss_sum, q->n);
+    uint64_t t = r->clk.updates0 + c + 1; /* the run's step */
+    report_step(r, w, t, c, q->o.loss_sum, q->n);
     worker_mark_time(w);
     pthread_mutex_lock(&r->mu);
     worker_account_step_locked(r, w, &q->o, q->n);

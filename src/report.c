@@ -192,8 +192,9 @@ static void config_files(run *r, FILE *f)
     else
         fputs(",\"inject_fault\":null", f);
     fprintf(f, ",\"stall_timeout\":%g,\"host_timeout\":%g", c->stall_timeout, c->host_timeout);
-    fprintf(f, ",\"start_epoch\":%u,\"start_step\":%llu,\"start_samples\":%llu,\"start_wall_s\":%.4f}\n",
-            r->epoch, (unsigned long long)r->start_clock, (unsigned long long)r->samples0, r->wall0);
+    fprintf(f, ",\"start_epoch\":%u,\"start_step\":%llu,\"start_epoch_step\":%llu,\"start_samples\":%llu,"
+               "\"start_wall_s\":%.4f}\n", r->epoch, (unsigned long long)atomic_load(&r->ps.updates),
+            (unsigned long long)r->start_clock, (unsigned long long)r->samples0, r->wall0);
 }
 
 /* Opens path for the log without blocking: a FIFO with no reader is refused (ENXIO) instead of
@@ -269,17 +270,19 @@ void report_event(run *r, const char *event, const char *message)
     pthread_mutex_unlock(&r->rep.log_mu);
 }
 
-/* A checkpoint was written of the state at (epoch, step), after `samples` samples and wall_s of
- * training (the state's, not the write's end): where a resume of it starts. */
-void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step, uint64_t samples,
-                       double wall_s)
+/* A checkpoint was written of the state at the run's step `step`, epoch_step steps into the
+ * epoch after `epoch` completed ones, after `samples` samples and wall_s of training (the
+ * state's, not the write's end): where a resume of it starts. */
+void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step, uint64_t epoch_step,
+                       uint64_t samples, double wall_s)
 {
     if (!r->rep.log)
         return;
     pthread_mutex_lock(&r->rep.log_mu);
     event_begin_at_locked(r, "checkpoint_written", wall_s, samples);
     put_field_str(r->rep.log, "path", path);
-    fprintf(r->rep.log, ",\"epoch\":%u,\"step\":%llu", epoch, (unsigned long long)step);
+    fprintf(r->rep.log, ",\"epoch\":%u,\"step\":%llu,\"epoch_step\":%llu", epoch,
+            (unsigned long long)step, (unsigned long long)epoch_step);
     event_end_locked(r);
     pthread_mutex_unlock(&r->rep.log_mu);
 }
@@ -309,14 +312,16 @@ void report_signal(run *r, int sig)
 
 /* ---- training records and lines ------------------------------------------------------------------- */
 
-/* One training step's mean loss (--log-steps). */
-void report_step(run *r, worker *w, uint64_t step, double loss, int n)
+/* One training step's mean loss (--log-steps): the run's step (the update its gradient went into)
+ * and where it stands in its epoch (the clock; hogwild, the batch's index in the epoch's order). */
+void report_step(run *r, worker *w, uint64_t step, uint64_t epoch_step, double loss, int n)
 {
     if (!r->rep.log || !r->cfg->log_steps)
         return;
     pthread_mutex_lock(&r->rep.log_mu);
-    fprintf(r->rep.log, "{\"type\":\"step\",\"worker\":%d,\"epoch\":%u,\"step\":%llu",
-            r->share0 + w->index, r->epoch + 1, (unsigned long long)step);
+    fprintf(r->rep.log, "{\"type\":\"step\",\"worker\":%d,\"epoch\":%u,\"step\":%llu,\"epoch_step\":%llu",
+            r->share0 + w->index, r->epoch + 1, (unsigned long long)step,
+            (unsigned long long)epoch_step);
     put_field_num(r->rep.log, "loss", "%.9g", loss / n);
     fputs("}\n", r->rep.log);
     pthread_mutex_unlock(&r->rep.log_mu);
@@ -433,8 +438,9 @@ void report_stall(run *r, worker *w, double idle)
 }
 
 /* The warning line (host 0) and the event record of a resume whose checkpoint step lies past this
- * run's steps per epoch: the epoch restarts from its first batch. The record's epoch and step are
- * the checkpoint's (completed epochs, steps into the next), as in checkpoint_written. */
+ * run's steps per epoch: the epoch restarts from its first batch. The record's epoch and
+ * epoch_step are the checkpoint's (completed epochs, steps into the next), as in
+ * checkpoint_written; step is the run's. */
 void report_resume_restart(run *r, uint64_t step, uint64_t epoch_steps)
 {
     if (r->host != 0)
@@ -446,8 +452,9 @@ void report_resume_restart(run *r, uint64_t step, uint64_t epoch_steps)
             (unsigned long long)step, (unsigned long long)epoch_steps, r->epoch + 1);
     if (r->rep.log) {
         event_begin_locked(r, "resume_restarts_epoch");
-        fprintf(r->rep.log, ",\"epoch\":%u,\"step\":%llu,\"steps_per_epoch\":%llu", r->epoch,
-                (unsigned long long)step, (unsigned long long)epoch_steps);
+        fprintf(r->rep.log, ",\"epoch\":%u,\"step\":%llu,\"epoch_step\":%llu,\"steps_per_epoch\":%llu",
+                r->epoch, (unsigned long long)atomic_load(&r->ps.updates), (unsigned long long)step,
+                (unsigned long long)epoch_steps);
         event_end_locked(r);
     }
     term_end(r);

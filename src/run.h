@@ -153,6 +153,9 @@ typedef struct run_clocked {
     uint64_t *claimed, *deposited; /* per ring slot: bit per share */
     uint64_t *slot_read_clock; /* per ring slot: lowest applied count its gradients were read at */
     uint64_t applied;          /* clocks applied this epoch */
+    uint64_t updates0;         /* the run's step (ps.updates) before this epoch's clock 0: clock c
+                                * is step updates0 + c + 1 (modulo 2^64: a resumed run of fewer
+                                * workers starts past clock 0 with fewer steps done) */
     uint64_t spread_max;       /* largest gap between the fastest and slowest worker clock */
     uint64_t pending_upto;     /* the last clock the workers at a sync/local barrier worked on */
     int halt_seen;             /* halt as a barrier's leader saw it: the same for every worker */
@@ -278,10 +281,10 @@ void run_barrier(run *r, worker *w, leader_fn fn);
 int report_open(run *r, const gt_start *start, gt_err *e);
 void report_event(run *r, const char *event, const char *message);
 void report_note(run *r, const char *message);
-void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step, uint64_t samples,
-                       double wall_s);
+void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step, uint64_t epoch_step,
+                       uint64_t samples, double wall_s);
 void report_signal(run *r, int sig);
-void report_step(run *r, worker *w, uint64_t step, double loss, int n);
+void report_step(run *r, worker *w, uint64_t step, uint64_t epoch_step, double loss, int n);
 void report_point(run *r, const gt_eval_point *p);
 void report_worker_left(run *r, worker *w, const char *why);
 void report_stall(run *r, worker *w, double idle);
@@ -320,7 +323,7 @@ int hosts_epoch_end_locked(run *r, int complete);
 void job_free(job *j);
 int jobs_snapshot_locked(run *r, job *j, int kinds, uint32_t epoch, uint64_t step);
 void jobs_post_snapshot_locked(run *r, int kinds, uint32_t epoch, uint64_t step);
-void jobs_post_due_locked(run *r, uint64_t step_in_epoch, uint64_t clocks_total);
+void jobs_post_due_locked(run *r, uint64_t step_in_epoch);
 int jobs_handle(run *r, job *j, gt_run_result *res, gt_err *e);
 int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e);
 

@@ -180,14 +180,12 @@ static int run_position(run *r, const gt_start *start)
     }
     r->samples0 = atomic_load(&r->stats.samples_total);
     r->clk.applied = r->start_clock;
-    if (cfg->eval_every > 0)
-        r->jq.next_eval = atomic_load(&r->stats.samples_total) +
-                          (uint64_t)cfg->eval_every * (uint64_t)r->batch * (uint64_t)r->Wg;
-    if (cfg->checkpoint[0] && cfg->checkpoint_every_steps && cfg->checkpoint_every > 0) {
-        uint64_t done = r->ops->clocked ? (uint64_t)r->epoch * r->clk.clocks + r->start_clock
-                                        : atomic_load(&r->ps.updates);
-        r->jq.next_ckpt = done + (uint64_t)cfg->checkpoint_every;
-    }
+    uint64_t updates = atomic_load(&r->ps.updates);
+    r->clk.updates0 = updates - r->start_clock; /* wraps where fewer steps cover more clocks */
+    if (cfg->eval_every > 0) /* at multiples of N of the run's step, a resumed run's included */
+        r->jq.next_eval = (updates / (uint64_t)cfg->eval_every + 1) * (uint64_t)cfg->eval_every;
+    if (cfg->checkpoint[0] && cfg->checkpoint_every_steps && cfg->checkpoint_every > 0)
+        r->jq.next_ckpt = updates + (uint64_t)cfg->checkpoint_every;
     return restarts;
 }
 
