@@ -418,6 +418,19 @@ static const cli_row cli_rows[] = {
      .help = "evaluate at every multiple of N of the run's step (its optimizer updates: hogwild, "
              "one worker's batch; the other modes, one clock of every worker's batch), also "
              "at epoch ends; 0 = at epoch ends only"},
+    {.name = "val-split", .value = "F", .type = CLI_DOUBLE, .field = F(val_split),
+     .range = &RANGE_UNIT_LOW, .commands = CMD_TRAIN,
+     .help = "hold out this fraction of the training samples (the same ones in every run of the "
+             "data: a fixed seeded shuffle) and evaluate them beside the test set (val_acc)",
+     .dflt = "none"},
+    {.name = "save-best", .value = "PATH", .type = CLI_TEXT, TEXT(save_best),
+     .commands = CMD_TRAIN,
+     .help = "write a checkpoint here whenever the monitored accuracy improves: validation "
+             "with --val-split, else test", .dflt = "none"},
+    {.name = "patience", .value = "N", .type = CLI_INT, .field = F(patience), .lo = 0,
+     .hi = INT_MAX, .commands = CMD_TRAIN,
+     .help = "stop after N evaluations in a row without a better monitored accuracy (early "
+             "stopping; --eval-every makes them more often); 0 = never", .dflt = "never"},
 
     {.section = "Optimisation", .name = "optimizer", .type = CLI_WORD, .field = FO(kind),
      .set = GT_NAMES_OPTIMIZER, .commands = CMD_TRAIN,

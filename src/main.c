@@ -247,19 +247,26 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
 {
     if (gt_cluster_rank() != 0)
         return;
-    char hosts[48] = "", acc[32] = "not evaluated", before[64] = "", parts[64] = "";
+    char hosts[48] = "", acc[64] = "not evaluated", before[64] = "", parts[64] = "";
     if (res->nhosts > 1)
         snprintf(hosts, sizeof hosts, " on each of %d hosts (host 0's below)", res->nhosts);
-    if (res->npoints > 0)
+    if (res->npoints > 0 && c->val_split > 0)
+        snprintf(acc, sizeof acc, "val acc %.4f, test acc %.4f",
+                 res->points[res->npoints - 1].val_acc, res->final_test_acc);
+    else if (res->npoints > 0)
         snprintf(acc, sizeof acc, "test acc %.4f", res->final_test_acc);
     if (res->resumed_samples > 0)
         snprintf(before, sizeof before, " (%llu since epoch 0)", (unsigned long long)res->samples);
     if (res->startup_data_s >= 0 && res->startup_devices_s >= 0)
         snprintf(parts, sizeof parts, ": data %.2f s beside devices %.2f s", res->startup_data_s,
                  res->startup_devices_s);
-    char stopped[48] = "";
+    char stopped[160] = "";
     if (res->interrupted)
         snprintf(stopped, sizeof stopped, "; interrupted by signal %d", res->interrupted);
+    else if (res->stopped_early)
+        snprintf(stopped, sizeof stopped, "; stopped early: no better %s acc in %d evaluations "
+                 "(best %.4f at step %llu)", c->val_split > 0 ? "val" : "test", res->stopped_early,
+                 res->best_acc, (unsigned long long)res->best_step);
     printf("done: %s, %d worker%s%s, %llu samples%s in %.2f s (startup %.2f s%s): %.0f samples/s, %s%s\n",
            gt_mode_name(c->mode), res->nworkers, res->nworkers == 1 ? "" : "s", hosts,
            (unsigned long long)(res->samples - res->resumed_samples), before, res->wall_s,
@@ -290,6 +297,9 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
     printf("\n");
     if (res->checkpoint_written[0])
         printf("checkpoint: %s\n", res->checkpoint_written);
+    if (res->best_written[0])
+        printf("best: %s (%s acc %.4f at step %llu)\n", res->best_written,
+               c->val_split > 0 ? "val" : "test", res->best_acc, (unsigned long long)res->best_step);
 }
 
 /* The workers' device names for the start-up header, comma-separated. */
@@ -396,8 +406,9 @@ static int log_is_written(const gt_config *c, char *name, size_t cap)
 /* Path problems found before any training: the log is no input and none of the checkpoint's
  * files (exit 2, a command-line error), and the checkpoint (ckflag: the flag that named it) and
  * its rotation targets can be written and are locked for this run (the lock's fd in *lock, held
- * until exit). */
-static int check_paths(const gt_config *c, const char *ckflag, int *lock, int *usage, gt_err *e)
+ * until exit), and so is --save-best's file (*best_lock). */
+static int check_paths(const gt_config *c, const char *ckflag, int *lock, int *best_lock, int *usage,
+                       gt_err *e)
 {
     char name[GT_PATHLEN + 16];
     const char *flag;
@@ -408,9 +419,17 @@ static int check_paths(const gt_config *c, const char *ckflag, int *lock, int *u
     if (c->log_path[0] && log_is_written(c, name, sizeof name))
         return gt_fail(e, "--log and --checkpoint%s name the same file '%s': choose another log",
                        c->keep ? " --keep" : "", name);
+    if (c->save_best[0] && c->log_path[0] && same_file(c->log_path, c->save_best))
+        return gt_fail(e, "--log and --save-best name the same file '%s': choose another log",
+                       c->save_best);
+    if (c->save_best[0] && c->checkpoint[0] && same_file(c->checkpoint, c->save_best))
+        return gt_fail(e, "--save-best and %s name the same file '%s': the best state and the "
+                          "latest would overwrite each other", ckflag, c->save_best);
     *usage = 0;
     if (c->checkpoint[0] &&
         (*lock = gt_atomic_prepare(c->checkpoint, ckflag, c->keep, e)) < 0)
+        return -1;
+    if (c->save_best[0] && (*best_lock = gt_atomic_prepare(c->save_best, "--save-best", 0, e)) < 0)
         return -1;
     return 0;
 }
@@ -642,6 +661,12 @@ static int resume_same(const gt_config *c, const gt_data *d, const gt_ckpt_meta 
                        "file); resume with --optimizer %s", gt_optimizer_name(c->optim.kind),
                        c->resume, meta->optimizer, meta->optimizer);
     int limited = flag_given(argc, argv, "--train-samples");
+    if (meta->train_samples && meta->train_samples != d->train.n && c->val_split > 0 &&
+        meta->data_fingerprint == d->fingerprint)
+        return gt_fail(e, "--val-split %g: %s was trained on %llu training samples, this run on "
+                       "%u (%u held out); resume with the --val-split that run took (none if it "
+                       "took none)", c->val_split, c->resume,
+                       (unsigned long long)meta->train_samples, d->train.n, d->val.n);
     if (meta->train_samples && meta->train_samples != d->train.n && limited)
         return gt_fail(e, "--train-samples: %s was trained on %llu training samples, this run has "
                        "%u; resume with --train-samples %llu", c->resume,
@@ -650,7 +675,8 @@ static int resume_same(const gt_config *c, const gt_data *d, const gt_ckpt_meta 
     if (meta->train_samples && meta->train_samples != d->train.n)
         return gt_fail(e, "--data: %s was trained on other data or a part of it (%llu training "
                        "samples, fingerprint %08x; this data %s: %u, %08x); resume with its "
-                       "--data, and --train-samples %llu if that run took a part", c->resume,
+                       "--data, and --train-samples %llu or its --val-split if that run took a "
+                       "part", c->resume,
                        (unsigned long long)meta->train_samples, meta->data_fingerprint, d->dir,
                        d->train.n, d->fingerprint, (unsigned long long)meta->train_samples);
     if (meta->data_fingerprint != d->fingerprint)
@@ -744,6 +770,7 @@ typedef struct data_job {
     const gt_config *c;
     gt_data *data;
     int rc;
+    int usage;      /* the error is the command line's (--val-split leaves a side empty) */
     double seconds; /* the load's own time */
     gt_err err;
 } data_job;
@@ -765,11 +792,17 @@ static void *data_job_run(void *arg)
     const gt_dataset *t = &j->data->train;
     double t0 = gt_now();
     j->rc = gt_data_load_sized(j->c->data, j->c->train_samples, j->c->image_size, j->data, &j->err);
+    if (j->rc == 0 && j->c->command == GT_CMD_TRAIN && j->c->val_split > 0) {
+        j->usage = gt_data_val_check(t->n, j->c->val_split, &j->err) != 0;
+        j->rc = gt_data_split_val(j->data, j->c->val_split, &j->err);
+    }
     int dev = j->rc == 0 ? pin_device(j->c) : -1;
     if (dev >= 0) {
-        const gt_dataset *v = &j->data->test;
+        const gt_dataset *v = &j->data->test, *h = &j->data->val;
         gt_host_register(dev, t->images, (size_t)t->n * t->c * t->h * t->w);
         gt_host_register(dev, v->images, (size_t)v->n * v->c * v->h * v->w);
+        if (h->n)
+            gt_host_register(dev, h->images, (size_t)h->n * h->c * h->h * h->w);
     }
     j->seconds = gt_now() - t0;
     return NULL;
@@ -779,15 +812,18 @@ static void data_release(gt_data *d)
 {
     gt_host_unregister(d->train.images);
     gt_host_unregister(d->test.images);
+    if (d->val.n)
+        gt_host_unregister(d->val.images);
     gt_data_free(d);
 }
 
 /* Loads the data on a thread of its own (here, where none starts) while, for training, the model
  * is built from the data's header and the devices are opened for it (s). A device's error waits
- * in s until training would have opened them; the data's comes out here. */
+ * in s until training would have opened them; the data's comes out here: -1, or -2 where
+ * it is the command line's (exit 2). */
 static int load_while_opening(const gt_config *c, gt_data *data, setup *s, gt_err *e)
 {
-    data_job job = {c, data, 0, 0, {{0}}};
+    data_job job = {.c = c, .data = data};
     pthread_t t;
     int threaded = pthread_create(&t, NULL, data_job_run, &job) == 0;
     if (!threaded)
@@ -803,7 +839,7 @@ static int load_while_opening(const gt_config *c, gt_data *data, setup *s, gt_er
     if (job.rc != 0) {
         setup_close(s);
         *e = job.err;
-        return -1;
+        return job.usage ? -2 : -1;
     }
     return 0;
 }
@@ -858,14 +894,15 @@ int main(int argc, char **argv)
         snprintf(c.checkpoint, sizeof c.checkpoint, "%s", c.resume);
         ckflag = "--resume";
     }
-    int lock = -1, usage = 0; /* the checkpoint's lock is held until the process ends */
+    int lock = -1, best_lock = -1, usage = 0; /* the checkpoints' locks: held until the end */
     if (c.command != GT_CMD_EVAL && gt_cluster_rank() == 0 &&
-        check_paths(&c, ckflag, &lock, &usage, &e) != 0)
+        check_paths(&c, ckflag, &lock, &best_lock, &usage, &e) != 0)
         return usage ? usage_error(&e) : die(&e, EXIT_FAILED);
 
     gt_data data;
-    if (load_while_opening(&c, &data, &su, &e) != 0)
-        return die(&e, EXIT_FAILED);
+    int loaded = load_while_opening(&c, &data, &su, &e);
+    if (loaded != 0)
+        return loaded == -2 ? usage_error(&e) : die(&e, EXIT_FAILED);
     if (c.command != GT_CMD_EVAL && gt_cluster_rank() == 0 && check_log_data(&c, &data, &e) != 0) {
         setup_close(&su);
         data_release(&data);

@@ -157,7 +157,11 @@ static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t
 /* Several replicas evaluate the parameters themselves, each GPU a share of the test set, which
  * costs each 1/W of an evaluation and no copy; one GPU leaves it to the evaluator beside it (its
  * own context on the same GPU), which overlaps the training instead. */
-static int allreduce_on_replicas(const run *r) { return r->W > 1 && !allreduce_is_local(r); }
+static int allreduce_on_replicas(const run *r)
+{
+    /* --val-split and --save-best go to the evaluator: the held-out set, a copy to save */
+    return r->W > 1 && !allreduce_is_local(r) && r->data->val.n == 0 && !r->cfg->save_best[0];
+}
 
 /* The replica's share of an evaluation: test samples [n k / W, n (k + 1) / W) for worker k, on
  * its own GPU and parameters (every replica holds the same), into ar(r)->reval. Only host 0

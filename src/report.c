@@ -141,10 +141,12 @@ static void config_run(run *r, FILE *f, const gt_start *start)
     fprintf(f, ",\"parameters\":%zu,\"input\":\"%dx%dx%d\",\"nclasses\":%d", r->n, r->m->in_c,
             r->m->in_h, r->m->in_w, r->m->nclasses);
     put_field_str(f, "data", r->data->dir);
-    fprintf(f, ",\"data_fingerprint\":\"%08x\",\"train_samples\":%u,\"test_samples\":%u",
-            r->data->fingerprint, r->ntrain, r->data->test.n);
+    fprintf(f, ",\"data_fingerprint\":\"%08x\",\"train_samples\":%u,\"test_samples\":%u,"
+               "\"val_samples\":%u", r->data->fingerprint, r->ntrain, r->data->test.n, r->data->val.n);
     fprintf(f, ",\"batch\":%d,\"epochs\":%d,\"seed\":%llu,\"eval_every\":%d", c->batch, c->epochs,
             (unsigned long long)c->seed, c->eval_every);
+    fprintf(f, ",\"val_split\":%g,\"patience\":%d", c->val_split, c->patience);
+    put_field_str(f, "save_best", c->save_best);
 }
 
 /* The optimizer, its schedule and the mode's own settings. */
@@ -297,6 +299,20 @@ static const char *signal_name(int sig)
     }
 }
 
+/* --patience ran out (jobs.c): the event record; the done: line says it too (main.c). */
+void report_early_stop(run *r, const gt_run_result *res)
+{
+    if (!r->rep.log)
+        return;
+    pthread_mutex_lock(&r->rep.log_mu);
+    event_begin_locked(r, "stopped_early");
+    fprintf(r->rep.log, ",\"evaluations\":%d,\"best_step\":%llu", res->stopped_early,
+            (unsigned long long)res->best_step);
+    put_field_num(r->rep.log, "best_acc", "%.6f", res->best_acc);
+    event_end_locked(r);
+    pthread_mutex_unlock(&r->rep.log_mu);
+}
+
 /* A signal asked the run to stop. */
 void report_signal(run *r, int sig)
 {
@@ -342,6 +358,10 @@ void report_point(run *r, const gt_eval_point *p)
         put_field_num(f, "train_acc", "%.6f", p->train_acc);
         put_field_num(f, "test_loss", "%.6f", p->test_loss);
         put_field_num(f, "test_acc", "%.6f", p->test_acc);
+        if (r->data->val.n) {
+            put_field_num(f, "val_loss", "%.6f", p->val_loss);
+            put_field_num(f, "val_acc", "%.6f", p->val_acc);
+        }
         put_field_num(f, "lr", "%.6g", gt_optim_lr(&cfg->optim, run_progress_epochs(r, p->samples)));
         fprintf(f, ",\"mode\":\"%s\",\"workers\":%d}\n", r->ops->name, r->Wg);
         fflush(r->rep.log);
@@ -349,9 +369,12 @@ void report_point(run *r, const gt_eval_point *p)
     if (!cfg->quiet) {
         double run_s = p->wall_s - r->wall0;
         double sps = run_s > 0 ? (double)(p->samples - r->samples0) / run_s : 0;
-        printf("epoch %3u  step %7llu  train loss %.4f acc %.4f  test loss %.4f acc %.4f  %9.0f samples/s  %7.1f s\n",
-               p->epoch, (unsigned long long)p->step, p->train_loss, p->train_acc, p->test_loss,
-               p->test_acc, sps, p->wall_s);
+        char val[48] = "";
+        if (r->data->val.n)
+            snprintf(val, sizeof val, "  val loss %.4f acc %.4f", p->val_loss, p->val_acc);
+        printf("epoch %3u  step %7llu  train loss %.4f acc %.4f%s  test loss %.4f acc %.4f  %9.0f samples/s  %7.1f s\n",
+               p->epoch, (unsigned long long)p->step, p->train_loss, p->train_acc, val,
+               p->test_loss, p->test_acc, sps, p->wall_s);
     }
     term_end(r);
 }
@@ -497,7 +520,10 @@ static void report_summary(run *r, const gt_run_result *res)
     fprintf(f, ",\"clock_spread_max\":%llu,\"skipped_nonfinite\":%llu",
             (unsigned long long)res->clock_spread_max, (unsigned long long)res->skipped_nonfinite);
     put_field_num(f, "test_acc", "%.6f", res->npoints > 0 ? res->final_test_acc : NAN);
-    fprintf(f, ",\"interrupted\":%d", res->interrupted);
+    fprintf(f, ",\"interrupted\":%d,\"stopped_early\":%s", res->interrupted,
+            res->stopped_early ? "true" : "false");
+    put_field_num(f, "best_acc", "%.6f", res->best_acc >= 0 ? res->best_acc : NAN);
+    fprintf(f, ",\"best_step\":%llu", (unsigned long long)res->best_step);
     put_field_str(f, "data", r->data->dir);
     fprintf(f, ",\"version\":\"%s\"}\n", GT_VERSION);
 }

@@ -181,7 +181,10 @@ typedef struct run_jobs {
     job q[RUN_MAX_JOBS];
     int n;
     uint64_t next_eval;        /* samples at which the next mid-epoch evaluation is due */
-    uint64_t next_ckpt;        /* clocks/updates at which the next step checkpoint is due */
+    uint64_t next_ckpt;        /* the run's step at which the next step checkpoint is due */
+    int handling;              /* the calling thread is handling a job it took off the queue */
+    int since_best;            /* evaluations since the monitored accuracy last improved */
+    _Atomic int stop_early;    /* --patience ran out: stop_asked says so to the workers */
 } run_jobs;
 
 /* run_guard.c: the divergence guard (guard.h), fed every step's loss under r->mu. */
@@ -294,6 +297,7 @@ int report_close(run *r, const gt_run_result *res, int rc, gt_err *e);
 void report_recipe(run *r, const gt_recipe *rec);
 void report_device_step(run *r);
 void report_guard(run *r, const char *what, const char *action, int print);
+void report_early_stop(run *r, const gt_run_result *res);
 
 /* run_guard.c */
 int guard_init(run *r, gt_err *e);

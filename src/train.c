@@ -104,6 +104,9 @@ static int run_shape(run *r, const gt_config *cfg, gt_device **devices, int ndev
     r->share0 = r->host * r->W;
     if (hosts_check_same(r, start, e) != 0)
         return -1;
+    if (r->H > 1 && cfg->patience > 0) /* host 0 evaluates: the others would not know to stop */
+        return gt_fail(e, "--patience %d: not under mpirun (several hosts) yet; run one host or "
+                          "leave --patience out", cfg->patience);
     if (r->ops->check && r->ops->check(r, devices, e) != 0) {
         if (!r->device_step || cfg->mode == GT_MODE_ALLREDUCE)
             return -1;
@@ -353,6 +356,7 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
                  gt_run_result *res, gt_err *e)
 {
     memset(res, 0, sizeof *res);
+    res->best_acc = -1;
     run *r = calloc(1, sizeof *r);
     if (!r)
         return gt_fail(e, "out of memory");
@@ -378,7 +382,7 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
         rc = -1;
         run_error(r, e);
     }
-    if (rc == 0 && res->interrupted && cfg->checkpoint[0] && r->host == 0)
+    if (rc == 0 && (res->interrupted || res->stopped_early) && cfg->checkpoint[0] && r->host == 0)
         rc = save_interrupted(r, res, e);
     if (rc == 0 && !res->interrupted)
         rc = guard_final(r, res, e);

@@ -121,7 +121,7 @@ grep -q '^nothing to train: ' "$TMP/out" && [ "$(wc -l <"$TMP/out")" -eq 1 ] || 
 
 # ---- the log's records ---------------------------------------------------------------------------
 CONFIG_KEYS="version cuda nccl mpi revision argv host started mode workers hosts devices evaluator model model_spec parameters input
-nclasses data data_fingerprint train_samples test_samples batch epochs seed eval_every optimizer lr momentum
+nclasses data data_fingerprint train_samples test_samples val_samples batch epochs seed eval_every val_split patience save_best optimizer lr momentum
 nesterov weight_decay beta1 beta2 eps schedule warmup step_epochs gamma stripes staleness sync_every
 balance overlap tf32 on_nan checkpoint checkpoint_every checkpoint_unit keep resume init
 allow_nonfinite log_steps inject_fault stall_timeout host_timeout start_epoch start_step

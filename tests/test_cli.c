@@ -37,7 +37,7 @@ static double field(const gt_config *c, const char *name)
         "quiet", "checkpoint_every", "checkpoint_every_steps", "keep", "on_nan", "inject_worker",
         "inject_step", "stall_timeout", "tf32", "log_steps", "overlap", "host_timeout",
         "allow_nonfinite", "literal", "on_diverge", "given", "ignore_classes", "top", "nitems",
-        "exchange", "image_h", "image_w", "store_step"};
+        "exchange", "image_h", "image_w", "store_step", "val_split", "patience"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -48,7 +48,8 @@ static double field(const gt_config *c, const char *name)
         c->checkpoint_every, c->checkpoint_every_steps, c->keep, c->on_nan, c->inject_worker,
         c->inject_step, c->stall_timeout, c->tf32, c->log_steps, c->overlap, c->host_timeout,
         c->allow_nonfinite, c->literal, c->on_diverge, c->given, c->ignore_classes, c->top,
-        c->nitems, c->exchange, c->image_size[0], c->image_size[1], c->store_step};
+        c->nitems, c->exchange, c->image_size[0], c->image_size[1], c->store_step, c->val_split,
+        c->patience};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -64,6 +65,7 @@ static const char *string_field(const gt_config *c, const char *name)
     if (strcmp(name, "checkpoint") == 0) return c->checkpoint;
     if (strcmp(name, "resume") == 0) return c->resume;
     if (strcmp(name, "init") == 0) return c->init;
+    if (strcmp(name, "save_best") == 0) return c->save_best;
     return NULL;
 }
 
@@ -226,6 +228,13 @@ static const good_case GOOD[] = {
     {{"--no-progress"}, "progress", 0, NULL},
     {{"--quiet"}, "quiet", 1, NULL},
     {{"--log-steps"}, "log_steps", 1, NULL},
+    {{NULL}, "val_split", 0, NULL},
+    {{NULL}, "patience", 0, NULL},
+    {{NULL}, "save_best", 0, ""},
+    {{"--val-split", "0.1"}, "val_split", 0.1, NULL},
+    {{"--val-split", "0"}, "val_split", 0, NULL},
+    {{"--save-best", "best.st"}, "save_best", 0, "best.st"},
+    {{"--patience", "5"}, "patience", 5, NULL},
     {{"--epochs", "2", "--"}, "epochs", 2, NULL},
     {{"--mode", "ssp", "--staleness", "3", "--gpus", "cpu:2", "--batch", "32"}, "staleness", 3,
      NULL},
@@ -337,6 +346,14 @@ static const bad_case BAD[] = {
     {{"--host-timeout", "soon"}, "--host-timeout", "'soon'"},
     {{"--stall-timeout", "nan"}, "--stall-timeout", "'nan'"},
     {{"--stall-timeout", "inf"}, "--stall-timeout", "'inf'"},
+    {{"--val-split", "1"}, "--val-split", "'1'"},
+    {{"--val-split", "-0.1"}, "--val-split", "'-0.1'"},
+    {{"--val-split", "x"}, "--val-split", "'x'"},
+    {{"--val-split", "nan"}, "--val-split", "'nan'"},
+    {{"--patience", "-1"}, "--patience", "-1"},
+    {{"--patience", "two"}, "--patience", "'two'"},
+    {{"--save-best", ""}, "--save-best", "''"},
+    {{"eval", "--checkpoint", "m.st", "--patience", "3"}, "--patience", "eval"},
     {{"--resume", "a", "--init", "b"}, "--resume 'a'", "--init 'b'"},
     {{"--model", ""}, "--model", "''"},
     {{"--data", ""}, "--data", "''"},

@@ -30,6 +30,7 @@ typedef struct gt_dataset {
 
 typedef struct gt_data {
     gt_dataset train, test;
+    gt_dataset val;              /* --val-split: held out of the training set (n 0: none) */
     char dir[GT_PATHLEN];        /* where it was loaded from */
     char format[16];             /* "idx", "folder", "cifar10", "cifar100" or "synthetic" */
     char class_names[GT_MAX_CLASSES][32]; /* folder datasets: the class folder names;
@@ -51,6 +52,12 @@ int gt_data_load(const char *dir, uint32_t train_limit, gt_data *out, gt_err *e)
 int gt_data_load_sized(const char *dir, uint32_t train_limit, const int *size, gt_data *out,
                        gt_err *e);
 void gt_data_free(gt_data *d);
+/* --val-split (data_split.c): moves round(frac x n) training samples, chosen by a shuffle under a
+ * fixed seed (the same in every run), into d->val; both keep their order. frac 0 does nothing; a
+ * split that leaves either side empty is refused. The fingerprint stays the whole data's. */
+int gt_data_split_val(gt_data *d, double frac, gt_err *e);
+/* The refusal alone: 0 where frac of n training samples leaves both sides a sample (or frac 0). */
+int gt_data_val_check(uint32_t n, double frac, gt_err *e);
 
 /* The shape of one sample (channels, height, width) and the class count of the dataset that
  * gt_data_load(dir, ...) would load, read from the train images' IDX header alone (CIFAR's is
