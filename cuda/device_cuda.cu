@@ -57,6 +57,8 @@ typedef struct cuda_impl {
     cuda_slot slot[2];
     int inflight[2], ninflight;        /* slots of begun, not yet ended steps, oldest first */
     uint8_t *eval_x, *eval_y;          /* one evaluation chunk's images and labels */
+    int32_t *eval_pred;                /* its predicted classes (d->eval_pred), cap; allocated
+                                        * by the first evaluation that asks for them */
     gt_cuda_result *result;
     gt_cuda_result *result_host;       /* pinned, one per slot (a step's loss and hits), then the
                                         * evaluation's: a step may still be queued beside it */
@@ -167,6 +169,7 @@ static void cuda_close(gt_device *d)
             cudaSetDevice(g->ctx->ordinal);
             cudaStreamSynchronize(g->ctx->stream);
             gt_cuda_allreduce_free(g->allreduce);
+            cudaFree(g->eval_pred);
             cuda_free_impl(g);
             gt_cuda_ctx_close(g->ctx);
         }
@@ -601,15 +604,25 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
     GT_CUDA_CHECK(d->name, e,
                   cudaMemcpyAsync(g->eval_y, ds->labels + lo, (size_t)n, cudaMemcpyHostToDevice,
                                   c->stream));
-    if (g->fused)
+    /* The fused kernels keep no logits: predictions come from the layer path (cuda_evaluate
+     * plans it), which then gives the loss and hits too, from the same logits. */
+    if (g->fused && !d->eval_pred)
         return gt_fused_eval(c, &g->fnet, g->params, g->eval_x, g->eval_y, n, g->result, e);
     gt_cuda_pass pass = {n, g->params, NULL, NULL, NULL, 0, 0, NULL};
     const float *logits;
     if (gt_cuda_normalize(c, g->eval_x, g->act[0], (size_t)n * g->in_len, e) ||
-        cuda_forward(g, d->model, pass, 0, &logits, e))
+        cuda_forward(g, d->model, pass, 0, &logits, e) ||
+        gt_cuda_softmax_xent(c, logits, g->eval_y, n, g->nclasses, 1.0f / (float)n, NULL,
+                             g->result, e))
         return -1;
-    return gt_cuda_softmax_xent(c, logits, g->eval_y, n, g->nclasses, 1.0f / (float)n, NULL,
-                                g->result, e);
+    if (!d->eval_pred)
+        return 0;
+    if (gt_cuda_argmax(c, logits, n, g->nclasses, g->eval_pred, e))
+        return -1;
+    GT_CUDA_CHECK(d->name, e,
+                  cudaMemcpyAsync(d->eval_pred + lo, g->eval_pred, (size_t)n * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, c->stream));
+    return 0;
 }
 
 static int cuda_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32_t hi,
@@ -626,6 +639,11 @@ static int cuda_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32
         return 0;
     GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
     if (cuda_check_dataset(d, g, ds, e))
+        return -1;
+    if (d->eval_pred && !g->eval_pred &&
+        gt_cuda_malloc(c, (void **)&g->eval_pred, (size_t)g->cap * sizeof(int32_t), e))
+        return -1;
+    if (d->eval_pred && g->fused && !g->layers_ready && cuda_plan_layers(d, g, e))
         return -1;
     GT_CUDA_CHECK(d->name, e, cudaMemsetAsync(g->result, 0, sizeof *g->result, c->stream));
     for (uint32_t s = lo; s < hi; s += (uint32_t)g->cap) {

@@ -482,6 +482,12 @@ static const cli_row cli_rows[] = {
      .commands = CMD_EVAL | CMD_PREDICT,
      .help = "use a checkpoint whose class names differ from the data's",
      .dflt = "refused"},
+    {.name = "per-class", .type = CLI_SWITCH, .field = F(per_class), .lo = 1, .commands = CMD_EVAL,
+     .help = "also print each class's test accuracy, precision and the class it is most often "
+             "taken for"},
+    {.name = "confusion", .value = "FILE", .type = CLI_TEXT, TEXT(confusion), .commands = CMD_EVAL,
+     .help = "write the test set's confusion matrix (rows: true class) to FILE, JSON where it "
+             "ends in .json, else CSV; prints the per-class table too", .dflt = "none"},
     {.name = "top", .value = "K", .type = CLI_INT, .field = F(top), .lo = 1, .hi = GT_MAX_CLASSES,
      .commands = CMD_PREDICT, .help = "classes printed per image"},
     {.name = "on-nan", .type = CLI_WORD, .field = F(on_nan), .set = GT_NAMES_ON_NAN,

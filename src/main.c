@@ -11,6 +11,7 @@
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "gputrain/atomic_file.h"
 #include "gputrain/checkpoint.h"
+#include "gputrain/confusion.h"
 #include "gputrain/cli.h"
 #include "gputrain/cluster.h"
 #include "gputrain/names.h"
@@ -330,6 +331,29 @@ static int model_from_checkpoint(const char *path, const gt_data *d, gt_model *m
     return gt_predict_model(path, meta, d->train.c, d->train.h, d->train.w, d->train.nclasses, m, e);
 }
 
+/* eval --per-class and --confusion: the table of the evaluation's predictions, and the matrix
+ * written; the matrix's hits must be the evaluation's own (correct). */
+static int eval_per_class(const gt_config *c, const gt_data *d, const int32_t *pred, int k,
+                          int correct, gt_err *e)
+{
+    gt_confusion cm;
+    if (gt_confusion_build(&cm, &d->test, pred, k, e) != 0)
+        return -1;
+    int rc = 0;
+    if (cm.correct != (uint64_t)correct)
+        rc = gt_fail(e, "eval: the predictions hit %llu test samples, the evaluation counted %d",
+                     (unsigned long long)cm.correct, correct);
+    if (rc == 0 && !c->quiet)
+        gt_confusion_print(stdout, &cm, (char (*)[32])d->class_names);
+    if (rc == 0 && c->confusion[0]) {
+        rc = gt_confusion_write(c->confusion, &cm, (char (*)[32])d->class_names, e);
+        if (rc == 0 && !c->quiet)
+            printf("confusion matrix: %s\n", c->confusion);
+    }
+    gt_confusion_free(&cm);
+    return rc;
+}
+
 static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
 {
     gt_model m;
@@ -343,15 +367,25 @@ static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
     if (rc == 0)
         rc = gt_ckpt_load(c->checkpoint, &m, ev->params, NULL, 0, &meta, ckpt_flags(c), e);
     gt_step_out o = {0};
+    int per_class = c->per_class || c->confusion[0];
+    int32_t *pred = per_class ? malloc(((size_t)d->test.n + 1) * sizeof *pred) : NULL;
+    if (rc == 0 && per_class && !pred)
+        rc = gt_fail(e, "out of memory for %u predictions", d->test.n);
     if (rc == 0)
         rc = ev->ops->load_params(ev, e);
-    if (rc == 0)
+    if (rc == 0) {
+        ev->eval_pred = pred;
         rc = ev->ops->evaluate(ev, &d->test, 0, d->test.n, &o, e);
+        ev->eval_pred = NULL;
+    }
     char shown[4 * GT_PATHLEN];
     if (rc == 0)
         printf("%s: model %s, epoch %u, on %s: test loss %.4f acc %.4f (%d/%u)\n",
                gt_escape(shown, sizeof shown, c->checkpoint), m.name, meta.epoch, ev->name,
                o.loss_sum / d->test.n, (double)o.correct / d->test.n, o.correct, d->test.n);
+    if (rc == 0 && per_class)
+        rc = eval_per_class(c, d, pred, m.nclasses, o.correct, e);
+    free(pred);
     close_devices(devs, n, ev);
     return rc;
 }
@@ -434,18 +468,29 @@ static int check_paths(const gt_config *c, const char *ckflag, int *lock, int *b
     return 0;
 }
 
-/* Whether the log lies in the data folder, where a file it overwrites may be data (checked once
- * the data is found: --data may be left to the default search). Exit 2. */
+/* Whether an existing file path lies in the data folder, where a file it overwrites may be data. */
+static int in_data_folder(const char *path, const gt_data *d)
+{
+    char dir[PATH_MAX], file[PATH_MAX];
+    if (!path[0] || !realpath(d->dir, dir) || !realpath(path, file))
+        return 0; /* not there yet: no data file it could be */
+    size_t n = strlen(dir);
+    return strncmp(file, dir, n) == 0 && (file[n] == '/' || dir[n - 1] == '/');
+}
+
+/* Whether the log (train) or the confusion matrix (eval) lies in the data folder (checked once
+ * the data is found: --data may be left to the default search), or the matrix is the checkpoint
+ * it comes from. Exit 2. */
 static int check_log_data(const gt_config *c, const gt_data *d, gt_err *e)
 {
-    char dir[PATH_MAX], log[PATH_MAX];
-    size_t n;
-    if (!c->log_path[0] || !realpath(d->dir, dir) || !realpath(c->log_path, log))
-        return 0; /* no log, or not there yet: no data file it could be */
-    n = strlen(dir);
-    if (strncmp(log, dir, n) == 0 && (log[n] == '/' || dir[n - 1] == '/'))
-        return gt_fail(e, "--log '%s' is a file in the data folder '%s': refusing to overwrite it",
-                       c->log_path, d->dir);
+    const char *flag = c->command == GT_CMD_EVAL ? "--confusion" : "--log";
+    const char *path = c->command == GT_CMD_EVAL ? c->confusion : c->log_path;
+    if (in_data_folder(path, d))
+        return gt_fail(e, "%s '%s' is a file in the data folder '%s': refusing to overwrite it",
+                       flag, path, d->dir);
+    if (c->command == GT_CMD_EVAL && path[0] && same_file(path, c->checkpoint))
+        return gt_fail(e, "--confusion and --checkpoint name the same file '%s': refusing to "
+                          "overwrite the checkpoint", path);
     return 0;
 }
 
@@ -903,7 +948,7 @@ int main(int argc, char **argv)
     int loaded = load_while_opening(&c, &data, &su, &e);
     if (loaded != 0)
         return loaded == -2 ? usage_error(&e) : die(&e, EXIT_FAILED);
-    if (c.command != GT_CMD_EVAL && gt_cluster_rank() == 0 && check_log_data(&c, &data, &e) != 0) {
+    if (gt_cluster_rank() == 0 && check_log_data(&c, &data, &e) != 0) {
         setup_close(&su);
         data_release(&data);
         return usage_error(&e);

@@ -112,6 +112,9 @@ typedef struct gt_config {
     /* eval and predict */
     int ignore_classes;           /* eval, predict: use a checkpoint whose class names differ */
     int top;                      /* predict: classes printed per image */
+    int per_class;                /* eval: the per-class accuracy table */
+    char confusion[GT_PATHLEN];   /* eval: the confusion matrix's file (CSV, or JSON by its
+                                     .json ending); "" = none */
     int nitems;                   /* predict: image files and IDX ranges, in command-line order */
     const char *items[GT_MAX_ITEMS]; /* pointers into argv */
 } gt_config;
