@@ -2,7 +2,8 @@
 # cli_confusion.sh - `gputrain eval --per-class` and `--confusion FILE`: the per-class table names
 # every class with its samples, hits and accuracy, and its totals are the evaluation line's; the
 # matrix (JSON or CSV by the file's ending) holds every test sample once, its diagonal the hits,
-# and equals the one tools/gputrain_torch.py's numpy forward pass predicts (where numpy imports).
+# and equals the one tools/gputrain_torch.py's numpy forward pass predicts (where numpy imports)
+# and, where there is a GPU, the one the CUDA evaluate predicts.
 # The file is written whole (atomic_file.c); the checkpoint or a data file is refused as its
 # path (exit 2), and train refuses the flags.
 . "$(dirname "$0")/lib_cli.sh"
@@ -54,6 +55,25 @@ mine = np.array(json.load(open(sys.argv[3]))["matrix"])
 off = int(np.abs(m - mine).sum())
 assert off <= 2, f"{off} samples placed differently"   # a near-tie may round the other way
 PY
+fi
+
+# on a GPU (where this build and machine have one): the fused LeNet kernels keep no logits, so
+# predictions come from the layer path; lenet5 (fused) and mlp (layers) give the CPU's matrix but
+# for near-ties that round the other way
+if "$BIN" --version | grep -qw cuda && nvidia-smi -L >/dev/null 2>&1; then
+    expect_exit 0 -- --data "$DATA" --no-progress --gpus cpu:1 --train-samples 2000 --epochs 1 --checkpoint "$TMP/l.st"
+    for ck in l m; do
+        expect_exit 0 -- eval --data "$DATA" --gpus cpu:1 --checkpoint "$TMP/$ck.st" --confusion "$TMP/$ck-cpu.json"
+        expect_exit 0 -- eval --data "$DATA" --gpus 0 --checkpoint "$TMP/$ck.st" --confusion "$TMP/$ck-gpu.json"
+        python3 - "$TMP/$ck-cpu.json" "$TMP/$ck-gpu.json" <<'PY' || fail "$ck: the GPU's matrix is not the CPU's"
+import json, sys
+a, b = (json.load(open(p))["matrix"] for p in sys.argv[1:3])
+off = sum(abs(x - y) for ra, rb in zip(a, b) for x, y in zip(ra, rb))
+assert off <= 4, f"{off} cells apart"
+PY
+    done
+else
+    echo "note: no GPU: the CUDA evaluate's predictions are not checked here"
 fi
 
 # refused: the checkpoint as the matrix's file, a file in the data folder, the flags in train
