@@ -407,22 +407,23 @@ static int same_file(const char *a, const char *b)
     return strcmp(ra, rb) == 0 && strcmp(basename(fa), basename(fb)) == 0;
 }
 
-/* The files a run reads, each with its flag: the log may be none of them. */
-static int log_is_input(const gt_config *c, const char **flag)
+/* The files a run reads, each with its flag: the log (path) may be none of them, nor may
+ * --save-best's file. */
+static int is_input(const gt_config *c, const char *path, const char **flag)
 {
     const char *const inputs[][2] = {{"--resume", c->resume}, {"--init", c->init},
                                      {"--model", c->model[0] == '@' ? c->model + 1 : ""}};
     for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++)
-        if (inputs[i][1][0] && same_file(c->log_path, inputs[i][1])) {
+        if (inputs[i][1][0] && same_file(path, inputs[i][1])) {
             *flag = inputs[i][0];
             return 1;
         }
     return 0;
 }
 
-/* Whether the log is the checkpoint, one of its rotated copies PATH.1 .. PATH.keep or its lock
- * file: the one the log is, in name. */
-static int log_is_written(const gt_config *c, char *name, size_t cap)
+/* Whether path (the log, --save-best's file) is the checkpoint, one of its rotated copies
+ * PATH.1 .. PATH.keep or its lock file: the one it is, in name. */
+static int is_checkpoint_file(const gt_config *c, const char *path, char *name, size_t cap)
 {
     for (int k = 0; c->checkpoint[0] && k <= c->keep + 1; k++) {
         if (k == 0)
@@ -431,7 +432,7 @@ static int log_is_written(const gt_config *c, char *name, size_t cap)
             snprintf(name, cap, "%s.%d", c->checkpoint, k);
         else
             snprintf(name, cap, "%s.lock", c->checkpoint);
-        if (same_file(c->log_path, name))
+        if (same_file(path, name))
             return 1;
     }
     return 0;
@@ -447,18 +448,22 @@ static int check_paths(const gt_config *c, const char *ckflag, int *lock, int *b
     char name[GT_PATHLEN + 16];
     const char *flag;
     *usage = 1;
-    if (c->log_path[0] && log_is_input(c, &flag))
+    if (c->log_path[0] && is_input(c, c->log_path, &flag))
         return gt_fail(e, "--log and %s name the same file '%s': refusing to overwrite an input",
                        flag, c->log_path);
-    if (c->log_path[0] && log_is_written(c, name, sizeof name))
+    if (c->log_path[0] && is_checkpoint_file(c, c->log_path, name, sizeof name))
         return gt_fail(e, "--log and --checkpoint%s name the same file '%s': choose another log",
                        c->keep ? " --keep" : "", name);
     if (c->save_best[0] && c->log_path[0] && same_file(c->log_path, c->save_best))
         return gt_fail(e, "--log and --save-best name the same file '%s': choose another log",
                        c->save_best);
-    if (c->save_best[0] && c->checkpoint[0] && same_file(c->checkpoint, c->save_best))
-        return gt_fail(e, "--save-best and %s name the same file '%s': the best state and the "
-                          "latest would overwrite each other", ckflag, c->save_best);
+    if (c->save_best[0] && is_input(c, c->save_best, &flag))
+        return gt_fail(e, "--save-best and %s name the same file '%s': refusing to overwrite an "
+                          "input", flag, c->save_best);
+    if (c->save_best[0] && is_checkpoint_file(c, c->save_best, name, sizeof name))
+        return gt_fail(e, "--save-best and %s%s name the same file '%s': the best state and the "
+                          "latest would overwrite each other", ckflag, c->keep ? " --keep" : "",
+                       name);
     *usage = 0;
     if (c->checkpoint[0] &&
         (*lock = gt_atomic_prepare(c->checkpoint, ckflag, c->keep, e)) < 0)
@@ -478,9 +483,9 @@ static int in_data_folder(const char *path, const gt_data *d)
     return strncmp(file, dir, n) == 0 && (file[n] == '/' || dir[n - 1] == '/');
 }
 
-/* Whether the log (train) or the confusion matrix (eval) lies in the data folder (checked once
- * the data is found: --data may be left to the default search), or the matrix is the checkpoint
- * it comes from. Exit 2. */
+/* Whether the log or --save-best's file (train) or the confusion matrix (eval) lies in the data
+ * folder (checked once the data is found: --data may be left to the default search), or the
+ * matrix is the checkpoint it comes from. Exit 2. */
 static int check_log_data(const gt_config *c, const gt_data *d, gt_err *e)
 {
     const char *flag = c->command == GT_CMD_EVAL ? "--confusion" : "--log";
@@ -488,6 +493,9 @@ static int check_log_data(const gt_config *c, const gt_data *d, gt_err *e)
     if (in_data_folder(path, d))
         return gt_fail(e, "%s '%s' is a file in the data folder '%s': refusing to overwrite it",
                        flag, path, d->dir);
+    if (c->command == GT_CMD_TRAIN && in_data_folder(c->save_best, d))
+        return gt_fail(e, "--save-best '%s' is a file in the data folder '%s': refusing to "
+                          "overwrite it", c->save_best, d->dir);
     if (c->command == GT_CMD_EVAL && path[0] && same_file(path, c->checkpoint))
         return gt_fail(e, "--confusion and --checkpoint name the same file '%s': refusing to "
                           "overwrite the checkpoint", path);

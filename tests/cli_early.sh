@@ -57,6 +57,10 @@ grep -q "^gputrain: --val-split 0.0001: holds out 0 of the 2560 training samples
     fail "an empty split: $(cat "$TMP/err")"
 expect_error "--save-best and --checkpoint" "$TMP/same.st" -- "${RUN[@]}" --checkpoint "$TMP/same.st" --save-best "$TMP/same.st"
 expect_error "--log and --save-best" -- "${RUN[@]}" --log "$TMP/same.st" --save-best "$TMP/same.st"
+expect_error "--save-best and --checkpoint --keep" "$TMP/c.st.2" -- "${RUN[@]}" --checkpoint "$TMP/c.st" --keep 2 \
+    --save-best "$TMP/c.st.2"
+expect_error "--save-best and --resume" "refusing to overwrite an input" -- "${RUN[@]}" --resume "$TMP/best.st" \
+    --checkpoint "$TMP/other.st" --save-best "$TMP/best.st"
 expect_exit 0 -- "${RUN[@]}" --epochs 1 --val-split 0.2 --checkpoint "$TMP/r.st"
 expect_exit 2 -- "${RUN[@]}" --epochs 2 --val-split 0.1 --resume "$TMP/r.st"
 grep -q "^gputrain: --val-split 0.1: .* was trained on 2048 training samples, this run on 2304 (256 held out)" "$TMP/err" ||
