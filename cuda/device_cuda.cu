@@ -69,6 +69,8 @@ typedef struct cuda_impl {
     int inflight[2], ninflight;        /* slots of begun, not yet ended steps, oldest first */
     uint8_t *eval_x;                   /* one evaluation chunk's images */
     uint16_t *eval_y;                  /* and labels */
+    int32_t *eval_pred;                /* its predicted classes (d->eval_pred), cap; allocated
+                                        * by the first evaluation that asks for them */
     float *branch[GT_MAX_BLOCK_DEPTH]; /* residual blocks' gradient buffers, one per nesting depth,
                                         * max_batch rows */
     int depth[GT_MAX_LAYERS];          /* block markers: their block's nesting depth */
@@ -205,6 +207,7 @@ static void cuda_close(gt_device *d)
             cudaSetDevice(g->ctx->ordinal);
             cudaStreamSynchronize(g->ctx->stream);
             gt_cuda_allreduce_free(g->allreduce);
+            cudaFree(g->eval_pred);
             cuda_free_impl(g, d->model);
             gt_cuda_ctx_close(g->ctx);
         }
@@ -805,7 +808,9 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
         return gt_fail(e, "%s: the fused LeNet step does not normalise the input per channel "
                           "(--normalize): the device was opened before the model normalised",
                        d->name);
-    if (g->fused)
+    /* The fused kernels keep no logits: predictions come from the layer path (cuda_evaluate
+     * plans it), which then gives the loss and hits too, from the same logits. */
+    if (g->fused && !d->eval_pred)
         return gt_fused_eval(c, &g->fnet, g->params, g->eval_x, g->eval_y, n, g->result, e);
     gt_cuda_pass pass = {n, g->params, NULL, NULL, NULL, 0, 0, NULL, 0, g->buffers, 0, NULL,
                          g->params_half};
@@ -813,10 +818,18 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
     if (g->params_half && gt_cuda_to_bf16(c, g->params, g->params_half, d->model->nparams, e))
         return -1;
     if (gt_cuda_input(c, d->model, g->eval_x, g->act[0], n, e) ||
-        cuda_forward(g, d->model, pass, &logits, e))
+        cuda_forward(g, d->model, pass, &logits, e) ||
+        gt_cuda_softmax_xent(c, logits, g->eval_y, n, g->nclasses, 1.0f / (float)n, NULL,
+                             g->result, e))
         return -1;
-    return gt_cuda_softmax_xent(c, logits, g->eval_y, n, g->nclasses, 1.0f / (float)n, NULL,
-                                g->result, e);
+    if (!d->eval_pred)
+        return 0;
+    if (gt_cuda_argmax(c, logits, n, g->nclasses, g->eval_pred, e))
+        return -1;
+    GT_CUDA_CHECK(d->name, e,
+                  cudaMemcpyAsync(d->eval_pred + lo, g->eval_pred, (size_t)n * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, c->stream));
+    return 0;
 }
 
 static int cuda_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32_t hi,
@@ -833,6 +846,11 @@ static int cuda_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32
         return 0;
     GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
     if (cuda_check_dataset(d, g, ds, e))
+        return -1;
+    if (d->eval_pred && !g->eval_pred &&
+        gt_cuda_malloc(c, (void **)&g->eval_pred, (size_t)g->cap * sizeof(int32_t), e))
+        return -1;
+    if (d->eval_pred && g->fused && !g->layers_ready && cuda_plan_layers(d, g, e))
         return -1;
     GT_CUDA_CHECK(d->name, e, cudaMemsetAsync(g->result, 0, sizeof *g->result, c->stream));
     for (uint32_t s = lo; s < hi; s += (uint32_t)g->cap) {

@@ -331,6 +331,8 @@ int gt_cuda_dropout_forward(gt_cuda_ctx *c, const float *x, float *y, uint8_t *m
 int gt_cuda_dropout_backward(gt_cuda_ctx *c, const float *dy, const uint8_t *mask, float *dx,
                              size_t n_len, float p, gt_err *e);
 
+/* pred[i] = the index of row i's first largest logit, for n rows of k (device memory). */
+int gt_cuda_argmax(gt_cuda_ctx *c, const float *logits, int n, int k, int32_t *pred, gt_err *e);
 /* Adds the summed loss and argmax hits of n rows of k logits to *res; writes dlogits =
  * (softmax - onehot) * scale unless dlogits is NULL. Deterministic (one block, a fixed tree);
  * up to 64 classes a thread takes a row and does the CPU's arithmetic in its order. */

@@ -376,3 +376,29 @@ int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint16_t *la
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
+
+/* ---- predictions (gt_device.eval_pred) ------------------------------------------------------- */
+
+/* A thread a row: the index of the row's first largest logit, the CPU's scan (src/device_cpu.c
+ * cpu_argmax) in its order, so a NaN compares as it does there. */
+__global__ static void argmax_kernel(const float *logits, int n, int k, int32_t *pred)
+{
+    GRID_STRIDE(i, (size_t)n)
+    {
+        const float *z = logits + i * (size_t)k;
+        int best = 0;
+        for (int j = 1; j < k; j++)
+            if (z[j] > z[best])
+                best = j;
+        pred[i] = best;
+    }
+}
+
+int gt_cuda_argmax(gt_cuda_ctx *c, const float *logits, int n, int k, int32_t *pred, gt_err *e)
+{
+    if (n == 0 || k == 0)
+        return 0;
+    argmax_kernel<<<grid_for((size_t)n), BLOCK, 0, c->stream>>>(logits, n, k, pred);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}

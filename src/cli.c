@@ -454,7 +454,22 @@ static const cli_row cli_rows[] = {
      .help = "initialisation and shuffling seed"},
     {.name = "eval-every", .value = "N", .type = CLI_INT, .field = F(eval_every), .lo = 0,
      .hi = INT_MAX, .commands = CMD_TRAIN,
-     .help = "evaluate every N steps of each worker, also at epoch ends; 0 = at epoch ends only"},
+     .help = "evaluate at every multiple of N of the run's step (its optimizer updates: hogwild, "
+             "one worker's batch; the other modes, one clock of every worker's batch), also "
+             "at epoch ends; 0 = at epoch ends only"},
+    {.name = "val-split", .value = "F", .type = CLI_DOUBLE, .field = F(val_split),
+     .range = &RANGE_UNIT_LOW, .commands = CMD_TRAIN,
+     .help = "hold out this fraction of the training samples (the same ones in every run of the "
+             "data: a fixed seeded shuffle) and evaluate them beside the test set (val_acc)",
+     .dflt = "none"},
+    {.name = "save-best", .value = "PATH", .type = CLI_TEXT, TEXT(save_best),
+     .commands = CMD_TRAIN,
+     .help = "write a checkpoint here whenever the monitored accuracy improves: validation "
+             "with --val-split, else test", .dflt = "none"},
+    {.name = "patience", .value = "N", .type = CLI_INT, .field = F(patience), .lo = 0,
+     .hi = INT_MAX, .commands = CMD_TRAIN,
+     .help = "stop after N evaluations in a row without a better monitored accuracy (early "
+             "stopping; --eval-every makes them more often); 0 = never", .dflt = "never"},
 
     {.section = "Optimisation", .name = "optimizer", .type = CLI_WORD, .field = FO(kind),
      .set = GT_NAMES_OPTIMIZER, .commands = CMD_TRAIN,
@@ -507,6 +522,12 @@ static const cli_row cli_rows[] = {
      .commands = CMD_EVAL | CMD_PREDICT,
      .help = "use a checkpoint whose class names differ from the data's",
      .dflt = "refused"},
+    {.name = "per-class", .type = CLI_SWITCH, .field = F(per_class), .lo = 1, .commands = CMD_EVAL,
+     .help = "also print each class's test accuracy, precision and the class it is most often "
+             "taken for"},
+    {.name = "confusion", .value = "FILE", .type = CLI_TEXT, TEXT(confusion), .commands = CMD_EVAL,
+     .help = "write the test set's confusion matrix (rows: true class) to FILE, JSON where it "
+             "ends in .json, else CSV; prints the per-class table too", .dflt = "none"},
     {.name = "top", .value = "K", .type = CLI_INT, .field = F(top), .lo = 1, .hi = GT_MAX_CLASSES,
      .commands = CMD_PREDICT, .help = "classes printed per image"},
     {.name = "on-nan", .type = CLI_WORD, .field = F(on_nan), .set = GT_NAMES_ON_NAN,
@@ -536,7 +557,8 @@ static const cli_row cli_rows[] = {
     {.section = "Output", .name = "log", .value = "FILE", .type = CLI_TEXT, TEXT(log_path),
      .commands = CMD_TRAIN, .help = "write one JSON line per evaluation and event"},
     {.name = "log-steps", .type = CLI_SWITCH, .field = F(log_steps), .lo = 1, .commands = CMD_TRAIN,
-     .help = "with --log, also one line per training step with its loss"},
+     .help = "with --log, also one line per worker batch: its loss, the run's step it went "
+             "into and its step in the epoch"},
     {.name = "progress", .type = CLI_SWITCH, .field = F(progress), .lo = 1, .commands = CMD_TRAIN,
      .help = "show a progress line", .dflt = "when stderr is a terminal"},
     {.name = "no-progress", .type = CLI_SWITCH, .field = F(progress), .lo = 0,

@@ -617,5 +617,7 @@ void gt_data_free(gt_data *d)
     gt_free(d->test.images);
     gt_free(d->test.labels);
     gt_free(d->class_names);
+    gt_free(d->val.images);
+    gt_free(d->val.labels);
     memset(d, 0, sizeof *d);
 }

@@ -43,6 +43,19 @@ static int cpu_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt_
     return 0;
 }
 
+/* Each of n rows of k logits: the index of its first largest entry, into pred. */
+static void cpu_argmax(const float *logits, int n, int k, int32_t *pred)
+{
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (size_t)i * k;
+        int best = 0;
+        for (int j = 1; j < k; j++)
+            if (z[j] > z[best])
+                best = j;
+        pred[i] = best;
+    }
+}
+
 static int cpu_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32_t hi,
                         gt_step_out *out, gt_err *e)
 {
@@ -58,6 +71,9 @@ static int cpu_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32_
         int hits = 0;
         out->loss_sum += gt_cpu_net_run(&c->net, d->params, d->buffers, &b, 0, NULL, &hits);
         out->correct += hits;
+        if (d->eval_pred) /* the logits' first maximum, as gt_softmax_xent counts a hit */
+            cpu_argmax(c->net.act[d->model->nlayers], (int)n, d->model->nclasses,
+                       d->eval_pred + s);
     }
     return 0;
 }

@@ -18,12 +18,18 @@ void job_free(job *j)
     free(j->buffers);
 }
 
-/* Posts a job to the calling thread; waits while the queue is full. Caller holds r->mu. */
+/* Posts a job to the calling thread; waits while the queue is full. With --patience an
+ * evaluation also waits for the one before it to be judged, so that a run told to stop takes no
+ * further evaluation (it is dropped; a checkpoint due with it is still written). Caller holds
+ * r->mu. */
 static void post_job_locked(run *r, job *j)
 {
-    while (r->jq.n == RUN_MAX_JOBS && !r->failed)
+    int judged = r->cfg->patience > 0 && (j->kinds & JOB_EVAL);
+    while ((r->jq.n == RUN_MAX_JOBS || (judged && (r->jq.n > 0 || r->jq.handling))) && !r->failed)
         pthread_cond_wait(&r->cv, &r->mu);
-    if (r->failed) {
+    if (judged && atomic_load(&r->jq.stop_early))
+        j->kinds &= ~JOB_EVAL;
+    if (r->failed || !j->kinds) {
         job_free(j);
         return;
     }
@@ -52,7 +58,7 @@ int jobs_snapshot_locked(run *r, job *j, int kinds, uint32_t epoch, uint64_t ste
             return -1;
         gt_ps_pull_buffers(&r->ps, j->buffers);
     }
-    if (kinds & JOB_CKPT) {
+    if ((kinds & JOB_CKPT) || ((kinds & JOB_EVAL) && r->cfg->save_best[0])) { /* a best to save */
         for (int i = 0; i < r->ps.nstate; i++) {
             j->state[i] = malloc(r->n * sizeof(float));
             if (!j->state[i])
@@ -92,46 +98,55 @@ void jobs_post_snapshot_locked(run *r, int kinds, uint32_t epoch, uint64_t step)
     post_job_locked(r, &j);
 }
 
-/* Mid-epoch evaluation and step checkpoints fall due by samples and clocks. Caller holds r->mu. */
-void jobs_post_due_locked(run *r, uint64_t step_in_epoch, uint64_t clocks_total)
+/* Mid-epoch evaluation and step checkpoints fall due by the run's step (ps.updates, optimizer
+ * updates since the run began): --eval-every N at every multiple of N, --checkpoint-every Ns every
+ * N steps. Caller holds r->mu. */
+void jobs_post_due_locked(run *r, uint64_t step_in_epoch)
 {
     int kinds = 0;
-    uint64_t samples = atomic_load(&r->stats.samples_total);
-    if (r->jq.next_eval && samples >= r->jq.next_eval) {
+    uint64_t updates = atomic_load(&r->ps.updates);
+    if (r->jq.next_eval && updates >= r->jq.next_eval) {
         if (step_in_epoch < r->ops->epoch_steps(r)) /* at the epoch's end its own evaluation follows */
             kinds |= JOB_EVAL;
-        uint64_t every = (uint64_t)r->cfg->eval_every * (uint64_t)r->batch * (uint64_t)r->Wg;
-        while (r->jq.next_eval <= samples)
-            r->jq.next_eval += every;
+        uint64_t every = (uint64_t)r->cfg->eval_every;
+        r->jq.next_eval = (updates / every + 1) * every;
     }
-    if (r->jq.next_ckpt && clocks_total >= r->jq.next_ckpt) {
+    if (r->jq.next_ckpt && updates >= r->jq.next_ckpt) {
         kinds |= JOB_CKPT;
-        while (r->jq.next_ckpt <= clocks_total)
+        while (r->jq.next_ckpt <= updates)
             r->jq.next_ckpt += (uint64_t)r->cfg->checkpoint_every;
     }
     if (kinds)
         jobs_post_snapshot_locked(r, kinds, r->epoch, step_in_epoch);
 }
 
-/* Test loss and accuracy of a snapshot, on the calling thread's own device. */
-static int evaluate_snapshot(run *r, const job *j, double *loss, double *acc, gt_err *e)
+/* Loss and accuracy of a snapshot on the test set and, with --val-split, the held-out samples,
+ * on the calling thread's own device. */
+static int evaluate_snapshot(run *r, const float *params, gt_eval_point *p, gt_err *e)
 {
     gt_device *d = r->evaluator;
-    gt_step_out o = {0};
-    memcpy(d->params, j->params, r->n * sizeof(float));
+    const gt_dataset *sets[2] = {&r->data->test, &r->data->val};
+    double *out[2][2] = {{&p->test_loss, &p->test_acc}, {&p->val_loss, &p->val_acc}};
+    memcpy(d->params, params, r->n * sizeof(float));
     if (j->buffers)
         memcpy(d->buffers, j->buffers, r->m->nbuffers * sizeof(float));
     if (d->ops->load_params(d, e) != 0)
         return -1;
-    if (d->ops->evaluate(d, &r->data->test, 0, r->data->test.n, &o, e) != 0)
-        return -1;
-    *loss = o.loss_sum / r->data->test.n;
-    *acc = (double)o.correct / r->data->test.n;
+    for (int k = 0; k < 2; k++) {
+        gt_step_out o = {0};
+        if (sets[k]->n == 0)
+            continue;
+        if (d->ops->evaluate(d, sets[k], 0, sets[k]->n, &o, e) != 0)
+            return -1;
+        *out[k][0] = o.loss_sum / sets[k]->n;
+        *out[k][1] = (double)o.correct / sets[k]->n;
+    }
     return 0;
 }
 
-/* Writes a snapshot with optimizer state as --checkpoint, with what resuming it needs. */
-int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e)
+/* Writes a snapshot with optimizer state to path (--checkpoint, or --save-best's file, kept
+ * alone), with what resuming it needs. */
+static int jobs_write_checkpoint_to(run *r, const job *j, const char *path, int keep, gt_err *e)
 {
     const gt_config *cfg = r->cfg;
     gt_ckpt_meta meta;
@@ -166,11 +181,45 @@ int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e)
     meta.momentum = cfg->optim.momentum;
     meta.weight_decay = cfg->optim.weight_decay;
     float *const state[2] = {j->state[0], j->state[1]};
-    if (gt_ckpt_save(cfg->checkpoint, r->m, j->params, j->buffers, state, r->ps.nstate, &meta,
-                     cfg->keep, e) != 0)
+    if (gt_ckpt_save(path, r->m, j->params, j->buffers, state, r->ps.nstate, &meta, keep, e) != 0)
         return -1;
-    snprintf(res->checkpoint_written, sizeof res->checkpoint_written, "%s", cfg->checkpoint);
-    report_checkpoint(r, cfg->checkpoint, j->epoch, j->step, j->samples, j->wall);
+    report_checkpoint(r, path, j->epoch, j->updates, j->step, j->samples, j->wall);
+    return 0;
+}
+
+/* Writes a snapshot with optimizer state as --checkpoint. */
+int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e)
+{
+    if (jobs_write_checkpoint_to(r, j, r->cfg->checkpoint, r->cfg->keep, e) != 0)
+        return -1;
+    snprintf(res->checkpoint_written, sizeof res->checkpoint_written, "%s", r->cfg->checkpoint);
+    return 0;
+}
+
+/* After an evaluation: the monitored accuracy (validation's with --val-split, else test's)
+ * against the best so far; --save-best writes the snapshot when it improves, --patience stops
+ * the run after that many evaluations in a row without. */
+static int jobs_monitor(run *r, const job *j, const gt_eval_point *p, gt_run_result *res,
+                        gt_err *e)
+{
+    const gt_config *cfg = r->cfg;
+    double acc = r->data->val.n ? p->val_acc : p->test_acc;
+    if (acc > res->best_acc) {
+        res->best_acc = acc;
+        res->best_step = p->step;
+        r->jq.since_best = 0;
+        if (cfg->save_best[0] && j->params) {
+            if (jobs_write_checkpoint_to(r, j, cfg->save_best, 0, e) != 0)
+                return -1;
+            snprintf(res->best_written, sizeof res->best_written, "%s", cfg->save_best);
+        }
+        return 0;
+    }
+    if (++r->jq.since_best >= cfg->patience && cfg->patience > 0 &&
+        !atomic_exchange(&r->jq.stop_early, 1)) {
+        res->stopped_early = r->jq.since_best;
+        report_early_stop(r, res);
+    }
     return 0;
 }
 
@@ -199,12 +248,14 @@ int jobs_handle(run *r, job *j, gt_run_result *res, gt_err *e)
                            .samples = j->samples,
                            .wall_s = j->wall,
                            .train_loss = j->train_loss,
-                           .train_acc = j->train_acc};
+                           .train_acc = j->train_acc,
+                           .val_loss = NAN,
+                           .val_acc = NAN};
         if (j->evaluated) {
             p.test_loss = j->test_loss;
             p.test_acc = j->test_acc;
         } else {
-            rc = evaluate_snapshot(r, j, &p.test_loss, &p.test_acc, e);
+            rc = evaluate_snapshot(r, j->params, &p, e);
         }
         if (rc == 0)
             rc = result_add_point(res, &p, e);
@@ -212,6 +263,7 @@ int jobs_handle(run *r, job *j, gt_run_result *res, gt_err *e)
             res->final_test_acc = p.test_acc;
             res->final_test_loss = p.test_loss;
             report_point(r, &p);
+            rc = jobs_monitor(r, j, &p, res, e);
         }
     }
     if (rc == 0 && (j->kinds & JOB_CKPT))

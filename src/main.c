@@ -11,6 +11,7 @@
 #define _GNU_SOURCE /* sched_getaffinity */
 #include "gputrain/atomic_file.h"
 #include "gputrain/checkpoint.h"
+#include "gputrain/confusion.h"
 #include "gputrain/cli.h"
 #include "gputrain/cluster.h"
 #include "gputrain/names.h"
@@ -248,19 +249,26 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
 {
     if (gt_cluster_rank() != 0)
         return;
-    char hosts[48] = "", acc[32] = "not evaluated", before[64] = "", parts[64] = "";
+    char hosts[48] = "", acc[64] = "not evaluated", before[64] = "", parts[64] = "";
     if (res->nhosts > 1)
         snprintf(hosts, sizeof hosts, " on each of %d hosts (host 0's below)", res->nhosts);
-    if (res->npoints > 0)
+    if (res->npoints > 0 && c->val_split > 0)
+        snprintf(acc, sizeof acc, "val acc %.4f, test acc %.4f",
+                 res->points[res->npoints - 1].val_acc, res->final_test_acc);
+    else if (res->npoints > 0)
         snprintf(acc, sizeof acc, "test acc %.4f", res->final_test_acc);
     if (res->resumed_samples > 0)
         snprintf(before, sizeof before, " (%llu since epoch 0)", (unsigned long long)res->samples);
     if (res->startup_data_s >= 0 && res->startup_devices_s >= 0)
         snprintf(parts, sizeof parts, ": data %.2f s beside devices %.2f s", res->startup_data_s,
                  res->startup_devices_s);
-    char stopped[48] = "";
+    char stopped[160] = "";
     if (res->interrupted)
         snprintf(stopped, sizeof stopped, "; interrupted by signal %d", res->interrupted);
+    else if (res->stopped_early)
+        snprintf(stopped, sizeof stopped, "; stopped early: no better %s acc in %d evaluations "
+                 "(best %.4f at step %llu)", c->val_split > 0 ? "val" : "test", res->stopped_early,
+                 res->best_acc, (unsigned long long)res->best_step);
     printf("done: %s, %d worker%s%s, %llu samples%s in %.2f s (startup %.2f s%s): %.0f samples/s, %s%s\n",
            gt_mode_name(c->mode), res->nworkers, res->nworkers == 1 ? "" : "s", hosts,
            (unsigned long long)(res->samples - res->resumed_samples), before, res->wall_s,
@@ -291,6 +299,9 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
     printf("\n");
     if (res->checkpoint_written[0])
         printf("checkpoint: %s\n", res->checkpoint_written);
+    if (res->best_written[0])
+        printf("best: %s (%s acc %.4f at step %llu)\n", res->best_written,
+               c->val_split > 0 ? "val" : "test", res->best_acc, (unsigned long long)res->best_step);
 }
 
 /* The workers' device names for the start-up header, comma-separated. */
@@ -321,6 +332,29 @@ static int model_from_checkpoint(const char *path, const gt_data *d, gt_model *m
     return gt_predict_model(path, meta, d->train.c, d->train.h, d->train.w, d->train.nclasses, m, e);
 }
 
+/* eval --per-class and --confusion: the table of the evaluation's predictions, and the matrix
+ * written; the matrix's hits must be the evaluation's own (correct). */
+static int eval_per_class(const gt_config *c, const gt_data *d, const int32_t *pred, int k,
+                          int correct, gt_err *e)
+{
+    gt_confusion cm;
+    if (gt_confusion_build(&cm, &d->test, pred, k, e) != 0)
+        return -1;
+    int rc = 0;
+    if (cm.correct != (uint64_t)correct)
+        rc = gt_fail(e, "eval: the predictions hit %llu test samples, the evaluation counted %d",
+                     (unsigned long long)cm.correct, correct);
+    if (rc == 0 && !c->quiet)
+        gt_confusion_print(stdout, &cm, (char (*)[32])d->class_names);
+    if (rc == 0 && c->confusion[0]) {
+        rc = gt_confusion_write(c->confusion, &cm, (char (*)[32])d->class_names, e);
+        if (rc == 0 && !c->quiet)
+            printf("confusion matrix: %s\n", c->confusion);
+    }
+    gt_confusion_free(&cm);
+    return rc;
+}
+
 static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
 {
     gt_model m;
@@ -335,15 +369,25 @@ static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
         rc = gt_ckpt_load(c->checkpoint, &m, ev->params, ev->buffers, NULL, 0, &meta,
                           ckpt_flags(c), e);
     gt_step_out o = {0};
+    int per_class = c->per_class || c->confusion[0];
+    int32_t *pred = per_class ? malloc(((size_t)d->test.n + 1) * sizeof *pred) : NULL;
+    if (rc == 0 && per_class && !pred)
+        rc = gt_fail(e, "out of memory for %u predictions", d->test.n);
     if (rc == 0)
         rc = ev->ops->load_params(ev, e);
-    if (rc == 0)
+    if (rc == 0) {
+        ev->eval_pred = pred;
         rc = ev->ops->evaluate(ev, &d->test, 0, d->test.n, &o, e);
+        ev->eval_pred = NULL;
+    }
     char shown[4 * GT_PATHLEN];
     if (rc == 0)
         printf("%s: model %s, epoch %u, on %s: test loss %.4f acc %.4f (%d/%u)\n",
                gt_escape(shown, sizeof shown, c->checkpoint), m.name, meta.epoch, ev->name,
                o.loss_sum / d->test.n, (double)o.correct / d->test.n, o.correct, d->test.n);
+    if (rc == 0 && per_class)
+        rc = eval_per_class(c, d, pred, m.nclasses, o.correct, e);
+    free(pred);
     close_devices(devs, n, ev);
     return rc;
 }
@@ -365,22 +409,23 @@ static int same_file(const char *a, const char *b)
     return strcmp(ra, rb) == 0 && strcmp(basename(fa), basename(fb)) == 0;
 }
 
-/* The files a run reads, each with its flag: the log may be none of them. */
-static int log_is_input(const gt_config *c, const char **flag)
+/* The files a run reads, each with its flag: the log (path) may be none of them, nor may
+ * --save-best's file. */
+static int is_input(const gt_config *c, const char *path, const char **flag)
 {
     const char *const inputs[][2] = {{"--resume", c->resume}, {"--init", c->init},
                                      {"--model", c->model[0] == '@' ? c->model + 1 : ""}};
     for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++)
-        if (inputs[i][1][0] && same_file(c->log_path, inputs[i][1])) {
+        if (inputs[i][1][0] && same_file(path, inputs[i][1])) {
             *flag = inputs[i][0];
             return 1;
         }
     return 0;
 }
 
-/* Whether the log is the checkpoint, one of its rotated copies PATH.1 .. PATH.keep or its lock
- * file: the one the log is, in name. */
-static int log_is_written(const gt_config *c, char *name, size_t cap)
+/* Whether path (the log, --save-best's file) is the checkpoint, one of its rotated copies
+ * PATH.1 .. PATH.keep or its lock file: the one it is, in name. */
+static int is_checkpoint_file(const gt_config *c, const char *path, char *name, size_t cap)
 {
     for (int k = 0; c->checkpoint[0] && k <= c->keep + 1; k++) {
         if (k == 0)
@@ -389,7 +434,7 @@ static int log_is_written(const gt_config *c, char *name, size_t cap)
             snprintf(name, cap, "%s.%d", c->checkpoint, k);
         else
             snprintf(name, cap, "%s.lock", c->checkpoint);
-        if (same_file(c->log_path, name))
+        if (same_file(path, name))
             return 1;
     }
     return 0;
@@ -398,37 +443,64 @@ static int log_is_written(const gt_config *c, char *name, size_t cap)
 /* Path problems found before any training: the log is no input and none of the checkpoint's
  * files (exit 2, a command-line error), and the checkpoint (ckflag: the flag that named it) and
  * its rotation targets can be written and are locked for this run (the lock's fd in *lock, held
- * until exit). */
-static int check_paths(const gt_config *c, const char *ckflag, int *lock, int *usage, gt_err *e)
+ * until exit), and so is --save-best's file (*best_lock). */
+static int check_paths(const gt_config *c, const char *ckflag, int *lock, int *best_lock, int *usage,
+                       gt_err *e)
 {
     char name[GT_PATHLEN + 16];
     const char *flag;
     *usage = 1;
-    if (c->log_path[0] && log_is_input(c, &flag))
+    if (c->log_path[0] && is_input(c, c->log_path, &flag))
         return gt_fail(e, "--log and %s name the same file '%s': refusing to overwrite an input",
                        flag, c->log_path);
-    if (c->log_path[0] && log_is_written(c, name, sizeof name))
+    if (c->log_path[0] && is_checkpoint_file(c, c->log_path, name, sizeof name))
         return gt_fail(e, "--log and --checkpoint%s name the same file '%s': choose another log",
                        c->keep ? " --keep" : "", name);
+    if (c->save_best[0] && c->log_path[0] && same_file(c->log_path, c->save_best))
+        return gt_fail(e, "--log and --save-best name the same file '%s': choose another log",
+                       c->save_best);
+    if (c->save_best[0] && is_input(c, c->save_best, &flag))
+        return gt_fail(e, "--save-best and %s name the same file '%s': refusing to overwrite an "
+                          "input", flag, c->save_best);
+    if (c->save_best[0] && is_checkpoint_file(c, c->save_best, name, sizeof name))
+        return gt_fail(e, "--save-best and %s%s name the same file '%s': the best state and the "
+                          "latest would overwrite each other", ckflag, c->keep ? " --keep" : "",
+                       name);
     *usage = 0;
     if (c->checkpoint[0] &&
         (*lock = gt_atomic_prepare(c->checkpoint, ckflag, c->keep, e)) < 0)
         return -1;
+    if (c->save_best[0] && (*best_lock = gt_atomic_prepare(c->save_best, "--save-best", 0, e)) < 0)
+        return -1;
     return 0;
 }
 
-/* Whether the log lies in the data folder, where a file it overwrites may be data (checked once
- * the data is found: --data may be left to the default search). Exit 2. */
+/* Whether an existing file path lies in the data folder, where a file it overwrites may be data. */
+static int in_data_folder(const char *path, const gt_data *d)
+{
+    char dir[PATH_MAX], file[PATH_MAX];
+    if (!path[0] || !realpath(d->dir, dir) || !realpath(path, file))
+        return 0; /* not there yet: no data file it could be */
+    size_t n = strlen(dir);
+    return strncmp(file, dir, n) == 0 && (file[n] == '/' || dir[n - 1] == '/');
+}
+
+/* Whether the log or --save-best's file (train) or the confusion matrix (eval) lies in the data
+ * folder (checked once the data is found: --data may be left to the default search), or the
+ * matrix is the checkpoint it comes from. Exit 2. */
 static int check_log_data(const gt_config *c, const gt_data *d, gt_err *e)
 {
-    char dir[PATH_MAX], log[PATH_MAX];
-    size_t n;
-    if (!c->log_path[0] || !realpath(d->dir, dir) || !realpath(c->log_path, log))
-        return 0; /* no log, or not there yet: no data file it could be */
-    n = strlen(dir);
-    if (strncmp(log, dir, n) == 0 && (log[n] == '/' || dir[n - 1] == '/'))
-        return gt_fail(e, "--log '%s' is a file in the data folder '%s': refusing to overwrite it",
-                       c->log_path, d->dir);
+    const char *flag = c->command == GT_CMD_EVAL ? "--confusion" : "--log";
+    const char *path = c->command == GT_CMD_EVAL ? c->confusion : c->log_path;
+    if (in_data_folder(path, d))
+        return gt_fail(e, "%s '%s' is a file in the data folder '%s': refusing to overwrite it",
+                       flag, path, d->dir);
+    if (c->command == GT_CMD_TRAIN && in_data_folder(c->save_best, d))
+        return gt_fail(e, "--save-best '%s' is a file in the data folder '%s': refusing to "
+                          "overwrite it", c->save_best, d->dir);
+    if (c->command == GT_CMD_EVAL && path[0] && same_file(path, c->checkpoint))
+        return gt_fail(e, "--confusion and --checkpoint name the same file '%s': refusing to "
+                          "overwrite the checkpoint", path);
     return 0;
 }
 
@@ -563,10 +635,14 @@ static void print_header(const gt_config *c, const gt_data *d, const setup *s, i
         printf("gputrain: %s (%zu parameters) on %s, %s, %d worker%s x batch %d%s, %u train / %u test samples (%s)\n",
                s->m->name, s->m->nparams, d->dir, gt_mode_label(c), s->n,
                s->n == 1 ? "" : "s", c->batch, hosts, d->train.n, d->test.n, names);
-    if (resumed && !c->quiet)
-        printf("resuming %s at epoch %u step %llu (seed %llu); saving to %s\n", c->resume,
-               meta->epoch, (unsigned long long)meta->step, (unsigned long long)meta->seed,
-               c->checkpoint);
+    if (resumed && !c->quiet && meta->step == 0)
+        printf("resuming %s at step %llu (the start of epoch %u; seed %llu); saving to %s\n",
+               c->resume, (unsigned long long)meta->updates, meta->epoch + 1,
+               (unsigned long long)meta->seed, c->checkpoint);
+    else if (resumed && !c->quiet) /* meta->step: in this run's steps (resume_position) */
+        printf("resuming %s at step %llu (%llu steps into epoch %u; seed %llu); saving to %s\n",
+               c->resume, (unsigned long long)meta->updates, (unsigned long long)meta->step,
+               meta->epoch + 1, (unsigned long long)meta->seed, c->checkpoint);
     fflush(stdout); /* before the progress bar on stderr */
 }
 
@@ -661,6 +737,12 @@ static int resume_same(const gt_config *c, const gt_data *d, const gt_ckpt_meta 
                        "file); resume with --optimizer %s", gt_optimizer_name(c->optim.kind),
                        c->resume, meta->optimizer, meta->optimizer);
     int limited = flag_given(argc, argv, "--train-samples");
+    if (meta->train_samples && meta->train_samples != d->train.n && c->val_split > 0 &&
+        meta->data_fingerprint == d->fingerprint)
+        return gt_fail(e, "--val-split %g: %s was trained on %llu training samples, this run on "
+                       "%u (%u held out); resume with the --val-split that run took (none if it "
+                       "took none)", c->val_split, c->resume,
+                       (unsigned long long)meta->train_samples, d->train.n, d->val.n);
     if (meta->train_samples && meta->train_samples != d->train.n && limited)
         return gt_fail(e, "--train-samples: %s was trained on %llu training samples, this run has "
                        "%u; resume with --train-samples %llu", c->resume,
@@ -669,7 +751,8 @@ static int resume_same(const gt_config *c, const gt_data *d, const gt_ckpt_meta 
     if (meta->train_samples && meta->train_samples != d->train.n)
         return gt_fail(e, "--data: %s was trained on other data or a part of it (%llu training "
                        "samples, fingerprint %08x; this data %s: %u, %08x); resume with its "
-                       "--data, and --train-samples %llu if that run took a part", c->resume,
+                       "--data, and --train-samples %llu or its --val-split if that run took a "
+                       "part", c->resume,
                        (unsigned long long)meta->train_samples, meta->data_fingerprint, d->dir,
                        d->train.n, d->fingerprint, (unsigned long long)meta->train_samples);
     if (meta->data_fingerprint != d->fingerprint)
@@ -762,6 +845,7 @@ typedef struct data_job {
     const gt_config *c;
     gt_data *data;
     int rc;
+    int usage;      /* the error is the command line's (--val-split leaves a side empty) */
     double seconds; /* the load's own time */
     gt_err err;
 } data_job;
@@ -783,11 +867,17 @@ static void *data_job_run(void *arg)
     const gt_dataset *t = &j->data->train;
     double t0 = gt_now();
     j->rc = gt_data_load_sized(j->c->data, j->c->train_samples, j->c->image_size, j->data, &j->err);
+    if (j->rc == 0 && j->c->command == GT_CMD_TRAIN && j->c->val_split > 0) {
+        j->usage = gt_data_val_check(t->n, j->c->val_split, &j->err) != 0;
+        j->rc = gt_data_split_val(j->data, j->c->val_split, &j->err);
+    }
     int dev = j->rc == 0 ? pin_device(j->c) : -1;
     if (dev >= 0) {
-        const gt_dataset *v = &j->data->test;
+        const gt_dataset *v = &j->data->test, *h = &j->data->val;
         gt_host_register(dev, t->images, (size_t)t->n * t->c * t->h * t->w);
         gt_host_register(dev, v->images, (size_t)v->n * v->c * v->h * v->w);
+        if (h->n)
+            gt_host_register(dev, h->images, (size_t)h->n * h->c * h->h * h->w);
     }
     j->seconds = gt_now() - t0;
     return NULL;
@@ -797,15 +887,18 @@ static void data_release(gt_data *d)
 {
     gt_host_unregister(d->train.images);
     gt_host_unregister(d->test.images);
+    if (d->val.n)
+        gt_host_unregister(d->val.images);
     gt_data_free(d);
 }
 
 /* Loads the data on a thread of its own (here, where none starts) while, for training, the model
  * is built from the data's header and the devices are opened for it (s). A device's error waits
- * in s until training would have opened them; the data's comes out here. */
+ * in s until training would have opened them; the data's comes out here: -1, or -2 where
+ * it is the command line's (exit 2). */
 static int load_while_opening(const gt_config *c, gt_data *data, setup *s, gt_err *e)
 {
-    data_job job = {c, data, 0, 0, {{0}}};
+    data_job job = {.c = c, .data = data};
     pthread_t t;
     int threaded = pthread_create(&t, NULL, data_job_run, &job) == 0;
     if (!threaded)
@@ -821,7 +914,7 @@ static int load_while_opening(const gt_config *c, gt_data *data, setup *s, gt_er
     if (job.rc != 0) {
         setup_close(s);
         *e = job.err;
-        return -1;
+        return job.usage ? -2 : -1;
     }
     return 0;
 }
@@ -881,15 +974,16 @@ int main(int argc, char **argv)
         snprintf(c.checkpoint, sizeof c.checkpoint, "%s", c.resume);
         ckflag = "--resume";
     }
-    int lock = -1, usage = 0; /* the checkpoint's lock is held until the process ends */
+    int lock = -1, best_lock = -1, usage = 0; /* the checkpoints' locks: held until the end */
     if (c.command != GT_CMD_EVAL && gt_cluster_rank() == 0 &&
-        check_paths(&c, ckflag, &lock, &usage, &e) != 0)
+        check_paths(&c, ckflag, &lock, &best_lock, &usage, &e) != 0)
         return usage ? usage_error(&e) : die(&e, EXIT_FAILED);
 
     gt_data data;
-    if (load_while_opening(&c, &data, &su, &e) != 0)
-        return die(&e, EXIT_FAILED);
-    if (c.command != GT_CMD_EVAL && gt_cluster_rank() == 0 && check_log_data(&c, &data, &e) != 0) {
+    int loaded = load_while_opening(&c, &data, &su, &e);
+    if (loaded != 0)
+        return loaded == -2 ? usage_error(&e) : die(&e, EXIT_FAILED);
+    if (gt_cluster_rank() == 0 && check_log_data(&c, &data, &e) != 0) {
         setup_close(&su);
         data_release(&data);
         return usage_error(&e);

@@ -137,9 +137,7 @@ static int allreduce_load(run *r, worker *w)
 static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t t)
 {
     atomic_store(&r->ps.updates, t);
-    uint64_t total = (uint64_t)r->epoch * r->clk.clocks + c + 1;
-    int due = (r->jq.next_eval && atomic_load(&r->stats.samples_total) >= r->jq.next_eval) ||
-              (r->jq.next_ckpt && total >= r->jq.next_ckpt);
+    int due = (r->jq.next_eval && t >= r->jq.next_eval) || (r->jq.next_ckpt && t >= r->jq.next_ckpt);
     int save = guard_save_wanted_locked(r);
     if (!due && !save)
         return 0;
@@ -152,7 +150,7 @@ static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t
         guard_saved_locked(r, t);
     if (due) {
         r->clk.applied = c + 1;
-        jobs_post_due_locked(r, c + 1, total);
+        jobs_post_due_locked(r, c + 1);
     }
     return 0;
 }
@@ -160,7 +158,11 @@ static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t
 /* Several replicas evaluate the parameters themselves, each GPU a share of the test set, which
  * costs each 1/W of an evaluation and no copy; one GPU leaves it to the evaluator beside it (its
  * own context on the same GPU), which overlaps the training instead. */
-static int allreduce_on_replicas(const run *r) { return r->W > 1 && !allreduce_is_local(r); }
+static int allreduce_on_replicas(const run *r)
+{
+    /* --val-split and --save-best go to the evaluator: the held-out set, a copy to save */
+    return r->W > 1 && !allreduce_is_local(r) && r->data->val.n == 0 && !r->cfg->save_best[0];
+}
 
 /* The replica's share of an evaluation: test samples [n k / W, n (k + 1) / W) for worker k, on
  * its own GPU and parameters (every replica holds the same), into ar(r)->reval. Only host 0
@@ -192,13 +194,13 @@ static void allreduce_eval_leader(run *r)
     jobs_post_snapshot_locked(r, JOB_EVAL, r->epoch, ar(r)->reval.step);
 }
 
-/* --eval-every N: after every N-th clock of the run (counted from epoch 0, the same on every
- * worker) but an epoch's last, whose evaluation follows at the epoch's end. */
+/* --eval-every N: after every step of the run (r->clk.updates0 + c + 1, the same on every worker)
+ * that is a multiple of N but an epoch's last, whose evaluation follows at the epoch's end. */
 static int allreduce_eval_due(const run *r, uint64_t c)
 {
     uint64_t every = (uint64_t)r->cfg->eval_every;
     return every && allreduce_on_replicas(r) && c + 1 < r->clk.clocks &&
-           ((uint64_t)r->epoch * r->clk.clocks + c + 1) % every == 0;
+           (r->clk.updates0 + c + 1) % every == 0;
 }
 
 /* A mid-epoch evaluation on the replicas: each evaluates its share; they meet at a barrier, whose
@@ -264,8 +266,8 @@ static int allreduce_step_end(run *r, worker *w)
     uint64_t c = q->clock;
     if (worker_check(r, w, &q->o, c) < 0)
         return -1;
-    uint64_t t = (uint64_t)r->epoch * r->clk.clocks + c + 1;
-    report_step(r, w, c, q->o.loss_sum, q->n);
+    uint64_t t = r->clk.updates0 + c + 1; /* the run's step */
+    report_step(r, w, t, c, q->o.loss_sum, q->n);
     worker_mark_time(w);
     pthread_mutex_lock(&r->mu);
     worker_account_step_locked(r, w, &q->o, q->n);

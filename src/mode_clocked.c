@@ -155,7 +155,7 @@ int clocked_share(run *r, worker *w, uint64_t clock, int share)
     w->dev->grad = own;
     if (rc < 0)
         return -1;
-    report_step(r, w, clock, o.loss_sum, b.n);
+    report_step(r, w, r->clk.updates0 + clock + 1, clock, o.loss_sum, b.n);
     worker_mark_time(w);
     pthread_mutex_lock(&r->mu);
     worker_account_step_locked(r, w, &o, b.n);

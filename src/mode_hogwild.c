@@ -174,9 +174,10 @@ static uint64_t hogwild_done_step_locked(const run *r)
 
 /* After a step's push: telemetry, evaluations and checkpoints that fell due (at the position of
  * the batches pushed so far), the stop check and the rounds across hosts. */
-static void hogwild_done(run *r, worker *w, const gt_step_out *o, int n, uint64_t step)
+static void hogwild_done(run *r, worker *w, const gt_step_out *o, int n, uint32_t lo)
 {
-    report_step(r, w, step, o->loss_sum, n);
+    /* the run's step: the store's count just after this push (another's may come between) */
+    report_step(r, w, atomic_load(&r->ps.updates), lo / (uint32_t)r->batch, o->loss_sum, n);
     worker_mark_time(w);
     pthread_mutex_lock(&r->mu);
     if (hw(w)->pipe_inflight) {
@@ -184,7 +185,7 @@ static void hogwild_done(run *r, worker *w, const gt_step_out *o, int n, uint64_
         hog(r)->pipe_inflight--;
     }
     worker_account_step_locked(r, w, o, n);
-    jobs_post_due_locked(r, hogwild_done_step_locked(r), atomic_load(&r->ps.updates));
+    jobs_post_due_locked(r, hogwild_done_step_locked(r));
     if (stop_asked(r))
         r->halt = 1;
     uint64_t round = hogwild_round_turn_locked(r);
@@ -224,7 +225,7 @@ static void hogwild_epoch(run *r, worker *w)
         w->pull_s += t1 - t0;
         w->device_s += t2 - t1;
         w->push_s += t3 - t2;
-        hogwild_done(r, w, &o, b.n, step);
+        hogwild_done(r, w, &o, b.n, rg.lo);
     }
 }
 
@@ -336,7 +337,7 @@ static void hogwild_epoch_overlap(run *r, worker *w)
             gt_ps_push_stats(&r->ps, w->dev->stats); /* step_end left the ended step's */
         }
         w->push_s += gt_now() - t0;
-        hogwild_done(r, w, &o->o, o->b.n, o->step);
+        hogwild_done(r, w, &o->o, o->b.n, o->rg.lo);
         head = (head + 1) % 2;
         nq--;
     }

@@ -48,14 +48,14 @@ static void local_average_leader(run *r)
     for (uint64_t c = r->clk.applied; c < lrun(r)->done; c++)
         r->clk.claimed[c % (uint64_t)r->clk.R] = r->clk.deposited[c % (uint64_t)r->clk.R] = 0;
     r->clk.applied = lrun(r)->done;
-    atomic_store(&r->ps.updates, (uint64_t)r->epoch * r->clk.clocks + r->clk.applied);
+    atomic_store(&r->ps.updates, r->clk.updates0 + r->clk.applied);
     local_rollback_locked(r); /* every replica waits here */
     if (r->H > 1 && !r->failed) {
         gt_err e = {{0}};
         int sig = hosts_round(r, &e);
         hosts_agreed_locked(r, sig, &e);
     }
-    jobs_post_due_locked(r, r->clk.applied, (uint64_t)r->epoch * r->clk.clocks + r->clk.applied);
+    jobs_post_due_locked(r, r->clk.applied);
     if (stop_asked(r))
         r->halt = 1;
 }

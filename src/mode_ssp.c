@@ -75,7 +75,7 @@ static void ssp_apply_finish_locked(run *r)
     r->clk.slot_read_clock[k] = UINT64_MAX;
     r->clk.applied = c + 1;
     ssp(r)->apply_parts = 0;
-    jobs_post_due_locked(r, r->clk.applied, (uint64_t)r->epoch * r->clk.clocks + r->clk.applied);
+    jobs_post_due_locked(r, r->clk.applied);
     pthread_cond_broadcast(&r->cv);
 }
 

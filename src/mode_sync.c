@@ -21,7 +21,7 @@ static void sync_after_apply_leader(run *r)
     r->clk.deposited[c % (uint64_t)r->clk.R] = 0;
     r->clk.applied = c + 1;
     atomic_fetch_add(&r->ps.updates, 1);
-    jobs_post_due_locked(r, r->clk.applied, (uint64_t)r->epoch * r->clk.clocks + r->clk.applied);
+    jobs_post_due_locked(r, r->clk.applied);
     if (stop_asked(r))
         r->halt = 1;
 }

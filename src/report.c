@@ -141,8 +141,8 @@ static void config_run(run *r, FILE *f, const gt_start *start)
     fprintf(f, ",\"parameters\":%zu,\"input\":\"%dx%dx%d\",\"nclasses\":%d", r->n, r->m->in_c,
             r->m->in_h, r->m->in_w, r->m->nclasses);
     put_field_str(f, "data", r->data->dir);
-    fprintf(f, ",\"data_fingerprint\":\"%08x\",\"train_samples\":%u,\"test_samples\":%u",
-            r->data->fingerprint, r->ntrain, r->data->test.n);
+    fprintf(f, ",\"data_fingerprint\":\"%08x\",\"train_samples\":%u,\"test_samples\":%u,"
+               "\"val_samples\":%u", r->data->fingerprint, r->ntrain, r->data->test.n, r->data->val.n);
     fprintf(f, ",\"batch\":%d,\"epochs\":%d,\"seed\":%llu,\"eval_every\":%d", c->batch, c->epochs,
             (unsigned long long)c->seed, c->eval_every);
     char aug[32], norm[512];
@@ -150,6 +150,8 @@ static void config_run(run *r, FILE *f, const gt_start *start)
     put_field_str(f, "augment", aug);
     gt_norm_format(&r->m->norm, r->m->in_c, norm, sizeof norm);
     put_field_str(f, "normalize", norm);
+    fprintf(f, ",\"val_split\":%g,\"patience\":%d", c->val_split, c->patience);
+    put_field_str(f, "save_best", c->save_best);
 }
 
 /* The optimizer, its schedule and the mode's own settings. */
@@ -198,8 +200,9 @@ static void config_files(run *r, FILE *f)
     else
         fputs(",\"inject_fault\":null", f);
     fprintf(f, ",\"stall_timeout\":%g,\"host_timeout\":%g", c->stall_timeout, c->host_timeout);
-    fprintf(f, ",\"start_epoch\":%u,\"start_step\":%llu,\"start_samples\":%llu,\"start_wall_s\":%.4f}\n",
-            r->epoch, (unsigned long long)r->start_clock, (unsigned long long)r->samples0, r->wall0);
+    fprintf(f, ",\"start_epoch\":%u,\"start_step\":%llu,\"start_epoch_step\":%llu,\"start_samples\":%llu,"
+               "\"start_wall_s\":%.4f}\n", r->epoch, (unsigned long long)atomic_load(&r->ps.updates),
+            (unsigned long long)r->start_clock, (unsigned long long)r->samples0, r->wall0);
 }
 
 /* Opens path for the log without blocking: a FIFO with no reader is refused (ENXIO) instead of
@@ -275,17 +278,19 @@ void report_event(run *r, const char *event, const char *message)
     pthread_mutex_unlock(&r->rep.log_mu);
 }
 
-/* A checkpoint was written of the state at (epoch, step), after `samples` samples and wall_s of
- * training (the state's, not the write's end): where a resume of it starts. */
-void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step, uint64_t samples,
-                       double wall_s)
+/* A checkpoint was written of the state at the run's step `step`, epoch_step steps into the
+ * epoch after `epoch` completed ones, after `samples` samples and wall_s of training (the
+ * state's, not the write's end): where a resume of it starts. */
+void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step, uint64_t epoch_step,
+                       uint64_t samples, double wall_s)
 {
     if (!r->rep.log)
         return;
     pthread_mutex_lock(&r->rep.log_mu);
     event_begin_at_locked(r, "checkpoint_written", wall_s, samples);
     put_field_str(r->rep.log, "path", path);
-    fprintf(r->rep.log, ",\"epoch\":%u,\"step\":%llu", epoch, (unsigned long long)step);
+    fprintf(r->rep.log, ",\"epoch\":%u,\"step\":%llu,\"epoch_step\":%llu", epoch,
+            (unsigned long long)step, (unsigned long long)epoch_step);
     event_end_locked(r);
     pthread_mutex_unlock(&r->rep.log_mu);
 }
@@ -298,6 +303,20 @@ static const char *signal_name(int sig)
     case SIGHUP: return "SIGHUP";
     default: return "signal";
     }
+}
+
+/* --patience ran out (jobs.c): the event record; the done: line says it too (main.c). */
+void report_early_stop(run *r, const gt_run_result *res)
+{
+    if (!r->rep.log)
+        return;
+    pthread_mutex_lock(&r->rep.log_mu);
+    event_begin_locked(r, "stopped_early");
+    fprintf(r->rep.log, ",\"evaluations\":%d,\"best_step\":%llu", res->stopped_early,
+            (unsigned long long)res->best_step);
+    put_field_num(r->rep.log, "best_acc", "%.6f", res->best_acc);
+    event_end_locked(r);
+    pthread_mutex_unlock(&r->rep.log_mu);
 }
 
 /* A signal asked the run to stop. */
@@ -315,14 +334,16 @@ void report_signal(run *r, int sig)
 
 /* ---- training records and lines ------------------------------------------------------------------- */
 
-/* One training step's mean loss (--log-steps). */
-void report_step(run *r, worker *w, uint64_t step, double loss, int n)
+/* One training step's mean loss (--log-steps): the run's step (the update its gradient went into)
+ * and where it stands in its epoch (the clock; hogwild, the batch's index in the epoch's order). */
+void report_step(run *r, worker *w, uint64_t step, uint64_t epoch_step, double loss, int n)
 {
     if (!r->rep.log || !r->cfg->log_steps)
         return;
     pthread_mutex_lock(&r->rep.log_mu);
-    fprintf(r->rep.log, "{\"type\":\"step\",\"worker\":%d,\"epoch\":%u,\"step\":%llu",
-            r->share0 + w->index, r->epoch + 1, (unsigned long long)step);
+    fprintf(r->rep.log, "{\"type\":\"step\",\"worker\":%d,\"epoch\":%u,\"step\":%llu,\"epoch_step\":%llu",
+            r->share0 + w->index, r->epoch + 1, (unsigned long long)step,
+            (unsigned long long)epoch_step);
     put_field_num(r->rep.log, "loss", "%.9g", loss / n);
     fputs("}\n", r->rep.log);
     pthread_mutex_unlock(&r->rep.log_mu);
@@ -343,6 +364,10 @@ void report_point(run *r, const gt_eval_point *p)
         put_field_num(f, "train_acc", "%.6f", p->train_acc);
         put_field_num(f, "test_loss", "%.6f", p->test_loss);
         put_field_num(f, "test_acc", "%.6f", p->test_acc);
+        if (r->data->val.n) {
+            put_field_num(f, "val_loss", "%.6f", p->val_loss);
+            put_field_num(f, "val_acc", "%.6f", p->val_acc);
+        }
         put_field_num(f, "lr", "%.6g", gt_optim_lr(&cfg->optim, run_progress_epochs(r, p->samples)));
         fprintf(f, ",\"mode\":\"%s\",\"workers\":%d}\n", r->ops->name, r->Wg);
         fflush(r->rep.log);
@@ -350,9 +375,12 @@ void report_point(run *r, const gt_eval_point *p)
     if (!cfg->quiet) {
         double run_s = p->wall_s - r->wall0;
         double sps = run_s > 0 ? (double)(p->samples - r->samples0) / run_s : 0;
-        printf("epoch %3u  step %7llu  train loss %.4f acc %.4f  test loss %.4f acc %.4f  %9.0f samples/s  %7.1f s\n",
-               p->epoch, (unsigned long long)p->step, p->train_loss, p->train_acc, p->test_loss,
-               p->test_acc, sps, p->wall_s);
+        char val[48] = "";
+        if (r->data->val.n)
+            snprintf(val, sizeof val, "  val loss %.4f acc %.4f", p->val_loss, p->val_acc);
+        printf("epoch %3u  step %7llu  train loss %.4f acc %.4f%s  test loss %.4f acc %.4f  %9.0f samples/s  %7.1f s\n",
+               p->epoch, (unsigned long long)p->step, p->train_loss, p->train_acc, val,
+               p->test_loss, p->test_acc, sps, p->wall_s);
     }
     term_end(r);
 }
@@ -439,8 +467,9 @@ void report_stall(run *r, worker *w, double idle)
 }
 
 /* The warning line (host 0) and the event record of a resume whose checkpoint step lies past this
- * run's steps per epoch: the epoch restarts from its first batch. The record's epoch and step are
- * the checkpoint's (completed epochs, steps into the next), as in checkpoint_written. */
+ * run's steps per epoch: the epoch restarts from its first batch. The record's epoch and
+ * epoch_step are the checkpoint's (completed epochs, steps into the next), as in
+ * checkpoint_written; step is the run's. */
 void report_resume_restart(run *r, uint64_t step, uint64_t epoch_steps)
 {
     if (r->host != 0)
@@ -452,8 +481,9 @@ void report_resume_restart(run *r, uint64_t step, uint64_t epoch_steps)
             (unsigned long long)step, (unsigned long long)epoch_steps, r->epoch + 1);
     if (r->rep.log) {
         event_begin_locked(r, "resume_restarts_epoch");
-        fprintf(r->rep.log, ",\"epoch\":%u,\"step\":%llu,\"steps_per_epoch\":%llu", r->epoch,
-                (unsigned long long)step, (unsigned long long)epoch_steps);
+        fprintf(r->rep.log, ",\"epoch\":%u,\"step\":%llu,\"epoch_step\":%llu,\"steps_per_epoch\":%llu",
+                r->epoch, (unsigned long long)atomic_load(&r->ps.updates), (unsigned long long)step,
+                (unsigned long long)epoch_steps);
         event_end_locked(r);
     }
     term_end(r);
@@ -496,7 +526,10 @@ static void report_summary(run *r, const gt_run_result *res)
     fprintf(f, ",\"clock_spread_max\":%llu,\"skipped_nonfinite\":%llu",
             (unsigned long long)res->clock_spread_max, (unsigned long long)res->skipped_nonfinite);
     put_field_num(f, "test_acc", "%.6f", res->npoints > 0 ? res->final_test_acc : NAN);
-    fprintf(f, ",\"interrupted\":%d", res->interrupted);
+    fprintf(f, ",\"interrupted\":%d,\"stopped_early\":%s", res->interrupted,
+            res->stopped_early ? "true" : "false");
+    put_field_num(f, "best_acc", "%.6f", res->best_acc >= 0 ? res->best_acc : NAN);
+    fprintf(f, ",\"best_step\":%llu", (unsigned long long)res->best_step);
     put_field_str(f, "data", r->data->dir);
     fprintf(f, ",\"version\":\"%s\"}\n", GT_VERSION);
 }

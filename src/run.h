@@ -157,6 +157,9 @@ typedef struct run_clocked {
                                   folded into the store in share order when its clock is applied */
     uint64_t *stats_in;        /* per ring slot: bit per share whose statistics are in */
     uint64_t applied;          /* clocks applied this epoch */
+    uint64_t updates0;         /* the run's step (ps.updates) before this epoch's clock 0: clock c
+                                * is step updates0 + c + 1 (modulo 2^64: a resumed run of fewer
+                                * workers starts past clock 0 with fewer steps done) */
     uint64_t spread_max;       /* largest gap between the fastest and slowest worker clock */
     uint64_t pending_upto;     /* the last clock the workers at a sync/local barrier worked on */
     int halt_seen;             /* halt as a barrier's leader saw it: the same for every worker */
@@ -182,7 +185,10 @@ typedef struct run_jobs {
     job q[RUN_MAX_JOBS];
     int n;
     uint64_t next_eval;        /* samples at which the next mid-epoch evaluation is due */
-    uint64_t next_ckpt;        /* clocks/updates at which the next step checkpoint is due */
+    uint64_t next_ckpt;        /* the run's step at which the next step checkpoint is due */
+    int handling;              /* the calling thread is handling a job it took off the queue */
+    int since_best;            /* evaluations since the monitored accuracy last improved */
+    _Atomic int stop_early;    /* --patience ran out: stop_asked says so to the workers */
 } run_jobs;
 
 /* run_guard.c: the divergence guard (guard.h), fed every step's loss under r->mu. */
@@ -282,10 +288,10 @@ void run_barrier(run *r, worker *w, leader_fn fn);
 int report_open(run *r, const gt_start *start, gt_err *e);
 void report_event(run *r, const char *event, const char *message);
 void report_note(run *r, const char *message);
-void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step, uint64_t samples,
-                       double wall_s);
+void report_checkpoint(run *r, const char *path, uint32_t epoch, uint64_t step, uint64_t epoch_step,
+                       uint64_t samples, double wall_s);
 void report_signal(run *r, int sig);
-void report_step(run *r, worker *w, uint64_t step, double loss, int n);
+void report_step(run *r, worker *w, uint64_t step, uint64_t epoch_step, double loss, int n);
 void report_point(run *r, const gt_eval_point *p);
 void report_worker_left(run *r, worker *w, const char *why);
 void report_stall(run *r, worker *w, double idle);
@@ -295,6 +301,7 @@ int report_close(run *r, const gt_run_result *res, int rc, gt_err *e);
 void report_recipe(run *r, const gt_recipe *rec);
 void report_device_step(run *r);
 void report_guard(run *r, const char *what, const char *action, int print);
+void report_early_stop(run *r, const gt_run_result *res);
 
 /* run_guard.c */
 int guard_init(run *r, gt_err *e);
@@ -324,7 +331,7 @@ int hosts_epoch_end_locked(run *r, int complete);
 void job_free(job *j);
 int jobs_snapshot_locked(run *r, job *j, int kinds, uint32_t epoch, uint64_t step);
 void jobs_post_snapshot_locked(run *r, int kinds, uint32_t epoch, uint64_t step);
-void jobs_post_due_locked(run *r, uint64_t step_in_epoch, uint64_t clocks_total);
+void jobs_post_due_locked(run *r, uint64_t step_in_epoch);
 int jobs_handle(run *r, job *j, gt_run_result *res, gt_err *e);
 int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e);
 

@@ -32,9 +32,13 @@ void gt_train_install_signals(void)
 
 int gt_train_stop_signal(void) { return atomic_load(&g_stop_signal); }
 
-/* Whether a signal stops this host now. Across hosts a signal is acted on only where the hosts
- * agree (hosts_stop_signal), or one host would leave the others waiting in a collective. */
-int stop_asked(const run *r) { return r->H == 1 && atomic_load(&g_stop_signal); }
+/* Whether a signal, or --patience run out, stops this host now. Across hosts a signal is acted
+ * on only where the hosts agree (hosts_stop_signal), or one host would leave the others waiting
+ * in a collective (--patience is a single host's). */
+int stop_asked(const run *r)
+{
+    return (r->H == 1 && atomic_load(&g_stop_signal)) || atomic_load(&r->jq.stop_early);
+}
 
 /* Warns once about each live worker that has made no progress for --stall-timeout seconds. */
 static void watchdog(run *r)
@@ -80,10 +84,13 @@ int supervise(run *r, gt_run_result *res, gt_err *e)
             job j = r->jq.q[0];
             memmove(r->jq.q, r->jq.q + 1, (size_t)(r->jq.n - 1) * sizeof *r->jq.q);
             r->jq.n--;
+            r->jq.handling = 1;
             pthread_cond_broadcast(&r->cv);
             pthread_mutex_unlock(&r->mu);
             int jr = rc == 0 ? jobs_handle(r, &j, res, e) : (job_free(&j), 0);
             pthread_mutex_lock(&r->mu);
+            r->jq.handling = 0;
+            pthread_cond_broadcast(&r->cv);
             if (jr != 0 && rc == 0) {
                 rc = -1;
                 run_fail_locked(r, e->msg);

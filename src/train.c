@@ -104,6 +104,9 @@ static int run_shape(run *r, const gt_config *cfg, gt_device **devices, int ndev
     r->share0 = r->host * r->W;
     if (hosts_check_same(r, start, e) != 0)
         return -1;
+    if (r->H > 1 && cfg->patience > 0) /* host 0 evaluates: the others would not know to stop */
+        return gt_fail(e, "--patience %d: not under mpirun (several hosts) yet; run one host or "
+                          "leave --patience out", cfg->patience);
     if (r->ops->check && r->ops->check(r, devices, e) != 0) {
         if (!r->device_step || cfg->mode == GT_MODE_ALLREDUCE)
             return -1;
@@ -183,14 +186,12 @@ static int run_position(run *r, const gt_start *start)
     }
     r->samples0 = atomic_load(&r->stats.samples_total);
     r->clk.applied = r->start_clock;
-    if (cfg->eval_every > 0)
-        r->jq.next_eval = atomic_load(&r->stats.samples_total) +
-                          (uint64_t)cfg->eval_every * (uint64_t)r->batch * (uint64_t)r->Wg;
-    if (cfg->checkpoint[0] && cfg->checkpoint_every_steps && cfg->checkpoint_every > 0) {
-        uint64_t done = r->ops->clocked ? (uint64_t)r->epoch * r->clk.clocks + r->start_clock
-                                        : atomic_load(&r->ps.updates);
-        r->jq.next_ckpt = done + (uint64_t)cfg->checkpoint_every;
-    }
+    uint64_t updates = atomic_load(&r->ps.updates);
+    r->clk.updates0 = updates - r->start_clock; /* wraps where fewer steps cover more clocks */
+    if (cfg->eval_every > 0) /* at multiples of N of the run's step, a resumed run's included */
+        r->jq.next_eval = (updates / (uint64_t)cfg->eval_every + 1) * (uint64_t)cfg->eval_every;
+    if (cfg->checkpoint[0] && cfg->checkpoint_every_steps && cfg->checkpoint_every > 0)
+        r->jq.next_ckpt = updates + (uint64_t)cfg->checkpoint_every;
     return restarts;
 }
 
@@ -360,6 +361,7 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
                  gt_run_result *res, gt_err *e)
 {
     memset(res, 0, sizeof *res);
+    res->best_acc = -1;
     run *r = calloc(1, sizeof *r);
     if (!r)
         return gt_fail(e, "out of memory");
@@ -385,7 +387,7 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
         rc = -1;
         run_error(r, e);
     }
-    if (rc == 0 && res->interrupted && cfg->checkpoint[0] && r->host == 0)
+    if (rc == 0 && (res->interrupted || res->stopped_early) && cfg->checkpoint[0] && r->host == 0)
         rc = save_interrupted(r, res, e);
     if (rc == 0 && !res->interrupted)
         rc = guard_final(r, res, e);

@@ -150,6 +150,7 @@ static void epoch_end_leader(run *r)
         kinds |= JOB_CKPT;
     jobs_post_snapshot_locked(r, kinds, done, 0);
     r->epoch = done;
+    r->clk.updates0 += r->clk.clocks; /* every clock of the epoch was a step */
     r->start_clock = 0;
     r->ops->epoch_reset(r);
     if (!last)

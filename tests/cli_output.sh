@@ -121,11 +121,11 @@ grep -q '^nothing to train: ' "$TMP/out" && [ "$(wc -l <"$TMP/out")" -eq 1 ] || 
 
 # ---- the log's records ---------------------------------------------------------------------------
 CONFIG_KEYS="version cuda nccl mpi revision argv host started mode workers hosts devices evaluator model model_spec parameters input
-nclasses data data_fingerprint train_samples test_samples batch epochs seed eval_every optimizer lr momentum
+nclasses data data_fingerprint train_samples test_samples val_samples batch epochs seed eval_every val_split patience save_best optimizer lr momentum
 nesterov weight_decay beta1 beta2 eps schedule warmup step_epochs gamma stripes staleness sync_every
 balance overlap tf32 on_nan checkpoint checkpoint_every checkpoint_unit keep resume init
 allow_nonfinite log_steps inject_fault stall_timeout host_timeout start_epoch start_step
-start_samples start_wall_s"
+start_epoch_step start_samples start_wall_s"
 SUMMARY_KEYS="mode workers hosts model batch optimizer lr momentum weight_decay schedule warmup seed
 epochs stripes samples wall_s run_samples run_wall_s samples_per_s stale_max stale_mean stale_p99 stale_p99_capped
 lock_wait_share barrier_wait_share clock_spread_max skipped_nonfinite test_acc interrupted data
@@ -154,7 +154,7 @@ grep -qE '^\| rs\.jsonl \| lenet5 \| hogwild \| 2 \| 64 \| store \| [0-9,]+ \| [
     fail "step_phases.py's row: $(cat "$TMP/phases")"
 expect_exit 0 -- "${RUN[@]}" --mode sync --epochs 1 --train-samples 512 --quiet --log "$TMP/sy.jsonl"
 ! grep -q '"pull_us"' "$TMP/sy.jsonl" || fail "sync's worker records hold hogwild's phases"
-grep -q "^{\"type\":\"event\",\"event\":\"checkpoint_written\",\"wall_s\":[0-9.]*,\"samples\":16384,\"path\":\"$TMP/rs.st\",\"epoch\":4,\"step\":0}$" "$TMP/rs.jsonl" ||
+grep -q "^{\"type\":\"event\",\"event\":\"checkpoint_written\",\"wall_s\":[0-9.]*,\"samples\":16384,\"path\":\"$TMP/rs.st\",\"epoch\":4,\"step\":256,\"epoch_step\":0}$" "$TMP/rs.jsonl" ||
     fail "no checkpoint_written event for epoch 4: $(grep event "$TMP/rs.jsonl")"
 
 # checkpoint_written carries the saved state's time: the epoch end's, as its eval record says

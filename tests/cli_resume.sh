@@ -28,7 +28,7 @@ grep -q "^note: --resume: --lr 0.02 from here on (.* ran with --lr 0.05)$" "$TMP
 # without --checkpoint a resumed run saves to the file it resumed, and says so
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --resume "$TMP/ck"
 grep -q "seed 7" "$TMP/out" || fail "resume does not say it keeps seed 7: $(cat "$TMP/out")"
-grep -q "^resuming $TMP/ck at epoch 1 step 0 (seed 7); saving to $TMP/ck$" "$TMP/out" || fail "resume: $(cat "$TMP/out")"
+grep -q "^resuming $TMP/ck at step [0-9]* (the start of epoch 2; seed 7); saving to $TMP/ck$" "$TMP/out" || fail "resume: $(cat "$TMP/out")"
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --seed 7 --resume "$TMP/ck"
 
 # a finished run: nothing trained, exit 0
@@ -68,7 +68,7 @@ expect_exit 2 -- --data "$DATA" --no-progress "${ST[@]}" --gpus cpu:2 --resume "
 grep -q "whose samples done are not the start of the epoch's order" "$TMP/err" || fail "static slices, 4 -> 2 workers: $(cat "$TMP/err")"
 
 # every sample of an interrupted and resumed epoch is trained exactly once, the worker count changed
-# in between: sync's step records (clock, worker) name the samples (clock x W + worker) x batch
+# in between: sync's step records (epoch_step: the clock, worker) name the samples (clock x W + worker) x batch
 union_once() { # LOG1 STOP W1 LOG2 W2 BATCH [EPOCH]: run 1's records before clock STOP, then run 2's
     python3 - "$@" <<'PY'
 import json, sys
@@ -78,8 +78,9 @@ def pos(path, w, keep):
     out = []
     for line in open(path):
         r = json.loads(line)
-        if r["type"] == "step" and r["epoch"] == epoch and keep(r["step"]):
-            out += range((r["step"] * w + r["worker"]) * b, (r["step"] * w + r["worker"] + 1) * b)
+        if r["type"] == "step" and r["epoch"] == epoch and keep(r["epoch_step"]):
+            s = r["epoch_step"]
+            out += range((s * w + r["worker"]) * b, (s * w + r["worker"] + 1) * b)
     return out
 done = pos(l1, w1, lambda s: s < stop) + pos(l2, w2, lambda s: True)
 if len(done) != len(set(done)) or sorted(done) != list(range(len(done))) or len(done) < 150:
@@ -91,7 +92,7 @@ for mode in sync ssp; do
         --checkpoint "$TMP/u$mode" --log-steps --log "$TMP/u1$mode.jsonl"
     expect_exit 0 -- "${RUN[@]}" --gpus cpu:4 --mode $mode --batch 16 --epochs 1 --resume "$TMP/u$mode.1" \
         --checkpoint "$TMP/u2$mode" --log-steps --log "$TMP/u2$mode.jsonl"
-    grep -q "^resuming .* at epoch 0 step 2 " "$TMP/out" || fail "$mode: resumed at: $(grep resuming "$TMP/out")"
+    grep -q "^resuming .* at step 4 (2 steps into epoch 1; " "$TMP/out" || fail "$mode: resumed at: $(grep resuming "$TMP/out")"
     grep -q "^note: --resume: 4 workers from here on (.* ran with 2 workers)$" "$TMP/out" || fail "$mode: no note of the worker count: $(cat "$TMP/out")"
     union_once "$TMP/u1$mode.jsonl" 4 2 "$TMP/u2$mode.jsonl" 4 16 || fail "$mode: 2 workers, then 4: not each sample once"
     # the same across a SIGINT, resumed on one worker
@@ -104,7 +105,7 @@ for mode in sync ssp; do
     kill -INT $pid
     wait $pid
     ck=$(grep '"event":"checkpoint_written"' "$TMP/s1$mode.jsonl" | tail -1)
-    e=$(echo "$ck" | grep -o '"epoch":[0-9]*' | cut -d: -f2) s=$(echo "$ck" | grep -o '"step":[0-9]*' | cut -d: -f2)
+    e=$(echo "$ck" | grep -o '"epoch":[0-9]*' | cut -d: -f2) s=$(echo "$ck" | grep -o '"epoch_step":[0-9]*' | cut -d: -f2)
     [ -n "$e" ] && [ -n "$s" ] || { fail "$mode: no checkpoint after SIGINT: $ck"; continue; }
     expect_exit 0 -- --data "$DATA" --no-progress --train-samples 2000 --gpus cpu:1 --mode $mode --batch 16 --epochs $((e + 1)) \
         --resume "$TMP/s$mode" --log-steps --log "$TMP/s2$mode.jsonl"
@@ -117,7 +118,7 @@ done
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --batch 16 --epochs 2 --checkpoint-every 12s --keep 2 --checkpoint "$TMP/end"
 whole=$(grep '^epoch   2 ' "$TMP/out" | sed 's/ *[0-9]* samples\/s.*//')
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --batch 16 --epochs 2 --resume "$TMP/end.2"
-grep -q "resuming $TMP/end.2 at epoch 1 step 0 " "$TMP/out" || fail "end of epoch: the checkpoint at step 12 does not go on at the next epoch: $(cat "$TMP/out")"
+grep -q "resuming $TMP/end.2 at step 12 (the start of epoch 2; " "$TMP/out" || fail "end of epoch: the checkpoint at step 12 does not go on at the next epoch: $(cat "$TMP/out")"
 [ -n "$whole" ] && [ "$(grep '^epoch   2 ' "$TMP/out" | sed 's/ *[0-9]* samples\/s.*//')" = "$whole" ] ||
     fail "resumed at an epoch's end: $(grep '^epoch' "$TMP/out"), uninterrupted: $whole"
 grep -q "warning" "$TMP/err" && fail "resumed at an epoch's end: $(cat "$TMP/err")"

@@ -64,8 +64,8 @@ rm -f "$TMP"/ck* "$TMP"/*.jsonl
     --keep 5 --log "$TMP/straight.jsonl" --log-steps >/dev/null 2>&1 || fail "overlap step-checkpoint run failed"
 "$BIN" "${COMMON[@]}" --gpus cpu:1 --overlap --epochs 2 --resume "$TMP/ck.safetensors.2" \
     --log "$TMP/resumed.jsonl" --log-steps >"$TMP/r.out" 2>&1 || fail "overlap mid-epoch resume failed: $(cat "$TMP/r.out")"
-ep=$(sed -n 's/.*resuming .* at epoch \([0-9]*\) step [0-9]*.*/\1/p' "$TMP/r.out")
-at=$(sed -n 's/.*resuming .* at epoch [0-9]* step \([0-9]*\).*/\1/p' "$TMP/r.out")
+ep=$(($(sed -n 's/.*resuming .* at step [0-9]* ([0-9]* steps into epoch \([0-9]*\);.*/\1/p' "$TMP/r.out") - 1))
+at=$(sed -n 's/.*resuming .* at step [0-9]* (\([0-9]*\) steps into epoch.*/\1/p' "$TMP/r.out")
 per_epoch=$(grep -c '"type":"step","worker":0,"epoch":1,' "$TMP/straight.jsonl")
 rest=$(grep -c "\"type\":\"step\",\"worker\":0,\"epoch\":$((ep + 1))," "$TMP/resumed.jsonl")
 [ -n "$at" ] && [ "$at" -gt 0 ] && [ $((at + rest)) -eq "$per_epoch" ] ||

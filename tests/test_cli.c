@@ -38,7 +38,7 @@ static double field(const gt_config *c, const char *name)
         "inject_step", "stall_timeout", "precision", "log_steps", "overlap", "host_timeout",
         "allow_nonfinite", "literal", "on_diverge", "given", "ignore_classes", "top", "nitems",
         "exchange", "image_h", "image_w", "store_step", "augment_pad", "augment_flip",
-        "normalize", "norm_count", "norm_mean1", "norm_std1"};
+        "normalize", "norm_count", "norm_mean1", "norm_std1", "val_split", "patience", "per_class"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -51,7 +51,7 @@ static double field(const gt_config *c, const char *name)
         c->allow_nonfinite, c->literal, c->on_diverge, c->given, c->ignore_classes, c->top,
         c->nitems, c->exchange, c->image_size[0], c->image_size[1], c->store_step,
         c->augment.pad, c->augment.flip, c->normalize, c->norm_count, c->norm_given.mean[1],
-        c->norm_given.std[1]};
+        c->norm_given.std[1], c->val_split, c->patience, c->per_class};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -67,6 +67,8 @@ static const char *string_field(const gt_config *c, const char *name)
     if (strcmp(name, "checkpoint") == 0) return c->checkpoint;
     if (strcmp(name, "resume") == 0) return c->resume;
     if (strcmp(name, "init") == 0) return c->init;
+    if (strcmp(name, "save_best") == 0) return c->save_best;
+    if (strcmp(name, "confusion") == 0) return c->confusion;
     return NULL;
 }
 
@@ -245,6 +247,15 @@ static const good_case GOOD[] = {
     {{"--no-progress"}, "progress", 0, NULL},
     {{"--quiet"}, "quiet", 1, NULL},
     {{"--log-steps"}, "log_steps", 1, NULL},
+    {{NULL}, "val_split", 0, NULL},
+    {{NULL}, "patience", 0, NULL},
+    {{NULL}, "save_best", 0, ""},
+    {{"--val-split", "0.1"}, "val_split", 0.1, NULL},
+    {{"--val-split", "0"}, "val_split", 0, NULL},
+    {{"--save-best", "best.st"}, "save_best", 0, "best.st"},
+    {{"--patience", "5"}, "patience", 5, NULL},
+    {{"eval", "--checkpoint", "m.st", "--per-class"}, "per_class", 1, NULL},
+    {{"eval", "--checkpoint", "m.st", "--confusion", "cm.json"}, "confusion", 0, "cm.json"},
     {{"--epochs", "2", "--"}, "epochs", 2, NULL},
     {{"--mode", "ssp", "--staleness", "3", "--gpus", "cpu:2", "--batch", "32"}, "staleness", 3,
      NULL},
@@ -356,6 +367,17 @@ static const bad_case BAD[] = {
     {{"--host-timeout", "soon"}, "--host-timeout", "'soon'"},
     {{"--stall-timeout", "nan"}, "--stall-timeout", "'nan'"},
     {{"--stall-timeout", "inf"}, "--stall-timeout", "'inf'"},
+    {{"--val-split", "1"}, "--val-split", "'1'"},
+    {{"--val-split", "-0.1"}, "--val-split", "'-0.1'"},
+    {{"--val-split", "x"}, "--val-split", "'x'"},
+    {{"--val-split", "nan"}, "--val-split", "'nan'"},
+    {{"--patience", "-1"}, "--patience", "-1"},
+    {{"--patience", "two"}, "--patience", "'two'"},
+    {{"--save-best", ""}, "--save-best", "''"},
+    {{"eval", "--checkpoint", "m.st", "--patience", "3"}, "--patience", "eval"},
+    {{"eval", "--checkpoint", "m.st", "--confusion", ""}, "--confusion", "''"},
+    {{"--per-class"}, "--per-class", "train"},
+    {{"predict", "--checkpoint", "m.st", "--confusion", "x.csv", "a.png"}, "--confusion", "predict"},
     {{"--resume", "a", "--init", "b"}, "--resume 'a'", "--init 'b'"},
     {{"--model", ""}, "--model", "''"},
     {{"--data", ""}, "--data", "''"},

@@ -1748,6 +1748,48 @@ static void test_many_classes(void)
     remove_tree(root);
 }
 
+/* --val-split: round(F n) samples held out, disjoint from the rest, each part in the training
+ * set's order, the same samples in every call (a fixed seed); sides left empty are refused. */
+static void test_val_split(void)
+{
+    const uint32_t n = 1000;
+    uint32_t held_first[150];
+    for (int round = 0; round < 2; round++) {
+        gt_data d;
+        gt_err e = {{0}};
+        memset(&d, 0, sizeof d);
+        d.train = (gt_dataset){.n = n, .c = 1, .h = 2, .w = 2, .nclasses = 10};
+        d.train.images = gt_alloc(n * 4);
+        d.train.labels = gt_alloc(n * sizeof *d.train.labels);
+        for (uint32_t i = 0; i < n; i++) {
+            memcpy(d.train.images + 4 * i, &i, 4); /* each sample's bytes say its index */
+            d.train.labels[i] = (uint16_t)(i % 10);
+        }
+        CHECK(gt_data_split_val(&d, 0.15, &e) == 0);
+        CHECK(d.val.n == 150 && d.train.n == 850 && d.val.c == 1 && d.val.nclasses == 10);
+        unsigned char seen[1000] = {0};
+        uint32_t prev = 0;
+        for (uint32_t k = 0; k < d.val.n + d.train.n; k++) {
+            const gt_dataset *s = k < d.val.n ? &d.val : &d.train;
+            uint32_t j = k < d.val.n ? k : k - d.val.n, i;
+            memcpy(&i, s->images + 4 * j, 4);
+            CHECK(i < n && !seen[i] && s->labels[j] == i % 10);
+            CHECK(j == 0 || i > prev); /* in order within each part */
+            seen[i] = 1;
+            prev = i;
+            if (k < d.val.n && round == 0)
+                held_first[k] = i;
+            else if (k < d.val.n)
+                CHECK(held_first[k] == i); /* the same samples held out again */
+        }
+        gt_data_free(&d);
+    }
+    gt_err e = {{0}};
+    CHECK(gt_data_val_check(10, 0.01, &e) != 0 && strstr(e.msg, "--val-split 0.01"));
+    CHECK(gt_data_val_check(10, 0.99, &e) != 0);
+    CHECK(gt_data_val_check(10, 0.1, &e) == 0 && gt_data_val_check(10, 0, &e) == 0);
+}
+
 int main(void)
 {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/gt_test_data_XXXXXX");
@@ -1781,6 +1823,7 @@ int main(void)
     test_norm_stats();
     test_norm_cpu_net();
     test_many_classes();
+    test_val_split();
     remove_tree(tmp_root);
     TEST_DONE();
 }

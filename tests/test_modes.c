@@ -2,8 +2,9 @@
  * sync over W workers equals one worker at W times the batch, ssp honours its staleness bound,
  * reads fresh parameters when its workers are balanced (on a simulated clock) and at 0 equals
  * sync, every mode learns, failed workers hand their data to the survivors, and
- * non-finite losses stop the run or are skipped. "Every mode" is every row of the modes table
- * (names.c) that CPU workers run, so a new mode is tested here without editing this file. Runs
+ * non-finite losses stop the run or are skipped; the CPU evaluate's per-sample predictions.
+ * "Every mode" is every row of the modes table (names.c) that CPU workers run, so a new mode is
+ * tested here without editing this file. Runs
  * under ThreadSanitizer in CI (GT_QUICK=1 shrinks the runs there). */
 #include "gputrain/cli.h"
 #include "gputrain/names.h"
@@ -511,6 +512,43 @@ static void test_every_evaluation_kept(void)
     free(o.res);
 }
 
+/* The CPU backend's evaluate with eval_pred: each sample of [lo, hi) gets its predicted class
+ * (nothing outside the range is written), the predictions' hits are the evaluation's count, and
+ * the loss is the one without predictions. */
+static void test_eval_predictions(void)
+{
+    gt_err e = {{0}};
+    gt_model m;
+    CHECK(gt_model_build(g_model, 1, 28, 28, 10, &m, &e) == 0);
+    gt_device *d;
+    CHECK(gt_cpu_device_open(&d, &m, 32, 0, &e) == 0);
+    gt_model_init_params(&m, d->params, 3);
+    const gt_dataset *t = &g_data.test;
+    uint32_t lo = 100, hi = t->n < 2300 ? t->n : 2300; /* past one evaluation chunk (1024) */
+    int32_t *pred = malloc(t->n * sizeof *pred);
+    for (uint32_t i = 0; i < t->n; i++)
+        pred[i] = -7;
+    gt_step_out plain = {0}, with = {0};
+    CHECK(d->ops->load_params(d, &e) == 0);
+    CHECK(d->ops->evaluate(d, t, lo, hi, &plain, &e) == 0);
+    d->eval_pred = pred;
+    CHECK(d->ops->evaluate(d, t, lo, hi, &with, &e) == 0);
+    d->eval_pred = NULL;
+    int hits = 0, bad = 0;
+    for (uint32_t i = 0; i < t->n; i++) {
+        if (i < lo || i >= hi) {
+            bad += pred[i] != -7;
+            continue;
+        }
+        bad += pred[i] < 0 || pred[i] >= 10;
+        hits += pred[i] == t->labels[i];
+    }
+    CHECK_MSG(bad == 0, "%d predictions out of range or outside [%u, %u)", bad, lo, hi);
+    CHECK(hits == with.correct && with.correct == plain.correct && with.loss_sum == plain.loss_sum);
+    gt_device_close(d);
+    free(pred);
+}
+
 int main(void)
 {
     const char *dir = gt_test_fmnist_dir();
@@ -535,6 +573,7 @@ int main(void)
     test_overlap();
     test_nan();
     test_every_evaluation_kept();
+    test_eval_predictions();
     gt_data_free(&g_data);
     TEST_DONE();
 }

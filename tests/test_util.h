@@ -98,11 +98,11 @@ static inline int gt_test_step_losses(const char *path, int shares, double *out,
     while (f && fgets(line, sizeof line, f)) {
         unsigned step, epoch;
         double loss;
-        const char *s = strstr(line, "\"step\":"), *l = strstr(line, "\"loss\":");
+        const char *s = strstr(line, "\"epoch_step\":"), *l = strstr(line, "\"loss\":");
         const char *ep = strstr(line, "\"epoch\":");
         if (!strstr(line, "\"type\":\"step\"") || !s || !l || !ep)
             continue;
-        if (sscanf(s, "\"step\":%u", &step) == 1 && sscanf(l, "\"loss\":%lf", &loss) == 1 &&
+        if (sscanf(s, "\"epoch_step\":%u", &step) == 1 && sscanf(l, "\"loss\":%lf", &loss) == 1 &&
             sscanf(ep, "\"epoch\":%u", &epoch) == 1 && epoch == 1 && step < (unsigned)max &&
             cnt[step] < MAX_SHARES)
             loss_of[step][cnt[step]++] = loss;

@@ -464,6 +464,10 @@ for model in "${model_list[@]}"; do
         if [ "$parallel" -eq 1 ] && [ "$backend" = gpu ]; then slots=$((ngpus / w)); fi
         for label in "${run_labels[@]}"; do
             mapfile -t flags < <(mode_flags "$label")
+            # --eval-every counts the run's steps: a clock of every worker's batch, but in hogwild
+            # one worker's batch, so hogwild's evaluations fall at the same samples at every w
+            run_every=$every
+            case "$label" in hogwild*) run_every=$((every * w)) ;; esac
             for seed in "${seed_list[@]}"; do
                 i=$((i + 1))
                 id=${model}__${label}__w${w}__s${seed}
@@ -475,7 +479,7 @@ for model in "${model_list[@]}"; do
                 fi
                 [ "$dry_run" -eq 1 ] || take_slot "$slots"
                 cmd=("$bin" --gpus "$(device_list "$w" "$slot")" "${flags[@]}" --model "$model" --epochs "$epochs"
-                    --seed "$seed" --eval-every "$every"
+                    --seed "$seed" --eval-every "$run_every"
                     --data "$data" --log "$base.jsonl" --quiet --no-progress)
                 [ -z "$train_samples" ] || cmd+=(--train-samples "$train_samples")
                 if [ "$dry_run" -eq 1 ]; then

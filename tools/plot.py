@@ -7,8 +7,9 @@ Usage: tools/plot.py [--out FILE.png] [--title T] RUN.jsonl...
                      [--ymin V] [--ymax V] [--chance C] SERIES...
 
 With RUN.jsonl files (gputrain --log): train and test loss on the left, train and test accuracy on
-the right (chance marked), against epochs (samples / training-set size), one pair of lines per run;
---out defaults to the first log's name with .png.
+the right (chance marked), against epochs (samples / training-set size), one pair of lines per run
+(and a third, validation, for a run with --val-split); --out defaults to the first log's name with
+.png.
 
 Each SERIES is LABEL=FILE.csv:XCOL:YCOL or LABEL=FILE.csv:XCOL:YCOL:YLOCOL:YHICOL (a shaded band,
 e.g. min-max over seeds). The CSV has a header row; columns are found by name; rows with an empty X
@@ -143,7 +144,7 @@ def read_log(path):
     """(x in epochs, {column: values}, class count) of a gputrain --log file's eval records."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from jsonl2csv import parse_line
-    cols = ("train_loss", "test_loss", "train_acc", "test_acc")
+    cols = ("train_loss", "test_loss", "val_loss", "train_acc", "test_acc", "val_acc")
     xs, ys, epoch_n, nclasses, last = [], {c: [] for c in cols}, 0, 10, None
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -172,14 +173,17 @@ def plot_logs(a, paths):
 
     runs = [(os.path.basename(p)[: -len(".jsonl")], *read_log(p)) for p in paths]
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), dpi=100)
-    colour = colours(2 * len(runs))
+    colour = colours(3 * len(runs))
     notes = []
-    for ax, (what, cols) in zip(axes, (("loss", ("train_loss", "test_loss")), ("accuracy", ("train_acc", "test_acc")))):
+    for ax, (what, cols) in zip(axes, (("loss", ("train_loss", "test_loss", "val_loss")),
+                                       ("accuracy", ("train_acc", "test_acc", "val_acc")))):
         chance = 1 / max(r[3] for r in runs) if what == "accuracy" else None
         for i, (name, xs, ys, _) in enumerate(runs):
             for j, c in enumerate(cols):
+                if all(math.isnan(v) for v in ys[c]):
+                    continue  # val_*: a run without --val-split
                 label = c.replace("_", " ") if len(runs) == 1 else f"{name} {c.split('_')[0]}"
-                note = draw_series(ax, label, [xs, ys[c]], colour[2 * i + j], MARKERS[j], argparse.Namespace(chance=chance),
+                note = draw_series(ax, label, [xs, ys[c]], colour[3 * i + j], MARKERS[j], argparse.Namespace(chance=chance),
                                    -math.inf, math.inf)
                 notes += [note] if note else []
         if chance:

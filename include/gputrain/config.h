@@ -101,7 +101,13 @@ typedef struct gt_config {
     int store_step;               /* --store-step: the store in every step, never the device step */
     int overlap_predict;          /* --overlap: step k+1 starts from its pulled parameters minus
                                      step k's plain SGD step (recipe.c; off with --literal) */
-    int eval_every;               /* steps (per worker clock); 0 = end of each epoch only */
+    int eval_every;               /* at multiples of this many of the run's steps (optimizer
+                                     updates); 0 = end of each epoch only */
+    double val_split;             /* fraction of the training samples held out for validation
+                                     (gt_data_split_val); 0 = none */
+    char save_best[GT_PATHLEN];   /* checkpoint written whenever the monitored accuracy (val's,
+                                     else test's) improves; "" = none */
+    int patience;                 /* stop after this many evaluations without improvement; 0 = never */
 
     char log_path[GT_PATHLEN];    /* JSONL, "" = none */
     int log_steps;                /* also log every step's loss (for exact-resume checks) */
@@ -133,6 +139,9 @@ typedef struct gt_config {
     /* eval and predict */
     int ignore_classes;           /* eval, predict: use a checkpoint whose class names differ */
     int top;                      /* predict: classes printed per image */
+    int per_class;                /* eval: the per-class accuracy table */
+    char confusion[GT_PATHLEN];   /* eval: the confusion matrix's file (CSV, or JSON by its
+                                     .json ending); "" = none */
     int nitems;                   /* predict: image files and IDX ranges, in command-line order */
     const char *items[GT_MAX_ITEMS]; /* pointers into argv */
 } gt_config;

@@ -34,6 +34,7 @@ typedef struct gt_dataset {
 
 typedef struct gt_data {
     gt_dataset train, test;
+    gt_dataset val;              /* --val-split: held out of the training set (n 0: none) */
     char dir[GT_PATHLEN];        /* where it was loaded from */
     char format[16];             /* "idx", "folder", "cifar10", "cifar100" or "synthetic" */
     gt_class_name *class_names;  /* train.nclasses names, gt_alloc'd (gt_data_free frees them):
@@ -56,6 +57,12 @@ int gt_data_load(const char *dir, uint32_t train_limit, gt_data *out, gt_err *e)
 int gt_data_load_sized(const char *dir, uint32_t train_limit, const int *size, gt_data *out,
                        gt_err *e);
 void gt_data_free(gt_data *d);
+/* --val-split (data_split.c): moves round(frac x n) training samples, chosen by a shuffle under a
+ * fixed seed (the same in every run), into d->val; both keep their order. frac 0 does nothing; a
+ * split that leaves either side empty is refused. The fingerprint stays the whole data's. */
+int gt_data_split_val(gt_data *d, double frac, gt_err *e);
+/* The refusal alone: 0 where frac of n training samples leaves both sides a sample (or frac 0). */
+int gt_data_val_check(uint32_t n, double frac, gt_err *e);
 
 /* The CRC-32 of n labels as the fingerprint takes them: one byte a label where nclasses <= 256
  * (the bytes of the files themselves, so fingerprints are what they were when labels were bytes),

@@ -51,7 +51,8 @@ typedef struct gt_device_ops {
     /* Forward and backward of one batch on the loaded parameters; the gradient of the mean loss
      * lands in d->grad. */
     int (*train_step)(gt_device *d, const gt_batch *b, gt_step_out *out, gt_err *e);
-    /* Loss and hits over samples [lo, hi) of ds on the loaded parameters (no dropout). */
+    /* Loss and hits over samples [lo, hi) of ds on the loaded parameters (no dropout); with
+     * d->eval_pred set, also each sample's predicted class (its first largest logit). */
     int (*evaluate)(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32_t hi, gt_step_out *out,
                     gt_err *e);
     /* Optional (NULL if absent): the overlapped hogwild step (--overlap). step_begin does what
@@ -108,6 +109,8 @@ struct gt_device {
                             batch statistics (without keep_grad); NULL when the model has none */
     int keep_grad;       /* train_step leaves the gradient on the device (allreduce mode) */
     const gt_predict *predict; /* step_begin's weight prediction (--overlap), NULL: none */
+    int32_t *eval_pred;  /* host, NULL: none; evaluate writes eval_pred[i], sample i's argmax
+                            class, for each i of its [lo, hi) (indexed like the dataset) */
     void *impl;          /* backend state */
 };
 

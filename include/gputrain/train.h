@@ -20,6 +20,7 @@ typedef struct gt_eval_point {
     double wall_s;
     double train_loss, train_acc; /* since the previous point */
     double test_loss, test_acc;
+    double val_loss, val_acc;     /* --val-split's held-out samples; NAN without */
 } gt_eval_point;
 
 typedef struct gt_worker_stats {
@@ -57,6 +58,11 @@ typedef struct gt_run_result {
     int interrupted;              /* signal number that stopped the run, 0 if none */
     char checkpoint_written[GT_PATHLEN];
     double final_test_acc, final_test_loss;
+    double best_acc;              /* the best monitored accuracy (val's with --val-split, else
+                                     test's); -1 before any evaluation */
+    uint64_t best_step;           /* the run's step it was reached at */
+    int stopped_early;            /* --patience: evaluations without improvement that stopped it */
+    char best_written[GT_PATHLEN];/* --save-best: the file, once written */
 } gt_run_result;
 
 /* Where a run starts: fresh (epoch 0, no state) or from a checkpoint. */
