@@ -122,12 +122,12 @@ void jobs_post_due_locked(run *r, uint64_t step_in_epoch)
 
 /* Loss and accuracy of a snapshot on the test set and, with --val-split, the held-out samples,
  * on the calling thread's own device. */
-static int evaluate_snapshot(run *r, const float *params, gt_eval_point *p, gt_err *e)
+static int evaluate_snapshot(run *r, const job *j, gt_eval_point *p, gt_err *e)
 {
     gt_device *d = r->evaluator;
     const gt_dataset *sets[2] = {&r->data->test, &r->data->val};
     double *out[2][2] = {{&p->test_loss, &p->test_acc}, {&p->val_loss, &p->val_acc}};
-    memcpy(d->params, params, r->n * sizeof(float));
+    memcpy(d->params, j->params, r->n * sizeof(float));
     if (j->buffers)
         memcpy(d->buffers, j->buffers, r->m->nbuffers * sizeof(float));
     if (d->ops->load_params(d, e) != 0)
@@ -255,7 +255,7 @@ int jobs_handle(run *r, job *j, gt_run_result *res, gt_err *e)
             p.test_loss = j->test_loss;
             p.test_acc = j->test_acc;
         } else {
-            rc = evaluate_snapshot(r, j->params, &p, e);
+            rc = evaluate_snapshot(r, j, &p, e);
         }
         if (rc == 0)
             rc = result_add_point(res, &p, e);
