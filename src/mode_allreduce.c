@@ -160,8 +160,12 @@ static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t
  * own context on the same GPU), which overlaps the training instead. */
 static int allreduce_on_replicas(const run *r)
 {
-    /* --val-split and --save-best go to the evaluator: the held-out set, a copy to save */
-    return r->W > 1 && !allreduce_is_local(r) && r->data->val.n == 0 && !r->cfg->save_best[0];
+    /* --val-split and --save-best go to the evaluator: the held-out set, a copy to save; so
+     * does a model with batch norm, whose replicas each hold the running statistics of their
+     * own batches: the run's are replica 0's (what checkpoints keep), which the evaluator gets
+     * with the parameters, so that every evaluation is of what a checkpoint would hold */
+    return r->W > 1 && !allreduce_is_local(r) && r->data->val.n == 0 && !r->cfg->save_best[0] &&
+           r->m->nbuffers == 0;
 }
 
 /* The replica's share of an evaluation: test samples [n k / W, n (k + 1) / W) for worker k, on
