@@ -976,31 +976,14 @@ static int cuda_plan_fused(gt_device *d, cuda_impl *g, gt_err *e)
     return 0;
 }
 
-/* Each block marker's nesting depth (its gradient buffer), checking the markers pair up as
- * model.c sets them. */
+/* Each block marker's nesting depth (its gradient buffer), the markers checked as the CPU network
+ * checks them. */
 static int cuda_block_depths(const gt_model *m, int *depth, int ordinal, gt_err *e)
 {
-    int open = 0;
-    for (int l = 0; l < m->nlayers; l++) {
-        const gt_layer *L = &m->layers[l];
-        int ok = 1;
-        depth[l] = 0;
-        if (L->kind == GT_RES_BEGIN) {
-            ok = open < GT_MAX_BLOCK_DEPTH && L->peer > l && L->peer < m->nlayers;
-            depth[l] = open++;
-        } else if (L->kind == GT_RES_SPLIT) {
-            ok = open > 0 && L->peer >= 0 && L->peer < l;
-            depth[l] = open - 1;
-        } else if (L->kind == GT_RES_END) {
-            ok = open > 0 && L->peer >= 0 && L->peer < l;
-            depth[l] = --open;
-        }
-        if (!ok)
-            return gt_fail(e, "gpu:%d: model %s: layer %d: residual block markers out of order",
-                           ordinal, m->name, l);
-    }
-    if (open)
-        return gt_fail(e, "gpu:%d: model %s: a residual block is not closed", ordinal, m->name);
+    gt_err why;
+    memset(depth, 0, GT_MAX_LAYERS * sizeof *depth);
+    if (gt_model_block_depths(m, depth, &why) != 0)
+        return gt_fail(e, "gpu:%d: %s", ordinal, why.msg);
     return 0;
 }
 

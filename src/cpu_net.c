@@ -20,37 +20,6 @@ static void *net_alloc(size_t count, size_t per, size_t elem)
     return gt_alloc(bytes);
 }
 
-/* The blocks nest and their markers point at each other as model.c sets them (model.h's peer);
- * depth[l] is the nesting depth of each marker's block, which picks its gradient buffer. */
-static int net_check_blocks(const gt_model *m, int *depth, gt_err *e)
-{
-    int open[GT_MAX_BLOCK_DEPTH], split[GT_MAX_BLOCK_DEPTH], d = 0;
-    for (int l = 0; l < m->nlayers; l++) {
-        const gt_layer *L = &m->layers[l];
-        int ok = 1;
-        if (L->kind == GT_RES_BEGIN) {
-            ok = d < GT_MAX_BLOCK_DEPTH && L->peer > l && L->peer < m->nlayers &&
-                 m->layers[L->peer].kind == GT_RES_END;
-            if (ok)
-                open[d] = l, split[d] = -1, depth[l] = d++;
-        } else if (L->kind == GT_RES_SPLIT) {
-            ok = d > 0 && split[d - 1] < 0 && L->peer == open[d - 1];
-            if (ok)
-                split[d - 1] = l, depth[l] = d - 1;
-        } else if (L->kind == GT_RES_END) {
-            ok = d > 0 && m->layers[open[d - 1]].peer == l &&
-                 L->peer == (split[d - 1] >= 0 ? split[d - 1] : open[d - 1]);
-            if (ok)
-                depth[l] = --d;
-        }
-        if (!ok)
-            return gt_fail(e, "model %s: layer %d: residual block markers out of order", m->name, l);
-    }
-    if (d)
-        return gt_fail(e, "model %s: a residual block is not closed", m->name);
-    return 0;
-}
-
 /* A parameter or buffer range [off, off + len) inside an array of total floats. */
 static int net_range_ok(size_t off, size_t len, size_t total)
 {
@@ -65,7 +34,7 @@ static int net_check_model(const gt_model *m, int *depth, gt_err *e)
     if (m->nlayers < 1 || m->nlayers > GT_MAX_LAYERS)
         return gt_fail(e, "model %s: %d layers (expected 1 to %d)", m->name, m->nlayers,
                        GT_MAX_LAYERS);
-    if (net_check_blocks(m, depth, e))
+    if (gt_model_block_depths(m, depth, e))
         return -1;
     if (m->norm.on && (m->in_c > GT_NORM_MAX_C || m->in_c < 1))
         return gt_fail(e, "model %s: %d input channels to normalise (at most %d)", m->name,

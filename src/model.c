@@ -706,6 +706,35 @@ void gt_model_fold_stats(const gt_model *m, float *buffers, const float *stats)
     }
 }
 
+int gt_model_block_depths(const gt_model *m, int *depth, gt_err *e)
+{
+    int open[GT_MAX_BLOCK_DEPTH], split[GT_MAX_BLOCK_DEPTH], d = 0;
+    for (int l = 0; l < m->nlayers; l++) {
+        const gt_layer *L = &m->layers[l];
+        int ok = 1;
+        if (L->kind == GT_RES_BEGIN) {
+            ok = d < GT_MAX_BLOCK_DEPTH && L->peer > l && L->peer < m->nlayers &&
+                 m->layers[L->peer].kind == GT_RES_END;
+            if (ok)
+                open[d] = l, split[d] = -1, depth[l] = d++;
+        } else if (L->kind == GT_RES_SPLIT) {
+            ok = d > 0 && split[d - 1] < 0 && L->peer == open[d - 1];
+            if (ok)
+                split[d - 1] = l, depth[l] = d - 1;
+        } else if (L->kind == GT_RES_END) {
+            ok = d > 0 && m->layers[open[d - 1]].peer == l &&
+                 L->peer == (split[d - 1] >= 0 ? split[d - 1] : open[d - 1]);
+            if (ok)
+                depth[l] = --d;
+        }
+        if (!ok)
+            return gt_fail(e, "model %s: layer %d: residual block markers out of order", m->name, l);
+    }
+    if (d)
+        return gt_fail(e, "model %s: a residual block is not closed", m->name);
+    return 0;
+}
+
 static const gt_tensor_info *tensor_find(const gt_tensor_info *t, int n, const char *name)
 {
     if (!name)

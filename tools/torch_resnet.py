@@ -42,12 +42,10 @@ cumulative training seconds when the test accuracy first reached it, or null}, t
 parameters, card. Exit status 2 on a command-line error.
 """
 import argparse
-import gzip
 import json
 import math
 import os
 import statistics
-import struct
 import sys
 import time
 
@@ -59,7 +57,8 @@ try:
 except ImportError:  # --help, the argument checks and gputrain_spec work without them
     torch = None
 
-DATA_DIRS = ("datasets/fashion-mnist", "/usr/share/datasets/fashion-mnist")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_lenet import DATA_DIRS, load_fmnist  # noqa: E402  (the one IDX reader of the references)
 # (stem width, [(channels, blocks, first stride) per stage]) of each model.
 ARCHS = {
     "resnet20": (16, [(16, 3, 1), (32, 3, 2), (64, 3, 2)]),
@@ -88,24 +87,6 @@ def gputrain_spec(name, nclasses=10):
             toks += ["]", "relu"]
             c_in = c
     return " ".join(toks + ["gap", f"fc:{nclasses}"])
-
-
-def load_idx(path):
-    """An IDX file (gzip or plain): big-endian magic with the dimension count in its last byte, then
-    sizes."""
-    import numpy as np
-    with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
-        raw = f.read()
-    ndim = raw[3]
-    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
-def load_fmnist(folder):
-    """(train images, train labels, test images, test labels) as uint8 numpy arrays."""
-    names = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
-             "t10k-labels-idx1-ubyte.gz")
-    return tuple(load_idx(os.path.join(folder, n)) for n in names)
 
 
 if torch is not None:

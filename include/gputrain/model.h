@@ -149,6 +149,12 @@ void gt_model_init_buffers(const gt_model *m, float *buffers);
  * plus one. The parameter store calls it for every step a worker pushes. */
 void gt_model_fold_stats(const gt_model *m, float *buffers, const float *stats);
 
+/* Checks that the residual blocks nest and their markers point at each other as the builder
+ * sets them (peer), and gives each marker's block nesting depth in depth[l] (0 outermost), which
+ * picks a backend's gradient buffer for the block; other layers' entries are left alone. -1 with
+ * a message naming the model and layer. */
+int gt_model_block_depths(const gt_model *m, int *depth, gt_err *e);
+
 /* Parameter tensor by name, or NULL. */
 const gt_tensor_info *gt_model_tensor(const gt_model *m, const char *name);
 /* Buffer tensor by name, or NULL. */
