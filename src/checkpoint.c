@@ -853,10 +853,11 @@ static int ckpt_read_tensors(const ckpt_file *cf, const gt_model *m, int want, f
     }
     for (size_t i = 0; i < nb && !(flags & GT_CKPT_ALLOW_NONFINITE); i++)
         if (!isfinite(bstage[i])) {
+            int nan = isnan(bstage[i]);
             gt_free(stage);
             return gt_fail(e, "checkpoint %s: a batch-norm buffer holds %s at %zu "
                            "(--allow-nonfinite loads it)", cf->path,
-                           isnan(bstage[i]) ? "NaN" : "an infinite value", i);
+                           nan ? "NaN" : "an infinite value", i);
         }
     if (buffers && nb)
         memcpy(buffers, bstage, nb * sizeof(float));
