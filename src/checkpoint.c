@@ -33,8 +33,12 @@
 /* A name's worst bytes in the header: each of 31 control bytes is \u00XX in the array, its
  * backslash escaped again in the header string, plus its quotes (escaped) and comma. */
 #define CKPT_NAME_WORST (7 * (GT_CKPT_NAMELEN - 1) + 5)
+/* The largest header a save writes: Python's safetensors refuses more than 100,000,000 bytes,
+ * a little under what gputrain's reader accepts (GT_ST_MAX_HEADER). */
+#define CKPT_MAX_HEADER 100000000ull
+_Static_assert(CKPT_MAX_HEADER <= GT_ST_MAX_HEADER, "a header saved must be one gputrain reads");
 _Static_assert((unsigned long long)GT_CKPT_MAX_CLASSES * CKPT_NAME_WORST + (4ull << 20) <
-                   GT_ST_MAX_HEADER,
+                   CKPT_MAX_HEADER,
                "the most class names must fit the header limit beside the tensors' entries");
 
 /* How many state arrays an optimizer keeps and their torch.optim names, from its row (optim.h);
@@ -358,9 +362,9 @@ int gt_ckpt_save(const char *path, const gt_model *m, const float *params,
     }
     if (!sv.header)
         gt_fail(e, "cannot save checkpoint %s: out of memory", path);
-    else if (sv.hlen > GT_ST_MAX_HEADER)
-        gt_fail(e, "cannot save checkpoint %s: its header would be %zu bytes, over the %llu a "
-                "reader accepts", path, sv.hlen, (unsigned long long)GT_ST_MAX_HEADER);
+    else if (sv.hlen > CKPT_MAX_HEADER)
+        gt_fail(e, "cannot save checkpoint %s: its header would be %zu bytes, over the %llu "
+                "safetensors readers accept", path, sv.hlen, CKPT_MAX_HEADER);
     else
         rc = gt_atomic_write(path, "checkpoint", ckpt_fill, &sv,
                              ckpt_same_state(path, meta, &sv) ? 0 : keep, e);

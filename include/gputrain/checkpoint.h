@@ -32,9 +32,9 @@
  * free). A save writes meta->nnames names from meta->class_names, an array the caller keeps (the
  * data's, gt_data.class_names). gt_ckpt_read_meta and gt_ckpt_load check the file's names and
  * set nnames to their count (nclasses, or 0 for a file without names) but class_names to NULL;
- * gt_ckpt_read_names returns them in an array of the caller's. The header reader's limit
- * (GT_ST_MAX_HEADER) holds GT_CKPT_MAX_CLASSES names of any 31 bytes; a save whose header would
- * not fit is refused. */
+ * gt_ckpt_read_names returns them in an array of the caller's. A header holds GT_CKPT_MAX_CLASSES
+ * names of any 31 bytes (at worst about 15 MB) within the 100,000,000 bytes Python's safetensors
+ * reads (gputrain's reader: GT_ST_MAX_HEADER); a save whose header would be larger is refused. */
 #ifndef GT_CHECKPOINT_H
 #define GT_CHECKPOINT_H
 
