@@ -28,6 +28,18 @@
 #define CKPT_CRC_KEY "header_crc32"
 #define CKPT_CRC_HOLE "\"" CKPT_CRC_KEY "\":\"00000000\""
 #define CKPT_MAX_KEEP GT_MAX_KEEP      /* as many as --keep accepts */
+#define CKPT_OLD_NAMES 256 /* names written as "classes", which older gputrains read; more go to
+                            * "class_names", which they ignore (they refuse more in "classes") */
+/* A name's worst bytes in the header: each of 31 control bytes is \u00XX in the array, its
+ * backslash escaped again in the header string, plus its quotes (escaped) and comma. */
+#define CKPT_NAME_WORST (7 * (GT_CKPT_NAMELEN - 1) + 5)
+/* The largest header a save writes: Python's safetensors refuses more than 100,000,000 bytes,
+ * a little under what gputrain's reader accepts (GT_ST_MAX_HEADER). */
+#define CKPT_MAX_HEADER 100000000ull
+_Static_assert(CKPT_MAX_HEADER <= GT_ST_MAX_HEADER, "a header saved must be one gputrain reads");
+_Static_assert((unsigned long long)GT_CKPT_MAX_CLASSES * CKPT_NAME_WORST + (4ull << 20) <
+                   CKPT_MAX_HEADER,
+               "the most class names must fit the header limit beside the tensors' entries");
 
 /* How many state arrays an optimizer keeps and their torch.optim names, from its row (optim.h);
  * -1 when unknown. */
@@ -187,7 +199,7 @@ static void ckpt_list_meta(ckpt_save *sv, const gt_model *m, const gt_ckpt_meta 
     snprintf(sv->fingerprint, sizeof sv->fingerprint, "%08" PRIx32, meta->data_fingerprint);
     ckpt_kv(sv, "data_fingerprint", sv->fingerprint);
     if (sv->classes)
-        ckpt_kv(sv, "classes", sv->classes);
+        ckpt_kv(sv, meta->nnames <= CKPT_OLD_NAMES ? "classes" : "class_names", sv->classes);
     if (meta->resized)
         ckpt_kv(sv, "resize_images", "1");
     if (m->norm.on) {
@@ -222,16 +234,27 @@ static char *ckpt_classes_json(const gt_ckpt_meta *meta)
     return out;
 }
 
+static int ckpt_check_name_list(const char *path, const gt_class_name *names, int n, gt_err *e);
+
 /* Class names, when given: one per class, each 1..GT_CKPT_NAMELEN-1 bytes of UTF-8. */
 static int ckpt_check_names(const char *path, const gt_ckpt_meta *meta, int nclasses, gt_err *e)
 {
     if (meta->nnames == 0)
         return 0;
-    if (meta->nnames != nclasses || meta->nnames > GT_CKPT_MAX_CLASSES)
-        return gt_fail(e, "checkpoint %s: %d class names for %d classes", path, meta->nnames,
-                       nclasses);
-    for (int k = 0; k < meta->nnames; k++) {
-        const char *name = meta->class_names[k];
+    if (meta->nnames != nclasses || meta->nnames > GT_CKPT_MAX_CLASSES || meta->nnames < 0)
+        return gt_fail(e, "checkpoint %s: %d class names for %d classes (at most %d)", path,
+                       meta->nnames, nclasses, GT_CKPT_MAX_CLASSES);
+    if (!meta->class_names)
+        return gt_fail(e, "checkpoint %s: %d class names to save and no array of them", path,
+                       meta->nnames);
+    return ckpt_check_name_list(path, meta->class_names, meta->nnames, e);
+}
+
+/* Each name 1..GT_CKPT_NAMELEN-1 bytes of UTF-8. */
+static int ckpt_check_name_list(const char *path, const gt_class_name *names, int n, gt_err *e)
+{
+    for (int k = 0; k < n; k++) {
+        const char *name = names[k];
         if (!name[0] || !ckpt_terminated(name, GT_CKPT_NAMELEN) || !gt_utf8_valid(name))
             return gt_fail(e, "checkpoint %s: class name %d is empty, too long or not UTF-8",
                            path, k);
@@ -339,6 +362,9 @@ int gt_ckpt_save(const char *path, const gt_model *m, const float *params,
     }
     if (!sv.header)
         gt_fail(e, "cannot save checkpoint %s: out of memory", path);
+    else if (sv.hlen > CKPT_MAX_HEADER)
+        gt_fail(e, "cannot save checkpoint %s: its header would be %zu bytes, over the %llu "
+                "safetensors readers accept", path, sv.hlen, CKPT_MAX_HEADER);
     else
         rc = gt_atomic_write(path, "checkpoint", ckpt_fill, &sv,
                              ckpt_same_state(path, meta, &sv) ? 0 : keep, e);
@@ -361,12 +387,14 @@ typedef struct ckpt_file {
     gt_st_file st;
     ckpt_slot *slots; /* parallel to st.entries */
     gt_ckpt_meta meta;
+    gt_class_name *names; /* meta.nnames class names, malloc'd; NULL where none */
 } ckpt_file;
 
 static void ckpt_close(ckpt_file *cf)
 {
     gt_st_close(&cf->st);
     free(cf->slots);
+    free(cf->names);
 }
 
 /* Digits only, no sign, no leading zero: the end of the number, or NULL. */
@@ -471,36 +499,43 @@ static int ckpt_parse_in_shape(const ckpt_file *cf, gt_ckpt_meta *meta, gt_err *
     return 0;
 }
 
-/* "classes", when present: a JSON array of nclasses strings, each a valid class name. */
-static int ckpt_parse_classes(const ckpt_file *cf, gt_ckpt_meta *mt, gt_err *e)
+/* "classes" (up to CKPT_OLD_NAMES names) or "class_names" (more), at most one of them: a JSON
+ * array of nclasses strings, each a valid class name, kept in cf->names. */
+static int ckpt_parse_classes(ckpt_file *cf, gt_ckpt_meta *mt, gt_err *e)
 {
-    const char *s = ckpt_meta_str(cf, "classes");
+    const char *old = ckpt_meta_str(cf, "classes"), *many = ckpt_meta_str(cf, "class_names");
+    const char *key = many ? "class_names" : "classes", *s = many ? many : old;
     mt->nnames = 0;
+    mt->class_names = NULL;
     if (!s)
         return 0;
     size_t len = strlen(s);
-    char *text = len <= (size_t)GT_CKPT_MAX_CLASSES * 6 * GT_CKPT_NAMELEN ? malloc(len + 1) : NULL;
+    int fits = mt->nclasses <= (many ? GT_CKPT_MAX_CLASSES : CKPT_OLD_NAMES) &&
+               (many ? mt->nclasses > CKPT_OLD_NAMES : 1) && !(old && many);
+    char *text = fits && len <= (size_t)mt->nclasses * (6 * GT_CKPT_NAMELEN + 3) + 2
+                     ? malloc(len + 1) : NULL;
+    cf->names = fits ? malloc((size_t)mt->nclasses * sizeof *cf->names) : NULL;
     gt_json_doc d = {0};
     int rc = -1;
-    if (text) {
+    if (text && cf->names) {
         memcpy(text, s, len + 1);
         rc = gt_json_parse(&d, text, len) == 0 && d.nodes[0].type == GT_JSON_ARRAY &&
-                     d.nodes[0].count == mt->nclasses && mt->nclasses <= GT_CKPT_MAX_CLASSES
-                 ? 0 : -1;
+                     d.nodes[0].count == mt->nclasses ? 0 : -1;
     }
     for (int c = rc == 0 ? d.nodes[0].child : -1, k = 0; c >= 0; c = d.nodes[c].next, k++) {
         if (d.nodes[c].type != GT_JSON_STRING || strlen(d.nodes[c].str) >= GT_CKPT_NAMELEN) {
             rc = -1;
             break;
         }
-        snprintf(mt->class_names[k], GT_CKPT_NAMELEN, "%s", d.nodes[c].str);
+        snprintf(cf->names[k], GT_CKPT_NAMELEN, "%s", d.nodes[c].str);
     }
     gt_json_free(&d);
     free(text);
-    mt->nnames = rc == 0 ? mt->nclasses : 0;
-    if (rc != 0 || ckpt_check_names(cf->path, mt, mt->nclasses, e) != 0)
-        return gt_fail(e, "checkpoint %s: metadata \"classes\" is not a list of %d class names "
-                       "of 1..%d bytes", cf->path, mt->nclasses, GT_CKPT_NAMELEN - 1);
+    if (rc != 0 || ckpt_check_name_list(cf->path, cf->names, mt->nclasses, e) != 0)
+        return gt_fail(e, "checkpoint %s: metadata \"%s\" is not a list of %d class names "
+                       "of 1..%d bytes%s", cf->path, key, mt->nclasses, GT_CKPT_NAMELEN - 1,
+                       old && many ? " (it has both \"classes\" and \"class_names\")" : "");
+    mt->nnames = mt->nclasses;
     return 0;
 }
 
@@ -822,10 +857,11 @@ static int ckpt_read_tensors(const ckpt_file *cf, const gt_model *m, int want, f
     }
     for (size_t i = 0; i < nb && !(flags & GT_CKPT_ALLOW_NONFINITE); i++)
         if (!isfinite(bstage[i])) {
+            int nan = isnan(bstage[i]);
             gt_free(stage);
             return gt_fail(e, "checkpoint %s: a batch-norm buffer holds %s at %zu "
                            "(--allow-nonfinite loads it)", cf->path,
-                           isnan(bstage[i]) ? "NaN" : "an infinite value", i);
+                           nan ? "NaN" : "an infinite value", i);
         }
     if (buffers && nb)
         memcpy(buffers, bstage, nb * sizeof(float));
@@ -871,13 +907,24 @@ int gt_ckpt_load(const char *path, const gt_model *m, float *params, float *buff
 
 int gt_ckpt_read_meta(const char *path, gt_ckpt_meta *meta, gt_err *e)
 {
+    return gt_ckpt_read_names(path, meta, NULL, e);
+}
+
+int gt_ckpt_read_names(const char *path, gt_ckpt_meta *meta, gt_class_name **names, gt_err *e)
+{
     ckpt_file cf;
+    if (names)
+        *names = NULL;
     if (!path)
         return gt_fail(e, "checkpoint: no path");
     if (ckpt_open(&cf, path, e) != 0)
         return -1;
     if (meta)
         *meta = cf.meta;
+    if (names) {
+        *names = cf.names;
+        cf.names = NULL;
+    }
     ckpt_close(&cf);
     return 0;
 }

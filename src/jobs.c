@@ -166,10 +166,9 @@ static int jobs_write_checkpoint_to(run *r, const job *j, const char *path, int 
     meta.seed = cfg->seed;
     meta.data_fingerprint = r->data->fingerprint;
     meta.resized = cfg->image_size[0] > 0;
-    /* Names for up to GT_CKPT_MAX_CLASSES classes; a checkpoint of more holds none. */
-    meta.nnames = r->m->nclasses <= GT_CKPT_MAX_CLASSES ? r->m->nclasses : 0;
-    for (int k = 0; k < meta.nnames; k++)
-        memcpy(meta.class_names[k], r->data->class_names[k], GT_CKPT_NAMELEN);
+    /* The data's class names, borrowed for the save (a data set has at most GT_CKPT_MAX_CLASSES). */
+    meta.nnames = r->data->class_names ? r->m->nclasses : 0;
+    meta.class_names = r->data->class_names;
     meta.wall_ms = (uint64_t)llround(j->wall * 1e3);
     meta.batch = (uint64_t)r->batch;
     meta.workers = (uint64_t)r->Wg;

@@ -320,9 +320,9 @@ static unsigned ckpt_flags(const gt_config *c)
 
 /* The model a checkpoint was written for, on this data. */
 static int model_from_checkpoint(const char *path, const gt_data *d, gt_model *m, gt_ckpt_meta *meta,
-                                 gt_err *e)
+                                 gt_class_name **names, gt_err *e)
 {
-    if (gt_ckpt_read_meta(path, meta, e) != 0)
+    if (gt_ckpt_read_names(path, meta, names, e) != 0)
         return -1;
     if (meta->in_c != d->train.c || meta->in_h != d->train.h || meta->in_w != d->train.w ||
         meta->nclasses != d->train.nclasses)
@@ -359,12 +359,17 @@ static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
 {
     gt_model m;
     gt_ckpt_meta meta;
-    if (model_from_checkpoint(c->checkpoint, d, &m, &meta, e) != 0 ||
-        gt_predict_check_classes(c->checkpoint, &meta, d, c->ignore_classes, stderr, e) != 0)
+    gt_class_name *names = NULL; /* the checkpoint's, checked against the data's */
+    int rc = model_from_checkpoint(c->checkpoint, d, &m, &meta, &names, e);
+    if (rc == 0)
+        rc = gt_predict_check_classes(c->checkpoint, names, names ? meta.nnames : 0, d,
+                                      c->ignore_classes, stderr, e);
+    free(names);
+    if (rc != 0)
         return -1;
     gt_device *devs[GT_MAX_WORKERS] = {0}, *ev = NULL;
     int n = 0;
-    int rc = open_devices(c, &m, devs, &n, &ev, e);
+    rc = open_devices(c, &m, devs, &n, &ev, e);
     if (rc == 0)
         rc = gt_ckpt_load(c->checkpoint, &m, ev->params, ev->buffers, NULL, 0, &meta,
                           ckpt_flags(c), e);

@@ -30,6 +30,8 @@ typedef struct predictor {
     const gt_config *c;
     FILE *out;
     gt_ckpt_meta meta;
+    gt_class_name *names; /* the checkpoint's class names (nnames, malloc'd), or NULL */
+    int nnames;
     gt_model m;
     float *params;
     float *buffers;      /* batch norm's running statistics, NULL for a model without */
@@ -47,27 +49,27 @@ typedef struct predictor {
     uint64_t samples, correct;
 } predictor;
 
-int gt_predict_check_classes(const char *path, const gt_ckpt_meta *meta, const gt_data *d,
-                             int ignore, FILE *warn, gt_err *e)
+int gt_predict_check_classes(const char *path, const gt_class_name *names, int nnames,
+                             const gt_data *d, int ignore, FILE *warn, gt_err *e)
 {
-    if (meta->nnames == 0) {
+    if (nnames == 0 || !names) {
         char shown[4 * GT_PATHLEN];
-        fprintf(warn, "gputrain: warning: %s holds no class names (written by an older gputrain, "
-                      "or for more than %d classes); they are not checked against the data's\n",
-                gt_escape(shown, sizeof shown, path), GT_CKPT_MAX_CLASSES);
+        fprintf(warn, "gputrain: warning: %s holds no class names (written by an older gputrain); "
+                      "they are not checked against the data's\n",
+                gt_escape(shown, sizeof shown, path));
         return 0;
     }
-    int n = meta->nnames < d->train.nclasses ? meta->nnames : d->train.nclasses;
+    int n = nnames < d->train.nclasses ? nnames : d->train.nclasses;
     int k = 0;
-    while (k < n && strcmp(meta->class_names[k], d->class_names[k]) == 0)
+    while (k < n && strcmp(names[k], d->class_names[k]) == 0)
         k++;
-    if (ignore || (k == n && meta->nnames == d->train.nclasses))
+    if (ignore || (k == n && nnames == d->train.nclasses))
         return 0;
     if (k == n)
         return gt_fail(e, "%s: the checkpoint has %d classes, the data %s has %d "
-                       "(--ignore-classes to go on)", path, meta->nnames, d->dir, d->train.nclasses);
+                       "(--ignore-classes to go on)", path, nnames, d->dir, d->train.nclasses);
     return gt_fail(e, "%s: class %d is '%s' in the checkpoint but '%s' in the data %s: the class "
-                   "names differ (--ignore-classes to go on)", path, k, meta->class_names[k],
+                   "names differ (--ignore-classes to go on)", path, k, names[k],
                    d->class_names[k], d->dir);
 }
 
@@ -98,8 +100,8 @@ static void put_text(FILE *f, const char *s)
 /* Prints the name of class k: the checkpoint's, else the data's, else its number. */
 static void put_class(const predictor *p, int k)
 {
-    if (p->meta.nnames > 0)
-        put_text(p->out, p->meta.class_names[k]);
+    if (p->names)
+        put_text(p->out, p->names[k]);
     else if (p->data_checked)
         put_text(p->out, p->data.class_names[k]);
     else
@@ -199,7 +201,8 @@ static int load_data(predictor *p, gt_err *e)
         return gt_fail(e, "%s: checkpoint is for %dx%dx%d inputs and %d classes, the data %s has "
                        "%dx%dx%d and %d", c->checkpoint, p->m.in_c, p->m.in_h, p->m.in_w,
                        p->m.nclasses, p->data.dir, t->c, t->h, t->w, t->nclasses);
-    return gt_predict_check_classes(c->checkpoint, &p->meta, &p->data, c->ignore_classes, stderr, e);
+    return gt_predict_check_classes(c->checkpoint, p->names, p->nnames, &p->data,
+                                    c->ignore_classes, stderr, e);
 }
 
 /* ---- image files ----------------------------------------------------------------------------- */
@@ -241,8 +244,8 @@ static int data_is_checkpoints(const predictor *p)
     const gt_dataset *t = &p->data.train;
     int same = t->n > 0 && t->c == m->in_c && t->h == m->in_h && t->w == m->in_w &&
                t->nclasses == m->nclasses;
-    for (int k = 0; same && k < p->meta.nnames; k++)
-        same = strcmp(p->meta.class_names[k], p->data.class_names[k]) == 0;
+    for (int k = 0; same && p->names && k < p->nnames; k++)
+        same = strcmp(p->names[k], p->data.class_names[k]) == 0;
     return same;
 }
 
@@ -332,8 +335,10 @@ static int predict_range(predictor *p, const char *item, int test, uint32_t firs
 static int predict_open(predictor *p, gt_err *e)
 {
     const char *path = p->c->checkpoint;
-    if (gt_ckpt_read_meta(path, &p->meta, e) != 0 ||
-        gt_predict_model(path, &p->meta, p->meta.in_c, p->meta.in_h, p->meta.in_w,
+    if (gt_ckpt_read_names(path, &p->meta, &p->names, e) != 0)
+        return -1;
+    p->nnames = p->names ? p->meta.nnames : 0; /* kept apart: gt_ckpt_load rewrites meta */
+    if (gt_predict_model(path, &p->meta, p->meta.in_c, p->meta.in_h, p->meta.in_w,
                          p->meta.nclasses, &p->m, e) != 0)
         return -1;
     size_t k = (size_t)p->m.nclasses;
@@ -398,6 +403,7 @@ int gt_predict_run(const gt_config *c, FILE *out, int *usage, gt_err *e)
     free(p->buffers);
     free(p->order);
     free(p->prob);
+    free(p->names);
     free(p);
     return rc;
 }

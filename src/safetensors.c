@@ -16,7 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ST_MAX_HEADER (100ull << 20) /* refused before anything is allocated */
 #define ST_CHUNK 4096                /* floats converted or checked per step */
 
 /* ---- byte order ------------------------------------------------------------------------------- */
@@ -366,7 +365,7 @@ int gt_st_open(gt_st_file *cf, const char *path, gt_err *e)
     } else {
         uint64_t size = (uint64_t)st.st_size, hlen = get_u64le(lenbuf);
         ssize_t got;
-        uint64_t limit = size - 8 < ST_MAX_HEADER ? size - 8 : ST_MAX_HEADER;
+        uint64_t limit = size - 8 < GT_ST_MAX_HEADER ? size - 8 : GT_ST_MAX_HEADER;
         if (hlen == 0 || hlen > limit) {
             gt_fail(e, "checkpoint %s: header length %" PRIu64 " is not in 1..%" PRIu64 " (file of %"
                     PRIu64 " bytes): not a safetensors file or truncated", path, hlen, limit, size);

@@ -96,7 +96,8 @@ expect_error "--resume" "was trained with input normalisation 0.5,0.5,0.5/0.25,0
 expect_exit 2 -- "${NRM[@]}" --normalize 0.5,0.5/0.25,0.25
 expect_error "--normalize 0.5,0.5/0.25,0.25" "2 values per list for 3-channel data" -- "${NRM[@]}" --normalize 0.5,0.5/0.25,0.25
 # 300 classes (labels past a byte): a folder of one tiny PNG a class trains, evaluates, and
-# predicts with the folders' names (the checkpoint of more than 256 classes holds none).
+# predicts; the checkpoint holds the 300 names (in "class_names", which older readers ignore), so
+# predict names classes without --data and eval refuses a folder whose names differ.
 cat >"$TMP/many.py" <<'PY'
 import os, struct, sys, zlib
 root = sys.argv[1]
@@ -122,6 +123,30 @@ grep -q "(.*/300)" "$TMP/many.eval" || fail "300 classes: eval says $(cat "$TMP/
 "$BIN" predict --checkpoint "$TMP/many.st" --data "$TMP/many" test:299 >"$TMP/many.pred" 2>&1 ||
     fail "300 classes: predict failed: $(cat "$TMP/many.pred")"
 grep -q "^test:299: .*(true: k299)" "$TMP/many.pred" || fail "300 classes: predict says $(cat "$TMP/many.pred")"
+grep -q "holds no class names" "$TMP/many.eval" "$TMP/many.pred" &&
+    fail "300 classes: the checkpoint's names were not checked: $(cat "$TMP/many.eval" "$TMP/many.pred")"
+python3 - "$TMP/many.st" <<'PY' || fail "300 classes: the checkpoint's names"
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    meta = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))["__metadata__"]
+names = json.loads(meta["class_names"])
+assert "classes" not in meta and names == ["k%03d" % k for k in range(300)], names[:3]
+PY
+"$BIN" predict --checkpoint "$TMP/many.st" --top 2 "$TMP/many/test/k299/a.png" \
+    >"$TMP/many.img" 2>&1 || fail "300 classes: predict on a file failed: $(cat "$TMP/many.img")"
+grep -Eq "a.png: k[0-9]{3} [0-9.]+, k[0-9]{3} [0-9.]+$" "$TMP/many.img" ||
+    fail "300 classes: predict without data does not name classes: $(cat "$TMP/many.img")"
+cp -r "$TMP/many" "$TMP/renamed"
+mv "$TMP/renamed/train/k299" "$TMP/renamed/train/z299"
+mv "$TMP/renamed/test/k299" "$TMP/renamed/test/z299"
+expect_error "class 299 is 'k299' in the checkpoint but 'z299'" -- eval --checkpoint "$TMP/many.st" \
+    --data "$TMP/renamed" --gpus cpu:1
+expect_error "class 299 is 'k299' in the checkpoint but 'z299'" -- predict --checkpoint "$TMP/many.st" \
+    --data "$TMP/renamed" test:299
+"$BIN" predict --checkpoint "$TMP/many.st" --data "$TMP/renamed" --ignore-classes test:299 \
+    >"$TMP/many.ign" 2>&1 || fail "300 classes: predict --ignore-classes failed: $(cat "$TMP/many.ign")"
+grep -q "^test:299: .*(true: k299)" "$TMP/many.ign" ||
+    fail "300 classes: predict does not name classes from the checkpoint: $(cat "$TMP/many.ign")"
 for bad in synthetic:0x32x32:10 synthetic:3x32 synthetic:3x32x32:1 synthetic:3x99999x32:10; do
     expect_exit 2 -- --data "$bad" --gpus cpu:1 --epochs 1
     expect_error "$bad" -- --data "$bad" --gpus cpu:1 --epochs 1

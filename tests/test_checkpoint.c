@@ -1184,11 +1184,23 @@ static void test_wall_time(void)
 
 /* ---- class names ------------------------------------------------------------------------------- */
 
+/* Whether buf[0..n) holds the first len bytes of text. */
+static int has_text(const unsigned char *buf, size_t n, const char *text, size_t len)
+{
+    for (size_t i = 0; i + len <= n; i++)
+        if (memcmp(buf + i, text, len) == 0)
+            return 1;
+    return 0;
+}
+
+static gt_class_name g_names[8]; /* the names a meta borrows for a save */
+
 static void set_names(gt_ckpt_meta *mt, int n, const char *const *names)
 {
     mt->nnames = n;
+    mt->class_names = g_names;
     for (int k = 0; k < n; k++)
-        snprintf(mt->class_names[k], sizeof mt->class_names[k], "%s", names[k]);
+        snprintf(g_names[k], sizeof g_names[k], "%s", names[k]);
 }
 
 /* Names round-trip (quotes and backslashes included), a file without them loads with none, and
@@ -1208,13 +1220,27 @@ static void test_class_names(void)
     meta_make(&mt, &m, "sgd");
     CHECK_MSG(save(path, &m, &a, 0, &mt, 0, &e) == 0, "%s", e.msg);
     CHECK_MSG(gt_ckpt_read_meta(path, &got, &e) == 0 && got.nnames == 0, "%s", e.msg);
+    gt_class_name *names = (gt_class_name *)&e; /* must become NULL */
+    CHECK_MSG(gt_ckpt_read_names(path, &got, &names, &e) == 0 && got.nnames == 0 && !names,
+              "%s", e.msg);
     const char *odd[] = {"a\"q", "b\\x\t", "Ankle boot \xc3\xa9"};
     set_names(&mt, 3, odd);
     CHECK_MSG(save(path, &m, &a, 0, &mt, 0, &e) == 0, "%s", e.msg);
     CHECK_MSG(gt_ckpt_read_meta(path, &got, &e) == 0, "%s", e.msg);
-    CHECK(got.nnames == 3);
-    for (int k = 0; k < 3; k++)
-        CHECK_MSG(strcmp(got.class_names[k], odd[k]) == 0, "name %d: '%s'", k, got.class_names[k]);
+    CHECK(got.nnames == 3 && got.class_names == NULL);
+    CHECK_MSG(gt_ckpt_read_names(path, &got, &names, &e) == 0 && names, "%s", e.msg);
+    CHECK(got.nnames == 3 && got.class_names == NULL);
+    for (int k = 0; names && k < 3; k++)
+        CHECK_MSG(strcmp(names[k], odd[k]) == 0, "name %d: '%s'", k, names[k]);
+    free(names);
+    CHECK_MSG(load(path, &m, &a, 0, &got, &e) == 0 && got.nnames == 3 && !got.class_names,
+              "%s", e.msg);
+    size_t hsize;
+    unsigned char *hfile = file_read(path, &hsize); /* up to 256 names: "classes", as before */
+    CHECK(has_text(hfile, hsize, "\"classes\":\"[", 12) && !has_text(hfile, hsize, "class_names", 11));
+    free(hfile);
+    mt.class_names = NULL;
+    CHECK(save(bad, &m, &a, 0, &mt, 0, &e) == -1 && strstr(e.msg, "no array") != NULL);
     const char *two[] = {"cat", "dog"}, *badutf[] = {"cat", "d\xffg", "emu"};
     set_names(&mt, 2, two);
     CHECK(save(bad, &m, &a, 0, &mt, 0, &e) == -1 && strstr(e.msg, "2 class names for 3") != NULL);
@@ -1249,6 +1275,115 @@ static void test_class_names(void)
     arrays_free(&a);
 }
 
+/* Name k of n: plain ("c00042"), or where worst is set 31 control bytes (each written \u00XX,
+ * its backslash escaped again in the header: the largest header names can make). */
+static void many_name(gt_class_name out, int k, int worst)
+{
+    if (!worst) {
+        snprintf(out, GT_CLASS_NAMELEN, k % 97 == 5 ? "q\"\\%d" : "c%05d", k);
+        return;
+    }
+    for (int i = 0; i < GT_CLASS_NAMELEN - 1; i++)
+        out[i] = (char)(1 + (i < 4 ? (k >> (4 * i)) % 16 : 0));
+    out[GT_CLASS_NAMELEN - 1] = '\0';
+}
+
+/* More than 256 names round-trip through "class_names" (which older readers ignore); 65,536 of
+ * the worst bytes fit the header limit; a damaged or misplaced list is refused and a file without
+ * one loads with none. */
+static void test_many_names(int n, int worst)
+{
+    gt_model m;
+    model_make(&m, "conv:2:3 fc:N", 2, n);
+    arrays a;
+    arrays_alloc(&a, m.nparams);
+    arrays_fill(&a, 0.25f); /* random bits would hold NaNs, which a load refuses */
+    char path[512], bad[512];
+    test_path(path, sizeof path, "many names");
+    test_path(bad, sizeof bad, "many names bad");
+    gt_class_name *want = calloc((size_t)n, sizeof *want), *names = NULL;
+    for (int k = 0; k < n; k++)
+        many_name(want[k], k, worst);
+    gt_ckpt_meta mt, got;
+    gt_err e = {{0}};
+    meta_make(&mt, &m, "sgd");
+    mt.nnames = n;
+    mt.class_names = want;
+    CHECK_MSG(save(path, &m, &a, 0, &mt, 0, &e) == 0, "%d names: %s", n, e.msg);
+    CHECK_MSG(gt_ckpt_read_names(path, &got, &names, &e) == 0 && names && got.nnames == n &&
+              !got.class_names, "%d names: %s", n, e.msg);
+    int same = names != NULL;
+    for (int k = 0; same && k < n; k++)
+        same = strcmp(names[k], want[k]) == 0;
+    CHECK_MSG(same, "%d names do not round-trip", n);
+    free(names);
+    gt_ckpt_meta copy = got; /* a meta is plain data: a copy owns nothing */
+    CHECK(copy.nnames == n && meta_equal(&copy, &mt));
+    CHECK_MSG(load(path, &m, &a, 0, &got, &e) == 0 && got.nnames == n, "%s", e.msg);
+    size_t size;
+    unsigned char *file = file_read(path, &size);
+    CHECK(has_text(file, size, "\"class_names\":\"[", 16) && !has_text(file, size, "\"classes\"", 9));
+    if (worst)
+        CHECK_MSG(le64(file) > (uint64_t)n * 7 * (GT_CLASS_NAMELEN - 1), "header %llu bytes",
+                  (unsigned long long)le64(file));
+    free(file);
+    if (!worst) {
+        /* older readers refuse more than 256 in "classes": a list there is damage */
+        rewrite_header(path, bad, "\"class_names\":", "\"classes\":");
+        expect_refused(bad, &m, 0, "\"classes\"");
+        rewrite_header(path, bad, "\"class_names\":", "\"classes\":\"[]\",\"class_names\":");
+        expect_refused(bad, &m, 0, "both");
+        rewrite_header(path, bad, ",\\\"c00001\\\"", "");
+        expect_refused(bad, &m, 0, "\"class_names\"");
+        rewrite_header(path, bad, "\\\"c00001\\\"", "\\\"\\\"");
+        expect_refused(bad, &m, 0, "\"class_names\"");
+        rewrite_header(path, bad, "\"class_names\":", "\"class_names_not\":");
+        names = (gt_class_name *)&e;
+        CHECK_MSG(gt_ckpt_read_names(bad, &got, &names, &e) == 0 && got.nnames == 0 && !names,
+                  "%s", e.msg);
+        CHECK_MSG(load(bad, &m, &a, 0, &got, &e) == 0 && got.nnames == 0, "%s", e.msg);
+        mt.nnames = n - 1;
+        CHECK(save(bad, &m, &a, 0, &mt, 0, &e) == -1 && strstr(e.msg, "class names for") != NULL);
+    }
+    free(want);
+    arrays_free(&a);
+}
+
+/* "class_names" for 3 classes (written as "classes") is misplaced; more than GT_CKPT_MAX_CLASSES
+ * names are refused at the save. */
+static void test_names_limits(void)
+{
+    gt_model m;
+    model_make(&m, "conv:2:3 fc:3", 4, 3);
+    arrays a;
+    arrays_alloc(&a, m.nparams);
+    arrays_fill(&a, 0.25f);
+    char path[512], bad[512];
+    test_path(path, sizeof path, "names few");
+    test_path(bad, sizeof bad, "names few bad");
+    gt_ckpt_meta mt;
+    gt_err e = {{0}};
+    meta_make(&mt, &m, "sgd");
+    const char *plain[] = {"cat", "dog", "emu"};
+    set_names(&mt, 3, plain);
+    CHECK_MSG(save(path, &m, &a, 0, &mt, 0, &e) == 0, "%s", e.msg);
+    rewrite_header(path, bad, "\"classes\":", "\"class_names\":");
+    expect_refused(bad, &m, 0, "\"class_names\"");
+    arrays_free(&a);
+    int n = GT_CKPT_MAX_CLASSES + 1;
+    model_make(&m, "conv:2:3 fc:N", 1, n);
+    arrays_alloc(&a, m.nparams);
+    gt_class_name *many = calloc((size_t)n, sizeof *many);
+    for (int k = 0; k < n; k++)
+        snprintf(many[k], sizeof many[k], "c%d", k);
+    meta_make(&mt, &m, "sgd");
+    mt.nnames = n;
+    mt.class_names = many;
+    CHECK(save(bad, &m, &a, 0, &mt, 0, &e) == -1 && strstr(e.msg, "at most 65536") != NULL);
+    free(many);
+    arrays_free(&a);
+}
+
 int main(void)
 {
     const char *tmp = getenv("TMPDIR");
@@ -1274,6 +1409,9 @@ int main(void)
     test_killed_saves();
     test_wall_time();
     test_class_names();
+    test_many_names(300, 0);
+    test_many_names(GT_CKPT_MAX_CLASSES, 1);
+    test_names_limits();
     test_buffers();
     remove_test_dir();
     TEST_DONE();

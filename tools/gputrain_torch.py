@@ -551,12 +551,13 @@ def check_match(path, meta, images, names, data, ignore_classes):
         raise CheckpointError(f"{path}: metadata \"nclasses\" is missing or not a number") from None
     if nclasses != len(names):
         raise CheckpointError(f"{path}: the checkpoint has {nclasses} classes, the data {data} has {len(names)}")
-    if ignore_classes or "classes" not in meta:
+    key = "class_names" if "class_names" in meta else "classes"  # more than 256: "class_names"
+    if ignore_classes or key not in meta:
         return
     try:
-        mine = json.loads(meta["classes"])
+        mine = json.loads(meta[key])
     except json.JSONDecodeError:
-        raise CheckpointError(f"{path}: metadata \"classes\" is not a JSON list") from None
+        raise CheckpointError(f"{path}: metadata \"{key}\" is not a JSON list") from None
     for k, (a, b) in enumerate(zip(mine, names)):
         if a != b:
             raise CheckpointError(f"{path}: class {k} is '{a}' in the checkpoint but '{b}' in the data {data}: "

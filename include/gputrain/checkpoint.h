@@ -8,7 +8,9 @@
  * exp_avg_sq, as torch.optim names them). "__metadata__" (string values, as the format requires)
  * holds format, model_spec, model, mode, epoch, step, samples, updates, seed, data_fingerprint,
  * optimizer, classes (the class names, in label order, as a JSON array of strings inside the
- * string; absent in checkpoints written before it existed), wall_ms (optional: files without
+ * string, for up to 256 classes; absent in checkpoints written before it existed) or class_names
+ * (the same array for more than 256 classes: a key older gputrains, which refuse a "classes" of
+ * more than 256, ignore), wall_ms (optional: files without
  * it read as 0), resize_images ("1" where the run resized its images to in_shape, else absent),
  * input_norm ("M1,M2,.../S1,S2,...", one per input channel, where the model's input step
  * normalises: --normalize; absent: x / 255 alone),
@@ -24,10 +26,19 @@
  * Loading checks every length, offset and CRC before a byte reaches the caller, and every
  * metadata field: known mode and optimizer, epoch <= 100000, samples, updates, wall_ms < 2^53,
  * step <= samples, lowercase hex CRCs and fingerprint, class names (one per class, valid UTF-8,
- * 1..31 bytes). */
+ * 1..31 bytes).
+ *
+ * Class names: a gt_ckpt_meta never owns them, so it is plain data (copy it by value, nothing to
+ * free). A save writes meta->nnames names from meta->class_names, an array the caller keeps (the
+ * data's, gt_data.class_names). gt_ckpt_read_meta and gt_ckpt_load check the file's names and
+ * set nnames to their count (nclasses, or 0 for a file without names) but class_names to NULL;
+ * gt_ckpt_read_names returns them in an array of the caller's. A header holds GT_CKPT_MAX_CLASSES
+ * names of any 31 bytes (at worst about 15 MB) within the 100,000,000 bytes Python's safetensors
+ * reads (gputrain's reader: GT_ST_MAX_HEADER); a save whose header would be larger is refused. */
 #ifndef GT_CHECKPOINT_H
 #define GT_CHECKPOINT_H
 
+#include "gputrain/data.h"
 #include "gputrain/model.h"
 #include "gputrain/optim.h"
 
@@ -35,8 +46,9 @@
 extern "C" {
 #endif
 
-#define GT_CKPT_MAX_CLASSES 256 /* class names a checkpoint holds: one of more classes holds none */
-#define GT_CKPT_NAMELEN 32      /* a class name's bytes, with its terminating NUL */
+#define GT_CKPT_MAX_CLASSES 65536 /* class names a checkpoint holds at most (a data set's most
+                                   * classes: labels are uint16) */
+#define GT_CKPT_NAMELEN GT_CLASS_NAMELEN /* a class name's bytes, with its terminating NUL */
 
 typedef struct gt_ckpt_meta {
     char model_spec[GT_SPECLEN];
@@ -52,8 +64,9 @@ typedef struct gt_ckpt_meta {
     uint32_t data_fingerprint;
     int resized;              /* 1: trained on images resized to in_h x in_w (--image-size) */
     gt_input_norm norm;       /* the input step's normalisation (--normalize); off where absent */
-    int nnames;               /* class names held: nclasses, or 0 (a checkpoint written without) */
-    char class_names[GT_CKPT_MAX_CLASSES][GT_CKPT_NAMELEN];
+    int nnames;               /* class names: nclasses, or 0 (a checkpoint written without) */
+    const gt_class_name *class_names; /* save: the nnames names, borrowed (never owned or freed
+                                       * here); NULL after a read (gt_ckpt_read_names gives them) */
     uint64_t wall_ms;         /* training wall time up to the checkpoint, over every run resumed
                                * into it; 0 where the file does not say */
     /* The run that wrote it (0 where the file predates them): its layout, which says which
@@ -85,6 +98,11 @@ uint64_t gt_ckpt_step_samples(int clocked, int slices, int workers, int hosts, i
 /* Reads only the metadata (enough to rebuild the model; gt_ckpt_load then checks every tensor's
  * name and shape against the model built). */
 int gt_ckpt_read_meta(const char *path, gt_ckpt_meta *meta, gt_err *e);
+
+/* gt_ckpt_read_meta, and the class names it checked: *names gets meta->nnames of them, malloc'd
+ * (the caller free()s them), or NULL where the file holds none (meta->nnames 0). meta->class_names
+ * stays NULL, so a copy of the meta never points at the caller's array. */
+int gt_ckpt_read_names(const char *path, gt_ckpt_meta *meta, gt_class_name **names, gt_err *e);
 
 #define GT_CKPT_ALLOW_NONFINITE 1u /* gt_ckpt_load flag: accept NaN and Inf values */
 

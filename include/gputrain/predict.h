@@ -12,11 +12,11 @@
 extern "C" {
 #endif
 
-/* Whether a checkpoint's class names (meta) are the data's: 0 when they are, when the checkpoint
- * holds none (a warning line goes to warn) or when ignore is set; else -1 with a message naming
- * the first class that differs. */
-int gt_predict_check_classes(const char *path, const gt_ckpt_meta *meta, const gt_data *d,
-                             int ignore, FILE *warn, gt_err *e);
+/* Whether a checkpoint's nnames class names (from gt_ckpt_read_names) are the data's: 0 when they
+ * are, when the checkpoint holds none (nnames 0: a warning line goes to warn) or when ignore is
+ * set; else -1 with a message naming the first class that differs. */
+int gt_predict_check_classes(const char *path, const gt_class_name *names, int nnames,
+                             const gt_data *d, int ignore, FILE *warn, gt_err *e);
 
 /* The model a checkpoint's model_spec describes (path names the checkpoint in messages), for
  * in_c x in_h x in_w inputs and nclasses classes. The spec is spec text, never "@FILE" or a

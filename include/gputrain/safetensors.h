@@ -20,6 +20,8 @@ extern "C" {
 
 #define GT_ST_MAX_RANK 4
 #define GT_ST_MAX_NAME 128 /* tensor names; gputrain's are under 50 bytes */
+#define GT_ST_MAX_HEADER (100ull << 20) /* header bytes a reader accepts (refused before anything
+                                         * is allocated); writers stay within it */
 
 /* ---- writing ---- */
 
