@@ -535,13 +535,17 @@ static void report_summary(run *r, const gt_run_result *res)
 }
 
 /* Reporting's arithmetic, shared with main.c's terminal summary (train.h). */
-int gt_worker_phases_us(const gt_worker_stats *s, double us[3])
+int gt_worker_phases_us(const gt_worker_stats *s, double wall_s, double us[GT_PHASES],
+                        double *share)
 {
-    if (s->steps == 0 || s->pull_s + s->device_s + s->push_s <= 0)
+    double sec[GT_PHASES] = {s->pull_s, s->device_s, s->push_s, s->wait_s}, sum = 0;
+    for (int k = 0; k < GT_PHASES; k++)
+        sum += sec[k] > 0 ? sec[k] : 0;
+    if (s->steps == 0 || sum <= 0)
         return 0;
-    us[0] = 1e6 * s->pull_s / (double)s->steps;
-    us[1] = 1e6 * s->device_s / (double)s->steps;
-    us[2] = 1e6 * s->push_s / (double)s->steps;
+    for (int k = 0; k < GT_PHASES; k++)
+        us[k] = 1e6 * (sec[k] > 0 ? sec[k] : 0) / (double)s->steps;
+    *share = wall_s > 0 ? sum / wall_s : 0;
     return 1;
 }
 
@@ -556,11 +560,13 @@ static void report_workers(run *r, const gt_run_result *res)
         put_field_num(f, "samples_per_s", "%.1f", s->busy_s > 0 ? s->samples / s->busy_s : 0);
         put_field_num(f, "wait_s", "%.4f", s->wait_s);
         fprintf(f, ",\"failed\":%d", s->failed);
-        double us[3];
-        if (gt_worker_phases_us(s, us)) {
+        double us[GT_PHASES], share;
+        if (gt_worker_phases_us(s, res->wall_s, us, &share)) {
             put_field_num(f, "pull_us", "%.2f", us[0]);
             put_field_num(f, "device_us", "%.2f", us[1]);
             put_field_num(f, "push_us", "%.2f", us[2]);
+            put_field_num(f, "wait_us", "%.2f", us[3]);
+            put_field_num(f, "phases_share", "%.4f", share);
         }
         put_field_str(r->rep.log, "device", r->workers[i].dev->name);
         if (s->failed)
