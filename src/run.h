@@ -131,10 +131,10 @@ typedef struct worker {
     _Atomic uint64_t last_progress_ns;
     _Atomic int alive;
     int stalled_reported;      /* the watchdog warned and the worker has not moved since */
-    double t_first, t_last;
+    double t_first, t_last;    /* when its first and its last step ended (its busy time) */
     /* Where its steps' time went, summed over the run (gt_worker_stats; docs/internals.md, "Where
      * a step's time goes"): every mode adds to these with gt_now() around its phases. */
-    double pull_s;             /* the store's parameters to the device (or its buffer), upload included */
+    double pull_s;             /* the store to the device (or its buffer), upload included */
     double device_s;           /* the device's step: forward, backward, gradient download */
     double push_s;             /* the store's update work it does: push, stripe applies, own step */
     double wait_s;             /* barriers, staleness gates, queued steps waited for */
