@@ -277,15 +277,14 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
         return;
     for (int i = 0; i < res->nworkers; i++) {
         const gt_worker_stats *s = &res->workers[i];
-        char phases[96] = "";
-        double us[3];
-        if (gt_worker_phases_us(s, us))
-            snprintf(phases, sizeof phases, "  us a step: pull %.1f device %.1f push %.1f",
-                     us[0], us[1], us[2]);
-        printf("  worker %d %-28s %7llu steps %9.0f samples/s  waited %5.1f%%%s%s%s\n", i,
-               devs[i]->name, (unsigned long long)s->steps,
-               s->busy_s > 0 ? s->samples / s->busy_s : 0.0,
-               res->wall_s > 0 ? 100 * s->wait_s / res->wall_s : 0.0, phases,
+        char phases[160] = "";
+        double us[GT_PHASES], share;
+        if (gt_worker_phases_us(s, res->wall_s, us, &share))
+            snprintf(phases, sizeof phases,
+                     "  us a step: pull %.1f device %.1f push/apply %.1f wait %.1f (%.0f%% of wall)",
+                     us[0], us[1], us[2], us[3], 100 * share);
+        printf("  worker %d %-28s %7llu steps %9.0f samples/s%s%s%s\n", i, devs[i]->name,
+               (unsigned long long)s->steps, s->busy_s > 0 ? s->samples / s->busy_s : 0.0, phases,
                s->failed ? "  FAILED: " : "", s->failed ? s->error : "");
     }
     printf("  staleness max %llu mean %.2f p99 %s%.0f; lock wait %.2f%%, barrier wait %.2f%% of worker time",

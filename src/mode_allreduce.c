@@ -244,8 +244,10 @@ static int allreduce_step_queue(run *r, worker *w, uint64_t c, worker_step *q)
     /* The steps done before this one: those accounted and the one still queued. */
     if (worker_injected(r, w, atomic_load(&w->steps) + (uint64_t)aw(w)->queued.pending))
         return -1;
+    double t0 = gt_now(); /* the worker's device phase: queuing the step (or taking it) */
     int rc = w->dev->ops->step_queue ? w->dev->ops->step_queue(w->dev, &b, &e)
                                      : w->dev->ops->train_step(w->dev, &b, &q->o, &e);
+    w->device_s += gt_now() - t0;
     if (rc != 0) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
@@ -263,7 +265,10 @@ static int allreduce_step_end(run *r, worker *w)
     gt_err e = {{0}};
     worker_step *q = &aw(w)->queued;
     q->pending = 0;
-    if (w->dev->ops->step_queue && w->dev->ops->step_end(w->dev, &q->o, &e) != 0) {
+    double t0 = gt_now(); /* waiting for the queued step: the worker's wait */
+    int bad = w->dev->ops->step_queue && w->dev->ops->step_end(w->dev, &q->o, &e) != 0;
+    w->wait_s += gt_now() - t0;
+    if (bad) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
     }
@@ -306,9 +311,11 @@ static int allreduce_clock(run *r, worker *w, uint64_t c)
      * same. local averages replicas that each took their own gradient; allreduce, the mean. */
     int local = allreduce_is_local(r);
     run_lr lr = run_lr_at(r, t, t * (uint64_t)r->Wg * (uint64_t)r->batch, local ? 1 : r->Wg);
+    double t0 = gt_now(); /* the update (queued or taken): the worker's push */
     int rc = local ? w->dev->ops->local_update(w->dev, &r->cfg->optim, &lr.st, lr.gscale,
                                                r->W > 1 && allreduce_replicas_one(r, c), &e)
                    : w->dev->ops->reduce_update(w->dev, &r->cfg->optim, &lr.st, lr.gscale, &e);
+    w->push_s += gt_now() - t0;
     if (rc != 0) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;

@@ -121,6 +121,7 @@ void clocked_fold_stats_locked(run *r, uint64_t clock)
  * order. */
 int clocked_slot_store(run *r, worker *w, uint64_t clock, int share, int rc)
 {
+    double t0 = gt_now(); /* handing the gradient to the store: the worker's push */
     float *slot = clocked_slot(r, clock, share);
     if (rc != 0)
         memset(slot, 0, r->n * sizeof(float));
@@ -133,6 +134,7 @@ int clocked_slot_store(run *r, worker *w, uint64_t clock, int share, int rc)
         r->clk.stats_in[clock % (uint64_t)r->clk.R] |= 1ull << share;
         pthread_mutex_unlock(&r->mu);
     }
+    w->push_s += gt_now() - t0;
     return 0;
 }
 
@@ -149,8 +151,10 @@ int clocked_share(run *r, worker *w, uint64_t clock, int share)
     float *own = w->dev->grad;
     if (r->ops->share_done == clocked_slot_store && r->clk.nslots <= 2)
         w->dev->grad = clocked_slot(r, clock, share);
+    double t0 = gt_now();
     int rc = worker_compute(r, w, &b, &o, clock);
-    if (rc >= 0)
+    w->device_s += gt_now() - t0;
+    if (rc >= 0) /* share_done adds its own time to the worker's phases */
         rc = r->ops->share_done(r, w, clock, share, rc) != 0 ? -1 : rc;
     w->dev->grad = own;
     if (rc < 0)

@@ -204,11 +204,11 @@ static void hogwild_epoch(run *r, worker *w)
                       .epoch = r->epoch, .seed = cfg->seed, .aug = &cfg->augment};
         uint64_t step = atomic_load(&w->steps);
         gt_step_out o = {0};
-        /* The phases' clock: pull (the store's copy), device (upload, step, download), push. */
+        /* The phases' clock: pull (the store's copy, the upload), device (step, download), push. */
         double t0 = gt_now();
         gt_ps_pull(&r->ps, w->dev->params, w->ver);
-        double t1 = gt_now();
         int rc = worker_load(w);
+        double t1 = gt_now();
         if (rc == 0)
             rc = worker_compute(r, w, &b, &o, step);
         if (rc < 0) {

@@ -60,6 +60,15 @@ static void local_average_leader(run *r)
         r->halt = 1;
 }
 
+/* worker_pull, timed as the worker's pull. */
+static int local_pull(run *r, worker *w)
+{
+    double t0 = gt_now();
+    int rc = worker_pull(r, w);
+    w->pull_s += gt_now() - t0;
+    return rc;
+}
+
 /* Averages the live replicas into the store, stripes split across the live workers, and pulls
  * the average back. First every share of the interval must be in: a share a failed worker left is
  * trained by a survivor. Optimizer state stays with each replica, as in Darknet. */
@@ -71,8 +80,13 @@ static int local_average(run *r, worker *w, uint64_t upto)
     pthread_mutex_lock(&r->mu);
     lrun(r)->done = upto + 1;
     pthread_mutex_unlock(&r->mu);
+    /* The worker's phases: the copies and its stripes' mean are its push, the barriers its wait
+     * (run_barrier), the average's way back to the device its pull. */
+    double t0 = gt_now();
     memcpy(clocked_slot(r, 0, w->index), w->dev->params, r->n * sizeof(float));
+    w->push_s += gt_now() - t0;
     run_barrier(r, w, NULL);
+    double t1 = gt_now();
     int s_lo, s_hi, nlive;
     size_t lo, hi;
     clocked_my_stripes(r, w, &s_lo, &s_hi, &nlive);
@@ -86,8 +100,9 @@ static int local_average(run *r, worker *w, uint64_t upto)
         dst[i] = (float)(sum / nlive);
     }
     gt_ps_store_stripes(&r->ps, s_lo, s_hi, dst);
+    w->push_s += gt_now() - t1;
     run_barrier(r, w, local_average_leader);
-    return worker_pull(r, w);
+    return local_pull(r, w);
 }
 
 /* One clock of local mode: a local step on the worker's own share of the clock, and on shares a
@@ -110,13 +125,18 @@ static int local_step(run *r, worker *w, uint64_t clock, int share, int rc)
     if (rc != 0)
         return 0;
     gt_err e = {{0}};
+    double t0 = gt_now(); /* the step is the worker's push, the upload its pull */
     run_lr lr = run_lr_now(r, ++lw(w)->updates, 1);
     gt_optim_apply_at(&r->cfg->optim, &lr.st, 0, w->dev->params, w->dev->grad, lr.gscale,
                       lw(w)->state[0], lw(w)->state[1], r->n, 0);
     /* The replicas share one set of running statistics, the store's (the parameters' average
      * would be theirs; the statistics of every replica's batches are). */
     gt_ps_push_stats(&r->ps, w->dev->stats);
-    if (w->dev->ops->load_params(w->dev, &e) != 0) {
+    double t1 = gt_now();
+    int bad = w->dev->ops->load_params(w->dev, &e);
+    w->push_s += t1 - t0;
+    w->pull_s += gt_now() - t1;
+    if (bad) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
     }
@@ -124,7 +144,7 @@ static int local_step(run *r, worker *w, uint64_t clock, int share, int rc)
 }
 
 /* Each epoch starts from the store, where the last averaging left the replicas' mean. */
-static int local_begin(run *r, worker *w) { return worker_pull(r, w); }
+static int local_begin(run *r, worker *w) { return local_pull(r, w); }
 
 /* One averaging interval of clocks in flight, one slot ring to average the replicas in; each
  * replica has its own optimizer state, resumed at the store's update count. */

@@ -80,9 +80,9 @@ static void ssp_apply_finish_locked(run *r)
 }
 
 /* ssp: complete clocks are applied in clock order the moment they are complete, by the worker
- * that completed them and any worker waiting meanwhile, each taking a part of the stripes. Caller
- * holds r->mu, which is released during each part. */
-static void ssp_apply_ready_locked(run *r)
+ * that completed them and any worker waiting meanwhile, each taking a part of the stripes: worker
+ * w's push. Caller holds r->mu, which is released during each part. */
+static void ssp_apply_ready_locked(run *r, worker *w)
 {
     while (ssp_apply_begin_locked(r) && ssp(r)->apply_next < ssp(r)->apply_parts) {
         int p = ssp(r)->apply_next++, n = ssp(r)->apply_parts;
@@ -90,11 +90,13 @@ static void ssp_apply_ready_locked(run *r)
         double ep = ssp(r)->apply_epoch;
         float gscale = ssp(r)->apply_scale;
         pthread_mutex_unlock(&r->mu);
+        double t0 = gt_now();
         clocked_apply(r, c, (int)((int64_t)r->ps.nranges * p / n),
                       (int)((int64_t)r->ps.nranges * (p + 1) / n), gscale, t, ep);
         pthread_mutex_lock(&r->mu);
         if (++ssp(r)->apply_done == n)
             ssp_apply_finish_locked(r);
+        w->push_s += gt_now() - t0;
     }
 }
 
@@ -172,7 +174,7 @@ static int ssp_wait_locked(run *r, worker *w, uint64_t c)
     uint64_t s = (uint64_t)r->clk.R - 1; /* --staleness: the slots hold R = staleness + 1 clocks */
     double since = gt_ssp_clock();
     for (;;) {
-        ssp_apply_ready_locked(r);
+        ssp_apply_ready_locked(r, w);
         if (r->halt || r->clk.applied >= c)
             return 0;
         if (r->clk.applied + s < c) {
@@ -191,11 +193,12 @@ static int ssp_wait_locked(run *r, worker *w, uint64_t c)
  * clocks now complete are applied at once. */
 static int ssp_clock(run *r, worker *w, uint64_t c)
 {
-    double t = gt_now();
+    /* The wait is the worker's, less the applies and shares it did meanwhile (their phases). */
+    double t = gt_now(), busy = worker_phases_s(w);
     pthread_mutex_lock(&r->mu);
     if (ssp_wait_locked(r, w, c) != 0)
         return -1;
-    w->wait_s += gt_now() - t;
+    w->wait_s += gt_now() - t - (worker_phases_s(w) - busy);
     double t0 = gt_ssp_clock();
     if (r->halt) {
         pthread_mutex_unlock(&r->mu);
@@ -210,20 +213,26 @@ static int ssp_clock(run *r, worker *w, uint64_t c)
     if (r->clk.applied < *read_at)
         *read_at = r->clk.applied;
     pthread_mutex_unlock(&r->mu);
-    if (worker_pull(r, w) != 0 || clocked_claim_and_compute(r, w, c) != 0)
+    double tp = gt_now();
+    int pulled = worker_pull(r, w);
+    w->pull_s += gt_now() - tp;
+    if (pulled != 0 || clocked_claim_and_compute(r, w, c) != 0)
         return -1;
+    /* The applies now ready, and their hand-off to the workers they wake: the worker's push. */
+    double ta = gt_now(), pushed = w->push_s;
     pthread_mutex_lock(&r->mu);
     double took = gt_ssp_clock() - t0;
     sw(w)->share_s = sw(w)->share_s > 0 ? sw(w)->share_s + SSP_PACE_WEIGHT * (took - sw(w)->share_s)
                                         : took;
     sw(w)->clock_t0 = 0;
     w->clock = c + 1;
-    ssp_apply_ready_locked(r);
+    ssp_apply_ready_locked(r, w);
     if (stop_asked(r)) {
         r->halt = 1;
         pthread_cond_broadcast(&r->cv);
     }
     pthread_mutex_unlock(&r->mu);
+    w->push_s = pushed + (gt_now() - ta);
     return 0;
 }
 
@@ -231,6 +240,7 @@ static int ssp_clock(run *r, worker *w, uint64_t c)
 static int ssp_drain(run *r, worker *w, uint64_t done)
 {
     (void)done;
+    double t = gt_now(), busy = worker_phases_s(w); /* as ssp_clock's wait */
     pthread_mutex_lock(&r->mu);
     for (;;) {
         uint64_t cc;
@@ -242,11 +252,12 @@ static int ssp_drain(run *r, worker *w, uint64_t done)
             pthread_mutex_lock(&r->mu);
             continue;
         }
-        ssp_apply_ready_locked(r);
+        ssp_apply_ready_locked(r, w);
         if (r->halt || r->clk.applied >= r->clk.clocks)
             break;
         pthread_cond_wait(&r->cv, &r->mu);
     }
+    w->wait_s += gt_now() - t - (worker_phases_s(w) - busy);
     pthread_mutex_unlock(&r->mu);
     return 0;
 }

@@ -44,14 +44,19 @@ static void sync_hosts_leader(run *r)
  * failed during the clock is taken by a survivor after the first barrier.
  * The store stands still from the barrier after one apply until every share of the next clock
  * is in (the applies wait for them at a barrier), so the workers compute on it in place, with no
- * pull into their own buffers: a GPU uploads straight from the pinned store, the CPU reads it. */
+ * pull into their own buffers: a GPU uploads straight from the pinned store, the CPU reads it.
+ * The worker's phases: the upload is its pull, the shares its device (and push: the slot), the
+ * applies its push, the barriers its wait (run_barrier). */
 static int sync_clock(run *r, worker *w, uint64_t c)
 {
     gt_device *d = w->dev;
     gt_err e = {{0}};
     float *own = d->params;
     d->params = r->ps.params;
-    if (d->ops->load_params(d, &e) != 0) {
+    double t0 = gt_now();
+    int bad = d->ops->load_params(d, &e);
+    w->pull_s += gt_now() - t0;
+    if (bad) {
         d->params = own;
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
@@ -60,6 +65,7 @@ static int sync_clock(run *r, worker *w, uint64_t c)
     d->params = own;
     if (filled <= 0)
         return filled;
+    double t1 = gt_now();
     int s_lo, s_hi, nlive;
     clocked_my_stripes(r, w, &s_lo, &s_hi, &nlive);
     /* Stable until the barrier after the apply: every share of the clock is in. */
@@ -68,11 +74,15 @@ static int sync_clock(run *r, worker *w, uint64_t c)
     run_lr lr = run_lr_now(r, 0, r->Wg);
     if (r->H == 1) {
         clocked_apply(r, c, s_lo, s_hi, lr.gscale, t, lr.epoch);
+        w->push_s += gt_now() - t1;
     } else {
         /* Sum this host's shares, then the hosts' sums; apply what is then in slot 0 once. */
         clocked_reduce_slots(r, c, s_lo, s_hi);
+        w->push_s += gt_now() - t1;
         run_barrier(r, w, sync_hosts_leader);
+        double t2 = gt_now();
         gt_ps_apply_stripes(&r->ps, s_lo, s_hi, clocked_slot(r, c, 0), lr.gscale, t, lr.epoch);
+        w->push_s += gt_now() - t2;
     }
     run_barrier(r, w, sync_after_apply_leader);
     return 0;

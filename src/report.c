@@ -491,6 +491,29 @@ void report_resume_restart(run *r, uint64_t step, uint64_t epoch_steps)
 
 /* ---- the last records ----------------------------------------------------------------------------- */
 
+/* The summary's step phases: this host's workers together, a step's mean (workers that took no
+ * step or timed nothing leave none). */
+static void report_phases(FILE *f, const gt_run_result *res)
+{
+    gt_worker_stats all = {0};
+    for (int i = 0; i < res->nworkers; i++) {
+        const gt_worker_stats *s = &res->workers[i];
+        all.steps += s->steps;
+        all.pull_s += s->pull_s;
+        all.device_s += s->device_s;
+        all.push_s += s->push_s;
+        all.wait_s += s->wait_s;
+    }
+    double us[GT_PHASES], share;
+    if (!gt_worker_phases_us(&all, res->wall_s * res->nworkers, us, &share))
+        return;
+    put_field_num(f, "pull_us", "%.2f", us[0]);
+    put_field_num(f, "device_us", "%.2f", us[1]);
+    put_field_num(f, "push_us", "%.2f", us[2]);
+    put_field_num(f, "wait_us", "%.2f", us[3]);
+    put_field_num(f, "phases_share", "%.4f", share);
+}
+
 /* The run's summary: wall_s and samples count from the start of the first run a resumed one goes
  * on; run_wall_s, run_samples and samples_per_s are this run's own, and startup_s this process's
  * time from its launch to the start of training, of which startup_data_s loaded the data while
@@ -523,6 +546,7 @@ static void report_summary(run *r, const gt_run_result *res)
     fprintf(f, ",\"stale_p99_capped\":%s", res->stale_p99_capped ? "true" : "false");
     put_field_num(f, "lock_wait_share", "%.6f", res->lock_wait_share);
     put_field_num(f, "barrier_wait_share", "%.6f", res->barrier_wait_share);
+    report_phases(f, res);
     fprintf(f, ",\"clock_spread_max\":%llu,\"skipped_nonfinite\":%llu",
             (unsigned long long)res->clock_spread_max, (unsigned long long)res->skipped_nonfinite);
     put_field_num(f, "test_acc", "%.6f", res->npoints > 0 ? res->final_test_acc : NAN);
@@ -535,13 +559,17 @@ static void report_summary(run *r, const gt_run_result *res)
 }
 
 /* Reporting's arithmetic, shared with main.c's terminal summary (train.h). */
-int gt_worker_phases_us(const gt_worker_stats *s, double us[3])
+int gt_worker_phases_us(const gt_worker_stats *s, double wall_s, double us[GT_PHASES],
+                        double *share)
 {
-    if (s->steps == 0 || s->pull_s + s->device_s + s->push_s <= 0)
+    double sec[GT_PHASES] = {s->pull_s, s->device_s, s->push_s, s->wait_s}, sum = 0;
+    for (int k = 0; k < GT_PHASES; k++)
+        sum += sec[k] > 0 ? sec[k] : 0;
+    if (s->steps == 0 || sum <= 0)
         return 0;
-    us[0] = 1e6 * s->pull_s / (double)s->steps;
-    us[1] = 1e6 * s->device_s / (double)s->steps;
-    us[2] = 1e6 * s->push_s / (double)s->steps;
+    for (int k = 0; k < GT_PHASES; k++)
+        us[k] = 1e6 * (sec[k] > 0 ? sec[k] : 0) / (double)s->steps;
+    *share = wall_s > 0 ? sum / wall_s : 0;
     return 1;
 }
 
@@ -556,11 +584,13 @@ static void report_workers(run *r, const gt_run_result *res)
         put_field_num(f, "samples_per_s", "%.1f", s->busy_s > 0 ? s->samples / s->busy_s : 0);
         put_field_num(f, "wait_s", "%.4f", s->wait_s);
         fprintf(f, ",\"failed\":%d", s->failed);
-        double us[3];
-        if (gt_worker_phases_us(s, us)) {
+        double us[GT_PHASES], share;
+        if (gt_worker_phases_us(s, res->wall_s, us, &share)) {
             put_field_num(f, "pull_us", "%.2f", us[0]);
             put_field_num(f, "device_us", "%.2f", us[1]);
             put_field_num(f, "push_us", "%.2f", us[2]);
+            put_field_num(f, "wait_us", "%.2f", us[3]);
+            put_field_num(f, "phases_share", "%.4f", share);
         }
         put_field_str(r->rep.log, "device", r->workers[i].dev->name);
         if (s->failed)

@@ -131,8 +131,13 @@ typedef struct worker {
     _Atomic uint64_t last_progress_ns;
     _Atomic int alive;
     int stalled_reported;      /* the watchdog warned and the worker has not moved since */
-    double wait_s, t_first, t_last;
-    double pull_s, device_s, push_s; /* the step's phases, summed (gt_worker_stats) */
+    double t_first, t_last;    /* when its first and its last step ended (its busy time) */
+    /* Where its steps' time went, summed over the run (gt_worker_stats; docs/internals.md, "Where
+     * a step's time goes"): every mode adds to these with gt_now() around its phases. */
+    double pull_s;             /* the store to the device (or its buffer), upload included */
+    double device_s;           /* the device's step: forward, backward, gradient download */
+    double push_s;             /* the store's update work it does: push, stripe applies, own step */
+    double wait_s;             /* barriers, staleness gates, queued steps waited for */
     uint64_t clock;            /* clocked modes: the clock it is working on (ssp's spread) */
     char error[GT_ERRLEN];
 } worker;
@@ -343,6 +348,7 @@ int worker_compute(run *r, worker *w, const gt_batch *b, gt_step_out *o, uint64_
 int worker_pull(run *r, worker *w);
 int worker_load(worker *w);
 void worker_mark_time(worker *w);
+double worker_phases_s(const worker *w);
 void worker_leave_locked(run *r, worker *w, const char *why);
 void worker_fail_run_locked(run *r, worker *w);
 void *worker_main(void *arg);

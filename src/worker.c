@@ -90,6 +90,10 @@ int worker_load(worker *w)
     return 0;
 }
 
+/* The seconds the worker spent in its pull, device and push phases so far: a wait that does some
+ * of that work itself (ssp's waiting worker helps apply and compute) counts only the rest. */
+double worker_phases_s(const worker *w) { return w->pull_s + w->device_s + w->push_s; }
+
 /* Notes a step's end for the worker's busy time. */
 void worker_mark_time(worker *w)
 {

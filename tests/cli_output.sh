@@ -143,17 +143,15 @@ head -1 "$TMP/rs.jsonl" | grep -q "\"devices\":\[\"cpu:0\",\"cpu:1\"\].*\"data\"
 for k in $SUMMARY_KEYS; do
     grep '"type":"summary"' "$TMP/rs.jsonl" | tail -1 | grep -q "\"$k\":" || fail "summary record lacks \"$k\""
 done
-# hogwild's worker records split the step into the store's pull, the device and the store's push,
-# and tools/step_phases.py tabulates them; sync's records have no such split
-for k in pull_us device_us push_us; do
+# hogwild's worker records split the step into the store's pull, the device, the store's push and
+# waits, and tools/step_phases.py tabulates them (cli_phases.sh checks every mode's)
+for k in pull_us device_us push_us wait_us phases_share; do
     [ "$(grep -c "\"type\":\"worker\",.*\"$k\":[0-9]" "$TMP/rs.jsonl")" = "$(grep -c '"type":"worker"' "$TMP/rs.jsonl")" ] ||
         fail "hogwild's worker records lack \"$k\": $(grep '"type":"worker"' "$TMP/rs.jsonl")"
 done
 python3 "${GT_SOURCE_DIR:-.}/tools/step_phases.py" "$TMP/rs.jsonl" >"$TMP/phases" 2>&1 || fail "step_phases.py: $(cat "$TMP/phases")"
 grep -qE '^\| rs\.jsonl \| lenet5 \| hogwild \| 2 \| 64 \| store \| [0-9,]+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|' "$TMP/phases" ||
     fail "step_phases.py's row: $(cat "$TMP/phases")"
-expect_exit 0 -- "${RUN[@]}" --mode sync --epochs 1 --train-samples 512 --quiet --log "$TMP/sy.jsonl"
-! grep -q '"pull_us"' "$TMP/sy.jsonl" || fail "sync's worker records hold hogwild's phases"
 grep -q "^{\"type\":\"event\",\"event\":\"checkpoint_written\",\"wall_s\":[0-9.]*,\"samples\":16384,\"path\":\"$TMP/rs.st\",\"epoch\":4,\"step\":256,\"epoch_step\":0}$" "$TMP/rs.jsonl" ||
     fail "no checkpoint_written event for epoch 4: $(grep event "$TMP/rs.jsonl")"
 

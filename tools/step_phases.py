@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""step_phases.py - where a hogwild worker's step goes, from gputrain --log files.
+"""step_phases.py - where a worker's step goes, from gputrain --log files.
 
 Usage: tools/step_phases.py LOG.jsonl [LOG.jsonl ...]
 
 Prints one markdown row per run: model, workers, batch, the step path, samples/s, and per worker
-step the mean microseconds of the store's pull, the device's part (upload, step and gradient
-download, waited for) and the store's push (the update under the stripe locks), with the store's
-lock wait share and staleness. The phases come from each worker record's pull_us, device_us and
-push_us (hogwild only: other modes, and hogwild on the device step, have none)."""
+step the mean microseconds of the store's pull (upload included), the device's part (step and
+gradient download, waited for), the store's update work (hogwild's push, the clocked modes' stripe
+applies, local's own step) and waits (barriers, staleness gates, queued steps), with the store's
+lock wait share and staleness. The phases come from each worker record's pull_us, device_us,
+push_us and wait_us (docs/internals.md, "Where a step's time goes"); logs of older versions have
+them for hogwild only, and no wait_us."""
 import argparse
 import json
 import sys
@@ -39,12 +41,12 @@ def mean(ws, key):
 def main(argv):
     ap = argparse.ArgumentParser(
         usage="tools/step_phases.py LOG.jsonl [LOG.jsonl ...]",
-        description="Where a hogwild worker's step goes, from gputrain --log files.")
+        description="Where a worker's step goes, from gputrain --log files.")
     ap.add_argument("logs", nargs="+", metavar="LOG.jsonl")
     args = ap.parse_args(argv[1:])
     print("| log | model | mode | W | batch | step | samples/s | pull us | device us | push us "
-          "| step us | lock wait | stale mean |")
-    print("|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+          "| wait us | step us | lock wait | stale mean |")
+    print("|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for path in args.logs:
         try:
             cfg, s, ws = load(path)
@@ -56,12 +58,13 @@ def main(argv):
                   file=sys.stderr)
             return 1
         pull, dev, push = mean(ws, "pull_us"), mean(ws, "device_us"), mean(ws, "push_us")
+        wait = mean(ws, "wait_us")
         fmt = lambda x: "-" if x is None else f"{x:.1f}"
-        step = None if pull is None else pull + dev + push
+        step = None if pull is None else pull + dev + push + (wait or 0)
         print(f"| {path.rsplit('/', 1)[-1]} | {s.get('model', '?')} | {s.get('mode', '?')} "
               f"| {s.get('workers', '?')} | {s.get('batch', '?')} | {cfg.get('step', '-')} "
               f"| {s.get('samples_per_s', 0):,.0f} | {fmt(pull)} | {fmt(dev)} | {fmt(push)} "
-              f"| {fmt(step)} | {100 * s.get('lock_wait_share', 0):.2f}% "
+              f"| {fmt(wait)} | {fmt(step)} | {100 * s.get('lock_wait_share', 0):.2f}% "
               f"| {s.get('stale_mean', 0):.2f} |")
     return 0
 

@@ -26,10 +26,12 @@ typedef struct gt_eval_point {
 typedef struct gt_worker_stats {
     uint64_t steps, samples;
     double busy_s;        /* time from its first to its last step */
-    double wait_s;        /* barriers and staleness gates */
-    /* hogwild: seconds in the store's pull, on the device (upload, step, gradient download) and
-     * in the store's push, summed over its steps (all 0 in other modes) */
-    double pull_s, device_s, push_s;
+    /* Where its time went, in seconds summed over the run, in every mode (docs/internals.md):
+     * the store's parameters to the device (upload included where separable), the device's step
+     * (gradient download included), the store's update work it did (hogwild's push, sync's and
+     * ssp's stripe applies, local's own step and averaging, allreduce's reduce-update), and waits
+     * (barriers, staleness gates, queued steps). */
+    double pull_s, device_s, push_s, wait_s;
     int failed;           /* left the run */
     char error[GT_ERRLEN];
 } gt_worker_stats;
@@ -99,9 +101,12 @@ extern double (*gt_ssp_clock)(void);
 /* Frees what a run's result holds (not res itself); res may be NULL. */
 void gt_run_result_free(gt_run_result *res);
 
-/* A hogwild worker's mean microseconds a step in the store's pull, on the device and in the
- * store's push, into us[0..2]; 0 where the worker has no such split (other modes, no steps). */
-int gt_worker_phases_us(const gt_worker_stats *s, double us[3]);
+/* A worker's mean microseconds a step in its phases (gt_worker_stats: pull, device, push, wait)
+ * into us[GT_PHASES], and into *share the fraction of wall_s they cover together; 0 where the
+ * worker took no step or timed nothing. */
+#define GT_PHASES 4
+int gt_worker_phases_us(const gt_worker_stats *s, double wall_s, double us[GT_PHASES],
+                        double *share);
 
 /* Signal handling for a run: the first SIGINT/SIGTERM/SIGHUP asks the run to stop after the
  * current step (and write its checkpoint); a second one exits at once. SIGPIPE is ignored, so a

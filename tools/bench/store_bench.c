@@ -15,11 +15,13 @@
  *        Each row is the repeat with the least host time per step, so that other load on a shared
  *        machine shows up as little as it can.
  * Prints a markdown table: per worker step, the mean microseconds of the pull (gt_ps_pull), the
- * finite check (gt_all_finite), the push (gt_ps_push; sync: the apply, from the first barrier to
- * the end of the second), the lock wait of pulls and pushes together (the store's telemetry), and
- * apply = push - lock wait (exact when pulls never wait, as with one worker; otherwise a lower
- * bound); the host time a step (sync: the wall time of a clock); then the store's throughput in
- * worker steps per second, all workers. */
+ * finite check (gt_all_finite, where a worker's device step would be), the push (gt_ps_push;
+ * sync: its stripes' apply), the wait (sync: the two barriers of a clock; hogwild has none) -
+ * gputrain's own breakdown of a worker's step (docs/internals.md, "Where a step's time goes") -
+ * the lock wait of pulls and pushes together (the store's telemetry), and apply = push - lock
+ * wait (exact when pulls never wait, as with one worker; otherwise a lower bound); the host time
+ * a step (sync: the wall time of a clock); then the store's throughput in worker steps per
+ * second, all workers. */
 #include "gputrain/model.h"
 #include "gputrain/optim.h"
 #include "gputrain/ps.h"
@@ -51,7 +53,7 @@ typedef struct bench_worker {
     float *params, *grad;      /* -p sync: grad is the worker's slot, slot 0 the first */
     float *slot0;
     uint64_t *ver;
-    double pull, finite, push; /* seconds, summed over the measured steps */
+    double pull, finite, push, wait; /* seconds, summed over the measured steps */
     double t_start, t_end;     /* clock at the first and after the last measured step */
     int bad;                   /* a gradient the finite check refused (a bug in this tool) */
 } bench_worker;
@@ -74,12 +76,14 @@ static void sync_bench_clock(bench_worker *w, int k)
         rest[i - 1] = w->slot0 + (size_t)i * w->ps->n;
     gt_ps_apply_stripes_sum(w->ps, s_lo, s_hi, w->slot0, rest, w->nworkers - 1, 1.0f,
                             (uint64_t)(k + WARM_STEPS + 1), 0.0);
-    pthread_barrier_wait(w->clock);
     double t4 = gt_now();
+    pthread_barrier_wait(w->clock);
+    double t5 = gt_now();
     if (k >= 0) {
         w->pull += t1 - t0;
         w->finite += t2 - t1;
         w->push += t4 - t3;
+        w->wait += (t3 - t2) + (t5 - t4);
     }
 }
 
@@ -142,7 +146,7 @@ static void bench_worker_free(bench_worker *w)
 /* One run's means per worker step, in seconds, and the store's steps per second. */
 typedef struct bench_row {
     int nranges;
-    double pull, finite, push, wait, host, rate;
+    double pull, finite, push, wait, lock_wait, host, rate;
 } bench_row;
 
 /* One run of model m with W workers. */
@@ -182,13 +186,14 @@ static int bench_run(const bench_cfg *c, const gt_model *m, int W, int threads, 
     pthread_barrier_wait(&start);
     uint64_t wait0 = atomic_load(&ps.lock_wait_ns);
     pthread_barrier_wait(&start);
-    double pull = 0, finite = 0, push = 0, t0 = 0, t1 = 0;
+    double pull = 0, finite = 0, push = 0, waited = 0, t0 = 0, t1 = 0;
     int bad = 0;
     for (int i = 0; i < W; i++) {
         pthread_join(t[i], NULL);
         pull += w[i].pull;
         finite += w[i].finite;
         push += w[i].push;
+        waited += w[i].wait;
         bad |= w[i].bad;
         t0 = i == 0 || w[i].t_start < t0 ? w[i].t_start : t0;
         t1 = w[i].t_end > t1 ? w[i].t_end : t1;
@@ -200,7 +205,8 @@ static int bench_run(const bench_cfg *c, const gt_model *m, int W, int threads, 
                        .pull = pull / steps,
                        .finite = finite / steps,
                        .push = push / steps,
-                       .wait = wait / steps,
+                       .wait = waited / steps,
+                       .lock_wait = wait / steps,
                        .host = c->sync ? wall / c->steps : (pull + finite + push) / steps,
                        .rate = steps / wall};
     gt_free(slots);
@@ -230,9 +236,11 @@ static int bench_rows_print(const bench_cfg *c, const gt_model *m, const char *n
         char threads[16] = "default";
         if (c->nt)
             snprintf(threads, sizeof threads, "%d", c->threads[t]);
-        printf("| %s | %zu | %d | %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f |\n",
+        printf("| %s | %zu | %d | %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f "
+               "| %.0f |\n",
                name, m->nparams, W, threads, b->nranges, 1e6 * b->pull, 1e6 * b->finite,
-               1e6 * b->push, 1e6 * b->wait, 1e6 * (b->push - b->wait), 1e6 * b->host, b->rate);
+               1e6 * b->push, 1e6 * b->wait, 1e6 * b->lock_wait, 1e6 * (b->push - b->lock_wait),
+               1e6 * b->host, b->rate);
     }
     return 0;
 }
@@ -338,9 +346,9 @@ int main(int argc, char **argv)
             fprintf(stderr, "store_bench: -m: %s\n", e.msg);
             return 2;
         }
-    printf("| model | params | W | threads | stripes | pull us | finite us | push us | lock wait us "
-           "| apply us | host us/step | store steps/s |\n");
-    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("| model | params | W | threads | stripes | pull us | finite us | push us | wait us "
+           "| lock wait us | apply us | host us/step | store steps/s |\n");
+    printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < c.nm; i++)
         for (int k = 0; k < c.nw; k++)
             if (bench_rows_print(&c, &m[i], c.models[i], c.workers[k], &e) != 0) {
