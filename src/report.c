@@ -128,6 +128,8 @@ static void config_run(run *r, FILE *f, const gt_start *start)
     put_field_str(f, "started", when);
     put_field_str(f, "mode", r->ops->name);
     put_field_str(f, "step", r->device_step ? "device" : "store");
+    if (c->ema > 0) /* evaluations are of the parameters' moving average (ps.h) */
+        put_field_num(f, "ema", "%.6g", c->ema);
     fprintf(f, ",\"workers\":%d,\"hosts\":%d,\"devices\":[", r->Wg, r->H);
     for (int i = 0; i < r->W; i++) {
         if (i)
@@ -364,6 +366,7 @@ void report_point(run *r, const gt_eval_point *p)
         put_field_num(f, "train_acc", "%.6f", p->train_acc);
         put_field_num(f, "test_loss", "%.6f", p->test_loss);
         put_field_num(f, "test_acc", "%.6f", p->test_acc);
+        put_field_str(f, "params", cfg->ema > 0 ? "ema" : "trained"); /* what was evaluated */
         if (r->data->val.n) {
             put_field_num(f, "val_loss", "%.6f", p->val_loss);
             put_field_num(f, "val_acc", "%.6f", p->val_acc);

@@ -50,6 +50,8 @@ typedef struct job {
     float *params;
     float *state[2];      /* optimizer state (checkpoints only) */
     float *buffers;       /* the store's buffers (batch norm's running statistics); NULL if none */
+    float *ema;           /* the store's moving average (--ema), which evaluations use; NULL if
+                           * none */
     uint32_t epoch;       /* epochs completed when taken */
     uint64_t step;        /* clocks/batches completed inside the next epoch */
     uint64_t samples, updates;
