@@ -128,8 +128,6 @@ static void config_run(run *r, FILE *f, const gt_start *start)
     put_field_str(f, "started", when);
     put_field_str(f, "mode", r->ops->name);
     put_field_str(f, "step", r->device_step ? "device" : "store");
-    if (c->ema > 0) /* evaluations are of the parameters' moving average (ps.h) */
-        put_field_num(f, "ema", "%.6g", c->ema);
     fprintf(f, ",\"workers\":%d,\"hosts\":%d,\"devices\":[", r->Wg, r->H);
     for (int i = 0; i < r->W; i++) {
         if (i)
@@ -172,6 +170,7 @@ static void config_training(run *r, FILE *f)
     put_field_str(f, "schedule", gt_schedule_name(o->schedule));
     fprintf(f, ",\"warmup\":%g,\"step_epochs\":%g,\"gamma\":%g", o->warmup_epochs, o->step_epochs,
             o->gamma);
+    fprintf(f, ",\"ema\":%g", c->ema); /* evaluations of the moving average (ps.h); 0 = off */
     fprintf(f, ",\"stripes\":%d,\"staleness\":%d,\"sync_every\":%d", r->ps.nstripes,
             c->staleness, c->sync_every); /* stripes: as chosen where --stripes left it open */
     put_field_str(f, "balance", gt_name(GT_NAMES_BALANCE, (int)c->balance));
