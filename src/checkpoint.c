@@ -40,6 +40,8 @@ _Static_assert(CKPT_MAX_HEADER <= GT_ST_MAX_HEADER, "a header saved must be one 
 _Static_assert((unsigned long long)GT_CKPT_MAX_CLASSES * CKPT_NAME_WORST + (4ull << 20) <
                    CKPT_MAX_HEADER,
                "the most class names must fit the header limit beside the tensors' entries");
+#define CKPT_EMA_PREFIX "ema."         /* the moving average's tensors: ema.<tensor> */
+#define CKPT_SLOT_EMA 3                /* ckpt_slot.slot of an ema tensor (0 params, 1-2 state) */
 
 /* How many state arrays an optimizer keeps and their torch.optim names, from its row (optim.h);
  * -1 when unknown. */
@@ -72,7 +74,8 @@ static int ckpt_check_model(const gt_model *m, const char *path, gt_err *e)
     for (int t = 0; t < m->ntensors; t++) {
         const gt_tensor_info *ti = &m->tensors[t];
         if (!ckpt_terminated(ti->name, sizeof ti->name) || ti->name[0] == '\0' ||
-            strncmp(ti->name, "optim.", 6) == 0 || strcmp(ti->name, "__metadata__") == 0 ||
+            strncmp(ti->name, "optim.", 6) == 0 || strncmp(ti->name, CKPT_EMA_PREFIX, 4) == 0 ||
+            strcmp(ti->name, "__metadata__") == 0 ||
             !gt_utf8_valid(ti->name))
             return gt_fail(e, "checkpoint %s: model tensor %d has an unusable name", path, t);
         if (ckpt_find_tensor(m, ti->name) != t)
@@ -136,11 +139,11 @@ static void ckpt_list_one(ckpt_save *sv, const gt_tensor_info *ti, const char *p
     sv->nout++;
 }
 
-/* Parameters first, then the buffers, then each optimizer state array, each with the model's
- * tensor layout. */
+/* Parameters first, then the buffers, then each optimizer state array, then the moving average
+ * where there is one, each with the model's tensor layout. */
 static void ckpt_list_tensors(ckpt_save *sv, const gt_model *m, const float *params,
-                              const float *buffers, float *const *state, int nstate,
-                              const char *const *names)
+                              const float *ema, const float *buffers, float *const *state,
+                              int nstate, const char *const *names)
 {
     for (int t = 0; t < m->ntensors; t++)
         ckpt_list_one(sv, &m->tensors[t], "", params);
@@ -152,6 +155,8 @@ static void ckpt_list_tensors(ckpt_save *sv, const gt_model *m, const float *par
         for (int t = 0; t < m->ntensors; t++)
             ckpt_list_one(sv, &m->tensors[t], prefix, state[s - 1]);
     }
+    for (int t = 0; ema && t < m->ntensors; t++)
+        ckpt_list_one(sv, &m->tensors[t], CKPT_EMA_PREFIX, ema);
 }
 
 static void ckpt_kv(ckpt_save *sv, const char *key, const char *value)
@@ -339,6 +344,13 @@ int gt_ckpt_save(const char *path, const gt_model *m, const float *params,
                  const float *buffers, float *const *state, int nstate, const gt_ckpt_meta *meta,
                  int keep, gt_err *e)
 {
+    return gt_ckpt_save_ema(path, m, params, NULL, buffers, state, nstate, meta, keep, e);
+}
+
+int gt_ckpt_save_ema(const char *path, const gt_model *m, const float *params, const float *ema,
+                     const float *buffers, float *const *state, int nstate,
+                     const gt_ckpt_meta *meta, int keep, gt_err *e)
+{
     if (ckpt_check_save_args(path, m, params, state, nstate, meta, keep, e) != 0)
         return -1;
     if (m->nbuffers && !buffers)
@@ -346,7 +358,8 @@ int gt_ckpt_save(const char *path, const gt_model *m, const float *params,
                        path, m->name);
     const char *const *names;
     ckpt_state_names(meta->optimizer, &names);
-    size_t n = (size_t)m->ntensors * (1 + (size_t)nstate) + (size_t)m->nbuffer_tensors + 1;
+    size_t n = (size_t)m->ntensors * (1 + (size_t)nstate + (ema != NULL)) +
+               (size_t)m->nbuffer_tensors + 1;
     ckpt_save sv = {.out = calloc(n, sizeof *sv.out), .crc_key = calloc(n, sizeof *sv.crc_key),
                     .crc_hex = calloc(n, sizeof *sv.crc_hex),
                     .kv = calloc(n + CKPT_NFIXED, sizeof *sv.kv)};
@@ -354,7 +367,7 @@ int gt_ckpt_save(const char *path, const gt_model *m, const float *params,
     if (meta->nnames > 0)
         sv.classes = ckpt_classes_json(meta);
     if (sv.out && sv.crc_key && sv.crc_hex && sv.kv && (meta->nnames == 0 || sv.classes)) {
-        ckpt_list_tensors(&sv, m, params, buffers, state, nstate, names);
+        ckpt_list_tensors(&sv, m, params, ema, buffers, state, nstate, names);
         ckpt_list_meta(&sv, m, meta);
         sv.header = gt_st_build_header(sv.kv, sv.nkv, sv.out, sv.nout, &sv.hlen);
         if (sv.header)
@@ -654,6 +667,9 @@ static int ckpt_check_header(ckpt_file *cf, gt_err *e)
     cf->slots = calloc((size_t)cf->st.nentries + 1, sizeof *cf->slots);
     if (!cf->slots)
         return gt_fail(e, "checkpoint %s: out of memory", cf->path);
+    for (int i = 0; i < cf->st.nentries; i++) /* whole or not: ckpt_match_model checks */
+        if (strncmp(cf->st.entries[i].name, CKPT_EMA_PREFIX, 4) == 0)
+            cf->meta.has_ema = 1;
     return ckpt_parse_crcs(cf, e);
 }
 
@@ -703,11 +719,16 @@ static void ckpt_shape_text(char *buf, size_t cap, int rank, const int *shape)
         snprintf(buf + n, cap - n, "]");
 }
 
-/* The model tensor a file tensor fills and which array (0: params, s: state s-1), or -1. */
+/* The model tensor a file tensor fills and which array (0: params, s: state s-1, CKPT_SLOT_EMA:
+ * the moving average), or -1. */
 static int ckpt_target(const char *name, const gt_model *m, const char *const *states, int nstates,
                        int *slot)
 {
     *slot = 0;
+    if (strncmp(name, CKPT_EMA_PREFIX, 4) == 0) {
+        *slot = CKPT_SLOT_EMA;
+        return ckpt_find_tensor(m, name + 4);
+    }
     if (strncmp(name, "optim.", 6) != 0)
         return ckpt_find_tensor(m, name);
     for (int s = 0; s < nstates; s++) {
@@ -737,8 +758,9 @@ static int ckpt_check_identity(const ckpt_file *cf, const gt_model *m, gt_err *e
     return 0;
 }
 
-/* Maps every file tensor onto the model and checks that what the caller asked for is there. */
-static int ckpt_match_model(ckpt_file *cf, const gt_model *m, int want, gt_err *e)
+/* Maps every file tensor onto the model and checks that what the caller asked for is there, and
+ * that a moving average, where the file has one, is whole (read only where want_ema). */
+static int ckpt_match_model(ckpt_file *cf, const gt_model *m, int want, int want_ema, gt_err *e)
 {
     if (ckpt_check_identity(cf, m, e) != 0)
         return -1;
@@ -748,7 +770,7 @@ static int ckpt_match_model(ckpt_file *cf, const gt_model *m, int want, gt_err *
     if (want > 0 && want != fstates)
         return gt_fail(e, "checkpoint %s holds %s optimizer state, this run uses %s", cf->path,
                        cf->meta.optimizer, run_opt ? run_opt->head.name : "?");
-    unsigned char found[3][GT_MAX_TENSORS] = {{0}}, bfound[GT_MAX_BUFFER_TENSORS] = {0};
+    unsigned char found[4][GT_MAX_TENSORS] = {{0}}, bfound[GT_MAX_BUFFER_TENSORS] = {0};
     for (int i = 0; i < cf->st.nentries; i++) {
         const gt_st_entry *ent = &cf->st.entries[i];
         ckpt_slot *sl = &cf->slots[i];
@@ -772,7 +794,7 @@ static int ckpt_match_model(ckpt_file *cf, const gt_model *m, int want, gt_err *
             bfound[t] = 1;
         else
             found[sl->slot][t] = 1;
-        sl->tensor = sl->slot <= want ? t : -1;
+        sl->tensor = sl->slot <= want || (sl->slot == CKPT_SLOT_EMA && want_ema) ? t : -1;
     }
     for (int t = 0; t < m->nbuffer_tensors; t++)
         if (!bfound[t])
@@ -785,6 +807,10 @@ static int ckpt_match_model(ckpt_file *cf, const gt_model *m, int want, gt_err *
                 return gt_fail(e, "checkpoint %s lacks optimizer state optim.%s.%s", cf->path,
                                names[s - 1], m->tensors[t].name);
             }
+    for (int t = 0; cf->meta.has_ema && t < m->ntensors; t++)
+        if (!found[CKPT_SLOT_EMA][t])
+            return gt_fail(e, "checkpoint %s has a moving average without %s%s", cf->path,
+                           CKPT_EMA_PREFIX, m->tensors[t].name);
     return 0;
 }
 
@@ -802,12 +828,13 @@ static int ckpt_read_tensor(const ckpt_file *cf, int i, char *dst, gt_err *e)
 
 /* Parameters and optimizer state must be finite: a NaN or Inf would be trained on and carried
  * into every later checkpoint. */
-static int ckpt_check_finite(const ckpt_file *cf, const gt_model *m, int want, const float *stage,
-                             gt_err *e)
+static int ckpt_check_finite(const ckpt_file *cf, const gt_model *m, int want, int narr,
+                             const float *stage, gt_err *e)
 {
     const char *const *names;
     ckpt_state_names(cf->meta.optimizer, &names);
-    for (int s = 0; s <= want; s++) {
+    for (int s = 0; s < narr; s++) {
+        int st = s > 0 && s <= want; /* an optimizer state array; s > want: the moving average */
         for (int t = 0; t < m->ntensors; t++) {
             const gt_tensor_info *ti = &m->tensors[t];
             const float *v = stage + (size_t)s * m->nparams + ti->offset;
@@ -815,8 +842,9 @@ static int ckpt_check_finite(const ckpt_file *cf, const gt_model *m, int want, c
                 if (isfinite(v[i]))
                     continue;
                 return gt_fail(e, "checkpoint %s: %s%s%s%s[%zu] is %s (--allow-nonfinite loads it)",
-                               cf->path, s ? "optim." : "", s ? names[s - 1] : "", s ? "." : "",
-                               ti->name, i, isnan(v[i]) ? "NaN" : "infinite");
+                               cf->path, st ? "optim." : s ? CKPT_EMA_PREFIX : "",
+                               st ? names[s - 1] : "", st ? "." : "", ti->name, i,
+                               isnan(v[i]) ? "NaN" : "infinite");
             }
         }
     }
@@ -826,32 +854,36 @@ static int ckpt_check_finite(const ckpt_file *cf, const gt_model *m, int want, c
 /* One pass over the data in file order into a staging buffer; the caller's arrays are written
  * only once every CRC has passed. */
 static int ckpt_read_tensors(const ckpt_file *cf, const gt_model *m, int want, float *params,
-                             float *buffers, float *const *state, unsigned flags, gt_err *e)
+                             float *ema, float *buffers, float *const *state, unsigned flags,
+                             gt_err *e)
 {
     size_t n = m->nparams, nb = m->nbuffers;
+    /* arrays staged: parameters, state, then the moving average where one is read */
+    int narr = 1 + want + (ema && cf->meta.has_ema);
     float *stage = NULL;
     if (n > 0) {
         /* the buffers are staged after the arrays of parameters and state */
-        if (n > (SIZE_MAX / sizeof(float) - nb) / (1 + (size_t)want) ||
-            !(stage = gt_alloc((n * (1 + (size_t)want) + nb) * sizeof(float))))
+        if (n > (SIZE_MAX / sizeof(float) - nb) / (size_t)narr ||
+            !(stage = gt_alloc((n * (size_t)narr + nb) * sizeof(float))))
             return gt_fail(e, "checkpoint %s: out of memory staging %zu parameters", cf->path, n);
     }
-    float *bstage = stage ? stage + n * (1 + (size_t)want) : NULL;
+    float *bstage = stage ? stage + n * (size_t)narr : NULL;
     for (int i = 0; i < cf->st.nentries; i++) {
         const ckpt_slot *sl = &cf->slots[i];
         char *dst = NULL;
         if (sl->tensor >= 0 && sl->buffer)
             dst = (char *)(bstage + m->buffer_tensors[sl->tensor].offset);
         else if (sl->tensor >= 0)
-            dst = (char *)(stage + (size_t)sl->slot * n + m->tensors[sl->tensor].offset);
+            dst = (char *)(stage + (size_t)(sl->slot == CKPT_SLOT_EMA ? 1 + want : sl->slot) * n +
+                           m->tensors[sl->tensor].offset);
         if (ckpt_read_tensor(cf, i, dst, e) != 0) {
             gt_free(stage);
             return -1;
         }
     }
     if (stage)
-        gt_st_floats_from_le(stage, n * (1 + (size_t)want) + nb);
-    if (!(flags & GT_CKPT_ALLOW_NONFINITE) && ckpt_check_finite(cf, m, want, stage, e) != 0) {
+        gt_st_floats_from_le(stage, n * (size_t)narr + nb);
+    if (!(flags & GT_CKPT_ALLOW_NONFINITE) && ckpt_check_finite(cf, m, want, narr, stage, e) != 0) {
         gt_free(stage);
         return -1;
     }
@@ -865,8 +897,8 @@ static int ckpt_read_tensors(const ckpt_file *cf, const gt_model *m, int want, f
         }
     if (buffers && nb)
         memcpy(buffers, bstage, nb * sizeof(float));
-    for (int s = 0; s <= want; s++) {
-        float *dst = s == 0 ? params : state[s - 1];
+    for (int s = 0; s < narr; s++) {
+        float *dst = s == 0 ? params : s <= want ? state[s - 1] : ema;
         for (int t = 0; t < m->ntensors; t++) {
             const gt_tensor_info *ti = &m->tensors[t];
             if (ti->len > 0)
@@ -879,6 +911,13 @@ static int ckpt_read_tensors(const ckpt_file *cf, const gt_model *m, int want, f
 
 int gt_ckpt_load(const char *path, const gt_model *m, float *params, float *buffers,
                  float *const *state, int nstate, gt_ckpt_meta *meta, unsigned flags, gt_err *e)
+{
+    return gt_ckpt_load_ema(path, m, params, NULL, buffers, state, nstate, meta, flags, e);
+}
+
+int gt_ckpt_load_ema(const char *path, const gt_model *m, float *params, float *ema,
+                     float *buffers, float *const *state, int nstate, gt_ckpt_meta *meta,
+                     unsigned flags, gt_err *e)
 {
     int want = state && nstate > 0 ? nstate : 0;
     if (!path)
@@ -896,9 +935,9 @@ int gt_ckpt_load(const char *path, const gt_model *m, float *params, float *buff
     ckpt_file cf;
     if (ckpt_open(&cf, path, e) != 0)
         return -1;
-    int rc = ckpt_match_model(&cf, m, want, e);
+    int rc = ckpt_match_model(&cf, m, want, ema != NULL, e);
     if (rc == 0)
-        rc = ckpt_read_tensors(&cf, m, want, params, buffers, state, flags, e);
+        rc = ckpt_read_tensors(&cf, m, want, params, ema, buffers, state, flags, e);
     if (rc == 0 && meta)
         *meta = cf.meta;
     ckpt_close(&cf);

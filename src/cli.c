@@ -56,6 +56,7 @@ static const cli_range RANGE_POSITIVE = {0, HUGE_VAL, 1, 0, "> 0", "> 0"};
 static const cli_range RANGE_NONNEG = {0, HUGE_VAL, 0, 0, ">= 0", ">= 0"};
 static const cli_range RANGE_UNIT_LOW = {0, 1, 0, 1, "with 0 <= x < 1", "0 <= x < 1"};
 static const cli_range RANGE_UNIT_HIGH = {0, 1, 1, 0, "with 0 < x <= 1", "0 < x <= 1"};
+static const cli_range RANGE_UNIT_OPEN = {0, 1, 1, 1, "with 0 < x < 1", "0 < x < 1"};
 
 /* A whole number: optional '-', then decimal digits and nothing else (no spaces, no '+'). */
 static int cli_parse_ll(const char *flag, const char *s, long long lo, long long hi, long long *out,
@@ -501,6 +502,12 @@ static const cli_row cli_rows[] = {
      .help = "step: multiply the rate by --gamma every X epochs"},
     {.name = "gamma", .value = "X", .type = CLI_FLOAT, .field = FO(gamma),
      .range = &RANGE_UNIT_HIGH, .commands = CMD_TRAIN, .help = "step factor"},
+    {.name = "ema", .value = "DECAY", .type = CLI_FLOAT, .field = F(ema),
+     .range = &RANGE_UNIT_OPEN, .commands = CMD_TRAIN,
+     .help = "evaluate an exponential moving average of the parameters, updated with every "
+             "update (decay min(DECAY, (1+t)/(10+t)) at update t), e.g. 0.999; checkpoints add "
+             "it as ema.* tensors; not with --mode allreduce; keeps the store in the step",
+     .dflt = "off"},
 
     {.section = "Checkpoints and faults", .name = "checkpoint", .value = "PATH", .type = CLI_TEXT,
      TEXT(checkpoint), .commands = CMD_ALL,
@@ -522,6 +529,10 @@ static const cli_row cli_rows[] = {
      .commands = CMD_EVAL | CMD_PREDICT,
      .help = "use a checkpoint whose class names differ from the data's",
      .dflt = "refused"},
+    {.name = "no-ema", .type = CLI_SWITCH, .field = F(no_ema), .lo = 1,
+     .commands = CMD_EVAL | CMD_PREDICT,
+     .help = "use the checkpoint's training parameters, not its moving average (ema.* tensors, "
+             "written by train --ema)", .dflt = "the average where the checkpoint has one"},
     {.name = "per-class", .type = CLI_SWITCH, .field = F(per_class), .lo = 1, .commands = CMD_EVAL,
      .help = "also print each class's test accuracy, precision and the class it is most often "
              "taken for"},
@@ -699,6 +710,9 @@ static int cli_check_combination(const gt_config *c, gt_err *e)
     if (mode && mode->needs_nccl && c->cpu_workers > 0)
         return gt_fail(e, "--mode %s: needs GPUs and NCCL, not --gpus cpu:%d (use --mode sync "
                        "for the same math)", gt_mode_name(c->mode), c->cpu_workers);
+    if (c->ema > 0 && c->mode == GT_MODE_ALLREDUCE)
+        return gt_fail(e, "--ema: not available with --mode allreduce, whose updates stay on the "
+                       "GPUs (use --mode sync for the same math)");
     if (mode && mode->needs_nccl && c->on_nan == GT_NAN_SKIP)
         return gt_fail(e, "--on-nan skip: not available with --mode %s, where every GPU must "
                        "take the same step", gt_mode_name(c->mode));

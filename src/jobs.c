@@ -16,17 +16,23 @@ void job_free(job *j)
     free(j->state[0]);
     free(j->state[1]);
     free(j->buffers);
+    free(j->ema);
 }
 
-/* Posts a job to the calling thread; waits while the queue is full. With --patience an
- * evaluation also waits for the one before it to be judged, so that a run told to stop takes no
- * further evaluation (it is dropped; a checkpoint due with it is still written). Caller holds
- * r->mu. */
+/* Posts a job to the calling thread; waits while the queue is full. Jobs enter the queue in the
+ * order their snapshots were taken, whichever waiting worker wakes first (a ticket each): the
+ * log's evaluations stay in step order. With --patience an evaluation also waits for the one
+ * before it to be judged, so that a run told to stop takes no further evaluation (it is dropped;
+ * a checkpoint due with it is still written). Caller holds r->mu. */
 static void post_job_locked(run *r, job *j)
 {
     int judged = r->cfg->patience > 0 && (j->kinds & JOB_EVAL);
-    while ((r->jq.n == RUN_MAX_JOBS || (judged && (r->jq.n > 0 || r->jq.handling))) && !r->failed)
+    uint64_t ticket = r->jq.tickets++;
+    while ((ticket != r->jq.served || r->jq.n == RUN_MAX_JOBS ||
+            (judged && (r->jq.n > 0 || r->jq.handling))) && !r->failed)
         pthread_cond_wait(&r->cv, &r->mu);
+    r->jq.served++;
+    pthread_cond_broadcast(&r->cv); /* the next ticket's turn */
     if (judged && atomic_load(&r->jq.stop_early))
         j->kinds &= ~JOB_EVAL;
     if (r->failed || !j->kinds) {
@@ -51,6 +57,12 @@ int jobs_snapshot_locked(run *r, job *j, int kinds, uint32_t epoch, uint64_t ste
         if (!j->params)
             return -1;
         gt_ps_pull(&r->ps, j->params, NULL);
+    }
+    if (r->ps.ema && (j->params || (kinds & JOB_CKPT))) {
+        j->ema = malloc(r->n * sizeof(float));
+        if (!j->ema)
+            return -1;
+        gt_ps_pull_ema(&r->ps, j->ema);
     }
     if (r->ps.buffers && (j->params || (kinds & JOB_CKPT))) {
         j->buffers = malloc(r->m->nbuffers * sizeof(float));
@@ -121,13 +133,14 @@ void jobs_post_due_locked(run *r, uint64_t step_in_epoch)
 }
 
 /* Loss and accuracy of a snapshot on the test set and, with --val-split, the held-out samples,
- * on the calling thread's own device. */
+ * on the calling thread's own device: of its moving average where it has one (--ema), with the
+ * store's running statistics. */
 static int evaluate_snapshot(run *r, const job *j, gt_eval_point *p, gt_err *e)
 {
     gt_device *d = r->evaluator;
     const gt_dataset *sets[2] = {&r->data->test, &r->data->val};
     double *out[2][2] = {{&p->test_loss, &p->test_acc}, {&p->val_loss, &p->val_acc}};
-    memcpy(d->params, j->params, r->n * sizeof(float));
+    memcpy(d->params, j->ema ? j->ema : j->params, r->n * sizeof(float));
     if (j->buffers)
         memcpy(d->buffers, j->buffers, r->m->nbuffers * sizeof(float));
     if (d->ops->load_params(d, e) != 0)
@@ -180,7 +193,8 @@ static int jobs_write_checkpoint_to(run *r, const job *j, const char *path, int 
     meta.momentum = cfg->optim.momentum;
     meta.weight_decay = cfg->optim.weight_decay;
     float *const state[2] = {j->state[0], j->state[1]};
-    if (gt_ckpt_save(path, r->m, j->params, j->buffers, state, r->ps.nstate, &meta, keep, e) != 0)
+    if (gt_ckpt_save_ema(path, r->m, j->params, j->ema, j->buffers, state, r->ps.nstate, &meta,
+                         keep, e) != 0)
         return -1;
     report_checkpoint(r, path, j->epoch, j->updates, j->step, j->samples, j->wall);
     return 0;

@@ -257,6 +257,8 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
                  res->points[res->npoints - 1].val_acc, res->final_test_acc);
     else if (res->npoints > 0)
         snprintf(acc, sizeof acc, "test acc %.4f", res->final_test_acc);
+    if (res->npoints > 0 && c->ema > 0) /* evaluations of the moving average (--ema) */
+        snprintf(acc + strlen(acc), sizeof acc - strlen(acc), " (ema %g)", (double)c->ema);
     if (res->resumed_samples > 0)
         snprintf(before, sizeof before, " (%llu since epoch 0)", (unsigned long long)res->samples);
     if (res->startup_data_s >= 0 && res->startup_devices_s >= 0)
@@ -369,9 +371,9 @@ static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
     gt_device *devs[GT_MAX_WORKERS] = {0}, *ev = NULL;
     int n = 0;
     rc = open_devices(c, &m, devs, &n, &ev, e);
-    if (rc == 0)
-        rc = gt_ckpt_load(c->checkpoint, &m, ev->params, ev->buffers, NULL, 0, &meta,
-                          ckpt_flags(c), e);
+    if (rc == 0) /* the moving average copied over the parameters where the file has one */
+        rc = gt_ckpt_load_ema(c->checkpoint, &m, ev->params, c->no_ema ? NULL : ev->params,
+                              ev->buffers, NULL, 0, &meta, ckpt_flags(c), e);
     gt_step_out o = {0};
     int per_class = c->per_class || c->confusion[0];
     int32_t *pred = per_class ? malloc(((size_t)d->test.n + 1) * sizeof *pred) : NULL;
@@ -386,8 +388,11 @@ static int cmd_eval(const gt_config *c, const gt_data *d, gt_err *e)
     }
     char shown[4 * GT_PATHLEN];
     if (rc == 0)
-        printf("%s: model %s, epoch %u, on %s: test loss %.4f acc %.4f (%d/%u)\n",
-               gt_escape(shown, sizeof shown, c->checkpoint), m.name, meta.epoch, ev->name,
+        printf("%s: model %s%s, epoch %u, on %s: test loss %.4f acc %.4f (%d/%u)\n",
+               gt_escape(shown, sizeof shown, c->checkpoint), m.name,
+               !meta.has_ema ? "" : c->no_ema ? " (training parameters, not its moving average)"
+                                              : " (moving average of the parameters)",
+               meta.epoch, ev->name,
                o.loss_sum / d->test.n, (double)o.correct / d->test.n, o.correct, d->test.n);
     if (rc == 0 && per_class)
         rc = eval_per_class(c, d, pred, m.nclasses, o.correct, e);
@@ -509,14 +514,16 @@ static int check_log_data(const gt_config *c, const gt_data *d, gt_err *e)
 }
 
 /* Initial parameters, buffers (batch norm's running statistics) and optimizer state: fresh,
- * --init weights and buffers, or a --resume checkpoint. */
+ * --init weights and buffers, or a --resume checkpoint, with its moving average into ema (when
+ * non-NULL: --ema) where it has one (meta->has_ema). */
 static int load_start(const gt_config *c, const gt_model *m, const gt_data *d, float *params,
-                      float *buffers, float **state, int nstate, gt_ckpt_meta *meta, int *resumed,
-                      gt_err *e)
+                      float *ema, float *buffers, float **state, int nstate, gt_ckpt_meta *meta,
+                      int *resumed, gt_err *e)
 {
     *resumed = 0;
     if (c->resume[0]) {
-        if (gt_ckpt_load(c->resume, m, params, buffers, state, nstate, meta, ckpt_flags(c), e) != 0)
+        if (gt_ckpt_load_ema(c->resume, m, params, ema, buffers, state, nstate, meta,
+                             ckpt_flags(c), e) != 0)
             return -1;
         if (!gt_norm_equal(&meta->norm, &m->norm, m->in_c)) {
             char was[512], now[512];
@@ -677,8 +684,10 @@ static int cmd_train(const gt_config *given, const char *command, const gt_data 
     for (int i = 0; i < nstate; i++)
         state[i] = gt_alloc(m->nparams * sizeof(float));
     float *buffers = m->nbuffers ? gt_alloc(m->nbuffers * sizeof(float)) : NULL;
+    float *ema = c->ema > 0 && c->resume[0] ? gt_alloc(m->nparams * sizeof(float)) : NULL;
     if (!params || (nstate > 0 && !state[0]) || (nstate > 1 && !state[1]) ||
-        (m->nbuffers && !buffers)) {
+        (m->nbuffers && !buffers) || (c->ema > 0 && c->resume[0] && !ema)) {
+        gt_free(ema);
         gt_free(params);
         gt_free(buffers);
         gt_free(state[0]);
@@ -687,7 +696,7 @@ static int cmd_train(const gt_config *given, const char *command, const gt_data 
     }
     gt_ckpt_meta meta;
     int resumed = 0;
-    int rc = load_start(c, m, d, params, buffers, state, nstate, &meta, &resumed, e);
+    int rc = load_start(c, m, d, params, ema, buffers, state, nstate, &meta, &resumed, e);
     if (rc == 0 && resumed && resume_position(c, d->train.n, &meta, e) != 0) {
         *usage = 1;
         rc = -1;
@@ -701,6 +710,7 @@ static int cmd_train(const gt_config *given, const char *command, const gt_data 
     if (rc == 0) {
         print_header(c, d, s, resumed, &meta);
         gt_start start = {.params = params, .state = state, .nstate = nstate, .buffers = buffers,
+                          .ema = resumed && meta.has_ema ? ema : NULL,
                           .resumed = resumed ? &meta : NULL, .recipe = &rec,
                           .launched = s->launched, .data_s = s->data_s,
                           .devices_s = s->devices_s, .command = command};
@@ -714,6 +724,7 @@ static int cmd_train(const gt_config *given, const char *command, const gt_data 
                    res->checkpoint_written[0] ? "; state saved to " : "", res->checkpoint_written);
     }
     gt_free(params);
+    gt_free(ema);
     gt_free(buffers);
     gt_free(state[0]);
     gt_free(state[1]);

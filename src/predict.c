@@ -351,7 +351,9 @@ static int predict_open(predictor *p, gt_err *e)
     unsigned flags = p->c->allow_nonfinite ? GT_CKPT_ALLOW_NONFINITE : 0;
     if (p->m.nbuffers && !(p->buffers = malloc(p->m.nbuffers * sizeof(float))))
         return gt_fail(e, "%s: out of memory for %zu buffer values", path, p->m.nbuffers);
-    if (gt_ckpt_load(path, &p->m, p->params, p->buffers, NULL, 0, &p->meta, flags, e) != 0 ||
+    /* the moving average copied over the parameters where the file has one (but --no-ema) */
+    if (gt_ckpt_load_ema(path, &p->m, p->params, p->c->no_ema ? NULL : p->params, p->buffers,
+                         NULL, 0, &p->meta, flags, e) != 0 ||
         gt_cpu_net_create(&p->net, &p->m, PREDICT_CHUNK, e) != 0)
         return -1;
     p->have_net = 1;
@@ -380,9 +382,12 @@ static int predict_items(predictor *p, int *usage, gt_err *e)
             return -1;
     }
     if (p->samples > 0)
-        fprintf(p->out, "accuracy %.4f (%llu/%llu) over the dataset samples\n",
+        fprintf(p->out, "accuracy %.4f (%llu/%llu) over the dataset samples%s\n",
                 (double)p->correct / p->samples, (unsigned long long)p->correct,
-                (unsigned long long)p->samples);
+                (unsigned long long)p->samples,
+                !p->meta.has_ema ? "" : p->c->no_ema ? " (training parameters, not the moving "
+                                                       "average)"
+                                                     : " (moving average of the parameters)");
     return 0;
 }
 

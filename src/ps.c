@@ -115,8 +115,81 @@ void gt_ps_push_stats(gt_ps *ps, const float *stats)
     pthread_mutex_unlock(&ps->buffer_lock);
 }
 
+int gt_ps_init_ema(gt_ps *ps, float decay, const float *src, gt_err *e)
+{
+    if (!(decay > 0 && decay < 1))
+        return gt_fail(e, "--ema: %g is not a decay with 0 < DECAY < 1", (double)decay);
+    ps->ema = gt_alloc(ps->n * sizeof(float));
+    if (!ps->ema)
+        return gt_fail(e, "parameter store: out of memory for the moving average of %zu "
+                       "parameters", ps->n);
+    memcpy(ps->ema, src ? src : ps->params, ps->n * sizeof(float));
+    ps->ema_decay = decay;
+    return 0;
+}
+
+float gt_ps_ema_decay(float decay, uint64_t t)
+{
+    float warm = (float)((1.0 + (double)t) / (10.0 + (double)t));
+    return warm < decay ? warm : decay;
+}
+
+/* Copies one array between dst and src over every stripe, each under its lock (relaxed atomics
+ * in the lock-free store). */
+static void ps_copy_striped(gt_ps *ps, float *dst, const float *src, int bump)
+{
+    for (int s = 0; s < ps->nranges; s++) {
+        gt_stripe *st = &ps->stripes[s];
+        if (ps->nstripes)
+            pthread_mutex_lock(&st->lock);
+        if (bump)
+            atomic_fetch_add_explicit(&st->version, 1, memory_order_acq_rel);
+        for (size_t i = st->lo; i < st->hi; i++) {
+            float v;
+            __atomic_load(&src[i], &v, __ATOMIC_RELAXED);
+            __atomic_store(&dst[i], &v, __ATOMIC_RELAXED);
+        }
+        if (ps->nstripes)
+            pthread_mutex_unlock(&st->lock);
+    }
+}
+
+void gt_ps_pull_ema(gt_ps *ps, float *dst)
+{
+    if (ps->ema && dst)
+        ps_copy_striped(ps, dst, ps->ema, 0);
+}
+
+void gt_ps_store_ema(gt_ps *ps, const float *src)
+{
+    if (ps->ema && src)
+        ps_copy_striped(ps, ps->ema, src, 0);
+}
+
+/* ema = d*ema + (1-d)*p over one stripe after its update t; the caller holds its lock (or runs
+ * lock-free, where every access is a relaxed atomic as the parameters' are). */
+static void ps_ema_range(gt_ps *ps, const gt_stripe *st, uint64_t t)
+{
+    if (!ps->ema)
+        return;
+    float d = gt_ps_ema_decay(ps->ema_decay, t), c = 1.0f - d;
+    if (ps->nstripes > 0) {
+        for (size_t i = st->lo; i < st->hi; i++)
+            ps->ema[i] = d * ps->ema[i] + c * ps->params[i];
+        return;
+    }
+    for (size_t i = st->lo; i < st->hi; i++) {
+        float a, p;
+        __atomic_load(&ps->ema[i], &a, __ATOMIC_RELAXED);
+        __atomic_load(&ps->params[i], &p, __ATOMIC_RELAXED);
+        a = d * a + c * p;
+        __atomic_store(&ps->ema[i], &a, __ATOMIC_RELAXED);
+    }
+}
+
 void gt_ps_free(gt_ps *ps)
 {
+    gt_free(ps->ema);
     if (ps->buffers) {
         pthread_mutex_destroy(&ps->buffer_lock);
         gt_free(ps->buffers);
@@ -160,6 +233,7 @@ typedef struct ps_walk {
     int naddends;
     float gscale;
     const gt_optim_step *step;
+    uint64_t t;                /* push, apply: the update's number (the moving average's decay) */
     _Atomic uint64_t result;   /* push: staleness (max) */
 } ps_walk;
 
@@ -284,6 +358,7 @@ static void ps_push_part(void *arg, int part)
                 stale = d;
         }
         ps_apply_range(ps, st, w->g, w->gscale, w->step);
+        ps_ema_range(ps, st, w->t);
         if (ps->nstripes > 0)
             pthread_mutex_unlock(&st->lock);
     }
@@ -301,7 +376,7 @@ uint64_t gt_ps_push(gt_ps *ps, int worker, int nworkers, const float *g, float g
     gt_optim_step step = gt_optim_prepare(&ps->optim, t, epoch);
     int start = nworkers > 0 ? (int)((int64_t)worker * ps->nranges / nworkers) : 0;
     ps_walk w = {.ps = ps, .first = start, .count = ps->nranges, .ver = (uint64_t *)ver,
-                 .g = g, .gscale = gscale, .step = &step};
+                 .g = g, .gscale = gscale, .step = &step, .t = t};
     ps_walk_run(&w, ps_push_part, nworkers > 0 ? nworkers : 1);
     uint64_t stale = atomic_load_explicit(&w.result, memory_order_relaxed);
     if (ver)
@@ -323,12 +398,13 @@ void gt_ps_apply_stripes_sum(gt_ps *ps, int s_lo, int s_hi, float *g, float *con
     if (s_hi <= s_lo)
         return;
     ps_walk w = {.ps = ps, .first = s_lo, .count = s_hi - s_lo, .g = g, .addends = addends,
-                 .naddends = naddends, .gscale = gscale, .step = &step};
+                 .naddends = naddends, .gscale = gscale, .step = &step, .t = t};
     ps_walk_run(&w, ps_push_part, 0);
 }
 
 void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src)
 {
+    uint64_t t = atomic_load_explicit(&ps->updates, memory_order_relaxed);
     for (int s = s_lo; s < s_hi; s++) {
         gt_stripe *st = &ps->stripes[s];
         if (ps->nstripes > 0)
@@ -339,6 +415,7 @@ void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src)
         else
             for (size_t i = st->lo; i < st->hi; i++)
                 __atomic_store(&ps->params[i], (float *)&src[i], __ATOMIC_RELAXED);
+        ps_ema_range(ps, st, t);
         if (ps->nstripes > 0)
             pthread_mutex_unlock(&st->lock);
     }

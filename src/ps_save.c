@@ -16,6 +16,8 @@ int gt_ps_saved_alloc(gt_ps_saved *s, const gt_ps *ps, gt_err *e)
         s->state[i] = malloc(ps->n * sizeof(float));
         ok = s->state[i] != NULL;
     }
+    if (ok && ps->ema)
+        ok = (s->ema = malloc(ps->n * sizeof(float))) != NULL;
     if (ok && ps->buffers)
         ok = (s->buffers = malloc(ps->model->nbuffers * sizeof(float))) != NULL;
     if (ok)
@@ -30,6 +32,7 @@ void gt_ps_saved_free(gt_ps_saved *s)
     free(s->state[0]);
     free(s->state[1]);
     free(s->buffers);
+    free(s->ema);
     memset(s, 0, sizeof *s);
 }
 
@@ -49,13 +52,17 @@ static void relaxed_store(float *dst, const float *src, size_t n)
 static void ps_save_stripe(gt_ps *ps, gt_stripe *st, gt_ps_saved *s, int restore)
 {
     size_t lo = st->lo, len = st->hi - st->lo;
-    float *store[3] = {ps->params, ps->state[0], ps->state[1]};
-    float *copy[3] = {s->params, s->state[0], s->state[1]};
+    float *store[4] = {ps->params, ps->state[0], ps->state[1], ps->ema};
+    float *copy[4] = {s->params, s->state[0], s->state[1], s->ema};
     if (ps->nstripes > 0)
         pthread_mutex_lock(&st->lock);
     if (restore)
         atomic_fetch_add_explicit(&st->version, 1, memory_order_acq_rel);
-    for (int a = 0; a < 1 + s->nstate; a++) {
+    for (int a = 0; a < 4; a++) {
+        if (a > s->nstate && a < 3)
+            continue; /* optimizer state the store does not keep */
+        if (!store[a] || !copy[a])
+            continue; /* no moving average, in the store or in the copy */
         if (restore)
             relaxed_store(store[a] + lo, copy[a] + lo, len);
         else

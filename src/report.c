@@ -170,6 +170,7 @@ static void config_training(run *r, FILE *f)
     put_field_str(f, "schedule", gt_schedule_name(o->schedule));
     fprintf(f, ",\"warmup\":%g,\"step_epochs\":%g,\"gamma\":%g", o->warmup_epochs, o->step_epochs,
             o->gamma);
+    fprintf(f, ",\"ema\":%g", c->ema); /* evaluations of the moving average (ps.h); 0 = off */
     fprintf(f, ",\"stripes\":%d,\"staleness\":%d,\"sync_every\":%d", r->ps.nstripes,
             c->staleness, c->sync_every); /* stripes: as chosen where --stripes left it open */
     put_field_str(f, "balance", gt_name(GT_NAMES_BALANCE, (int)c->balance));
@@ -364,6 +365,7 @@ void report_point(run *r, const gt_eval_point *p)
         put_field_num(f, "train_acc", "%.6f", p->train_acc);
         put_field_num(f, "test_loss", "%.6f", p->test_loss);
         put_field_num(f, "test_acc", "%.6f", p->test_acc);
+        put_field_str(f, "params", cfg->ema > 0 ? "ema" : "trained"); /* what was evaluated */
         if (r->data->val.n) {
             put_field_num(f, "val_loss", "%.6f", p->val_loss);
             put_field_num(f, "val_acc", "%.6f", p->val_acc);

@@ -50,6 +50,8 @@ typedef struct job {
     float *params;
     float *state[2];      /* optimizer state (checkpoints only) */
     float *buffers;       /* the store's buffers (batch norm's running statistics); NULL if none */
+    float *ema;           /* the store's moving average (--ema), which evaluations use; NULL if
+                           * none */
     uint32_t epoch;       /* epochs completed when taken */
     uint64_t step;        /* clocks/batches completed inside the next epoch */
     uint64_t samples, updates;
@@ -192,6 +194,8 @@ typedef struct run_jobs {
     uint64_t next_eval;        /* samples at which the next mid-epoch evaluation is due */
     uint64_t next_ckpt;        /* the run's step at which the next step checkpoint is due */
     int handling;              /* the calling thread is handling a job it took off the queue */
+    uint64_t tickets, served;  /* posts in the order their snapshots were taken: each waiting
+                                  post holds a ticket and enters the queue on its turn */
     int since_best;            /* evaluations since the monitored accuracy last improved */
     _Atomic int stop_early;    /* --patience ran out: stop_asked says so to the workers */
 } run_jobs;

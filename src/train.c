@@ -44,7 +44,7 @@ static int run_device_step(const gt_config *cfg, gt_device **devices, int ndevic
 {
     if (cfg->mode == GT_MODE_ALLREDUCE)
         return 1; /* its only step */
-    if (cfg->store_step)
+    if (cfg->store_step || cfg->ema > 0) /* the moving average is the store's (ps.h) */
         return 0;
     /* One worker: hogwild, ssp (nobody to run ahead of) and local (its average is itself) are
      * serial SGD too; --overlap's step runs beside its predecessor's, which is not. local on
@@ -137,6 +137,8 @@ static int run_alloc(run *r, gt_device **devices, const gt_start *start, gt_err 
     if (gt_ps_init_buffers(&r->ps, r->m, e) != 0)
         return -1;
     gt_ps_store_buffers(&r->ps, start->buffers);
+    if (cfg->ema > 0 && gt_ps_init_ema(&r->ps, cfg->ema, start->ema, e) != 0)
+        return -1;
     r->perm = gt_alloc((size_t)r->ntrain * sizeof(uint32_t));
     r->workers = calloc((size_t)r->W, sizeof(worker));
     if (!r->perm || !r->workers)

@@ -308,6 +308,74 @@ static void test_buffers(void)
     arrays_free(&b);
 }
 
+/* A moving average of the parameters (--ema) is saved as ema.<tensor> beside the parameters,
+ * buffers and state; it comes back bit for bit with gt_ckpt_load_ema, gt_ckpt_load skips it, a
+ * file without one leaves the caller's array alone, and a NaN in it is refused by name. */
+static void test_ema(void)
+{
+    gt_model m;
+    gt_err e = {{0}};
+    CHECK_MSG(gt_model_build("resnet20", 3, 8, 8, 10, &m, &e) == 0, "%s", e.msg);
+    arrays a, b;
+    arrays_alloc(&a, m.nparams);
+    arrays_alloc(&b, m.nparams);
+    gt_model_init_params(&m, a.p, 11);
+    for (size_t i = 0; i < m.nparams; i++)
+        a.s[0][i] = (float)i * -0.25f;
+    for (size_t i = 0; i < m.nbuffers; i++)
+        a.b[i] = (float)i * 0.5f;
+    float *ema = malloc(m.nparams * sizeof(float)), *got = malloc(m.nparams * sizeof(float));
+    CHECK(ema && got);
+    for (size_t i = 0; i < m.nparams; i++)
+        ema[i] = (float)i * 0.125f - 3.0f;
+    gt_ckpt_meta in, out;
+    meta_make(&in, &m, "sgd");
+    in.has_ema = 0; /* ignored on saving: the array given decides */
+    char path[512], plain[512];
+    test_path(path, sizeof path, "ema");
+    test_path(plain, sizeof plain, "ema_none");
+    CHECK_MSG(gt_ckpt_save_ema(path, &m, a.p, ema, a.b, a.s, 1, &in, 0, &e) == 0, "%s", e.msg);
+    CHECK_MSG(gt_ckpt_read_meta(path, &out, &e) == 0 && out.has_ema == 1, "%s", e.msg);
+    memset(got, 0, m.nparams * sizeof(float));
+    CHECK_MSG(gt_ckpt_load_ema(path, &m, b.p, got, b.b, b.s, 1, &out, 0, &e) == 0, "%s", e.msg);
+    CHECK(out.has_ema == 1 && meta_equal(&in, &out));
+    CHECK(arrays_equal(&a, &b, 1));
+    CHECK(memcmp(a.b, b.b, m.nbuffers * sizeof(float)) == 0);
+    CHECK(memcmp(ema, got, m.nparams * sizeof(float)) == 0);
+    /* the model's own parameters stay the training ones; the average is under ema.<name> */
+    size_t len;
+    unsigned char *file = file_read(path, &len);
+    char key[160];
+    snprintf(key, sizeof key, "\"ema.%s\":{\"dtype\":\"F32\"", m.tensors[0].name);
+    CHECK(file && strstr((char *)file + 8, key) != NULL);
+    snprintf(key, sizeof key, "\"crc32.ema.%s\"", m.tensors[m.ntensors - 1].name);
+    CHECK(file && strstr((char *)file + 8, key) != NULL);
+    free(file);
+    /* a loader that does not ask for the average reads the rest as before */
+    arrays_fill(&b, 5.0f);
+    CHECK_MSG(load(path, &m, &b, 1, &out, &e) == 0, "%s", e.msg);
+    CHECK(arrays_equal(&a, &b, 1) && out.has_ema == 1);
+    /* a file without an average: has_ema 0 and the caller's array untouched */
+    CHECK_MSG(save(plain, &m, &a, 1, &in, 0, &e) == 0, "%s", e.msg);
+    for (size_t i = 0; i < m.nparams; i++)
+        got[i] = 77.0f;
+    CHECK_MSG(gt_ckpt_load_ema(plain, &m, b.p, got, b.b, b.s, 1, &out, 0, &e) == 0, "%s", e.msg);
+    CHECK(out.has_ema == 0 && arrays_equal(&a, &b, 1));
+    for (size_t i = 0; i < m.nparams; i++)
+        CHECK(got[i] == 77.0f);
+    CHECK_MSG(gt_ckpt_read_meta(plain, &out, &e) == 0 && out.has_ema == 0, "%s", e.msg);
+    /* the average must be finite, like the parameters */
+    ema[3] = NAN;
+    CHECK_MSG(gt_ckpt_save_ema(path, &m, a.p, ema, a.b, a.s, 1, &in, 0, &e) == 0, "%s", e.msg);
+    CHECK(gt_ckpt_load_ema(path, &m, b.p, got, b.b, b.s, 1, &out, 0, &e) != 0 &&
+          strstr(e.msg, "ema.") && strstr(e.msg, "NaN"));
+    CHECK(got[0] == 77.0f); /* refused before a byte reached the caller */
+    free(ema);
+    free(got);
+    arrays_free(&a);
+    arrays_free(&b);
+}
+
 /* Finds `"key":` in the header text and the text after it. */
 static const char *header_after(const char *header, const char *key)
 {
@@ -1413,6 +1481,7 @@ int main(void)
     test_many_names(GT_CKPT_MAX_CLASSES, 1);
     test_names_limits();
     test_buffers();
+    test_ema();
     remove_test_dir();
     TEST_DONE();
 }

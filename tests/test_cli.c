@@ -38,7 +38,8 @@ static double field(const gt_config *c, const char *name)
         "inject_step", "stall_timeout", "precision", "log_steps", "overlap", "host_timeout",
         "allow_nonfinite", "literal", "on_diverge", "given", "ignore_classes", "top", "nitems",
         "exchange", "image_h", "image_w", "store_step", "augment_pad", "augment_flip",
-        "normalize", "norm_count", "norm_mean1", "norm_std1", "val_split", "patience", "per_class"};
+        "normalize", "norm_count", "norm_mean1", "norm_std1", "val_split", "patience", "per_class",
+        "ema", "no_ema"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -51,7 +52,7 @@ static double field(const gt_config *c, const char *name)
         c->allow_nonfinite, c->literal, c->on_diverge, c->given, c->ignore_classes, c->top,
         c->nitems, c->exchange, c->image_size[0], c->image_size[1], c->store_step,
         c->augment.pad, c->augment.flip, c->normalize, c->norm_count, c->norm_given.mean[1],
-        c->norm_given.std[1], c->val_split, c->patience, c->per_class};
+        c->norm_given.std[1], c->val_split, c->patience, c->per_class, c->ema, c->no_ema};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -85,6 +86,7 @@ static const good_case GOOD[] = {
     {{NULL}, "batch", 64, NULL},
     {{NULL}, "lr", 0.05, NULL},
     {{NULL}, "momentum", 0.9, NULL},
+    {{NULL}, "ema", 0, NULL},
     {{NULL}, "kind", GT_OPT_SGD, NULL},
     {{NULL}, "schedule", GT_SCHED_CONSTANT, NULL},
     {{NULL}, "total_epochs", 10, NULL},
@@ -207,6 +209,10 @@ static const good_case GOOD[] = {
     {{"--step-epochs", "2.5"}, "step_epochs", 2.5, NULL},
     {{"--gamma", "1"}, "gamma", 1, NULL},
     {{"--gamma", "0.5"}, "gamma", 0.5, NULL},
+    {{"--ema", "0.999"}, "ema", 0.999f, NULL},
+    {{"--ema", "0.5", "--mode", "local"}, "ema", 0.5, NULL},
+    {{"eval", "--checkpoint", "m.st", "--no-ema"}, "no_ema", 1, NULL},
+    {{"predict", "--checkpoint", "m.st", "--no-ema", "a.png"}, "no_ema", 1, NULL},
     {{"--checkpoint", "a.st"}, "checkpoint", 0, "a.st"},
     {{"--checkpoint-every", "2"}, "checkpoint_every", 2, NULL},
     {{"--checkpoint-every", "2"}, "checkpoint_every_steps", 0, NULL},
@@ -323,6 +329,13 @@ static const bad_case BAD[] = {
     {{"--beta2", "-0.5"}, "--beta2", "'-0.5'"},
     {{"--eps", "0"}, "--eps", "'0'"},
     {{"--gamma", "0"}, "--gamma", "'0'"},
+    {{"--ema", "0"}, "--ema", "'0'"},
+    {{"--ema", "1"}, "--ema", "'1'"},
+    {{"--ema", "-0.5"}, "--ema", "'-0.5'"},
+    {{"--ema", "nan"}, "--ema", "'nan'"},
+    {{"--ema", "0.999", "--mode", "allreduce"}, "--ema", "--mode allreduce"},
+    {{"eval", "--checkpoint", "m.st", "--ema", "0.9"}, "--ema", "does not apply to eval"},
+    {{"train", "--no-ema"}, "--no-ema", "does not apply to train"},
     {{"--gamma", "1.5"}, "--gamma", "'1.5'"},
     {{"--warmup", "-1"}, "--warmup", "'-1'"},
     {{"--step-epochs", "0"}, "--step-epochs", "'0'"},

@@ -2,7 +2,8 @@
  * sync over W workers equals one worker at W times the batch, ssp honours its staleness bound,
  * reads fresh parameters when its workers are balanced (on a simulated clock) and at 0 equals
  * sync, every mode learns, failed workers hand their data to the survivors, and
- * non-finite losses stop the run or are skipped; the CPU evaluate's per-sample predictions.
+ * non-finite losses stop the run or are skipped; the CPU evaluate's per-sample predictions; --ema
+ * evaluates the moving average.
  * "Every mode" is every row of the modes table (names.c) that CPU workers run, so a new mode is
  * tested here without editing this file. Runs
  * under ThreadSanitizer in CI (GT_QUICK=1 shrinks the runs there). */
@@ -271,7 +272,7 @@ static void test_ssp_fresh(void)
     free(o.res);
 }
 
-/* One mode (variant: "", "-lockfree" or "-static") learns: lenet5 on 2 CPU workers, one epoch
+/* One mode (variant: "", "-lockfree", "-static", "-ema" or "-lockfree-ema") learns: lenet5 on 2 CPU workers, one epoch
  * of the loaded samples. */
 static void mode_learns(const char *mode, const char *variant)
 {
@@ -288,8 +289,10 @@ static void mode_learns(const char *mode, const char *variant)
     c.optim.schedule = GT_SCHED_COSINE;
     c.optim.warmup_epochs = 0.15f;
     c.optim.total_epochs = 1;
-    if (strcmp(variant, "-lockfree") == 0)
+    if (strncmp(variant, "-lockfree", 9) == 0)
         c.stripes = 0;
+    if (strstr(variant, "-ema")) /* the evaluation is of the moving average */
+        c.ema = 0.99f;
     if (strcmp(variant, "-static") == 0)
         c.balance = GT_BALANCE_STATIC;
     outcome o = train(&c);
@@ -305,8 +308,9 @@ static void mode_learns(const char *mode, const char *variant)
     free(o.res);
 }
 
-/* Every mode of the names table that CPU workers run learns; an unclocked one (workers take
- * batches themselves) also lock-free (--stripes 0) and with --balance static. */
+/* Every mode of the names table that CPU workers run learns, also evaluated on its moving average
+ * (--ema); an unclocked one (workers take batches themselves) also lock-free (--stripes 0, with
+ * and without --ema) and with --balance static. */
 static void test_every_mode_learns(void)
 {
     for (int i = 0; i < gt_mode_count(); i++) {
@@ -314,8 +318,10 @@ static void test_every_mode_learns(void)
         if (!row)
             continue;
         mode_learns(row->head.name, "");
+        mode_learns(row->head.name, "-ema");
         if (!row->clocked) {
             mode_learns(row->head.name, "-lockfree");
+            mode_learns(row->head.name, "-lockfree-ema");
             mode_learns(row->head.name, "-static");
         }
     }
@@ -512,6 +518,35 @@ static void test_every_evaluation_kept(void)
     free(o.res);
 }
 
+/* --ema: sync on one worker trains the same parameters with or without it (the run is
+ * deterministic), so what differs is what is evaluated: with a decay near 0 the average is the
+ * parameters (the same accuracy, loss within rounding), with 0.999 it is not (another loss), and
+ * it has learned. */
+static void test_ema_evaluated(void)
+{
+    double loss[3], acc[3];
+    float decay[3] = {0, 1e-6f, 0.999f};
+    for (int k = 0; k < 3; k++) {
+        gt_config c;
+        base_config(&c, "sync", 1, 32);
+        c.ema = decay[k];
+        outcome o = train(&c);
+        CHECK_MSG(o.rc == 0, "--ema %g: %s", (double)decay[k], o.err);
+        CHECK(o.res->npoints == 1);
+        loss[k] = o.res->final_test_loss;
+        acc[k] = o.res->final_test_acc;
+        gt_run_result_free(o.res);
+        free(o.res);
+    }
+    printf("sync --ema: off loss %.5f acc %.4f, 1e-6 loss %.5f acc %.4f, 0.999 loss %.5f acc %.4f\n",
+           loss[0], acc[0], loss[1], acc[1], loss[2], acc[2]);
+    CHECK_CLOSE(loss[1], loss[0], 1e-4);
+    CHECK(fabs(acc[1] - acc[0]) <= 0.002);
+    CHECK_MSG(fabs(loss[2] - loss[0]) > 1e-3, "--ema 0.999 evaluated loss %.6f, the parameters' "
+              "%.6f", loss[2], loss[0]);
+    CHECK(acc[2] > 0.5);
+}
+
 /* The CPU backend's evaluate with eval_pred: each sample of [lo, hi) gets its predicted class
  * (nothing outside the range is written), the predictions' hits are the evaluation's count, and
  * the loss is the one without predictions. */
@@ -574,6 +609,7 @@ int main(void)
     test_nan();
     test_every_evaluation_kept();
     test_eval_predictions();
+    test_ema_evaluated();
     gt_data_free(&g_data);
     TEST_DONE();
 }

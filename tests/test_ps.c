@@ -1,7 +1,9 @@
 /* test_ps.c - the parameter store: no lost update under concurrent pushes for several stripe
- * counts, stripe layout, versions and staleness, pulls, and refused configurations. Runs under
+ * counts, stripe layout, versions and staleness, pulls, the moving average of --ema, and refused
+ * configurations. Runs under
  * ThreadSanitizer in CI. */
 #include "gputrain/ps.h"
+#include "gputrain/ps_save.h"
 #include "test_util.h"
 
 #include <pthread.h>
@@ -333,8 +335,80 @@ static void test_apply_sum(gt_opt_kind kind, int threads)
     gt_ps_free(&b);
 }
 
+/* The moving average (--ema): its warm-up decay, and exact values after known updates through
+ * every path that applies one (push, apply_stripes, store_stripes), locked and lock-free, and
+ * through a rollback copy. With decay 0.5 past the warm-up every value is exact in float: plain
+ * SGD at lr 1 with gradient 1 from p = 8 gives p = 7, 6, 5 and ema = 7.5, 6.75, 5.875. */
+static void test_ema(int stripes)
+{
+    CHECK(gt_ps_ema_decay(0.999f, 0) == (float)(1.0 / 10.0));
+    CHECK(gt_ps_ema_decay(0.999f, 1) == (float)(2.0 / 11.0));
+    CHECK(gt_ps_ema_decay(0.5f, 8) == 0.5f);          /* 9/18: warm-up and decay meet */
+    CHECK(gt_ps_ema_decay(0.999f, 1000000) == 0.999f);
+    gt_optim_cfg c = plain_sgd();
+    gt_ps ps;
+    gt_err e;
+    enum { N = 300 };
+    CHECK(gt_ps_init(&ps, N, stripes, &c, &e) == 0);
+    CHECK(gt_ps_init_ema(&ps, 1.0f, NULL, &e) != 0 && strstr(e.msg, "--ema"));
+    CHECK(gt_ps_init_ema(&ps, 0.0f, NULL, &e) != 0 && strstr(e.msg, "--ema"));
+    CHECK(ps.ema == NULL);
+    for (int k = 0; k < N; k++)
+        ps.params[k] = 8.0f;
+    CHECK(gt_ps_init_ema(&ps, 0.5f, NULL, &e) == 0 && ps.ema[7] == 8.0f);
+    atomic_store(&ps.updates, 100); /* past the warm-up: the decay is 0.5 */
+    float g[N], got[N], src[N];
+    for (int k = 0; k < N; k++)
+        g[k] = 1.0f;
+    gt_ps_push(&ps, 1, 2, g, 1.0f, NULL, 0.0);
+    gt_ps_pull_ema(&ps, got);
+    for (int k = 0; k < N; k++)
+        CHECK(ps.params[k] == 7.0f && got[k] == 7.5f);
+    /* a clocked mode's split update: two halves of one update, number 102 */
+    int half = ps.nranges / 2;
+    gt_ps_apply_stripes(&ps, 0, half, g, 1.0f, 102, 0.0);
+    gt_ps_apply_stripes(&ps, half, ps.nranges, g, 1.0f, 102, 0.0);
+    gt_ps_pull_ema(&ps, got);
+    for (int k = 0; k < N; k++)
+        CHECK(ps.params[k] == 6.0f && got[k] == 6.75f);
+    gt_ps_saved saved;
+    CHECK(gt_ps_saved_alloc(&saved, &ps, &e) == 0 && saved.ema);
+    gt_ps_save(&ps, &saved);
+    /* a local-mode average that replaces the parameters counts as one update */
+    for (int k = 0; k < N; k++)
+        src[k] = 5.0f;
+    gt_ps_store_stripes(&ps, 0, ps.nranges, src);
+    gt_ps_pull_ema(&ps, got);
+    for (int k = 0; k < N; k++)
+        CHECK(ps.params[k] == 5.0f && got[k] == 5.875f);
+    gt_ps_restore(&ps, &saved); /* the rollback puts the average back with the parameters */
+    gt_ps_pull_ema(&ps, got);
+    for (int k = 0; k < N; k++)
+        CHECK(ps.params[k] == 6.0f && got[k] == 6.75f);
+    gt_ps_saved_free(&saved);
+    /* the warm-up: update 1 after a reset keeps only 2/11 of the average */
+    atomic_store(&ps.updates, 0);
+    for (int k = 0; k < N; k++)
+        src[k] = 16.0f;
+    gt_ps_store_ema(&ps, src);
+    gt_ps_push(&ps, 0, 1, g, 1.0f, NULL, 0.0); /* p = 5 */
+    float d = gt_ps_ema_decay(0.5f, 1);
+    CHECK(d == (float)(2.0 / 11.0));
+    gt_ps_pull_ema(&ps, got);
+    double want = (2.0 / 11.0) * 16.0 + (9.0 / 11.0) * 5.0; /* within float rounding (an FMA or not) */
+    for (int k = 0; k < N; k++) {
+        CHECK(ps.params[k] == 5.0f);
+        CHECK_CLOSE(got[k], want, 1e-5);
+    }
+    gt_ps_free(&ps);
+}
+
 int main(void)
 {
+    test_ema(1);
+    test_ema(3);
+    test_ema(0);
+    test_ema(-1);
     int stripes[] = {1, 3, 16, -1};
     for (size_t i = 0; i < sizeof stripes / sizeof *stripes; i++)
         test_no_lost_update(stripes[i], 1, 1);

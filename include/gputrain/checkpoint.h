@@ -5,7 +5,8 @@
  * out x in), then the model's buffers with their PyTorch names (batch norm's running_mean,
  * running_var and the rank-0 num_batches_tracked, stored as float32: load_state_dict copies it
  * into PyTorch's int64 buffer); optimizer state follows as "optim.<state>.<tensor>" (state: momentum_buffer, exp_avg,
- * exp_avg_sq, as torch.optim names them). "__metadata__" (string values, as the format requires)
+ * exp_avg_sq, as torch.optim names them), and where the run kept a moving average of the
+ * parameters (--ema) it follows as "ema.<tensor>" for every parameter tensor. "__metadata__" (string values, as the format requires)
  * holds format, model_spec, model, mode, epoch, step, samples, updates, seed, data_fingerprint,
  * optimizer, classes (the class names, in label order, as a JSON array of strings inside the
  * string, for up to 256 classes; absent in checkpoints written before it existed) or class_names
@@ -78,6 +79,8 @@ typedef struct gt_ckpt_meta {
                                * done are no prefix */
     uint64_t train_samples;   /* training samples of its data */
     double lr, momentum, weight_decay; /* as it ran them (after the recipe's corrections) */
+    int has_ema;              /* the file holds ema.<tensor> for every parameter tensor (a moving
+                               * average, --ema); set on reading, ignored on saving */
 } gt_ckpt_meta;
 
 /* Writes a checkpoint atomically. state: gt_optim_nstate(optim) arrays of m->nparams (may be 0).
@@ -88,6 +91,11 @@ typedef struct gt_ckpt_meta {
 int gt_ckpt_save(const char *path, const gt_model *m, const float *params,
                  const float *buffers, float *const *state, int nstate, const gt_ckpt_meta *meta,
                  int keep, gt_err *e);
+
+/* gt_ckpt_save, with the moving average ema (m->nparams floats) as ema.<tensor>; NULL: none. */
+int gt_ckpt_save_ema(const char *path, const gt_model *m, const float *params, const float *ema,
+                     const float *buffers, float *const *state, int nstate,
+                     const gt_ckpt_meta *meta, int keep, gt_err *e);
 
 /* Samples of the epoch's permutation one step covers where a layout trains each epoch as a
  * prefix of it: a clocked mode's clock (every worker's batch), hogwild's shared cursor or a single
@@ -112,6 +120,13 @@ int gt_ckpt_read_names(const char *path, gt_ckpt_meta *meta, gt_class_name **nam
  * loaded is refused unless flags has GT_CKPT_ALLOW_NONFINITE. */
 int gt_ckpt_load(const char *path, const gt_model *m, float *params, float *buffers,
                  float *const *state, int nstate, gt_ckpt_meta *meta, unsigned flags, gt_err *e);
+
+/* gt_ckpt_load, and where the file has a moving average (meta->has_ema; a file with some but not
+ * all ema tensors is refused) and ema is non-NULL, that into ema (m->nparams floats); ema is left
+ * alone where the file has none. gt_ckpt_load checks the ema tensors' CRCs and skips them. */
+int gt_ckpt_load_ema(const char *path, const gt_model *m, float *params, float *ema,
+                     float *buffers, float *const *state, int nstate, gt_ckpt_meta *meta,
+                     unsigned flags, gt_err *e);
 
 #ifdef __cplusplus
 }

@@ -122,6 +122,10 @@ typedef struct gt_config {
     char resume[GT_PATHLEN];
     char init[GT_PATHLEN];
     int allow_nonfinite;          /* load checkpoints holding NaN or Inf values */
+    float ema;                    /* --ema DECAY: evaluate and checkpoint an exponential moving
+                                     average of the parameters (ps.h); 0 = off */
+    int no_ema;                   /* eval, predict: --no-ema, the checkpoint's training parameters
+                                     even where it holds ema tensors */
     gt_on_nan on_nan;
     int inject_worker, inject_step; /* --inject-fault WORKER:STEP, -1 = none */
     double stall_timeout;         /* seconds, 0 = off */

@@ -14,7 +14,13 @@
  * A model with batch norm also has buffers (running statistics, model.h), which the store keeps
  * beside the parameters under one lock of their own (they are small: resnet18's are 9,620
  * floats): every step a worker pushes folds its batch's statistics into them (gt_ps_push_stats),
- * so they are the running statistics of every batch trained, in the order the store took them. */
+ * so they are the running statistics of every batch trained, in the order the store took them.
+ *
+ * With an exponential moving average (gt_ps_init_ema, --ema DECAY) the store also keeps ema, n
+ * floats in the same stripes: every update applied to a stripe, under its lock (relaxed atomics
+ * in the lock-free store), is followed by ema = d*ema + (1-d)*p over that stripe, where
+ * d = gt_ps_ema_decay(DECAY, t) for the update's number t. A local-mode average that replaces a
+ * stripe (gt_ps_store_stripes) counts as one update. */
 #ifndef GT_PS_H
 #define GT_PS_H
 
@@ -63,6 +69,9 @@ typedef struct gt_ps {
     float *buffers;             /* model->nbuffers floats */
     const gt_model *model;      /* their layout, for gt_model_fold_stats */
     pthread_mutex_t buffer_lock;
+    /* exponential moving average of the parameters (gt_ps_init_ema): NULL when off */
+    float *ema;                 /* n floats, in the parameters' stripes */
+    float ema_decay;            /* DECAY of --ema, 0 < DECAY < 1 */
 } gt_ps;
 
 /* Default stripe count: enough that W workers starting at different stripes rarely collide, each
@@ -80,6 +89,17 @@ void gt_ps_pull_buffers(gt_ps *ps, float *dst);
 void gt_ps_store_buffers(gt_ps *ps, const float *src);
 /* Folds one step's batch statistics into the buffers (gt_model_fold_stats), under their lock. */
 void gt_ps_push_stats(gt_ps *ps, const float *stats);
+
+/* Starts the moving average at the current parameters (or at src, e.g. a resumed checkpoint's
+ * ema tensors, when non-NULL), with decay 0 < decay < 1. Call before any worker runs. */
+int gt_ps_init_ema(gt_ps *ps, float decay, const float *src, gt_err *e);
+/* The decay of update t (1-based): min(decay, (1 + t) / (10 + t)), the usual warm-up (timm,
+ * TensorFlow's num_updates), so that the first evaluations are not the initial weights'. */
+float gt_ps_ema_decay(float decay, uint64_t t);
+/* Copies the moving average into dst, each stripe under its lock (nothing where it is off). */
+void gt_ps_pull_ema(gt_ps *ps, float *dst);
+/* Overwrites the moving average with src, each stripe under its lock (a rollback). */
+void gt_ps_store_ema(gt_ps *ps, const float *src);
 
 /* Copies the parameters into dst; ver (nranges entries, may be NULL) receives stripe versions. */
 void gt_ps_pull(gt_ps *ps, float *dst, uint64_t *ver);
@@ -102,7 +122,8 @@ void gt_ps_apply_stripes(gt_ps *ps, int s_lo, int s_hi, const float *g, float gs
 void gt_ps_apply_stripes_sum(gt_ps *ps, int s_lo, int s_hi, float *g, float *const *addends,
                              int naddends, float gscale, uint64_t t, double epoch);
 
-/* Overwrites stripes [s_lo, s_hi) of the parameters with src (local-mode averaging). */
+/* Overwrites stripes [s_lo, s_hi) of the parameters with src (local-mode averaging); with a
+ * moving average, the store's update count t (the caller's clock) is that update's number. */
 void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src);
 
 /* Moves stripes [s_lo, s_hi) from the base `from` to the base `to`, keeping what was pushed since

@@ -1,4 +1,5 @@
-/* ps_save.h - a copy of the parameter store kept in memory (parameters optimizer state and buffers), taken
+/* ps_save.h - a copy of the parameter store kept in memory (parameters, optimizer state, buffers and
+ * the moving average of --ema), taken
  * and put back stripe by stripe under the stripes' locks while workers may be pushing: the
  * divergence guard's "last good point" (guard.h). The update counter is not part of it, so
  * progress, schedules and checkpoints keep counting across a rollback. */
@@ -17,6 +18,7 @@ typedef struct gt_ps_saved {
     float *params;     /* n */
     float *state[2];   /* n each, NULL where unused */
     float *buffers;    /* the store's buffers (batch norm's running statistics), NULL if none */
+    float *ema;        /* n: the store's moving average (--ema), NULL if none */
 } gt_ps_saved;
 
 /* Room for a copy of ps. */

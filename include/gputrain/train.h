@@ -74,6 +74,8 @@ typedef struct gt_start {
     int nstate;
     const float *buffers;         /* the model's buffers to start from (batch norm's running
                                    * statistics), or NULL: their initial values */
+    const float *ema;             /* --ema: the moving average to start from (a resumed
+                                   * checkpoint's ema tensors), or NULL: the parameters */
     const gt_ckpt_meta *resumed;  /* non-NULL when resuming: epoch, step, samples, updates */
     const struct gt_recipe *recipe; /* the corrections made to the config, reported; may be NULL */
     double launched;              /* when the process was launched, on gt_now's clock; 0: unknown */
