@@ -885,6 +885,8 @@ static void *data_job_run(void *arg)
     if (j->rc == 0 && j->c->command == GT_CMD_TRAIN && j->c->val_split > 0) {
         j->usage = gt_data_val_check(t->n, j->c->val_split, &j->err) != 0;
         j->rc = gt_data_split_val(j->data, j->c->val_split, &j->err);
+        if (j->rc != 0)
+            gt_data_free(j->data); /* loaded, but refused: the caller gets no data */
     }
     int dev = j->rc == 0 ? pin_device(j->c) : -1;
     if (dev >= 0) {
