@@ -7,23 +7,11 @@
 
 #include <cuda_bf16.h>
 
-enum { BLOCKS_THREADS = 256, BLOCKS_MAX_GRID = 4096 };
-
-static unsigned blocks_grid(size_t len)
-{
-    size_t blocks = (len + BLOCKS_THREADS - 1) / BLOCKS_THREADS;
-    return (unsigned)(blocks < (size_t)BLOCKS_MAX_GRID ? blocks : (size_t)BLOCKS_MAX_GRID);
-}
-
-#define BLOCKS_STRIDE(i, len)                                                                \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (len);                \
-         i += (size_t)gridDim.x * blockDim.x)
-
 /* One thread a plane, summed in order (the CPU's eight-lane sum differs by rounding only). */
 __global__ static void gap_forward_kernel(const float *x, float *y, size_t planes, size_t plane,
                                           float inv)
 {
-    BLOCKS_STRIDE(p, planes)
+    GT_CUDA_GRID_STRIDE(p, planes)
     {
         const float *row = x + p * plane;
         float s = 0.0f;
@@ -38,7 +26,7 @@ int gt_cuda_gap_forward(gt_cuda_ctx *c, const float *x, float *y, size_t planes,
 {
     if (planes == 0)
         return 0;
-    gap_forward_kernel<<<blocks_grid(planes), BLOCKS_THREADS, 0, c->stream>>>(
+    gap_forward_kernel<<<gt_cuda_grid(planes), GT_CUDA_THREADS, 0, c->stream>>>(
         x, y, planes, plane, 1.0f / (float)plane);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
@@ -47,7 +35,7 @@ int gt_cuda_gap_forward(gt_cuda_ctx *c, const float *x, float *y, size_t planes,
 __global__ static void gap_backward_kernel(const float *dy, float *dx, size_t total, size_t plane,
                                            float inv)
 {
-    BLOCKS_STRIDE(i, total)
+    GT_CUDA_GRID_STRIDE(i, total)
     dx[i] = dy[i / plane] * inv;
 }
 
@@ -57,7 +45,7 @@ int gt_cuda_gap_backward(gt_cuda_ctx *c, const float *dy, float *dx, size_t plan
     size_t total = planes * plane;
     if (total == 0)
         return 0;
-    gap_backward_kernel<<<blocks_grid(total), BLOCKS_THREADS, 0, c->stream>>>(
+    gap_backward_kernel<<<gt_cuda_grid(total), GT_CUDA_THREADS, 0, c->stream>>>(
         dy, dx, total, plane, 1.0f / (float)plane);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
@@ -65,7 +53,7 @@ int gt_cuda_gap_backward(gt_cuda_ctx *c, const float *dy, float *dx, size_t plan
 
 __global__ static void add_kernel(const float *a, const float *b, float *y, size_t len)
 {
-    BLOCKS_STRIDE(i, len)
+    GT_CUDA_GRID_STRIDE(i, len)
     y[i] = a[i] + b[i];
 }
 
@@ -73,7 +61,7 @@ int gt_cuda_add(gt_cuda_ctx *c, const float *a, const float *b, float *y, size_t
 {
     if (len == 0)
         return 0;
-    add_kernel<<<blocks_grid(len), BLOCKS_THREADS, 0, c->stream>>>(a, b, y, len);
+    add_kernel<<<gt_cuda_grid(len), GT_CUDA_THREADS, 0, c->stream>>>(a, b, y, len);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
@@ -94,7 +82,7 @@ int gt_cuda_bn_count(gt_cuda_ctx *c, float *count, int accumulate, gt_err *e)
 
 __global__ static void to_bf16_kernel(const float *src, __nv_bfloat16 *dst, size_t n)
 {
-    BLOCKS_STRIDE(i, n)
+    GT_CUDA_GRID_STRIDE(i, n)
     dst[i] = __float2bfloat16_rn(src[i]);
 }
 
@@ -102,7 +90,7 @@ int gt_cuda_to_bf16(gt_cuda_ctx *c, const float *src, void *dst, size_t n, gt_er
 {
     if (n == 0)
         return 0;
-    to_bf16_kernel<<<blocks_grid(n), BLOCKS_THREADS, 0, c->stream>>>(src, (__nv_bfloat16 *)dst,
+    to_bf16_kernel<<<gt_cuda_grid(n), GT_CUDA_THREADS, 0, c->stream>>>(src, (__nv_bfloat16 *)dst,
                                                                       n);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
@@ -111,7 +99,7 @@ int gt_cuda_to_bf16(gt_cuda_ctx *c, const float *src, void *dst, size_t n, gt_er
 __global__ static void from_bf16_kernel(const __nv_bfloat16 *src, float *dst, size_t n,
                                         const float *bias, int ch, size_t plane)
 {
-    BLOCKS_STRIDE(i, n)
+    GT_CUDA_GRID_STRIDE(i, n)
     {
         float v = __bfloat162float(src[i]);
         dst[i] = bias ? v + bias[i / plane % (size_t)ch] : v;
@@ -125,7 +113,7 @@ int gt_cuda_from_bf16(gt_cuda_ctx *c, const void *src, float *dst, size_t n, con
         return 0;
     if (bias && (ch < 1 || plane < 1))
         return gt_fail(e, "%s: bf16 bias of %d channels of %zu values", c->name, ch, plane);
-    from_bf16_kernel<<<blocks_grid(n), BLOCKS_THREADS, 0, c->stream>>>(
+    from_bf16_kernel<<<gt_cuda_grid(n), GT_CUDA_THREADS, 0, c->stream>>>(
         (const __nv_bfloat16 *)src, dst, n, bias, ch, plane);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
@@ -133,7 +121,7 @@ int gt_cuda_from_bf16(gt_cuda_ctx *c, const void *src, float *dst, size_t n, con
 
 __global__ static void add_bf16_kernel(const __nv_bfloat16 *src, float *dst, size_t n)
 {
-    BLOCKS_STRIDE(i, n)
+    GT_CUDA_GRID_STRIDE(i, n)
     dst[i] += __bfloat162float(src[i]);
 }
 
@@ -141,7 +129,7 @@ int gt_cuda_add_bf16(gt_cuda_ctx *c, const void *src, float *dst, size_t n, gt_e
 {
     if (n == 0)
         return 0;
-    add_bf16_kernel<<<blocks_grid(n), BLOCKS_THREADS, 0, c->stream>>>((const __nv_bfloat16 *)src,
+    add_bf16_kernel<<<gt_cuda_grid(n), GT_CUDA_THREADS, 0, c->stream>>>((const __nv_bfloat16 *)src,
                                                                        dst, n);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;

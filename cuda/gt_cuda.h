@@ -158,6 +158,21 @@ void gt_p2p_release(gt_p2p *p);
 /* cuBLAS's own workspace, given to it up front so it never allocates during a step. */
 #define GT_CUDA_CUBLAS_WS (32u << 20)
 
+/* The launch shape of the element-wise kernels: GT_CUDA_THREADS a block, gt_cuda_grid(len)
+ * blocks (at most GT_CUDA_MAX_GRID), each thread striding over what is left
+ * (GT_CUDA_GRID_STRIDE). */
+enum { GT_CUDA_THREADS = 256, GT_CUDA_MAX_GRID = 4096 };
+
+static inline unsigned gt_cuda_grid(size_t len)
+{
+    size_t blocks = (len + GT_CUDA_THREADS - 1) / GT_CUDA_THREADS;
+    return (unsigned)(blocks < (size_t)GT_CUDA_MAX_GRID ? blocks : (size_t)GT_CUDA_MAX_GRID);
+}
+
+#define GT_CUDA_GRID_STRIDE(i, len)                                                          \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (len);                \
+         i += (size_t)gridDim.x * blockDim.x)
+
 struct gt_cuda_ctx {
     int ordinal;
     int tf32;                 /* fp32 data may be multiplied in TF32 */

@@ -15,21 +15,11 @@
 #include <string.h>
 
 /* The loss kernel's block, and the most classes for which a thread takes a whole row. */
-enum { BLOCK = 256, MAX_BLOCKS = 4096, XENT_THREADS = 1024, XENT_THREAD_ROW_MAX = 64 };
-
-static unsigned grid_for(size_t len)
-{
-    size_t blocks = (len + BLOCK - 1) / BLOCK;
-    return (unsigned)(blocks < (size_t)MAX_BLOCKS ? blocks : (size_t)MAX_BLOCKS);
-}
-
-#define GRID_STRIDE(i, len)                                                                  \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (len);                \
-         i += (size_t)gridDim.x * blockDim.x)
+enum { BLOCK = GT_CUDA_THREADS, XENT_THREADS = 1024, XENT_THREAD_ROW_MAX = 64 };
 
 __global__ static void normalize_kernel(const uint8_t *src, float *dst, size_t len)
 {
-    GRID_STRIDE(i, len)
+    GT_CUDA_GRID_STRIDE(i, len)
     dst[i] = (float)src[i] / 255.0f;
 }
 
@@ -37,7 +27,7 @@ int gt_cuda_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_t len
 {
     if (len == 0)
         return 0;
-    normalize_kernel<<<grid_for(len), BLOCK, 0, c->stream>>>(src, dst, len);
+    normalize_kernel<<<gt_cuda_grid(len), BLOCK, 0, c->stream>>>(src, dst, len);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
@@ -51,7 +41,7 @@ typedef struct input_norm_args {
 __global__ static void input_norm_kernel(const uint8_t *src, float *dst, size_t len,
                                          input_norm_args a)
 {
-    GRID_STRIDE(i, len)
+    GT_CUDA_GRID_STRIDE(i, len)
     {
         unsigned ch = (unsigned)(i / a.plane % a.channels);
         dst[i] = ((float)src[i] / 255.0f - a.mean[ch]) / a.std[ch];
@@ -74,7 +64,7 @@ int gt_cuda_input(gt_cuda_ctx *c, const gt_model *m, const uint8_t *src, float *
     memcpy(a.std, m->norm.std, sizeof a.std);
     a.plane = (unsigned)plane;
     a.channels = (unsigned)m->in_c;
-    input_norm_kernel<<<grid_for(len), BLOCK, 0, c->stream>>>(src, dst, len, a);
+    input_norm_kernel<<<gt_cuda_grid(len), BLOCK, 0, c->stream>>>(src, dst, len, a);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
@@ -84,7 +74,7 @@ int gt_cuda_input(gt_cuda_ctx *c, const gt_model *m, const uint8_t *src, float *
 __global__ static void flag_nonfinite_kernel(const float *g, size_t len, int *flag)
 {
     unsigned bad = 0;
-    GRID_STRIDE(i, len)
+    GT_CUDA_GRID_STRIDE(i, len)
     bad |= (__float_as_uint(g[i]) & 0x7f800000u) == 0x7f800000u;
     if (__syncthreads_or(bad) && threadIdx.x == 0)
         atomicOr(flag, 1);
@@ -94,14 +84,14 @@ int gt_cuda_flag_nonfinite(gt_cuda_ctx *c, const float *g, size_t len, int *flag
 {
     if (len == 0)
         return 0;
-    flag_nonfinite_kernel<<<grid_for(len), BLOCK, 0, c->stream>>>(g, len, flag);
+    flag_nonfinite_kernel<<<gt_cuda_grid(len), BLOCK, 0, c->stream>>>(g, len, flag);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
 
 __global__ static void bias_add_kernel(float *y, const float *b, size_t total, int len)
 {
-    GRID_STRIDE(i, total)
+    GT_CUDA_GRID_STRIDE(i, total)
     y[i] += b[i % (size_t)len];
 }
 
@@ -110,7 +100,7 @@ int gt_cuda_bias_add(gt_cuda_ctx *c, float *y, const float *b, int n, int len, g
     size_t total = (size_t)n * len;
     if (total == 0)
         return 0;
-    bias_add_kernel<<<grid_for(total), BLOCK, 0, c->stream>>>(y, b, total, len);
+    bias_add_kernel<<<gt_cuda_grid(total), BLOCK, 0, c->stream>>>(y, b, total, len);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
@@ -245,7 +235,7 @@ __global__ static void dropout_forward_kernel(const float *x, float *y, uint8_t 
         seed = batch_key->seed;
         epoch = batch_key->epoch;
     }
-    GRID_STRIDE(i, total)
+    GT_CUDA_GRID_STRIDE(i, total)
     {
         size_t sample = i / len, j = i % len;
         uint64_t key = gt_dropout_key(seed, epoch, ids[sample], layer);
@@ -264,7 +254,7 @@ int gt_cuda_dropout_forward(gt_cuda_ctx *c, const float *x, float *y, uint8_t *m
     if (total == 0)
         return 0;
     float scale = 1.0f / (1.0f - p); /* computed on the host exactly as the CPU does */
-    dropout_forward_kernel<<<grid_for(total), BLOCK, 0, c->stream>>>(x, y, mask, total, len, p,
+    dropout_forward_kernel<<<gt_cuda_grid(total), BLOCK, 0, c->stream>>>(x, y, mask, total, len, p,
                                                                      scale, seed, epoch, key,
                                                                      ids, layer);
     GT_CUDA_LAUNCHED(c->name, e);
@@ -274,7 +264,7 @@ int gt_cuda_dropout_forward(gt_cuda_ctx *c, const float *x, float *y, uint8_t *m
 __global__ static void dropout_backward_kernel(const float *dy, const uint8_t *mask, float *dx,
                                                size_t total, float scale)
 {
-    GRID_STRIDE(i, total)
+    GT_CUDA_GRID_STRIDE(i, total)
     dx[i] = mask[i] ? dy[i] * scale : 0.0f;
 }
 
@@ -284,7 +274,7 @@ int gt_cuda_dropout_backward(gt_cuda_ctx *c, const float *dy, const uint8_t *mas
     if (n_len == 0)
         return 0;
     float scale = 1.0f / (1.0f - p);
-    dropout_backward_kernel<<<grid_for(n_len), BLOCK, 0, c->stream>>>(dy, mask, dx, n_len, scale);
+    dropout_backward_kernel<<<gt_cuda_grid(n_len), BLOCK, 0, c->stream>>>(dy, mask, dx, n_len, scale);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
@@ -383,7 +373,7 @@ int gt_cuda_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint16_t *la
  * cpu_argmax) in its order, so a NaN compares as it does there. */
 __global__ static void argmax_kernel(const float *logits, int n, int k, int32_t *pred)
 {
-    GRID_STRIDE(i, (size_t)n)
+    GT_CUDA_GRID_STRIDE(i, (size_t)n)
     {
         const float *z = logits + i * (size_t)k;
         int best = 0;
@@ -398,7 +388,7 @@ int gt_cuda_argmax(gt_cuda_ctx *c, const float *logits, int n, int k, int32_t *p
 {
     if (n == 0 || k == 0)
         return 0;
-    argmax_kernel<<<grid_for((size_t)n), BLOCK, 0, c->stream>>>(logits, n, k, pred);
+    argmax_kernel<<<gt_cuda_grid((size_t)n), BLOCK, 0, c->stream>>>(logits, n, k, pred);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }

@@ -5,25 +5,12 @@
 #include "gt_cuda.h"
 #include "optim_elem.cuh"
 
-static const size_t OPTIM_BLOCK = 256, OPTIM_MAX_BLOCKS = 4096;
-
-#define OPTIM_GRID_STRIDE(i, n)                                                              \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                  \
-         i += (size_t)gridDim.x * blockDim.x)
-
 template <int RULE>
 __global__ static void optim_kernel(optim_consts k, float *p, const float *g, float gscale,
                                     float *s0, float *s1, size_t n)
 {
-    OPTIM_GRID_STRIDE(i, n)
+    GT_CUDA_GRID_STRIDE(i, n)
     optim_elem<RULE>(k, p, g[i], gscale, s0, s1, i);
-}
-
-/* Blocks for n grid-stride items. */
-static unsigned optim_grid(size_t n)
-{
-    size_t blocks = (n + OPTIM_BLOCK - 1) / OPTIM_BLOCK;
-    return (unsigned)(blocks < OPTIM_MAX_BLOCKS ? blocks : OPTIM_MAX_BLOCKS);
 }
 
 int gt_cuda_optim_apply(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_step *st,
@@ -33,19 +20,19 @@ int gt_cuda_optim_apply(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_
     if (n == 0)
         return 0;
     optim_consts k = optim_consts_make(cfg, st);
-    unsigned grid = optim_grid(n);
+    unsigned grid = gt_cuda_grid(n);
     switch (optim_rule(cfg)) {
     case OPTIM_SGD:
-        optim_kernel<OPTIM_SGD><<<grid, OPTIM_BLOCK, 0, c->stream>>>(k, p, g, gscale, s0, s1, n);
+        optim_kernel<OPTIM_SGD><<<grid, GT_CUDA_THREADS, 0, c->stream>>>(k, p, g, gscale, s0, s1, n);
         break;
     case OPTIM_MOMENTUM:
-        optim_kernel<OPTIM_MOMENTUM><<<grid, OPTIM_BLOCK, 0, c->stream>>>(k, p, g, gscale, s0, s1, n);
+        optim_kernel<OPTIM_MOMENTUM><<<grid, GT_CUDA_THREADS, 0, c->stream>>>(k, p, g, gscale, s0, s1, n);
         break;
     case OPTIM_NESTEROV:
-        optim_kernel<OPTIM_NESTEROV><<<grid, OPTIM_BLOCK, 0, c->stream>>>(k, p, g, gscale, s0, s1, n);
+        optim_kernel<OPTIM_NESTEROV><<<grid, GT_CUDA_THREADS, 0, c->stream>>>(k, p, g, gscale, s0, s1, n);
         break;
     case OPTIM_ADAM:
-        optim_kernel<OPTIM_ADAM><<<grid, OPTIM_BLOCK, 0, c->stream>>>(k, p, g, gscale, s0, s1, n);
+        optim_kernel<OPTIM_ADAM><<<grid, GT_CUDA_THREADS, 0, c->stream>>>(k, p, g, gscale, s0, s1, n);
         break;
     }
     GT_CUDA_LAUNCHED(c->name, e);
@@ -64,7 +51,7 @@ __device__ static inline float optim_predict_one(const optim_consts &k, float p,
 __global__ static void optim_predict_kernel(optim_consts k, float *p, const float *src,
                                             const float *g, float gscale, size_t n, size_t at)
 {
-    OPTIM_GRID_STRIDE(i, n)
+    GT_CUDA_GRID_STRIDE(i, n)
     p[i] = optim_predict_one(k, src[i], g[i], gscale, at + i);
 }
 
@@ -73,7 +60,7 @@ __global__ static void optim_predict_kernel(optim_consts k, float *p, const floa
 __global__ static void optim_predict4_kernel(optim_consts k, float4 *p, const float4 *src,
                                              const float4 *g, float gscale, size_t n4)
 {
-    OPTIM_GRID_STRIDE(i, n4)
+    GT_CUDA_GRID_STRIDE(i, n4)
     {
         float4 s = src[i], d = g[i];
         size_t j = 4 * i;
@@ -94,12 +81,12 @@ int gt_cuda_optim_predict_from(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt
     int wide = ((uintptr_t)p | (uintptr_t)src | (uintptr_t)g) % 16 == 0;
     size_t n4 = wide ? n / 4 : 0, done = n4 * 4;
     if (n4) {
-        optim_predict4_kernel<<<optim_grid(n4), OPTIM_BLOCK, 0, c->stream>>>(
+        optim_predict4_kernel<<<gt_cuda_grid(n4), GT_CUDA_THREADS, 0, c->stream>>>(
             k, (float4 *)p, (const float4 *)src, (const float4 *)g, gscale, n4);
         GT_CUDA_LAUNCHED(c->name, e);
     }
     if (done < n) {
-        optim_predict_kernel<<<optim_grid(n - done), OPTIM_BLOCK, 0, c->stream>>>(
+        optim_predict_kernel<<<gt_cuda_grid(n - done), GT_CUDA_THREADS, 0, c->stream>>>(
             k, p + done, src + done, g + done, gscale, n - done, done);
         GT_CUDA_LAUNCHED(c->name, e);
     }

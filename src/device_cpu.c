@@ -46,14 +46,8 @@ static int cpu_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt_
 /* Each of n rows of k logits: the index of its first largest entry, into pred. */
 static void cpu_argmax(const float *logits, int n, int k, int32_t *pred)
 {
-    for (int i = 0; i < n; i++) {
-        const float *z = logits + (size_t)i * k;
-        int best = 0;
-        for (int j = 1; j < k; j++)
-            if (z[j] > z[best])
-                best = j;
-        pred[i] = best;
-    }
+    for (int i = 0; i < n; i++)
+        pred[i] = gt_argmax(logits + (size_t)i * k, k);
 }
 
 static int cpu_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32_t hi,

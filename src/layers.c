@@ -715,6 +715,15 @@ void gt_dropout_backward(const float *dy, const uint8_t *mask, float *dx, size_t
 
 /* ---- loss and input --------------------------------------------------------------------------- */
 
+int gt_argmax(const float *z, int k)
+{
+    int best = 0;
+    for (int j = 1; j < k; j++)
+        if (z[j] > z[best])
+            best = j;
+    return best;
+}
+
 /* Each row in double: log-sum-exp shifted by the row maximum, so large logits cannot overflow. */
 double gt_softmax_xent(const float *logits, const uint16_t *labels, int n, int k, float scale,
                        float *dlogits, int *correct)
@@ -722,10 +731,7 @@ double gt_softmax_xent(const float *logits, const uint16_t *labels, int n, int k
     double total = 0;
     for (int i = 0; i < n; i++) {
         const float *z = logits + (size_t)i * k;
-        int best = 0;
-        for (int j = 1; j < k; j++)
-            if (z[j] > z[best])
-                best = j;
+        int best = gt_argmax(z, k);
         double zmax = z[best], sum = 0;
         for (int j = 0; j < k; j++)
             sum += exp((double)z[j] - zmax);

@@ -136,14 +136,12 @@ float gt_ps_ema_decay(float decay, uint64_t t)
 
 /* Copies one array between dst and src over every stripe, each under its lock (relaxed atomics
  * in the lock-free store). */
-static void ps_copy_striped(gt_ps *ps, float *dst, const float *src, int bump)
+static void ps_copy_striped(gt_ps *ps, float *dst, const float *src)
 {
     for (int s = 0; s < ps->nranges; s++) {
         gt_stripe *st = &ps->stripes[s];
         if (ps->nstripes)
             pthread_mutex_lock(&st->lock);
-        if (bump)
-            atomic_fetch_add_explicit(&st->version, 1, memory_order_acq_rel);
         for (size_t i = st->lo; i < st->hi; i++) {
             float v;
             __atomic_load(&src[i], &v, __ATOMIC_RELAXED);
@@ -157,13 +155,13 @@ static void ps_copy_striped(gt_ps *ps, float *dst, const float *src, int bump)
 void gt_ps_pull_ema(gt_ps *ps, float *dst)
 {
     if (ps->ema && dst)
-        ps_copy_striped(ps, dst, ps->ema, 0);
+        ps_copy_striped(ps, dst, ps->ema);
 }
 
 void gt_ps_store_ema(gt_ps *ps, const float *src)
 {
     if (ps->ema && src)
-        ps_copy_striped(ps, ps->ema, src, 0);
+        ps_copy_striped(ps, ps->ema, src);
 }
 
 /* ema = d*ema + (1-d)*p over one stripe after its update t; the caller holds its lock (or runs

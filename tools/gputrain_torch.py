@@ -316,6 +316,23 @@ def numpy_conv(L, params, x):
     return y + params[L["name"] + ".bias"][None, :, None, None] if L["bias"] else y
 
 
+BLOCK_MARKERS = ("res[", "|", "]")
+
+
+def block_marker(kind, x, blocks):
+    """A residual block marker on x (numpy or torch alike), blocks the stack of open blocks, each
+    [its input, its body's output or None]: res[ keeps the input, | keeps the body's output and
+    starts the shortcut from the input, ] adds the other branch (the body's, or the input)."""
+    if kind == "res[":
+        blocks.append([x, None])
+    elif kind == "|":
+        blocks[-1][1], x = x, blocks[-1][0]
+    else:
+        start, body = blocks.pop()
+        x = x + (body if body is not None else start)
+    return x
+
+
 def numpy_forward(layers, params, x):
     """Logits of x (N x C x H x W float32) in eval mode (dropout is the identity, batch norm uses the
     running statistics)."""
@@ -347,13 +364,8 @@ def numpy_forward(layers, params, x):
             x = 1 / (1 + np.exp(-x))
         elif kind == "tanh":
             x = np.tanh(x)
-        elif kind == "res[":
-            blocks.append([x, None])
-        elif kind == "|":
-            blocks[-1][1], x = x, blocks[-1][0]
-        elif kind == "]":
-            start, body = blocks.pop()
-            x = x + (body if body is not None else start)
+        elif kind in BLOCK_MARKERS:
+            x = block_marker(kind, x, blocks)
         x = x.astype(np.float32, copy=False)
     return x
 
@@ -407,13 +419,8 @@ def torch_module(layers, in_shape):
                     x = x.mean(dim=(2, 3), keepdim=True)
                 elif kind == "dropout":
                     x = F.dropout(x, L["p"], self.training)
-                elif kind == "res[":
-                    blocks.append([x, None])
-                elif kind == "|":
-                    blocks[-1][1], x = x, blocks[-1][0]
-                elif kind == "]":
-                    start, body = blocks.pop()
-                    x = x + (body if body is not None else start)
+                elif kind in BLOCK_MARKERS:
+                    x = block_marker(kind, x, blocks)
                 else:
                     x = acts[kind](x)
             return x

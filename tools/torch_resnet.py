@@ -58,7 +58,7 @@ except ImportError:  # --help, the argument checks and gputrain_spec work withou
     torch = None
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_lenet import DATA_DIRS, load_fmnist  # noqa: E402  (the one IDX reader of the references)
+from torch_lenet import find_data, load_fmnist, sync  # noqa: E402  (shared with the LeNet reference)
 # (stem width, [(channels, blocks, first stride) per stage]) of each model.
 ARCHS = {
     "resnet20": (16, [(16, 3, 1), (32, 3, 2), (64, 3, 2)]),
@@ -279,11 +279,6 @@ class GraphStep:
         return self.loss.clone()
 
 
-def sync(dev):
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
 def test_accuracy(model, x, y, args, dev):
     model.eval()
     correct = 0
@@ -418,17 +413,6 @@ def write_summary(args, log, dev, sizes, times, accs, losses, reached):
         log.write(line + "\n")
         log.close()
     print(line, flush=True)
-
-
-def find_data(given):
-    if given:
-        return given
-    here = os.path.dirname(os.path.abspath(__file__))
-    for d in DATA_DIRS:
-        d = os.path.join(here, "..", d) if not d.startswith("/") else d
-        if os.path.isfile(os.path.join(d, "train-labels-idx1-ubyte.gz")):
-            return d
-    return ""
 
 
 def parse_shape(text):

@@ -87,6 +87,9 @@ void gt_dropout_forward(const float *x, float *y, uint8_t *mask, int n, size_t l
                         uint64_t seed, uint32_t epoch, const uint32_t *sample_ids, uint32_t layer);
 void gt_dropout_backward(const float *dy, const uint8_t *mask, float *dx, size_t n_len, float p);
 
+/* The index of the first largest of the k values z: a row's predicted class. */
+int gt_argmax(const float *z, int k);
+
 /* Softmax cross-entropy over n rows of k logits: returns the summed loss, writes dlogits =
  * (softmax - onehot) * scale (scale = 1/n for a mean loss; dlogits may be NULL), and adds to
  * *correct the number of rows whose argmax (first maximum) equals the label. */
