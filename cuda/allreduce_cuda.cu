@@ -54,6 +54,7 @@ struct gt_cuda_allreduce {
     size_t n;                 /* parameters */
     int nstate;               /* optimizer state arrays: 0, 1 or 2 */
     float *state[2];          /* device, n each: momentum buffer, or Adam m and v */
+    float *ema;               /* device, n: the moving average (--ema, ema_set), NULL if none */
     unsigned gen;             /* g_abort_gen when the communicator was made */
     ar_path path;
     gt_p2p *p2p;              /* AR_P2P: the group, one reference per device */
@@ -89,6 +90,8 @@ void gt_cuda_allreduce_free(gt_cuda_allreduce *a)
     for (int i = 0; i < 2; i++)
         if (a->state[i])
             cudaFree(a->state[i]);
+    if (a->ema)
+        cudaFree(a->ema);
     cudaGetLastError();
     free(a);
 }
@@ -162,6 +165,67 @@ int gt_cuda_set_state(gt_device *d, const float *s0, const float *s1, gt_err *e)
     }
     GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(p.ctx->stream));
     return 0;
+}
+
+/* ---- the moving average (--ema) on the device step ------------------------------------------ */
+
+/* The device's step state, or NULL with a message naming op. */
+static gt_cuda_allreduce *ema_state(gt_device *d, gt_cuda_device_parts *p, const char *op,
+                                    gt_err *e)
+{
+    if (parts_of(d, p, e))
+        return NULL;
+    if (!*p->allreduce) {
+        gt_fail(e, "%s: %s: gt_cuda_allreduce_init was not called", d->name, op);
+        return NULL;
+    }
+    cudaError_t st = cudaSetDevice(d->ordinal);
+    if (st != cudaSuccess) {
+        gt_cuda_fail(e, d->name, "cudaSetDevice(d->ordinal)", cudaGetErrorString(st), __FILE__,
+                     __LINE__);
+        return NULL;
+    }
+    return *p->allreduce;
+}
+
+int gt_cuda_ema_set(gt_device *d, const float *src, gt_err *e)
+{
+    gt_cuda_device_parts p;
+    gt_cuda_allreduce *a = ema_state(d, &p, "ema_set", e);
+    if (!a)
+        return -1;
+    size_t bytes = a->n * sizeof(float);
+    if (!a->ema && gt_cuda_malloc(p.ctx, (void **)&a->ema, bytes, e))
+        return -1;
+    GT_CUDA_CHECK(d->name, e,
+                  cudaMemcpyAsync(a->ema, src, bytes, cudaMemcpyHostToDevice, p.ctx->stream));
+    GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(p.ctx->stream));
+    return 0;
+}
+
+int gt_cuda_ema_update(gt_device *d, float decay, gt_err *e)
+{
+    gt_cuda_device_parts p;
+    gt_cuda_allreduce *a = ema_state(d, &p, "ema_update", e);
+    if (!a)
+        return -1;
+    if (!a->ema)
+        return gt_fail(e, "%s: ema_update: no moving average (ema_set was not called)", d->name);
+    return gt_cuda_ema_apply(p.ctx, a->ema, p.params, decay, a->n, e);
+}
+
+int gt_cuda_ema_get(gt_device *d, float *dst, gt_err *e)
+{
+    gt_cuda_device_parts p;
+    gt_cuda_allreduce *a = ema_state(d, &p, "ema_get", e);
+    if (!a)
+        return -1;
+    if (!a->ema)
+        return gt_fail(e, "%s: ema_get: no moving average (ema_set was not called)", d->name);
+    GT_CUDA_CHECK(d->name, e, cudaMemcpyAsync(dst, a->ema, a->n * sizeof(float),
+                                              cudaMemcpyDeviceToHost, p.ctx->stream));
+    GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(p.ctx->stream));
+    return allreduce_p2p_check(d, a, e);
 }
 
 #ifdef GT_HAVE_NCCL

@@ -879,9 +879,15 @@ static const gt_device_ops cuda_ops = {
 #ifdef GT_HAVE_NCCL
     .reduce_update = gt_cuda_reduce_update,
     .local_update = gt_cuda_local_update,
+    .ema_set = gt_cuda_ema_set,
+    .ema_update = gt_cuda_ema_update,
+    .ema_get = gt_cuda_ema_get,
 #else
     .reduce_update = NULL,
     .local_update = NULL,
+    .ema_set = NULL,
+    .ema_update = NULL,
+    .ema_get = NULL,
 #endif
     .get_params = gt_cuda_get_params,
     .set_state = gt_cuda_set_state,

@@ -496,6 +496,12 @@ int gt_cuda_optim_predict_from(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt
                                float *p, const float *src, const float *g, float gscale, size_t n,
                                gt_err *e);
 
+/* The moving average on the device, on c's stream: ema = decay*ema + (1-decay)*p, each product
+ * and the sum rounded to float as the store's ps_ema_range does them on the CPU (no fused
+ * multiply-add), so both give the same bits from the same parameters. */
+int gt_cuda_ema_apply(gt_cuda_ctx *c, float *ema, const float *p, float decay, size_t n,
+                      gt_err *e);
+
 /* One device's NCCL communicator and optimizer state (allreduce_cuda.cu). */
 typedef struct gt_cuda_allreduce gt_cuda_allreduce;
 
@@ -517,6 +523,9 @@ int gt_cuda_reduce_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_st
 int gt_cuda_local_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st,
                          float gscale, int average, gt_err *e);
 int gt_cuda_get_params(gt_device *d, float *s0, float *s1, gt_err *e);
+int gt_cuda_ema_set(gt_device *d, const float *src, gt_err *e);
+int gt_cuda_ema_update(gt_device *d, float decay, gt_err *e);
+int gt_cuda_ema_get(gt_device *d, float *dst, gt_err *e);
 int gt_cuda_set_state(gt_device *d, const float *s0, const float *s1, gt_err *e);
 /* Releases the communicator and the state; a device's close calls it after its stream is idle. */
 void gt_cuda_allreduce_free(gt_cuda_allreduce *a);

@@ -39,6 +39,22 @@ int gt_cuda_optim_apply(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_
     return 0;
 }
 
+__global__ static void ema_kernel(float *ema, const float *p, float d, float c, size_t n)
+{
+    GT_CUDA_GRID_STRIDE(i, n)
+    ema[i] = __fadd_rn(__fmul_rn(d, ema[i]), __fmul_rn(c, p[i]));
+}
+
+int gt_cuda_ema_apply(gt_cuda_ctx *c, float *ema, const float *p, float decay, size_t n,
+                      gt_err *e)
+{
+    if (n == 0)
+        return 0;
+    ema_kernel<<<gt_cuda_grid(n), GT_CUDA_THREADS, 0, c->stream>>>(ema, p, decay, 1.0f - decay, n);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
 /* --overlap's weight prediction: gt_optim_predict's arithmetic, non-finite gradients skipped,
  * from src (pinned host memory the device reads, or p itself) into p. */
 __device__ static inline float optim_predict_one(const optim_consts &k, float p, float g,

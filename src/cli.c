@@ -506,7 +506,7 @@ static const cli_row cli_rows[] = {
      .range = &RANGE_UNIT_OPEN, .commands = CMD_TRAIN,
      .help = "evaluate an exponential moving average of the parameters, updated with every "
              "update (decay min(DECAY, (1+t)/(10+t)) at update t), e.g. 0.999; checkpoints add "
-             "it as ema.* tensors; not with --mode allreduce; keeps the store in the step",
+             "it as ema.* tensors",
      .dflt = "off"},
 
     {.section = "Checkpoints and faults", .name = "checkpoint", .value = "PATH", .type = CLI_TEXT,
@@ -710,9 +710,6 @@ static int cli_check_combination(const gt_config *c, gt_err *e)
     if (mode && mode->needs_nccl && c->cpu_workers > 0)
         return gt_fail(e, "--mode %s: needs GPUs and NCCL, not --gpus cpu:%d (use --mode sync "
                        "for the same math)", gt_mode_name(c->mode), c->cpu_workers);
-    if (c->ema > 0 && c->mode == GT_MODE_ALLREDUCE)
-        return gt_fail(e, "--ema: not available with --mode allreduce, whose updates stay on the "
-                       "GPUs (use --mode sync for the same math)");
     if (mode && mode->needs_nccl && c->on_nan == GT_NAN_SKIP)
         return gt_fail(e, "--on-nan skip: not available with --mode %s, where every GPU must "
                        "take the same step", gt_mode_name(c->mode));

@@ -87,6 +87,39 @@ static int allreduce_barrier_due(const run *r, uint64_t c)
     return (c + 1) / ALLREDUCE_STOP_EVERY != prev / ALLREDUCE_STOP_EVERY;
 }
 
+/* --ema on the device step: replica 0 keeps the moving average on its GPU, taken after every
+ * update where the replicas are one (every clock; local's averages), from the run's step t as the
+ * store's is from its update's number; the store gets it wherever it is brought up to date, and
+ * gives it back at the start and after a rollback. */
+static int allreduce_ema_fail(worker *w, const gt_err *e)
+{
+    snprintf(w->error, sizeof w->error, "%s", e->msg);
+    return -1;
+}
+
+static int allreduce_ema_get(run *r, worker *w)
+{
+    gt_err e = {{0}};
+    return w->dev->ops->ema_get(w->dev, r->ps.ema, &e) ? allreduce_ema_fail(w, &e) : 0;
+}
+
+static int allreduce_ema_load(run *r, worker *w)
+{
+    gt_err e = {{0}};
+    if (!r->ps.ema || w->index != 0)
+        return 0;
+    return w->dev->ops->ema_set(w->dev, r->ps.ema, &e) ? allreduce_ema_fail(w, &e) : 0;
+}
+
+static int allreduce_ema_update(run *r, worker *w, uint64_t c)
+{
+    gt_err e = {{0}};
+    if (!r->ps.ema || w->index != 0 || !allreduce_replicas_one(r, c))
+        return 0;
+    float decay = gt_ps_ema_decay(r->ps.ema_decay, r->clk.updates0 + c + 1);
+    return w->dev->ops->ema_update(w->dev, decay, &e) ? allreduce_ema_fail(w, &e) : 0;
+}
+
 /* allreduce: worker 0 brings the replica's parameters and optimizer state into the store, where
  * evaluation and checkpoints read them. The other workers never touch the store. */
 static int allreduce_publish(run *r, worker *w)
@@ -98,6 +131,10 @@ static int allreduce_publish(run *r, worker *w)
     }
     gt_ps_store_stripes(&r->ps, 0, r->ps.nranges, w->dev->params);
     gt_ps_store_buffers(&r->ps, w->dev->buffers); /* replica 0's running statistics, as DDP */
+    /* The moving average is replica 0's (allreduce_ema_update); storing the parameters above
+     * moved the store's own, which this replaces. */
+    if (r->ps.ema && allreduce_ema_get(r, w) != 0)
+        return -1;
     return 0;
 }
 
@@ -128,7 +165,7 @@ static int allreduce_load(run *r, worker *w)
             snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
     }
-    return 0;
+    return allreduce_ema_load(r, w);
 }
 
 /* Worker 0 after update t: the store is brought up to date where an evaluation on the evaluator
@@ -165,7 +202,7 @@ static int allreduce_on_replicas(const run *r)
      * own batches: the run's are replica 0's (what checkpoints keep), which the evaluator gets
      * with the parameters, so that every evaluation is of what a checkpoint would hold */
     return r->W > 1 && !allreduce_is_local(r) && r->data->val.n == 0 && !r->cfg->save_best[0] &&
-           r->m->nbuffers == 0;
+           r->m->nbuffers == 0 && !r->ps.ema; /* --ema: evaluations are of the average */
 }
 
 /* The replica's share of an evaluation: test samples [n k / W, n (k + 1) / W) for worker k, on
@@ -320,6 +357,8 @@ static int allreduce_clock(run *r, worker *w, uint64_t c)
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
     }
+    if (allreduce_ema_update(r, w, c) != 0)
+        return -1;
     int barrier = allreduce_barrier_due(r, c);
     if ((barrier || c + 1 == r->clk.clocks) && allreduce_step_end(r, w) != 0)
         return -1;
@@ -358,7 +397,7 @@ static int allreduce_end(run *r, worker *w, uint64_t done)
 static int allreduce_check(run *r, gt_device **devices, gt_err *e)
 {
     for (int i = 0; i < r->W; i++)
-        if (!devices[i]->ops->reduce_update)
+        if (!devices[i]->ops->reduce_update || (r->cfg->ema > 0 && !devices[i]->ops->ema_update))
             return gt_fail(e, "--mode allreduce: needs GPUs and NCCL; %s has no all-reduce "
                               "(use --mode sync for the same math)", devices[i]->name);
     if (r->cfg->on_nan == GT_NAN_SKIP)

@@ -44,7 +44,7 @@ static int run_device_step(const gt_config *cfg, gt_device **devices, int ndevic
 {
     if (cfg->mode == GT_MODE_ALLREDUCE)
         return 1; /* its only step */
-    if (cfg->store_step || cfg->ema > 0) /* the moving average is the store's (ps.h) */
+    if (cfg->store_step)
         return 0;
     /* One worker: hogwild, ssp (nobody to run ahead of) and local (its average is itself) are
      * serial SGD too; --overlap's step runs beside its predecessor's, which is not. local on
@@ -55,7 +55,8 @@ static int run_device_step(const gt_config *cfg, gt_device **devices, int ndevic
     if (!same || gt_cluster_size() != 1 || cfg->on_nan == GT_NAN_SKIP)
         return 0;
     for (int i = 0; i < ndevices; i++) {
-        if (!devices[i]->ops->step_queue || !devices[i]->ops->reduce_update)
+        if (!devices[i]->ops->step_queue || !devices[i]->ops->reduce_update ||
+            (cfg->ema > 0 && !devices[i]->ops->ema_update))
             return 0;
         for (int j = 0; j < i; j++)
             if (devices[j]->ordinal == devices[i]->ordinal)

@@ -333,7 +333,6 @@ static const bad_case BAD[] = {
     {{"--ema", "1"}, "--ema", "'1'"},
     {{"--ema", "-0.5"}, "--ema", "'-0.5'"},
     {{"--ema", "nan"}, "--ema", "'nan'"},
-    {{"--ema", "0.999", "--mode", "allreduce"}, "--ema", "--mode allreduce"},
     {{"eval", "--checkpoint", "m.st", "--ema", "0.9"}, "--ema", "does not apply to eval"},
     {{"train", "--no-ema"}, "--no-ema", "does not apply to train"},
     {{"--gamma", "1.5"}, "--gamma", "'1.5'"},

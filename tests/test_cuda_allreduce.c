@@ -833,6 +833,46 @@ static void test_device_step(void)
     }
 }
 
+/* --ema on the device step: replica 0's moving average on its GPU, which evaluations and the
+ * store then read, ends where the store's own average ends on the store's path (--store-step):
+ * one GPU, sync and local on every GPU, and allreduce against sync through the store. */
+static void test_ema_device(void)
+{
+    const struct {
+        gt_mode mode, ref;
+        int gpus;
+    } runs[] = {{GT_MODE_HOGWILD, GT_MODE_HOGWILD, 1},
+                {GT_MODE_SYNC, GT_MODE_SYNC, g_w},
+                {GT_MODE_LOCAL, GT_MODE_LOCAL, g_w},
+                {GT_MODE_ALLREDUCE, GT_MODE_SYNC, g_w}};
+    for (size_t k = 0; k < sizeof runs / sizeof *runs; k++) {
+        gt_config cd, cs, cp;
+        run_config(&cd, runs[k].mode, runs[k].gpus, 32, 1);
+        run_config(&cs, runs[k].ref, runs[k].gpus, 32, 1);
+        cp = cd;
+        cd.ema = cs.ema = 0.99f;
+        outcome od = train(&cd), os = train_store(&cs), op = train(&cp);
+        char name[64];
+        snprintf(name, sizeof name, "%s x%d --ema", gt_mode_name(runs[k].mode), runs[k].gpus);
+        CHECK_MSG(od.rc == 0 && os.rc == 0 && op.rc == 0, "%s: %s%s%s", name, od.err, os.err,
+                  op.err);
+        CHECK_MSG(od.device_step && !os.device_step, "%s: the config records say step %d and %d",
+                  name, od.device_step, os.device_step);
+        if (od.rc == 0 && os.rc == 0 && op.rc == 0) {
+            printf("%s: device step acc %.4f, store step %.4f, without the average %.4f\n", name,
+                   od.res->final_test_acc, os.res->final_test_acc, op.res->final_test_acc);
+            CHECK_CLOSE(od.res->final_test_acc, os.res->final_test_acc, 0.005);
+            CHECK(od.res->final_test_acc > 0.5); /* an average that never moved stays at chance */
+        }
+        gt_run_result_free(od.res);
+        free(od.res);
+        gt_run_result_free(os.res);
+        free(os.res);
+        gt_run_result_free(op.res);
+        free(op.res);
+    }
+}
+
 /* With a warm-up (the default recipe's from 2 GPUs up) every replica takes the same step size
  * at the same update whatever the timing: two runs give the same bits, and sync's steps. */
 static void test_warmup_same(void)
@@ -1111,6 +1151,7 @@ int main(void)
         test_modes_agree(GT_EXCHANGE_NCCL);
         test_warmup_same();
         test_device_step();
+        test_ema_device();
         test_abort();
         test_rollback();
         test_replica_eval();

@@ -23,6 +23,8 @@
 #   --literal          also run every mode with gputrain --literal (the default when the
 #                      binary's --help lists that flag)
 #   --no-literal       only the default recipe
+#   --ema DECAY        also run every mode with gputrain --ema DECAY (evaluations of the moving
+#                      average), labelled <mode>-ema
 #   --train-samples N  train on the first N samples (default: all)
 #   --evals-per-epoch N  evaluations per epoch (default 4)
 #   --data DIR         Fashion-MNIST folder (default: datasets/fashion-mnist, then
@@ -54,7 +56,7 @@
 #   ssp-s2, ssp-s4    --mode ssp --staleness 2 / 4 (ssp-s1, ssp-s3 on request)
 #   local-k4          --mode local --sync-every 4
 #   allreduce         --mode allreduce (GPUs and a gputrain linked with NCCL only)
-# The literal recipe of a mode is labelled <mode>-literal. A run is "stalled" when its final test
+# The literal recipe of a mode is labelled <mode>-literal, its run with --ema <mode>-ema. A run is "stalled" when its final test
 # accuracy is below 1.5x chance (0.15 for 10 classes) and "diverged" when a loss went non-finite
 # or the trainer's guard stopped it.
 set -euo pipefail
@@ -77,6 +79,7 @@ series_order() {
     local m
     for m in $all_modes $extra_modes; do echo "$m"; done
     for m in $all_modes $extra_modes; do echo "$m-literal"; done
+    for m in $all_modes $extra_modes; do echo "$m-ema"; done
     echo pytorch
 }
 
@@ -147,7 +150,7 @@ all_modes="hogwild hogwild-lockfree hogwild-overlap sync ssp-s2 ssp-s4 local-k4 
 extra_modes="hogwild-m0.5 ssp-s1 ssp-s3"
 quick=0 epochs="" models="lenet5" modes="" seeds="" workers="" gpus_max="" force_cpu=0
 batch=64 batch_given=0 lr="" momentum="" train_samples="" evals_per_epoch=4 data="" bin="$root/build/gputrain"
-torch_ref="$root/tools/torch_lenet.py" no_torch=0 out="" dry_run=0 replot=0 literal=auto parallel=0 torch_seeds=""
+torch_ref="$root/tools/torch_lenet.py" no_torch=0 out="" dry_run=0 replot=0 literal=auto parallel=0 torch_seeds="" ema=""
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -169,6 +172,7 @@ while [ $# -gt 0 ]; do
         --bin) need_value "$1" $#; bin=$2; shift 2 ;;
         --literal) literal=1; shift ;;
         --no-literal) literal=0; shift ;;
+        --ema) need_value "$1" $#; check_number "$1" "$2"; ema=$2; shift 2 ;;
         --torch-ref) need_value "$1" $#; torch_ref=$2; shift 2 ;;
         --no-torch) no_torch=1; shift ;;
         --out) need_value "$1" $#; out=$2; shift 2 ;;
@@ -194,6 +198,7 @@ bench_readme() {
         echo "- data: $data, $epoch_samples training samples per epoch, $epochs epochs, batch $batch per worker,"
         echo "  lr ${lr:-gputrain default}, momentum ${momentum:-gputrain default} (hogwild-m0.5: 0.5), $evals_per_epoch evaluations per epoch,"
         echo "  seeds ${seed_list[*]}; <mode>-literal runs add gputrain --literal (asynchrony corrections off)"
+        [ -z "${ema:-}" ] || echo "- <mode>-ema runs add gputrain --ema $ema (their accuracies are of the moving average)"
         echo "- PyTorch reference: $torch_note"
         if [ "$parallel" -eq 1 ] && [ "$backend" = gpu ]; then
             echo "- --parallel: runs of W GPUs ran $ngpus/W at a time on disjoint GPUs of this host, sharing its CPUs"
@@ -258,7 +263,7 @@ bench_readme() {
 bench_save_env() {
     declare -p card card_tag backend date_utc command_line data epoch_samples epochs batch lr momentum \
         evals_per_epoch seed_list torch_note parallel ngpus train_samples model_list run_labels \
-        worker_list host_cores commit >"$out/bench.env"
+        worker_list host_cores commit ema >"$out/bench.env"
 }
 
 if [ "$replot" -eq 1 ]; then
@@ -359,17 +364,21 @@ run_labels=("${mode_list[@]}")
 if [ "$literal" -eq 1 ]; then
     for m in "${mode_list[@]}"; do run_labels+=("$m-literal"); done
 fi
+if [ -n "$ema" ]; then
+    for m in "${mode_list[@]}"; do run_labels+=("$m-ema"); done
+fi
 
 date_utc=$(date -u +%F)
 out=${out:-$root/results/bench-$card_tag-$date_utc}
 logs=$out/runs
 [ "$dry_run" -eq 1 ] || mkdir -p "$logs" || die "--out: cannot create '$logs'"
 
-# Echoes the gputrain flags of a run label (a mode, or a mode with -literal), one per line. Only
-# what the user gave is passed, so the default recipe is what a user gets.
+# Echoes the gputrain flags of a run label (a mode, or a mode with -literal or -ema), one per line.
+# Only what the user gave is passed, so the default recipe is what a user gets.
 mode_flags() {
     local m=${1%-literal}
     [ "$m" = "$1" ] || echo --literal
+    case "$m" in *-ema) m=${m%-ema}; printf '%s\n' --ema "$ema" ;; esac
     [ -z "$lr" ] || printf '%s\n' --lr "$lr"
     [ "$batch_given" -eq 0 ] || printf '%s\n' --batch "$batch"
     case "$m" in hogwild-m0.5) ;; *) [ -z "$momentum" ] || printf '%s\n' --momentum "$momentum" ;; esac

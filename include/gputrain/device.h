@@ -86,6 +86,14 @@ typedef struct gt_device_ops {
      * averages the replicas through the store. Every device must call it alike. */
     int (*local_update)(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st,
                         float gscale, int average, gt_err *e);
+    /* The device step's moving average of the parameters (--ema; optional, NULL where
+     * unsupported: the CUDA backend after gt_cuda_allreduce_init). ema_set makes it src (host,
+     * nparams floats); ema_update queues ema = decay*ema + (1-decay)*params behind the last
+     * update, each product and the sum rounded as the store's (ps.h) are; ema_get copies it into
+     * dst (host) once the work queued before has run. */
+    int (*ema_set)(gt_device *d, const float *src, gt_err *e);
+    int (*ema_update)(gt_device *d, float decay, gt_err *e);
+    int (*ema_get)(gt_device *d, float *dst, gt_err *e);
     /* Copies the device's parameters into d->params, its optimizer state into s0/s1 (NULL:
      * skip) and, where it keeps them (keep_grad), its running statistics into d->buffers, for
      * evaluation and checkpoints. */

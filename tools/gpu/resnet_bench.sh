@@ -9,8 +9,15 @@
 # test images; PyTorch's leaves evaluation out (it has no test split on synthetic data).
 #
 # Usage: tools/gpu/resnet_bench.sh [--bin BIN] [--epochs 3] [--batch 256] [--gpus N] [--no-torch]
+#                                  [--store-modes "hogwild sync ssp"] [--only-store]
 #   --bin BIN   a built gputrain (default: build build-cuda here first)
 #   --gpus N    GPUs for the data-parallel rows (default: all that nvidia-smi lists)
+#   --store-modes LIST  also train resnet18 in bf16 with these modes through the parameter store
+#               (--store-step: pull, push and the host's apply in every step) on 1 and N GPUs,
+#               and print a second table: images/s, the ratio to allreduce on as many GPUs, and
+#               each mode's N-GPU rate over its 1-GPU rate (plus its step breakdown: pull,
+#               device, push/apply, wait, from the summary's worker lines)
+#   --only-store  only the resnet18 bf16 allreduce rows and the store modes' (no PyTorch)
 # gputrain's precision flags come from the environment, so that they can follow its command line:
 #   GT_FP32_FLAGS  flags of the fp32 rows (default: none, exact float32)
 #   GT_BF16_FLAGS  flags of the bf16 rows (default: $GT_PRECISION_FLAG; empty: no gputrain bf16 rows)
@@ -19,11 +26,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/tools/lib.sh"
 gt_prog=resnet_bench
-bin="" epochs=3 batch=256 ngpus="" torch=1
+bin="" epochs=3 batch=256 ngpus="" torch=1 store_modes="" only_store=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --help) gt_usage "$0"; exit 0 ;;
-        --bin | --epochs | --batch | --gpus) need_value "$1" $# ;;&
+        --bin | --epochs | --batch | --gpus | --store-modes) need_value "$1" $# ;;&
+        --store-modes) store_modes=$2; shift 2 ;;
+        --only-store) only_store=1; torch=0; shift ;;
         --bin) bin=$2; shift 2 ;;
         --epochs) check_uint "$1" "$2"; epochs=$2; shift 2 ;;
         --batch) check_uint "$1" "$2"; batch=$2; shift 2 ;;
@@ -48,12 +57,13 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 declare -A sps # "impl|model|gpus|precision" -> images/s, or "exit N", or "-"
 
-# run_gt ROW-KEY MODEL GPUS FLAGS: one gputrain run, its images/s (or its exit status) into sps.
+# run_gt ROW-KEY MODEL GPUS FLAGS [MODE]: one gputrain run (allreduce unless MODE), its images/s
+# (or its exit status) into sps.
 run_gt() {
-    local key="gputrain|$1" log="$work/gt-${1//|/_}.jsonl" rc=0
+    local key="gputrain|$1" log="$work/gt-${1//|/_}.jsonl" rc=0 mode=${5:-allreduce}
     # shellcheck disable=SC2086 # the flag variables are word lists on purpose
-    "$bin" --model "$2" --data synthetic:3x32x32:10 --gpus "$3" --mode allreduce --batch "$batch" \
-        --epochs "$epochs" --log "$log" --quiet --no-progress $extra $4 >"$log.txt" 2>&1 || rc=$?
+    "$bin" --model "$2" --data synthetic:3x32x32:10 --gpus "$3" --mode "$mode" --batch "$batch" \
+        --epochs "$epochs" --log "$log" --no-progress $extra $4 >"$log.txt" 2>&1 || rc=$?
     if [ $rc -ne 0 ]; then
         sps[$key]="exit $rc"
         echo "gputrain $1: exit $rc: $(tail -n 2 "$log.txt" | tr '\n' ' ')"
@@ -78,10 +88,15 @@ run_pt() {
 }
 
 rows=()
-for model in resnet20 resnet18; do
-    rows+=("$model|1|fp32" "$model|1|bf16")
-done
-[ "$ngpus" -gt 1 ] && rows+=("resnet18|$ngpus|fp32" "resnet18|$ngpus|bf16")
+if [ "$only_store" -eq 1 ]; then
+    rows+=("resnet18|1|bf16")
+    [ "$ngpus" -gt 1 ] && rows+=("resnet18|$ngpus|bf16")
+else
+    for model in resnet20 resnet18; do
+        rows+=("$model|1|fp32" "$model|1|bf16")
+    done
+    [ "$ngpus" -gt 1 ] && rows+=("resnet18|$ngpus|fp32" "resnet18|$ngpus|bf16")
+fi
 for row in "${rows[@]}"; do
     IFS='|' read -r model n prec <<<"$row"
     gpus=0
@@ -109,4 +124,27 @@ for row in "${rows[@]}"; do
     IFS='|' read -r model n prec <<<"$row"
     g=${sps["gputrain|$row"]:--} e=${sps["eager|$row"]:--} c=${sps["graph|$row"]:--}
     printf '%-22s %12s %12s %12s %9s %9s\n' "$model ${n}GPU $prec" "$g" "$e" "$c" "$(ratio "$g" "$e")" "$(ratio "$g" "$c")"
+done
+
+[ -n "$store_modes" ] || exit 0
+# The store modes: resnet18, bf16, through the store in every step, on 1 and N GPUs.
+[ -n "$bf16_flags" ] || usage_error "--store-modes: the rows are bf16; set GT_BF16_FLAGS (e.g. --precision bf16)"
+counts=(1)
+[ "$ngpus" -gt 1 ] && counts+=("$ngpus")
+for m in $store_modes; do
+    for n in "${counts[@]}"; do
+        gpus=0
+        [ "$n" -gt 1 ] && gpus=$gpu_list
+        run_gt "store-$m|$n" resnet18 "$gpus" "$bf16_flags --store-step" "$m"
+    done
+done
+echo
+echo "== resnet18 bf16 through the store (--store-step), $card x$ngpus, batch $batch per GPU"
+printf '%-12s %6s %12s %12s %10s  %s\n' mode GPUs images/s "/allreduce" "/own 1GPU" "worker 0, us a step"
+for m in $store_modes; do
+    for n in "${counts[@]}"; do
+        g=${sps["gputrain|store-$m|$n"]:--} a=${sps["gputrain|resnet18|$n|bf16"]:--} one=${sps["gputrain|store-$m|1"]:--}
+        phases=$(grep -m1 'worker 0 ' "$work/gt-store-${m}_$n.jsonl.txt" 2>/dev/null | sed 's/.*us a step: //')
+        printf '%-12s %6s %12s %12s %10s  %s\n' "$m" "$n" "$g" "$(ratio "$g" "$a")" "$(ratio "$g" "$one")" "${phases:--}"
+    done
 done
