@@ -56,7 +56,6 @@ static const cli_range RANGE_POSITIVE = {0, HUGE_VAL, 1, 0, "> 0", "> 0"};
 static const cli_range RANGE_NONNEG = {0, HUGE_VAL, 0, 0, ">= 0", ">= 0"};
 static const cli_range RANGE_UNIT_LOW = {0, 1, 0, 1, "with 0 <= x < 1", "0 <= x < 1"};
 static const cli_range RANGE_UNIT_HIGH = {0, 1, 1, 0, "with 0 < x <= 1", "0 < x <= 1"};
-static const cli_range RANGE_UNIT_OPEN = {0, 1, 1, 1, "with 0 < x < 1", "0 < x < 1"};
 
 /* A whole number: optional '-', then decimal digits and nothing else (no spaces, no '+'). */
 static int cli_parse_ll(const char *flag, const char *s, long long lo, long long hi, long long *out,
@@ -503,11 +502,11 @@ static const cli_row cli_rows[] = {
     {.name = "gamma", .value = "X", .type = CLI_FLOAT, .field = FO(gamma),
      .range = &RANGE_UNIT_HIGH, .commands = CMD_TRAIN, .help = "step factor"},
     {.name = "ema", .value = "DECAY", .type = CLI_FLOAT, .field = F(ema),
-     .range = &RANGE_UNIT_OPEN, .commands = CMD_TRAIN,
+     .range = &RANGE_UNIT_LOW, .commands = CMD_TRAIN, .given = GT_GIVEN_EMA,
      .help = "evaluate an exponential moving average of the parameters, updated with every "
-             "update (decay min(DECAY, (1+t)/(10+t)) at update t), e.g. 0.999; checkpoints add "
-             "it as ema.* tensors",
-     .dflt = "off"},
+             "update (decay min(DECAY, (1+t)/(10+t)) at update t); checkpoints add it as ema.* "
+             "tensors; 0: off",
+     .dflt = "0.999 with a constant learning rate (the default schedule), else 0"},
 
     {.section = "Checkpoints and faults", .name = "checkpoint", .value = "PATH", .type = CLI_TEXT,
      TEXT(checkpoint), .commands = CMD_ALL,

@@ -116,7 +116,8 @@ static int allreduce_ema_update(run *r, worker *w, uint64_t c)
     gt_err e = {{0}};
     if (!r->ps.ema || w->index != 0 || !allreduce_replicas_one(r, c))
         return 0;
-    float decay = gt_ps_ema_decay(r->ps.ema_decay, r->clk.updates0 + c + 1);
+    float decay = gt_ps_ema_decay(r->ps.ema_decay, r->clk.updates0 + c + 1,
+                                  allreduce_is_local(r) ? local_span(r, c) : 1);
     return w->dev->ops->ema_update(w->dev, decay, &e) ? allreduce_ema_fail(w, &e) : 0;
 }
 
@@ -129,7 +130,7 @@ static int allreduce_publish(run *r, worker *w)
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
     }
-    gt_ps_store_stripes(&r->ps, 0, r->ps.nranges, w->dev->params);
+    gt_ps_store_stripes(&r->ps, 0, r->ps.nranges, w->dev->params, 1);
     gt_ps_store_buffers(&r->ps, w->dev->buffers); /* replica 0's running statistics, as DDP */
     /* The moving average is replica 0's (allreduce_ema_update); storing the parameters above
      * moved the store's own, which this replaces. */

@@ -60,6 +60,12 @@ static void local_average_leader(run *r)
         r->halt = 1;
 }
 
+unsigned local_span(const run *r, uint64_t c)
+{
+    uint64_t k = (uint64_t)r->cfg->sync_every, m = (c + 1) % k;
+    return (unsigned)(m ? m : k);
+}
+
 /* worker_pull, timed as the worker's pull. */
 static int local_pull(run *r, worker *w)
 {
@@ -99,7 +105,7 @@ static int local_average(run *r, worker *w, uint64_t upto)
                 sum += clocked_slot(r, 0, s)[i];
         dst[i] = (float)(sum / nlive);
     }
-    gt_ps_store_stripes(&r->ps, s_lo, s_hi, dst);
+    gt_ps_store_stripes(&r->ps, s_lo, s_hi, dst, local_span(r, upto));
     w->push_s += gt_now() - t1;
     run_barrier(r, w, local_average_leader);
     return local_pull(r, w);

@@ -128,10 +128,11 @@ int gt_ps_init_ema(gt_ps *ps, float decay, const float *src, gt_err *e)
     return 0;
 }
 
-float gt_ps_ema_decay(float decay, uint64_t t)
+float gt_ps_ema_decay(float decay, uint64_t t, unsigned span)
 {
     float warm = (float)((1.0 + (double)t) / (10.0 + (double)t));
-    return warm < decay ? warm : decay;
+    float d = warm < decay ? warm : decay;
+    return span > 1 ? (float)pow((double)d, (double)span) : d;
 }
 
 /* Copies one array between dst and src over every stripe, each under its lock (relaxed atomics
@@ -164,13 +165,14 @@ void gt_ps_store_ema(gt_ps *ps, const float *src)
         ps_copy_striped(ps, ps->ema, src);
 }
 
-/* ema = d*ema + (1-d)*p over one stripe after its update t; the caller holds its lock (or runs
- * lock-free, where every access is a relaxed atomic as the parameters' are). */
-static void ps_ema_range(gt_ps *ps, const gt_stripe *st, uint64_t t)
+/* ema = d*ema + (1-d)*p over one stripe after its update t, which stands for span steps; the
+ * caller holds its lock (or runs lock-free, where every access is a relaxed atomic as the
+ * parameters' are). */
+static void ps_ema_range(gt_ps *ps, const gt_stripe *st, uint64_t t, unsigned span)
 {
     if (!ps->ema)
         return;
-    float d = gt_ps_ema_decay(ps->ema_decay, t), c = 1.0f - d;
+    float d = gt_ps_ema_decay(ps->ema_decay, t, span), c = 1.0f - d;
     if (ps->nstripes > 0) {
         for (size_t i = st->lo; i < st->hi; i++)
             ps->ema[i] = d * ps->ema[i] + c * ps->params[i];
@@ -356,7 +358,7 @@ static void ps_push_part(void *arg, int part)
                 stale = d;
         }
         ps_apply_range(ps, st, w->g, w->gscale, w->step);
-        ps_ema_range(ps, st, w->t);
+        ps_ema_range(ps, st, w->t, 1);
         if (ps->nstripes > 0)
             pthread_mutex_unlock(&st->lock);
     }
@@ -400,7 +402,7 @@ void gt_ps_apply_stripes_sum(gt_ps *ps, int s_lo, int s_hi, float *g, float *con
     ps_walk_run(&w, ps_push_part, 0);
 }
 
-void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src)
+void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src, unsigned span)
 {
     uint64_t t = atomic_load_explicit(&ps->updates, memory_order_relaxed);
     for (int s = s_lo; s < s_hi; s++) {
@@ -413,7 +415,7 @@ void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src)
         else
             for (size_t i = st->lo; i < st->hi; i++)
                 __atomic_store(&ps->params[i], (float *)&src[i], __ATOMIC_RELAXED);
-        ps_ema_range(ps, st, t);
+        ps_ema_range(ps, st, t, span);
         if (ps->nstripes > 0)
             pthread_mutex_unlock(&st->lock);
     }

@@ -164,9 +164,9 @@ static void recipe_predict(gt_config *c, int workers, gt_recipe *r)
                 "predecessor's SGD step, in flight; --literal turns it off)");
 }
 
-void gt_recipe_model(gt_config *c, char *note, size_t cap)
+/* The residual networks' recipe (gt_recipe_model). */
+static void recipe_resnet(gt_config *c, char *note, size_t cap)
 {
-    note[0] = '\0';
     if (strcmp(c->model, "resnet20") != 0 && strcmp(c->model, "resnet18") != 0)
         return;
     unsigned g = c->given;
@@ -198,6 +198,18 @@ void gt_recipe_model(gt_config *c, char *note, size_t cap)
              c->optim.nesterov ? " Nesterov" : "", (double)c->optim.momentum,
              (double)c->optim.weight_decay, (double)c->optim.warmup_epochs,
              gt_schedule_name(c->optim.schedule));
+}
+
+void gt_recipe_model(gt_config *c, char *note, size_t cap)
+{
+    note[0] = '\0';
+    recipe_resnet(c, note, cap);
+    /* A constant learning rate ends wherever its last steps' noise left it: evaluating the
+     * moving average takes that out (docs/convergence-notes.md, section 16: every mode on 4 GPUs
+     * and one GPU's sync ended higher or level with it). A decaying schedule (the residual
+     * networks' cosine) has already averaged its end: there the average lagged behind. */
+    if (!(c->given & GT_GIVEN_EMA) && c->optim.schedule == GT_SCHED_CONSTANT)
+        c->ema = GT_RECIPE_EMA;
 }
 
 void gt_recipe_apply(gt_config *c, int workers, uint32_t ntrain, gt_recipe *r)

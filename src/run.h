@@ -380,6 +380,11 @@ void clocked_apply(run *r, uint64_t clock, int s_lo, int s_hi, float gscale, uin
 uint64_t clocked_full_mask(const run *r);
 
 /* the modes (one file each) */
+/* The clocks the local mode's average after clock c stands for: those since the previous average
+ * (every --sync-every clocks and at an epoch's last), which the moving average counts as steps
+ * (mode_local.c). */
+unsigned local_span(const run *r, uint64_t c);
+
 extern const gt_mode_ops gt_mode_hogwild, gt_mode_sync, gt_mode_ssp, gt_mode_local,
     gt_mode_allreduce;
 

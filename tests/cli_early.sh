@@ -18,7 +18,7 @@ grep -q "^gputrain: mlp .* 2048 train / 10000 test samples" "$TMP/out" || fail "
 [ "$(grep '"type":"eval"' "$TMP/v.jsonl" | grep -c '"val_loss":[0-9.]*,"val_acc":[0-9.]*')" -eq 5 ] ||
     fail "eval records lack val_loss/val_acc: $(grep '"type":"eval"' "$TMP/v.jsonl" | head -1)"
 grep -q '"train_samples":2048,' "$TMP/v.jsonl" || fail "config record's train_samples"
-grep -q "^done: .*, val acc [0-9.]*, test acc [0-9.]*$" "$TMP/out" || fail "done line: $(grep '^done' "$TMP/out")"
+grep -q "^done: .*, val acc [0-9.]*, test acc [0-9.]* (ema 0.999)$" "$TMP/out" || fail "done line: $(grep '^done' "$TMP/out")"
 read -r best_step best_test <<<"$(python3 - "$TMP/v.jsonl" <<'PY'
 import json, sys
 ev = [json.loads(l) for l in open(sys.argv[1]) if '"type":"eval"' in l]

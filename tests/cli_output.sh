@@ -47,7 +47,7 @@ if command -v script >/dev/null 2>&1; then
     # --quiet under a terminal: the done: line alone, no bar
     timeout -k 5 $HANG_S script -qfec "$cmd --quiet" /dev/null >"$TMP/ttyq" 2>&1 </dev/null
     tr -d '\r' <"$TMP/ttyq" >"$TMP/ttyq.txt"
-    [ "$(wc -l <"$TMP/ttyq.txt")" -eq 1 ] && grep -q '^done: .*test acc 0\.[0-9]*$' "$TMP/ttyq.txt" ||
+    [ "$(wc -l <"$TMP/ttyq.txt")" -eq 1 ] && grep -q '^done: .*test acc 0\.[0-9]* (ema 0\.999)$' "$TMP/ttyq.txt" ||
         fail "--quiet under a terminal: $(cat -v "$TMP/ttyq")"
     HAVE_SCRIPT=1
 else
@@ -60,7 +60,7 @@ timeout -k 5 $HANG_S "$BIN" "${TERM_RUN[@]}" --progress >"$TMP/both" 2>&1 </dev/
 
 # --quiet: exactly the final line on stdout, nothing on stderr
 expect_exit 0 -- "${RUN[@]}" --epochs 1 --train-samples 2000 --quiet
-[ "$(wc -l <"$TMP/out")" -eq 1 ] && grep -q '^done: hogwild, 2 workers, .* samples/s, test acc 0\.[0-9]*$' "$TMP/out" ||
+[ "$(wc -l <"$TMP/out")" -eq 1 ] && grep -q '^done: hogwild, 2 workers, .* samples/s, test acc 0\.[0-9]* (ema 0\.999)$' "$TMP/out" ||
     fail "--quiet stdout: $(cat "$TMP/out")"
 [ -s "$TMP/err" ] && fail "--quiet stderr: $(cat "$TMP/err")"
 grep -q -- '--quiet *print only the final result line' <("$BIN" --help) || fail "--help does not say what --quiet prints"

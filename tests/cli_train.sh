@@ -58,9 +58,10 @@ tail_straight=$(steps "$TMP/straight.jsonl" | sed -n "/$(echo "$first" | sed 's/
 [ -n "$first" ] && [ "$tail_straight" = "$(steps "$TMP/resumed.jsonl")" ] || fail "mid-epoch resume changed the per-step losses"
 
 # hogwild --overlap: a mid-epoch checkpoint holds the batches pushed, not those still in flight,
-# so the resumed run trains each of the epoch's remaining batches once.
+# so the resumed run trains each of the epoch's remaining batches once. (Without the moving
+# average, so that the --init check below compares the training parameters, which --init takes.)
 rm -f "$TMP"/ck* "$TMP"/*.jsonl
-"$BIN" "${COMMON[@]}" --gpus cpu:1 --overlap --epochs 2 --checkpoint "$TMP/ck.safetensors" --checkpoint-every "$CKEVERY" \
+"$BIN" "${COMMON[@]}" --gpus cpu:1 --overlap --ema 0 --epochs 2 --checkpoint "$TMP/ck.safetensors" --checkpoint-every "$CKEVERY" \
     --keep 5 --log "$TMP/straight.jsonl" --log-steps >/dev/null 2>&1 || fail "overlap step-checkpoint run failed"
 "$BIN" "${COMMON[@]}" --gpus cpu:1 --overlap --epochs 2 --resume "$TMP/ck.safetensors.2" \
     --log "$TMP/resumed.jsonl" --log-steps >"$TMP/r.out" 2>&1 || fail "overlap mid-epoch resume failed: $(cat "$TMP/r.out")"
@@ -72,7 +73,7 @@ rest=$(grep -c "\"type\":\"step\",\"worker\":0,\"epoch\":$((ep + 1))," "$TMP/res
     fail "overlap resume at epoch '$ep' step '$at' trained $rest of the epoch's $per_epoch batches"
 
 # --init starts from the given weights: at a vanishing learning rate the accuracy stays.
-"$BIN" "${COMMON[@]}" --gpus cpu:1 --mode sync --epochs 1 --lr 1e-30 --init "$TMP/ck.safetensors" \
+"$BIN" "${COMMON[@]}" --gpus cpu:1 --mode sync --epochs 1 --lr 1e-30 --ema 0 --init "$TMP/ck.safetensors" \
     --log "$TMP/init.jsonl" >/dev/null 2>&1 || fail "--init run failed"
 [ "$(final_acc "$TMP/init.jsonl")" = "$(final_acc "$TMP/straight.jsonl")" ] || fail "--init did not start from the checkpoint"
 

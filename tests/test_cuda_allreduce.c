@@ -862,7 +862,9 @@ static void test_ema_device(void)
             printf("%s: device step acc %.4f, store step %.4f, without the average %.4f\n", name,
                    od.res->final_test_acc, os.res->final_test_acc, op.res->final_test_acc);
             CHECK_CLOSE(od.res->final_test_acc, os.res->final_test_acc, 0.005);
-            CHECK(od.res->final_test_acc > 0.5); /* an average that never moved stays at chance */
+            /* an average that never moved would be the initial parameters', near chance (0.1);
+             * one epoch of 6000 samples ends at 0.37-0.70 on 4x H200 */
+            CHECK(od.res->final_test_acc > 0.2);
         }
         gt_run_result_free(od.res);
         free(od.res);

@@ -179,7 +179,7 @@ static void test_staleness(void)
     CHECK(buf[ps.stripes[0].lo] == -1.0f);
     CHECK(buf[ps.stripes[1].lo] == -2.0f);
     CHECK(buf[ps.stripes[2].lo] == -1.0f);
-    gt_ps_store_stripes(&ps, 3, 4, g);
+    gt_ps_store_stripes(&ps, 3, 4, g, 1);
     gt_ps_pull(&ps, buf, NULL);
     CHECK(buf[NPARAM - 1] == 0.5f && buf[ps.stripes[2].lo] == -1.0f);
     CHECK(gt_all_finite(g, NPARAM));
@@ -341,10 +341,10 @@ static void test_apply_sum(gt_opt_kind kind, int threads)
  * SGD at lr 1 with gradient 1 from p = 8 gives p = 7, 6, 5 and ema = 7.5, 6.75, 5.875. */
 static void test_ema(int stripes)
 {
-    CHECK(gt_ps_ema_decay(0.999f, 0) == (float)(1.0 / 10.0));
-    CHECK(gt_ps_ema_decay(0.999f, 1) == (float)(2.0 / 11.0));
-    CHECK(gt_ps_ema_decay(0.5f, 8) == 0.5f);          /* 9/18: warm-up and decay meet */
-    CHECK(gt_ps_ema_decay(0.999f, 1000000) == 0.999f);
+    CHECK(gt_ps_ema_decay(0.999f, 0, 1) == (float)(1.0 / 10.0));
+    CHECK(gt_ps_ema_decay(0.999f, 1, 1) == (float)(2.0 / 11.0));
+    CHECK(gt_ps_ema_decay(0.5f, 8, 1) == 0.5f);          /* 9/18: warm-up and decay meet */
+    CHECK(gt_ps_ema_decay(0.999f, 1000000, 1) == 0.999f);
     gt_optim_cfg c = plain_sgd();
     gt_ps ps;
     gt_err e;
@@ -377,7 +377,7 @@ static void test_ema(int stripes)
     /* a local-mode average that replaces the parameters counts as one update */
     for (int k = 0; k < N; k++)
         src[k] = 5.0f;
-    gt_ps_store_stripes(&ps, 0, ps.nranges, src);
+    gt_ps_store_stripes(&ps, 0, ps.nranges, src, 1);
     gt_ps_pull_ema(&ps, got);
     for (int k = 0; k < N; k++)
         CHECK(ps.params[k] == 5.0f && got[k] == 5.875f);
@@ -385,6 +385,13 @@ static void test_ema(int stripes)
     gt_ps_pull_ema(&ps, got);
     for (int k = 0; k < N; k++)
         CHECK(ps.params[k] == 6.0f && got[k] == 6.75f);
+    /* an average standing for 2 steps decays as 2 updates do: 0.5^2 */
+    CHECK(gt_ps_ema_decay(0.5f, 102, 2) == 0.25f);
+    gt_ps_store_stripes(&ps, 0, ps.nranges, src, 2);
+    gt_ps_pull_ema(&ps, got);
+    for (int k = 0; k < N; k++)
+        CHECK(ps.params[k] == 5.0f && got[k] == 5.4375f);
+    gt_ps_restore(&ps, &saved);
     gt_ps_saved_free(&saved);
     /* the warm-up: update 1 after a reset keeps only 2/11 of the average */
     atomic_store(&ps.updates, 0);
@@ -392,7 +399,7 @@ static void test_ema(int stripes)
         src[k] = 16.0f;
     gt_ps_store_ema(&ps, src);
     gt_ps_push(&ps, 0, 1, g, 1.0f, NULL, 0.0); /* p = 5 */
-    float d = gt_ps_ema_decay(0.5f, 1);
+    float d = gt_ps_ema_decay(0.5f, 1, 1);
     CHECK(d == (float)(2.0 / 11.0));
     gt_ps_pull_ema(&ps, got);
     double want = (2.0 / 11.0) * 16.0 + (9.0 / 11.0) * 5.0; /* within float rounding (an FMA or not) */

@@ -243,20 +243,32 @@ static void test_descriptions_fit(void)
 }
 
 /* The residual built-ins' recipe fills what the command line left open, and nothing else; other
- * models keep the general defaults. */
+ * models keep the general defaults. The moving average is on where the rate stays constant and
+ * --ema was not given. */
 static void test_model_recipe(void)
 {
     char note[256];
     gt_config c = base(GT_MODE_HOGWILD), plain = c;
     gt_recipe_model(&c, note, sizeof note);
-    CHECK(same_config(&c, &plain) && note[0] == '\0');
+    CHECK(c.ema == GT_RECIPE_EMA && note[0] == '\0');
+    c.ema = plain.ema;
+    CHECK(same_config(&c, &plain));
+    c.given = GT_GIVEN_EMA; /* --ema 0 */
+    gt_recipe_model(&c, note, sizeof note);
+    CHECK(c.ema == 0.0f);
+    c.given = 0;
+    c.optim.schedule = GT_SCHED_STEP;
+    gt_recipe_model(&c, note, sizeof note);
+    CHECK(c.ema == 0.0f);
+    c = plain;
     snprintf(c.model, sizeof c.model, "resnet18");
     c.epochs = 15;
     gt_recipe_model(&c, note, sizeof note);
     CHECK(c.batch == 128 && c.optim.lr == 0.1f && c.optim.nesterov && c.optim.momentum == 0.9f &&
           c.optim.weight_decay == 5e-4f && c.optim.schedule == GT_SCHED_COSINE &&
           c.optim.warmup_epochs == 1.0f && strstr(note, "resnet18") != NULL &&
-          c.augment.pad == 2 && c.augment.flip && c.normalize == GT_NORMALIZE_AUTO);
+          c.augment.pad == 2 && c.augment.flip && c.normalize == GT_NORMALIZE_AUTO &&
+          c.ema == 0.0f); /* cosine: no moving average */
     c = base(GT_MODE_SYNC);
     snprintf(c.model, sizeof c.model, "resnet20");
     c.batch = 256;

@@ -14,7 +14,9 @@ load_state_dict(strict=True): parameters and, for batch norm, the buffers runnin
 and num_batches_tracked (an int64 scalar, whether the file holds it as an F32 or an integer tensor,
 as a scalar or one element). A resnet20 or resnet18 checkpoint becomes tools/torch_resnet.py's
 ResNet, the project's PyTorch reference; any other spec a module that runs its layers in order.
-The optimizer state ("optim.<state>.<param>" tensors) comes back separately as {param name:
+Where the checkpoint holds a moving average of the parameters ("ema.<param>" tensors, gputrain
+train --ema, the default with a constant learning rate) the module gets those parameters, as
+gputrain eval does (ema=False: the training parameters). The optimizer state ("optim.<state>.<param>" tensors) comes back separately as {param name:
 {state name: tensor}} (torch.optim's names: momentum_buffer, exp_avg, exp_avg_sq), and meta is
 the checkpoint's metadata. Any spec gputrain accepts works: conv:OUT:K[:PAD[:STRIDE]][:nobias],
 fc:N, bn, gap, relu, sigmoid, tanh, avgpool:K, maxpool:K, dropout:P, residual blocks
@@ -25,7 +27,7 @@ forward pass (no torch needed; evaluation mode: batch norm with the running stat
 Command line: the test split of --data as gputrain reads it (IDX files, .gz or plain, or an image
 folder DIR/test/<class>/*.png|jpg, which needs Pillow), pixels / 255 (then normalised per channel
 where the checkpoint says so: metadata input_norm, --normalize; input_step does it):
-    python3 tools/gputrain_torch.py eval CHECKPOINT [--data DIR] [--backend numpy|torch] [--ignore-classes]
+    python3 tools/gputrain_torch.py eval CHECKPOINT [--data DIR] [--backend numpy|torch] [--ignore-classes] [--no-ema]
 prints "test acc A (CORRECT/N)". A checkpoint whose input shape or class count differs from the
 data's is refused, and so is one whose class names differ (--ignore-classes goes on), as
 `gputrain eval` does. Exit status 0, 1 on a bad file or a mismatch, 2 on a command-line error.
@@ -261,14 +263,22 @@ def expected_tensors(layers):
     return params, buffers
 
 
-def split_state(tensors, layers, path):
+def split_state(tensors, layers, path, ema=True):
     """The model's state (parameters and buffers, checked against the spec's names and shapes) and
     the optimizer state by parameter. Batch norm's buffers are running_mean and running_var (float32)
     and num_batches_tracked, which comes back as an int64 scalar whether the file holds it as a
-    scalar or one element, as a float or an integer. A model without batch norm has no buffers."""
+    scalar or one element, as a float or an integer. A model without batch norm has no buffers.
+    With ema (the default, as gputrain eval) the parameters are the moving average's ("ema.<name>"
+    tensors, written by train --ema) where the file has one; the buffers are the run's."""
     import numpy as np
-    state = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
+    state = {k: v for k, v in tensors.items() if not k.startswith(("optim.", "ema."))}
+    avg = {k[len("ema."):]: v for k, v in tensors.items() if k.startswith("ema.")}
     want, bufs = expected_tensors(layers)
+    if avg:
+        if sorted(avg) != sorted(set(want)):
+            raise CheckpointError(f"{path}: the ema.* tensors do not match the model's parameters")
+        if ema:
+            state.update(avg)
     want.update(bufs)
     for k in bufs:
         if k.endswith(".num_batches_tracked") and k in state and state[k].size == 1:
@@ -295,11 +305,12 @@ def split_state(tensors, layers, path):
     return state, optim
 
 
-def load_numpy(path):
-    """(forward(x) -> logits as numpy, optimizer state, metadata) for a checkpoint."""
+def load_numpy(path, ema=True):
+    """(forward(x) -> logits as numpy, optimizer state, metadata) for a checkpoint (its moving
+    average's parameters where it has one, unless ema=False)."""
     meta, tensors = read_safetensors(path)
     layers, _ = model_of(meta, path)
-    params, optim = split_state(tensors, layers, path)
+    params, optim = split_state(tensors, layers, path, ema)
     return (lambda x: numpy_forward(layers, params, x)), optim, meta
 
 
@@ -443,15 +454,16 @@ def reference_model(meta, in_shape):
     return None
 
 
-def load_torch(path, device="cpu", generic=False):
+def load_torch(path, device="cpu", generic=False, ema=True):
     """(torch module in eval mode, optimizer state {param: {state: tensor}}, metadata). A resnet20 or
     resnet18 checkpoint becomes tools/torch_resnet.py's ResNet (the project's reference), any other
     spec (or any spec with generic=True) a module that runs the spec's layers in order; either way
-    parameters and buffers are loaded with load_state_dict(strict=True)."""
+    parameters and buffers are loaded with load_state_dict(strict=True): the moving average's
+    parameters where the checkpoint has one (train --ema), unless ema=False."""
     import torch
     meta, tensors = read_safetensors(path)
     layers, in_shape = model_of(meta, path)
-    state, optim = split_state(tensors, layers, path)
+    state, optim = split_state(tensors, layers, path, ema)
     model = None if generic else reference_model(meta, in_shape)
     if model is None:
         model = torch_module(layers, in_shape)
@@ -596,13 +608,13 @@ def evaluate(args):
     images, labels, names = test_set(args.data)
     if args.backend == "torch":
         import torch
-        model, _, meta = load_torch(args.checkpoint)
+        model, _, meta = load_torch(args.checkpoint, ema=not args.no_ema)
 
         def forward(x):
             with torch.no_grad():
                 return model(torch.from_numpy(x)).numpy()
     else:
-        forward, _, meta = load_numpy(args.checkpoint)
+        forward, _, meta = load_numpy(args.checkpoint, ema=not args.no_ema)
     check_match(args.checkpoint, meta, images, names, args.data, args.ignore_classes)
     x = input_step(images, meta, args.checkpoint)
     n = 1000 if args.backend == "torch" else 200  # numpy's unfolded windows: k*k copies of a layer's input
@@ -620,6 +632,8 @@ def main(argv=None):
                    "/usr/share/datasets/fashion-mnist)")
     e.add_argument("--backend", default="numpy", choices=["numpy", "torch"])
     e.add_argument("--ignore-classes", action="store_true", help="use a checkpoint whose class names differ")
+    e.add_argument("--no-ema", action="store_true", help="the training parameters, not the checkpoint's moving "
+                   "average (ema.* tensors), which is used where it has one")
     args = p.parse_args(argv)
     given = args.data
     args.data = find_data(args.data)

@@ -66,6 +66,7 @@ typedef enum gt_normalize {
 #define GT_GIVEN_SCHEDULE (1u << 7)
 #define GT_GIVEN_AUGMENT (1u << 8)
 #define GT_GIVEN_NORMALIZE (1u << 9)
+#define GT_GIVEN_EMA (1u << 10)
 
 #define GT_MAX_ITEMS 1024 /* images and ranges one predict command takes */
 

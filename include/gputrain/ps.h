@@ -19,8 +19,8 @@
  * With an exponential moving average (gt_ps_init_ema, --ema DECAY) the store also keeps ema, n
  * floats in the same stripes: every update applied to a stripe, under its lock (relaxed atomics
  * in the lock-free store), is followed by ema = d*ema + (1-d)*p over that stripe, where
- * d = gt_ps_ema_decay(DECAY, t) for the update's number t. A local-mode average that replaces a
- * stripe (gt_ps_store_stripes) counts as one update. */
+ * d = gt_ps_ema_decay(DECAY, t, 1) for the update's number t. A local-mode average that replaces
+ * a stripe (gt_ps_store_stripes) counts as one update standing for the steps it averages. */
 #ifndef GT_PS_H
 #define GT_PS_H
 
@@ -94,8 +94,10 @@ void gt_ps_push_stats(gt_ps *ps, const float *stats);
  * ema tensors, when non-NULL), with decay 0 < decay < 1. Call before any worker runs. */
 int gt_ps_init_ema(gt_ps *ps, float decay, const float *src, gt_err *e);
 /* The decay of update t (1-based): min(decay, (1 + t) / (10 + t)), the usual warm-up (timm,
- * TensorFlow's num_updates), so that the first evaluations are not the initial weights'. */
-float gt_ps_ema_decay(float decay, uint64_t t);
+ * TensorFlow's num_updates), so that the first evaluations are not the initial weights'; raised
+ * to the power span where one update stands for span steps (local's averages), so that the
+ * average's horizon counts steps in every mode. */
+float gt_ps_ema_decay(float decay, uint64_t t, unsigned span);
 /* Copies the moving average into dst, each stripe under its lock (nothing where it is off). */
 void gt_ps_pull_ema(gt_ps *ps, float *dst);
 /* Overwrites the moving average with src, each stripe under its lock (a rollback). */
@@ -123,8 +125,9 @@ void gt_ps_apply_stripes_sum(gt_ps *ps, int s_lo, int s_hi, float *g, float *con
                              int naddends, float gscale, uint64_t t, double epoch);
 
 /* Overwrites stripes [s_lo, s_hi) of the parameters with src (local-mode averaging); with a
- * moving average, the store's update count t (the caller's clock) is that update's number. */
-void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src);
+ * moving average, the store's update count t (the caller's clock) is that update's number, and
+ * it stands for span steps (gt_ps_ema_decay). */
+void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src, unsigned span);
 
 /* Moves stripes [s_lo, s_hi) from the base `from` to the base `to`, keeping what was pushed since
  * `from` was pulled: p = to + (p - from), each stripe under its lock (cross-host averaging; where

@@ -42,14 +42,19 @@ double gt_recipe_delay_ssp(const gt_config *c, int workers);
  * update sees one worker's batch. */
 int gt_recipe_warmup_steps(const gt_config *c, int workers);
 
+/* The moving average's decay (--ema) where the learning rate stays constant (gt_recipe_model). */
+#define GT_RECIPE_EMA 0.999f
+
 /* The recipe a built-in model trains with by default (resnet20, resnet18: the residual networks'
  * of the PyTorch reference: batch 128, random crop with 2 pixels of padding and a flip,
  * per-channel normalisation by the training split's statistics, SGD lr 0.1 x batch / 128 with
  * Nesterov momentum 0.9,
  * weight decay 5e-4 (not on biases and batch norm's gamma and beta, model.h ndecay), one epoch's
  * warm-up, then cosine to 0), for every setting the command line left open; other models keep
- * the general defaults. Applied once, after parsing, before the worker-count corrections. Writes
- * a description of what it set into note (cap bytes; "" when nothing). */
+ * the general defaults. Then, for every model: where the command line left --ema open and the
+ * schedule is constant, evaluations are of the moving average (c->ema = GT_RECIPE_EMA). Applied
+ * once, after parsing, before the worker-count corrections. Writes a description of the residual
+ * networks' recipe into note (cap bytes; "" when nothing). */
 void gt_recipe_model(gt_config *c, char *note, size_t cap);
 
 /* Corrects c in place for `workers` workers in all and `ntrain` training samples, and lists what
