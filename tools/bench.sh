@@ -23,8 +23,8 @@
 #   --literal          also run every mode with gputrain --literal (the default when the
 #                      binary's --help lists that flag)
 #   --no-literal       only the default recipe
-#   --ema DECAY        also run every mode with gputrain --ema DECAY (evaluations of the moving
-#                      average), labelled <mode>-ema
+#   --ema DECAY        also run every mode with gputrain --ema DECAY (the moving average's decay;
+#                      0: none), labelled <mode>-emaDECAY (e.g. hogwild-ema0 beside hogwild)
 #   --train-samples N  train on the first N samples (default: all)
 #   --evals-per-epoch N  evaluations per epoch (default 4)
 #   --data DIR         Fashion-MNIST folder (default: datasets/fashion-mnist, then
@@ -56,7 +56,7 @@
 #   ssp-s2, ssp-s4    --mode ssp --staleness 2 / 4 (ssp-s1, ssp-s3 on request)
 #   local-k4          --mode local --sync-every 4
 #   allreduce         --mode allreduce (GPUs and a gputrain linked with NCCL only)
-# The literal recipe of a mode is labelled <mode>-literal, its run with --ema <mode>-ema. A run is "stalled" when its final test
+# The literal recipe of a mode is labelled <mode>-literal, its run with --ema D <mode>-emaD. A run is "stalled" when its final test
 # accuracy is below 1.5x chance (0.15 for 10 classes) and "diverged" when a loss went non-finite
 # or the trainer's guard stopped it.
 set -euo pipefail
@@ -79,7 +79,6 @@ series_order() {
     local m
     for m in $all_modes $extra_modes; do echo "$m"; done
     for m in $all_modes $extra_modes; do echo "$m-literal"; done
-    for m in $all_modes $extra_modes; do echo "$m-ema"; done
     echo pytorch
 }
 
@@ -198,7 +197,7 @@ bench_readme() {
         echo "- data: $data, $epoch_samples training samples per epoch, $epochs epochs, batch $batch per worker,"
         echo "  lr ${lr:-gputrain default}, momentum ${momentum:-gputrain default} (hogwild-m0.5: 0.5), $evals_per_epoch evaluations per epoch,"
         echo "  seeds ${seed_list[*]}; <mode>-literal runs add gputrain --literal (asynchrony corrections off)"
-        [ -z "${ema:-}" ] || echo "- <mode>-ema runs add gputrain --ema $ema (their accuracies are of the moving average)"
+        [ -z "${ema:-}" ] || echo "- <mode>-ema$ema runs add gputrain --ema $ema (the moving average's decay, 0: none; gputrain's default is 0.999 with a constant rate)"
         echo "- PyTorch reference: $torch_note"
         if [ "$parallel" -eq 1 ] && [ "$backend" = gpu ]; then
             echo "- --parallel: runs of W GPUs ran $ngpus/W at a time on disjoint GPUs of this host, sharing its CPUs"
@@ -365,7 +364,7 @@ if [ "$literal" -eq 1 ]; then
     for m in "${mode_list[@]}"; do run_labels+=("$m-literal"); done
 fi
 if [ -n "$ema" ]; then
-    for m in "${mode_list[@]}"; do run_labels+=("$m-ema"); done
+    for m in "${mode_list[@]}"; do run_labels+=("$m-ema$ema"); done
 fi
 
 date_utc=$(date -u +%F)
@@ -373,12 +372,12 @@ out=${out:-$root/results/bench-$card_tag-$date_utc}
 logs=$out/runs
 [ "$dry_run" -eq 1 ] || mkdir -p "$logs" || die "--out: cannot create '$logs'"
 
-# Echoes the gputrain flags of a run label (a mode, or a mode with -literal or -ema), one per line.
+# Echoes the gputrain flags of a run label (a mode, or a mode with -literal or -emaDECAY), one per line.
 # Only what the user gave is passed, so the default recipe is what a user gets.
 mode_flags() {
     local m=${1%-literal}
     [ "$m" = "$1" ] || echo --literal
-    case "$m" in *-ema) m=${m%-ema}; printf '%s\n' --ema "$ema" ;; esac
+    case "$m" in *-ema*) printf '%s\n' --ema "${m##*-ema}"; m=${m%-ema*} ;; esac
     [ -z "$lr" ] || printf '%s\n' --lr "$lr"
     [ "$batch_given" -eq 0 ] || printf '%s\n' --batch "$batch"
     case "$m" in hogwild-m0.5) ;; *) [ -z "$momentum" ] || printf '%s\n' --momentum "$momentum" ;; esac
