@@ -404,7 +404,8 @@ void gt_ps_apply_stripes_sum(gt_ps *ps, int s_lo, int s_hi, float *g, float *con
 
 void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src, unsigned span)
 {
-    uint64_t t = atomic_load_explicit(&ps->updates, memory_order_relaxed);
+    /* the update stands for the span steps after the store's count: its number is the last's */
+    uint64_t t = atomic_load_explicit(&ps->updates, memory_order_relaxed) + span;
     for (int s = s_lo; s < s_hi; s++) {
         gt_stripe *st = &ps->stripes[s];
         if (ps->nstripes > 0)
