@@ -325,15 +325,37 @@ static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
     return 0;
 }
 
+/* One convolution's algorithms at the training batch size (gt_cuda_layer_choose_algos, on the
+ * buffers the steps use); 1 where wait is 0 and another device is timing one of them. */
+static int cuda_plan_conv(gt_device *d, cuda_impl *g, int l, int wait, size_t *need, gt_err *e)
+{
+    gt_cuda_ctx *c = g->ctx;
+    const gt_layer *L = &d->model->layers[l];
+    if (c->bf16)
+        /* Timed on the bf16 buffers the steps use, at their alignment (a weight's copy starts
+         * at its offset in the parameters' bf16 array). */
+        return gt_cuda_layer_choose_algos(
+            c, &g->layer[l], d->max_batch, g->cap, wait, (const float *)c->half_a,
+            (const float *)((const __nv_bfloat16 *)g->params_half + L->w_off),
+            (float *)c->half_b, l ? g->dact[0] : NULL, (float *)c->half_w, need, e);
+    return gt_cuda_layer_choose_algos(c, &g->layer[l], d->max_batch, g->cap, wait, g->act[l],
+                                      g->params + L->w_off, g->act[l + 1],
+                                      l ? g->dact[0] : NULL, g->grad + L->w_off, need, e);
+}
+
 /* Times each convolution's algorithms at the training batch size with a generous workspace,
  * then keeps only the workspace the chosen ones need. Runs when the layer path is first chosen
  * (at open for a model the fused kernels cannot run): the search writes the activation, input
- * gradient and gradient buffers, so the stream must be idle and no gradient pending. */
+ * gradient and gradient buffers, so the stream must be idle and no gradient pending. Choices
+ * are shared across the process (conv_cache.h): a shape another layer or device timed already
+ * is not timed again, and the first pass skips shapes another device is timing now, so GPUs
+ * opening together split the searches between them; the second waits for those. */
 static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
 {
     gt_cuda_ctx *c = g->ctx;
     const gt_model *m = d->model;
     size_t free_bytes = 0, total_bytes = 0, need = 0;
+    int later[GT_MAX_LAYERS], nlater = 0;
     GT_CUDA_CHECK(c->name, e, cudaStreamSynchronize(c->stream));
     for (int l = 0; l < m->nlayers; l++)
         gt_cuda_layer_destroy(&g->layer[l]); /* from an attempt that failed half-way */
@@ -341,30 +363,23 @@ static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
     size_t search = free_bytes / 4 < GT_CUDA_SEARCH_WS ? free_bytes / 4 : GT_CUDA_SEARCH_WS;
     if (gt_cuda_ctx_set_workspace(c, search, e))
         return -1;
-    for (int l = 0; l < m->nlayers; l++) {
-        const gt_layer *L = &m->layers[l];
-        size_t layer_need = 0;
-        if (gt_cuda_layer_init(c, &g->layer[l], L, (uint32_t)l, e))
-            return -1;
-        if (L->kind != GT_CONV) {
-            /* nothing to time */
-        } else if (c->bf16) {
-            /* Timed on the bf16 buffers the steps use, at their alignment (a weight's copy
-             * starts at its offset in the parameters' bf16 array). */
-            if (gt_cuda_layer_choose_algos(c, &g->layer[l], d->max_batch, g->cap,
-                                           (const float *)c->half_a,
-                                           (const float *)((const __nv_bfloat16 *)g->params_half +
-                                                           L->w_off),
-                                           (float *)c->half_b, l ? g->dact[0] : NULL,
-                                           (float *)c->half_w, &layer_need, e))
+    for (int pass = 0; pass < 2; pass++) {
+        int n = pass ? nlater : m->nlayers;
+        for (int i = 0; i < n; i++) {
+            int l = pass ? later[i] : i;
+            size_t layer_need = 0;
+            if (!pass && gt_cuda_layer_init(c, &g->layer[l], &m->layers[l], (uint32_t)l, e))
                 return -1;
-        } else if (gt_cuda_layer_choose_algos(c, &g->layer[l], d->max_batch, g->cap, g->act[l],
-                                              g->params + L->w_off, g->act[l + 1],
-                                              l ? g->dact[0] : NULL, g->grad + L->w_off,
-                                              &layer_need, e)) {
-            return -1;
+            if (m->layers[l].kind != GT_CONV)
+                continue;
+            int rc = cuda_plan_conv(d, g, l, pass, &layer_need, e);
+            if (rc < 0)
+                return -1;
+            if (rc > 0)
+                later[nlater++] = l;
+            else
+                need = layer_need > need ? layer_need : need;
         }
-        need = layer_need > need ? layer_need : need;
     }
     if (gt_cuda_ctx_set_workspace(c, need, e))
         return -1;

@@ -178,6 +178,9 @@ struct gt_cuda_ctx {
     int tf32;                 /* fp32 data may be multiplied in TF32 */
     int bf16;                 /* convolutions and linear layers compute on bf16 copies */
     char name[64];            /* "gpu:N (device name)", the start of every error message */
+    char gpu[128];            /* the device's own name (cudaDeviceProp.name) */
+    int cc_major, cc_minor;   /* its compute capability */
+    int sms;                  /* its multiprocessor count */
     cudaStream_t stream;      /* compute: every kernel, cuDNN and cuBLAS call of this context */
     cudnnHandle_t cudnn;      /* NULL until gt_cuda_ctx_layer_libs (the first layer's init) */
     cublasHandle_t cublas;    /* likewise */
@@ -295,8 +298,11 @@ void gt_cuda_layer_destroy(gt_cuda_layer *cl);
  * and dx, dw for backward; dx NULL for a first layer) within the context's workspace, which the
  * caller sizes for the search; deterministic ones for backward. *ws_need gets the workspace they
  * need at batch n and, where it fits, at batch n_max, so one allocation covers both. In a bf16
- * context the buffers hold bf16 values (the types stay float * for the fp32 callers). */
-int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max,
+ * context the buffers hold bf16 values (the types stay float * for the fp32 callers). Each
+ * direction's choice comes from the process-wide cache (conv_cache.h) where a device with an
+ * equal key timed it already: where another device is timing one now, wait 0 returns 1 with
+ * nothing chosen (come back later, with wait 1 to wait for it). */
+int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max, int wait,
                                const float *x, const float *w, float *y, float *dx, float *dw,
                                size_t *ws_need, gt_err *e);
 

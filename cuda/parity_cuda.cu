@@ -96,7 +96,7 @@ static int parity_layer_run(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const pari
         return -1;
     size_t ws_need = 0;
     if (L->kind == GT_CONV &&
-        gt_cuda_layer_choose_algos(c, cl, n, n, x, w, y, dx, grad + L->w_off, &ws_need, e))
+        gt_cuda_layer_choose_algos(c, cl, n, n, 1, x, w, y, dx, grad + L->w_off, &ws_need, e))
         return -1;
     /* Timing the algorithms wrote into grad: the starting values go in after it. */
     if ((io->dw && parity_upload(c, grad + L->w_off, io->dw, L->w_len, e)) ||
