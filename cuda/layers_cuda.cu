@@ -585,18 +585,20 @@ static const __nv_bfloat16 *half_params(gt_cuda_ctx *c, const gt_cuda_layer *cl,
     return (const __nv_bfloat16 *)p->params_half + cl->L.w_off;
 }
 
-/* bf16: x rounded into half_a, the convolution into half_b, then widened into y with the
- * bias added on the way. */
+/* bf16: x rounded into the pass's x_half (once a step for all the convolutions of one input,
+ * and kept for backward) or else into half_a, the convolution into half_b, then widened into y
+ * with the bias added on the way. */
 static int conv_forward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
                              const float *x, float *y, gt_err *e)
 {
     const gt_layer *L = &cl->L;
     size_t xin = (size_t)p->n * L->in_len, yout = (size_t)p->n * L->out_len;
     const __nv_bfloat16 *w = half_params(c, cl, p, xin > yout ? xin : yout, e);
-    if (!w || gt_cuda_to_bf16(c, x, c->half_a, xin, e))
+    void *xh = p->x_half ? p->x_half : c->half_a;
+    if (!w || ((!p->x_half || p->x_half_fill) && gt_cuda_to_bf16(c, x, xh, xin, e)))
         return -1;
     GT_CUDNN_CHECK(c->name, e,
-                   cudnnConvolutionForward(c->cudnn, &one, cl->x_desc, c->half_a, cl->w_desc, w,
+                   cudnnConvolutionForward(c->cudnn, &one, cl->x_desc, xh, cl->w_desc, w,
                                            cl->conv_fwd, cl->fwd_algo, c->ws, c->ws_bytes, &zero,
                                            cl->y_desc, c->half_b));
     return gt_cuda_from_bf16(c, c->half_b, y, yout, L->b_len ? p->params + L->b_off : NULL,
@@ -693,6 +695,8 @@ int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass 
     case GT_RELU:
     case GT_SIGMOID:
     case GT_TANH:
+        if (cl->L.kind == GT_RELU && p->y_half) /* bf16 training: a convolution's copy of y too */
+            return gt_cuda_relu_bf16(c, x, y, p->y_half, (size_t)p->n * cl->L.out_len, e);
         GT_CUDNN_CHECK(c->name, e,
                        cudnnActivationForward(c->cudnn, cl->act_desc, &one, cl->x_desc, x, &zero,
                                               cl->x_desc, y));
@@ -716,9 +720,10 @@ int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass 
     return layer_fail(c, cl, e, "unknown layer kind");
 }
 
-/* bf16: x into half_a and dy into half_b; the weight gradient into half_w, then added to the
- * fp32 one; the input gradient into half_a (x's copy is used up), then widened into dx. The
- * bias gradient sums the fp32 dy. */
+/* bf16: x's copy from forward (the pass's x_half; without one, x rounded into half_a again)
+ * and dy into half_b; the weight gradient into half_w, then added to the fp32 one; the input
+ * gradient into half_a (x's copy there is used up), then widened into dx. The bias gradient
+ * sums the fp32 dy. */
 static int conv_backward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
                               const float *x, const float *dy, float *dx, gt_err *e)
 {
@@ -729,10 +734,12 @@ static int conv_backward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_p
         return -1;
     if (!c->half_w || L->w_len > c->half_w_len)
         return layer_fail(c, cl, e, "the bf16 weight-gradient scratch is missing or too small");
-    if (gt_cuda_to_bf16(c, x, c->half_a, xin, e) || gt_cuda_to_bf16(c, dy, c->half_b, yout, e))
+    const void *xh = p->x_half ? p->x_half : c->half_a;
+    if ((!p->x_half && gt_cuda_to_bf16(c, x, c->half_a, xin, e)) ||
+        gt_cuda_to_bf16(c, dy, c->half_b, yout, e))
         return -1;
     GT_CUDNN_CHECK(c->name, e,
-                   cudnnConvolutionBackwardFilter(c->cudnn, &one, cl->x_desc, c->half_a,
+                   cudnnConvolutionBackwardFilter(c->cudnn, &one, cl->x_desc, xh,
                                                   cl->y_desc, c->half_b, cl->conv_bwd_filter,
                                                   cl->bwd_filter_algo, c->ws, c->ws_bytes, &zero,
                                                   cl->w_desc, c->half_w));

@@ -4,8 +4,9 @@
  * by layer, replayed graphs and eager); networks with batch norm and residual blocks (small ones
  * with identity, projection and nested blocks, and resnet20) against gt_cpu_net_run, their batch
  * statistics and running statistics included; one step and an evaluation in bf16 precision near
- * the fp32 CPU reference; the convolution algorithms' cache shared by a second device (and a
- * second GPU where there is one); and the error for a GPU that does not exist.
+ * the fp32 CPU reference, and the same bits with and without its kept bf16 copies; the
+ * convolution algorithms' cache shared by a second device (and a second GPU where there is one);
+ * and the error for a GPU that does not exist.
  * Skipped (77) when built without CUDA or run where no GPU is visible. */
 #include "gputrain/conv_cache.h"
 #include "gputrain/device.h"
@@ -1309,6 +1310,37 @@ static void test_bn_model(const char *name, const gt_dataset *ds, int max_batch,
 #define BF16_GRAD_TOL 6e-2
 #define BF16_BN_GRAD_TOL 0.5
 
+/* The step again with every convolution rounding its own input in forward and backward (no
+ * bf16 copies kept across layers, gt_cuda_device_set_half_copies): the kept copies only move
+ * where the same rounding happens, so the loss, the gradient and the batch statistics are the
+ * same bits as the last step's (loss_kept, d->grad, d->stats). */
+static void bf16_copies_compare(gt_device *d, const gt_model *m, const float *params,
+                                const float *buffers, const gt_batch *b, double loss_kept,
+                                const char *name)
+{
+    gt_err e = {""};
+    gt_step_out out = {.correct = -1};
+    float *grad = copy_floats(d->grad, m->nparams);
+    float *stats = m->nbuffers ? copy_floats(d->stats, m->nbuffers) : NULL;
+    memcpy(d->params, params, m->nparams * sizeof *params);
+    if (m->nbuffers)
+        memcpy(d->buffers, buffers, m->nbuffers * sizeof *buffers);
+    int rc = gt_cuda_device_set_half_copies(d, 0, &e) || d->ops->load_params(d, &e) ||
+             d->ops->train_step(d, b, &out, &e);
+    CHECK_MSG(rc == 0, "bf16 %s without kept copies: %s", name, e.msg);
+    CHECK_MSG(rc != 0 || out.loss_sum == loss_kept,
+              "bf16 %s: loss %.9g without kept copies, %.9g with", name, out.loss_sum, loss_kept);
+    CHECK_MSG(rc != 0 || memcmp(d->grad, grad, m->nparams * sizeof *grad) == 0,
+              "bf16 %s: the gradient without kept copies differs (relative %.3g)", name,
+              rel_err(d->grad, grad, m->nparams));
+    CHECK_MSG(rc != 0 || !stats || memcmp(d->stats, stats, m->nbuffers * sizeof *stats) == 0,
+              "bf16 %s: the batch statistics without kept copies differ", name);
+    rc = gt_cuda_device_set_half_copies(d, 1, &e);
+    CHECK_MSG(rc == 0, "bf16 %s: kept copies back on: %s", name, e.msg);
+    gt_free(grad);
+    gt_free(stats);
+}
+
 static void test_bf16(const gt_dataset *ds, const char *name, int batch)
 {
     gt_rng own, *r = &own; /* its own batch, whatever the cases before it drew */
@@ -1341,6 +1373,7 @@ static void test_bf16(const gt_dataset *ds, const char *name, int batch)
         rc = gt_cuda_device_set_path(d, 0, 1, &e);
         CHECK_MSG(rc == 0, "bf16 path: %s", e.msg);
     }
+    double loss_kept = 0;
     for (int step = 0; rc == 0 && step < 2; step++) { /* eager, then replayed */
         gt_step_out out = {.correct = -1};
         memcpy(d->params, params, m.nparams * sizeof *params);
@@ -1350,6 +1383,7 @@ static void test_bf16(const gt_dataset *ds, const char *name, int batch)
         CHECK_MSG(rc == 0, "bf16 %s step: %s", name, e.msg);
         if (rc)
             break;
+        loss_kept = out.loss_sum;
         double err = rel_err(d->grad, grad_cpu, m.nparams);
         printf("bf16 %s step %d: loss %.9g (CPU %.9g), gradient relative error %.3g\n", name,
                step + 1, out.loss_sum, loss_cpu, err);
@@ -1371,6 +1405,8 @@ static void test_bf16(const gt_dataset *ds, const char *name, int batch)
             gt_free(want);
         }
     }
+    if (rc == 0)
+        bf16_copies_compare(d, &m, params, buffers, &b, loss_kept, name);
     if (rc == 0) {
         gt_step_out out = {.correct = -1};
         int eval_hits = 0;
