@@ -15,7 +15,9 @@
  * In a bf16 context (device.h's GT_PRECISION_BF16) convolutions and linear layers round their
  * input, weights and output gradient into bf16 copies (the context's half scratch and the pass's
  * params_half), multiply with fp32 accumulation, and widen the results back to fp32: activations,
- * gradients and everything else stay fp32. */
+ * gradients and everything else stay fp32. In a training step a convolution's input copy is the
+ * pass's x_half, made once a step (by the ReLU before it, which then writes its output's copy as
+ * well, or by the first convolution of that input) and read again by backward. */
 #include "gt_cuda.h"
 
 #include "gputrain/conv_cache.h"
