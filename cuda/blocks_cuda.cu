@@ -2,7 +2,8 @@
  * average pooling and its gradient, the residual add, and batch norm's count of batches. Each
  * mirrors its CPU twin in src/layers.c (gt_gap_forward, gt_gap_backward, gt_add) and
  * src/layer_kinds.c (the count), and each launcher checks the launch. Then the conversions of
- * the bf16 precision (device.h's GT_PRECISION_BF16) between fp32 arrays and bf16 copies. */
+ * the bf16 precision (device.h's GT_PRECISION_BF16) between fp32 arrays and bf16 copies, one of
+ * them fused with the ReLU whose output a convolution reads. */
 #include "gt_cuda.h"
 
 #include <cuda_bf16.h>
@@ -115,6 +116,30 @@ int gt_cuda_from_bf16(gt_cuda_ctx *c, const void *src, float *dst, size_t n, con
         return gt_fail(e, "%s: bf16 bias of %d channels of %zu values", c->name, ch, plane);
     from_bf16_kernel<<<gt_cuda_grid(n), GT_CUDA_THREADS, 0, c->stream>>>(
         (const __nv_bfloat16 *)src, dst, n, bias, ch, plane);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+/* y and its bf16 copy in one pass, where a ReLU and the next convolution's rounding of its
+ * input were two (the copy is the same bits as gt_cuda_to_bf16's of y). */
+__global__ static void relu_bf16_kernel(const float *x, float *y, __nv_bfloat16 *y_half, size_t n)
+{
+    GT_CUDA_GRID_STRIDE(i, n)
+    {
+        float v = x[i];
+        v = v > 0.0f || v != v ? v : 0.0f;
+        y[i] = v;
+        y_half[i] = __float2bfloat16_rn(v);
+    }
+}
+
+int gt_cuda_relu_bf16(gt_cuda_ctx *c, const float *x, float *y, void *y_half, size_t n,
+                      gt_err *e)
+{
+    if (n == 0)
+        return 0;
+    relu_bf16_kernel<<<gt_cuda_grid(n), GT_CUDA_THREADS, 0, c->stream>>>(
+        x, y, (__nv_bfloat16 *)y_half, n);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }

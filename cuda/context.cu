@@ -142,6 +142,10 @@ static int ctx_init_device(gt_cuda_ctx *c, int ordinal, gt_err *e)
         return gt_fail(e, "--gpus: GPU %d failed to initialise: cudaGetDeviceProperties: %s",
                        ordinal, cudaGetErrorString(st));
     snprintf(c->name, sizeof c->name, "gpu:%d (%.40s)", ordinal, prop.name);
+    snprintf(c->gpu, sizeof c->gpu, "%.127s", prop.name);
+    c->cc_major = prop.major;
+    c->cc_minor = prop.minor;
+    c->sms = prop.multiProcessorCount;
     cuda_up.store(1);
     st = cudaSetDevice(ordinal);
     if (st == cudaSuccess)

@@ -62,6 +62,10 @@ typedef struct cuda_impl {
     gt_cuda_layer layer[GT_MAX_LAYERS];
     float *params, *grad;              /* nparams each */
     void *params_half;                 /* bf16 precision: params rounded to bf16 (nparams) */
+    void *act_half[GT_MAX_LAYERS + 1]; /* bf16 precision: act[l]'s bf16 copy for a training
+                                        * step where a convolution reads act[l] (owners only),
+                                        * max_batch rows: made once in forward, read again by
+                                        * every convolution of that input and by backward */
     float *act[GT_MAX_LAYERS + 1];     /* act[0] the input, act[l + 1] layer l's output; cap rows */
     float *dact[2];                    /* gradient flowing backward (ping-pong), max_batch rows */
     uint8_t *mask[GT_MAX_LAYERS];      /* dropout keep flags, max_batch rows */
@@ -84,6 +88,7 @@ typedef struct cuda_impl {
     gt_fused_net fnet;                 /* the fused step's shapes and buffers, where fusable */
     int fusable, fused, graphs;        /* see gt_cuda_path */
     int layers_ready;                  /* cuda_plan_layers ran: the layer path can run */
+    int no_half_copies;                /* bf16 steps leave act_half unused (tests) */
     cuda_graph graph[CUDA_GRAPHS];
     uint64_t nsteps;
     char graph_error[GT_ERRLEN];       /* why capture failed; "" if it never did */
@@ -178,9 +183,12 @@ static void cuda_free_impl(cuda_impl *g, const gt_model *m)
         if (g->mask[l])
             cudaFree(g->mask[l]);
     }
-    for (int l = 0; l <= GT_MAX_LAYERS; l++)
+    for (int l = 0; l <= GT_MAX_LAYERS; l++) {
         if (g->act[l] && (l > m->nlayers || act_owner(m, l) == l))
             cudaFree(g->act[l]);
+        if (g->act_half[l])
+            cudaFree(g->act_half[l]);
+    }
     for (int i = 0; i < GT_MAX_BLOCK_DEPTH; i++)
         if (g->branch[i])
             cudaFree(g->branch[i]);
@@ -255,8 +263,9 @@ static int cuda_alloc_model_buffers(gt_device *d, cuda_impl *g, gt_err *e)
     return 0;
 }
 
-/* bf16 precision: the parameters' bf16 copy and the context's scratch for a layer's bf16 input
- * and output (any layer's, cap rows) and a convolution's weight gradient. */
+/* bf16 precision: the parameters' bf16 copy, the training step's bf16 copies of convolution
+ * inputs (act_half) and the context's scratch for a layer's bf16 input and output (any layer's,
+ * cap rows) and a convolution's weight gradient. */
 static int cuda_alloc_half(gt_device *d, cuda_impl *g, gt_err *e)
 {
     const gt_model *m = d->model;
@@ -268,6 +277,13 @@ static int cuda_alloc_half(gt_device *d, cuda_impl *g, gt_err *e)
             w_max = m->layers[l].w_len;
     if (gt_cuda_malloc(g->ctx, &g->params_half, (m->nparams ? m->nparams : 1) * 2, e))
         return -1;
+    for (int l = 0; l < m->nlayers; l++) {
+        int o = act_owner(m, l);
+        if (m->layers[l].kind == GT_CONV && !g->act_half[o] &&
+            gt_cuda_malloc(g->ctx, &g->act_half[o],
+                           (size_t)d->max_batch * layer_in_len(m, o) * 2, e))
+            return -1;
+    }
     GT_CUDA_CHECK(d->name, e, cudaMemset(g->params_half, 0, (m->nparams ? m->nparams : 1) * 2));
     return gt_cuda_ctx_half_scratch(g->ctx, (size_t)g->cap * m->max_act, w_max, e);
 }
@@ -325,15 +341,37 @@ static int cuda_alloc_buffers(gt_device *d, cuda_impl *g, gt_err *e)
     return 0;
 }
 
+/* One convolution's algorithms at the training batch size (gt_cuda_layer_choose_algos, on the
+ * buffers the steps use); 1 where wait is 0 and another device is timing one of them. */
+static int cuda_plan_conv(gt_device *d, cuda_impl *g, int l, int wait, size_t *need, gt_err *e)
+{
+    gt_cuda_ctx *c = g->ctx;
+    const gt_layer *L = &d->model->layers[l];
+    if (c->bf16)
+        /* Timed on the bf16 buffers the steps use, at their alignment (a weight's copy starts
+         * at its offset in the parameters' bf16 array). */
+        return gt_cuda_layer_choose_algos(
+            c, &g->layer[l], d->max_batch, g->cap, wait, (const float *)c->half_a,
+            (const float *)((const __nv_bfloat16 *)g->params_half + L->w_off),
+            (float *)c->half_b, l ? g->dact[0] : NULL, (float *)c->half_w, need, e);
+    return gt_cuda_layer_choose_algos(c, &g->layer[l], d->max_batch, g->cap, wait, g->act[l],
+                                      g->params + L->w_off, g->act[l + 1],
+                                      l ? g->dact[0] : NULL, g->grad + L->w_off, need, e);
+}
+
 /* Times each convolution's algorithms at the training batch size with a generous workspace,
  * then keeps only the workspace the chosen ones need. Runs when the layer path is first chosen
  * (at open for a model the fused kernels cannot run): the search writes the activation, input
- * gradient and gradient buffers, so the stream must be idle and no gradient pending. */
+ * gradient and gradient buffers, so the stream must be idle and no gradient pending. Choices
+ * are shared across the process (conv_cache.h): a shape another layer or device timed already
+ * is not timed again, and the first pass skips shapes another device is timing now, so GPUs
+ * opening together split the searches between them; the second waits for those. */
 static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
 {
     gt_cuda_ctx *c = g->ctx;
     const gt_model *m = d->model;
     size_t free_bytes = 0, total_bytes = 0, need = 0;
+    int later[GT_MAX_LAYERS], nlater = 0;
     GT_CUDA_CHECK(c->name, e, cudaStreamSynchronize(c->stream));
     for (int l = 0; l < m->nlayers; l++)
         gt_cuda_layer_destroy(&g->layer[l]); /* from an attempt that failed half-way */
@@ -341,30 +379,23 @@ static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
     size_t search = free_bytes / 4 < GT_CUDA_SEARCH_WS ? free_bytes / 4 : GT_CUDA_SEARCH_WS;
     if (gt_cuda_ctx_set_workspace(c, search, e))
         return -1;
-    for (int l = 0; l < m->nlayers; l++) {
-        const gt_layer *L = &m->layers[l];
-        size_t layer_need = 0;
-        if (gt_cuda_layer_init(c, &g->layer[l], L, (uint32_t)l, e))
-            return -1;
-        if (L->kind != GT_CONV) {
-            /* nothing to time */
-        } else if (c->bf16) {
-            /* Timed on the bf16 buffers the steps use, at their alignment (a weight's copy
-             * starts at its offset in the parameters' bf16 array). */
-            if (gt_cuda_layer_choose_algos(c, &g->layer[l], d->max_batch, g->cap,
-                                           (const float *)c->half_a,
-                                           (const float *)((const __nv_bfloat16 *)g->params_half +
-                                                           L->w_off),
-                                           (float *)c->half_b, l ? g->dact[0] : NULL,
-                                           (float *)c->half_w, &layer_need, e))
+    for (int pass = 0; pass < 2; pass++) {
+        int n = pass ? nlater : m->nlayers;
+        for (int i = 0; i < n; i++) {
+            int l = pass ? later[i] : i;
+            size_t layer_need = 0;
+            if (!pass && gt_cuda_layer_init(c, &g->layer[l], &m->layers[l], (uint32_t)l, e))
                 return -1;
-        } else if (gt_cuda_layer_choose_algos(c, &g->layer[l], d->max_batch, g->cap, g->act[l],
-                                              g->params + L->w_off, g->act[l + 1],
-                                              l ? g->dact[0] : NULL, g->grad + L->w_off,
-                                              &layer_need, e)) {
-            return -1;
+            if (m->layers[l].kind != GT_CONV)
+                continue;
+            int rc = cuda_plan_conv(d, g, l, pass, &layer_need, e);
+            if (rc < 0)
+                return -1;
+            if (rc > 0)
+                later[nlater++] = l;
+            else
+                need = layer_need > need ? layer_need : need;
         }
-        need = layer_need > need ? layer_need : need;
     }
     if (gt_cuda_ctx_set_workspace(c, need, e))
         return -1;
@@ -435,14 +466,29 @@ static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch 
 
 /* ---- passes ---------------------------------------------------------------------------------- */
 
+/* A training step's bf16 copy of convolution l's input x (act_half), or NULL: not a bf16
+ * training convolution, or x is not the activation the copy is of. */
+static void *conv_x_half(const cuda_impl *g, const gt_model *m, int l, const float *x, int train)
+{
+    int o = act_owner(m, l);
+    if (!train || g->no_half_copies || m->layers[l].kind != GT_CONV || !g->act_half[o] ||
+        x != g->act[o])
+        return NULL;
+    return g->act_half[o];
+}
+
 /* Forward through every layer; without pass.train, dropout is the identity and is skipped (the
  * next layer reads its input). "res[" passes its input on, "|" the block's input (its peer's
- * input), and "]" adds its peer's input, the other branch. *logits is the last layer's output. */
+ * input), and "]" adds its peer's input, the other branch. *logits is the last layer's output.
+ * In a bf16 training step a ReLU whose output a convolution reads writes its bf16 copy as well;
+ * otherwise the first convolution to read an activation rounds it into that copy; the others of
+ * that input (a projection shortcut beside its block's body) and backward read it. */
 static int cuda_forward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, const float **logits,
                         gt_err *e)
 {
     const float *in[GT_MAX_LAYERS]; /* each layer's input, as it ran */
     const float *x = g->act[0];
+    char rounded[GT_MAX_LAYERS + 1] = {0}; /* act_half[l] holds this step's act[l] */
     for (int l = 0; l < m->nlayers; l++) {
         const gt_layer *L = &m->layers[l];
         in[l] = x;
@@ -454,6 +500,14 @@ static int cuda_forward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, cons
         }
         pass.other = L->kind == GT_RES_END ? in[L->peer] : NULL;
         pass.mask = g->mask[l];
+        pass.x_half = conv_x_half(g, m, l, x, pass.train);
+        pass.x_half_fill = pass.x_half && !rounded[act_owner(m, l)];
+        if (pass.x_half)
+            rounded[act_owner(m, l)] = 1;
+        pass.y_half = pass.train && !g->no_half_copies && L->kind == GT_RELU ? g->act_half[l + 1]
+                                                                             : NULL;
+        if (pass.y_half)
+            rounded[l + 1] = 1;
         if (gt_cuda_layer_forward(g->ctx, &g->layer[l], &pass, x, g->act[l + 1], e))
             return -1;
         x = g->act[l + 1];
@@ -528,6 +582,8 @@ static int cuda_backward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, gt_
             continue;
         }
         pass.mask = g->mask[l];
+        pass.x_half = conv_x_half(g, m, l, g->act[l], pass.train); /* made by forward */
+        pass.x_half_fill = 0;
         if (gt_cuda_layer_backward(g->ctx, &g->layer[l], &pass, g->act[l], g->act[l + 1], dy,
                                    l || kind == GT_BATCHNORM ? dx : NULL, e))
             return -1;
@@ -545,7 +601,7 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
     slot_layout lay = slot_layout_for(n, g->in_len);
     gt_cuda_pass pass = {n, g->params, g->grad, NULL, (const uint32_t *)(s->dev + lay.ids), 0, 0,
                          (const gt_cuda_key *)s->dev, 1, d->keep_grad ? g->buffers : g->stats,
-                         d->keep_grad, NULL, g->params_half};
+                         d->keep_grad, NULL, g->params_half, NULL, 0, NULL};
     const float *logits;
     if (g->params_half && gt_cuda_to_bf16(c, g->params, g->params_half, m->nparams, e))
         return -1;
@@ -813,7 +869,7 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
     if (g->fused && !d->eval_pred)
         return gt_fused_eval(c, &g->fnet, g->params, g->eval_x, g->eval_y, n, g->result, e);
     gt_cuda_pass pass = {n, g->params, NULL, NULL, NULL, 0, 0, NULL, 0, g->buffers, 0, NULL,
-                         g->params_half};
+                         g->params_half, NULL, 0, NULL};
     const float *logits;
     if (g->params_half && gt_cuda_to_bf16(c, g->params, g->params_half, d->model->nparams, e))
         return -1;
@@ -931,6 +987,18 @@ int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e)
     g->fused = fused != 0;
     g->graphs = graphs != 0;
     g->graph_error[0] = '\0';
+    return 0;
+}
+
+int gt_cuda_device_set_half_copies(gt_device *d, int on, gt_err *e)
+{
+    cuda_impl *g = cuda_impl_of(d);
+    if (!g)
+        return gt_fail(e, "gt_cuda_device_set_half_copies: not a CUDA device");
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(g->ctx->stream));
+    graph_drop_all(g);
+    g->no_half_copies = !on;
     return 0;
 }
 

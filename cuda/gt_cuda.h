@@ -89,6 +89,11 @@ typedef struct gt_cuda_path {
 int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e);
 /* 0 and the path of d, or -1 when d is not a CUDA device. */
 int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out);
+/* bf16 training steps: on (the default), a convolution's bf16 input is made once a step (by the
+ * ReLU that writes it, or the first convolution that reads it) and kept for the others and for
+ * backward; off, every convolution rounds its input again in forward and in backward, as before
+ * the copies were kept. The same bits either way: for tests. Drops the captured graphs. */
+int gt_cuda_device_set_half_copies(gt_device *d, int on, gt_err *e);
 /* Copies the device's own gradient (what train_step left there, also with keep_grad) to host. */
 int gt_cuda_device_read_grad(gt_device *d, float *host, gt_err *e);
 
@@ -178,6 +183,9 @@ struct gt_cuda_ctx {
     int tf32;                 /* fp32 data may be multiplied in TF32 */
     int bf16;                 /* convolutions and linear layers compute on bf16 copies */
     char name[64];            /* "gpu:N (device name)", the start of every error message */
+    char gpu[128];            /* the device's own name (cudaDeviceProp.name) */
+    int cc_major, cc_minor;   /* its compute capability */
+    int sms;                  /* its multiprocessor count */
     cudaStream_t stream;      /* compute: every kernel, cuDNN and cuBLAS call of this context */
     cudnnHandle_t cudnn;      /* NULL until gt_cuda_ctx_layer_libs (the first layer's init) */
     cublasHandle_t cublas;    /* likewise */
@@ -283,6 +291,14 @@ typedef struct gt_cuda_pass {
     int bn_running;           /* see buffers */
     const float *other;       /* "]": the other branch's output, added to x */
     const void *params_half;  /* bf16 contexts: the parameters rounded to bf16 (same layout) */
+    void *x_half;             /* bf16 training, convolutions: where this layer's input's bf16
+                                 copy lives for the step (forward makes or finds it, backward
+                                 reads it); NULL: rounded into the context's half_a each time */
+    int x_half_fill;          /* forward: round x into x_half (0: it holds x already this step,
+                                 made for another convolution of the same input or by the ReLU
+                                 that wrote x) */
+    void *y_half;             /* bf16 training, ReLU: where its output's bf16 copy goes too (a
+                                 convolution's x_half); NULL: none */
 } gt_cuda_pass;
 
 /* Creates the descriptors of L (layer number index of its model); checks that cuDNN agrees with
@@ -295,8 +311,11 @@ void gt_cuda_layer_destroy(gt_cuda_layer *cl);
  * and dx, dw for backward; dx NULL for a first layer) within the context's workspace, which the
  * caller sizes for the search; deterministic ones for backward. *ws_need gets the workspace they
  * need at batch n and, where it fits, at batch n_max, so one allocation covers both. In a bf16
- * context the buffers hold bf16 values (the types stay float * for the fp32 callers). */
-int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max,
+ * context the buffers hold bf16 values (the types stay float * for the fp32 callers). Each
+ * direction's choice comes from the process-wide cache (conv_cache.h) where a device with an
+ * equal key timed it already: where another device is timing one now, wait 0 returns 1 with
+ * nothing chosen (come back later, with wait 1 to wait for it). */
+int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max, int wait,
                                const float *x, const float *w, float *y, float *dx, float *dw,
                                size_t *ws_need, gt_err *e);
 
@@ -374,6 +393,10 @@ int gt_cuda_to_bf16(gt_cuda_ctx *c, const float *src, void *dst, size_t n, gt_er
 /* dst[i] = src[i] (bf16) + bias[i / plane % ch] (bias NULL: none), n values. */
 int gt_cuda_from_bf16(gt_cuda_ctx *c, const void *src, float *dst, size_t n, const float *bias,
                       int ch, size_t plane, gt_err *e);
+/* y = max(x, 0) (NaN passed on, as cuDNN's ReLU), and y_half = y rounded to bf16 (nearest
+ * even, gt_cuda_to_bf16's rounding), n values: a ReLU whose output a convolution reads. */
+int gt_cuda_relu_bf16(gt_cuda_ctx *c, const float *x, float *y, void *y_half, size_t n,
+                      gt_err *e);
 /* dst[i] += src[i] (bf16), n values: a bf16 weight gradient into the fp32 one. */
 int gt_cuda_add_bf16(gt_cuda_ctx *c, const void *src, float *dst, size_t n, gt_err *e);
 

@@ -7,15 +7,20 @@
  *
  * A gt_cuda_layer holds the descriptors of one layer; they are rewritten only when the batch
  * size changes (a short last batch, an evaluation chunk). Convolution algorithms are chosen once
- * at start-up by timing them; if a later batch size needs more workspace than was allocated,
- * cuDNN's heuristics pick others that fit, so a step never allocates.
+ * at start-up by timing them at the training batch, and kept in a process-wide cache
+ * (conv_cache.h) that every layer and device with the same key takes them from; the other batch
+ * sizes reuse them, and if one needs more workspace than was allocated, cuDNN's heuristics pick
+ * others that fit (no timing), so a step never allocates.
  *
  * In a bf16 context (device.h's GT_PRECISION_BF16) convolutions and linear layers round their
  * input, weights and output gradient into bf16 copies (the context's half scratch and the pass's
  * params_half), multiply with fp32 accumulation, and widen the results back to fp32: activations,
- * gradients and everything else stay fp32. */
+ * gradients and everything else stay fp32. In a training step a convolution's input copy is the
+ * pass's x_half, made once a step (by the ReLU before it, which then writes its output's copy as
+ * well, or by the first convolution of that input) and read again by backward. */
 #include "gt_cuda.h"
 
+#include "gputrain/conv_cache.h"
 #include "gputrain/layers.h" /* GT_BN_EPS, GT_BN_MOMENTUM */
 
 #include <cuda_bf16.h>
@@ -89,14 +94,15 @@ static int conv_pick(const Perf *perf, int got, size_t limit, int deterministic,
     return -1;
 }
 
-/* Takes the best result for one direction. Without TF32, backward prefers deterministic
- * algorithms so that parity tests and reruns are stable, and settles for any that works; with
- * TF32 (not bit-reproducible anyway) every algorithm cuDNN offers competes, tensor ops, Winograd
- * and non-deterministic ones included, as PyTorch's defaults allow. */
-template <typename Perf, typename Algo>
-static int conv_take(gt_cuda_ctx *c, gt_cuda_layer *cl, const Perf *perf, int got, size_t limit,
-                     int deterministic, cudnnConvolutionDescriptor_t conv, Algo *algo,
-                     size_t *need, const char *direction, gt_err *e)
+/* Chooses from one direction's results (fastest first) within limit bytes of workspace. Without
+ * TF32, backward prefers deterministic algorithms so that parity tests and reruns are stable, and
+ * settles for any that works; with TF32 (not bit-reproducible anyway) every algorithm cuDNN
+ * offers competes, tensor ops, Winograd and non-deterministic ones included, as PyTorch's
+ * defaults allow. */
+template <typename Perf>
+static int conv_choose(gt_cuda_ctx *c, gt_cuda_layer *cl, const Perf *perf, int got,
+                       size_t limit, int deterministic, const char *direction,
+                       gt_conv_choice *ch, gt_err *e)
 {
     deterministic = deterministic && !c->tf32;
     int i = conv_pick(perf, got, limit, deterministic, tensor_ops_ok(c));
@@ -109,12 +115,36 @@ static int conv_take(gt_cuda_ctx *c, gt_cuda_layer *cl, const Perf *perf, int go
                  direction, limit, cl->n);
         return layer_fail(c, cl, e, what);
     }
-    *algo = perf[i].algo;
-    if (perf[i].memory > *need)
-        *need = perf[i].memory;
+    ch->algo = (int)perf[i].algo;
+    ch->math = (int)perf[i].mathType;
+    ch->memory = perf[i].memory;
+    return 0;
+}
+
+/* Puts a choice on the layer: the algorithm, its descriptor's math type, the workspace. */
+template <typename Algo>
+static int conv_apply(gt_cuda_ctx *c, const gt_conv_choice *ch,
+                      cudnnConvolutionDescriptor_t conv, Algo *algo, size_t *need, gt_err *e)
+{
+    *algo = (Algo)ch->algo;
+    if (ch->memory > *need)
+        *need = ch->memory;
     GT_CUDNN_CHECK(c->name, e,
-                   cudnnSetConvolutionMathType(conv, tensor_ops_ok(c) ? perf[i].mathType
+                   cudnnSetConvolutionMathType(conv, tensor_ops_ok(c) ? (cudnnMathType_t)ch->math
                                                                       : CUDNN_FMA_MATH));
+    return 0;
+}
+
+/* Takes the best result for one direction (conv_choose), onto the layer (conv_apply). */
+template <typename Perf, typename Algo>
+static int conv_take(gt_cuda_ctx *c, gt_cuda_layer *cl, const Perf *perf, int got, size_t limit,
+                     int deterministic, cudnnConvolutionDescriptor_t conv, Algo *algo,
+                     size_t *need, const char *direction, gt_err *e)
+{
+    gt_conv_choice ch;
+    if (conv_choose(c, cl, perf, got, limit, deterministic, direction, &ch, e) ||
+        conv_apply(c, &ch, conv, algo, need, e))
+        return -1;
     return 0;
 }
 
@@ -181,57 +211,144 @@ static int conv_pick_within(gt_cuda_ctx *c, gt_cuda_layer *cl, size_t limit, siz
                      "backward-data", e);
 }
 
-/* Times every algorithm on real buffers and takes the fastest allowed one: on an H200 this
- * found backward-filter algorithms 2-3x faster than the heuristics' first choice for a
- * one-channel input. Timing noise can make two runs choose differently; all allowed
+/* The math type a convolution's descriptors carry until an algorithm is chosen, and while
+ * cuDNN times them. */
+static cudnnMathType_t conv_search_math(const gt_cuda_ctx *c)
+{
+    return c->tf32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+           : c->bf16 ? CUDNN_TENSOR_OP_MATH
+                     : CUDNN_FMA_MATH;
+}
+
+/* The buffers a search times on (device pointers; bf16 values in a bf16 context). */
+typedef struct conv_bufs {
+    const float *x, *w;
+    float *y, *dx, *dw;
+} conv_bufs;
+
+/* Everything one direction's choice at the layer's current batch depends on (conv_cache.h):
+ * the GPU, the shapes, types and math, the rules conv_choose applies, the search workspace and
+ * the buffers' alignment. */
+static gt_conv_key conv_key(const gt_cuda_ctx *c, const gt_cuda_layer *cl, int direction,
+                            const conv_bufs *b)
+{
+    const gt_layer *L = &cl->L;
+    const void *ptrs[6] = {b->x, b->w, b->y, b->dx, b->dw, c->ws};
+    gt_conv_key k;
+    memset(&k, 0, sizeof k);
+    snprintf(k.gpu, sizeof k.gpu, "%s", c->gpu);
+    k.cc_major = c->cc_major;
+    k.cc_minor = c->cc_minor;
+    k.sms = c->sms;
+    k.n = cl->n;
+    k.c = L->in_c;
+    k.h = L->in_h;
+    k.w = L->in_w;
+    k.k = L->out_c;
+    k.r = k.s = L->k;
+    k.stride = L->stride;
+    k.pad = L->pad;
+    k.dtype = (int)cl->dtype;
+    k.math = (int)conv_search_math(c);
+    k.direction = direction;
+    k.deterministic = direction != GT_CONV_FWD && !c->tf32;
+    k.tensor_ops = tensor_ops_ok(c);
+    k.limit = c->ws_bytes;
+    k.align = gt_conv_cache_align(ptrs, 6);
+    return k;
+}
+
+/* Times every algorithm of one direction on real buffers and takes the fastest allowed one: on
+ * an H200 this found backward-filter algorithms 2-3x faster than the heuristics' first choice for
+ * a one-channel input. Timing noise can make two runs choose differently; all allowed
  * algorithms agree with the CPU to ~1e-7, not bit for bit. */
-static int conv_find(gt_cuda_ctx *c, gt_cuda_layer *cl, const float *x, const float *w, float *y,
-                     float *dx, float *dw, size_t *need, gt_err *e)
+static int conv_time(gt_cuda_ctx *c, gt_cuda_layer *cl, int direction, const conv_bufs *b,
+                     gt_conv_choice *ch, gt_err *e)
 {
     cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int got = 0;
-    *need = 0;
-    GT_CUDNN_CHECK(c->name, e,
-                   cudnnFindConvolutionForwardAlgorithmEx(
-                       c->cudnn, cl->x_desc, x, cl->w_desc, w, cl->conv_fwd, cl->y_desc, y,
-                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fwd, c->ws, c->ws_bytes));
-    if (conv_take(c, cl, fwd, got, c->ws_bytes, 0, cl->conv_fwd, &cl->fwd_algo, need, "forward",
-                  e))
-        return -1;
-    /* y stands in for dy: only its shape matters while timing. */
-    GT_CUDNN_CHECK(c->name, e,
-                   cudnnFindConvolutionBackwardFilterAlgorithmEx(
-                       c->cudnn, cl->x_desc, x, cl->y_desc, y, cl->conv_bwd_filter, cl->w_desc, dw,
-                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filter, c->ws,
-                       c->ws_bytes));
-    if (conv_take(c, cl, filter, got, c->ws_bytes, 1, cl->conv_bwd_filter, &cl->bwd_filter_algo,
-                  need, "backward-filter", e))
-        return -1;
-    if (!dx)
-        return 0;
-    GT_CUDNN_CHECK(c->name, e,
-                   cudnnFindConvolutionBackwardDataAlgorithmEx(
-                       c->cudnn, cl->w_desc, w, cl->y_desc, y, cl->conv_bwd_data, cl->x_desc, dx,
-                       CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data, c->ws, c->ws_bytes));
-    return conv_take(c, cl, data, got, c->ws_bytes, 1, cl->conv_bwd_data, &cl->bwd_data_algo,
-                     need, "backward-data", e);
+    switch (direction) {
+    case GT_CONV_FWD:
+        GT_CUDNN_CHECK(c->name, e, cudnnSetConvolutionMathType(cl->conv_fwd, conv_search_math(c)));
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnFindConvolutionForwardAlgorithmEx(
+                           c->cudnn, cl->x_desc, b->x, cl->w_desc, b->w, cl->conv_fwd,
+                           cl->y_desc, b->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fwd, c->ws,
+                           c->ws_bytes));
+        return conv_choose(c, cl, fwd, got, c->ws_bytes, 0, "forward", ch, e);
+    case GT_CONV_BWD_FILTER:
+        /* y stands in for dy: only its shape matters while timing. */
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnSetConvolutionMathType(cl->conv_bwd_filter, conv_search_math(c)));
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                           c->cudnn, cl->x_desc, b->x, cl->y_desc, b->y, cl->conv_bwd_filter,
+                           cl->w_desc, b->dw, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got,
+                           filter, c->ws, c->ws_bytes));
+        return conv_choose(c, cl, filter, got, c->ws_bytes, 1, "backward-filter", ch, e);
+    default:
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnSetConvolutionMathType(cl->conv_bwd_data, conv_search_math(c)));
+        GT_CUDNN_CHECK(c->name, e,
+                       cudnnFindConvolutionBackwardDataAlgorithmEx(
+                           c->cudnn, cl->w_desc, b->w, cl->y_desc, b->y, cl->conv_bwd_data,
+                           cl->x_desc, b->dx, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data,
+                           c->ws, c->ws_bytes));
+        return conv_choose(c, cl, data, got, c->ws_bytes, 1, "backward-data", ch, e);
+    }
 }
 
-int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max,
+/* One direction's algorithm from the process-wide cache, or timed here and put there for the
+ * others (the same key: the same rule on the same search). Returns 1 without choosing when
+ * another device is timing this key and wait is 0; with wait it waits for that device. */
+static int conv_search(gt_cuda_ctx *c, gt_cuda_layer *cl, int direction, const conv_bufs *b,
+                       int wait, size_t *need, gt_err *e)
+{
+    gt_conv_key k = conv_key(c, cl, direction, b);
+    gt_conv_choice ch;
+    gt_conv_claim claim = gt_conv_cache_claim(&k, wait, &ch);
+    if (claim == GT_CONV_CACHE_BUSY)
+        return 1;
+    if (claim == GT_CONV_CACHE_MINE) {
+        if (conv_time(c, cl, direction, b, &ch, e)) {
+            gt_conv_cache_abandon(&k);
+            return -1;
+        }
+        gt_conv_cache_put(&k, &ch);
+    }
+    switch (direction) {
+    case GT_CONV_FWD:
+        return conv_apply(c, &ch, cl->conv_fwd, &cl->fwd_algo, need, e);
+    case GT_CONV_BWD_FILTER:
+        return conv_apply(c, &ch, cl->conv_bwd_filter, &cl->bwd_filter_algo, need, e);
+    default:
+        return conv_apply(c, &ch, cl->conv_bwd_data, &cl->bwd_data_algo, need, e);
+    }
+}
+
+int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max, int wait,
                                const float *x, const float *w, float *y, float *dx, float *dw,
                                size_t *ws_need, gt_err *e)
 {
     size_t need = 0, need_max = 0;
+    conv_bufs b = {x, w, y, dx, dw};
+    int busy = 0;
     cl->planned = 0;
     cl->need_dx = dx != NULL;
     cl->n = 0;
     if (conv_set_batch_desc(c, cl, n, e))
         return -1;
     cl->n = n;
-    if (conv_find(c, cl, x, w, y, dx, dw, &need, e))
-        return -1;
+    for (int dir = GT_CONV_FWD; dir <= (dx ? GT_CONV_BWD_DATA : GT_CONV_BWD_FILTER); dir++) {
+        int rc = conv_search(c, cl, dir, &b, wait, &need, e);
+        if (rc < 0)
+            return -1;
+        busy |= rc;
+    }
+    if (busy)
+        return 1; /* the caller comes back with wait */
     cl->planned = 1;
     /* Cover the largest batch too where these algorithms run there within the search
      * workspace; otherwise that batch falls back to heuristics within the final workspace. */
@@ -309,9 +426,7 @@ static int conv_bias_alloc(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
 static int conv_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
 {
     const gt_layer *L = &cl->L;
-    cudnnMathType_t math = c->tf32   ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
-                           : c->bf16 ? CUDNN_TENSOR_OP_MATH
-                                     : CUDNN_FMA_MATH;
+    cudnnMathType_t math = conv_search_math(c);
     /* bf16: the convolution reads and writes bf16 copies (gt_cuda_ctx's half scratch) and
      * accumulates in fp32 (the descriptors' compute type stays float). */
     cl->dtype = c->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
@@ -472,18 +587,20 @@ static const __nv_bfloat16 *half_params(gt_cuda_ctx *c, const gt_cuda_layer *cl,
     return (const __nv_bfloat16 *)p->params_half + cl->L.w_off;
 }
 
-/* bf16: x rounded into half_a, the convolution into half_b, then widened into y with the
- * bias added on the way. */
+/* bf16: x rounded into the pass's x_half (once a step for all the convolutions of one input,
+ * and kept for backward) or else into half_a, the convolution into half_b, then widened into y
+ * with the bias added on the way. */
 static int conv_forward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
                              const float *x, float *y, gt_err *e)
 {
     const gt_layer *L = &cl->L;
     size_t xin = (size_t)p->n * L->in_len, yout = (size_t)p->n * L->out_len;
     const __nv_bfloat16 *w = half_params(c, cl, p, xin > yout ? xin : yout, e);
-    if (!w || gt_cuda_to_bf16(c, x, c->half_a, xin, e))
+    void *xh = p->x_half ? p->x_half : c->half_a;
+    if (!w || ((!p->x_half || p->x_half_fill) && gt_cuda_to_bf16(c, x, xh, xin, e)))
         return -1;
     GT_CUDNN_CHECK(c->name, e,
-                   cudnnConvolutionForward(c->cudnn, &one, cl->x_desc, c->half_a, cl->w_desc, w,
+                   cudnnConvolutionForward(c->cudnn, &one, cl->x_desc, xh, cl->w_desc, w,
                                            cl->conv_fwd, cl->fwd_algo, c->ws, c->ws_bytes, &zero,
                                            cl->y_desc, c->half_b));
     return gt_cuda_from_bf16(c, c->half_b, y, yout, L->b_len ? p->params + L->b_off : NULL,
@@ -580,6 +697,8 @@ int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass 
     case GT_RELU:
     case GT_SIGMOID:
     case GT_TANH:
+        if (cl->L.kind == GT_RELU && p->y_half) /* bf16 training: a convolution's copy of y too */
+            return gt_cuda_relu_bf16(c, x, y, p->y_half, (size_t)p->n * cl->L.out_len, e);
         GT_CUDNN_CHECK(c->name, e,
                        cudnnActivationForward(c->cudnn, cl->act_desc, &one, cl->x_desc, x, &zero,
                                               cl->x_desc, y));
@@ -603,9 +722,10 @@ int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass 
     return layer_fail(c, cl, e, "unknown layer kind");
 }
 
-/* bf16: x into half_a and dy into half_b; the weight gradient into half_w, then added to the
- * fp32 one; the input gradient into half_a (x's copy is used up), then widened into dx. The
- * bias gradient sums the fp32 dy. */
+/* bf16: x's copy from forward (the pass's x_half; without one, x rounded into half_a again)
+ * and dy into half_b; the weight gradient into half_w, then added to the fp32 one; the input
+ * gradient into half_a (x's copy there is used up), then widened into dx. The bias gradient
+ * sums the fp32 dy. */
 static int conv_backward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
                               const float *x, const float *dy, float *dx, gt_err *e)
 {
@@ -616,10 +736,12 @@ static int conv_backward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_p
         return -1;
     if (!c->half_w || L->w_len > c->half_w_len)
         return layer_fail(c, cl, e, "the bf16 weight-gradient scratch is missing or too small");
-    if (gt_cuda_to_bf16(c, x, c->half_a, xin, e) || gt_cuda_to_bf16(c, dy, c->half_b, yout, e))
+    const void *xh = p->x_half ? p->x_half : c->half_a;
+    if ((!p->x_half && gt_cuda_to_bf16(c, x, c->half_a, xin, e)) ||
+        gt_cuda_to_bf16(c, dy, c->half_b, yout, e))
         return -1;
     GT_CUDNN_CHECK(c->name, e,
-                   cudnnConvolutionBackwardFilter(c->cudnn, &one, cl->x_desc, c->half_a,
+                   cudnnConvolutionBackwardFilter(c->cudnn, &one, cl->x_desc, xh,
                                                   cl->y_desc, c->half_b, cl->conv_bwd_filter,
                                                   cl->bwd_filter_algo, c->ws, c->ws_bytes, &zero,
                                                   cl->w_desc, c->half_w));

@@ -96,7 +96,7 @@ static int parity_layer_run(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const pari
         return -1;
     size_t ws_need = 0;
     if (L->kind == GT_CONV &&
-        gt_cuda_layer_choose_algos(c, cl, n, n, x, w, y, dx, grad + L->w_off, &ws_need, e))
+        gt_cuda_layer_choose_algos(c, cl, n, n, 1, x, w, y, dx, grad + L->w_off, &ws_need, e))
         return -1;
     /* Timing the algorithms wrote into grad: the starting values go in after it. */
     if ((io->dw && parity_upload(c, grad + L->w_off, io->dw, L->w_len, e)) ||
@@ -104,7 +104,7 @@ static int parity_layer_run(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const pari
         return -1;
     /* Batch norm moves the buffers by momentum, as gt_batchnorm_forward_train does. */
     gt_cuda_pass pass = {n, params, grad, mask, ids, io->seed, io->epoch, NULL, io->train,
-                         buffers, 1, NULL, NULL};
+                         buffers, 1, NULL, NULL, NULL, 0, NULL};
     if (gt_cuda_layer_forward(c, cl, &pass, x, y, e) ||
         (io->dy && gt_cuda_layer_backward(c, cl, &pass, x, y, dy, dx, e)))
         return -1;

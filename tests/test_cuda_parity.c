@@ -4,8 +4,11 @@
  * by layer, replayed graphs and eager); networks with batch norm and residual blocks (small ones
  * with identity, projection and nested blocks, and resnet20) against gt_cpu_net_run, their batch
  * statistics and running statistics included; one step and an evaluation in bf16 precision near
- * the fp32 CPU reference; and the error for a GPU that does not exist.
+ * the fp32 CPU reference, and the same bits with and without its kept bf16 copies; the
+ * convolution algorithms' cache shared by a second device (and a second GPU where there is one);
+ * and the error for a GPU that does not exist.
  * Skipped (77) when built without CUDA or run where no GPU is visible. */
+#include "gputrain/conv_cache.h"
 #include "gputrain/device.h"
 #include "gputrain/layers.h"
 #include "gputrain/model.h"
@@ -1307,6 +1310,37 @@ static void test_bn_model(const char *name, const gt_dataset *ds, int max_batch,
 #define BF16_GRAD_TOL 6e-2
 #define BF16_BN_GRAD_TOL 0.5
 
+/* The step again with every convolution rounding its own input in forward and backward (no
+ * bf16 copies kept across layers, gt_cuda_device_set_half_copies): the kept copies only move
+ * where the same rounding happens, so the loss, the gradient and the batch statistics are the
+ * same bits as the last step's (loss_kept, d->grad, d->stats). */
+static void bf16_copies_compare(gt_device *d, const gt_model *m, const float *params,
+                                const float *buffers, const gt_batch *b, double loss_kept,
+                                const char *name)
+{
+    gt_err e = {""};
+    gt_step_out out = {.correct = -1};
+    float *grad = copy_floats(d->grad, m->nparams);
+    float *stats = m->nbuffers ? copy_floats(d->stats, m->nbuffers) : NULL;
+    memcpy(d->params, params, m->nparams * sizeof *params);
+    if (m->nbuffers)
+        memcpy(d->buffers, buffers, m->nbuffers * sizeof *buffers);
+    int rc = gt_cuda_device_set_half_copies(d, 0, &e) || d->ops->load_params(d, &e) ||
+             d->ops->train_step(d, b, &out, &e);
+    CHECK_MSG(rc == 0, "bf16 %s without kept copies: %s", name, e.msg);
+    CHECK_MSG(rc != 0 || out.loss_sum == loss_kept,
+              "bf16 %s: loss %.9g without kept copies, %.9g with", name, out.loss_sum, loss_kept);
+    CHECK_MSG(rc != 0 || memcmp(d->grad, grad, m->nparams * sizeof *grad) == 0,
+              "bf16 %s: the gradient without kept copies differs (relative %.3g)", name,
+              rel_err(d->grad, grad, m->nparams));
+    CHECK_MSG(rc != 0 || !stats || memcmp(d->stats, stats, m->nbuffers * sizeof *stats) == 0,
+              "bf16 %s: the batch statistics without kept copies differ", name);
+    rc = gt_cuda_device_set_half_copies(d, 1, &e);
+    CHECK_MSG(rc == 0, "bf16 %s: kept copies back on: %s", name, e.msg);
+    gt_free(grad);
+    gt_free(stats);
+}
+
 static void test_bf16(const gt_dataset *ds, const char *name, int batch)
 {
     gt_rng own, *r = &own; /* its own batch, whatever the cases before it drew */
@@ -1339,6 +1373,7 @@ static void test_bf16(const gt_dataset *ds, const char *name, int batch)
         rc = gt_cuda_device_set_path(d, 0, 1, &e);
         CHECK_MSG(rc == 0, "bf16 path: %s", e.msg);
     }
+    double loss_kept = 0;
     for (int step = 0; rc == 0 && step < 2; step++) { /* eager, then replayed */
         gt_step_out out = {.correct = -1};
         memcpy(d->params, params, m.nparams * sizeof *params);
@@ -1348,6 +1383,7 @@ static void test_bf16(const gt_dataset *ds, const char *name, int batch)
         CHECK_MSG(rc == 0, "bf16 %s step: %s", name, e.msg);
         if (rc)
             break;
+        loss_kept = out.loss_sum;
         double err = rel_err(d->grad, grad_cpu, m.nparams);
         printf("bf16 %s step %d: loss %.9g (CPU %.9g), gradient relative error %.3g\n", name,
                step + 1, out.loss_sum, loss_cpu, err);
@@ -1369,6 +1405,8 @@ static void test_bf16(const gt_dataset *ds, const char *name, int batch)
             gt_free(want);
         }
     }
+    if (rc == 0)
+        bf16_copies_compare(d, &m, params, buffers, &b, loss_kept, name);
     if (rc == 0) {
         gt_step_out out = {.correct = -1};
         int eval_hits = 0;
@@ -1392,6 +1430,75 @@ static void test_bf16(const gt_dataset *ds, const char *name, int batch)
     gt_free(grad_cpu);
     gt_free(buffers);
     gt_free(moved);
+}
+
+/* The convolution algorithms' cache (conv_cache.h): a second device of the same model, batch and
+ * precision (the evaluator beside a worker, on the same GPU) and a device on a second GPU of the
+ * same kind take every choice from it, timing nothing, and the second device's step is the
+ * first's (the same algorithms on the same inputs). */
+#define CACHE_STEP_TOL 1e-6
+
+static int cache_step(gt_device *d, const gt_model *m, const float *params, const float *buffers,
+                      const gt_batch *b, gt_step_out *out, gt_err *e)
+{
+    memcpy(d->params, params, m->nparams * sizeof *params);
+    if (m->nbuffers)
+        memcpy(d->buffers, buffers, m->nbuffers * sizeof *buffers);
+    return d->ops->load_params(d, e) || d->ops->train_step(d, b, out, e);
+}
+
+static void test_conv_cache_shared(const gt_dataset *ds, const char *name, int batch, int count)
+{
+    gt_rng own, *r = &own;
+    gt_rng_seed(r, 79);
+    gt_model m;
+    gt_device *d[3] = {NULL, NULL, NULL};
+    gt_err e = {""};
+    uint32_t idx[GT_TEST_MAX_BATCH];
+    gt_batch b;
+    unsigned long hits[3] = {0}, searches[3] = {0};
+    CHECK(gt_model_build(name, ds->c, ds->h, ds->w, 10, &m, &e) == 0);
+    float *params = gt_alloc(m.nparams * sizeof *params);
+    size_t nb = m.nbuffers ? m.nbuffers : 1;
+    float *buffers = gt_alloc(nb * sizeof *buffers);
+    gt_model_init_params(&m, params, 15);
+    bn_buffers_random(&m, buffers, r);
+    make_batch(&b, idx, batch, ds, r);
+    gt_conv_cache_clear(); /* no device is opening now */
+    int gpus = count > 1 ? 2 : 1;
+    int ordinal[3] = {0, 0, 1};
+    for (int i = 0; i < 1 + gpus; i++) {
+        int rc = gt_cuda_device_open(&d[i], &m, batch, ordinal[i], GT_PRECISION_BF16, &e);
+        CHECK_MSG(rc == 0, "cache %s open %d: %s", name, i, e.msg);
+        gt_conv_cache_counts(&hits[i], &searches[i]);
+    }
+    /* Every lookup of the first device is either a search or a hit on its own earlier layer. */
+    unsigned long lookups = hits[0] + searches[0];
+    printf("cache %s: %lu searches, %lu hits on one device\n", name, searches[0], hits[0]);
+    CHECK_MSG(searches[0] > 0, "cache %s: the first device timed nothing", name);
+    CHECK_MSG(d[1] && searches[1] == searches[0] && hits[1] == hits[0] + lookups,
+              "cache %s: a second device on GPU 0 searched %lu more, hit %lu of %lu", name,
+              searches[1] - searches[0], hits[1] - hits[0], lookups);
+    if (gpus > 1 && d[2] && strcmp(d[2]->name + 6, d[0]->name + 6) == 0) /* after "gpu:N " */
+        CHECK_MSG(searches[2] == searches[0] && hits[2] == hits[1] + lookups,
+                  "cache %s: a device on GPU 1 of the same kind searched %lu more", name,
+                  searches[2] - searches[0]);
+    gt_step_out out0 = {.correct = -1}, out1 = {.correct = -1};
+    if (d[0] && d[1]) {
+        int rc = cache_step(d[0], &m, params, buffers, &b, &out0, &e) ||
+                 cache_step(d[1], &m, params, buffers, &b, &out1, &e);
+        CHECK_MSG(rc == 0, "cache %s step: %s", name, e.msg);
+        double err = rc ? 0 : rel_err(d[1]->grad, d[0]->grad, m.nparams);
+        printf("cache %s: second device's loss %.9g (first %.9g), gradient relative difference "
+               "%.3g\n", name, out1.loss_sum, out0.loss_sum, err);
+        CHECK_MSG(rc != 0 || (out1.loss_sum == out0.loss_sum && err <= CACHE_STEP_TOL),
+                  "cache %s: the second device's step differs (loss %.9g against %.9g, gradient "
+                  "%.3g)", name, out1.loss_sum, out0.loss_sum, err);
+    }
+    for (int i = 0; i < 3; i++)
+        gt_device_close(d[i]);
+    gt_free(params);
+    gt_free(buffers);
 }
 
 /* The data side on the GPU: augmented training batches (the staging gather's bytes must be the
@@ -1530,6 +1637,7 @@ int main(void)
     test_bf16(&ds, "lenet5", 32);
     test_bf16(&ds, "cnn-wide", 32);
     test_bf16(&cifar, "resnet20", 16);
+    test_conv_cache_shared(&cifar, "resnet20", 16, count);
     gt_free(cifar.images);
     gt_free(cifar.labels);
     test_data_input(&ds);

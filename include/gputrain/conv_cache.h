@@ -1,0 +1,75 @@
+/* conv_cache.h - the process-wide cache of convolution algorithm choices (src/conv_cache.c).
+ *
+ * Timing cuDNN's algorithms for one convolution costs tens of milliseconds; a run opens a device
+ * per GPU and an evaluator beside the first, and a residual network repeats its shapes, so the
+ * same search would run many times. A choice is kept under a key holding everything that decides
+ * it - the GPU (name, compute capability, SM count), the convolution's shapes, data type and math
+ * type, the direction, the determinism and accuracy rules, the search workspace and the buffers'
+ * alignment - and every device of the process whose key is equal takes it instead of timing
+ * again: the same rule applied to the same search, by whichever device searched first.
+ *
+ * A device claims a key before searching it; another that wants the same key waits for the
+ * result (or, not waiting, is told to come back later), so each key is searched once. Plain C
+ * with a mutex: no CUDA here, so the unit test runs anywhere. */
+#ifndef GT_CONV_CACHE_H
+#define GT_CONV_CACHE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Everything a convolution algorithm's choice depends on. Build it zeroed (= {0} or memset):
+ * keys compare field by field, gpu as a string. */
+typedef struct gt_conv_key {
+    char gpu[128];          /* the device's name (cudaDeviceProp.name) */
+    int cc_major, cc_minor; /* its compute capability */
+    int sms;                /* its multiprocessor count (MIG slices share a name) */
+    int n, c, h, w;         /* input: batch, channels, rows, columns */
+    int k, r, s;            /* output channels, filter rows and columns */
+    int stride, pad;        /* both dimensions alike */
+    int dtype;              /* cudnnDataType_t of x, w and y */
+    int math;               /* cudnnMathType_t on the descriptor while searching */
+    int direction;          /* GT_CONV_FWD, GT_CONV_BWD_FILTER or GT_CONV_BWD_DATA */
+    int deterministic;      /* only deterministic algorithms are preferred */
+    int tensor_ops;         /* tensor-core math and Winograd may be chosen */
+    size_t limit;           /* workspace bytes the search ran in and the choice must fit */
+    unsigned align;         /* smallest alignment of the searched buffers, at most 256 bytes */
+} gt_conv_key;
+
+enum { GT_CONV_FWD, GT_CONV_BWD_FILTER, GT_CONV_BWD_DATA };
+
+/* One direction's choice. */
+typedef struct gt_conv_choice {
+    int algo;               /* the cudnnConvolution*Algo_t */
+    int math;               /* the cudnnMathType_t to set on the descriptor */
+    size_t memory;          /* workspace bytes it needs at the key's batch */
+} gt_conv_choice;
+
+typedef enum gt_conv_claim {
+    GT_CONV_CACHE_HIT,      /* *out holds the choice */
+    GT_CONV_CACHE_MINE,     /* the caller searches; then gt_conv_cache_put or _abandon */
+    GT_CONV_CACHE_BUSY      /* another searches it now (only when not waiting) */
+} gt_conv_claim;
+
+/* Looks k up. Known: HIT with *out. Unknown: claims it for the caller (MINE). Being searched by
+ * another: waits for its result where wait is non-zero, else returns BUSY. Where the memory
+ * for a new entry cannot be had, the caller searches without a claim (MINE; its put is then
+ * dropped). A caller holds at most one claim at a time, so waiting cannot deadlock. */
+gt_conv_claim gt_conv_cache_claim(const gt_conv_key *k, int wait, gt_conv_choice *out);
+/* The caller's search of its claimed k chose ch: kept, and the waiters take it. */
+void gt_conv_cache_put(const gt_conv_key *k, const gt_conv_choice *ch);
+/* The caller's search of its claimed k failed: the claim is dropped; a waiter claims k. */
+void gt_conv_cache_abandon(const gt_conv_key *k);
+/* Lookups answered from the cache and searches claimed since the start (or the last clear). */
+void gt_conv_cache_counts(unsigned long *hits, unsigned long *searches);
+/* Forgets every choice (tests); no claim may be outstanding. */
+void gt_conv_cache_clear(void);
+/* The smallest power-of-two alignment of the addresses (NULL ones skipped), at most 256. */
+unsigned gt_conv_cache_align(const void *const *ptrs, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
