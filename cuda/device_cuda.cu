@@ -719,6 +719,13 @@ static int cuda_load_buffers(gt_device *d, cuda_impl *g, gt_err *e)
     return 0;
 }
 
+static int cuda_load_buffers_op(gt_device *d, gt_err *e)
+{
+    cuda_impl *g = (cuda_impl *)d->impl;
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    return cuda_load_buffers(d, g, e);
+}
+
 static int cuda_load_params(gt_device *d, gt_err *e)
 {
     cuda_impl *g = (cuda_impl *)d->impl;
@@ -927,6 +934,7 @@ static int cuda_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32
  * reduce_update, and train.c refuses that mode. */
 static const gt_device_ops cuda_ops = {
     .load_params = cuda_load_params,
+    .load_buffers = cuda_load_buffers_op,
     .train_step = cuda_train_step,
     .evaluate = cuda_evaluate,
     .step_begin = cuda_step_begin,

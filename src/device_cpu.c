@@ -89,6 +89,7 @@ static void cpu_close(gt_device *d)
 
 static const gt_device_ops cpu_ops = {
     .load_params = cpu_load_params,
+    .load_buffers = cpu_load_params, /* it computes with d->buffers itself */
     .train_step = cpu_train_step,
     .evaluate = cpu_evaluate,
     .close = cpu_close,

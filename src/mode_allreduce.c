@@ -199,11 +199,37 @@ static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t
 static int allreduce_on_replicas(const run *r)
 {
     /* --val-split and --save-best go to the evaluator: the held-out set, a copy to save; so
-     * does a model with batch norm, whose replicas each hold the running statistics of their
-     * own batches: the run's are replica 0's (what checkpoints keep), which the evaluator gets
-     * with the parameters, so that every evaluation is of what a checkpoint would hold */
+     * does --ema, whose evaluations are of the average (replica 0's). A model with batch norm
+     * stays on the replicas, which first take replica 0's running statistics
+     * (allreduce_share_buffers). */
     return r->W > 1 && !allreduce_is_local(r) && r->data->val.n == 0 && !r->cfg->save_best[0] &&
-           r->m->nbuffers == 0 && !r->ps.ema; /* --ema: evaluations are of the average */
+           !r->ps.ema;
+}
+
+/* Batch norm before the replicas evaluate: each holds the running statistics of its own batches,
+ * the run's are replica 0's (what checkpoints keep), so every replica takes those, as DDP's
+ * broadcast_buffers makes rank 0's everyone's, and every share is evaluated as a checkpoint
+ * would be. Worker 0 brings its statistics into the store; after a barrier the others load them.
+ * Every worker of the host calls it at the same clock. */
+static int allreduce_share_buffers(run *r, worker *w)
+{
+    gt_err e = {{0}};
+    if (r->m->nbuffers == 0)
+        return 0;
+    int rc = 0;
+    if (w->index == 0) {
+        rc = w->dev->ops->get_params(w->dev, NULL, NULL, &e);
+        if (rc == 0)
+            gt_ps_store_buffers(&r->ps, w->dev->buffers);
+    }
+    run_barrier(r, w, NULL);
+    if (rc == 0 && w->index != 0) {
+        gt_ps_pull_buffers(&r->ps, w->dev->buffers);
+        rc = w->dev->ops->load_buffers(w->dev, &e);
+    }
+    if (rc != 0)
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+    return rc;
 }
 
 /* The replica's share of an evaluation: test samples [n k / W, n (k + 1) / W) for worker k, on
@@ -213,6 +239,8 @@ static int allreduce_eval_share(run *r, worker *w)
 {
     if (r->host != 0)
         return 0;
+    if (allreduce_share_buffers(r, w) != 0)
+        return -1;
     const gt_dataset *t = &r->data->test;
     uint32_t lo = (uint32_t)((uint64_t)t->n * (uint64_t)w->index / (uint64_t)r->W);
     uint32_t hi = (uint32_t)((uint64_t)t->n * (uint64_t)(w->index + 1) / (uint64_t)r->W);

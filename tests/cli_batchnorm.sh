@@ -72,4 +72,20 @@ if [ "$QUICK" != 1 ]; then
     acc=$(run_acc "$TMP/r20.out")
     awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 0.45) }' || fail "resnet20 did not learn: $(cat "$TMP/r20.out")"
 fi
+
+# On two GPUs (where this build and machine have them): allreduce evaluates on the replicas, each
+# with replica 0's running statistics, so the run's accuracy is its checkpoint's (on one GPU the
+# chunks differ in shape, so a near-tie may round the other way: within 5 of 10000 samples).
+if "$BIN" --version | grep -qw cuda && [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
+    timeout -k 5 "$HANG_S" "$BIN" --data "$DATA" --seed 1 --no-progress --gpus 0,1 --model "$NET" --batch 32 \
+        --mode allreduce --ema 0 --train-samples 2048 --epochs 1 --checkpoint "$TMP/ar.st" >"$TMP/ar.out" 2>&1 ||
+        fail "allreduce on 2 GPUs exited $?: $(cat "$TMP/ar.out")"
+    "$BIN" eval --checkpoint "$TMP/ar.st" --data "$DATA" --gpus 0 >"$TMP/eval.out" 2>&1 ||
+        fail "eval of allreduce's checkpoint exited $?: $(cat "$TMP/eval.out")"
+    a=$(run_acc "$TMP/ar.out") b=$(eval_acc "$TMP/eval.out")
+    awk -v a="${a:-0}" -v b="${b:-1}" 'BEGIN { d = a - b; exit !(d <= 0.0005 && d >= -0.0005) }' ||
+        fail "allreduce on 2 GPUs: the run's accuracy ${a:-none}, eval of its checkpoint ${b:-none}"
+else
+    echo "note: fewer than 2 GPUs: allreduce's evaluation on the replicas is not checked here"
+fi
 finish

@@ -48,6 +48,9 @@ typedef struct gt_predict {
 typedef struct gt_device_ops {
     /* d->params holds fresh parameters: make the device compute with them. */
     int (*load_params)(gt_device *d, gt_err *e);
+    /* d->buffers holds running statistics: make the device evaluate with them (and, with
+     * keep_grad, move them on from there); its parameters stay. Queued behind any step. */
+    int (*load_buffers)(gt_device *d, gt_err *e);
     /* Forward and backward of one batch on the loaded parameters; the gradient of the mean loss
      * lands in d->grad. */
     int (*train_step)(gt_device *d, const gt_batch *b, gt_step_out *out, gt_err *e);
