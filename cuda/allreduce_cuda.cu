@@ -169,8 +169,9 @@ int gt_cuda_set_state(gt_device *d, const float *s0, const float *s1, gt_err *e)
 
 /* ---- the moving average (--ema) on the device step ------------------------------------------ */
 
-/* The device's step state, or NULL with a message naming op. */
-static gt_cuda_allreduce *ema_state(gt_device *d, gt_cuda_device_parts *p, const char *op,
+/* The device's step state (gt_cuda_allreduce_init), its GPU made current, or NULL with a
+ * message naming op. */
+static gt_cuda_allreduce *step_state(gt_device *d, gt_cuda_device_parts *p, const char *op,
                                     gt_err *e)
 {
     if (parts_of(d, p, e))
@@ -191,7 +192,7 @@ static gt_cuda_allreduce *ema_state(gt_device *d, gt_cuda_device_parts *p, const
 int gt_cuda_ema_set(gt_device *d, const float *src, gt_err *e)
 {
     gt_cuda_device_parts p;
-    gt_cuda_allreduce *a = ema_state(d, &p, "ema_set", e);
+    gt_cuda_allreduce *a = step_state(d, &p, "ema_set", e);
     if (!a)
         return -1;
     size_t bytes = a->n * sizeof(float);
@@ -206,7 +207,7 @@ int gt_cuda_ema_set(gt_device *d, const float *src, gt_err *e)
 int gt_cuda_ema_update(gt_device *d, float decay, gt_err *e)
 {
     gt_cuda_device_parts p;
-    gt_cuda_allreduce *a = ema_state(d, &p, "ema_update", e);
+    gt_cuda_allreduce *a = step_state(d, &p, "ema_update", e);
     if (!a)
         return -1;
     if (!a->ema)
@@ -217,7 +218,7 @@ int gt_cuda_ema_update(gt_device *d, float decay, gt_err *e)
 int gt_cuda_ema_get(gt_device *d, float *dst, gt_err *e)
 {
     gt_cuda_device_parts p;
-    gt_cuda_allreduce *a = ema_state(d, &p, "ema_get", e);
+    gt_cuda_allreduce *a = step_state(d, &p, "ema_get", e);
     if (!a)
         return -1;
     if (!a->ema)
@@ -360,22 +361,10 @@ static int allreduce_wait(gt_device *d, gt_cuda_allreduce *a, cudaStream_t s, in
 static gt_cuda_allreduce *allreduce_for_update(gt_device *d, gt_cuda_device_parts *p,
                                                const gt_optim_cfg *c, const char *op, gt_err *e)
 {
-    if (parts_of(d, p, e))
-        return NULL;
-    gt_cuda_allreduce *a = *p->allreduce;
-    if (!a) {
-        gt_fail(e, "%s: %s: gt_cuda_allreduce_init was not called", d->name, op);
-        return NULL;
-    }
-    if (gt_optim_nstate(c) > a->nstate) {
+    gt_cuda_allreduce *a = step_state(d, p, op, e);
+    if (a && gt_optim_nstate(c) > a->nstate) {
         gt_fail(e, "%s: %s: the optimizer needs %d state arrays, the device holds %d", d->name,
                 op, gt_optim_nstate(c), a->nstate);
-        return NULL;
-    }
-    cudaError_t st = cudaSetDevice(d->ordinal);
-    if (st != cudaSuccess) {
-        gt_cuda_fail(e, d->name, "cudaSetDevice(d->ordinal)", cudaGetErrorString(st), __FILE__,
-                     __LINE__);
         return NULL;
     }
     return a;
