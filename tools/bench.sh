@@ -204,9 +204,10 @@ bench_readme() {
             echo "  and memory (the PyTorch reference ran alone)"
         fi
         echo
-        echo "samples/s is the median epoch throughput after the first epoch (steady_samples_per_s), mean"
-        echo "over seeds +- half the range; accuracy is the final test accuracy, mean (min-max); time to 0.87"
-        echo "is the mean wall time of the first evaluation at or above 0.87, over the seeds that got there;"
+        echo "time to 0.87 (first: what a user waits for) is the mean wall time of training to the first"
+        echo "evaluation at or above 0.87, over the seeds that got there (how many in brackets; $evals_per_epoch evaluations"
+        echo "an epoch); accuracy is the final test accuracy, mean (min-max); samples/s is the median epoch"
+        echo "throughput after the first epoch (steady_samples_per_s), mean over seeds +- half the range;"
         echo "bad runs counts the runs that diverged (a non-finite loss, or stopped by the guard) or stalled"
         echo "(final test accuracy below 0.15, chance is 0.10)."
         if [ -n "$train_samples" ] && [ "$torch_note" = "${torch_note#not run}" ]; then
@@ -227,8 +228,8 @@ bench_readme() {
             function f(x, fmt) { return x == "" ? "-" : sprintf(fmt, x) }
             function print_row(    sps, acc, t87, runs, bad) {
                 if (v("model") != last) {
-                    printf "\n## %s\n\n| mode | workers | runs | bad runs | samples/s | final test acc | time to 0.87 (s) | stale mean | lock wait | barrier wait |\n", v("model")
-                    print "|---|---:|---:|---|---:|---|---:|---:|---:|---:|"
+                    printf "\n## %s\n\n| mode | workers | runs | time to 0.87 (s) | final test acc | samples/s | bad runs | stale mean | lock wait | barrier wait |\n", v("model")
+                    print "|---|---:|---:|---:|---|---:|---|---:|---:|---:|"
                     last = v("model")
                 }
                 sps = v("steady_samples_per_s_mean") == "" ? "-" : sprintf("%.0f +- %.0f", v("steady_samples_per_s_mean"), (v("steady_samples_per_s_max") - v("steady_samples_per_s_min")) / 2)
@@ -236,7 +237,7 @@ bench_readme() {
                 t87 = sprintf("%s (%d/%d)", f(v("time_to_087_mean"), "%.2f"), v("reached_087"), v("runs"))
                 runs = v("runs") (v("runs_not_ok") > 0 ? " (" v("runs_not_ok") " not ok)" : "")
                 bad = (v("runs_diverged") > 0 ? v("runs_diverged") " diverged " : "") (v("runs_stalled") > 0 ? v("runs_stalled") " stalled" : "")
-                printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v("label"), v("workers"), runs, bad == "" ? "-" : "**" bad "**", sps, acc, t87,
+                printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v("label"), v("workers"), runs, t87, acc, sps, bad == "" ? "-" : "**" bad "**",
                     f(v("stale_mean_mean"), "%.2f"), f(v("lock_wait_share_mean") == "" ? "" : 100 * v("lock_wait_share_mean"), "%.2f%%"),
                     f(v("barrier_wait_share_mean") == "" ? "" : 100 * v("barrier_wait_share_mean"), "%.2f%%")
             }' "$out/aggregate.csv"
