@@ -98,7 +98,7 @@ static int ckpt_check_model(const gt_model *m, const char *path, gt_err *e)
 
 /* ---- saving --------------------------------------------------------------------------------------- */
 
-#define CKPT_NFIXED 25 /* metadata members besides the tensors' CRCs */
+#define CKPT_NFIXED 29 /* metadata members besides the tensors' CRCs */
 
 /* Everything one save writes: the tensors, their CRC members and the metadata text. */
 typedef struct ckpt_save {
@@ -107,7 +107,7 @@ typedef struct ckpt_save {
     char (*crc_hex)[9];
     gt_st_kv *kv;
     int nout, nkv;
-    char in_shape[40], nums[11][24], reals[3][32], fingerprint[9];
+    char in_shape[40], nums[13][24], reals[4][32], fingerprint[9];
     char norm[2 * GT_NORM_MAX_C * 18]; /* input_norm: the model's --normalize values */
     char *header;
     size_t hlen;
@@ -203,6 +203,13 @@ static void ckpt_list_meta(ckpt_save *sv, const gt_model *m, const gt_ckpt_meta 
     ckpt_kv_real(sv, 2, "weight_decay", meta->weight_decay);
     snprintf(sv->fingerprint, sizeof sv->fingerprint, "%08" PRIx32, meta->data_fingerprint);
     ckpt_kv(sv, "data_fingerprint", sv->fingerprint);
+    if (meta->best_acc >= 0 && (strcmp(meta->best_of, "val") == 0 ||
+                                strcmp(meta->best_of, "test") == 0)) {
+        ckpt_kv(sv, "best_of", meta->best_of);
+        ckpt_kv_real(sv, 3, "best_acc", meta->best_acc);
+        ckpt_kv_u64(sv, 11, "best_step", meta->best_step);
+        ckpt_kv_u64(sv, 12, "since_best", meta->since_best);
+    }
     if (sv->classes)
         ckpt_kv(sv, meta->nnames <= CKPT_OLD_NAMES ? "classes" : "class_names", sv->classes);
     if (meta->resized)
@@ -587,6 +594,23 @@ static int ckpt_parse_meta(ckpt_file *cf, gt_err *e)
         ckpt_meta_opt_real(cf, "momentum", &mt->momentum, e) != 0 ||
         ckpt_meta_opt_real(cf, "weight_decay", &mt->weight_decay, e) != 0)
         return -1;
+    /* The monitored accuracy's best so far (--save-best, --patience): absent in a file written
+     * before any evaluation or before it was kept. */
+    mt->best_acc = -1;
+    const char *best_of = ckpt_meta_str(cf, "best_of");
+    if (best_of) {
+        if (strcmp(best_of, "val") != 0 && strcmp(best_of, "test") != 0)
+            return gt_fail(e, "checkpoint %s: metadata \"best_of\" is \"%.20s\", not \"val\" or "
+                              "\"test\"", cf->path, best_of);
+        snprintf(mt->best_of, sizeof mt->best_of, "%s", best_of);
+        if (ckpt_meta_opt_real(cf, "best_acc", &mt->best_acc, e) != 0 ||
+            ckpt_meta_opt_u64(cf, "best_step", CKPT_MAX_COUNT, &mt->best_step, e) != 0 ||
+            ckpt_meta_opt_u64(cf, "since_best", CKPT_MAX_COUNT, &mt->since_best, e) != 0)
+            return -1;
+        if (!(mt->best_acc >= 0 && mt->best_acc <= 1))
+            return gt_fail(e, "checkpoint %s: metadata \"best_acc\" is %g, not an accuracy in "
+                              "[0, 1]", cf->path, mt->best_acc);
+    }
     uint64_t resized = 0; /* absent: not resized */
     if (ckpt_meta_str(cf, "resize_images") &&
         ckpt_meta_u64(cf, "resize_images", 1, 1, &resized, e) != 0)

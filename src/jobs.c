@@ -157,9 +157,13 @@ static int evaluate_snapshot(run *r, const job *j, gt_eval_point *p, gt_err *e)
     return 0;
 }
 
+/* Which accuracy --save-best and --patience watch: validation's with --val-split, else test's. */
+const char *jobs_best_of(const run *r) { return r->data->val.n ? "val" : "test"; }
+
 /* Writes a snapshot with optimizer state to path (--checkpoint, or --save-best's file, kept
- * alone), with what resuming it needs. */
-static int jobs_write_checkpoint_to(run *r, const job *j, const char *path, int keep, gt_err *e)
+ * alone), with what resuming it needs: the run's best evaluation so far (res) among it. */
+static int jobs_write_checkpoint_to(run *r, const job *j, const gt_run_result *res,
+                                    const char *path, int keep, gt_err *e)
 {
     const gt_config *cfg = r->cfg;
     gt_ckpt_meta meta;
@@ -192,6 +196,10 @@ static int jobs_write_checkpoint_to(run *r, const job *j, const char *path, int 
     meta.lr = cfg->optim.lr;
     meta.momentum = cfg->optim.momentum;
     meta.weight_decay = cfg->optim.weight_decay;
+    meta.best_acc = res->best_acc;
+    meta.best_step = res->best_step;
+    meta.since_best = (uint64_t)r->jq.since_best;
+    snprintf(meta.best_of, sizeof meta.best_of, "%s", jobs_best_of(r));
     float *const state[2] = {j->state[0], j->state[1]};
     if (gt_ckpt_save_ema(path, r->m, j->params, j->ema, j->buffers, state, r->ps.nstate, &meta,
                          keep, e) != 0)
@@ -203,7 +211,7 @@ static int jobs_write_checkpoint_to(run *r, const job *j, const char *path, int 
 /* Writes a snapshot with optimizer state as --checkpoint. */
 int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e)
 {
-    if (jobs_write_checkpoint_to(r, j, r->cfg->checkpoint, r->cfg->keep, e) != 0)
+    if (jobs_write_checkpoint_to(r, j, res, r->cfg->checkpoint, r->cfg->keep, e) != 0)
         return -1;
     snprintf(res->checkpoint_written, sizeof res->checkpoint_written, "%s", r->cfg->checkpoint);
     return 0;
@@ -222,7 +230,7 @@ static int jobs_monitor(run *r, const job *j, const gt_eval_point *p, gt_run_res
         res->best_step = p->step;
         r->jq.since_best = 0;
         if (cfg->save_best[0] && j->params) {
-            if (jobs_write_checkpoint_to(r, j, cfg->save_best, 0, e) != 0)
+            if (jobs_write_checkpoint_to(r, j, res, cfg->save_best, 0, e) != 0)
                 return -1;
             snprintf(res->best_written, sizeof res->best_written, "%s", cfg->save_best);
         }

@@ -343,6 +343,8 @@ void jobs_post_snapshot_locked(run *r, int kinds, uint32_t epoch, uint64_t step)
 void jobs_post_due_locked(run *r, uint64_t step_in_epoch);
 int jobs_handle(run *r, job *j, gt_run_result *res, gt_err *e);
 int jobs_write_checkpoint(run *r, const job *j, gt_run_result *res, gt_err *e);
+/* "val" or "test": the accuracy --save-best and --patience watch in this run. */
+const char *jobs_best_of(const run *r);
 
 /* worker.c */
 int worker_injected(run *r, worker *w, uint64_t done);

@@ -17,6 +17,7 @@
 #include "gputrain/cluster.h"
 #include "gputrain/names.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -372,6 +373,14 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
         run_free(r);
         free(r);
         return -1;
+    }
+    /* A resumed run goes on from its best evaluation (--save-best's file is replaced only by a
+     * better one, --patience counts on), where it watched the same accuracy. */
+    const gt_ckpt_meta *rm = start->resumed;
+    if (rm && rm->best_acc >= 0 && strcmp(rm->best_of, jobs_best_of(r)) == 0) {
+        res->best_acc = rm->best_acc;
+        res->best_step = rm->best_step;
+        r->jq.since_best = rm->since_best > INT_MAX ? INT_MAX : (int)rm->since_best;
     }
     r->t0 = gt_now();
     res->startup_s = start->launched > 0 ? r->t0 - start->launched : 0;

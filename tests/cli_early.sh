@@ -3,8 +3,9 @@
 # set and evaluates it beside the test set (val_loss, val_acc on the terminal and in the log);
 # --save-best writes the state of the best monitored accuracy (validation's) where eval finds the
 # test accuracy the log gave at that step; --patience N stops after N evaluations without a
-# better one, says so in the done: line and the log, and saves the state it stopped at. Bad
-# values and clashing paths are refused (exit 2).
+# better one, says so in the done: line and the log, and saves the state it stopped at; a resumed
+# run goes on from the best its checkpoint recorded. Bad values and clashing paths are refused
+# (exit 2).
 . "$(dirname "$0")/lib_cli.sh"
 DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
 RUN=(--data "$DATA" --no-progress --train-samples 2560 --batch 16 --model mlp --gpus cpu:2 --mode sync)
@@ -49,6 +50,21 @@ expect_exit 0 -- "${RUN[@]}" --epochs 5 --lr 1e-30 --eval-every 10 --patience 1 
 grep -q "stopped early: no better test acc in 1 evaluations (best [0-9.]* at step 10)$" "$TMP/out" ||
     fail "patience without a split: $(grep '^done' "$TMP/out")"
 ! grep -q '"val_acc"' "$TMP/t.jsonl" || fail "val_acc logged without a split"
+
+# A resumed run goes on from its best evaluation: at a rate that changes nothing every evaluation
+# ties the first (step 10), so the resumed run finds no better one, leaves --save-best's file as
+# it was and counts --patience on: 6 evaluations without a better one by the end of epoch 1
+# (steps 20-60 and 64), 4 more (70-100) stop it.
+expect_exit 0 -- "${RUN[@]}" --epochs 1 --lr 1e-30 --eval-every 10 --val-split 0.2 --patience 10 \
+    --save-best "$TMP/rb.st" --checkpoint "$TMP/rc.st"
+cp "$TMP/rb.st" "$TMP/rb0.st"
+expect_exit 0 -- "${RUN[@]}" --epochs 2 --lr 1e-30 --eval-every 10 --val-split 0.2 --patience 10 \
+    --save-best "$TMP/rb.st" --resume "$TMP/rc.st" --log "$TMP/rr.jsonl"
+grep -q '^best:' "$TMP/out" && fail "resumed: a tie replaced the best: $(grep '^best' "$TMP/out")"
+cmp -s "$TMP/rb.st" "$TMP/rb0.st" || fail "resumed: --save-best's file was rewritten"
+grep -q "^done: .*; stopped early: no better val acc in 10 evaluations (best [0-9.]* at step 10)$" "$TMP/out" ||
+    fail "resumed: patience did not count on: $(grep '^done' "$TMP/out")"
+[ "$(grep -c '"type":"eval"' "$TMP/rr.jsonl")" -eq 4 ] || fail "resumed: $(grep -c '"type":"eval"' "$TMP/rr.jsonl") evaluations, not 4"
 
 # refusals: a split that leaves a side empty, the best and the latest in one file, a resume on
 # another split

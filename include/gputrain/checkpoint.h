@@ -81,6 +81,12 @@ typedef struct gt_ckpt_meta {
     double lr, momentum, weight_decay; /* as it ran them (after the recipe's corrections) */
     int has_ema;              /* the file holds ema.<tensor> for every parameter tensor (a moving
                                * average, --ema); set on reading, ignored on saving */
+    /* The run's best evaluation so far, which --save-best and --patience go on from after a
+     * resume: best_acc of the monitored accuracy best_of ("val" with --val-split, else "test"),
+     * at step best_step, and the evaluations since; best_acc < 0: none (not written). */
+    double best_acc;
+    uint64_t best_step, since_best;
+    char best_of[8];
 } gt_ckpt_meta;
 
 /* Writes a checkpoint atomically. state: gt_optim_nstate(optim) arrays of m->nparams (may be 0).
