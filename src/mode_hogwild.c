@@ -174,10 +174,12 @@ static uint64_t hogwild_done_step_locked(const run *r)
 
 /* After a step's push: telemetry, evaluations and checkpoints that fell due (at the position of
  * the batches pushed so far), the stop check and the rounds across hosts. */
-static void hogwild_done(run *r, worker *w, const gt_step_out *o, int n, uint32_t lo)
+static void hogwild_done(run *r, worker *w, const gt_step_out *o, int n, uint32_t lo, uint64_t t)
 {
-    /* the run's step: the store's count just after this push (another's may come between) */
-    report_step(r, w, atomic_load(&r->ps.updates), lo / (uint32_t)r->batch, o->loss_sum, n);
+    /* the run's step: this push's own update number t; a step that pushed nothing (a skipped
+     * non-finite gradient, t = 0) takes the store's count */
+    report_step(r, w, t ? t : atomic_load(&r->ps.updates), lo / (uint32_t)r->batch, o->loss_sum,
+                n);
     worker_mark_time(w);
     pthread_mutex_lock(&r->mu);
     if (hw(w)->pipe_inflight) {
@@ -216,16 +218,18 @@ static void hogwild_epoch(run *r, worker *w)
             return;
         }
         double t2 = gt_now();
+        uint64_t t = 0;
         if (rc == 0) {
             run_lr lr = run_lr_now(r, 0, 1);
-            gt_ps_push(&r->ps, w->index, r->W, w->dev->grad, lr.gscale, w->ver, lr.epoch);
+            gt_ps_push_numbered(&r->ps, w->index, r->W, w->dev->grad, lr.gscale, w->ver, lr.epoch,
+                                &t);
             gt_ps_push_stats(&r->ps, w->dev->stats);
         }
         double t3 = gt_now();
         w->pull_s += t1 - t0;
         w->device_s += t2 - t1;
         w->push_s += t3 - t2;
-        hogwild_done(r, w, &o, b.n, rg.lo);
+        hogwild_done(r, w, &o, b.n, rg.lo, t);
     }
 }
 
@@ -330,14 +334,15 @@ static void hogwild_epoch_overlap(run *r, worker *w)
         if (rc < 0)
             goto failed;
         double t0 = gt_now();
+        uint64_t t = 0;
         if (rc == 0) {
             run_lr lr = run_lr_now(r, 0, 1);
-            gt_ps_push(&r->ps, w->index, r->W, hw(w)->gbuf[o->buf], lr.gscale, hw(w)->vbuf[o->buf],
-                       lr.epoch);
+            gt_ps_push_numbered(&r->ps, w->index, r->W, hw(w)->gbuf[o->buf], lr.gscale,
+                                hw(w)->vbuf[o->buf], lr.epoch, &t);
             gt_ps_push_stats(&r->ps, w->dev->stats); /* step_end left the ended step's */
         }
         w->push_s += gt_now() - t0;
-        hogwild_done(r, w, &o->o, o->b.n, o->rg.lo);
+        hogwild_done(r, w, &o->o, o->b.n, o->rg.lo, t);
         head = (head + 1) % 2;
         nq--;
     }

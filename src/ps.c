@@ -372,7 +372,15 @@ static void ps_push_part(void *arg, int part)
 uint64_t gt_ps_push(gt_ps *ps, int worker, int nworkers, const float *g, float gscale,
                     const uint64_t *ver, double epoch)
 {
+    return gt_ps_push_numbered(ps, worker, nworkers, g, gscale, ver, epoch, NULL);
+}
+
+uint64_t gt_ps_push_numbered(gt_ps *ps, int worker, int nworkers, const float *g, float gscale,
+                             const uint64_t *ver, double epoch, uint64_t *update)
+{
     uint64_t t = atomic_fetch_add_explicit(&ps->updates, 1, memory_order_relaxed) + 1;
+    if (update)
+        *update = t;
     gt_optim_step step = gt_optim_prepare(&ps->optim, t, epoch);
     int start = nworkers > 0 ? (int)((int64_t)worker * ps->nranges / nworkers) : 0;
     ps_walk w = {.ps = ps, .first = start, .count = ps->nranges, .ver = (uint64_t *)ver,

@@ -39,8 +39,9 @@ echo "$first" | grep -q '"epoch":1,"step":61,"epoch_step":120,' || fail "resumed
 # one worker has 160 steps an epoch: the rest of epoch 1 is steps 61..100, epoch 2 is 101..260
 [ "$(evals "$TMP/s2.jsonl")" = "100 150 200 250 260 " ] || fail "resumed: eval steps $(evals "$TMP/s2.jsonl")"
 
-# hogwild: a step is one worker's batch; an evaluation is taken at the first push that reaches a
-# multiple of 50 and shows the count when its copy was taken (another worker's push may be in it)
+# hogwild: a step is one worker's batch, and a step record names its own push's update; an
+# evaluation is taken at the first push that reaches a multiple of 50 and shows the count when
+# its copy was taken (another worker's push may be in it)
 expect_exit 0 -- "${RUN[@]}" --gpus cpu:2 --epochs 2 --log "$TMP/h.jsonl" --log-steps
 python3 - "$TMP/h.jsonl" <<'PY' || fail "hogwild: steps $(evals "$TMP/h.jsonl")"
 import json, sys
@@ -52,6 +53,8 @@ assert ev[3] == 160 and ev[-1] == 320, ev
 steps = [r for r in recs if r["type"] == "step"]
 assert len(steps) == 320 and max(r["step"] for r in steps) == 320, len(steps)
 assert sorted(r["epoch_step"] for r in steps if r["epoch"] == 1) == list(range(160)), "epoch_step"
+# each step record names its own push: every update 1..320 once
+assert sorted(r["step"] for r in steps) == list(range(1, 321)), "step records repeat a number"
 PY
 
 # local: the store moves at the averages (every --sync-every 4 steps): an evaluation falls at the

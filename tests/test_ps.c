@@ -167,8 +167,10 @@ static void test_staleness(void)
         g[k] = 0.5f;
     gt_ps_pull(&ps, buf, va);
     gt_ps_pull(&ps, buf, vb);
-    CHECK(gt_ps_push(&ps, 0, 2, g, 1.0f, va, 0.0) == 0);
-    CHECK(gt_ps_push(&ps, 1, 2, g, 1.0f, vb, 0.0) == 1);
+    uint64_t t1 = 0, t2 = 0;
+    CHECK(gt_ps_push_numbered(&ps, 0, 2, g, 1.0f, va, 0.0, &t1) == 0);
+    CHECK(gt_ps_push_numbered(&ps, 1, 2, g, 1.0f, vb, 0.0, &t2) == 1);
+    CHECK(t1 == 1 && t2 == 2); /* each push's own update number */
     gt_ps_pull(&ps, buf, va);
     CHECK(va[0] == 2 && va[3] == 2);
     CHECK(buf[0] == -1.0f && buf[NPARAM - 1] == -1.0f);

@@ -111,6 +111,10 @@ void gt_ps_pull(gt_ps *ps, float *dst, uint64_t *ver);
  * epoch: training progress for the schedule. Returns the staleness (max over stripes). */
 uint64_t gt_ps_push(gt_ps *ps, int worker, int nworkers, const float *g, float gscale,
                     const uint64_t *ver, double epoch);
+/* gt_ps_push, giving the update's own number (1-based) in *update: the store's count may move on
+ * before the caller reads it, when another push lands. */
+uint64_t gt_ps_push_numbered(gt_ps *ps, int worker, int nworkers, const float *g, float gscale,
+                             const uint64_t *ver, double epoch, uint64_t *update);
 
 /* Applies one update to stripes [s_lo, s_hi) only, with update number t (sync and ssp split or
  * delegate the update of a clock this way). */
