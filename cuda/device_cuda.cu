@@ -879,10 +879,8 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
     if (g->fused && !d->eval_pred)
         return gt_fused_eval(c, &g->fnet, g->params, g->eval_x, g->eval_y, n, g->result, e);
     gt_cuda_pass pass = {n_fwd, g->params, NULL, NULL, NULL, 0, 0, NULL, 0, g->buffers, 0, NULL,
-                         g->params_half, NULL, 0, NULL};
+                         g->params_half, NULL, 0, NULL}; /* params_half: cuda_evaluate's */
     const float *logits;
-    if (g->params_half && gt_cuda_to_bf16(c, g->params, g->params_half, d->model->nparams, e))
-        return -1;
     if (gt_cuda_input(c, d->model, g->eval_x, g->act[0], n_fwd, e) ||
         cuda_forward(g, d->model, pass, &logits, e) ||
         gt_cuda_softmax_xent(c, logits, g->eval_y, n, g->nclasses, 1.0f / (float)n, NULL,
@@ -924,8 +922,12 @@ static int cuda_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32
      * convolutions a first run of seconds (resnet18's first evaluation of 2500 images at the
      * 1024-sample chunk: 2.3-2.7 s on each H200, then 0.07 s; fp32 0.12 s), which every replica
      * paid at once. */
-    int bf16_layers = c->bf16 && (!g->fused || d->eval_pred);
+    int layer_path = !g->fused || d->eval_pred, bf16_layers = c->bf16 && layer_path;
     uint32_t step = bf16_layers ? (uint32_t)d->max_batch : (uint32_t)g->cap;
+    /* The parameters' bf16 copy, once for every chunk. */
+    if (layer_path && g->params_half &&
+        gt_cuda_to_bf16(c, g->params, g->params_half, d->model->nparams, e))
+        return -1;
     for (uint32_t s = lo; s < hi; s += step) {
         int n = hi - s < step ? (int)(hi - s) : (int)step;
         if (cuda_eval_chunk(d, g, ds, s, n, bf16_layers ? (int)step : n, e))

@@ -130,10 +130,9 @@ static int allreduce_publish(run *r, worker *w)
         snprintf(w->error, sizeof w->error, "%s", e.msg);
         return -1;
     }
-    gt_ps_store_stripes(&r->ps, 0, r->ps.nranges, w->dev->params, 1);
+    gt_ps_store_stripes(&r->ps, 0, r->ps.nranges, w->dev->params, 0);
     gt_ps_store_buffers(&r->ps, w->dev->buffers); /* replica 0's running statistics, as DDP */
-    /* The moving average is replica 0's (allreduce_ema_update); storing the parameters above
-     * moved the store's own, which this replaces. */
+    /* The moving average is replica 0's (allreduce_ema_update). */
     if (r->ps.ema && allreduce_ema_get(r, w) != 0)
         return -1;
     return 0;

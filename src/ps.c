@@ -412,7 +412,8 @@ void gt_ps_apply_stripes_sum(gt_ps *ps, int s_lo, int s_hi, float *g, float *con
 
 void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src, unsigned span)
 {
-    /* the update stands for the span steps after the store's count: its number is the last's */
+    /* the update stands for the span steps after the store's count: its number is the last's;
+     * span 0 replaces the parameters and leaves the average to the caller */
     uint64_t t = atomic_load_explicit(&ps->updates, memory_order_relaxed) + span;
     for (int s = s_lo; s < s_hi; s++) {
         gt_stripe *st = &ps->stripes[s];
@@ -424,7 +425,8 @@ void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src, unsign
         else
             for (size_t i = st->lo; i < st->hi; i++)
                 __atomic_store(&ps->params[i], (float *)&src[i], __ATOMIC_RELAXED);
-        ps_ema_range(ps, st, t, span);
+        if (span > 0)
+            ps_ema_range(ps, st, t, span);
         if (ps->nstripes > 0)
             pthread_mutex_unlock(&st->lock);
     }

@@ -394,6 +394,12 @@ static void test_ema(int stripes)
     for (int k = 0; k < N; k++)
         CHECK(ps.params[k] == 5.0f && got[k] == 5.4375f);
     gt_ps_restore(&ps, &saved);
+    /* span 0 replaces the parameters and leaves the average alone (allreduce brings its own) */
+    gt_ps_store_stripes(&ps, 0, ps.nranges, src, 0);
+    gt_ps_pull_ema(&ps, got);
+    for (int k = 0; k < N; k++)
+        CHECK(ps.params[k] == 5.0f && got[k] == 6.75f);
+    gt_ps_restore(&ps, &saved);
     gt_ps_saved_free(&saved);
     /* the warm-up: update 1 after a reset keeps only 2/11 of the average */
     atomic_store(&ps.updates, 0);

@@ -130,7 +130,8 @@ void gt_ps_apply_stripes_sum(gt_ps *ps, int s_lo, int s_hi, float *g, float *con
 
 /* Overwrites stripes [s_lo, s_hi) of the parameters with src (local-mode averaging); with a
  * moving average, it stands for the span steps after the store's update count (the caller's
- * clock, not yet moved), and its number is the last of them (gt_ps_ema_decay). */
+ * clock, not yet moved), and its number is the last of them (gt_ps_ema_decay). span 0: the
+ * parameters are replaced and the average is left as it is (allreduce brings its own). */
 void gt_ps_store_stripes(gt_ps *ps, int s_lo, int s_hi, const float *src, unsigned span);
 
 /* Moves stripes [s_lo, s_hi) from the base `from` to the base `to`, keeping what was pushed since
