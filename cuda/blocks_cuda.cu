@@ -2,11 +2,15 @@
  * average pooling and its gradient, the residual add, and batch norm's count of batches. Each
  * mirrors its CPU twin in src/layers.c (gt_gap_forward, gt_gap_backward, gt_add) and
  * src/layer_kinds.c (the count), and each launcher checks the launch. Then the conversions of
- * the bf16 precision (device.h's GT_PRECISION_BF16) between fp32 arrays and bf16 copies, one of
- * them fused with the ReLU whose output a convolution reads. */
+ * the bf16 precision (device.h's GT_PRECISION_BF16) between fp32 arrays and channels-last bf16
+ * copies, one of them fused with the ReLU whose output a convolution reads; and batch norm in
+ * training (gt_batchnorm_forward_train and gt_batchnorm_backward). */
 #include "gt_cuda.h"
 
+#include "gputrain/layers.h" /* GT_BN_EPS */
+
 #include <cuda_bf16.h>
+#include <climits>
 
 /* One thread a plane, summed in order (the CPU's eight-lane sum differs by rounding only). */
 __global__ static void gap_forward_kernel(const float *x, float *y, size_t planes, size_t plane,
@@ -97,65 +101,318 @@ int gt_cuda_to_bf16(gt_cuda_ctx *c, const float *src, void *dst, size_t n, gt_er
     return 0;
 }
 
-__global__ static void from_bf16_kernel(const __nv_bfloat16 *src, float *dst, size_t n,
-                                        const float *bias, int ch, size_t plane)
+/* ---- bf16 convolutions in channels-last (NHWC) ---------------------------------------------- */
+
+/* Every 4-d array of the network stays NCHW in fp32; a bf16 convolution runs on NHWC copies
+ * (cuDNN's Hopper tensor-core kernels take channels-last; on NCHW bf16 it took a kernel without
+ * tensor cores). The copies are made and widened by one tiled transpose that also
+ * rounds, widens, adds a bias or accumulates, so the layout costs no pass of its own: out[b][q][p]
+ * = f(in[b][p][q]) for b < B, p < P, q < Q. */
+enum { T_TO_BF16, T_FROM_BF16, T_RELU_BF16, T_ADD_BF16 };
+#define T_TILE 32
+#define T_ROWS 8
+
+template <int OP> struct t_types;
+template <> struct t_types<T_TO_BF16> { typedef float In; typedef __nv_bfloat16 Out; };
+template <> struct t_types<T_RELU_BF16> { typedef float In; typedef __nv_bfloat16 Out; };
+template <> struct t_types<T_FROM_BF16> { typedef __nv_bfloat16 In; typedef float Out; };
+template <> struct t_types<T_ADD_BF16> { typedef __nv_bfloat16 In; typedef float Out; };
+
+__device__ static inline float t_load(const float *p) { return *p; }
+__device__ static inline float t_load(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ static inline void t_store(float *p, float v) { *p = v; }
+__device__ static inline void t_store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* T_FROM_BF16 adds bias[q] (NULL: none); T_RELU_BF16 also writes max(x, 0) in x's own layout into
+ * same (NaN passed on, as cuDNN's ReLU); T_ADD_BF16 adds into out. */
+template <int OP>
+__global__ static void transpose_kernel(const typename t_types<OP>::In *in,
+                                        typename t_types<OP>::Out *out, size_t B, int P, int Q,
+                                        const float *bias, float *same)
 {
-    GT_CUDA_GRID_STRIDE(i, n)
-    {
-        float v = __bfloat162float(src[i]);
-        dst[i] = bias ? v + bias[i / plane % (size_t)ch] : v;
+    __shared__ float tile[T_TILE][T_TILE + 1];
+    int p0 = blockIdx.y * T_TILE, q0 = blockIdx.x * T_TILE;
+    size_t plane = (size_t)P * Q;
+    for (size_t b = blockIdx.z; b < B; b += gridDim.z) {
+        const typename t_types<OP>::In *src = in + b * plane;
+        for (int j = threadIdx.y; j < T_TILE; j += T_ROWS) {
+            int p = p0 + j, q = q0 + threadIdx.x;
+            if (p < P && q < Q) {
+                float v = t_load(src + (size_t)p * Q + q);
+                if constexpr (OP == T_RELU_BF16) {
+                    v = v > 0.0f || v != v ? v : 0.0f;
+                    same[b * plane + (size_t)p * Q + q] = v;
+                }
+                tile[j][threadIdx.x] = v;
+            }
+        }
+        __syncthreads();
+        typename t_types<OP>::Out *dst = out + b * plane;
+        for (int j = threadIdx.y; j < T_TILE; j += T_ROWS) {
+            int q = q0 + j, p = p0 + threadIdx.x;
+            if (p < P && q < Q) {
+                float v = tile[threadIdx.x][j];
+                if constexpr (OP == T_FROM_BF16)
+                    if (bias)
+                    v += bias[q];
+                if constexpr (OP == T_ADD_BF16)
+                    v += dst[(size_t)q * P + p];
+                t_store(dst + (size_t)q * P + p, v);
+            }
+        }
+        __syncthreads();
     }
 }
 
-int gt_cuda_from_bf16(gt_cuda_ctx *c, const void *src, float *dst, size_t n, const float *bias,
-                      int ch, size_t plane, gt_err *e)
+template <int OP>
+static int transpose(gt_cuda_ctx *c, const void *in, void *out, size_t B, size_t P, size_t Q,
+                     const float *bias, float *same, gt_err *e)
 {
-    if (n == 0)
+    if (B == 0 || P == 0 || Q == 0)
         return 0;
-    if (bias && (ch < 1 || plane < 1))
-        return gt_fail(e, "%s: bf16 bias of %d channels of %zu values", c->name, ch, plane);
-    from_bf16_kernel<<<gt_cuda_grid(n), GT_CUDA_THREADS, 0, c->stream>>>(
-        (const __nv_bfloat16 *)src, dst, n, bias, ch, plane);
+    if (P > (size_t)65535 * T_TILE || Q > (size_t)INT_MAX)
+        return gt_fail(e, "%s: a channels-last copy of %zu x %zu values is too large", c->name, P,
+                       Q);
+    dim3 grid((unsigned)((Q + T_TILE - 1) / T_TILE), (unsigned)((P + T_TILE - 1) / T_TILE),
+              (unsigned)(B < 65535 ? B : 65535));
+    transpose_kernel<OP><<<grid, dim3(T_TILE, T_ROWS), 0, c->stream>>>(
+        (const typename t_types<OP>::In *)in, (typename t_types<OP>::Out *)out, B, (int)P,
+        (int)Q, bias, same);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
 
-/* y and its bf16 copy in one pass, where a ReLU and the next convolution's rounding of its
- * input were two (the copy is the same bits as gt_cuda_to_bf16's of y). */
-__global__ static void relu_bf16_kernel(const float *x, float *y, __nv_bfloat16 *y_half, size_t n)
+int gt_cuda_to_nhwc_bf16(gt_cuda_ctx *c, const float *src, void *dst, size_t n, int ch,
+                         size_t plane, gt_err *e)
 {
-    GT_CUDA_GRID_STRIDE(i, n)
-    {
-        float v = x[i];
-        v = v > 0.0f || v != v ? v : 0.0f;
-        y[i] = v;
-        y_half[i] = __float2bfloat16_rn(v);
+    return transpose<T_TO_BF16>(c, src, dst, n, (size_t)ch, plane, NULL, NULL, e);
+}
+
+int gt_cuda_from_nhwc_bf16(gt_cuda_ctx *c, const void *src, float *dst, size_t n, int ch,
+                           size_t plane, const float *bias, gt_err *e)
+{
+    return transpose<T_FROM_BF16>(c, src, dst, n, plane, (size_t)ch, bias, NULL, e);
+}
+
+int gt_cuda_relu_bf16(gt_cuda_ctx *c, const float *x, float *y, void *y_half, size_t n, int ch,
+                      size_t plane, gt_err *e)
+{
+    return transpose<T_RELU_BF16>(c, x, y_half, n, (size_t)ch, plane, NULL, y, e);
+}
+
+int gt_cuda_filter_to_krsc_bf16(gt_cuda_ctx *c, const float *w, void *dst, int k, int ch,
+                                int rs, gt_err *e)
+{
+    return transpose<T_TO_BF16>(c, w, dst, (size_t)k, (size_t)ch, (size_t)rs, NULL, NULL, e);
+}
+
+int gt_cuda_filter_add_krsc_bf16(gt_cuda_ctx *c, const void *src, float *dw, int k, int ch,
+                                 int rs, gt_err *e)
+{
+    return transpose<T_ADD_BF16>(c, src, dw, (size_t)k, (size_t)rs, (size_t)ch, NULL, NULL, e);
+}
+
+
+/* ---- batch normalisation in training (NCHW fp32) --------------------------------------------- */
+
+/* cuDNN's NCHW kernels took about 3x (forward) and 5x (backward) the time their bytes need at
+ * memory bandwidth on resnet18's largest layers (an H200, measured with ncu), so training runs
+ * these: per channel, blocks of split samples write partial sums ([ch][split][2]), one
+ * thread a channel adds them in double in a fixed order (deterministic, like the CPU's double
+ * sums) and derives per-channel coefficients, then an element-wise pass applies them. Forward
+ * reads x twice and writes y once; backward reads x and dy twice and writes dx once. Sums are
+ * shifted by the channel's first value (sample 0, position 0), so that the squares do not
+ * cancel where the mean is far from 0. */
+#define BN_THREADS 256
+
+__device__ static void bn_block_sum2(float &a, float &b)
+{
+    __shared__ float sa[BN_THREADS], sb[BN_THREADS];
+    sa[threadIdx.x] = a;
+    sb[threadIdx.x] = b;
+    __syncthreads();
+    for (int w = BN_THREADS / 2; w > 0; w >>= 1) {
+        if ((int)threadIdx.x < w) {
+            sa[threadIdx.x] += sa[threadIdx.x + w];
+            sb[threadIdx.x] += sb[threadIdx.x + w];
+        }
+        __syncthreads();
+    }
+    a = sa[0];
+    b = sb[0];
+}
+
+/* Block (c, s): samples [n s / S, n (s + 1) / S) of channel c. Forward (dy NULL): sums of d and
+ * d^2, d = x - x[channel start]. Backward: sums of dy and dy * (x - mean) * invstd. */
+__global__ static void bn_partial_kernel(const float *x, const float *dy, const float *save,
+                                         unsigned n, unsigned ch, unsigned plane, float *part)
+{
+    unsigned c = blockIdx.x, s = blockIdx.y, S = gridDim.y;
+    unsigned n0 = (unsigned)((unsigned long long)n * s / S);
+    unsigned n1 = (unsigned)((unsigned long long)n * (s + 1) / S);
+    unsigned cnt = (n1 - n0) * plane;
+    float shift = dy ? save[c] : x[(size_t)c * plane], invstd = dy ? save[ch + c] : 1.0f;
+    float a = 0.0f, b = 0.0f;
+    for (unsigned j = threadIdx.x; j < cnt; j += BN_THREADS) {
+        unsigned i = j / plane, k = j - i * plane;
+        size_t at = ((size_t)(n0 + i) * ch + c) * plane + k;
+        float d = x[at] - shift;
+        if (dy) {
+            float g = dy[at];
+            a += g;
+            b += g * d * invstd;
+        } else {
+            a += d;
+            b += d * d;
+        }
+    }
+    bn_block_sum2(a, b);
+    if (threadIdx.x == 0) {
+        part[((size_t)c * S + s) * 2] = a;
+        part[((size_t)c * S + s) * 2 + 1] = b;
     }
 }
 
-int gt_cuda_relu_bf16(gt_cuda_ctx *c, const float *x, float *y, void *y_half, size_t n,
-                      gt_err *e)
+/* Forward: the batch's mean and inverse std into save (cuDNN's saveMean and saveInvVariance,
+ * what backward reads), the running statistics moved by factor (1: replaced; the unbiased
+ * variance, as cuDNN and PyTorch), and y's coefficients (mean, gamma * invstd) into coef. */
+__global__ static void bn_forward_finish_kernel(const float *x, const float *part, unsigned S,
+                                                unsigned ch, unsigned plane, double m,
+                                                const float *gamma, double factor, float *rmean,
+                                                float *rvar, float *save, float *coef)
 {
-    if (n == 0)
-        return 0;
-    relu_bf16_kernel<<<gt_cuda_grid(n), GT_CUDA_THREADS, 0, c->stream>>>(
-        x, y, (__nv_bfloat16 *)y_half, n);
+    unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= ch)
+        return;
+    double s1 = 0, s2 = 0;
+    for (unsigned s = 0; s < S; s++) {
+        s1 += part[((size_t)c * S + s) * 2];
+        s2 += part[((size_t)c * S + s) * 2 + 1];
+    }
+    double d = s1 / m, mean = (double)x[(size_t)c * plane] + d, var = s2 / m - d * d;
+    var = var > 0 ? var : 0;
+    double unbiased = m > 1 ? var * m / (m - 1) : var;
+    double invstd = 1.0 / sqrt(var + GT_BN_EPS);
+    save[c] = (float)mean;
+    save[ch + c] = (float)invstd;
+    rmean[c] = factor == 1 ? (float)mean : (float)((1 - factor) * rmean[c] + factor * mean);
+    rvar[c] = factor == 1 ? (float)unbiased : (float)((1 - factor) * rvar[c] + factor * unbiased);
+    coef[c] = (float)mean;
+    coef[ch + c] = gamma[c] * (float)invstd;
+}
+
+/* y = (x - mean) * (gamma * invstd) + beta, the CPU's order. */
+__global__ static void bn_apply_kernel(const float *x, float *y, size_t total, unsigned ch,
+                                       unsigned plane, const float *coef, const float *beta)
+{
+    GT_CUDA_GRID_STRIDE(i, total)
+    {
+        unsigned c = (unsigned)((i / plane) % ch);
+        y[i] = (x[i] - coef[c]) * coef[ch + c] + beta[c];
+    }
+}
+
+/* Backward: dgamma += sum(dy xhat), dbeta += sum(dy), and dx's coefficients:
+ * dx = k dy - k invstd sum(dy xhat) / m (x - mean) - k sum(dy) / m, k = gamma invstd. */
+__global__ static void bn_backward_finish_kernel(const float *part, unsigned S, unsigned ch,
+                                                 double m, const float *gamma, const float *save,
+                                                 float *dgamma, float *dbeta, float *coef)
+{
+    unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= ch)
+        return;
+    double sum_dy = 0, sum_dy_xhat = 0;
+    for (unsigned s = 0; s < S; s++) {
+        sum_dy += part[((size_t)c * S + s) * 2];
+        sum_dy_xhat += part[((size_t)c * S + s) * 2 + 1];
+    }
+    dgamma[c] += (float)sum_dy_xhat;
+    dbeta[c] += (float)sum_dy;
+    double k = (double)gamma[c] * save[ch + c];
+    coef[c] = (float)k;
+    coef[ch + c] = (float)(k * save[ch + c] * sum_dy_xhat / m);
+    coef[2 * ch + c] = (float)(k * sum_dy / m);
+}
+
+__global__ static void bn_backward_apply_kernel(const float *x, const float *dy, float *dx,
+                                                size_t total, unsigned ch, unsigned plane,
+                                                const float *save, const float *coef)
+{
+    GT_CUDA_GRID_STRIDE(i, total)
+    {
+        unsigned c = (unsigned)((i / plane) % ch);
+        dx[i] = coef[c] * dy[i] - coef[ch + c] * (x[i] - save[c]) - coef[2 * ch + c];
+    }
+}
+
+/* Blocks a channel's sum is split over: about four blocks a multiprocessor in all. */
+static int bn_splits_max(const gt_cuda_ctx *c, int ch)
+{
+    int want = (4 * (c->sms > 0 ? c->sms : 132) + ch - 1) / ch;
+    return want < 1 ? 1 : want;
+}
+
+static int bn_splits(const gt_cuda_ctx *c, int n, int ch)
+{
+    int want = bn_splits_max(c, ch);
+    return want > n ? n : want;
+}
+
+size_t gt_cuda_bn_scratch_len(const gt_cuda_ctx *c, int ch)
+{
+    return 3 * (size_t)ch + 2 * (size_t)ch * (size_t)bn_splits_max(c, ch);
+}
+
+static int bn_shape_ok(gt_cuda_ctx *c, int n, int ch, size_t plane, gt_err *e)
+{
+    if (n < 1 || ch < 1 || plane < 1 || (unsigned long long)n * plane >= UINT_MAX ||
+        (unsigned long long)ch * plane >= UINT_MAX)
+        return gt_fail(e, "%s: batch norm over %d samples of %d channels of %zu values is out "
+                          "of range",
+                       c->name, n, ch, plane);
+    return 0;
+}
+
+int gt_cuda_bn_forward_train(gt_cuda_ctx *c, const float *x, float *y, int n, int ch,
+                             size_t plane, const float *gamma, const float *beta, double factor,
+                             float *rmean, float *rvar, float *save, float *scratch, gt_err *e)
+{
+    if (bn_shape_ok(c, n, ch, plane, e))
+        return -1;
+    int S = bn_splits(c, n, ch);
+    float *coef = scratch, *part = scratch + 3 * (size_t)ch;
+    bn_partial_kernel<<<dim3((unsigned)ch, (unsigned)S), BN_THREADS, 0, c->stream>>>(
+        x, NULL, NULL, (unsigned)n, (unsigned)ch, (unsigned)plane, part);
+    GT_CUDA_LAUNCHED(c->name, e);
+    bn_forward_finish_kernel<<<(ch + 127) / 128, 128, 0, c->stream>>>(
+        x, part, (unsigned)S, (unsigned)ch, (unsigned)plane, (double)n * (double)plane, gamma,
+        factor, rmean, rvar, save, coef);
+    GT_CUDA_LAUNCHED(c->name, e);
+    size_t total = (size_t)n * ch * plane;
+    bn_apply_kernel<<<gt_cuda_grid(total), GT_CUDA_THREADS, 0, c->stream>>>(
+        x, y, total, (unsigned)ch, (unsigned)plane, coef, beta);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
 
-__global__ static void add_bf16_kernel(const __nv_bfloat16 *src, float *dst, size_t n)
+int gt_cuda_bn_backward(gt_cuda_ctx *c, const float *x, const float *dy, float *dx, int n,
+                        int ch, size_t plane, const float *gamma, const float *save,
+                        float *dgamma, float *dbeta, float *scratch, gt_err *e)
 {
-    GT_CUDA_GRID_STRIDE(i, n)
-    dst[i] += __bfloat162float(src[i]);
-}
-
-int gt_cuda_add_bf16(gt_cuda_ctx *c, const void *src, float *dst, size_t n, gt_err *e)
-{
-    if (n == 0)
-        return 0;
-    add_bf16_kernel<<<gt_cuda_grid(n), GT_CUDA_THREADS, 0, c->stream>>>((const __nv_bfloat16 *)src,
-                                                                       dst, n);
+    if (bn_shape_ok(c, n, ch, plane, e))
+        return -1;
+    int S = bn_splits(c, n, ch);
+    float *coef = scratch, *part = scratch + 3 * (size_t)ch;
+    bn_partial_kernel<<<dim3((unsigned)ch, (unsigned)S), BN_THREADS, 0, c->stream>>>(
+        x, dy, save, (unsigned)n, (unsigned)ch, (unsigned)plane, part);
+    GT_CUDA_LAUNCHED(c->name, e);
+    bn_backward_finish_kernel<<<(ch + 127) / 128, 128, 0, c->stream>>>(
+        part, (unsigned)S, (unsigned)ch, (double)n * (double)plane, gamma, save, dgamma, dbeta,
+        coef);
+    GT_CUDA_LAUNCHED(c->name, e);
+    size_t total = (size_t)n * ch * plane;
+    bn_backward_apply_kernel<<<gt_cuda_grid(total), GT_CUDA_THREADS, 0, c->stream>>>(
+        x, dy, dx, total, (unsigned)ch, (unsigned)plane, save, coef);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }

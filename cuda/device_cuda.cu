@@ -592,6 +592,25 @@ static int cuda_backward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, gt_
     return 0;
 }
 
+/* The parameters' bf16 copy for a step or an evaluation: rounded in place, each convolution's
+ * filter (k, c, r, s) in cuDNN's channels-last filter layout (k, r, s, c), as its bf16
+ * convolution reads it (layers_cuda.cu). A 1x1 filter is the same either way. */
+static int cuda_params_half(cuda_impl *g, const gt_model *m, gt_err *e)
+{
+    gt_cuda_ctx *c = g->ctx;
+    if (gt_cuda_to_bf16(c, g->params, g->params_half, m->nparams, e))
+        return -1;
+    for (int l = 0; l < m->nlayers; l++) {
+        const gt_layer *L = &m->layers[l];
+        if (L->kind == GT_CONV && L->k > 1 &&
+            gt_cuda_filter_to_krsc_bf16(c, g->params + L->w_off,
+                                        (__nv_bfloat16 *)g->params_half + L->w_off, L->out_c,
+                                        L->in_c, L->k * L->k, e))
+            return -1;
+    }
+    return 0;
+}
+
 /* A training step layer by layer, on the batch in slot s: the gradient accumulates into a zeroed
  * array, the loss into a zeroed result. */
 static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int n, gt_err *e)
@@ -603,7 +622,7 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
                          (const gt_cuda_key *)s->dev, 1, d->keep_grad ? g->buffers : g->stats,
                          d->keep_grad, NULL, g->params_half, NULL, 0, NULL};
     const float *logits;
-    if (g->params_half && gt_cuda_to_bf16(c, g->params, g->params_half, m->nparams, e))
+    if (g->params_half && cuda_params_half(g, m, e))
         return -1;
     if (g->stats && !d->keep_grad)
         GT_CUDA_CHECK(d->name, e,
@@ -925,8 +944,7 @@ static int cuda_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32
     int layer_path = !g->fused || d->eval_pred, bf16_layers = c->bf16 && layer_path;
     uint32_t step = bf16_layers ? (uint32_t)d->max_batch : (uint32_t)g->cap;
     /* The parameters' bf16 copy, once for every chunk. */
-    if (layer_path && g->params_half &&
-        gt_cuda_to_bf16(c, g->params, g->params_half, d->model->nparams, e))
+    if (layer_path && g->params_half && cuda_params_half(g, d->model, e))
         return -1;
     for (uint32_t s = lo; s < hi; s += step) {
         int n = hi - s < step ? (int)(hi - s) : (int)step;
@@ -1034,6 +1052,22 @@ int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out)
     for (int i = 0; i < CUDA_GRAPHS; i++)
         out->ngraphs += g->graph[i].exec != NULL;
     out->graph_error = g->graph_error;
+    return 0;
+}
+
+int gt_cuda_device_print_algos(gt_device *d, FILE *f)
+{
+    cuda_impl *g = cuda_impl_of(d);
+    if (!g)
+        return -1;
+    for (int l = 0; l < d->model->nlayers; l++) {
+        char what[128];
+        if (d->model->layers[l].kind != GT_CONV)
+            continue;
+        gt_cuda_layer_describe_algos(&g->layer[l], what, sizeof what);
+        fprintf(f, "layer %d (%s, batch %d): %s\n", l, d->model->layers[l].name,
+                g->layer[l].n, what);
+    }
     return 0;
 }
 

@@ -15,6 +15,8 @@
 
 #include "gputrain/device.h"
 
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -89,6 +91,9 @@ typedef struct gt_cuda_path {
 int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e);
 /* 0 and the path of d, or -1 when d is not a CUDA device. */
 int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out);
+/* Prints each convolution's chosen algorithms at the batch it runs now, a line each
+ * (gt_cuda_layer_describe_algos); -1 when d is not a CUDA device. For benchmarks. */
+int gt_cuda_device_print_algos(gt_device *d, FILE *f);
 /* bf16 training steps: on (the default), a convolution's bf16 input is made once a step (by the
  * ReLU that writes it, or the first convolution that reads it) and kept for the others and for
  * backward; off, every convolution rounds its input again in forward and in backward, as before
@@ -263,6 +268,7 @@ typedef struct gt_cuda_layer {
     cudnnActivationDescriptor_t act_desc;
     cudnnTensorDescriptor_t bn_desc; /* batch norm: 1 x C x 1 x 1, its parameters and statistics */
     float *bn_save;           /* batch norm: the batch mean and inverse std of its forward (2 C) */
+    float *bn_scratch;        /* batch norm: partial sums and coefficients (blocks_cuda.cu) */
 } gt_cuda_layer;
 
 /* A training batch's dropout seed and epoch in device memory, beside its sample ids: a replayed
@@ -318,6 +324,8 @@ void gt_cuda_layer_destroy(gt_cuda_layer *cl);
 int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max, int wait,
                                const float *x, const float *w, float *y, float *dx, float *dw,
                                size_t *ws_need, gt_err *e);
+/* The chosen algorithms, "fwd A/mM filter A/mM data A/mM"; snprintf's return. */
+int gt_cuda_layer_describe_algos(const gt_cuda_layer *cl, char *buf, size_t len);
 
 /* y = layer(x). Dropout always drops here: an evaluation pass skips the layer instead. */
 int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
@@ -386,19 +394,42 @@ int gt_cuda_add(gt_cuda_ctx *c, const float *a, const float *b, float *y, size_t
 /* Batch norm's count of batches (one float in device memory): + 1 with accumulate, else 1. */
 int gt_cuda_bn_count(gt_cuda_ctx *c, float *count, int accumulate, gt_err *e);
 
+/* Batch norm in training on NCHW fp32 (blocks_cuda.cu), with src/layers.c's semantics:
+ * forward normalises with the batch's statistics, writes its mean and inverse std into save (2
+ * ch) and moves the running statistics by factor (1: replaces them; the variance unbiased);
+ * backward, from forward's save, adds into dgamma and dbeta and writes dx. scratch holds
+ * gt_cuda_bn_scratch_len(c, ch) floats of device memory. */
+size_t gt_cuda_bn_scratch_len(const gt_cuda_ctx *c, int ch);
+int gt_cuda_bn_forward_train(gt_cuda_ctx *c, const float *x, float *y, int n, int ch,
+                             size_t plane, const float *gamma, const float *beta, double factor,
+                             float *rmean, float *rvar, float *save, float *scratch, gt_err *e);
+int gt_cuda_bn_backward(gt_cuda_ctx *c, const float *x, const float *dy, float *dx, int n,
+                        int ch, size_t plane, const float *gamma, const float *save,
+                        float *dgamma, float *dbeta, float *scratch, gt_err *e);
+
 /* ---- bf16 conversions (blocks_cuda.cu); bf16 arrays are __nv_bfloat16 -------------------- */
 
 /* dst = src rounded to bf16 (nearest even), n values. */
 int gt_cuda_to_bf16(gt_cuda_ctx *c, const float *src, void *dst, size_t n, gt_err *e);
-/* dst[i] = src[i] (bf16) + bias[i / plane % ch] (bias NULL: none), n values. */
-int gt_cuda_from_bf16(gt_cuda_ctx *c, const void *src, float *dst, size_t n, const float *bias,
-                      int ch, size_t plane, gt_err *e);
-/* y = max(x, 0) (NaN passed on, as cuDNN's ReLU), and y_half = y rounded to bf16 (nearest
- * even, gt_cuda_to_bf16's rounding), n values: a ReLU whose output a convolution reads. */
-int gt_cuda_relu_bf16(gt_cuda_ctx *c, const float *x, float *y, void *y_half, size_t n,
-                      gt_err *e);
-/* dst[i] += src[i] (bf16), n values: a bf16 weight gradient into the fp32 one. */
-int gt_cuda_add_bf16(gt_cuda_ctx *c, const void *src, float *dst, size_t n, gt_err *e);
+/* bf16 convolutions run channels-last (NHWC) on bf16 copies while the network's arrays stay NCHW
+ * fp32 (blocks_cuda.cu); each conversion transposes on the way. n samples of ch channels of plane
+ * values each. */
+/* dst (NHWC bf16) = src (NCHW fp32) rounded to bf16 (nearest even). */
+int gt_cuda_to_nhwc_bf16(gt_cuda_ctx *c, const float *src, void *dst, size_t n, int ch,
+                         size_t plane, gt_err *e);
+/* dst (NCHW fp32) = src (NHWC bf16) + bias[channel] (bias NULL: none). */
+int gt_cuda_from_nhwc_bf16(gt_cuda_ctx *c, const void *src, float *dst, size_t n, int ch,
+                           size_t plane, const float *bias, gt_err *e);
+/* y = max(x, 0) (NaN passed on, as cuDNN's ReLU), NCHW, and y_half = y rounded to bf16 (nearest
+ * even, gt_cuda_to_nhwc_bf16's rounding) in NHWC: a ReLU whose output a convolution reads. */
+int gt_cuda_relu_bf16(gt_cuda_ctx *c, const float *x, float *y, void *y_half, size_t n, int ch,
+                      size_t plane, gt_err *e);
+/* A filter's bf16 copy in cuDNN's NHWC filter layout (k, r, s, c) from its fp32 (k, c, r, s),
+ * rs = r * s; and a bf16 (k, r, s, c) weight gradient added into the fp32 (k, c, r, s) one. */
+int gt_cuda_filter_to_krsc_bf16(gt_cuda_ctx *c, const float *w, void *dst, int k, int ch,
+                                int rs, gt_err *e);
+int gt_cuda_filter_add_krsc_bf16(gt_cuda_ctx *c, const void *src, float *dw, int k, int ch,
+                                 int rs, gt_err *e);
 
 /* ---- the fused LeNet step (fused_cuda.cu, kernels in fused_kernels.cuh) --------------------- */
 

@@ -1,9 +1,9 @@
 /* layers_cuda.cu - the GPU version of each layer of src/layers.c, with the same semantics and
  * layouts: convolution (any stride and padding, with or without bias), pooling, activations and
- * batch norm through cuDNN (NCHW float), linear through cuBLAS, dropout through kernels.cu,
- * global average pooling and the residual add through blocks_cuda.cu. The block markers "res["
- * and "|" compute nothing here: the network loop (device_cuda.cu) routes their activations and
- * gradients, as src/cpu_net.c does.
+ * batch norm's evaluation through cuDNN (NCHW float), linear through cuBLAS, dropout through
+ * kernels.cu, batch norm in training, global average pooling and the residual add through
+ * blocks_cuda.cu. The block markers "res[" and "|" compute nothing here: the network loop
+ * (device_cuda.cu) routes their activations and gradients, as src/cpu_net.c does.
  *
  * A gt_cuda_layer holds the descriptors of one layer; they are rewritten only when the batch
  * size changes (a short last batch, an evaluation chunk). Convolution algorithms are chosen once
@@ -15,7 +15,10 @@
  * In a bf16 context (device.h's GT_PRECISION_BF16) convolutions and linear layers round their
  * input, weights and output gradient into bf16 copies (the context's half scratch and the pass's
  * params_half), multiply with fp32 accumulation, and widen the results back to fp32: activations,
- * gradients and everything else stay fp32. In a training step a convolution's input copy is the
+ * gradients and everything else stay fp32. A convolution's copies are channels-last (NHWC, its
+ * filter's k, r, s, c), the layout Hopper's tensor-core kernels take (on NCHW bf16 cuDNN ran a
+ * kernel without tensor cores); the conversions transpose as they round or widen, so the arrays
+ * the rest of the network sees stay NCHW. In a training step a convolution's input copy is the
  * pass's x_half, made once a step (by the ReLU before it, which then writes its output's copy as
  * well, or by the first convolution of that input) and read again by backward. */
 #include "gt_cuda.h"
@@ -36,10 +39,16 @@ static int layer_fail(gt_cuda_ctx *c, const gt_cuda_layer *cl, gt_err *e, const 
                    cl->L.name[0] ? cl->L.name : "unnamed", what);
 }
 
+/* bf16 convolutions are channels-last (NHWC copies, blocks_cuda.cu); everything else NCHW. */
+static cudnnTensorFormat_t layout_of(cudnnDataType_t type)
+{
+    return type == CUDNN_DATA_BFLOAT16 ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+}
+
 static int tensor_set_type(gt_cuda_ctx *c, cudnnTensorDescriptor_t d, cudnnDataType_t type, int n,
                            int ch, int h, int w, gt_err *e)
 {
-    GT_CUDNN_CHECK(c->name, e, cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type, n, ch, h, w));
+    GT_CUDNN_CHECK(c->name, e, cudnnSetTensor4dDescriptor(d, layout_of(type), type, n, ch, h, w));
     return 0;
 }
 
@@ -249,6 +258,7 @@ static gt_conv_key conv_key(const gt_cuda_ctx *c, const gt_cuda_layer *cl, int d
     k.stride = L->stride;
     k.pad = L->pad;
     k.dtype = (int)cl->dtype;
+    k.layout = (int)layout_of(cl->dtype);
     k.math = (int)conv_search_math(c);
     k.direction = direction;
     k.deterministic = direction != GT_CONV_FWD && !c->tf32;
@@ -360,6 +370,23 @@ int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_m
     return 0;
 }
 
+/* The chosen algorithms of a convolution as "fwd A/mM filter A/mM data A/mM" (cuDNN's algorithm
+ * and math type numbers; data only where backward computes an input gradient). */
+int gt_cuda_layer_describe_algos(const gt_cuda_layer *cl, char *buf, size_t len)
+{
+    cudnnMathType_t mf = CUDNN_DEFAULT_MATH, mw = CUDNN_DEFAULT_MATH, md = CUDNN_DEFAULT_MATH;
+    if (cl->L.kind != GT_CONV || !cl->planned)
+        return snprintf(buf, len, "-");
+    cudnnGetConvolutionMathType(cl->conv_fwd, &mf);
+    cudnnGetConvolutionMathType(cl->conv_bwd_filter, &mw);
+    cudnnGetConvolutionMathType(cl->conv_bwd_data, &md);
+    if (!cl->need_dx)
+        return snprintf(buf, len, "fwd %d/m%d filter %d/m%d", (int)cl->fwd_algo, (int)mf,
+                        (int)cl->bwd_filter_algo, (int)mw);
+    return snprintf(buf, len, "fwd %d/m%d filter %d/m%d data %d/m%d", (int)cl->fwd_algo, (int)mf,
+                    (int)cl->bwd_filter_algo, (int)mw, (int)cl->bwd_data_algo, (int)md);
+}
+
 /* ---- descriptors ----------------------------------------------------------------------------- */
 
 static int layer_set_batch(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
@@ -437,7 +464,7 @@ static int conv_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
     GT_CUDNN_CHECK(c->name, e, cudnnCreateTensorDescriptor(&cl->bias_desc));
     GT_CUDNN_CHECK(c->name, e, cudnnCreateFilterDescriptor(&cl->w_desc));
     GT_CUDNN_CHECK(c->name, e,
-                   cudnnSetFilter4dDescriptor(cl->w_desc, cl->dtype, CUDNN_TENSOR_NCHW,
+                   cudnnSetFilter4dDescriptor(cl->w_desc, cl->dtype, layout_of(cl->dtype),
                                               L->out_c, L->in_c, L->k, L->k));
     if (tensor_set(c, cl->bias_desc, 1, L->out_c, 1, 1, e) || conv_bias_alloc(c, cl, e))
         return -1;
@@ -482,8 +509,9 @@ static int pool_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
     return 0;
 }
 
-/* Batch norm: the batch's descriptor (set per batch size), the 1 x C x 1 x 1 one of gamma, beta
- * and the statistics, and the saved mean and inverse std the backward reads. */
+/* Batch norm: the batch's descriptor (set per batch size) and the 1 x C x 1 x 1 one of gamma,
+ * beta and the statistics (cuDNN's inference), the saved mean and inverse std the backward
+ * reads, and the training kernels' scratch. */
 static int bn_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
 {
     const gt_layer *L = &cl->L;
@@ -494,7 +522,10 @@ static int bn_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
     GT_CUDNN_CHECK(c->name, e, cudnnCreateTensorDescriptor(&cl->bn_desc));
     if (tensor_set(c, cl->bn_desc, 1, L->in_c, 1, 1, e))
         return -1;
-    return gt_cuda_malloc(c, (void **)&cl->bn_save, 2 * (size_t)L->in_c * sizeof(float), e);
+    if (gt_cuda_malloc(c, (void **)&cl->bn_save, 2 * (size_t)L->in_c * sizeof(float), e))
+        return -1;
+    return gt_cuda_malloc(c, (void **)&cl->bn_scratch,
+                          gt_cuda_bn_scratch_len(c, L->in_c) * sizeof(float), e);
 }
 
 static int act_init(gt_cuda_ctx *c, gt_cuda_layer *cl, gt_err *e)
@@ -566,6 +597,8 @@ void gt_cuda_layer_destroy(gt_cuda_layer *cl)
         cudnnDestroyTensorDescriptor(cl->bn_desc);
     if (cl->bn_save)
         cudaFree(cl->bn_save);
+    if (cl->bn_scratch)
+        cudaFree(cl->bn_scratch);
     if (cl->bias_part)
         cudaFree(cl->bias_part);
     if (cl->bias_done)
@@ -587,9 +620,9 @@ static const __nv_bfloat16 *half_params(gt_cuda_ctx *c, const gt_cuda_layer *cl,
     return (const __nv_bfloat16 *)p->params_half + cl->L.w_off;
 }
 
-/* bf16: x rounded into the pass's x_half (once a step for all the convolutions of one input,
- * and kept for backward) or else into half_a, the convolution into half_b, then widened into y
- * with the bias added on the way. */
+/* bf16 (channels-last copies, NCHW fp32 arrays): x rounded into the pass's x_half (once a step
+ * for all the convolutions of one input, and kept for backward) or else into half_a, the
+ * convolution into half_b, then widened into y with the bias added on the way. */
 static int conv_forward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
                              const float *x, float *y, gt_err *e)
 {
@@ -597,14 +630,16 @@ static int conv_forward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pa
     size_t xin = (size_t)p->n * L->in_len, yout = (size_t)p->n * L->out_len;
     const __nv_bfloat16 *w = half_params(c, cl, p, xin > yout ? xin : yout, e);
     void *xh = p->x_half ? p->x_half : c->half_a;
-    if (!w || ((!p->x_half || p->x_half_fill) && gt_cuda_to_bf16(c, x, xh, xin, e)))
+    size_t in_plane = (size_t)L->in_h * L->in_w, out_plane = (size_t)L->out_h * L->out_w;
+    if (!w || ((!p->x_half || p->x_half_fill) &&
+               gt_cuda_to_nhwc_bf16(c, x, xh, (size_t)p->n, L->in_c, in_plane, e)))
         return -1;
     GT_CUDNN_CHECK(c->name, e,
                    cudnnConvolutionForward(c->cudnn, &one, cl->x_desc, xh, cl->w_desc, w,
                                            cl->conv_fwd, cl->fwd_algo, c->ws, c->ws_bytes, &zero,
                                            cl->y_desc, c->half_b));
-    return gt_cuda_from_bf16(c, c->half_b, y, yout, L->b_len ? p->params + L->b_off : NULL,
-                             L->out_c, (size_t)L->out_h * L->out_w, e);
+    return gt_cuda_from_nhwc_bf16(c, c->half_b, y, (size_t)p->n, L->out_c, out_plane,
+                                  L->b_len ? p->params + L->b_off : NULL, e);
 }
 
 static int conv_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p, const float *x,
@@ -650,10 +685,10 @@ static int linear_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass 
     return 0;
 }
 
-/* Training: cuDNN's running statistics are (1 - f) old + f batch with the unbiased variance, so
- * f = 1 writes the batch's own (the stats the store folds in, count 1) and f = GT_BN_MOMENTUM
- * moves the device's running statistics as PyTorch does (count + 1). Evaluation normalises with
- * the running statistics. */
+/* Training normalises with the batch's statistics (blocks_cuda.cu's kernels): the running ones
+ * move by f = 1 to the batch's own (the stats the store folds in, count 1) or by
+ * f = GT_BN_MOMENTUM as PyTorch's do (count + 1). Evaluation normalises with the running
+ * statistics (cuDNN). */
 static int bn_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p, const float *x,
                       float *y, gt_err *e)
 {
@@ -670,11 +705,9 @@ static int bn_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p, 
         return 0;
     }
     double factor = p->bn_running ? GT_BN_MOMENTUM : 1.0;
-    GT_CUDNN_CHECK(c->name, e,
-                   cudnnBatchNormalizationForwardTraining(
-                       c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, cl->x_desc, x, cl->x_desc,
-                       y, cl->bn_desc, gamma, beta, factor, mean, var, GT_BN_EPS, cl->bn_save,
-                       cl->bn_save + L->in_c));
+    if (gt_cuda_bn_forward_train(c, x, y, p->n, L->in_c, (size_t)L->in_h * L->in_w, gamma,
+                                 beta, factor, mean, var, cl->bn_save, cl->bn_scratch, e))
+        return -1;
     return gt_cuda_bn_count(c, count, p->bn_running, e);
 }
 
@@ -698,7 +731,8 @@ int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass 
     case GT_SIGMOID:
     case GT_TANH:
         if (cl->L.kind == GT_RELU && p->y_half) /* bf16 training: a convolution's copy of y too */
-            return gt_cuda_relu_bf16(c, x, y, p->y_half, (size_t)p->n * cl->L.out_len, e);
+            return gt_cuda_relu_bf16(c, x, y, p->y_half, (size_t)p->n, cl->L.out_c,
+                                     (size_t)cl->L.out_h * cl->L.out_w, e);
         GT_CUDNN_CHECK(c->name, e,
                        cudnnActivationForward(c->cudnn, cl->act_desc, &one, cl->x_desc, x, &zero,
                                               cl->x_desc, y));
@@ -722,10 +756,10 @@ int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass 
     return layer_fail(c, cl, e, "unknown layer kind");
 }
 
-/* bf16: x's copy from forward (the pass's x_half; without one, x rounded into half_a again)
- * and dy into half_b; the weight gradient into half_w, then added to the fp32 one; the input
- * gradient into half_a (x's copy there is used up), then widened into dx. The bias gradient
- * sums the fp32 dy. */
+/* bf16, channels-last: x's copy from forward (the pass's x_half; without one, x rounded into
+ * half_a again) and dy into half_b; the weight gradient into half_w (k, r, s, c), then added to
+ * the fp32 one (k, c, r, s); the input gradient into half_a (x's copy there is used up), then
+ * widened into dx. The bias gradient sums the fp32 dy. */
 static int conv_backward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
                               const float *x, const float *dy, float *dx, gt_err *e)
 {
@@ -737,15 +771,18 @@ static int conv_backward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_p
     if (!c->half_w || L->w_len > c->half_w_len)
         return layer_fail(c, cl, e, "the bf16 weight-gradient scratch is missing or too small");
     const void *xh = p->x_half ? p->x_half : c->half_a;
-    if ((!p->x_half && gt_cuda_to_bf16(c, x, c->half_a, xin, e)) ||
-        gt_cuda_to_bf16(c, dy, c->half_b, yout, e))
+    size_t in_plane = (size_t)L->in_h * L->in_w, out_plane = (size_t)L->out_h * L->out_w;
+    if ((!p->x_half &&
+         gt_cuda_to_nhwc_bf16(c, x, c->half_a, (size_t)p->n, L->in_c, in_plane, e)) ||
+        gt_cuda_to_nhwc_bf16(c, dy, c->half_b, (size_t)p->n, L->out_c, out_plane, e))
         return -1;
     GT_CUDNN_CHECK(c->name, e,
                    cudnnConvolutionBackwardFilter(c->cudnn, &one, cl->x_desc, xh,
                                                   cl->y_desc, c->half_b, cl->conv_bwd_filter,
                                                   cl->bwd_filter_algo, c->ws, c->ws_bytes, &zero,
                                                   cl->w_desc, c->half_w));
-    if (gt_cuda_add_bf16(c, c->half_w, p->grad + L->w_off, L->w_len, e))
+    if (gt_cuda_filter_add_krsc_bf16(c, c->half_w, p->grad + L->w_off, L->out_c, L->in_c,
+                                     L->k * L->k, e))
         return -1;
     if (L->b_len && gt_cuda_conv_bias_grad(c, dy, p->grad + L->b_off, cl->bias_part,
                                            cl->bias_done, p->n, L->out_c,
@@ -758,7 +795,7 @@ static int conv_backward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_p
                                                 c->half_b, cl->conv_bwd_data, cl->bwd_data_algo,
                                                 c->ws, c->ws_bytes, &zero, cl->x_desc,
                                                 c->half_a));
-    return gt_cuda_from_bf16(c, c->half_a, dx, xin, NULL, 0, 0, e);
+    return gt_cuda_from_nhwc_bf16(c, c->half_a, dx, (size_t)p->n, L->in_c, in_plane, NULL, e);
 }
 
 static int conv_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
@@ -836,8 +873,8 @@ static int linear_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass
 }
 
 /* With the batch's statistics of the forward just run (the only backward a step takes): gamma's
- * and beta's gradients accumulate into p->grad; cuDNN always writes an input gradient, so a
- * first layer's (dx NULL) needs scratch from the caller. */
+ * and beta's gradients accumulate into p->grad; a first layer's (dx NULL) needs scratch from
+ * the caller for its input gradient. */
 static int bn_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p, const float *x,
                        const float *dy, float *dx, gt_err *e)
 {
@@ -846,13 +883,9 @@ static int bn_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
         return layer_fail(c, cl, e, "batch norm backward runs in training only");
     if (!dx)
         return layer_fail(c, cl, e, "batch norm backward needs an input gradient buffer");
-    GT_CUDNN_CHECK(c->name, e,
-                   cudnnBatchNormalizationBackward(
-                       c->cudnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &one, cl->x_desc, x,
-                       cl->x_desc, dy, cl->x_desc, dx, cl->bn_desc, p->params + L->w_off,
-                       p->grad + L->w_off, p->grad + L->b_off, GT_BN_EPS, cl->bn_save,
-                       cl->bn_save + L->in_c));
-    return 0;
+    return gt_cuda_bn_backward(c, x, dy, dx, p->n, L->in_c, (size_t)L->in_h * L->in_w,
+                               p->params + L->w_off, cl->bn_save, p->grad + L->w_off,
+                               p->grad + L->b_off, cl->bn_scratch, e);
 }
 
 int gt_cuda_layer_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,

@@ -27,6 +27,7 @@ static int key_equal(const gt_conv_key *a, const gt_conv_key *b)
            a->cc_minor == b->cc_minor && a->sms == b->sms && a->n == b->n && a->c == b->c &&
            a->h == b->h && a->w == b->w && a->k == b->k && a->r == b->r && a->s == b->s &&
            a->stride == b->stride && a->pad == b->pad && a->dtype == b->dtype &&
+           a->layout == b->layout &&
            a->math == b->math && a->direction == b->direction &&
            a->deterministic == b->deterministic && a->tensor_ops == b->tensor_ops &&
            a->limit == b->limit && a->align == b->align;

@@ -59,8 +59,8 @@ static void test_fields_differ(void)
     gt_conv_choice ch = {1, 0, 0}, got;
     CHECK(gt_conv_cache_claim(&base, 1, &got) == GT_CONV_CACHE_MINE);
     gt_conv_cache_put(&base, &ch);
-    gt_conv_key v[20];
-    for (int i = 0; i < 20; i++)
+    gt_conv_key v[21];
+    for (int i = 0; i < 21; i++)
         v[i] = base;
     snprintf(v[0].gpu, sizeof v[0].gpu, "NVIDIA H200");
     v[1].cc_minor = 1;
@@ -82,14 +82,15 @@ static void test_fields_differ(void)
     v[17].limit = 1u << 20;
     v[18].align = 16;
     v[19].cc_major = 8;
-    for (int i = 0; i < 20; i++) {
+    v[20].layout = 1; /* CUDNN_TENSOR_NHWC */
+    for (int i = 0; i < 21; i++) {
         CHECK_MSG(gt_conv_cache_claim(&v[i], 1, &got) == GT_CONV_CACHE_MINE,
                   "variant %d found the base key's choice", i);
         gt_conv_cache_put(&v[i], &ch);
     }
     unsigned long hits = 0, searches = 0;
     gt_conv_cache_counts(&hits, &searches);
-    CHECK(hits == 0 && searches == 21);
+    CHECK(hits == 0 && searches == 22);
 }
 
 /* Four "devices" walk the same 12 keys; each key is searched once, by whoever claims it first

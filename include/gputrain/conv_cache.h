@@ -30,6 +30,7 @@ typedef struct gt_conv_key {
     int k, r, s;            /* output channels, filter rows and columns */
     int stride, pad;        /* both dimensions alike */
     int dtype;              /* cudnnDataType_t of x, w and y */
+    int layout;             /* cudnnTensorFormat_t of x, w and y */
     int math;               /* cudnnMathType_t on the descriptor while searching */
     int direction;          /* GT_CONV_FWD, GT_CONV_BWD_FILTER or GT_CONV_BWD_DATA */
     int deterministic;      /* only deterministic algorithms are preferred */

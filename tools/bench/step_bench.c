@@ -2,8 +2,10 @@
  * real parameter store: pull (gt_ps_pull), load_params, train_step, the finite check src/train.c
  * runs on the gradient, and push (gt_ps_push with the CPU optimizer), in hogwild_epoch's order
  * without overlap (the per-phase evidence in docs/perf-notes.md).
- * Usage: step_bench DATA_DIR MODEL BATCH STEPS PATH (PATH: fused-graph fused-eager layers-graph
- * layers-eager). Prints one line: mean microseconds per phase and the median whole step. */
+ * Usage: step_bench DATA MODEL BATCH STEPS PATH [PRECISION] (PATH: fused-graph fused-eager
+ * layers-graph layers-eager; PRECISION: fp32, the default, tf32 or bf16; DATA: a folder or
+ * synthetic:CxHxW:K:N). Prints one line: mean microseconds per phase and the median whole step.
+ * layers-eager runs each kernel on its own, for a profiler that times kernels (ncu). */
 #include "gputrain/data.h"
 #include "gputrain/device.h"
 #include "gputrain/model.h"
@@ -23,8 +25,16 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    if (argc != 6) {
-        fprintf(stderr, "usage: step_bench DATA_DIR MODEL BATCH STEPS PATH\n");
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: step_bench DATA MODEL BATCH STEPS PATH [fp32|tf32|bf16]\n");
+        return 2;
+    }
+    const char *prec_name = argc == 7 ? argv[6] : "fp32";
+    gt_precision prec = strcmp(prec_name, "bf16") == 0   ? GT_PRECISION_BF16
+                        : strcmp(prec_name, "tf32") == 0 ? GT_PRECISION_TF32
+                                                         : GT_PRECISION_FP32;
+    if (prec == GT_PRECISION_FP32 && strcmp(prec_name, "fp32") != 0) {
+        fprintf(stderr, "step_bench: precision '%s' is not fp32, tf32 or bf16\n", prec_name);
         return 2;
     }
     int batch = atoi(argv[3]), steps = atoi(argv[4]);
@@ -49,7 +59,7 @@ int main(int argc, char **argv)
                         (size_t)data->train.n * data->train.c * data->train.h * data->train.w);
     gt_optim_defaults(&oc);
     if (gt_ps_init(&ps, m.nparams, -1, &oc, &e) ||
-        gt_cuda_device_open(&d, &m, batch, 0, 0, &e) ||
+        gt_cuda_device_open(&d, &m, batch, 0, prec, &e) ||
         gt_cuda_device_set_path(d, fused, graphs, &e)) {
         fprintf(stderr, "%s\n", e.msg);
         return 1;
@@ -92,11 +102,13 @@ int main(int argc, char **argv)
     double med = step[steps / 2];
     gt_cuda_path p;
     gt_cuda_device_get_path(d, &p);
-    printf("%-13s%s %-7s b%-4d pull %6.1f load %5.1f step %6.1f finite %5.1f push %6.1f | median "
+    printf("%-13s %s %-7s b%-4d pull %6.1f load %5.1f step %6.1f finite %5.1f push %6.1f | median "
            "%6.1f us = %8.0f samples/s (graphs %d, %s) loss %.3f\n",
-           argv[5], "", argv[2], batch, 1e6 * ph[0] / steps, 1e6 * ph[1] / steps, 1e6 * ph[2] / steps,
+           argv[5], prec_name, argv[2], batch, 1e6 * ph[0] / steps, 1e6 * ph[1] / steps, 1e6 * ph[2] / steps,
            1e6 * ph[3] / steps, 1e6 * ph[4] / steps, 1e6 * med, batch / med, p.ngraphs,
            p.graph_error[0] ? p.graph_error : "ok", loss);
+    if (!fused)
+        gt_cuda_device_print_algos(d, stderr);
     gt_device_close(d);
     gt_ps_free(&ps);
     return 0;
