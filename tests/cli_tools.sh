@@ -4,7 +4,8 @@
 # benchmark uses, with time to 0.87, the diverged/stalled flag, startup_s and stale_p99_capped
 # (empty where a log lacks them), model and seed from a log's config record; plot.py draws them, and
 # one run's loss and accuracy from its log (where matplotlib imports). With the data:
-# steps_diff.py on two runs, check_safetensors.py on a checkpoint this build writes. Without data:
+# steps_diff.py on two runs, check_safetensors.py on a checkpoint this build writes; ncu_sum.py on
+# a CSV the test writes. Without data:
 # a resnet20 checkpoint written in gputrain's layout (batch norm's buffers included) through
 # check_safetensors.py and gputrain_torch.py (numpy, and torch where it imports). No GPU.
 . "$(dirname "$0")/lib_cli.sh"
@@ -19,6 +20,21 @@ for t in "$SRC"/tools/*.sh "$SRC"/tools/gpu/*.sh "$SRC"/tools/*.py; do
     rc=$?
     [ $rc -eq 2 ] || fail "$(basename "$t") --no-such-option: exit $rc, not 2"
 done
+
+# ncu_sum.py sums an Nsight Compute CSV's kernel times by name (the kernel's arguments dropped),
+# largest first, with the share and the launch count; a CSV without time rows is an error.
+cat >"$TMP/ncu.csv" <<'CSV'
+==PROF== Connected to process 1 (step_bench)
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","1","step_bench","h","void k_a<float>(int, const float *)","1","13","(256, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","1,000"
+"1","1","step_bench","h","k_b(int)","1","13","(256, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","3,000"
+"2","1","step_bench","h","void k_a<float>(int, const float *)","1","13","(256, 1, 1)","(4, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","4,000"
+CSV
+python3 "$SRC/tools/ncu_sum.py" "$TMP/ncu.csv" >"$TMP/ncu.out" 2>&1 || fail "ncu_sum.py: $(cat "$TMP/ncu.out")"
+grep -q '3 kernels, 8 us in all' "$TMP/ncu.out" && sed -n 2p "$TMP/ncu.out" | grep -q '5 us  62.5%     2x  void k_a<float>' &&
+    sed -n 3p "$TMP/ncu.out" | grep -q '3 us  37.5%     1x  k_b' || fail "ncu_sum.py's table: $(cat "$TMP/ncu.out")"
+head -2 "$TMP/ncu.csv" >"$TMP/ncu-empty.csv"
+python3 "$SRC/tools/ncu_sum.py" "$TMP/ncu-empty.csv" >/dev/null 2>&1 && fail "ncu_sum.py took a CSV without times"
 
 # run.sh says on stderr that it builds before the build's silent minute, then runs the binary with
 # its arguments; a failed build shows its log's last lines and exits 1. cmake (and apt-get, should
