@@ -11,6 +11,7 @@
 
 #include <cuda_bf16.h>
 #include <climits>
+#include <stdint.h>
 
 /* One thread a plane, summed in order (the CPU's eight-lane sum differs by rounding only). */
 __global__ static void gap_forward_kernel(const float *x, float *y, size_t planes, size_t plane,
@@ -109,8 +110,9 @@ int gt_cuda_to_bf16(gt_cuda_ctx *c, const float *src, void *dst, size_t n, gt_er
  * rounds, widens, adds a bias or accumulates, so the layout costs no pass of its own: out[b][q][p]
  * = f(in[b][p][q]) for b < B, p < P, q < Q. */
 enum { T_TO_BF16, T_FROM_BF16, T_RELU_BF16, T_ADD_BF16 };
-#define T_TILE 32
-#define T_ROWS 8
+#define T_TILE 64 /* a block moves a 64 x 64 tile ... */
+#define T_TX 32   /* ... with 32 x 8 threads, two neighbouring values each a row */
+#define T_TY 8
 
 template <int OP> struct t_types;
 template <> struct t_types<T_TO_BF16> { typedef float In; typedef __nv_bfloat16 Out; };
@@ -122,62 +124,111 @@ __device__ static inline float t_load(const float *p) { return *p; }
 __device__ static inline float t_load(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
 __device__ static inline void t_store(float *p, float v) { *p = v; }
 __device__ static inline void t_store(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+/* Two neighbours at once (pairs: the address is two values' aligned). */
+__device__ static inline float2 t_load2(const float *p) { return *(const float2 *)p; }
+__device__ static inline float2 t_load2(const __nv_bfloat16 *p)
+{
+    return __bfloat1622float2(*(const __nv_bfloat162 *)p);
+}
+__device__ static inline void t_store2(float *p, float2 v) { *(float2 *)p = v; }
+__device__ static inline void t_store2(__nv_bfloat16 *p, float2 v)
+{
+    *(__nv_bfloat162 *)p = __floats2bfloat162_rn(v.x, v.y); /* each rounded as t_store */
+}
 
 /* T_FROM_BF16 adds bias[q] (NULL: none); T_RELU_BF16 also writes max(x, 0) in x's own layout into
- * same (NaN passed on, as cuDNN's ReLU); T_ADD_BF16 adds into out. */
+ * same (NaN passed on, as cuDNN's ReLU); T_ADD_BF16 adds into out. pairs: P and Q even and the
+ * arrays aligned to two values, so that neighbours move as one access. */
 template <int OP>
 __global__ static void transpose_kernel(const typename t_types<OP>::In *in,
                                         typename t_types<OP>::Out *out, size_t B, int P, int Q,
-                                        const float *bias, float *same)
+                                        const float *bias, float *same, int pairs)
 {
     __shared__ float tile[T_TILE][T_TILE + 1];
-    int p0 = blockIdx.y * T_TILE, q0 = blockIdx.x * T_TILE;
+    int p0 = blockIdx.y * T_TILE, q0 = blockIdx.x * T_TILE, tx = threadIdx.x, ty = threadIdx.y;
     size_t plane = (size_t)P * Q;
     for (size_t b = blockIdx.z; b < B; b += gridDim.z) {
         const typename t_types<OP>::In *src = in + b * plane;
-        for (int j = threadIdx.y; j < T_TILE; j += T_ROWS) {
-            int p = p0 + j, q = q0 + threadIdx.x;
-            if (p < P && q < Q) {
-                float v = t_load(src + (size_t)p * Q + q);
-                if constexpr (OP == T_RELU_BF16) {
-                    v = v > 0.0f || v != v ? v : 0.0f;
-                    same[b * plane + (size_t)p * Q + q] = v;
-                }
-                tile[j][threadIdx.x] = v;
+        for (int pl = ty; pl < T_TILE && p0 + pl < P; pl += T_TY) {
+            int p = p0 + pl, ql = 2 * tx, q = q0 + ql;
+            const typename t_types<OP>::In *row = src + (size_t)p * Q;
+            bool h0 = q < Q, h1 = q + 1 < Q;
+            float2 v = make_float2(0.0f, 0.0f);
+            if (pairs && h1)
+                v = t_load2(row + q);
+            else {
+                v.x = h0 ? t_load(row + q) : 0.0f;
+                v.y = h1 ? t_load(row + q + 1) : 0.0f;
             }
+            if constexpr (OP == T_RELU_BF16) {
+                v.x = v.x > 0.0f || v.x != v.x ? v.x : 0.0f;
+                v.y = v.y > 0.0f || v.y != v.y ? v.y : 0.0f;
+                float *srow = same + b * plane + (size_t)p * Q;
+                if (pairs && h1)
+                    *(float2 *)(srow + q) = v;
+                else {
+                    if (h0)
+                        srow[q] = v.x;
+                    if (h1)
+                        srow[q + 1] = v.y;
+                }
+            }
+            tile[pl][ql] = v.x;
+            tile[pl][ql + 1] = v.y;
         }
         __syncthreads();
         typename t_types<OP>::Out *dst = out + b * plane;
-        for (int j = threadIdx.y; j < T_TILE; j += T_ROWS) {
-            int q = q0 + j, p = p0 + threadIdx.x;
-            if (p < P && q < Q) {
-                float v = tile[threadIdx.x][j];
-                if constexpr (OP == T_FROM_BF16)
-                    if (bias)
-                    v += bias[q];
-                if constexpr (OP == T_ADD_BF16)
-                    v += dst[(size_t)q * P + p];
-                t_store(dst + (size_t)q * P + p, v);
+        for (int ql = ty; ql < T_TILE && q0 + ql < Q; ql += T_TY) {
+            int q = q0 + ql, pl = 2 * tx, p = p0 + pl;
+            typename t_types<OP>::Out *row = dst + (size_t)q * P;
+            bool h0 = p < P, h1 = p + 1 < P;
+            float2 v = make_float2(tile[pl][ql], tile[pl + 1][ql]);
+            if constexpr (OP == T_FROM_BF16)
+                if (bias) {
+                    v.x += bias[q];
+                    v.y += bias[q];
+                }
+            if (pairs && h1) {
+                if constexpr (OP == T_ADD_BF16) {
+                    float2 o = *(const float2 *)(row + p);
+                    v.x += o.x;
+                    v.y += o.y;
+                }
+                t_store2(row + p, v);
+            } else {
+                if constexpr (OP == T_ADD_BF16) {
+                    v.x += h0 ? row[p] : 0.0f;
+                    v.y += h1 ? row[p + 1] : 0.0f;
+                }
+                if (h0)
+                    t_store(row + p, v.x);
+                if (h1)
+                    t_store(row + p + 1, v.y);
             }
         }
         __syncthreads();
     }
 }
 
+static int aligned_to(const void *p, size_t bytes) { return (uintptr_t)p % bytes == 0; }
+
 template <int OP>
 static int transpose(gt_cuda_ctx *c, const void *in, void *out, size_t B, size_t P, size_t Q,
                      const float *bias, float *same, gt_err *e)
 {
+    typedef typename t_types<OP>::In In;
+    typedef typename t_types<OP>::Out Out;
     if (B == 0 || P == 0 || Q == 0)
         return 0;
-    if (P > (size_t)65535 * T_TILE || Q > (size_t)INT_MAX)
+    if (P > (size_t)65535 * T_TILE || P > (size_t)INT_MAX || Q > (size_t)INT_MAX)
         return gt_fail(e, "%s: a channels-last copy of %zu x %zu values is too large", c->name, P,
                        Q);
+    int pairs = P % 2 == 0 && Q % 2 == 0 && aligned_to(in, 2 * sizeof(In)) &&
+                aligned_to(out, 2 * sizeof(Out)) && (!same || aligned_to(same, 2 * sizeof(float)));
     dim3 grid((unsigned)((Q + T_TILE - 1) / T_TILE), (unsigned)((P + T_TILE - 1) / T_TILE),
               (unsigned)(B < 65535 ? B : 65535));
-    transpose_kernel<OP><<<grid, dim3(T_TILE, T_ROWS), 0, c->stream>>>(
-        (const typename t_types<OP>::In *)in, (typename t_types<OP>::Out *)out, B, (int)P,
-        (int)Q, bias, same);
+    transpose_kernel<OP><<<grid, dim3(T_TX, T_TY), 0, c->stream>>>(
+        (const In *)in, (Out *)out, B, (int)P, (int)Q, bias, same, pairs);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
@@ -243,27 +294,49 @@ __device__ static void bn_block_sum2(float &a, float &b)
 }
 
 /* Block (c, s): samples [n s / S, n (s + 1) / S) of channel c. Forward (dy NULL): sums of d and
- * d^2, d = x - x[channel start]. Backward: sums of dy and dy * (x - mean) * invstd. */
+ * d^2, d = x - x[channel start]. Backward: sums of dy and dy * (x - mean) * invstd. vec4: the
+ * plane holds a multiple of 4 values and the arrays are 16-byte aligned (4 values a load). */
+__device__ static inline void bn_acc(float xv, float g, int backward, float shift, float invstd,
+                                     float &a, float &b)
+{
+    float d = xv - shift;
+    if (backward) {
+        a += g;
+        b += g * d * invstd;
+    } else {
+        a += d;
+        b += d * d;
+    }
+}
+
 __global__ static void bn_partial_kernel(const float *x, const float *dy, const float *save,
-                                         unsigned n, unsigned ch, unsigned plane, float *part)
+                                         unsigned n, unsigned ch, unsigned plane, float *part,
+                                         int vec4)
 {
     unsigned c = blockIdx.x, s = blockIdx.y, S = gridDim.y;
     unsigned n0 = (unsigned)((unsigned long long)n * s / S);
     unsigned n1 = (unsigned)((unsigned long long)n * (s + 1) / S);
     unsigned cnt = (n1 - n0) * plane;
-    float shift = dy ? save[c] : x[(size_t)c * plane], invstd = dy ? save[ch + c] : 1.0f;
+    int backward = dy != NULL;
+    float shift = backward ? save[c] : x[(size_t)c * plane], invstd = backward ? save[ch + c] : 1.0f;
     float a = 0.0f, b = 0.0f;
-    for (unsigned j = threadIdx.x; j < cnt; j += BN_THREADS) {
-        unsigned i = j / plane, k = j - i * plane;
-        size_t at = ((size_t)(n0 + i) * ch + c) * plane + k;
-        float d = x[at] - shift;
-        if (dy) {
-            float g = dy[at];
-            a += g;
-            b += g * d * invstd;
-        } else {
-            a += d;
-            b += d * d;
+    if (vec4) {
+        for (unsigned j = 4 * threadIdx.x; j < cnt; j += 4 * BN_THREADS) {
+            unsigned i = j / plane, k = j - i * plane;
+            size_t at = ((size_t)(n0 + i) * ch + c) * plane + k;
+            float4 xv = *(const float4 *)(x + at), g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (backward)
+                g = *(const float4 *)(dy + at);
+            bn_acc(xv.x, g.x, backward, shift, invstd, a, b);
+            bn_acc(xv.y, g.y, backward, shift, invstd, a, b);
+            bn_acc(xv.z, g.z, backward, shift, invstd, a, b);
+            bn_acc(xv.w, g.w, backward, shift, invstd, a, b);
+        }
+    } else {
+        for (unsigned j = threadIdx.x; j < cnt; j += BN_THREADS) {
+            unsigned i = j / plane, k = j - i * plane;
+            size_t at = ((size_t)(n0 + i) * ch + c) * plane + k;
+            bn_acc(x[at], backward ? dy[at] : 0.0f, backward, shift, invstd, a, b);
         }
     }
     bn_block_sum2(a, b);
@@ -301,13 +374,28 @@ __global__ static void bn_forward_finish_kernel(const float *x, const float *par
     coef[ch + c] = gamma[c] * (float)invstd;
 }
 
-/* y = (x - mean) * (gamma * invstd) + beta, the CPU's order. */
-__global__ static void bn_apply_kernel(const float *x, float *y, size_t total, unsigned ch,
-                                       unsigned plane, const float *coef, const float *beta)
+/* y = (x - mean) * (gamma * invstd) + beta, the CPU's order; 4 values a thread with vec4 (they
+ * share a channel: the plane holds a multiple of 4). */
+__global__ static void bn_apply_kernel(const float *x, float *y, unsigned total, unsigned ch,
+                                       unsigned plane, const float *coef, const float *beta,
+                                       int vec4)
 {
-    GT_CUDA_GRID_STRIDE(i, total)
-    {
-        unsigned c = (unsigned)((i / plane) % ch);
+    unsigned step = blockDim.x * gridDim.x;
+    if (vec4) {
+        for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total / 4; i += step) {
+            unsigned c = 4 * i / plane % ch;
+            float m = coef[c], k = coef[ch + c], bb = beta[c];
+            float4 v = ((const float4 *)x)[i];
+            v.x = (v.x - m) * k + bb;
+            v.y = (v.y - m) * k + bb;
+            v.z = (v.z - m) * k + bb;
+            v.w = (v.w - m) * k + bb;
+            ((float4 *)y)[i] = v;
+        }
+        return;
+    }
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
+        unsigned c = i / plane % ch;
         y[i] = (x[i] - coef[c]) * coef[ch + c] + beta[c];
     }
 }
@@ -335,12 +423,25 @@ __global__ static void bn_backward_finish_kernel(const float *part, unsigned S, 
 }
 
 __global__ static void bn_backward_apply_kernel(const float *x, const float *dy, float *dx,
-                                                size_t total, unsigned ch, unsigned plane,
-                                                const float *save, const float *coef)
+                                                unsigned total, unsigned ch, unsigned plane,
+                                                const float *save, const float *coef, int vec4)
 {
-    GT_CUDA_GRID_STRIDE(i, total)
-    {
-        unsigned c = (unsigned)((i / plane) % ch);
+    unsigned step = blockDim.x * gridDim.x;
+    if (vec4) {
+        for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total / 4; i += step) {
+            unsigned c = 4 * i / plane % ch;
+            float a = coef[c], k = coef[ch + c], m = save[c], d = coef[2 * ch + c];
+            float4 xv = ((const float4 *)x)[i], g = ((const float4 *)dy)[i], r;
+            r.x = a * g.x - k * (xv.x - m) - d;
+            r.y = a * g.y - k * (xv.y - m) - d;
+            r.z = a * g.z - k * (xv.z - m) - d;
+            r.w = a * g.w - k * (xv.w - m) - d;
+            ((float4 *)dx)[i] = r;
+        }
+        return;
+    }
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
+        unsigned c = i / plane % ch;
         dx[i] = coef[c] * dy[i] - coef[ch + c] * (x[i] - save[c]) - coef[2 * ch + c];
     }
 }
@@ -365,8 +466,8 @@ size_t gt_cuda_bn_scratch_len(const gt_cuda_ctx *c, int ch)
 
 static int bn_shape_ok(gt_cuda_ctx *c, int n, int ch, size_t plane, gt_err *e)
 {
-    if (n < 1 || ch < 1 || plane < 1 || (unsigned long long)n * plane >= UINT_MAX ||
-        (unsigned long long)ch * plane >= UINT_MAX)
+    if (n < 1 || ch < 1 || plane < 1 ||
+        (unsigned long long)n * (unsigned long long)ch * plane >= UINT_MAX)
         return gt_fail(e, "%s: batch norm over %d samples of %d channels of %zu values is out "
                           "of range",
                        c->name, n, ch, plane);
@@ -381,16 +482,17 @@ int gt_cuda_bn_forward_train(gt_cuda_ctx *c, const float *x, float *y, int n, in
         return -1;
     int S = bn_splits(c, n, ch);
     float *coef = scratch, *part = scratch + 3 * (size_t)ch;
+    int vec4 = plane % 4 == 0 && aligned_to(x, 16) && aligned_to(y, 16);
     bn_partial_kernel<<<dim3((unsigned)ch, (unsigned)S), BN_THREADS, 0, c->stream>>>(
-        x, NULL, NULL, (unsigned)n, (unsigned)ch, (unsigned)plane, part);
+        x, NULL, NULL, (unsigned)n, (unsigned)ch, (unsigned)plane, part, vec4);
     GT_CUDA_LAUNCHED(c->name, e);
     bn_forward_finish_kernel<<<(ch + 127) / 128, 128, 0, c->stream>>>(
         x, part, (unsigned)S, (unsigned)ch, (unsigned)plane, (double)n * (double)plane, gamma,
         factor, rmean, rvar, save, coef);
     GT_CUDA_LAUNCHED(c->name, e);
-    size_t total = (size_t)n * ch * plane;
-    bn_apply_kernel<<<gt_cuda_grid(total), GT_CUDA_THREADS, 0, c->stream>>>(
-        x, y, total, (unsigned)ch, (unsigned)plane, coef, beta);
+    unsigned total = (unsigned)((size_t)n * ch * plane);
+    bn_apply_kernel<<<gt_cuda_grid(vec4 ? total / 4 : total), GT_CUDA_THREADS, 0, c->stream>>>(
+        x, y, total, (unsigned)ch, (unsigned)plane, coef, beta, vec4);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
@@ -403,16 +505,18 @@ int gt_cuda_bn_backward(gt_cuda_ctx *c, const float *x, const float *dy, float *
         return -1;
     int S = bn_splits(c, n, ch);
     float *coef = scratch, *part = scratch + 3 * (size_t)ch;
+    int vec4 = plane % 4 == 0 && aligned_to(x, 16) && aligned_to(dy, 16) && aligned_to(dx, 16);
     bn_partial_kernel<<<dim3((unsigned)ch, (unsigned)S), BN_THREADS, 0, c->stream>>>(
-        x, dy, save, (unsigned)n, (unsigned)ch, (unsigned)plane, part);
+        x, dy, save, (unsigned)n, (unsigned)ch, (unsigned)plane, part, vec4);
     GT_CUDA_LAUNCHED(c->name, e);
     bn_backward_finish_kernel<<<(ch + 127) / 128, 128, 0, c->stream>>>(
         part, (unsigned)S, (unsigned)ch, (double)n * (double)plane, gamma, save, dgamma, dbeta,
         coef);
     GT_CUDA_LAUNCHED(c->name, e);
-    size_t total = (size_t)n * ch * plane;
-    bn_backward_apply_kernel<<<gt_cuda_grid(total), GT_CUDA_THREADS, 0, c->stream>>>(
-        x, dy, dx, total, (unsigned)ch, (unsigned)plane, save, coef);
+    unsigned total = (unsigned)((size_t)n * ch * plane);
+    bn_backward_apply_kernel<<<gt_cuda_grid(vec4 ? total / 4 : total), GT_CUDA_THREADS, 0,
+                               c->stream>>>(x, dy, dx, total, (unsigned)ch, (unsigned)plane, save,
+                                            coef, vec4);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
