@@ -57,17 +57,63 @@ int gt_cuda_gap_backward(gt_cuda_ctx *c, const float *dy, float *dx, size_t plan
     return 0;
 }
 
-__global__ static void add_kernel(const float *a, const float *b, float *y, size_t len)
+static int aligned_to(const void *p, size_t bytes) { return (uintptr_t)p % bytes == 0; }
+
+/* Element-wise kernels move four values a load where the arrays allow (vec4: 16-byte aligned;
+ * the tail past a multiple of 4 goes one by one). */
+__global__ static void add_kernel(const float *a, const float *b, float *y, size_t len, int vec4)
 {
-    GT_CUDA_GRID_STRIDE(i, len)
-    y[i] = a[i] + b[i];
+    size_t n4 = vec4 ? len / 4 : 0;
+    GT_CUDA_GRID_STRIDE(i, n4)
+    {
+        float4 u = ((const float4 *)a)[i], v = ((const float4 *)b)[i];
+        ((float4 *)y)[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
+    }
+    GT_CUDA_GRID_STRIDE(j, len - 4 * n4)
+    {
+        size_t i = 4 * n4 + j;
+        y[i] = a[i] + b[i];
+    }
 }
 
 int gt_cuda_add(gt_cuda_ctx *c, const float *a, const float *b, float *y, size_t len, gt_err *e)
 {
     if (len == 0)
         return 0;
-    add_kernel<<<gt_cuda_grid(len), GT_CUDA_THREADS, 0, c->stream>>>(a, b, y, len);
+    int vec4 = aligned_to(a, 16) && aligned_to(b, 16) && aligned_to(y, 16);
+    add_kernel<<<gt_cuda_grid(vec4 ? len / 4 + 1 : len), GT_CUDA_THREADS, 0, c->stream>>>(
+        a, b, y, len, vec4);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+/* dx = y > 0 ? dy : 0 (src/layers.c's ReLU backward: it reads the output and its gradient only,
+ * where cuDNN's reads the input as well). */
+__global__ static void relu_backward_kernel(const float *y, const float *dy, float *dx,
+                                            size_t len, int vec4)
+{
+    size_t n4 = vec4 ? len / 4 : 0;
+    GT_CUDA_GRID_STRIDE(i, n4)
+    {
+        float4 u = ((const float4 *)y)[i], g = ((const float4 *)dy)[i];
+        ((float4 *)dx)[i] = make_float4(u.x > 0.0f ? g.x : 0.0f, u.y > 0.0f ? g.y : 0.0f,
+                                        u.z > 0.0f ? g.z : 0.0f, u.w > 0.0f ? g.w : 0.0f);
+    }
+    GT_CUDA_GRID_STRIDE(j, len - 4 * n4)
+    {
+        size_t i = 4 * n4 + j;
+        dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    }
+}
+
+int gt_cuda_relu_backward(gt_cuda_ctx *c, const float *y, const float *dy, float *dx, size_t len,
+                          gt_err *e)
+{
+    if (len == 0)
+        return 0;
+    int vec4 = aligned_to(y, 16) && aligned_to(dy, 16) && aligned_to(dx, 16);
+    relu_backward_kernel<<<gt_cuda_grid(vec4 ? len / 4 + 1 : len), GT_CUDA_THREADS, 0,
+                           c->stream>>>(y, dy, dx, len, vec4);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }
@@ -210,7 +256,6 @@ __global__ static void transpose_kernel(const typename t_types<OP>::In *in,
     }
 }
 
-static int aligned_to(const void *p, size_t bytes) { return (uintptr_t)p % bytes == 0; }
 
 template <int OP>
 static int transpose(gt_cuda_ctx *c, const void *in, void *out, size_t B, size_t P, size_t Q,
@@ -251,16 +296,52 @@ int gt_cuda_relu_bf16(gt_cuda_ctx *c, const float *x, float *y, void *y_half, si
     return transpose<T_RELU_BF16>(c, x, y_half, n, (size_t)ch, plane, NULL, y, e);
 }
 
+/* Filters are small (resnet18's 20 hold 11 M values in all) and their r x s side is short (9),
+ * which leaves most of a 64 x 64 tile idle: a thread a value instead, the fp32 side in order. */
+__global__ static void filter_to_krsc_kernel(const float *w, __nv_bfloat16 *dst, size_t len,
+                                             unsigned ch, unsigned rs)
+{
+    GT_CUDA_GRID_STRIDE(i, len) /* i walks (k, c, r s) */
+    {
+        unsigned q = (unsigned)(i % rs), p = (unsigned)(i / rs % ch);
+        size_t k = i / ((size_t)rs * ch);
+        dst[(k * rs + q) * ch + p] = __float2bfloat16_rn(w[i]);
+    }
+}
+
+__global__ static void filter_add_krsc_kernel(const __nv_bfloat16 *src, float *dw, size_t len,
+                                              unsigned ch, unsigned rs)
+{
+    GT_CUDA_GRID_STRIDE(i, len) /* i walks (k, c, r s) */
+    {
+        unsigned q = (unsigned)(i % rs), p = (unsigned)(i / rs % ch);
+        size_t k = i / ((size_t)rs * ch);
+        dw[i] += __bfloat162float(src[(k * rs + q) * ch + p]);
+    }
+}
+
 int gt_cuda_filter_to_krsc_bf16(gt_cuda_ctx *c, const float *w, void *dst, int k, int ch,
                                 int rs, gt_err *e)
 {
-    return transpose<T_TO_BF16>(c, w, dst, (size_t)k, (size_t)ch, (size_t)rs, NULL, NULL, e);
+    size_t len = (size_t)k * ch * rs;
+    if (len == 0)
+        return 0;
+    filter_to_krsc_kernel<<<gt_cuda_grid(len), GT_CUDA_THREADS, 0, c->stream>>>(
+        w, (__nv_bfloat16 *)dst, len, (unsigned)ch, (unsigned)rs);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
 }
 
 int gt_cuda_filter_add_krsc_bf16(gt_cuda_ctx *c, const void *src, float *dw, int k, int ch,
                                  int rs, gt_err *e)
 {
-    return transpose<T_ADD_BF16>(c, src, dw, (size_t)k, (size_t)rs, (size_t)ch, NULL, NULL, e);
+    size_t len = (size_t)k * ch * rs;
+    if (len == 0)
+        return 0;
+    filter_add_krsc_kernel<<<gt_cuda_grid(len), GT_CUDA_THREADS, 0, c->stream>>>(
+        (const __nv_bfloat16 *)src, dw, len, (unsigned)ch, (unsigned)rs);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
 }
 
 

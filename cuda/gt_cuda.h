@@ -391,6 +391,9 @@ int gt_cuda_gap_backward(gt_cuda_ctx *c, const float *dy, float *dx, size_t plan
                          size_t plane, gt_err *e);
 /* y = a + b over len floats (y may be a or b). */
 int gt_cuda_add(gt_cuda_ctx *c, const float *a, const float *b, float *y, size_t len, gt_err *e);
+/* dx = y > 0 ? dy : 0, len values (src/layers.c's ReLU backward). */
+int gt_cuda_relu_backward(gt_cuda_ctx *c, const float *y, const float *dy, float *dx, size_t len,
+                          gt_err *e);
 /* Batch norm's count of batches (one float in device memory): + 1 with accumulate, else 1. */
 int gt_cuda_bn_count(gt_cuda_ctx *c, float *count, int accumulate, gt_err *e);
 

@@ -910,6 +910,8 @@ int gt_cuda_layer_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass
     case GT_RELU:
     case GT_SIGMOID:
     case GT_TANH:
+        if (dx && cl->L.kind == GT_RELU)
+            return gt_cuda_relu_backward(c, y, dy, dx, (size_t)p->n * cl->L.out_len, e);
         if (dx)
             GT_CUDNN_CHECK(c->name, e,
                            cudnnActivationBackward(c->cudnn, cl->act_desc, &one, cl->x_desc, y,

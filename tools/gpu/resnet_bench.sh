@@ -10,7 +10,9 @@
 #
 # Usage: tools/gpu/resnet_bench.sh [--bin BIN] [--epochs 3] [--batch 256] [--gpus N] [--no-torch]
 #                                  [--store-modes "hogwild sync ssp"] [--only-store]
+#                                  [--precisions "fp32 bf16"]
 #   --bin BIN   a built gputrain (default: build build-cuda here first)
+#   --precisions LIST  the rows' precisions, fp32 and/or bf16 (default: both)
 #   --gpus N    GPUs for the data-parallel rows (default: all that nvidia-smi lists)
 #   --store-modes LIST  also train resnet18 in bf16 with these modes through the parameter store
 #               (--store-step: pull, push and the host's apply in every step) on 1 and N GPUs,
@@ -26,11 +28,17 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/tools/lib.sh"
 gt_prog=resnet_bench
-bin="" epochs=3 batch=256 ngpus="" torch=1 store_modes="" only_store=0
+bin="" epochs=3 batch=256 ngpus="" torch=1 store_modes="" only_store=0 precisions="fp32 bf16"
 while [ $# -gt 0 ]; do
     case "$1" in
         --help) gt_usage "$0"; exit 0 ;;
-        --bin | --epochs | --batch | --gpus | --store-modes) need_value "$1" $# ;;&
+        --bin | --epochs | --batch | --gpus | --store-modes | --precisions) need_value "$1" $# ;;&
+        --precisions)
+            for p in $2; do
+                case "$p" in fp32 | bf16) ;; *) usage_error "--precisions: '$p' is not fp32 or bf16" ;; esac
+            done
+            [ -n "${2// /}" ] || usage_error "--precisions: empty"
+            precisions=$2; shift 2 ;;
         --store-modes) store_modes=$2; shift 2 ;;
         --only-store) only_store=1; torch=0; shift ;;
         --bin) bin=$2; shift 2 ;;
@@ -93,9 +101,11 @@ if [ "$only_store" -eq 1 ]; then
     [ "$ngpus" -gt 1 ] && rows+=("resnet18|$ngpus|bf16")
 else
     for model in resnet20 resnet18; do
-        rows+=("$model|1|fp32" "$model|1|bf16")
+        for p in $precisions; do rows+=("$model|1|$p"); done
     done
-    [ "$ngpus" -gt 1 ] && rows+=("resnet18|$ngpus|fp32" "resnet18|$ngpus|bf16")
+    if [ "$ngpus" -gt 1 ]; then
+        for p in $precisions; do rows+=("resnet18|$ngpus|$p"); done
+    fi
 fi
 for row in "${rows[@]}"; do
     IFS='|' read -r model n prec <<<"$row"
