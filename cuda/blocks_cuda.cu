@@ -298,52 +298,47 @@ int gt_cuda_relu_bf16(gt_cuda_ctx *c, const float *x, float *y, void *y_half, si
 
 /* Filters are small (resnet18's 20 hold 11 M values in all) and their r x s side is short (9),
  * which leaves most of a 64 x 64 tile idle: a thread a value instead, the fp32 side in order. */
-__global__ static void filter_to_krsc_kernel(const float *w, __nv_bfloat16 *dst, size_t len,
-                                             unsigned ch, unsigned rs)
+/* ADD 0: dst (k, r s, c) bf16 = src (k, c, r s) fp32; 1: dst (k, c, r s) fp32 += src (k, r s, c)
+ * bf16. */
+template <int ADD>
+__global__ static void filter_krsc_kernel(const void *src, void *dst, size_t len, unsigned ch,
+                                          unsigned rs)
 {
-    GT_CUDA_GRID_STRIDE(i, len) /* i walks (k, c, r s) */
+    GT_CUDA_GRID_STRIDE(i, len) /* i walks (k, c, r s), the fp32 side */
     {
         unsigned q = (unsigned)(i % rs), p = (unsigned)(i / rs % ch);
-        size_t k = i / ((size_t)rs * ch);
-        dst[(k * rs + q) * ch + p] = __float2bfloat16_rn(w[i]);
+        size_t t = (i / ((size_t)rs * ch) * rs + q) * ch + p;
+        if constexpr (ADD)
+            ((float *)dst)[i] += __bfloat162float(((const __nv_bfloat16 *)src)[t]);
+        else
+            ((__nv_bfloat16 *)dst)[t] = __float2bfloat16_rn(((const float *)src)[i]);
     }
 }
 
-__global__ static void filter_add_krsc_kernel(const __nv_bfloat16 *src, float *dw, size_t len,
-                                              unsigned ch, unsigned rs)
+template <int ADD>
+static int filter_krsc(gt_cuda_ctx *c, const void *src, void *dst, int k, int ch, int rs,
+                       gt_err *e)
 {
-    GT_CUDA_GRID_STRIDE(i, len) /* i walks (k, c, r s) */
-    {
-        unsigned q = (unsigned)(i % rs), p = (unsigned)(i / rs % ch);
-        size_t k = i / ((size_t)rs * ch);
-        dw[i] += __bfloat162float(src[(k * rs + q) * ch + p]);
-    }
+    size_t len = (size_t)k * ch * rs;
+    if (len == 0)
+        return 0;
+    filter_krsc_kernel<ADD><<<gt_cuda_grid(len), GT_CUDA_THREADS, 0, c->stream>>>(
+        src, dst, len, (unsigned)ch, (unsigned)rs);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
 }
 
 int gt_cuda_filter_to_krsc_bf16(gt_cuda_ctx *c, const float *w, void *dst, int k, int ch,
                                 int rs, gt_err *e)
 {
-    size_t len = (size_t)k * ch * rs;
-    if (len == 0)
-        return 0;
-    filter_to_krsc_kernel<<<gt_cuda_grid(len), GT_CUDA_THREADS, 0, c->stream>>>(
-        w, (__nv_bfloat16 *)dst, len, (unsigned)ch, (unsigned)rs);
-    GT_CUDA_LAUNCHED(c->name, e);
-    return 0;
+    return filter_krsc<0>(c, w, dst, k, ch, rs, e);
 }
 
 int gt_cuda_filter_add_krsc_bf16(gt_cuda_ctx *c, const void *src, float *dw, int k, int ch,
                                  int rs, gt_err *e)
 {
-    size_t len = (size_t)k * ch * rs;
-    if (len == 0)
-        return 0;
-    filter_add_krsc_kernel<<<gt_cuda_grid(len), GT_CUDA_THREADS, 0, c->stream>>>(
-        (const __nv_bfloat16 *)src, dw, len, (unsigned)ch, (unsigned)rs);
-    GT_CUDA_LAUNCHED(c->name, e);
-    return 0;
+    return filter_krsc<1>(c, src, dw, k, ch, rs, e);
 }
-
 
 /* ---- batch normalisation in training (NCHW fp32) --------------------------------------------- */
 
@@ -427,6 +422,23 @@ __global__ static void bn_partial_kernel(const float *x, const float *dy, const 
     }
 }
 
+/* This thread's channel c (a thread a channel) and its two sums over its S blocks' partials, in
+ * double and in block order; false past the last channel. */
+__device__ static bool bn_part_sums(const float *part, unsigned S, unsigned ch, unsigned &c,
+                                    double &a, double &b)
+{
+    c = blockIdx.x * blockDim.x + threadIdx.x;
+    a = 0;
+    b = 0;
+    if (c >= ch)
+        return false;
+    for (unsigned s = 0; s < S; s++) {
+        a += part[((size_t)c * S + s) * 2];
+        b += part[((size_t)c * S + s) * 2 + 1];
+    }
+    return true;
+}
+
 /* Forward: the batch's mean and inverse std into save (cuDNN's saveMean and saveInvVariance,
  * what backward reads), the running statistics moved by factor (1: replaced; the unbiased
  * variance, as cuDNN and PyTorch), and y's coefficients (mean, gamma * invstd) into coef. */
@@ -435,14 +447,10 @@ __global__ static void bn_forward_finish_kernel(const float *x, const float *par
                                                 const float *gamma, double factor, float *rmean,
                                                 float *rvar, float *save, float *coef)
 {
-    unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= ch)
+    unsigned c;
+    double s1, s2;
+    if (!bn_part_sums(part, S, ch, c, s1, s2))
         return;
-    double s1 = 0, s2 = 0;
-    for (unsigned s = 0; s < S; s++) {
-        s1 += part[((size_t)c * S + s) * 2];
-        s2 += part[((size_t)c * S + s) * 2 + 1];
-    }
     double d = s1 / m, mean = (double)x[(size_t)c * plane] + d, var = s2 / m - d * d;
     var = var > 0 ? var : 0;
     double unbiased = m > 1 ? var * m / (m - 1) : var;
@@ -487,14 +495,10 @@ __global__ static void bn_backward_finish_kernel(const float *part, unsigned S, 
                                                  double m, const float *gamma, const float *save,
                                                  float *dgamma, float *dbeta, float *coef)
 {
-    unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= ch)
+    unsigned c;
+    double sum_dy, sum_dy_xhat;
+    if (!bn_part_sums(part, S, ch, c, sum_dy, sum_dy_xhat))
         return;
-    double sum_dy = 0, sum_dy_xhat = 0;
-    for (unsigned s = 0; s < S; s++) {
-        sum_dy += part[((size_t)c * S + s) * 2];
-        sum_dy_xhat += part[((size_t)c * S + s) * 2 + 1];
-    }
     dgamma[c] += (float)sum_dy_xhat;
     dbeta[c] += (float)sum_dy;
     double k = (double)gamma[c] * save[ch + c];
