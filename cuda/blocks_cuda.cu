@@ -152,10 +152,10 @@ int gt_cuda_to_bf16(gt_cuda_ctx *c, const float *src, void *dst, size_t n, gt_er
 
 /* Every 4-d array of the network stays NCHW in fp32; a bf16 convolution runs on NHWC copies
  * (cuDNN's Hopper tensor-core kernels take channels-last; on NCHW bf16 it took a kernel without
- * tensor cores). The copies are made and widened by one tiled transpose that also
- * rounds, widens, adds a bias or accumulates, so the layout costs no pass of its own: out[b][q][p]
+ * tensor cores). The copies are made and widened by one tiled transpose that also rounds,
+ * widens or adds a bias, so the layout costs no pass of its own: out[b][q][p]
  * = f(in[b][p][q]) for b < B, p < P, q < Q. */
-enum { T_TO_BF16, T_FROM_BF16, T_RELU_BF16, T_ADD_BF16 };
+enum { T_TO_BF16, T_FROM_BF16, T_RELU_BF16 };
 #define T_TILE 64 /* a block moves a 64 x 64 tile ... */
 #define T_TX 32   /* ... with 32 x 8 threads, two neighbouring values each a row */
 #define T_TY 8
@@ -164,7 +164,6 @@ template <int OP> struct t_types;
 template <> struct t_types<T_TO_BF16> { typedef float In; typedef __nv_bfloat16 Out; };
 template <> struct t_types<T_RELU_BF16> { typedef float In; typedef __nv_bfloat16 Out; };
 template <> struct t_types<T_FROM_BF16> { typedef __nv_bfloat16 In; typedef float Out; };
-template <> struct t_types<T_ADD_BF16> { typedef __nv_bfloat16 In; typedef float Out; };
 
 __device__ static inline float t_load(const float *p) { return *p; }
 __device__ static inline float t_load(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
@@ -183,7 +182,7 @@ __device__ static inline void t_store2(__nv_bfloat16 *p, float2 v)
 }
 
 /* T_FROM_BF16 adds bias[q] (NULL: none); T_RELU_BF16 also writes max(x, 0) in x's own layout into
- * same (NaN passed on, as cuDNN's ReLU); T_ADD_BF16 adds into out. pairs: P and Q even and the
+ * same (NaN passed on, as cuDNN's ReLU). pairs: P and Q even and the
  * arrays aligned to two values, so that neighbours move as one access. */
 template <int OP>
 __global__ static void transpose_kernel(const typename t_types<OP>::In *in,
@@ -234,18 +233,9 @@ __global__ static void transpose_kernel(const typename t_types<OP>::In *in,
                     v.x += bias[q];
                     v.y += bias[q];
                 }
-            if (pairs && h1) {
-                if constexpr (OP == T_ADD_BF16) {
-                    float2 o = *(const float2 *)(row + p);
-                    v.x += o.x;
-                    v.y += o.y;
-                }
+            if (pairs && h1)
                 t_store2(row + p, v);
-            } else {
-                if constexpr (OP == T_ADD_BF16) {
-                    v.x += h0 ? row[p] : 0.0f;
-                    v.y += h1 ? row[p + 1] : 0.0f;
-                }
+            else {
                 if (h0)
                     t_store(row + p, v.x);
                 if (h1)
@@ -255,7 +245,6 @@ __global__ static void transpose_kernel(const typename t_types<OP>::In *in,
         __syncthreads();
     }
 }
-
 
 template <int OP>
 static int transpose(gt_cuda_ctx *c, const void *in, void *out, size_t B, size_t P, size_t Q,
