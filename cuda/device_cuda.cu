@@ -592,20 +592,23 @@ static int cuda_backward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, gt_
     return 0;
 }
 
-/* The parameters' bf16 copy for a step or an evaluation: rounded in place, each convolution's
- * filter (k, c, r, s) in cuDNN's channels-last filter layout (k, r, s, c), as its bf16
- * convolution reads it (layers_cuda.cu). A 1x1 filter is the same either way. */
+/* The parameters' bf16 copy for a step or an evaluation: the weights the bf16 layers multiply
+ * (layers_cuda.cu's half_params), each convolution's filter (k, c, r, s) in cuDNN's channels-last
+ * filter layout (k, r, s, c), a 1x1 filter and a linear layer's weights as they are. Biases and
+ * batch norm's parameters stay fp32 and get no copy. */
 static int cuda_params_half(cuda_impl *g, const gt_model *m, gt_err *e)
 {
     gt_cuda_ctx *c = g->ctx;
-    if (gt_cuda_to_bf16(c, g->params, g->params_half, m->nparams, e))
-        return -1;
+    __nv_bfloat16 *half = (__nv_bfloat16 *)g->params_half;
     for (int l = 0; l < m->nlayers; l++) {
         const gt_layer *L = &m->layers[l];
-        if (L->kind == GT_CONV && L->k > 1 &&
-            gt_cuda_filter_to_krsc_bf16(c, g->params + L->w_off,
-                                        (__nv_bfloat16 *)g->params_half + L->w_off, L->out_c,
-                                        L->in_c, L->k * L->k, e))
+        if (L->kind != GT_CONV && L->kind != GT_LINEAR)
+            continue;
+        int rc = L->kind == GT_CONV && L->k > 1
+                     ? gt_cuda_filter_to_krsc_bf16(c, g->params + L->w_off, half + L->w_off,
+                                                   L->out_c, L->in_c, L->k * L->k, e)
+                     : gt_cuda_to_bf16(c, g->params + L->w_off, half + L->w_off, L->w_len, e);
+        if (rc)
             return -1;
     }
     return 0;
