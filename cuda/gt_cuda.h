@@ -269,7 +269,30 @@ typedef struct gt_cuda_layer {
     cudnnTensorDescriptor_t bn_desc; /* batch norm: 1 x C x 1 x 1, its parameters and statistics */
     float *bn_save;           /* batch norm: the batch mean and inverse std of its forward (2 C) */
     float *bn_scratch;        /* batch norm: partial sums and coefficients (blocks_cuda.cu) */
+    struct gt_conv_engines *eng; /* bf16 convolution: its backend-API plans (conv_engine.cu) */
 } gt_cuda_layer;
+
+/* ---- bf16 convolutions through cuDNN's backend API (conv_engine.cu) ------------------------- */
+
+struct gt_conv_key;
+/* Chooses each direction's engine configuration of a bf16 (channels-last) convolution by timing
+ * them at batch n on bufs (x, w, y, dx, dw; dx NULL for a first layer) within the context's
+ * workspace, through the process-wide cache under base (conv_key's fields; direction,
+ * determinism, alignment and api are set here); makes the plans of batches n and n_max and puts
+ * the workspace they need in *ws_need. 1: another device is timing one (wait 0), come back. */
+int gt_conv_engine_choose(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max, int wait,
+                          const struct gt_conv_key *base, void *const bufs[5], size_t *ws_need,
+                          gt_err *e);
+/* Makes batch n the layer's current one: its plans kept or made (within the workspace). */
+int gt_conv_engine_batch(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e);
+/* Runs direction dir (GT_CONV_FWD: x, w -> y; _BWD_FILTER: x, dy -> dw; _BWD_DATA: dx <- w, dy
+ * as x, w, y) at the current batch on the context's stream. */
+int gt_conv_engine_run(gt_cuda_ctx *c, gt_cuda_layer *cl, int dir, const void *x, const void *w,
+                       void *y, gt_err *e);
+/* The chosen engines, "fwd eE filter eE data eE" (their global indices); snprintf's return. */
+int gt_conv_engine_describe(const gt_cuda_layer *cl, char *buf, size_t len);
+void gt_conv_engines_reset(gt_cuda_layer *cl); /* forgets choices and plans */
+void gt_conv_engines_free(gt_cuda_layer *cl);
 
 /* A training batch's dropout seed and epoch in device memory, beside its sample ids: a replayed
  * graph then reads each batch's own, where kernel arguments would stay those of the capture. */

@@ -351,6 +351,14 @@ int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_m
     if (conv_set_batch_desc(c, cl, n, e))
         return -1;
     cl->n = n;
+    if (cl->dtype == CUDNN_DATA_BFLOAT16) { /* through the backend API (conv_engine.cu) */
+        gt_conv_key base = conv_key(c, cl, GT_CONV_FWD, &b);
+        void *const bufs[5] = {(void *)x, (void *)w, y, dx, dw};
+        int rc = gt_conv_engine_choose(c, cl, n, n_max, wait, &base, bufs, ws_need, e);
+        cl->planned = rc == 0;
+        cl->n = 0;
+        return rc;
+    }
     for (int dir = GT_CONV_FWD; dir <= (dx ? GT_CONV_BWD_DATA : GT_CONV_BWD_FILTER); dir++) {
         int rc = conv_search(c, cl, dir, &b, wait, &need, e);
         if (rc < 0)
@@ -377,6 +385,8 @@ int gt_cuda_layer_describe_algos(const gt_cuda_layer *cl, char *buf, size_t len)
     cudnnMathType_t mf = CUDNN_DEFAULT_MATH, mw = CUDNN_DEFAULT_MATH, md = CUDNN_DEFAULT_MATH;
     if (cl->L.kind != GT_CONV || !cl->planned)
         return snprintf(buf, len, "-");
+    if (cl->dtype == CUDNN_DATA_BFLOAT16)
+        return gt_conv_engine_describe(cl, buf, len);
     cudnnGetConvolutionMathType(cl->conv_fwd, &mf);
     cudnnGetConvolutionMathType(cl->conv_bwd_filter, &mw);
     cudnnGetConvolutionMathType(cl->conv_bwd_data, &md);
@@ -401,6 +411,13 @@ static int layer_set_batch(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
         if (conv_set_batch_desc(c, cl, n, e))
             return -1;
         cl->n = n;
+        if (cl->planned && cl->dtype == CUDNN_DATA_BFLOAT16) {
+            if (gt_conv_engine_batch(c, cl, n, e)) {
+                cl->n = 0;
+                return -1;
+            }
+            return 0;
+        }
         if (cl->planned && (conv_ws_size(c, cl, &need) != 0 || need > c->ws_bytes) &&
             conv_pick_within(c, cl, c->ws_bytes, &need, e)) {
             cl->n = 0;
@@ -603,6 +620,7 @@ void gt_cuda_layer_destroy(gt_cuda_layer *cl)
         cudaFree(cl->bias_part);
     if (cl->bias_done)
         cudaFree(cl->bias_done);
+    gt_conv_engines_free(cl);
     memset(cl, 0, sizeof *cl);
 }
 
@@ -634,10 +652,8 @@ static int conv_forward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pa
     if (!w || ((!p->x_half || p->x_half_fill) &&
                gt_cuda_to_nhwc_bf16(c, x, xh, (size_t)p->n, L->in_c, in_plane, e)))
         return -1;
-    GT_CUDNN_CHECK(c->name, e,
-                   cudnnConvolutionForward(c->cudnn, &one, cl->x_desc, xh, cl->w_desc, w,
-                                           cl->conv_fwd, cl->fwd_algo, c->ws, c->ws_bytes, &zero,
-                                           cl->y_desc, c->half_b));
+    if (gt_conv_engine_run(c, cl, GT_CONV_FWD, xh, w, c->half_b, e))
+        return -1;
     return gt_cuda_from_nhwc_bf16(c, c->half_b, y, (size_t)p->n, L->out_c, out_plane,
                                   L->b_len ? p->params + L->b_off : NULL, e);
 }
@@ -776,12 +792,8 @@ static int conv_backward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_p
          gt_cuda_to_nhwc_bf16(c, x, c->half_a, (size_t)p->n, L->in_c, in_plane, e)) ||
         gt_cuda_to_nhwc_bf16(c, dy, c->half_b, (size_t)p->n, L->out_c, out_plane, e))
         return -1;
-    GT_CUDNN_CHECK(c->name, e,
-                   cudnnConvolutionBackwardFilter(c->cudnn, &one, cl->x_desc, xh,
-                                                  cl->y_desc, c->half_b, cl->conv_bwd_filter,
-                                                  cl->bwd_filter_algo, c->ws, c->ws_bytes, &zero,
-                                                  cl->w_desc, c->half_w));
-    if (gt_cuda_filter_add_krsc_bf16(c, c->half_w, p->grad + L->w_off, L->out_c, L->in_c,
+    if (gt_conv_engine_run(c, cl, GT_CONV_BWD_FILTER, xh, c->half_w, c->half_b, e) ||
+        gt_cuda_filter_add_krsc_bf16(c, c->half_w, p->grad + L->w_off, L->out_c, L->in_c,
                                      L->k * L->k, e))
         return -1;
     if (L->b_len && gt_cuda_conv_bias_grad(c, dy, p->grad + L->b_off, cl->bias_part,
@@ -790,11 +802,8 @@ static int conv_backward_bf16(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_p
         return -1;
     if (!dx)
         return 0;
-    GT_CUDNN_CHECK(c->name, e,
-                   cudnnConvolutionBackwardData(c->cudnn, &one, cl->w_desc, w, cl->y_desc,
-                                                c->half_b, cl->conv_bwd_data, cl->bwd_data_algo,
-                                                c->ws, c->ws_bytes, &zero, cl->x_desc,
-                                                c->half_a));
+    if (gt_conv_engine_run(c, cl, GT_CONV_BWD_DATA, c->half_a, w, c->half_b, e))
+        return -1;
     return gt_cuda_from_nhwc_bf16(c, c->half_a, dx, (size_t)p->n, L->in_c, in_plane, NULL, e);
 }
 

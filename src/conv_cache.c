@@ -30,7 +30,7 @@ static int key_equal(const gt_conv_key *a, const gt_conv_key *b)
            a->layout == b->layout &&
            a->math == b->math && a->direction == b->direction &&
            a->deterministic == b->deterministic && a->tensor_ops == b->tensor_ops &&
-           a->limit == b->limit && a->align == b->align;
+           a->limit == b->limit && a->align == b->align && a->api == b->api;
 }
 
 static cache_entry *cache_find(const gt_conv_key *k)

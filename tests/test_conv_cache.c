@@ -38,13 +38,19 @@ static void test_claim_put_hit(void)
 {
     gt_conv_cache_clear();
     gt_conv_key k = key_of(256);
-    gt_conv_choice got = {-1, -1, 0}, mine = {3, 1, 4096};
+    gt_conv_choice got = {.algo = -1, .math = -1}, mine = {.algo = 3, .math = 1, .memory = 4096};
+    /* A backend-API choice: an engine and its knobs' values come back whole. */
+    mine.engine = 62;
+    mine.nknobs = 2;
+    mine.knob[0][0] = 3, mine.knob[0][1] = 1, mine.knob[1][0] = 7, mine.knob[1][1] = 128;
     CHECK(gt_conv_cache_claim(&k, 1, &got) == GT_CONV_CACHE_MINE);
     /* Claimed, not yet put: another asking without waiting is told it is busy. */
     CHECK(gt_conv_cache_claim(&k, 0, &got) == GT_CONV_CACHE_BUSY);
     gt_conv_cache_put(&k, &mine);
     CHECK(gt_conv_cache_claim(&k, 0, &got) == GT_CONV_CACHE_HIT);
     CHECK(got.algo == 3 && got.math == 1 && got.memory == 4096);
+    CHECK(got.engine == 62 && got.nknobs == 2 && got.knob[0][0] == 3 && got.knob[0][1] == 1 &&
+          got.knob[1][0] == 7 && got.knob[1][1] == 128);
     CHECK(gt_conv_cache_claim(&k, 1, &got) == GT_CONV_CACHE_HIT);
     unsigned long hits = 0, searches = 0;
     gt_conv_cache_counts(&hits, &searches);
@@ -56,11 +62,11 @@ static void test_fields_differ(void)
 {
     gt_conv_cache_clear();
     gt_conv_key base = key_of(256);
-    gt_conv_choice ch = {1, 0, 0}, got;
+    gt_conv_choice ch = {.algo = 1}, got;
     CHECK(gt_conv_cache_claim(&base, 1, &got) == GT_CONV_CACHE_MINE);
     gt_conv_cache_put(&base, &ch);
-    gt_conv_key v[21];
-    for (int i = 0; i < 21; i++)
+    gt_conv_key v[22];
+    for (int i = 0; i < 22; i++)
         v[i] = base;
     snprintf(v[0].gpu, sizeof v[0].gpu, "NVIDIA H200");
     v[1].cc_minor = 1;
@@ -83,14 +89,15 @@ static void test_fields_differ(void)
     v[18].align = 16;
     v[19].cc_major = 8;
     v[20].layout = 1; /* CUDNN_TENSOR_NHWC */
-    for (int i = 0; i < 21; i++) {
+    v[21].api = GT_CONV_BACKEND;
+    for (int i = 0; i < 22; i++) {
         CHECK_MSG(gt_conv_cache_claim(&v[i], 1, &got) == GT_CONV_CACHE_MINE,
                   "variant %d found the base key's choice", i);
         gt_conv_cache_put(&v[i], &ch);
     }
     unsigned long hits = 0, searches = 0;
     gt_conv_cache_counts(&hits, &searches);
-    CHECK(hits == 0 && searches == 22);
+    CHECK(hits == 0 && searches == 23);
 }
 
 /* Four "devices" walk the same 12 keys; each key is searched once, by whoever claims it first
@@ -118,7 +125,7 @@ static void *dev_run(void *arg)
         }
         if (r == GT_CONV_CACHE_MINE) {
             usleep(2000); /* the search */
-            ch = (gt_conv_choice){100 * j->id + i, 0, 0};
+            ch = (gt_conv_choice){.algo = 100 * j->id + i};
             gt_conv_cache_put(&k, &ch);
             j->searched++;
         }
@@ -166,11 +173,11 @@ static void test_devices_share(void)
 static void *waiter_run(void *arg)
 {
     gt_conv_key k = key_of(7);
-    gt_conv_choice ch = {-1, 0, 0};
+    gt_conv_choice ch = {.algo = -1};
     int *result = arg;
     gt_conv_claim r = gt_conv_cache_claim(&k, 1, &ch);
     if (r == GT_CONV_CACHE_MINE) {
-        ch = (gt_conv_choice){42, 0, 0};
+        ch = (gt_conv_choice){.algo = 42};
         gt_conv_cache_put(&k, &ch);
     }
     *result = r == GT_CONV_CACHE_MINE ? ch.algo : -1;

@@ -37,15 +37,23 @@ typedef struct gt_conv_key {
     int tensor_ops;         /* tensor-core math and Winograd may be chosen */
     size_t limit;           /* workspace bytes the search ran in and the choice must fit */
     unsigned align;         /* smallest alignment of the searched buffers, at most 256 bytes */
+    int api;                /* GT_CONV_LEGACY (algorithms) or GT_CONV_BACKEND (engines) */
 } gt_conv_key;
 
 enum { GT_CONV_FWD, GT_CONV_BWD_FILTER, GT_CONV_BWD_DATA };
+/* How a choice is made and run: cuDNN's legacy algorithm calls, or its backend API's engine
+ * configurations (an engine and the values of its knobs). */
+enum { GT_CONV_LEGACY, GT_CONV_BACKEND };
+#define GT_CONV_MAX_KNOBS 16
 
 /* One direction's choice. */
 typedef struct gt_conv_choice {
-    int algo;               /* the cudnnConvolution*Algo_t */
-    int math;               /* the cudnnMathType_t to set on the descriptor */
+    int algo;               /* legacy: the cudnnConvolution*Algo_t */
+    int math;               /* legacy: the cudnnMathType_t to set on the descriptor */
     size_t memory;          /* workspace bytes it needs at the key's batch */
+    long long engine;       /* backend: the engine's global index */
+    int nknobs;             /* backend: its knobs' choices, (cudnnBackendKnobType_t, value) */
+    long long knob[GT_CONV_MAX_KNOBS][2];
 } gt_conv_choice;
 
 typedef enum gt_conv_claim {
