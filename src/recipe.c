@@ -170,6 +170,8 @@ static void recipe_resnet(gt_config *c, char *note, size_t cap)
     if (strcmp(c->model, "resnet20") != 0 && strcmp(c->model, "resnet18") != 0)
         return;
     unsigned g = c->given;
+    if (!(g & GT_GIVEN_EPOCHS))
+        c->epochs = GT_RECIPE_RESNET_EPOCHS;
     if (!(g & GT_GIVEN_BATCH))
         c->batch = 128;
     if (!(g & GT_GIVEN_AUGMENT))
@@ -190,8 +192,9 @@ static void recipe_resnet(gt_config *c, char *note, size_t cap)
         c->optim.schedule = GT_SCHED_COSINE;
     if (!(g & GT_GIVEN_WARMUP) && c->epochs > 1)
         c->optim.warmup_epochs = 1.0f;
-    snprintf(note, cap, "%s's recipe: batch %d, augment crop:%d%s, normalize %s, lr %g%s, momentum "
-             "%g, weight decay %g, warm-up %g epoch, %s (flags set any of them)", c->model, c->batch,
+    snprintf(note, cap, "%s's recipe: %d epoch%s, batch %d, augment crop:%d%s, normalize %s, lr %g%s, momentum "
+             "%g, weight decay %g, warm-up %g epoch, %s (flags set any of them)", c->model,
+             c->epochs, c->epochs == 1 ? "" : "s", c->batch,
              c->augment.pad, c->augment.flip ? ",flip" : "",
              c->normalize == GT_NORMALIZE_AUTO ? "auto" : c->normalize ? "given" : "none",
              (double)c->optim.lr,

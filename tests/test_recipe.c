@@ -262,8 +262,9 @@ static void test_model_recipe(void)
     CHECK(c.ema == 0.0f);
     c = plain;
     snprintf(c.model, sizeof c.model, "resnet18");
-    c.epochs = 15;
+    c.epochs = 10; /* the general default, not given: the recipe's length replaces it */
     gt_recipe_model(&c, note, sizeof note);
+    CHECK(c.epochs == GT_RECIPE_RESNET_EPOCHS && strstr(note, "25 epochs") != NULL);
     CHECK(c.batch == 128 && c.optim.lr == 0.1f && c.optim.nesterov && c.optim.momentum == 0.9f &&
           c.optim.weight_decay == 5e-4f && c.optim.schedule == GT_SCHED_COSINE &&
           c.optim.warmup_epochs == 1.0f && strstr(note, "resnet18") != NULL &&
@@ -273,9 +274,11 @@ static void test_model_recipe(void)
     snprintf(c.model, sizeof c.model, "resnet20");
     c.batch = 256;
     c.optim.weight_decay = 0.0f;
-    c.given = GT_GIVEN_BATCH | GT_GIVEN_WEIGHT_DECAY | GT_GIVEN_AUGMENT | GT_GIVEN_NORMALIZE;
+    c.epochs = 3;
+    c.given = GT_GIVEN_BATCH | GT_GIVEN_WEIGHT_DECAY | GT_GIVEN_AUGMENT | GT_GIVEN_NORMALIZE |
+              GT_GIVEN_EPOCHS;
     gt_recipe_model(&c, note, sizeof note);
-    CHECK(c.batch == 256 && c.optim.lr == 0.2f && c.optim.weight_decay == 0.0f &&
+    CHECK(c.epochs == 3 && c.batch == 256 && c.optim.lr == 0.2f && c.optim.weight_decay == 0.0f &&
           c.augment.pad == 0 && !c.augment.flip && c.normalize == GT_NORMALIZE_NONE);
 }
 

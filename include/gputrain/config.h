@@ -67,6 +67,7 @@ typedef enum gt_normalize {
 #define GT_GIVEN_AUGMENT (1u << 8)
 #define GT_GIVEN_NORMALIZE (1u << 9)
 #define GT_GIVEN_EMA (1u << 10)
+#define GT_GIVEN_EPOCHS (1u << 11)
 
 #define GT_MAX_ITEMS 1024 /* images and ranges one predict command takes */
 
