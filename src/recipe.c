@@ -170,8 +170,10 @@ static void recipe_resnet(gt_config *c, char *note, size_t cap)
     if (strcmp(c->model, "resnet20") != 0 && strcmp(c->model, "resnet18") != 0)
         return;
     unsigned g = c->given;
-    if (!(g & GT_GIVEN_EPOCHS))
+    if (!(g & GT_GIVEN_EPOCHS)) {
         c->epochs = GT_RECIPE_RESNET_EPOCHS;
+        c->optim.total_epochs = (float)c->epochs; /* the schedule's length (cli.c set it) */
+    }
     if (!(g & GT_GIVEN_BATCH))
         c->batch = 128;
     if (!(g & GT_GIVEN_AUGMENT))

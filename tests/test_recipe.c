@@ -265,6 +265,9 @@ static void test_model_recipe(void)
     c.epochs = 10; /* the general default, not given: the recipe's length replaces it */
     gt_recipe_model(&c, note, sizeof note);
     CHECK(c.epochs == GT_RECIPE_RESNET_EPOCHS && strstr(note, "25 epochs") != NULL);
+    /* the cosine decays over the recipe's length, not the length the parser saw */
+    CHECK(c.optim.total_epochs == (float)GT_RECIPE_RESNET_EPOCHS);
+    CHECK(gt_optim_lr(&c.optim, 12.0) > 0.5 * c.optim.lr && gt_optim_lr(&c.optim, 24.0) > 0.0f);
     CHECK(c.batch == 128 && c.optim.lr == 0.1f && c.optim.nesterov && c.optim.momentum == 0.9f &&
           c.optim.weight_decay == 5e-4f && c.optim.schedule == GT_SCHED_COSINE &&
           c.optim.warmup_epochs == 1.0f && strstr(note, "resnet18") != NULL &&
