@@ -2,7 +2,7 @@
  * convolution runs an execution plan of an engine configuration chosen by timing them.
  *
  * Why: on an H200 with cuDNN 9.14 the legacy calls (cudnnConvolutionForward and the backward
- * two) ran resnet18's channels-last bf16 convolutions 1.7-6.8x slower than the fastest engine
+ * two) ran resnet18's channels-last bf16 convolutions 1.4-6.8x slower than the fastest engine
  * configuration the backend API offers for the same shape, 6.60 against 2.56 ms a step
  * (tools/bench/conv_engines.c, docs/perf-notes.md): the legacy algorithms do not reach every
  * engine. PyTorch reaches them through cuDNN's frontend, which sits on this API.
