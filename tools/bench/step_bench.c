@@ -5,13 +5,18 @@
  * Usage: step_bench DATA MODEL BATCH STEPS PATH [PRECISION] (PATH: fused-graph fused-eager
  * layers-graph layers-eager; PRECISION: fp32, the default, tf32 or bf16; DATA: a folder or
  * synthetic:CxHxW:K:N). Prints one line: mean microseconds per phase and the median whole step.
- * layers-eager runs each kernel on its own, for a profiler that times kernels (ncu). */
+ * layers-eager runs each kernel on its own, for a profiler that times kernels (ncu). The timed
+ * steps run between cudaProfilerStart and cudaProfilerStop, so `ncu --profile-from-start off`
+ * profiles them and not the start-up (the convolution engine search launches thousands of
+ * kernels there). */
 #include "gputrain/data.h"
 #include "gputrain/device.h"
 #include "gputrain/model.h"
 #include "gputrain/optim.h"
 #include "gputrain/ps.h"
 #include "gt_cuda.h"
+
+#include <cuda_profiler_api.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +76,8 @@ int main(int argc, char **argv)
     double ph[5] = {0}, *step = malloc((size_t)steps * sizeof *step), loss = 0;
     int warm = steps >= 100 ? 50 : 0;
     for (int k = -warm; k < steps; k++) {
+        if (k == 0)
+            cudaProfilerStart();
         uint32_t nb = n / (uint32_t)batch, at = (uint32_t)((k + warm) % (int)nb) * (uint32_t)batch;
         gt_batch b = {&data->train, perm + at, batch, 0, 1, NULL};
         gt_step_out o = {0};
@@ -98,6 +105,7 @@ int main(int argc, char **argv)
         step[k] = t[5] - t[0];
         loss = o.loss_sum / batch;
     }
+    cudaProfilerStop();
     qsort(step, (size_t)steps, sizeof *step, cmp_double);
     double med = step[steps / 2];
     gt_cuda_path p;
