@@ -98,7 +98,7 @@ static int ckpt_check_model(const gt_model *m, const char *path, gt_err *e)
 
 /* ---- saving --------------------------------------------------------------------------------------- */
 
-#define CKPT_NFIXED 29 /* metadata members besides the tensors' CRCs */
+#define CKPT_NFIXED 30 /* metadata members besides the tensors' CRCs */
 
 /* Everything one save writes: the tensors, their CRC members and the metadata text. */
 typedef struct ckpt_save {
@@ -214,6 +214,8 @@ static void ckpt_list_meta(ckpt_save *sv, const gt_model *m, const gt_ckpt_meta 
         ckpt_kv(sv, meta->nnames <= CKPT_OLD_NAMES ? "classes" : "class_names", sv->classes);
     if (meta->resized)
         ckpt_kv(sv, "resize_images", "1");
+    if (meta->run_options[0])
+        ckpt_kv(sv, "run_options", meta->run_options);
     if (m->norm.on) {
         gt_norm_format(&m->norm, m->in_c, sv->norm, sizeof sv->norm);
         ckpt_kv(sv, "input_norm", sv->norm);
@@ -593,6 +595,11 @@ static int ckpt_parse_meta(ckpt_file *cf, gt_err *e)
         ckpt_meta_opt_real(cf, "lr", &mt->lr, e) != 0 ||
         ckpt_meta_opt_real(cf, "momentum", &mt->momentum, e) != 0 ||
         ckpt_meta_opt_real(cf, "weight_decay", &mt->weight_decay, e) != 0)
+        return -1;
+    /* The options a resume takes again: absent in a file written before they were kept. */
+    const char *ro = ckpt_meta_str(cf, "run_options");
+    mt->run_options[0] = 0;
+    if (ro && ckpt_meta_text(cf, "run_options", mt->run_options, sizeof mt->run_options, e) != 0)
         return -1;
     /* The monitored accuracy's best so far (--save-best, --patience): absent in a file written
      * before any evaluation or before it was kept. */

@@ -8,6 +8,7 @@
  * given at most once, so a typo or a repeated flag never silently changes a run. */
 #include "gputrain/model.h" /* GT_SPECLEN, which config.h uses */
 #include "gputrain/cli.h"
+#include "gputrain/json.h"
 #include "gputrain/names.h"
 
 #include <ctype.h>
@@ -519,7 +520,8 @@ static const cli_row cli_rows[] = {
     {.name = "keep", .value = "K", .type = CLI_INT, .field = F(keep), .lo = 0, .hi = GT_MAX_KEEP,
      .commands = CMD_TRAIN, .help = "older checkpoints kept beside the newest"},
     {.name = "resume", .value = "PATH", .type = CLI_TEXT, TEXT(resume), .commands = CMD_TRAIN,
-     .help = "continue a run: parameters, optimizer state and progress (not with --init)"},
+     .help = "continue a run: parameters, optimizer state, progress and the run's own options "
+             "(--model, --lr, --epochs, ...) unless given again (not with --init)"},
     {.name = "init", .value = "PATH", .type = CLI_TEXT, TEXT(init), .commands = CMD_TRAIN,
      .help = "start a fresh run from a checkpoint's parameters"},
     {.name = "allow-nonfinite", .type = CLI_SWITCH, .field = F(allow_nonfinite), .lo = 1,
@@ -601,6 +603,26 @@ const struct option *gt_cli_options(void)
                                       NULL, CLI_OPT0 + i};
         }
     return opts;
+}
+
+/* The options that shape a run, which a --resume takes again from the checkpoint's run unless its
+ * own command line gives them (docs/internals.md, "What a resume takes again"): not the devices,
+ * data paths, seed (the checkpoint's anyway), outputs, faults or timeouts. */
+static const char *const cli_resumable[] = {
+    "mode",      "stripes",    "staleness",  "sync-every",    "balance",  "overlap",
+    "store-step", "exchange",  "precision",  "tf32",          "model",    "image-size",
+    "augment",   "normalize",  "train-samples", "batch",      "epochs",   "eval-every",
+    "val-split", "save-best",  "patience",   "optimizer",     "lr",       "momentum",
+    "nesterov",  "weight-decay", "beta1",    "beta2",         "eps",      "schedule",
+    "warmup",    "step-epochs", "gamma",     "ema",           "on-nan",   "on-diverge",
+    "literal"};
+
+static int cli_resumes(const cli_row *r)
+{
+    for (size_t i = 0; i < sizeof cli_resumable / sizeof cli_resumable[0]; i++)
+        if (strcmp(r->name, cli_resumable[i]) == 0)
+            return 1;
+    return 0;
 }
 
 static const cli_row *cli_row_of(int opt)
@@ -725,12 +747,145 @@ static int cli_add_items(int argc, char **argv, gt_config *c, int rest, gt_err *
     return 0;
 }
 
+/* ---- what --resume takes again ------------------------------------------------------------- */
+
+/* Appends s to buf (cap bytes, *len used) as the inside of a JSON string; 0, or -1 when full. */
+static int cli_json_put(char *buf, size_t cap, size_t *len, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        int n = *p == '"' || *p == '\\' ? snprintf(esc, sizeof esc, "\\%c", *p)
+                : *p < 0x20              ? snprintf(esc, sizeof esc, "\\u%04x", *p)
+                                         : snprintf(esc, sizeof esc, "%c", *p);
+        if (*len + (size_t)n + 3 > cap) /* room for the closing quote, bracket and NUL */
+            return -1;
+        memcpy(buf + *len, esc, (size_t)n);
+        *len += (size_t)n;
+    }
+    return 0;
+}
+
+/* Adds option r (value arg, NULL for a switch) to c->run_options, the JSON array of the options
+ * a resumed run takes again. Past GT_RUN_OPTIONS_LEN the list is dropped whole (a resume then
+ * takes nothing again, as before the list existed), never cut short. */
+static void cli_keep_option(gt_config *c, const cli_row *r, const char *arg, size_t *len)
+{
+    char *buf = c->run_options;
+    size_t at = *len;
+    if (at == SIZE_MAX)
+        return; /* dropped already */
+    if (at == 0)
+        buf[at++] = '[';
+    else
+        buf[at - 1] = ','; /* the closing bracket */
+    buf[at++] = '"';
+    if (cli_json_put(buf, GT_RUN_OPTIONS_LEN, &at, "--") != 0 ||
+        cli_json_put(buf, GT_RUN_OPTIONS_LEN, &at, r->name) != 0 ||
+        (arg && (cli_json_put(buf, GT_RUN_OPTIONS_LEN, &at, "=") != 0 ||
+                 cli_json_put(buf, GT_RUN_OPTIONS_LEN, &at, arg) != 0))) {
+        buf[0] = 0;
+        *len = SIZE_MAX;
+        return;
+    }
+    memcpy(buf + at, "\"]", 3); /* cli_json_put left room */
+    *len = at + 2;
+}
+
+/* The row a command-line word names ("--name" or "--name=value"), or NULL. */
+static const cli_row *cli_row_named(const char *word)
+{
+    if (strncmp(word, "--", 2) != 0)
+        return NULL;
+    size_t n = strcspn(word + 2, "=");
+    for (int i = 0; i < CLI_NROWS; i++)
+        if (strlen(cli_rows[i].name) == n && strncmp(cli_rows[i].name, word + 2, n) == 0)
+            return &cli_rows[i];
+    return NULL;
+}
+
+/* Whether argv[1..argc) sets the field that row r sets (r itself, or a row for the same field:
+ * --tf32 and --precision). Values are skipped, so a value is never taken for an option. */
+static int cli_argv_sets(int argc, char **argv, const cli_row *r)
+{
+    for (int i = 1; i < argc; i++) {
+        const cli_row *g = cli_row_named(argv[i]);
+        if (!g)
+            continue;
+        if (g->field == r->field && g->type != CLI_HELP && g->type != CLI_VERSION)
+            return 1;
+        int takes = g->value != NULL || g->type == CLI_WORD;
+        if (takes && !strchr(argv[i], '='))
+            i++;
+    }
+    return 0;
+}
+
+void gt_cli_free_args(char **argv)
+{
+    if (!argv)
+        return;
+    for (char **p = argv; *p; p++)
+        free(*p);
+    free(argv);
+}
+
+int gt_cli_resume_args(const char *run_options, int argc, char **argv, int *out_argc,
+                       char ***out_argv, char *carried, size_t cap, gt_err *e)
+{
+    size_t len = strlen(run_options);
+    char *text = malloc(len + 1);
+    gt_json_doc d = {0};
+    *out_argc = 0;
+    *out_argv = NULL;
+    if (carried && cap)
+        carried[0] = 0;
+    if (!text)
+        return gt_fail(e, "out of memory for the options of a resumed run");
+    memcpy(text, run_options, len + 1);
+    int n = gt_json_parse(&d, text, len) == 0 && d.nodes[0].type == GT_JSON_ARRAY
+                ? d.nodes[0].count : -1;
+    char **out = n >= 0 ? calloc((size_t)(argc + n + 1), sizeof *out) : NULL;
+    int k = 0, rc = n < 0 ? gt_fail(e, "its run's options are not a JSON array of strings") : 0;
+    if (rc == 0 && !out)
+        rc = gt_fail(e, "out of memory for the options of a resumed run");
+    int first = argc > 1 && strncmp(argv[1], "--", 2) != 0 ? 2 : 1; /* a command word stays 2nd */
+    for (int i = 0; rc == 0 && i < first; i++)
+        rc = (out[k++] = strdup(argv[i])) ? 0 : gt_fail(e, "out of memory");
+    for (int j = rc == 0 ? d.nodes[0].child : -1; j >= 0 && rc == 0; j = d.nodes[j].next) {
+        const char *w = d.nodes[j].type == GT_JSON_STRING ? d.nodes[j].str : "";
+        const cli_row *r = cli_row_named(w);
+        if (!r || !cli_resumes(r)) {
+            rc = gt_fail(e, "its run's options hold '%.60s', not an option a resume takes again",
+                         w);
+            break;
+        }
+        if (cli_argv_sets(argc, argv, r))
+            continue; /* given again: the command line's */
+        rc = (out[k++] = strdup(w)) ? 0 : gt_fail(e, "out of memory");
+        if (rc == 0 && carried && strlen(carried) + strlen(w) + 2 < cap)
+            snprintf(carried + strlen(carried), cap - strlen(carried), "%s%s",
+                     carried[0] ? " " : "", w);
+    }
+    for (int i = first; rc == 0 && i < argc; i++)
+        rc = (out[k++] = strdup(argv[i])) ? 0 : gt_fail(e, "out of memory");
+    gt_json_free(&d);
+    free(text);
+    if (rc != 0) {
+        gt_cli_free_args(out);
+        return -1;
+    }
+    *out_argc = k;
+    *out_argv = out;
+    return 0;
+}
+
 /* Runs getopt over argv[0..argc) (argv[0] a program or command word). Returns 0 when every option
  * was read, 1 after printing help or the version, -1 on the first bad one. */
 static int cli_parse_options(int argc, char **argv, gt_config *c, FILE *out, gt_err *e)
 {
     const struct option *opts = gt_cli_options();
     unsigned char seen[CLI_NROWS] = {0};
+    size_t kept = 0; /* bytes of c->run_options written */
     int index = -1;
     opterr = 0;
     optind = 0;
@@ -768,6 +923,8 @@ static int cli_parse_options(int argc, char **argv, gt_config *c, FILE *out, gt_
             cli_apply(r, optarg, c, e))
             return -1;
         c->given |= r->given;
+        if (cli_resumes(r))
+            cli_keep_option(c, r, optarg, &kept);
     }
     if (optind < argc)
         return gt_fail(e, "unexpected argument '%s'", argv[optind]);

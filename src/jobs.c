@@ -200,6 +200,7 @@ static int jobs_write_checkpoint_to(run *r, const job *j, const gt_run_result *r
     meta.best_step = res->best_step;
     meta.since_best = (uint64_t)r->jq.since_best;
     snprintf(meta.best_of, sizeof meta.best_of, "%s", jobs_best_of(r));
+    snprintf(meta.run_options, sizeof meta.run_options, "%s", cfg->run_options);
     float *const state[2] = {j->state[0], j->state[1]};
     if (gt_ckpt_save_ema(path, r->m, j->params, j->ema, j->buffers, state, r->ps.nstate, &meta,
                          keep, e) != 0)

@@ -951,6 +951,42 @@ static void command_line(int argc, char **argv, char *buf, size_t cap)
     }
 }
 
+/* --resume: the options of the checkpoint's run that the command line leaves out (cli.h
+ * gt_cli_resume_args) are parsed again into c with the command line's own, so the run goes on
+ * with its --lr, --schedule, --epochs, --model, ...; carried (cap bytes) gets them for a note. A
+ * checkpoint that cannot be read is left to the resume itself to report. 0, or -1 with a
+ * command-line error in e. */
+static int resume_carry(gt_config *c, int argc, char **argv, char *carried, size_t cap, gt_err *e)
+{
+    carried[0] = 0;
+    if (c->command != GT_CMD_TRAIN || !c->resume[0])
+        return 0;
+    char path[GT_PATHLEN];
+    snprintf(path, sizeof path, "%s", c->resume);
+    gt_ckpt_meta *meta = malloc(sizeof *meta);
+    gt_err unread = {{0}};
+    if (!meta)
+        return gt_fail(e, "out of memory reading %s", path);
+    if (gt_ckpt_read_meta(path, meta, &unread) != 0 || !meta->run_options[0]) {
+        free(meta);
+        return 0;
+    }
+    int n = 0;
+    char **args = NULL;
+    int rc = gt_cli_resume_args(meta->run_options, argc, argv, &n, &args, carried, cap, e);
+    free(meta);
+    if (rc == 0) {
+        rc = gt_cli_parse(n, args, c, stdout, e) == 0 ? 0 : -1;
+        gt_cli_free_args(args);
+    }
+    if (rc != 0) {
+        char why[GT_ERRLEN];
+        snprintf(why, sizeof why, "%s", e->msg);
+        return gt_fail(e, "--resume %s: %s", path, why);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setup su = {.launched = launch_time(), .data_s = -1, .devices_s = -1};
@@ -972,6 +1008,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "gputrain: %s\n", e.msg);
         return usage ? EXIT_USAGE : EXIT_FAILED;
     }
+    char carried[GT_RUN_OPTIONS_LEN];
+    if (resume_carry(&c, argc, argv, carried, sizeof carried, &e) != 0) {
+        fprintf(stderr, "gputrain: %s\n", e.msg);
+        return EXIT_USAGE;
+    }
     char model_note[GT_RECIPE_LEN * 2] = "";
     if (c.command == GT_CMD_TRAIN)
         gt_recipe_model(&c, model_note, sizeof model_note);
@@ -982,6 +1023,9 @@ int main(int argc, char **argv)
         c.quiet = 1;
         c.progress = 0;
     }
+    if (carried[0] && !c.quiet)
+        printf("note: --resume: the run's own %s again (a flag given here replaces its own)\n",
+               carried);
     if (model_note[0] && !c.quiet)
         printf("note: %s\n", model_note);
     struct stat rs; /* a resumed run saves to its file (one that is no file is refused on reading) */

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # cli_resume.sh - what --resume keeps and refuses, and command-line errors found late: a resume
 # keeps the checkpoint's seed, optimizer and data (another is refused, exit 2, naming the flag),
-# notes another --lr, and saves to the file it resumed unless --checkpoint says otherwise; a
-# finished run says there is nothing to train and exits 0; local mode warns that its resume is
-# approximate; a mid-epoch checkpoint goes on at its sample of the epoch's order in another layout
-# (every sample once, also after a SIGINT) or is refused where the layout's step cannot start
-# there; hogwild's static slices resume only in their layout, with a warning; a step at an epoch's
-# end goes on with the next epoch; allreduce on CPU workers and hex or non-finite numbers in flags
-# and specs are command-line errors (exit 2).
+# takes the run's own options again (--lr, --schedule, --epochs, ...) unless given again and then
+# ends as the run did, notes another --lr, and saves to the file it resumed unless --checkpoint
+# says otherwise; a finished run says there is nothing to train and exits 0; local mode warns that
+# its resume is approximate; a mid-epoch checkpoint goes on at its sample of the epoch's order in
+# another layout (every sample once, also after a SIGINT) or is refused where the layout's step
+# cannot start there; hogwild's static slices resume only in their layout, with a warning; a step
+# at an epoch's end goes on with the next epoch; allreduce on CPU workers and hex or non-finite
+# numbers in flags and specs are command-line errors (exit 2).
 . "$(dirname "$0")/lib_cli.sh"
 DATA=$(find_data) || { echo "skipped: Fashion-MNIST not found"; exit 77; }
 RUN=(--data "$DATA" --train-samples 200 --no-progress)
@@ -25,6 +26,22 @@ grep -q -- "^gputrain: --train-samples: .* was trained on 200 training samples, 
 # what it may change is used, and a note says so
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --lr 0.02 --checkpoint "$TMP/ck.lr" --resume "$TMP/ck"
 grep -q "^note: --resume: --lr 0.02 from here on (.* ran with --lr 0.05)$" "$TMP/out" || fail "other --lr: $(cat "$TMP/out")"
+# a resume takes the run's own options again unless given again: a run at --lr 0.01 with a cosine
+# over 3 epochs, resumed from its first epoch's checkpoint without them, ends as the run did
+own=(--epochs 3 --lr 0.01 --schedule cosine --momentum 0.5)
+expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" "${own[@]}" --checkpoint-every 1 --keep 2 --checkpoint "$TMP/own"
+last_eval() { sed -n 's/^epoch *3 .*\(test loss [0-9.]* acc [0-9.]*\).*/\1/p' "$1"; }
+want=$(last_eval "$TMP/out")
+expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --resume "$TMP/own.2" --checkpoint "$TMP/own.r"
+grep -q "^note: --resume: the run's own --epochs=3 --lr=0.01 --schedule=cosine --momentum=0.5 again" "$TMP/out" ||
+    fail "resume did not say what it took again: $(cat "$TMP/out")"
+got=$(last_eval "$TMP/out")
+[ -n "$want" ] && [ "$got" = "$want" ] || fail "resumed without its options: '$got', the run: '$want'"
+# and one given again is the command line's (a note says so), the others still the run's
+expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --lr 0.02 --resume "$TMP/own.2" --checkpoint "$TMP/own.r2"
+grep -q "^note: --resume: the run's own --epochs=3 --schedule=cosine --momentum=0.5 again" "$TMP/out" &&
+    grep -q "^note: --resume: --lr 0.02 from here on (.* ran with --lr 0.01)$" "$TMP/out" ||
+    fail "resume with --lr given again: $(cat "$TMP/out")"
 # without --checkpoint a resumed run saves to the file it resumed, and says so
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --resume "$TMP/ck"
 grep -q "seed 7" "$TMP/out" || fail "resume does not say it keeps seed 7: $(cat "$TMP/out")"

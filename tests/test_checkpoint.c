@@ -148,6 +148,8 @@ static void meta_make(gt_ckpt_meta *mt, const gt_model *m, const char *optimizer
     mt->lr = 0.1;
     mt->momentum = 0.57;
     mt->weight_decay = 5e-4;
+    snprintf(mt->run_options, sizeof mt->run_options,
+             "[\"--lr=0.1\",\"--nesterov\",\"--model=conv:4:3 \\\"q\\\" fc:10\"]");
 }
 
 static int meta_equal(const gt_ckpt_meta *a, const gt_ckpt_meta *b)
@@ -160,7 +162,8 @@ static int meta_equal(const gt_ckpt_meta *a, const gt_ckpt_meta *b)
            a->data_fingerprint == b->data_fingerprint && a->batch == b->batch &&
            a->workers == b->workers && a->epoch_pos == b->epoch_pos &&
            a->train_samples == b->train_samples && a->lr == b->lr &&
-           a->momentum == b->momentum && a->weight_decay == b->weight_decay;
+           a->momentum == b->momentum && a->weight_decay == b->weight_decay &&
+           strcmp(a->run_options, b->run_options) == 0;
 }
 
 static int save(const char *path, const gt_model *m, const arrays *a, int nstate,

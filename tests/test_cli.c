@@ -702,6 +702,51 @@ static void test_name_tables(void)
         CHECK(strlen(gt_optimizer_name((gt_opt_kind)k)) < sizeof meta.optimizer);
 }
 
+/* What a --resume takes again: the options given that shape the run are kept as a JSON array of
+ * "--name=value" and "--switch" strings (values escaped), the others not; a resumed command line
+ * puts the kept ones that it does not set itself before its own, keeps its command word, treats
+ * rows of one field as one (--tf32 and --precision), and refuses a list naming other options. */
+static void test_resume_options(void)
+{
+    gt_config c;
+    gt_err e;
+    const char *given[] = {"--gpus", "cpu:2", "--lr", "0.01", "--nesterov", "--schedule", "cosine",
+                           "--model", "conv:4:3 \"q\" relu fc:10", "--tf32", "--checkpoint",
+                           "ck", "--epochs", "3", NULL};
+    CHECK(parse_words(given, &c, &e, stdout) == 0);
+    CHECK_MSG(strcmp(c.run_options, "[\"--lr=0.01\",\"--nesterov\",\"--schedule=cosine\","
+                                    "\"--model=conv:4:3 \\\"q\\\" relu fc:10\",\"--tf32\","
+                                    "\"--epochs=3\"]") == 0,
+              "run_options %s", c.run_options);
+    const char *none[] = {"--gpus", "cpu:2", "--seed", "3", NULL};
+    CHECK(parse_words(none, &c, &e, stdout) == 0 && c.run_options[0] == 0);
+
+    char *argv[] = {"gputrain", "train", "--lr=0.02", "--precision", "bf16", "--resume", "ck",
+                    NULL};
+    char carried[256], **out = NULL;
+    int n = 0;
+    CHECK(gt_cli_resume_args("[\"--lr=0.01\",\"--nesterov\",\"--schedule=cosine\",\"--tf32\"]", 7,
+                             argv, &n, &out, carried, sizeof carried, &e) == 0);
+    const char *want[] = {"gputrain", "train", "--nesterov", "--schedule=cosine", "--lr=0.02",
+                          "--precision", "bf16", "--resume", "ck"};
+    CHECK(n == 9 && out && out[9] == NULL);
+    for (int i = 0; out && i < n && i < 9; i++)
+        CHECK_MSG(strcmp(out[i], want[i]) == 0, "word %d: %s, not %s", i, out[i], want[i]);
+    CHECK_MSG(strcmp(carried, "--nesterov --schedule=cosine") == 0, "carried: %s", carried);
+    CHECK(gt_cli_parse(n, out, &c, stdout, &e) == 0 && c.optim.lr == 0.02f &&
+          c.optim.nesterov == 1 && c.optim.schedule == GT_SCHED_COSINE);
+    gt_cli_free_args(out);
+    /* a value that looks like an option is a value: --model's text does not set --lr */
+    char *spec_argv[] = {"gputrain", "--model", "--lr", NULL};
+    CHECK(gt_cli_resume_args("[\"--lr=0.01\"]", 3, spec_argv, &n, &out, NULL, 0, &e) == 0 &&
+          n == 4 && strcmp(out[1], "--lr=0.01") == 0);
+    gt_cli_free_args(out);
+    CHECK(gt_cli_resume_args("[\"--inject-fault=0:3\"]", 1, argv, &n, &out, NULL, 0, &e) == -1 &&
+          strstr(e.msg, "--inject-fault") && out == NULL);
+    CHECK(gt_cli_resume_args("{\"lr\":\"1\"}", 1, argv, &n, &out, NULL, 0, &e) == -1 &&
+          strstr(e.msg, "not a JSON array"));
+}
+
 int main(void)
 {
     test_name_tables();
@@ -714,5 +759,6 @@ int main(void)
     test_help();
     test_version_and_order();
     test_repeated_parses();
+    test_resume_options();
     TEST_DONE();
 }

@@ -39,6 +39,7 @@
 #ifndef GT_CHECKPOINT_H
 #define GT_CHECKPOINT_H
 
+#include "gputrain/config.h" /* GT_RUN_OPTIONS_LEN */
 #include "gputrain/data.h"
 #include "gputrain/model.h"
 #include "gputrain/optim.h"
@@ -87,6 +88,9 @@ typedef struct gt_ckpt_meta {
     double best_acc;
     uint64_t best_step, since_best;
     char best_of[8];
+    /* The options of the run's command line that a resume takes again unless given again
+     * (gt_config.run_options, cli.h gt_cli_resume_args); "" where the file has none. */
+    char run_options[GT_RUN_OPTIONS_LEN];
 } gt_ckpt_meta;
 
 /* Writes a checkpoint atomically. state: gt_optim_nstate(optim) arrays of m->nparams (may be 0).

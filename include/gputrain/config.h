@@ -69,6 +69,8 @@ typedef enum gt_normalize {
 #define GT_GIVEN_EMA (1u << 10)
 #define GT_GIVEN_EPOCHS (1u << 11)
 
+#define GT_RUN_OPTIONS_LEN 16384 /* bytes of gt_config.run_options, its NUL included */
+
 #define GT_MAX_ITEMS 1024 /* images and ranges one predict command takes */
 
 typedef struct gt_config {
@@ -135,6 +137,9 @@ typedef struct gt_config {
 
     /* recipe corrections and the divergence guard (recipe.h, guard.h) */
     unsigned given;               /* GT_GIVEN_* bits of the options the command line set */
+    char run_options[GT_RUN_OPTIONS_LEN]; /* the options given that a --resume of this run's
+                                     checkpoints takes again (cli.c): a JSON array of "--name=value"
+                                     and "--switch" strings; "" = none, or too many to keep */
     int literal;                  /* --literal: the recipe exactly as given, no corrections */
     gt_on_diverge on_diverge;     /* a diverged or stalled run: roll back and go on, or stop */
 
