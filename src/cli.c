@@ -813,7 +813,7 @@ static int cli_argv_sets(int argc, char **argv, const cli_row *r)
             continue;
         if (g->field == r->field && g->type != CLI_HELP && g->type != CLI_VERSION)
             return 1;
-        int takes = g->value != NULL || g->type == CLI_WORD;
+        int takes = g->type != CLI_SWITCH && g->type != CLI_HELP && g->type != CLI_VERSION;
         if (takes && !strchr(argv[i], '='))
             i++;
     }
