@@ -829,8 +829,8 @@ void gt_cli_free_args(char **argv)
     free(argv);
 }
 
-int gt_cli_resume_args(const char *run_options, int argc, char **argv, int *out_argc,
-                       char ***out_argv, char *carried, size_t cap, gt_err *e)
+int gt_cli_resume_args(const char *run_options, const char *model, int argc, char **argv,
+                       int *out_argc, char ***out_argv, char *carried, size_t cap, gt_err *e)
 {
     size_t len = strlen(run_options);
     char *text = malloc(len + 1);
@@ -861,7 +861,16 @@ int gt_cli_resume_args(const char *run_options, int argc, char **argv, int *out_
         }
         if (cli_argv_sets(argc, argv, r))
             continue; /* given again: the command line's */
-        rc = (out[k++] = strdup(w)) ? 0 : gt_fail(e, "out of memory");
+        char *word = NULL;
+        if (model && strcmp(r->name, "model") == 0) { /* the checkpoint's, not a file's today */
+            size_t n = strlen("--model=") + strlen(model) + 1;
+            if ((word = malloc(n)) != NULL)
+                snprintf(word, n, "--model=%s", model);
+            w = word ? word : w;
+        } else {
+            word = strdup(w);
+        }
+        rc = (out[k++] = word) ? 0 : gt_fail(e, "out of memory");
         if (rc == 0 && carried && strlen(carried) + strlen(w) + 2 < cap)
             snprintf(carried + strlen(carried), cap - strlen(carried), "%s%s",
                      carried[0] ? " " : "", w);

@@ -973,7 +973,8 @@ static int resume_carry(gt_config *c, int argc, char **argv, char *carried, size
     }
     int n = 0;
     char **args = NULL;
-    int rc = gt_cli_resume_args(meta->run_options, argc, argv, &n, &args, carried, cap, e);
+    const char *model = gt_model_builtin_spec(meta->model) ? meta->model : meta->model_spec;
+    int rc = gt_cli_resume_args(meta->run_options, model, argc, argv, &n, &args, carried, cap, e);
     free(meta);
     if (rc == 0) {
         rc = gt_cli_parse(n, args, c, stdout, e) == 0 ? 0 : -1;

@@ -42,6 +42,13 @@ expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --lr 0.02 --resume "$TMP/own.2" --check
 grep -q "^note: --resume: the run's own --epochs=3 --schedule=cosine --momentum=0.5 again" "$TMP/out" &&
     grep -q "^note: --resume: --lr 0.02 from here on (.* ran with --lr 0.01)$" "$TMP/out" ||
     fail "resume with --lr given again: $(cat "$TMP/out")"
+# a run's --model @FILE resumes as the checkpoint's spec: the file may be gone since
+printf 'conv:4:3 relu fc:10\n' >"$TMP/net.spec"
+expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --model "@$TMP/net.spec" --epochs 1 --checkpoint "$TMP/spec"
+rm "$TMP/net.spec"
+expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --resume "$TMP/spec"
+grep -q "^note: --resume: the run's own --model=init:torch conv:4:3:0 relu fc:10 again" "$TMP/out" ||
+    fail "resume of a spec file's model: $(cat "$TMP/out" "$TMP/err")"
 # without --checkpoint a resumed run saves to the file it resumed, and says so
 expect_exit 0 -- "${RUN[@]}" "${ONE[@]}" --epochs 2 --resume "$TMP/ck"
 grep -q "seed 7" "$TMP/out" || fail "resume does not say it keeps seed 7: $(cat "$TMP/out")"

@@ -725,8 +725,8 @@ static void test_resume_options(void)
                     NULL};
     char carried[256], **out = NULL;
     int n = 0;
-    CHECK(gt_cli_resume_args("[\"--lr=0.01\",\"--nesterov\",\"--schedule=cosine\",\"--tf32\"]", 7,
-                             argv, &n, &out, carried, sizeof carried, &e) == 0);
+    CHECK(gt_cli_resume_args("[\"--lr=0.01\",\"--nesterov\",\"--schedule=cosine\",\"--tf32\"]",
+                             NULL, 7, argv, &n, &out, carried, sizeof carried, &e) == 0);
     const char *want[] = {"gputrain", "train", "--nesterov", "--schedule=cosine", "--lr=0.02",
                           "--precision", "bf16", "--resume", "ck"};
     CHECK(n == 9 && out && out[9] == NULL);
@@ -738,13 +738,26 @@ static void test_resume_options(void)
     gt_cli_free_args(out);
     /* a value that looks like an option is a value: --model's text does not set --lr */
     char *spec_argv[] = {"gputrain", "--model", "--lr", NULL};
-    CHECK(gt_cli_resume_args("[\"--lr=0.01\"]", 3, spec_argv, &n, &out, NULL, 0, &e) == 0 &&
+    CHECK(gt_cli_resume_args("[\"--lr=0.01\"]", NULL, 3, spec_argv, &n, &out, NULL, 0, &e) == 0 &&
           n == 4 && strcmp(out[1], "--lr=0.01") == 0);
     gt_cli_free_args(out);
-    CHECK(gt_cli_resume_args("[\"--inject-fault=0:3\"]", 1, argv, &n, &out, NULL, 0, &e) == -1 &&
+    CHECK(gt_cli_resume_args("[\"--inject-fault=0:3\"]", NULL, 1, argv, &n, &out, NULL, 0, &e) ==
+              -1 &&
           strstr(e.msg, "--inject-fault") && out == NULL);
-    CHECK(gt_cli_resume_args("{\"lr\":\"1\"}", 1, argv, &n, &out, NULL, 0, &e) == -1 &&
+    CHECK(gt_cli_resume_args("{\"lr\":\"1\"}", NULL, 1, argv, &n, &out, NULL, 0, &e) == -1 &&
           strstr(e.msg, "not a JSON array"));
+    /* a kept --model is the checkpoint's (its spec file may be gone); one given again wins */
+    char *plain[] = {"gputrain", "--epochs", "2", NULL};
+    CHECK(gt_cli_resume_args("[\"--model=@net.spec\",\"--lr=0.01\"]", "conv:4:3 fc:10", 3, plain,
+                             &n, &out, carried, sizeof carried, &e) == 0 &&
+          n == 5 && strcmp(out[1], "--model=conv:4:3 fc:10") == 0 &&
+          strcmp(carried, "--model=conv:4:3 fc:10 --lr=0.01") == 0);
+    gt_cli_free_args(out);
+    char *given_model[] = {"gputrain", "--model", "mlp", NULL};
+    CHECK(gt_cli_resume_args("[\"--model=@net.spec\"]", "conv:4:3 fc:10", 3, given_model, &n, &out,
+                             NULL, 0, &e) == 0 &&
+          n == 3 && strcmp(out[2], "mlp") == 0);
+    gt_cli_free_args(out);
 }
 
 int main(void)

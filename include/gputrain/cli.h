@@ -21,11 +21,13 @@ int gt_cli_parse(int argc, char **argv, gt_config *c, FILE *out, gt_err *e);
  * that wrote the checkpoint (run_options, the checkpoint's JSON array of "--name=value" strings,
  * gt_config.run_options) that argv does not set itself, then argv's own; so a resume goes on
  * with the run's --lr, --schedule, --epochs, --model, ... unless given again. Each option must be
- * one a resume takes again. *out_argv (NULL-terminated, *out_argc words) is freed with
+ * one a resume takes again. A kept --model becomes model where that is not NULL (the
+ * checkpoint's built-in name or spec: a spec file may be gone or changed since). *out_argv
+ * (NULL-terminated, *out_argc words) is freed with
  * gt_cli_free_args; carried (cap bytes, may be NULL) gets the options taken, space-separated.
  * 0, or -1 with a message in e (which does not name the file). */
-int gt_cli_resume_args(const char *run_options, int argc, char **argv, int *out_argc,
-                       char ***out_argv, char *carried, size_t cap, gt_err *e);
+int gt_cli_resume_args(const char *run_options, const char *model, int argc, char **argv,
+                       int *out_argc, char ***out_argv, char *carried, size_t cap, gt_err *e);
 void gt_cli_free_args(char **argv);
 
 /* The long options, one per row of the option table, ending with a zeroed entry (tests check
