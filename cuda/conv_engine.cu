@@ -539,6 +539,19 @@ static int eng_slot(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, size_t limit, gt_e
     return s;
 }
 
+/* Forgets a layer's choices and plans (its state stays allocated). */
+static void eng_reset(gt_cuda_layer *cl)
+{
+    gt_conv_engines *g = cl->eng;
+    if (!g)
+        return;
+    for (int i = 0; i < ENG_SLOTS; i++)
+        for (int d = 0; d < 3; d++)
+            plan_free(&g->slot[i].p[d]);
+    memset(g, 0, sizeof *g);
+    g->cur = -1;
+}
+
 /* The byte alignment declared for a tensor whose buffers start like p (16 at most). */
 static int64_t align_of(const void *p)
 {
@@ -559,7 +572,7 @@ int gt_conv_engine_choose(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max, i
             return gt_fail(e, "%s: out of host memory for a convolution's plans", c->name);
     }
     gt_conv_engines *g = cl->eng;
-    gt_conv_engines_reset(cl);
+    eng_reset(cl);
     g->align[0] = align_of(bufs[0]);
     if (bufs[3] && align_of(bufs[3]) < g->align[0])
         g->align[0] = align_of(bufs[3]);
@@ -640,21 +653,9 @@ int gt_conv_engine_run(gt_cuda_ctx *c, gt_cuda_layer *cl, int dir, const void *x
     return 0;
 }
 
-void gt_conv_engines_reset(gt_cuda_layer *cl)
-{
-    gt_conv_engines *g = cl->eng;
-    if (!g)
-        return;
-    for (int i = 0; i < ENG_SLOTS; i++)
-        for (int d = 0; d < 3; d++)
-            plan_free(&g->slot[i].p[d]);
-    memset(g, 0, sizeof *g);
-    g->cur = -1;
-}
-
 void gt_conv_engines_free(gt_cuda_layer *cl)
 {
-    gt_conv_engines_reset(cl);
+    eng_reset(cl);
     free(cl->eng);
     cl->eng = NULL;
 }

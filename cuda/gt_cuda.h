@@ -291,8 +291,7 @@ int gt_conv_engine_run(gt_cuda_ctx *c, gt_cuda_layer *cl, int dir, const void *x
                        void *y, gt_err *e);
 /* The chosen engines, "fwd eE filter eE data eE" (their global indices); snprintf's return. */
 int gt_conv_engine_describe(const gt_cuda_layer *cl, char *buf, size_t len);
-void gt_conv_engines_reset(gt_cuda_layer *cl); /* forgets choices and plans */
-void gt_conv_engines_free(gt_cuda_layer *cl);
+void gt_conv_engines_free(gt_cuda_layer *cl); /* forgets choices and plans */
 
 /* A training batch's dropout seed and epoch in device memory, beside its sample ids: a replayed
  * graph then reads each batch's own, where kernel arguments would stay those of the capture. */

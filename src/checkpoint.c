@@ -224,6 +224,7 @@ static void ckpt_list_meta(ckpt_save *sv, const gt_model *m, const gt_ckpt_meta 
     for (int i = 0; i < sv->nout; i++)
         ckpt_kv(sv, sv->crc_key[i], sv->crc_hex[i]);
 }
+
 /* The class names as a JSON array of strings (quote, backslash and control bytes escaped), or
  * NULL when out of memory. */
 static char *ckpt_classes_json(const gt_ckpt_meta *meta)
@@ -234,14 +235,7 @@ static char *ckpt_classes_json(const gt_ckpt_meta *meta)
     *p++ = '[';
     for (int k = 0; k < meta->nnames; k++) {
         p += sprintf(p, k ? ",\"" : "\"");
-        for (const unsigned char *c = (const unsigned char *)meta->class_names[k]; *c; c++) {
-            if (*c == '"' || *c == '\\')
-                p += sprintf(p, "\\%c", *c);
-            else if (*c < 0x20)
-                p += sprintf(p, "\\u%04x", *c);
-            else
-                *p++ = (char)*c;
-        }
+        p += gt_json_escape(p, 6 * GT_CKPT_NAMELEN, meta->class_names[k]); /* always fits */
         *p++ = '"';
     }
     strcpy(p, "]");

@@ -749,19 +749,14 @@ static int cli_add_items(int argc, char **argv, gt_config *c, int rest, gt_err *
 
 /* ---- what --resume takes again ------------------------------------------------------------- */
 
-/* Appends s to buf (cap bytes, *len used) as the inside of a JSON string; 0, or -1 when full. */
+/* Appends s to buf (cap bytes, *len used) as the inside of a JSON string, leaving room for a
+ * closing quote and bracket; 0, or -1 when full. */
 static int cli_json_put(char *buf, size_t cap, size_t *len, const char *s)
 {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        char esc[8];
-        int n = *p == '"' || *p == '\\' ? snprintf(esc, sizeof esc, "\\%c", *p)
-                : *p < 0x20              ? snprintf(esc, sizeof esc, "\\u%04x", *p)
-                                         : snprintf(esc, sizeof esc, "%c", *p);
-        if (*len + (size_t)n + 3 > cap) /* room for the closing quote, bracket and NUL */
-            return -1;
-        memcpy(buf + *len, esc, (size_t)n);
-        *len += (size_t)n;
-    }
+    size_t n = *len + 3 <= cap ? gt_json_escape(buf + *len, cap - *len - 2, s) : (size_t)-1;
+    if (n == (size_t)-1)
+        return -1;
+    *len += n;
     return 0;
 }
 

@@ -4,6 +4,7 @@
 #include "gputrain/json.h"
 
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #define JSON_MAX_DEPTH 16 /* a checkpoint needs 3; more only means a hostile or broken file */
@@ -50,6 +51,27 @@ int gt_utf8_valid(const char *s)
         left -= n;
     }
     return 1;
+}
+
+size_t gt_json_escape(char *dst, size_t cap, const char *s)
+{
+    size_t n = 0;
+    if (cap == 0)
+        return (size_t)-1;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        int k = *p == '"' || *p == '\\' ? snprintf(esc, sizeof esc, "\\%c", *p)
+                : *p < 0x20              ? snprintf(esc, sizeof esc, "\\u%04x", *p)
+                                         : snprintf(esc, sizeof esc, "%c", *p);
+        if (n + (size_t)k >= cap) {
+            dst[n] = 0;
+            return (size_t)-1;
+        }
+        memcpy(dst + n, esc, (size_t)k);
+        n += (size_t)k;
+    }
+    dst[n] = 0;
+    return n;
 }
 
 static size_t utf8_put(char *w, uint32_t cp)

@@ -718,6 +718,23 @@ static void test_resume_options(void)
                                     "\"--model=conv:4:3 \\\"q\\\" relu fc:10\",\"--tf32\","
                                     "\"--epochs=3\"]") == 0,
               "run_options %s", c.run_options);
+    /* a list past GT_RUN_OPTIONS_LEN is dropped whole, never cut: a spec of control bytes
+     * escapes to 6 bytes each; every length around the limit, for the bounds of each append */
+    static char wide[GT_SPECLEN];
+    const char *big[] = {"--lr", "0.01", "--model", wide, "--epochs", "3", NULL};
+    wide[0] = 1;
+    CHECK(parse_words(big, &c, &e, stdout) == 0);
+    size_t base = strlen(c.run_options) - 6; /* ["--lr=0.01","--model=","--epochs=3"] */
+    int near = (int)((GT_RUN_OPTIONS_LEN - base) / 6);
+    for (int at = near - 8; at < near + 8; at++) {
+        memset(wide, 1, (size_t)at);
+        wide[at] = 0;
+        CHECK(parse_words(big, &c, &e, stdout) == 0);
+        size_t want = base + 6 * (size_t)at;
+        CHECK_MSG(want < GT_RUN_OPTIONS_LEN ? strlen(c.run_options) == want
+                                            : c.run_options[0] == 0,
+                  "spec of %d bytes: run_options of %zu bytes", at, strlen(c.run_options));
+    }
     const char *none[] = {"--gpus", "cpu:2", "--seed", "3", NULL};
     CHECK(parse_words(none, &c, &e, stdout) == 0 && c.run_options[0] == 0);
 

@@ -1,4 +1,5 @@
-/* json.h - a strict JSON reader for safetensors headers, and the UTF-8 checks it rests on.
+/* json.h - a strict JSON reader for safetensors headers, the UTF-8 checks it rests on, and the
+ * string escape gputrain's JSON writers share.
  *
  * Accepted: objects, arrays, strings and non-negative integers (no floats, true/false/null), at
  * most 16 levels deep and GT_JSON_MAX_VALUES values. Strings must be valid UTF-8 (no overlong
@@ -61,6 +62,11 @@ size_t gt_utf8_len(const unsigned char *s, size_t avail);
 
 /* Whether the NUL-terminated s is valid UTF-8. */
 int gt_utf8_valid(const char *s);
+
+/* s as the inside of a JSON string (quote and backslash escaped, control bytes as \u00XX) into
+ * dst with a NUL, cap bytes at most: the bytes written before the NUL, or (size_t)-1 where s does
+ * not fit (dst then holds a cut, NUL-terminated prefix). 6 x strlen(s) + 1 bytes always fit. */
+size_t gt_json_escape(char *dst, size_t cap, const char *s);
 
 #ifdef __cplusplus
 }

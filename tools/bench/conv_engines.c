@@ -30,23 +30,23 @@
 #define MAX_CFG 64
 #define REPS 10
 
+/* A failed call ends the program with its text, the library's words for the status and the line. */
+static void fail_call(const char *call, const char *what, int line)
+{
+    fprintf(stderr, "conv_engines: %s: %s (line %d)\n", call, what, line);
+    exit(1);
+}
 #define CK(call)                                                                                   \
     do {                                                                                           \
         cudnnStatus_t s_ = (call);                                                                 \
-        if (s_ != CUDNN_STATUS_SUCCESS) {                                                          \
-            fprintf(stderr, "conv_engines: %s: %s (line %d)\n", #call, cudnnGetErrorString(s_),    \
-                    __LINE__);                                                                     \
-            exit(1);                                                                               \
-        }                                                                                          \
+        if (s_ != CUDNN_STATUS_SUCCESS)                                                            \
+            fail_call(#call, cudnnGetErrorString(s_), __LINE__);                                   \
     } while (0)
 #define CU(call)                                                                                   \
     do {                                                                                           \
         cudaError_t s_ = (call);                                                                   \
-        if (s_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "conv_engines: %s: %s (line %d)\n", #call, cudaGetErrorString(s_),     \
-                    __LINE__);                                                                     \
-            exit(1);                                                                               \
-        }                                                                                          \
+        if (s_ != cudaSuccess)                                                                     \
+            fail_call(#call, cudaGetErrorString(s_), __LINE__);                                    \
     } while (0)
 
 /* resnet18 (CIFAR form, torch_resnet.py) on 3x32x32: each distinct convolution and how many of
