@@ -86,6 +86,7 @@ typedef struct cuda_impl {
                                         * evaluation's: a step may still be queued beside it */
     gt_cuda_allreduce *allreduce;      /* NCCL communicator and optimizer state, allreduce mode */
     gt_fused_net fnet;                 /* the fused step's shapes and buffers, where fusable */
+    gt_input_norm graph_norm;          /* the input step the captured graphs hold */
     int fusable, fused, graphs;        /* see gt_cuda_path */
     int layers_ready;                  /* cuda_plan_layers ran: the layer path can run */
     int no_half_copies;                /* bf16 steps leave act_half unused (tests) */
@@ -654,10 +655,8 @@ static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, gt_err *e
     GT_CUDA_CHECK(d->name, e,
                   cudaMemcpyAsync(slot->dev, slot->host, lay.total, cudaMemcpyHostToDevice,
                                   c->stream));
-    if (g->fused && d->model->norm.on)
-        return gt_fail(e, "%s: the fused LeNet step does not normalise the input per channel "
-                          "(--normalize): the device was opened before the model normalised",
-                       d->name);
+    if (g->fused)
+        gt_fused_set_norm(&g->fnet, &d->model->norm);
     if (g->fused ? gt_fused_train(c, &g->fnet, g->params, slot->dev + lay.images,
                                   (const uint16_t *)(slot->dev + lay.labels), n, g->grad,
                                   g->result, e)
@@ -713,6 +712,10 @@ static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
     g->nsteps++;
     if (d->keep_grad && g->buffers)
         g->buffers_moved = 1;
+    if (memcmp(&g->graph_norm, &d->model->norm, sizeof g->graph_norm) != 0) {
+        graph_drop_all(g); /* captured with the input step's old values, which launches keep */
+        g->graph_norm = d->model->norm;
+    }
     if (!g->graphs)
         return cuda_step_enqueue(d, g, s, n, e);
     cuda_graph *gr = graph_find(g, n, s, d->keep_grad, d->grad, d->stats);
@@ -892,10 +895,8 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
     GT_CUDA_CHECK(d->name, e,
                   cudaMemcpyAsync(g->eval_y, ds->labels + lo, (size_t)n * sizeof *g->eval_y,
                                   cudaMemcpyHostToDevice, c->stream));
-    if (g->fused && d->model->norm.on)
-        return gt_fail(e, "%s: the fused LeNet step does not normalise the input per channel "
-                          "(--normalize): the device was opened before the model normalised",
-                       d->name);
+    if (g->fused)
+        gt_fused_set_norm(&g->fnet, &d->model->norm);
     /* The fused kernels keep no logits: predictions come from the layer path (cuda_evaluate
      * plans it), which then gives the loss and hits too, from the same logits. */
     if (g->fused && !d->eval_pred)
@@ -1014,9 +1015,6 @@ int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e)
     cuda_impl *g = cuda_impl_of(d);
     if (!g)
         return gt_fail(e, "gt_cuda_device_set_path: not a CUDA device");
-    if (fused && d->model->norm.on)
-        return gt_fail(e, "%s: the fused LeNet step does not normalise the input per channel "
-                          "(--normalize): model %s runs layer by layer", d->name, d->model->name);
     if (fused && !g->fusable)
         return gt_fail(e, "%s: model %s does not have the fused step's shape (conv act avgpool "
                           "conv act avgpool fc act fc act fc)",
@@ -1098,8 +1096,7 @@ static int cuda_plan_fused(gt_device *d, cuda_impl *g, gt_err *e)
     GT_CUDA_CHECK(d->name, e,
                   cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                          d->ordinal));
-    /* The fused kernels convert the input as x / 255 alone: --normalize takes the layer path. */
-    g->fusable = !d->model->norm.on && gt_fused_plan(d->model, (size_t)smem, &g->fnet);
+    g->fusable = gt_fused_plan(d->model, (size_t)smem, &g->fnet);
     if (g->fusable && gt_fused_alloc(g->ctx, &g->fnet, g->cap, e))
         return -1;
     g->fused = g->fusable && !g->ctx->bf16; /* the fused kernels compute in fp32 */

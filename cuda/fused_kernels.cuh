@@ -3,9 +3,9 @@
  * calls, nearly all launch and scheduling for LeNet's tiny tensors; these do the same arithmetic
  * in three launches:
  *
- *   forward   a few samples per block (one while the batch leaves SMs free): input bytes -> x/255
- *             -> conv, bias, act, pool -> conv, bias, act, pool in shared memory, then the three
- *             linear layers (weights read from L2 once per block), softmax cross-entropy and
+ *   forward   a few samples per block (one while the batch leaves SMs free): input bytes ->
+ *             the input step -> conv, bias, act, pool -> conv, bias, act, pool in shared memory,
+ *             then the three linear layers (weights read from L2 once per block), softmax cross-entropy and
  *             backward to the fc input; keeps what backward and reduce need in global memory
  *   backward  per sample, one block per conv1 channel (back through conv2 into that channel,
  *             its pooling and activation, and its conv1 weight gradient) and one per group of
@@ -102,8 +102,6 @@ __device__ __forceinline__ static void fused_warp_argmax(float *m, int *arg)
     }
 }
 
-__device__ __forceinline__ static float fused_input(uint8_t v) { return (float)v / 255.0f; }
-__device__ __forceinline__ static float fused_input(float v) { return v; }
 
 /* Loads in flight per thread in the loops that read global memory into shared memory. Warps issue
  * in order and a store waits for the load it stores, so a loop of load-store pairs has one L2
@@ -130,18 +128,39 @@ __device__ __forceinline__ static void fused_staged(int len, Get get, Put put)
     }
 }
 
-/* c planes of h x w from src into dst with a zero border of pad (bytes become x / 255). */
-template <typename T>
-__device__ static void fused_load_padded(const T *src, int c, int h, int w, int pad, float *dst)
+/* c planes of h x w floats from src into dst with a zero border of pad. */
+__device__ static void fused_load_padded(const float *src, int c, int h, int w, int pad, float *dst)
 {
     int ph = h + 2 * pad, pw = w + 2 * pad;
     fused_staged(
         c * ph * pw,
         [=](int t) {
             int ix = t % pw - pad, iy = t / pw % ph - pad, ch = t / (pw * ph);
-            return iy >= 0 && iy < h && ix >= 0 && ix < w ? src[(ch * h + iy) * w + ix] : (T)0;
+            return iy >= 0 && iy < h && ix >= 0 && ix < w ? src[(ch * h + iy) * w + ix] : 0.0f;
         },
-        [=](int t, T v) { dst[t] = fused_input(v); });
+        [=](int t, float v) { dst[t] = v; });
+}
+
+/* conv1's input: c planes of h x w bytes from src into dst with a zero border of pad, each byte
+ * through the model's input step, (x / 255 - mean[ch]) / std[ch], the formula of the layer path's
+ * kernel and the CPU's (mean 0, std 1 where the step is off: x / 255 to the bit). */
+__device__ static void fused_load_input(const gt_fused_net &f, const uint8_t *src, int c, int h,
+                                        int w, int pad, float *dst)
+{
+    int ph = h + 2 * pad, pw = w + 2 * pad;
+    const float *mean = f.in_mean, *sd = f.in_std;
+    fused_staged(
+        c * ph * pw,
+        [=](int t) {
+            int ix = t % pw - pad, iy = t / pw % ph - pad, ch = t / (pw * ph);
+            return iy >= 0 && iy < h && ix >= 0 && ix < w ? src[(ch * h + iy) * w + ix] : (uint8_t)0;
+        },
+        [=](int t, uint8_t v) {
+            int ix = t % pw - pad, iy = t / pw % ph - pad, ch = t / (pw * ph);
+            dst[t] = iy >= 0 && iy < h && ix >= 0 && ix < w
+                         ? ((float)v / 255.0f - mean[ch]) / sd[ch]
+                         : 0.0f;
+        });
 }
 
 /* len floats from global into shared memory, as float4 where both ends are 16-byte aligned, B
@@ -661,7 +680,7 @@ __global__ static void __launch_bounds__(FUSED_THREADS, 2)
     fused_copy(params + c2->b_off, wb + w2, (int)c2->b_len);
     for (int u = 0; u < ns; u++) {
         size_t s = (size_t)s0 + u;
-        fused_load_padded(images + s * f.in_len, c1->in_c, c1->in_h, c1->in_w, c1->pad, x);
+        fused_load_input(f, images + s * f.in_len, c1->in_c, c1->in_h, c1->in_w, c1->pad, x);
         __syncthreads();
         fused_conv_stage(c1, x, wa, c1->b_len ? ba : NULL, train ? f.a1 + s * f.a1_len : NULL,
                          f.p1 + s * f.p1_len, p1, c2->pad);
@@ -714,7 +733,7 @@ __global__ static void __launch_bounds__(FUSED_THREADS, 5)
     fused_staged(
         c2->out_c * KK, [=](int t) { return w2c[t / KK * o_stride + t % KK]; },
         [=](int t, float v) { w[t] = v; });
-    fused_load_padded(images + s * f.in_len, c1->in_c, c1->in_h, c1->in_w, c1->pad, x);
+    fused_load_input(f, images + s * f.in_len, c1->in_c, c1->in_h, c1->in_w, c1->pad, x);
     __syncthreads();
     fused_conv_dgrad(c2, w, dr2, scratch, dp1);
     __syncthreads();

@@ -531,6 +531,10 @@ typedef struct gt_fused_net {
     size_t nparams;
     int cap;
     size_t in_len;                /* input bytes per sample */
+    float in_mean[GT_NORM_MAX_C];  /* the model's input step per conv1 channel, (x / 255 - mean) /
+                                    * std; mean 0 and std 1 where it is off (x / 255 to the bit):
+                                    * gt_fused_set_norm */
+    float in_std[GT_NORM_MAX_C];
     size_t a1_len, p1_len, a2_len, p2_len; /* per-sample lengths of the buffers below */
     size_t part_len;              /* per-sample convolution gradient partials */
     size_t smem_forward, smem_backward; /* dynamic shared memory of each kernel */
@@ -552,6 +556,9 @@ typedef struct gt_fused_net {
 int gt_fused_plan(const gt_model *m, size_t max_smem, gt_fused_net *f);
 /* Fills f->seg from f's shapes and buffer pointers: what the reduction kernel sums where. */
 void gt_fused_plan_segs(gt_fused_net *f);
+/* The model's input step into f, which the kernels take by value. Its values come with the
+ * training data, after the device opened: set before each launch. */
+void gt_fused_set_norm(gt_fused_net *f, const gt_input_norm *norm);
 /* Buffers for cap samples, and the kernels' shared-memory limits; set-up time only. */
 int gt_fused_alloc(gt_cuda_ctx *c, gt_fused_net *f, int cap, gt_err *e);
 void gt_fused_free(gt_fused_net *f);
