@@ -441,8 +441,8 @@ static const cli_row cli_rows[] = {
      .given = GT_GIVEN_NORMALIZE,
      .help = "the input step: (x/255 - M) / S per channel (one value, or one per channel); auto, "
              "the training split's per-channel mean and standard deviation; kept in checkpoints, "
-             "so eval and predict normalise alike",
-     .dflt = "none, x/255"},
+             "so eval and predict normalise alike; a resume keeps its checkpoint's",
+     .dflt = "auto"},
     {.name = "train-samples", .value = "N", .type = CLI_U32, .field = F(train_samples), .lo = 1,
      .hi = UINT32_MAX, .commands = CMD_TRAIN, .help = "train on the first N samples only",
      .dflt = "all"},

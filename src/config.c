@@ -20,6 +20,7 @@ void gt_config_defaults(gt_config *c)
     c->optim.total_epochs = (float)c->epochs;
     c->seed = 1;
     c->mode = GT_MODE_HOGWILD;
+    c->normalize = GT_NORMALIZE_AUTO; /* docs/convergence-notes.md, section 19 */
     c->stripes = -1;
     c->staleness = 2;
     c->sync_every = 4;

@@ -951,11 +951,28 @@ static void command_line(int argc, char **argv, char *buf, size_t cap)
     }
 }
 
+/* Without --normalize, a resume takes its checkpoint's input step to the bit: a run at another
+ * default (x / 255 alone before auto was the default) goes on as it was trained. */
+static void resume_keep_norm(gt_config *c, const gt_ckpt_meta *meta)
+{
+    if (c->given & GT_GIVEN_NORMALIZE)
+        return;
+    if (!meta->norm.on) {
+        c->normalize = GT_NORMALIZE_NONE;
+        return;
+    }
+    if (meta->in_c < 1 || meta->in_c > GT_NORM_MAX_C)
+        return; /* the load refuses the checkpoint */
+    c->normalize = GT_NORMALIZE_GIVEN;
+    c->norm_given = meta->norm;
+    c->norm_count = meta->in_c;
+}
+
 /* --resume: the options of the checkpoint's run that the command line leaves out (cli.h
  * gt_cli_resume_args) are parsed again into c with the command line's own, so the run goes on
- * with its --lr, --schedule, --epochs, --model, ...; carried (cap bytes) gets them for a note. A
- * checkpoint that cannot be read is left to the resume itself to report. 0, or -1 with a
- * command-line error in e. */
+ * with its --lr, --schedule, --epochs, --model, ... and its input step (resume_keep_norm);
+ * carried (cap bytes) gets them for a note. A checkpoint that cannot be read is left to the
+ * resume itself to report. 0, or -1 with a command-line error in e. */
 static int resume_carry(gt_config *c, int argc, char **argv, char *carried, size_t cap, gt_err *e)
 {
     carried[0] = 0;
@@ -967,19 +984,24 @@ static int resume_carry(gt_config *c, int argc, char **argv, char *carried, size
     gt_err unread = {{0}};
     if (!meta)
         return gt_fail(e, "out of memory reading %s", path);
-    if (gt_ckpt_read_meta(path, meta, &unread) != 0 || !meta->run_options[0]) {
+    if (gt_ckpt_read_meta(path, meta, &unread) != 0) {
         free(meta);
-        return 0;
+        return 0; /* the load says why */
     }
-    int n = 0;
-    char **args = NULL;
-    const char *model = gt_model_builtin_spec(meta->model) ? meta->model : meta->model_spec;
-    int rc = gt_cli_resume_args(meta->run_options, model, argc, argv, &n, &args, carried, cap, e);
+    int rc = 0;
+    if (meta->run_options[0]) {
+        int n = 0;
+        char **args = NULL;
+        const char *model = gt_model_builtin_spec(meta->model) ? meta->model : meta->model_spec;
+        rc = gt_cli_resume_args(meta->run_options, model, argc, argv, &n, &args, carried, cap, e);
+        if (rc == 0) {
+            rc = gt_cli_parse(n, args, c, stdout, e) == 0 ? 0 : -1;
+            gt_cli_free_args(args);
+        }
+    }
+    if (rc == 0)
+        resume_keep_norm(c, meta);
     free(meta);
-    if (rc == 0) {
-        rc = gt_cli_parse(n, args, c, stdout, e) == 0 ? 0 : -1;
-        gt_cli_free_args(args);
-    }
     if (rc != 0) {
         char why[GT_ERRLEN];
         snprintf(why, sizeof why, "%s", e->msg);

@@ -47,7 +47,7 @@ import numpy as np
 import gputrain_torch as g
 forward, _, meta = g.load_numpy(sys.argv[1])
 images, labels, names = g.test_set(sys.argv[2])
-x = images.astype(np.float32) / np.float32(255.0)
+x = g.input_step(images, meta, sys.argv[1])   # x / 255, then the checkpoint's input_norm
 pred = np.concatenate([forward(x[i:i + 1000]).argmax(1) for i in range(0, len(x), 1000)])
 m = np.zeros((10, 10), dtype=int)
 np.add.at(m, (labels.astype(int), pred.astype(int)), 1)

@@ -93,6 +93,20 @@ acc=$("$BIN" predict --checkpoint "$TMP/norm.st" --data synthetic:3x16x16:10:200
     >/dev/null 2>&1 || fail "--resume with the same --normalize failed"
 expect_error "--resume" "was trained with input normalisation 0.5,0.5,0.5/0.25,0.25,0.25" -- \
     "${NRM0[@]}" --epochs 3 --normalize auto --resume "$TMP/norm.st"
+# without --normalize a resume keeps its checkpoint's input step, whatever today's default: a run
+# trained on x / 255 alone (--normalize none) goes on so, and says nothing about it
+"$BIN" "${NRM0[@]}" --epochs 3 --resume "$TMP/norm.st" >/dev/null 2>&1 ||
+    fail "--resume without --normalize did not keep the checkpoint's"
+"$BIN" "${NRM[@]}" --normalize none --checkpoint "$TMP/raw.st" >/dev/null 2>&1 || fail "--normalize none failed"
+"$BIN" "${NRM0[@]}" --epochs 2 --resume "$TMP/raw.st" --checkpoint "$TMP/raw2.st" >"$TMP/raw.out" 2>&1 ||
+    fail "--resume of an x / 255 checkpoint under the default: $(cat "$TMP/raw.out")"
+python3 - "$TMP/raw2.st" <<'PY' || fail "the resumed x / 255 run's checkpoint gained an input_norm"
+import json, struct, sys
+with open(sys.argv[1], "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    meta = json.loads(f.read(n)).get("__metadata__", {})
+assert "input_norm" not in meta, meta.get("input_norm")
+PY
 expect_exit 2 -- "${NRM[@]}" --normalize 0.5,0.5/0.25,0.25
 expect_error "--normalize 0.5,0.5/0.25,0.25" "2 values per list for 3-channel data" -- "${NRM[@]}" --normalize 0.5,0.5/0.25,0.25
 # 300 classes (labels past a byte): a folder of one tiny PNG a class trains, evaluates, and

@@ -124,7 +124,7 @@ static const good_case GOOD[] = {
     {{"--augment", "crop:2,flip"}, "augment_flip", 1, NULL},
     {{"--augment", "flip"}, "augment_pad", 0, NULL},
     {{"--augment", "none"}, "augment_flip", 0, NULL},
-    {{NULL}, "normalize", GT_NORMALIZE_NONE, NULL},
+    {{NULL}, "normalize", GT_NORMALIZE_AUTO, NULL},
     {{"--normalize", "auto"}, "normalize", GT_NORMALIZE_AUTO, NULL},
     {{"--normalize", "none"}, "normalize", GT_NORMALIZE_NONE, NULL},
     {{"--normalize", "0.4914,0.4822,0.4465/0.247,0.2435,0.2616"}, "normalize", GT_NORMALIZE_GIVEN,
