@@ -164,10 +164,15 @@ static void recipe_predict(gt_config *c, int workers, gt_recipe *r)
                 "predecessor's SGD step, in flight; --literal turns it off)");
 }
 
+static int recipe_is_resnet(const gt_config *c)
+{
+    return strcmp(c->model, "resnet20") == 0 || strcmp(c->model, "resnet18") == 0;
+}
+
 /* The residual networks' recipe (gt_recipe_model). */
 static void recipe_resnet(gt_config *c, char *note, size_t cap)
 {
-    if (strcmp(c->model, "resnet20") != 0 && strcmp(c->model, "resnet18") != 0)
+    if (!recipe_is_resnet(c))
         return;
     unsigned g = c->given;
     if (!(g & GT_GIVEN_EPOCHS)) {
@@ -178,12 +183,10 @@ static void recipe_resnet(gt_config *c, char *note, size_t cap)
         c->batch = 128;
     if (!(g & GT_GIVEN_AUGMENT))
         c->augment = (gt_augment){.pad = 2, .flip = 1};
-    if (!(g & GT_GIVEN_NORMALIZE))
-        c->normalize = GT_NORMALIZE_AUTO;
     if (c->optim.kind != GT_OPT_SGD)
         return;
     if (!(g & GT_GIVEN_LR))
-        c->optim.lr = (float)(0.1 * c->batch / 128.0);
+        c->optim.lr = (float)(GT_RECIPE_RESNET_LR128 * c->batch / 128.0);
     if (!(g & GT_GIVEN_MOMENTUM))
         c->optim.momentum = 0.9f;
     if (!(g & GT_GIVEN_NESTEROV))
@@ -217,11 +220,31 @@ void gt_recipe_model(gt_config *c, char *note, size_t cap)
         c->ema = GT_RECIPE_EMA;
 }
 
+/* The residual networks' lr follows the samples a round of W workers' steps takes (the linear
+ * scaling rule of Goyal et al. 2017, "Accurate, large minibatch SGD"): W x the recipe's lr
+ * (GT_RECIPE_RESNET_LR128 per 128 samples) in every mode. Where an update sums W batches (sync,
+ * ssp, allreduce) that is the rule for their sum; in the store's asynchronous modes and local,
+ * whose updates take one batch each, it is what measured best on resnet20 over 4 GPUs: lr 0.2
+ * ended 0.4-0.9 points above lr 0.1 and 0.8-1.0 above lr 0.05 in every mode (hogwild's momentum
+ * rule leaves them 0.3 of momentum, docs/convergence-notes.md, section 19). */
+static void recipe_resnet_lr(gt_config *c, int workers, gt_recipe *r)
+{
+    if (!recipe_is_resnet(c) || workers < 2 || c->optim.kind != GT_OPT_SGD ||
+        (c->given & GT_GIVEN_LR))
+        return;
+    float lr = (float)((double)c->optim.lr * workers);
+    recipe_note(r, c, workers, "lr %g -> %g (%d workers x batch %d: lr %g per 128 samples a "
+                "round; --lr sets it)", (double)c->optim.lr, (double)lr, workers, c->batch,
+                GT_RECIPE_RESNET_LR128);
+    c->optim.lr = lr;
+}
+
 void gt_recipe_apply(gt_config *c, int workers, uint32_t ntrain, gt_recipe *r)
 {
     r->n = 0;
     if (c->literal || (workers < 2 && !(recipe_row(c)->async_variants && c->overlap)))
         return;
+    recipe_resnet_lr(c, workers, r);
     if (!recipe_ssp_plain(c, workers, r))
         recipe_momentum(c, workers, r);
     recipe_warmup(c, workers, ntrain, r);

@@ -1,6 +1,7 @@
 /* test_recipe.c - the recipe corrections (recipe.h): identity with one worker and under
  * --literal, the momentum rule per mode and worker count, warm-up where updates sum several
  * batches, options the user gave left alone, and the sentences that describe each change. */
+#include "gputrain/names.h"
 #include "gputrain/recipe.h"
 
 #include "test_util.h"
@@ -268,7 +269,7 @@ static void test_model_recipe(void)
     /* the cosine decays over the recipe's length, not the length the parser saw */
     CHECK(c.optim.total_epochs == (float)GT_RECIPE_RESNET_EPOCHS);
     CHECK(gt_optim_lr(&c.optim, 12.0) > 0.5 * c.optim.lr && gt_optim_lr(&c.optim, 24.0) > 0.0f);
-    CHECK(c.batch == 128 && c.optim.lr == 0.1f && c.optim.nesterov && c.optim.momentum == 0.9f &&
+    CHECK(c.batch == 128 && c.optim.lr == 0.05f && c.optim.nesterov && c.optim.momentum == 0.9f &&
           c.optim.weight_decay == 5e-4f && c.optim.schedule == GT_SCHED_COSINE &&
           c.optim.warmup_epochs == 1.0f && strstr(note, "resnet18") != NULL &&
           c.augment.pad == 2 && c.augment.flip && c.normalize == GT_NORMALIZE_AUTO &&
@@ -278,16 +279,61 @@ static void test_model_recipe(void)
     c.batch = 256;
     c.optim.weight_decay = 0.0f;
     c.epochs = 3;
+    c.normalize = GT_NORMALIZE_NONE;
     c.given = GT_GIVEN_BATCH | GT_GIVEN_WEIGHT_DECAY | GT_GIVEN_AUGMENT | GT_GIVEN_NORMALIZE |
               GT_GIVEN_EPOCHS;
     gt_recipe_model(&c, note, sizeof note);
-    CHECK(c.epochs == 3 && c.batch == 256 && c.optim.lr == 0.2f && c.optim.weight_decay == 0.0f &&
+    CHECK(c.epochs == 3 && c.batch == 256 && c.optim.lr == 0.1f && c.optim.weight_decay == 0.0f &&
           c.augment.pad == 0 && !c.augment.flip && c.normalize == GT_NORMALIZE_NONE);
+}
+
+/* The residual networks' lr follows the samples of a round of every worker's step: W x the
+ * recipe's in every mode over W workers; --lr and --literal as given; other models' lr is not
+ * scaled. */
+static void test_resnet_lr(void)
+{
+    char note[256];
+    struct {
+        gt_mode mode;
+        int workers;
+        float lr;
+    } rows[] = {{GT_MODE_SYNC, 4, 0.2f},   {GT_MODE_ALLREDUCE, 2, 0.1f}, {GT_MODE_SSP, 4, 0.2f},
+                {GT_MODE_HOGWILD, 4, 0.2f},  {GT_MODE_LOCAL, 2, 0.1f},    {GT_MODE_SYNC, 1, 0.05f}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        gt_config c = base(rows[i].mode);
+        snprintf(c.model, sizeof c.model, "resnet18");
+        gt_recipe_model(&c, note, sizeof note);
+        gt_recipe r;
+        gt_recipe_apply(&c, rows[i].workers, 60000, &r);
+        CHECK_MSG(c.optim.lr == rows[i].lr, "%s x%d: lr %g, want %g", gt_mode_name(rows[i].mode),
+                  rows[i].workers, (double)c.optim.lr, (double)rows[i].lr);
+        int noted = r.n > 0 && strstr(r.change[0], "lr 0.05 -> ") != NULL;
+        CHECK(noted == (rows[i].lr != 0.05f));
+        for (int k = 0; k < r.n; k++)
+            CHECK(strlen(r.change[k]) < GT_RECIPE_LEN - 1);
+    }
+    gt_config c = base(GT_MODE_SYNC), lit;
+    snprintf(c.model, sizeof c.model, "resnet20");
+    gt_recipe_model(&c, note, sizeof note);
+    lit = c;
+    lit.literal = 1;
+    gt_recipe r;
+    gt_recipe_apply(&lit, 4, 60000, &r);
+    CHECK(lit.optim.lr == 0.05f && r.n == 0);
+    c.optim.lr = 0.3f;
+    c.given |= GT_GIVEN_LR;
+    gt_recipe_apply(&c, 4, 60000, &r);
+    CHECK(c.optim.lr == 0.3f);
+    gt_config l = base(GT_MODE_SYNC); /* lenet5: the lr of one worker */
+    gt_recipe_model(&l, note, sizeof note);
+    gt_recipe_apply(&l, 4, 60000, &r);
+    CHECK(l.optim.lr == 0.05f);
 }
 
 int main(void)
 {
     test_model_recipe();
+    test_resnet_lr();
     test_one_worker_identity();
     test_literal_identity();
     test_hogwild_momentum();

@@ -50,10 +50,16 @@ int gt_recipe_warmup_steps(const gt_config *c, int workers);
  * 0.9464-0.9485 after 15 (docs/convergence-notes.md). */
 #define GT_RECIPE_RESNET_EPOCHS 25
 
+/* The residual networks' learning rate per 128 samples a round of every worker's step takes
+ * (gt_recipe_model for the batch, gt_recipe_apply for the workers, in every mode): resnet18 on
+ * Fashion-MNIST ended at 0.9506-0.9527 on one H200 (lr 0.05), 2x H200 (lr 0.1) and 4x H200 (lr
+ * 0.2, allreduce), seeds 1-3 each, where lr 0.1 at every count gave 0.9492-0.9520 on one GPU and
+ * 0.9473-0.9489 on four (docs/convergence-notes.md, section 19). */
+#define GT_RECIPE_RESNET_LR128 0.05
+
 /* The recipe a built-in model trains with by default (resnet20, resnet18: the residual networks'
- * of the PyTorch reference, GT_RECIPE_RESNET_EPOCHS long: batch 128, random crop with 2 pixels of padding and a flip,
- * per-channel normalisation by the training split's statistics, SGD lr 0.1 x batch / 128 with
- * Nesterov momentum 0.9,
+ * of the PyTorch reference, GT_RECIPE_RESNET_EPOCHS long: batch 128, random crop with 2 pixels of
+ * padding and a flip, SGD lr GT_RECIPE_RESNET_LR128 x batch / 128 with Nesterov momentum 0.9,
  * weight decay 5e-4 (not on biases and batch norm's gamma and beta, model.h ndecay), one epoch's
  * warm-up, then cosine to 0), for every setting the command line left open; other models keep
  * the general defaults. Then, for every model: where the command line left --ema open and the
@@ -63,7 +69,8 @@ int gt_recipe_warmup_steps(const gt_config *c, int workers);
 void gt_recipe_model(gt_config *c, char *note, size_t cap);
 
 /* Corrects c in place for `workers` workers in all and `ntrain` training samples, and lists what
- * it changed in r (r->n == 0: nothing). A no-op with c->literal. */
+ * it changed in r (r->n == 0: nothing): the residual networks' lr times the workers, the momentum asynchrony leaves, sync's warm-up, ssp's plain SGD, --overlap's weight
+ * prediction. A no-op with c->literal. */
 void gt_recipe_apply(gt_config *c, int workers, uint32_t ntrain, gt_recipe *r);
 
 #ifdef __cplusplus
