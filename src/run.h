@@ -253,6 +253,8 @@ typedef struct run {
     int halt;                  /* workers leave at the next check */
     int leave;                 /* set by the epoch barrier's leader: every worker leaves there */
     int failed;                /* a fatal error (error[]) ends the run */
+    int failed_first;          /* error[] is the cause even where every worker then left (the
+                                * guard's stop: the workers' aborts follow from it) */
     char error[GT_ERRLEN];
     int done;                  /* workers that have finished */
     double t_done;             /* when the last worker finished: training wall time ends here */

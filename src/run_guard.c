@@ -82,6 +82,8 @@ static void guard_stop_locked(run *r, gt_guard_verdict v)
              (unsigned long long)atomic_load(&r->ps.updates), finite ? "" : r->guard.note,
              finite ? "" : "; ", g->last_mean, g->cfg.chance_loss, why);
     report_guard(r, gt_guard_verdict_name(v), "stopped the run", 0);
+    if (!r->failed)
+        r->failed_first = 1;
     run_fail_locked(r, msg);
 }
 

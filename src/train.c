@@ -299,11 +299,12 @@ static void fill_result(run *r, gt_run_result *res, double wall)
 
 _Static_assert(GT_MAX_WORKERS < 100, "run_error leaves room for a two-digit worker count");
 
-/* The run's error: the first fatal one, or where all failed every worker's, as many as fit in
- * one message and then how many more (each worker's own line was reported when it left). */
+/* The run's error: the first fatal one, or where all failed (but not as the guard's stop made
+ * them: failed_first) every worker's, as many as fit in one message and then how many more
+ * (each worker's own line was reported when it left). */
 static void run_error(run *r, gt_err *e)
 {
-    if (r->nlive > 0) {
+    if (r->nlive > 0 || r->failed_first) {
         gt_fail(e, "%s", r->error);
         return;
     }
