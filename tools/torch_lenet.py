@@ -13,10 +13,19 @@ no torchrun; --batch is per GPU and each GPU takes its own slice of every epoch'
 (forward, backward, optimizer) in one CUDA graph (single mode on a GPU). --tf32 1 lets matmuls and
 convolutions use TF32 (default 0: exact fp32, as gputrain computes).
 
+Input step, as gputrain's --normalize: auto (the default, as gputrain's) turns every pixel into
+(x/255 - mean[ch]) / std[ch], mean and std the per-channel mean and population standard deviation of
+x/255 over the training split (the first --train-samples images where given), computed as gputrain
+computes them (channel_stats: exact integer sums, double, rounded to float32) and applied to train
+and test images with gputrain's float32 formula (gputrain_torch.input_step, the tools' one copy of
+it); none: x/255 alone, computed as it always was here. The values are the summary's input_norm
+("M1,.../S1,...", the form of a gputrain checkpoint's metadata input_norm, "none" for none).
+
 Prints one line per epoch and writes --out FILE.jsonl: one {"type": "epoch"} record per epoch
 (epoch time, samples/s, mean train loss, test accuracy) and a final {"type": "summary"} record
 (epoch_times, test_acc, samples_per_s_steady = an epoch's samples over the median epoch time after
-the first, ...), which is also the last line on stdout. Exit status 2 on a command-line error.
+the first, normalize, input_norm, ...), which is also the last line on stdout. Exit status 2 on a
+command-line error.
 """
 import argparse
 import gzip
@@ -91,10 +100,53 @@ if torch is not None:
     MODELS = {"lenet5": LeNet5, "cnn-wide": CnnWide}
 
 
-def to_device(images, labels, dev, limit=None):
+def channel_stats(images):
+    """--normalize auto's statistics, exactly as gputrain computes them (src/data_input.c,
+    gt_data_channel_stats): per channel of uint8 images (N x H x W: one channel; or N x C x H x W)
+    the mean and the population standard deviation of x/255 over every pixel, from exact integer
+    sums of x and x^2, mean = s1/count and variance = s2/count - mean^2 in double, each (the std
+    as sqrt(variance)) divided by 255 and rounded to float32; a constant channel (variance <= 1e-12)
+    gets std 1. Returned as gputrain writes them in a checkpoint's metadata "input_norm":
+    "M1,M2,.../S1,S2,..." with 9 significant digits (gt_norm_format: each float32 exactly)."""
+    import math
+    import numpy as np
+    imgs = images if images.ndim == 4 else images[:, None]
+    if imgs.shape[0] == 0:
+        raise ValueError("--normalize auto: the training split is empty")
+    count = float(imgs.shape[0]) * float(imgs.shape[2] * imgs.shape[3])
+    means, stds = [], []
+    for ch in range(imgs.shape[1]):
+        hist = np.bincount(np.ascontiguousarray(imgs[:, ch]).reshape(-1), minlength=256)
+        s1 = sum(x * int(n) for x, n in enumerate(hist))  # Python integers: exact, as gputrain's uint64
+        s2 = sum(x * x * int(n) for x, n in enumerate(hist))
+        mean = s1 / count
+        var = s2 / count - mean * mean
+        means.append(np.float32(mean / 255.0))
+        stds.append(np.float32(math.sqrt(var) / 255.0) if var > 1e-12 else np.float32(1.0))
+    return ",".join(f"{float(v):.9g}" for v in means) + "/" + ",".join(f"{float(v):.9g}" for v in stds)
+
+
+def input_step(images, norm):
+    """gputrain's input step with normalisation norm ("M1,.../S1,..."; see channel_stats) on uint8
+    images N x H x W: float32 numpy N x 1 x H x W, (x/255 - mean) / std per channel in float32 as
+    gputrain computes it, by gputrain_torch.input_step (the formula the tools evaluate gputrain
+    checkpoints with, so the floats are the ones gputrain and `gputrain eval` see)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import gputrain_torch
+    return gputrain_torch.input_step(images[:, None], {"input_norm": norm}, "--normalize auto")
+
+
+def to_device(images, labels, dev, limit=None, norm=None):
+    """Images and labels as tensors on dev: x/255 on the device where norm is None (--normalize none,
+    as this reference always did), else input_step(images, norm)."""
     if limit:
         images, labels = images[:limit], labels[:limit]
-    x = torch.tensor(images, dtype=torch.float32, device=dev).div_(255.0).unsqueeze(1)
+    if norm is None:
+        x = torch.tensor(images, dtype=torch.float32, device=dev).div_(255.0).unsqueeze(1)
+    else:
+        x = torch.from_numpy(input_step(images, norm)).to(dev)
     return x, torch.tensor(labels.astype(np.int64), device=dev)
 
 
@@ -195,8 +247,11 @@ def run(rank, args):
         torch.distributed.init_process_group("nccl" if dev.type == "cuda" else "gloo", rank=rank, world_size=world)
     torch.manual_seed(args.seed)
     xtr, ytr, xte, yte = load_fmnist(args.data)
-    x, y = to_device(xtr, ytr, dev, args.train_samples)
-    xt, yt = to_device(xte, yte, dev)
+    if args.train_samples:
+        xtr, ytr = xtr[:args.train_samples], ytr[:args.train_samples]
+    norm = channel_stats(xtr) if args.normalize == "auto" else None  # the training split's, as gputrain
+    x, y = to_device(xtr, ytr, dev, norm=norm)
+    xt, yt = to_device(xte, yte, dev, norm=norm)
     model = MODELS[args.model]().to(dev)
     net = model
     if world > 1:
@@ -229,13 +284,14 @@ def run(rank, args):
         if log:
             log.write(json.dumps(rec) + "\n")
     if rank == 0:
-        write_summary(args, log, dev, (world, x.shape[0], samples), times, accs, losses)
+        write_summary(args, log, dev, (world, x.shape[0], samples), times, accs, losses, norm)
     if world > 1:
         torch.distributed.destroy_process_group()
 
 
-def write_summary(args, log, dev, sizes, times, accs, losses):
-    """sizes: (processes, training-set size, samples trained per epoch)."""
+def write_summary(args, log, dev, sizes, times, accs, losses, norm):
+    """sizes: (processes, training-set size, samples trained per epoch); norm: the input step's
+    "M1,.../S1,..." or None (x/255)."""
     world, n_train, samples = sizes
     steady = statistics.median(times[1:] if len(times) > 1 else times)
     rec = {"type": "summary", "framework": f"pytorch-{torch.__version__}", "mode": args.mode, "gpus": world,
@@ -243,7 +299,8 @@ def write_summary(args, log, dev, sizes, times, accs, losses):
            "momentum": args.momentum if args.opt == "sgd" else 0, "compile": args.compile, "graph": args.graph,
            "tf32": args.tf32, "seed": args.seed, "epochs": args.epochs, "train_samples": n_train,
            "epoch_samples": samples, "epoch_times": times, "test_acc": accs,
-           "train_loss": losses, "samples_per_s_steady": round(samples / steady, 1) if steady > 0 else 0,
+           "train_loss": losses, "normalize": args.normalize, "input_norm": norm or "none",
+           "samples_per_s_steady": round(samples / steady, 1) if steady > 0 else 0,
            "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"}
     line = json.dumps(rec)
     if log:
@@ -282,6 +339,9 @@ def parse_args(argv):
     p.add_argument("--graph", type=int, default=0, choices=[0, 1], help="the whole step in one CUDA graph")
     p.add_argument("--tf32", type=int, default=0, choices=[0, 1], help="allow TF32 matmuls and convolutions")
     p.add_argument("--train-samples", type=int, default=0, help="train on the first N samples (default: all)")
+    p.add_argument("--normalize", default="auto", choices=["auto", "none"],
+                   help="input step, as gputrain's --normalize: auto, (x/255 - mean) / std per channel with "
+                   "the training split's mean and std (default); none, x/255")
     p.add_argument("--out", default="", help="JSONL file to write")
     a = p.parse_args(argv)
     for name in ("gpus", "batch", "epochs"):

@@ -2,30 +2,34 @@
 # gpu_perf.sh - one-GPU throughput of gputrain next to the PyTorch reference, in the same run on
 # the same card, and the 10-epoch accuracy of the reference recipe. Writes
 # OUT/perf-<card>-<date>.md (table with ratios, command, card, date, commit) and .csv.
+# Every run of both takes the same input step, --normalize NORM (auto, the default of both: each
+# channel (x/255 - mean) / std with the training split's statistics; none: x/255).
 #
 # Usage: tools/gpu_perf.sh [--data DIR] [--torch-ref tools/torch_lenet.py] [--bin build/gputrain]
-#                          [--gpu 0] [--epochs 5] [--out results]
+#                          [--gpu 0] [--epochs 5] [--normalize auto|none] [--out results]
 # --data defaults to datasets/fashion-mnist, then /usr/share/datasets/fashion-mnist.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/tools/lib.sh"
 gt_prog=gpu_perf
 cmd="$0 $*"
-data="" ref="$root/tools/torch_lenet.py" bin="$root/build/gputrain" gpu=0 epochs=5 out="$root/results"
+data="" ref="$root/tools/torch_lenet.py" bin="$root/build/gputrain" gpu=0 epochs=5 out="$root/results" norm=auto
 while [ $# -gt 0 ]; do
     case "$1" in
         --help) gt_usage "$0"; exit 0 ;;
-        --data | --torch-ref | --bin | --gpu | --epochs | --out) need_value "$1" $# ;;&
+        --data | --torch-ref | --bin | --gpu | --epochs | --normalize | --out) need_value "$1" $# ;;&
         --data) data=$2; shift 2 ;;
         --torch-ref) ref=$2; shift 2 ;;
         --bin) bin=$2; shift 2 ;;
         --gpu) gpu=$2; shift 2 ;;
         --epochs) check_uint "$1" "$2"; epochs=$2; shift 2 ;;
+        --normalize) norm=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         *) usage_error "unknown option '$1'" ;;
     esac
 done
 [ -f "$ref" ] || usage_error "--torch-ref: '$ref' not found"
+case "$norm" in auto | none) ;; *) usage_error "--normalize: '$norm' is not auto or none" ;; esac
 gt_find_data
 gt_card_meta "$gpu"
 mkdir -p "$out"
@@ -40,7 +44,7 @@ run_gt() { # label batch epochs extra-args...
     local label=$1 batch=$2 ep=$3
     shift 3
     local log="$work/$label.jsonl"
-    local c=("$bin" --data "$data" --gpus "$gpu" --batch "$batch" --epochs "$ep" --log "$log" --quiet --no-progress "$@")
+    local c=("$bin" --data "$data" --gpus "$gpu" --batch "$batch" --epochs "$ep" --log "$log" --quiet --no-progress --normalize "$norm" "$@")
     "${c[@]}"
     local med sps
     med=$(gt_median_epoch "$log")
@@ -52,7 +56,7 @@ run_gt() { # label batch epochs extra-args...
 run_torch() { # label batch epochs extra-args...
     local label=$1 batch=$2 ep=$3
     shift 3
-    local c=(python3 "$ref" --data "$data" --mode single --gpus 1 --batch "$batch" --epochs "$ep" "$@")
+    local c=(python3 "$ref" --data "$data" --mode single --gpus 1 --batch "$batch" --epochs "$ep" --normalize "$norm" "$@")
     CUDA_VISIBLE_DEVICES=$gpu "${c[@]}" >"$work/$label.out" 2>&1
     local line sps acc med
     line=$(grep '^{' "$work/$label.out" | tail -1)
@@ -81,6 +85,8 @@ run_torch reference-recipe-10ep 64 10 --lr 0.05
     echo
     echo "Card: $card (GPU $gpu). Date: $date. Commit: $commit."
     echo "Command: \`$cmd\`"
+    echo
+    echo "Input step of every run, both frameworks: --normalize $norm."
     echo
     echo "samples/s = training samples of an epoch / median epoch time after the first (both sides)."
     echo
