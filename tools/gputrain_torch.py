@@ -41,7 +41,7 @@ import sys
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_lenet import find_data, load_idx  # noqa: E402 (the tools' one IDX reader and data search)
+from torch_lenet import find_data, load_idx, normalise  # noqa: E402 (the tools' one IDX reader, data search and input step)
 
 MAX_HEADER = 100 << 20
 # Fashion-MNIST is told by the CRC-32 of its 10000 test labels and named as gputrain names it
@@ -592,15 +592,9 @@ def input_step(images, meta, path):
     if norm is None:
         return x
     try:
-        mean, std = ([np.float32(v) for v in part.split(",")] for part in norm.split("/"))
-    except ValueError:
-        raise CheckpointError(f"{path}: metadata \"input_norm\" is not M1,.../S1,...") from None
-    if len(mean) != x.shape[1] or len(std) != x.shape[1]:
-        raise CheckpointError(f"{path}: metadata \"input_norm\" is not one mean and std per channel")
-    mean = np.array(mean, dtype=np.float32).reshape(1, -1, 1, 1)
-    std = np.array(std, dtype=np.float32).reshape(1, -1, 1, 1)
-    return (x - mean) / std
-
+        return normalise(x, norm)
+    except ValueError as err:
+        raise CheckpointError(f"{path}: metadata \"input_norm\" {err}") from None
 
 def evaluate(args):
     """Correct test predictions, in batches (1000 images with torch, 200 with numpy)."""

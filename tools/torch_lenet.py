@@ -17,9 +17,10 @@ Input step, as gputrain's --normalize: auto (the default, as gputrain's) turns e
 (x/255 - mean[ch]) / std[ch], mean and std the per-channel mean and population standard deviation of
 x/255 over the training split (the first --train-samples images where given), computed as gputrain
 computes them (channel_stats: exact integer sums, double, rounded to float32) and applied to train
-and test images with gputrain's float32 formula (gputrain_torch.input_step, the tools' one copy of
-it); none: x/255 alone, computed as it always was here. The values are the summary's input_norm
-("M1,.../S1,...", the form of a gputrain checkpoint's metadata input_norm, "none" for none).
+and test images with gputrain's float32 formula (normalise, the tools' one copy of it, which
+gputrain_torch.py uses too); none: x/255 alone, computed as it always was here. The values are the
+summary's input_norm ("M1,.../S1,...", the form of a gputrain checkpoint's metadata input_norm,
+"none" for none).
 
 Prints one line per epoch and writes --out FILE.jsonl: one {"type": "epoch"} record per epoch
 (epoch time, samples/s, mean train loss, test accuracy) and a final {"type": "summary"} record
@@ -126,16 +127,29 @@ def channel_stats(images):
     return ",".join(f"{float(v):.9g}" for v in means) + "/" + ",".join(f"{float(v):.9g}" for v in stds)
 
 
+def normalise(x, norm):
+    """gputrain's input step on float32 x/255 (N x C x H x W numpy): (x - mean) / std per channel in
+    float32, the floats gputrain computes (cpu_net.c, the GPU's kernels), with norm "M1,.../S1,..."
+    (a checkpoint's metadata input_norm, --normalize). ValueError where norm is not one mean and
+    std per channel. The tools' one copy of the formula (gputrain_torch.input_step uses it)."""
+    import numpy as np
+    try:
+        mean, std = ([np.float32(v) for v in part.split(",")] for part in norm.split("/"))
+    except ValueError:
+        raise ValueError("is not M1,.../S1,...") from None
+    if len(mean) != x.shape[1] or len(std) != x.shape[1]:
+        raise ValueError("is not one mean and std per channel")
+    mean = np.array(mean, dtype=np.float32).reshape(1, -1, 1, 1)
+    std = np.array(std, dtype=np.float32).reshape(1, -1, 1, 1)
+    return (x - mean) / std
+
+
 def input_step(images, norm):
-    """gputrain's input step with normalisation norm ("M1,.../S1,..."; see channel_stats) on uint8
-    images N x H x W: float32 numpy N x 1 x H x W, (x/255 - mean) / std per channel in float32 as
-    gputrain computes it, by gputrain_torch.input_step (the formula the tools evaluate gputrain
-    checkpoints with, so the floats are the ones gputrain and `gputrain eval` see)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    import gputrain_torch
-    return gputrain_torch.input_step(images[:, None], {"input_norm": norm}, "--normalize auto")
+    """uint8 images N x H x W through the input step norm (see channel_stats): float32 numpy
+    N x 1 x H x W, (x/255 - mean) / std."""
+    import numpy as np
+    x = images[:, None].astype(np.float32) / np.float32(255.0)
+    return normalise(x, norm)
 
 
 def to_device(images, labels, dev, limit=None, norm=None):
