@@ -5,8 +5,9 @@
  *
  *   forward   a few samples per block (one while the batch leaves SMs free): input bytes ->
  *             the input step -> conv, bias, act, pool -> conv, bias, act, pool in shared memory,
- *             then the three linear layers (weights read from L2 once per block), softmax cross-entropy and
- *             backward to the fc input; keeps what backward and reduce need in global memory
+ *             then the three linear layers (weights read from L2 once per block), softmax
+ *             cross-entropy and backward to the fc input; keeps what backward and reduce need
+ *             in global memory
  *   backward  per sample, one block per conv1 channel (back through conv2 into that channel,
  *             its pooling and activation, and its conv1 weight gradient) and one per group of
  *             conv2 output channels (their conv2 weight gradient): per-sample partials
@@ -153,7 +154,8 @@ __device__ static void fused_load_input(const gt_fused_net &f, const uint8_t *sr
         c * ph * pw,
         [=](int t) {
             int ix = t % pw - pad, iy = t / pw % ph - pad, ch = t / (pw * ph);
-            return iy >= 0 && iy < h && ix >= 0 && ix < w ? src[(ch * h + iy) * w + ix] : (uint8_t)0;
+            return iy >= 0 && iy < h && ix >= 0 && ix < w ? src[(ch * h + iy) * w + ix]
+                                                          : (uint8_t)0;
         },
         [=](int t, uint8_t v) {
             int ix = t % pw - pad, iy = t / pw % ph - pad, ch = t / (pw * ph);

@@ -69,8 +69,9 @@ int gt_recipe_warmup_steps(const gt_config *c, int workers);
 void gt_recipe_model(gt_config *c, char *note, size_t cap);
 
 /* Corrects c in place for `workers` workers in all and `ntrain` training samples, and lists what
- * it changed in r (r->n == 0: nothing): the residual networks' lr times the workers, the momentum asynchrony leaves, sync's warm-up, ssp's plain SGD, --overlap's weight
- * prediction. A no-op with c->literal. */
+ * it changed in r (r->n == 0: nothing): the residual networks' lr times the workers, the momentum
+ * asynchrony leaves, sync's warm-up, ssp's plain SGD, --overlap's weight prediction. A no-op with
+ * c->literal. */
 void gt_recipe_apply(gt_config *c, int workers, uint32_t ntrain, gt_recipe *r);
 
 #ifdef __cplusplus
