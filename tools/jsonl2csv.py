@@ -13,7 +13,7 @@ run's exit status.
 Writes into OUTDIR (default LOGDIR):
   evals.csv      one row per evaluation of every run
   runs.csv       one row per run: summary line, final and best accuracy, time and samples to reach
-                 0.85/0.87/0.88/0.90 (empty if never), throughput, epoch time, startup_s (the
+                 0.85/0.87/0.88/0.90/0.93/0.94/0.95 (empty if never), throughput, epoch time, startup_s (the
                  summary's time from the process's launch to the start of training; empty for logs
                  without it), staleness (stale_p99_capped: true where the p99 is the histogram's
                  last bin, so the true p99 is that or more; empty for logs without it), waits,
@@ -41,7 +41,7 @@ import re
 import statistics
 import sys
 
-TARGETS = (0.85, 0.87, 0.88, 0.90)
+TARGETS = (0.85, 0.87, 0.88, 0.90, 0.93, 0.94, 0.95)
 STALL_FACTOR = 1.5  # a final accuracy below 1.5x chance (0.15 for 10 classes) is "stalled"
 NAME_RE = re.compile(r"^(.+)__(.+)__w(\d+)__s(\d+)$")
 # C's printf writes non-finite numbers as nan/-nan/inf, which JSON does not have.
