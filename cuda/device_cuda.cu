@@ -86,7 +86,8 @@ typedef struct cuda_impl {
                                         * evaluation's: a step may still be queued beside it */
     gt_cuda_allreduce *allreduce;      /* NCCL communicator and optimizer state, allreduce mode */
     gt_fused_net fnet;                 /* the fused step's shapes and buffers, where fusable */
-    gt_input_norm graph_norm;          /* the input step the captured graphs hold */
+    gt_input_norm graph_norm;          /* the input step the captured graphs and the fused
+                                        * kernels' copy hold (cuda_sync_norm) */
     int fusable, fused, graphs;        /* see gt_cuda_path */
     int layers_ready;                  /* cuda_plan_layers ran: the layer path can run */
     int no_half_copies;                /* bf16 steps leave act_half unused (tests) */
@@ -655,8 +656,6 @@ static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, gt_err *e
     GT_CUDA_CHECK(d->name, e,
                   cudaMemcpyAsync(slot->dev, slot->host, lay.total, cudaMemcpyHostToDevice,
                                   c->stream));
-    if (g->fused)
-        gt_fused_set_norm(&g->fnet, &d->model->norm);
     if (g->fused ? gt_fused_train(c, &g->fnet, g->params, slot->dev + lay.images,
                                   (const uint16_t *)(slot->dev + lay.labels), n, g->grad,
                                   g->result, e)
@@ -706,16 +705,25 @@ static void graph_capture(gt_device *d, cuda_impl *g, int s, int n)
     graph_store(g, exec, n, s, d->keep_grad, d->grad, d->stats);
 }
 
+/* The model's input step has its values once the data is in, after the device opened: a change
+ * reaches the fused kernels' copy and drops the graphs captured with the old values (a launch
+ * keeps its arguments). */
+static void cuda_sync_norm(gt_device *d, cuda_impl *g)
+{
+    if (memcmp(&g->graph_norm, &d->model->norm, sizeof g->graph_norm) == 0)
+        return;
+    graph_drop_all(g);
+    g->graph_norm = d->model->norm;
+    gt_fused_set_norm(&g->fnet, &d->model->norm);
+}
+
 /* Replays the graph of this shape, or runs the step eagerly and captures it. */
 static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
 {
     g->nsteps++;
     if (d->keep_grad && g->buffers)
         g->buffers_moved = 1;
-    if (memcmp(&g->graph_norm, &d->model->norm, sizeof g->graph_norm) != 0) {
-        graph_drop_all(g); /* captured with the input step's old values, which launches keep */
-        g->graph_norm = d->model->norm;
-    }
+    cuda_sync_norm(d, g);
     if (!g->graphs)
         return cuda_step_enqueue(d, g, s, n, e);
     cuda_graph *gr = graph_find(g, n, s, d->keep_grad, d->grad, d->stats);
@@ -895,8 +903,7 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
     GT_CUDA_CHECK(d->name, e,
                   cudaMemcpyAsync(g->eval_y, ds->labels + lo, (size_t)n * sizeof *g->eval_y,
                                   cudaMemcpyHostToDevice, c->stream));
-    if (g->fused)
-        gt_fused_set_norm(&g->fnet, &d->model->norm);
+    cuda_sync_norm(d, g);
     /* The fused kernels keep no logits: predictions come from the layer path (cuda_evaluate
      * plans it), which then gives the loss and hits too, from the same logits. */
     if (g->fused && !d->eval_pred)

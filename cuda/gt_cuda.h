@@ -556,8 +556,8 @@ typedef struct gt_fused_net {
 int gt_fused_plan(const gt_model *m, size_t max_smem, gt_fused_net *f);
 /* Fills f->seg from f's shapes and buffer pointers: what the reduction kernel sums where. */
 void gt_fused_plan_segs(gt_fused_net *f);
-/* The model's input step into f, which the kernels take by value. Its values come with the
- * training data, after the device opened: set before each launch. */
+/* The model's input step into f, which the kernels take by value: at planning, and again where
+ * its values change (they come with the training data, after the device opened). */
 void gt_fused_set_norm(gt_fused_net *f, const gt_input_norm *norm);
 /* Buffers for cap samples, and the kernels' shared-memory limits; set-up time only. */
 int gt_fused_alloc(gt_cuda_ctx *c, gt_fused_net *f, int cap, gt_err *e);
