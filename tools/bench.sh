@@ -228,7 +228,7 @@ bench_readme() {
         fi
         # Rows in matrix order: model, then mode as listed above, then worker count.
         awk -F, -v models="${model_list[*]}" -v labels="${run_labels[*]} pytorch" -v workers="${worker_list[*]}" \
-            -v target="${target:-0.87}" -v tag="$(printf '%03.0f' "$(awk -v t="${target:-0.87}" 'BEGIN { print t * 100 }')")" '
+            -v target="${target:-0.87}" -v tag="$(awk -v t="${target:-0.87}" 'BEGIN { printf "%03d", t * 100 + 0.5 }')" '
             NR == 1 { for (k = 1; k <= NF; k++) c[$k] = k; next }
             { key[++n] = $(c["model"]) SUBSEP $(c["label"]) SUBSEP $(c["workers"]); row[key[n]] = $0 }
             END {
