@@ -706,15 +706,15 @@ static void graph_capture(gt_device *d, cuda_impl *g, int s, int n)
 }
 
 /* The model's input step has its values once the data is in, after the device opened: a change
- * reaches the fused kernels' copy and drops the graphs captured with the old values (a launch
- * keeps its arguments). */
-static void cuda_sync_norm(gt_device *d, cuda_impl *g)
+ * drops the graphs captured with the old values (a launch keeps its arguments) and reaches the
+ * fused kernels' table (which copies only where its values changed). Outside any capture. */
+static int cuda_sync_norm(gt_device *d, cuda_impl *g, gt_err *e)
 {
-    if (memcmp(&g->graph_norm, &d->model->norm, sizeof g->graph_norm) == 0)
-        return;
-    graph_drop_all(g);
-    g->graph_norm = d->model->norm;
-    gt_fused_set_norm(&g->fnet, &d->model->norm);
+    if (memcmp(&g->graph_norm, &d->model->norm, sizeof g->graph_norm) != 0) {
+        graph_drop_all(g);
+        g->graph_norm = d->model->norm;
+    }
+    return g->fused ? gt_fused_set_norm(g->ctx, &g->fnet, &d->model->norm, e) : 0;
 }
 
 /* Replays the graph of this shape, or runs the step eagerly and captures it. */
@@ -723,7 +723,8 @@ static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
     g->nsteps++;
     if (d->keep_grad && g->buffers)
         g->buffers_moved = 1;
-    cuda_sync_norm(d, g);
+    if (cuda_sync_norm(d, g, e))
+        return -1;
     if (!g->graphs)
         return cuda_step_enqueue(d, g, s, n, e);
     cuda_graph *gr = graph_find(g, n, s, d->keep_grad, d->grad, d->stats);
@@ -903,7 +904,8 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
     GT_CUDA_CHECK(d->name, e,
                   cudaMemcpyAsync(g->eval_y, ds->labels + lo, (size_t)n * sizeof *g->eval_y,
                                   cudaMemcpyHostToDevice, c->stream));
-    cuda_sync_norm(d, g);
+    if (cuda_sync_norm(d, g, e))
+        return -1;
     /* The fused kernels keep no logits: predictions come from the layer path (cuda_evaluate
      * plans it), which then gives the loss and hits too, from the same logits. */
     if (g->fused && !d->eval_pred)

@@ -8,10 +8,12 @@
 
 #include "fused_kernels.cuh"
 
+#include <string.h>
+
 void gt_fused_free(gt_fused_net *f)
 {
-    void *bufs[] = {f->a1, f->p1,  f->a2,  f->p2,   f->h1,   f->h2,  f->dz,
-                    f->dh2, f->dh1, f->dp2, f->part, f->loss, f->hits};
+    void *bufs[] = {f->a1,  f->p1,  f->a2,   f->p2,   f->h1,   f->h2,    f->dz,
+                    f->dh2, f->dh1, f->dp2, f->part, f->loss, f->hits, f->in_lut};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i])
             cudaFree(bufs[i]);
@@ -19,6 +21,8 @@ void gt_fused_free(gt_fused_net *f)
     f->dz = f->dh2 = f->dh1 = f->dp2 = f->part = NULL;
     f->loss = NULL;
     f->hits = NULL;
+    f->in_lut = NULL;
+    f->in_lut_set = 0;
     f->cap = 0;
 }
 
@@ -44,8 +48,10 @@ int gt_fused_alloc(gt_cuda_ctx *c, gt_fused_net *f, int cap, gt_err *e)
         fused_malloc(c, (void **)&f->dp2, n, f->p2_len, fl, e) ||
         fused_malloc(c, (void **)&f->part, n, f->part_len, fl, e) ||
         fused_malloc(c, (void **)&f->loss, n, 1, sizeof(double), e) ||
-        fused_malloc(c, (void **)&f->hits, n, 1, sizeof(int), e))
+        fused_malloc(c, (void **)&f->hits, n, 1, sizeof(int), e) ||
+        fused_malloc(c, (void **)&f->in_lut, GT_NORM_MAX_C, 256, fl, e))
         return -1;
+    f->in_lut_set = 0;
     f->cap = cap;
     gt_fused_plan_segs(f);
     const void *forward[] = {(const void *)fused_forward_kernel<1>,
@@ -61,6 +67,32 @@ int gt_fused_alloc(gt_cuda_ctx *c, gt_fused_net *f, int cap, gt_err *e)
                   cudaFuncSetAttribute(fused_backward_kernel,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)f->smem_backward));
+    return 0;
+}
+
+int gt_fused_set_norm(gt_cuda_ctx *c, gt_fused_net *f, const gt_input_norm *norm, gt_err *e)
+{
+    int nc = f->conv[0].in_c, same = f->in_lut_set;
+    if (nc < 1 || nc > GT_NORM_MAX_C)
+        return gt_fail(e, "%s: %d input channels for the fused step's input table", c->name, nc);
+    for (int ch = 0; ch < nc; ch++) {
+        float mean = norm->on ? norm->mean[ch] : 0.0f, std = norm->on ? norm->std[ch] : 1.0f;
+        same = same && !memcmp(&f->in_mean[ch], &mean, sizeof mean) &&
+               !memcmp(&f->in_std[ch], &std, sizeof std);
+        f->in_mean[ch] = mean;
+        f->in_std[ch] = std;
+    }
+    if (same)
+        return 0;
+    float lut[GT_NORM_MAX_C * 256];
+    for (int ch = 0; ch < nc; ch++)
+        for (int v = 0; v < 256; v++) /* the layer path's formula: the same floats */
+            lut[ch * 256 + v] = ((float)v / 255.0f - f->in_mean[ch]) / f->in_std[ch];
+    GT_CUDA_CHECK(c->name, e,
+                  cudaMemcpyAsync(f->in_lut, lut, (size_t)nc * 256 * sizeof *lut,
+                                  cudaMemcpyHostToDevice, c->stream));
+    GT_CUDA_CHECK(c->name, e, cudaStreamSynchronize(c->stream)); /* lut is on this stack */
+    f->in_lut_set = 1;
     return 0;
 }
 

@@ -143,13 +143,15 @@ __device__ static void fused_load_padded(const float *src, int c, int h, int w, 
 }
 
 /* conv1's input: c planes of h x w bytes from src into dst with a zero border of pad, each byte
- * through the model's input step, (x / 255 - mean[ch]) / std[ch], the formula of the layer path's
- * kernel and the CPU's (mean 0, std 1 where the step is off: x / 255 to the bit). */
+ * through the model's input step, read from its table (f.in_lut: (x / 255 - mean[ch]) / std[ch]
+ * of every byte value, the layer path's and the CPU's floats; mean 0 and std 1 where the step is
+ * off, x / 255 to the bit). A load where a division was: the backward kernel reads the input once
+ * per conv1 channel. */
 __device__ static void fused_load_input(const gt_fused_net &f, const uint8_t *src, int c, int h,
                                         int w, int pad, float *dst)
 {
     int ph = h + 2 * pad, pw = w + 2 * pad;
-    const float *mean = f.in_mean, *sd = f.in_std;
+    const float *__restrict__ lut = f.in_lut;
     fused_staged(
         c * ph * pw,
         [=](int t) {
@@ -159,9 +161,7 @@ __device__ static void fused_load_input(const gt_fused_net &f, const uint8_t *sr
         },
         [=](int t, uint8_t v) {
             int ix = t % pw - pad, iy = t / pw % ph - pad, ch = t / (pw * ph);
-            dst[t] = iy >= 0 && iy < h && ix >= 0 && ix < w
-                         ? ((float)v / 255.0f - mean[ch]) / sd[ch]
-                         : 0.0f;
+            dst[t] = iy >= 0 && iy < h && ix >= 0 && ix < w ? __ldg(lut + ch * 256 + v) : 0.0f;
         });
 }
 

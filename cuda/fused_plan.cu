@@ -128,7 +128,6 @@ int gt_fused_plan(const gt_model *m, size_t max_smem, gt_fused_net *f)
     f->fc[2] = plan_fc(&L[10], NULL);
     f->nparams = m->nparams;
     f->in_len = L[0].in_len;
-    gt_fused_set_norm(f, &m->norm);
     f->a1_len = L[1].out_len;
     f->p1_len = L[2].out_len;
     f->a2_len = L[4].out_len;
@@ -145,14 +144,6 @@ int gt_fused_plan(const gt_model *m, size_t max_smem, gt_fused_net *f)
         return 0;
     plan_smem(f);
     return f->smem_forward <= max_smem && f->smem_backward <= max_smem;
-}
-
-void gt_fused_set_norm(gt_fused_net *f, const gt_input_norm *norm)
-{
-    for (int i = 0; i < GT_NORM_MAX_C; i++) {
-        f->in_mean[i] = norm->on ? norm->mean[i] : 0.0f;
-        f->in_std[i] = norm->on ? norm->std[i] : 1.0f;
-    }
 }
 
 static void plan_add_seg(gt_fused_net *f, int kind, size_t dst, size_t len, size_t col,

@@ -532,9 +532,11 @@ typedef struct gt_fused_net {
     int cap;
     size_t in_len;                /* input bytes per sample */
     float in_mean[GT_NORM_MAX_C];  /* the model's input step per conv1 channel, (x / 255 - mean) /
-                                    * std; mean 0 and std 1 where it is off (x / 255 to the bit):
-                                    * gt_fused_set_norm */
+                                    * std; mean 0 and std 1 where it is off (x / 255 to the bit) */
     float in_std[GT_NORM_MAX_C];
+    float *in_lut;                /* that step of each byte value, 256 a channel (device):
+                                   * gt_fused_set_norm */
+    int in_lut_set;               /* in_lut holds in_mean and in_std's values */
     size_t a1_len, p1_len, a2_len, p2_len; /* per-sample lengths of the buffers below */
     size_t part_len;              /* per-sample convolution gradient partials */
     size_t smem_forward, smem_backward; /* dynamic shared memory of each kernel */
@@ -556,9 +558,11 @@ typedef struct gt_fused_net {
 int gt_fused_plan(const gt_model *m, size_t max_smem, gt_fused_net *f);
 /* Fills f->seg from f's shapes and buffer pointers: what the reduction kernel sums where. */
 void gt_fused_plan_segs(gt_fused_net *f);
-/* The model's input step into f, which the kernels take by value: at planning, and again where
- * its values change (they come with the training data, after the device opened). */
-void gt_fused_set_norm(gt_fused_net *f, const gt_input_norm *norm);
+/* The model's input step into f: a table of the 256 byte values per channel, computed here with
+ * the layer path's formula (the same floats) and copied to the device where its values changed.
+ * They come with the training data, after the device opened: called before each step and
+ * evaluation, never inside a graph's capture (it waits for its copy). */
+int gt_fused_set_norm(gt_cuda_ctx *c, gt_fused_net *f, const gt_input_norm *norm, gt_err *e);
 /* Buffers for cap samples, and the kernels' shared-memory limits; set-up time only. */
 int gt_fused_alloc(gt_cuda_ctx *c, gt_fused_net *f, int cap, gt_err *e);
 void gt_fused_free(gt_fused_net *f);
