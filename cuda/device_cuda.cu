@@ -45,6 +45,16 @@ typedef struct cuda_slot {
     cudaEvent_t consumed;     /* recorded on the compute stream after the step that read it */
 } cuda_slot;
 
+/* hogwild's store step in parts (cuda_exchange): a stream for each copy direction, so that a
+ * part's download, the host's work on the part before it and the upload of the one before that
+ * overlap; an event a part. Made by the first exchange. */
+#define CUDA_XCHG_PARTS GT_STORE_PARTS_MAX
+typedef struct cuda_xchg {
+    cudaStream_t down, up;
+    cudaEvent_t start, done, part[CUDA_XCHG_PARTS];
+    int ready;
+} cuda_xchg;
+
 /* One captured step, replayed for every step of its shape. */
 typedef struct cuda_graph {
     cudaGraphExec_t exec;     /* NULL: an empty entry */
@@ -85,6 +95,7 @@ typedef struct cuda_impl {
     gt_cuda_result *result_host;       /* pinned, one per slot (a step's loss and hits), then the
                                         * evaluation's: a step may still be queued beside it */
     gt_cuda_allreduce *allreduce;      /* NCCL communicator and optimizer state, allreduce mode */
+    cuda_xchg xchg;                    /* the store step in parts (cuda_exchange) */
     gt_fused_net fnet;                 /* the fused step's shapes and buffers, where fusable */
     gt_input_norm graph_norm;          /* the input step the captured graphs and the fused
                                         * kernels' copy hold (cuda_sync_norm) */
@@ -206,6 +217,18 @@ static void cuda_free_impl(cuda_impl *g, const gt_model *m)
     for (int s = 0; s < 2; s++)
         if (g->slot[s].consumed)
             cudaEventDestroy(g->slot[s].consumed);
+    cuda_xchg *x = &g->xchg;
+    cudaEvent_t *ev[] = {&x->start, &x->done};
+    for (size_t i = 0; i < sizeof ev / sizeof *ev; i++)
+        if (*ev[i])
+            cudaEventDestroy(*ev[i]);
+    for (int i = 0; i < CUDA_XCHG_PARTS; i++)
+        if (x->part[i])
+            cudaEventDestroy(x->part[i]);
+    if (x->down)
+        cudaStreamDestroy(x->down);
+    if (x->up)
+        cudaStreamDestroy(x->up);
     cudaGetLastError();
 }
 
@@ -646,6 +669,13 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
     return gt_cuda_flag_nonfinite(c, g->grad, m->nparams, &g->result->nonfinite, e);
 }
 
+/* The host array a step downloads its gradient into: none where the gradient stays on the device
+ * (the allreduce mode's keep_grad, and grad_later, for which cuda_exchange downloads it). */
+static float *step_grad_dst(const gt_device *d)
+{
+    return d->keep_grad || d->grad_later ? NULL : d->grad;
+}
+
 /* Everything the GPU does for one training step, in stream order: what a graph captures. */
 static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
 {
@@ -661,7 +691,7 @@ static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, gt_err *e
                                   g->result, e)
                  : cuda_layers_train(d, g, slot, n, e))
         return -1;
-    if (!d->keep_grad)
+    if (step_grad_dst(d))
         GT_CUDA_CHECK(d->name, e,
                       cudaMemcpyAsync(d->grad, g->grad, grad_bytes, cudaMemcpyDeviceToHost,
                                       c->stream));
@@ -702,7 +732,7 @@ static void graph_capture(gt_device *d, cuda_impl *g, int s, int n)
         graph_drop_all(g);
         return;
     }
-    graph_store(g, exec, n, s, d->keep_grad, d->grad, d->stats);
+    graph_store(g, exec, n, s, d->keep_grad, step_grad_dst(d), d->stats);
 }
 
 /* The model's input step has its values once the data is in, after the device opened: a change
@@ -727,7 +757,7 @@ static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
         return -1;
     if (!g->graphs)
         return cuda_step_enqueue(d, g, s, n, e);
-    cuda_graph *gr = graph_find(g, n, s, d->keep_grad, d->grad, d->stats);
+    cuda_graph *gr = graph_find(g, n, s, d->keep_grad, step_grad_dst(d), d->stats);
     if (gr) {
         gr->used = g->nsteps;
         GT_CUDA_CHECK(d->name, e, cudaGraphLaunch(gr->exec, g->ctx->stream));
@@ -973,6 +1003,58 @@ static int cuda_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32
     return 0;
 }
 
+static int cuda_xchg_open(gt_device *d, cuda_xchg *x, gt_err *e)
+{
+    GT_CUDA_CHECK(d->name, e, cudaStreamCreateWithFlags(&x->down, cudaStreamNonBlocking));
+    GT_CUDA_CHECK(d->name, e, cudaStreamCreateWithFlags(&x->up, cudaStreamNonBlocking));
+    GT_CUDA_CHECK(d->name, e, cudaEventCreateWithFlags(&x->start, cudaEventDisableTiming));
+    GT_CUDA_CHECK(d->name, e, cudaEventCreateWithFlags(&x->done, cudaEventDisableTiming));
+    for (int i = 0; i < CUDA_XCHG_PARTS; i++)
+        GT_CUDA_CHECK(d->name, e, cudaEventCreateWithFlags(&x->part[i], cudaEventDisableTiming));
+    x->ready = 1;
+    return 0;
+}
+
+/* device.h's exchange: every part's download queued at once on one stream behind the step, the
+ * host's part() on each as it lands, and its upload on the other stream. */
+static int cuda_exchange(gt_device *d, int nparts, const size_t *bounds, const int *order,
+                         void (*part)(void *arg, int k), void *arg, gt_err *e)
+{
+    cuda_impl *g = (cuda_impl *)d->impl;
+    cuda_xchg *x = &g->xchg;
+    cudaStream_t compute = g->ctx->stream;
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    if (nparts < 1 || nparts > CUDA_XCHG_PARTS)
+        return gt_fail(e, "%s: an exchange in %d parts (1..%d)", d->name, nparts,
+                       CUDA_XCHG_PARTS);
+    if (!d->grad_later || g->ninflight)
+        return gt_fail(e, "%s: an exchange needs the gradient of a step that left it on the device "
+                       "(grad_later) and no step in flight", d->name);
+    if (!x->ready && cuda_xchg_open(d, x, e))
+        return -1;
+    GT_CUDA_CHECK(d->name, e, cudaEventRecord(x->start, compute));
+    GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(x->down, x->start, 0));
+    GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(x->up, x->start, 0));
+    for (int i = 0; i < nparts; i++) {
+        size_t lo = bounds[order[i]], len = bounds[order[i] + 1] - lo;
+        GT_CUDA_CHECK(d->name, e,
+                      cudaMemcpyAsync(d->grad + lo, g->grad + lo, len * sizeof(float),
+                                      cudaMemcpyDeviceToHost, x->down));
+        GT_CUDA_CHECK(d->name, e, cudaEventRecord(x->part[i], x->down));
+    }
+    for (int i = 0; i < nparts; i++) {
+        size_t lo = bounds[order[i]], len = bounds[order[i] + 1] - lo;
+        GT_CUDA_CHECK(d->name, e, cudaEventSynchronize(x->part[i]));
+        part(arg, order[i]);
+        GT_CUDA_CHECK(d->name, e,
+                      cudaMemcpyAsync(g->params + lo, d->params + lo, len * sizeof(float),
+                                      cudaMemcpyHostToDevice, x->up));
+    }
+    GT_CUDA_CHECK(d->name, e, cudaEventRecord(x->done, x->up));
+    GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(compute, x->done, 0));
+    return 0;
+}
+
 /* The allreduce trio and local_update live in allreduce_cuda.cu; without NCCL there is no
  * reduce_update, and train.c refuses that mode. */
 static const gt_device_ops cuda_ops = {
@@ -996,6 +1078,7 @@ static const gt_device_ops cuda_ops = {
     .ema_update = NULL,
     .ema_get = NULL,
 #endif
+    .exchange = cuda_exchange,
     .get_params = gt_cuda_get_params,
     .set_state = gt_cuda_set_state,
     .close = cuda_close,

@@ -405,6 +405,13 @@ static const cli_row cli_rows[] = {
      .help = "keep the parameter store in every step where the GPUs would take the update "
              "themselves (one GPU, sync and local on the GPUs of one host): slower, but sync and "
              "local then go on without a GPU that fails"},
+    {.name = "store-parts", .value = "N", .type = CLI_INT, .field = F(store_parts), .lo = 0,
+     .hi = GT_STORE_PARTS_MAX, .commands = CMD_TRAIN,
+     .help = "hogwild on GPUs: push and pull the store in N parts, each part's gradient download, "
+             "store update and parameter upload overlapping the others' (the same arithmetic); "
+             "0 or 1: the whole store at once",
+     .dflt = "auto, 8 parts for models of at least 1 M parameters "
+             "on GPUs, else whole"},
     {.name = "exchange", .type = CLI_WORD, .field = F(exchange), .set = GT_NAMES_EXCHANGE,
      .commands = CMD_TRAIN,
      .help = "allreduce, and local on GPUs: how the GPUs of one host exchange gradients; auto, "
@@ -729,6 +736,14 @@ static int cli_check_combination(const gt_config *c, gt_err *e)
     if (c->overlap && mode && !mode->async_variants)
         return gt_fail(e, "--overlap: only --mode hogwild overlaps its pushes, not '%s'",
                        gt_mode_name(c->mode));
+    if (c->store_parts > 1 && c->mode != GT_MODE_HOGWILD)
+        return gt_fail(e, "--store-parts %d: only --mode hogwild pushes in parts, not '%s'",
+                       c->store_parts, gt_mode_name(c->mode));
+    if (c->store_parts > 1 && c->overlap)
+        return gt_fail(e, "--store-parts %d: --overlap pushes whole steps", c->store_parts);
+    if (c->store_parts > 1 && c->stripes == 0)
+        return gt_fail(e, "--store-parts %d: the lock-free store (--stripes 0) has no stripes "
+                       "to part", c->store_parts);
     if (mode && mode->needs_nccl && c->cpu_workers > 0)
         return gt_fail(e, "--mode %s: needs GPUs and NCCL, not --gpus cpu:%d (use --mode sync "
                        "for the same math)", gt_mode_name(c->mode), c->cpu_workers);

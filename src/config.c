@@ -22,6 +22,7 @@ void gt_config_defaults(gt_config *c)
     c->mode = GT_MODE_HOGWILD;
     c->normalize = GT_NORMALIZE_AUTO; /* docs/convergence-notes.md, section 19 */
     c->stripes = -1;
+    c->store_parts = -1;
     c->staleness = 2;
     c->sync_every = 4;
     c->balance = GT_BALANCE_DYNAMIC;

@@ -279,12 +279,14 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
         return;
     for (int i = 0; i < res->nworkers; i++) {
         const gt_worker_stats *s = &res->workers[i];
-        char phases[160] = "";
+        char phases[192] = "";
         double us[GT_PHASES], share;
+        /* in parts the next step's pull rides with the push, and the gradient's download too */
+        const char *push = res->store_parts ? "download/push/pull" : "push/apply";
         if (gt_worker_phases_us(s, res->wall_s, us, &share))
             snprintf(phases, sizeof phases,
-                     "  us a step: pull %.1f device %.1f push/apply %.1f wait %.1f (%.0f%% of wall)",
-                     us[0], us[1], us[2], us[3], 100 * share);
+                     "  us a step: pull %.1f device %.1f %s %.1f wait %.1f (%.0f%% of wall)",
+                     us[0], us[1], push, us[2], us[3], 100 * share);
         printf("  worker %d %-28s %7llu steps %9.0f samples/s%s%s%s\n", i, devs[i]->name,
                (unsigned long long)s->steps, s->busy_s > 0 ? s->samples / s->busy_s : 0.0, phases,
                s->failed ? "  FAILED: " : "", s->failed ? s->error : "");

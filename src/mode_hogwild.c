@@ -1,6 +1,9 @@
 /* mode_hogwild.c - hogwild: batches from a shared cursor (--balance dynamic) or each worker's own
  * contiguous slice (static), each gradient pushed as soon as it is computed; lock-free where the
  * store has no stripes (--stripes 0). With --overlap step k + 1 is begun before step k is pushed.
+ * In parts (--store-parts) a push also pulls: each part of the stripes is updated and copied out
+ * under its locks as its gradient arrives, and the device uploads it while the next part comes,
+ * so the worker's next step starts from what its own exchange pulled.
  * Across hosts each host trains its part of the permutation and the stores are averaged every
  * --sync-every x W batches and at epoch ends. */
 #include "run.h"
@@ -24,6 +27,9 @@ typedef struct hogwild_run {
     int norphans;              /* worker (two in flight and a static slice's rest) */
     uint64_t host_batches;     /* across hosts: batches completed this epoch, which time the */
     uint64_t xavg_last;        /* averaging rounds; host_batches at the last round */
+    int parts;                 /* the store step in parts: how many (0: whole) */
+    int part_s[GT_STORE_PARTS_MAX + 1];    /* part k is stripes [part_s[k], part_s[k + 1]) */
+    size_t bounds[GT_STORE_PARTS_MAX + 1]; /* and parameters [bounds[k], bounds[k + 1]) */
 } hogwild_run;
 
 /* A worker's (w->own). */
@@ -35,6 +41,9 @@ typedef struct hogwild_worker {
     int pipe_buf;              /* the buffer the next step takes */
     uint64_t pipe_inflight;    /* its steps begun and not yet pushed */
     uint64_t slice_pos;        /* --balance static: batches done in its slice this epoch */
+    int order[GT_STORE_PARTS_MAX]; /* in parts: the order it takes them, from its own first */
+    unsigned restores_now;     /* in parts: the guard's rollbacks as of its latest batch */
+    unsigned restores_seen;    /* and as of its latest whole pull */
 } hogwild_worker;
 
 static hogwild_run *hog(const run *r) { return r->own; }
@@ -66,6 +75,7 @@ static int hogwild_next(run *r, worker *w, range *out)
         pthread_mutex_unlock(&r->mu);
         return 0;
     }
+    hw(w)->restores_now = r->guard.restores;
     if (r->cfg->balance == GT_BALANCE_DYNAMIC) {
         if (hog(r)->cursor < hog(r)->nbatches) {
             out->lo = hog(r)->span_lo + (uint32_t)hog(r)->cursor * b;
@@ -196,20 +206,70 @@ static void hogwild_done(run *r, worker *w, const gt_step_out *o, int n, uint32_
         hogwild_hosts_round(r, round);
 }
 
-/* One epoch of one worker: pull, compute, push, batch after batch. */
+/* The store step in parts: one update, part by part, each part's stripes copied out as it left
+ * them (gt_ps_update_part); the device overlaps the parts' downloads and uploads with it
+ * (device.h's exchange), a device without one has its whole gradient here already. */
+typedef struct hogwild_xchg {
+    run *r;
+    worker *w;
+    gt_ps_update u;
+} hogwild_xchg;
+
+static void hogwild_part(void *arg, int k)
+{
+    hogwild_xchg *x = arg;
+    const hogwild_run *h = hog(x->r);
+    gt_ps_update_part(&x->r->ps, &x->u, h->part_s[k], h->part_s[k + 1], x->w->dev->grad,
+                      x->w->ver, x->w->dev->params);
+}
+
+/* Pushes the step's gradient and pulls the next step's parameters, in parts; 0 or -1 with the
+ * worker's error set. *t: the update's number. */
+static int hogwild_exchange(run *r, worker *w, uint64_t *t)
+{
+    gt_device *d = w->dev;
+    const hogwild_run *h = hog(r);
+    gt_err e = {{0}};
+    run_lr lr = run_lr_now(r, 0, 1);
+    hogwild_xchg x = {.r = r, .w = w};
+    gt_ps_update_begin(&r->ps, &x.u, w->index, r->W, lr.gscale, lr.epoch);
+    *t = x.u.t;
+    int rc;
+    if (d->ops->exchange) {
+        rc = d->ops->exchange(d, h->parts, h->bounds, hw(w)->order, hogwild_part, &x, &e);
+    } else {
+        for (int i = 0; i < h->parts; i++)
+            hogwild_part(&x, hw(w)->order[i]);
+        rc = d->ops->load_params(d, &e);
+    }
+    gt_ps_update_end(&r->ps, &x.u);
+    if (rc)
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+    return rc ? -1 : 0;
+}
+
+/* One epoch of one worker: pull, compute, push, batch after batch. In parts a push pulls the next
+ * step's parameters too; a whole pull comes first in an epoch, after a dropped gradient and after
+ * the guard rolled the store back. */
 static void hogwild_epoch(run *r, worker *w)
 {
     const gt_config *cfg = r->cfg;
     range rg;
+    int parts = hog(r)->parts > 1, held = 0; /* held: the device has its last exchange's pull */
     while (hogwild_next(r, w, &rg)) {
         gt_batch b = {.ds = &r->data->train, .idx = r->perm + rg.lo, .n = (int)(rg.hi - rg.lo),
                       .epoch = r->epoch, .seed = cfg->seed, .aug = &cfg->augment};
         uint64_t step = atomic_load(&w->steps);
         gt_step_out o = {0};
-        /* The phases' clock: pull (the store's copy, the upload), device (step, download), push. */
+        /* The phases' clock: pull (the store's copy, the upload), device (step, download), push
+         * (in parts: with the download, the next pull and its upload). */
         double t0 = gt_now();
-        gt_ps_pull(&r->ps, w->dev->params, w->ver);
-        int rc = worker_load(w);
+        int rc = 0;
+        if (!held || hw(w)->restores_now != hw(w)->restores_seen) {
+            hw(w)->restores_seen = hw(w)->restores_now;
+            gt_ps_pull(&r->ps, w->dev->params, w->ver);
+            rc = worker_load(w);
+        }
         double t1 = gt_now();
         if (rc == 0)
             rc = worker_compute(r, w, &b, &o, step);
@@ -219,7 +279,15 @@ static void hogwild_epoch(run *r, worker *w)
         }
         double t2 = gt_now();
         uint64_t t = 0;
-        if (rc == 0) {
+        held = 0;
+        if (rc == 0 && parts) {
+            if (hogwild_exchange(r, w, &t) < 0) {
+                hogwild_fail(r, w, &rg, 1);
+                return;
+            }
+            held = 1;
+            gt_ps_push_stats(&r->ps, w->dev->stats);
+        } else if (rc == 0) {
             run_lr lr = run_lr_now(r, 0, 1);
             gt_ps_push_numbered(&r->ps, w->index, r->W, w->dev->grad, lr.gscale, w->ver, lr.epoch,
                                 &t);
@@ -411,11 +479,58 @@ static int hogwild_check(run *r, gt_device **devices, gt_err *e)
     return 0;
 }
 
-/* --overlap's second buffers, the failed workers' batches and the resumed positions. */
+/* How many parts the store step takes (--store-parts; auto: GT_STORE_PARTS_AUTO where every
+ * device can overlap them and the model is large enough to gain), never more than the stripes;
+ * 0 where a push and a pull stay whole: --overlap, the lock-free store, and across hosts, whose
+ * averaging rounds rebase the store under the workers. */
+static int hogwild_parts(const run *r, gt_device **devices)
+{
+    const gt_config *cfg = r->cfg;
+    int parts = cfg->store_parts;
+    if (parts < 0) {
+        parts = r->n >= GT_STORE_PARTS_MIN_PARAMS ? GT_STORE_PARTS_AUTO : 0;
+        for (int i = 0; i < r->W; i++)
+            if (!devices[i]->ops->exchange)
+                parts = 0;
+    }
+    if (cfg->overlap || r->ps.nstripes == 0 || r->H > 1)
+        return 0;
+    return parts < r->ps.nranges ? parts : r->ps.nranges;
+}
+
+/* Parts of whole stripes, as even as the stripes allow; each worker takes them from its own first
+ * (as a whole push starts at its own stripe), so workers rarely wait on each other's locks. */
+static void hogwild_parts_init(run *r, gt_device **devices)
+{
+    hogwild_run *h = hog(r);
+    h->parts = hogwild_parts(r, devices);
+    if (h->parts < 2) {
+        h->parts = 0;
+        return;
+    }
+    r->store_parts = h->parts;
+    for (int k = 0; k <= h->parts; k++) {
+        h->part_s[k] = (int)((int64_t)k * r->ps.nranges / h->parts);
+        size_t lo, hi;
+        gt_ps_stripes_span(&r->ps, h->part_s[k], k < h->parts ? h->part_s[k] + 1 : h->part_s[k],
+                           &lo, &hi);
+        h->bounds[k] = k < h->parts ? lo : r->n;
+    }
+    for (int i = 0; i < r->W; i++) {
+        worker *w = &r->workers[i];
+        int first = (int)((int64_t)i * h->parts / r->W);
+        for (int k = 0; k < h->parts; k++)
+            hw(w)->order[k] = (first + k) % h->parts;
+        w->dev->grad_later = 1;
+    }
+}
+
+/* --overlap's second buffers, the failed workers' batches, the store step's parts and the resumed
+ * positions. */
 static int hogwild_init(run *r, gt_device **devices, const gt_start *start, gt_err *e)
 {
-    (void)devices;
     (void)start;
+    hogwild_parts_init(r, devices);
     hog(r)->orphans = calloc((size_t)(HOGWILD_ORPHANS_PER_WORKER * r->W), sizeof(range));
     if (!hog(r)->orphans)
         return gt_fail(e, "out of memory");
@@ -447,6 +562,8 @@ static void hogwild_free(run *r)
         hogwild_worker *h = hw(&r->workers[i]);
         if (!h)
             continue;
+        if (r->workers[i].dev)
+            r->workers[i].dev->grad_later = 0;
         if (h->pbuf[0]) {
             r->workers[i].dev->params = h->pbuf[0];
             r->workers[i].dev->grad = h->gbuf[0];

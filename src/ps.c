@@ -226,7 +226,8 @@ static void relaxed_copy(float *dst, const float *src, size_t n)
 typedef struct ps_walk {
     gt_ps *ps;
     int first, count, nparts;
-    float *dst;                /* pull: destination */
+    float *dst;                /* pull: destination; push: where gt_ps_update_part copies the
+                                  stripes it updated (NULL: nowhere) */
     uint64_t *ver;             /* pull: versions out; push: versions of the gradient's pull */
     const float *g;            /* push: gradient */
     float *const *addends;     /* apply: g += addends[k] stripe by stripe, in order, first */
@@ -359,6 +360,11 @@ static void ps_push_part(void *arg, int part)
         }
         ps_apply_range(ps, st, w->g, w->gscale, w->step);
         ps_ema_range(ps, st, w->t, 1);
+        if (w->dst) { /* gt_ps_update_part: the stripe as this update left it, and its version */
+            memcpy(w->dst + st->lo, ps->params + st->lo, (st->hi - st->lo) * sizeof(float));
+            if (w->ver)
+                w->ver[st - ps->stripes] = v + 1;
+        }
         if (ps->nstripes > 0)
             pthread_mutex_unlock(&st->lock);
     }
@@ -390,6 +396,36 @@ uint64_t gt_ps_push_numbered(gt_ps *ps, int worker, int nworkers, const float *g
     if (ver)
         ps_record_staleness(ps, stale);
     return stale;
+}
+
+void gt_ps_update_begin(gt_ps *ps, gt_ps_update *u, int worker, int nworkers, float gscale,
+                        double epoch)
+{
+    u->t = atomic_fetch_add_explicit(&ps->updates, 1, memory_order_relaxed) + 1;
+    u->step = gt_optim_prepare(&ps->optim, u->t, epoch);
+    u->gscale = gscale;
+    u->worker = worker;
+    u->nworkers = nworkers;
+    u->stale = 0;
+}
+
+void gt_ps_update_part(gt_ps *ps, gt_ps_update *u, int s_lo, int s_hi, const float *g,
+                       uint64_t *ver, float *dst)
+{
+    if (s_hi <= s_lo || ps->nstripes == 0)
+        return;
+    ps_walk w = {.ps = ps, .first = s_lo, .count = s_hi - s_lo, .dst = dst, .ver = ver, .g = g,
+                 .gscale = u->gscale, .step = &u->step, .t = u->t};
+    ps_walk_run(&w, ps_push_part, u->nworkers > 0 ? u->nworkers : 1);
+    uint64_t stale = atomic_load_explicit(&w.result, memory_order_relaxed);
+    if (stale > u->stale)
+        u->stale = stale;
+}
+
+uint64_t gt_ps_update_end(gt_ps *ps, gt_ps_update *u)
+{
+    ps_record_staleness(ps, u->stale);
+    return u->stale;
 }
 
 void gt_ps_apply_stripes(gt_ps *ps, int s_lo, int s_hi, const float *g, float gscale, uint64_t t,

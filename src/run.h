@@ -228,6 +228,8 @@ typedef struct run {
     gt_mode_ops mode_ops;      /* the mode's operations, with its row's name and properties */
     const gt_mode_ops *ops;    /* &mode_ops */
     int device_step;           /* the steps take their update on the GPUs (train.c) */
+    int store_parts;           /* hogwild's store step in this many parts (mode_hogwild.c; 0:
+                                  whole, as in every other mode) */
     gt_ps ps;
     int W;                     /* this host's workers at the start: its shares of each clock */
     int H;                     /* hosts (processes) in the run; 1 without MPI */

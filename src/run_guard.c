@@ -57,6 +57,7 @@ float guard_scale(run *r) { return atomic_load(&r->guard.scale); }
 static void guard_rollback_locked(run *r, gt_guard_verdict v)
 {
     gt_ps_restore(&r->ps, &r->guard.good);
+    r->guard.restores++; /* a worker or replica that keeps parameters between steps reloads */
     gt_guard_recovered(&r->guard.g, r->nlive * (r->cfg->overlap ? 2 : 1));
     atomic_store(&r->guard.scale, (float)r->guard.g.lr_scale);
     char action[128];
@@ -172,7 +173,6 @@ void guard_at_barrier_locked(run *r)
         return;
     guard_rollback_locked(r, (gt_guard_verdict)r->guard.pending);
     r->guard.pending = 0;
-    r->guard.restores++;
 }
 
 /* A run that ends at chance accuracy says so (and fails under --on-diverge stop). */

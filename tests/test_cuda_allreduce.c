@@ -747,6 +747,46 @@ static outcome train_store(gt_config *c)
     return o;
 }
 
+/* hogwild's store step in parts on GPUs (the device's exchange: each part's download, the store's
+ * update and the part's upload overlapping): one GPU computes what the whole push and pull
+ * compute, bit for bit; every GPU in parts learns as far as with the whole exchange. */
+static void test_store_parts(void)
+{
+    gt_config a, whole;
+    run_config(&a, GT_MODE_HOGWILD, 1, 32, 1);
+    run_config(&whole, GT_MODE_HOGWILD, 1, 32, 1);
+    a.stripes = whole.stripes = 8;
+    a.store_parts = 4;
+    whole.store_parts = 0;
+    outcome oa = train_store(&a), ow = train_store(&whole);
+    CHECK_MSG(oa.rc == 0 && ow.rc == 0, "one GPU in parts: %s %s", oa.err, ow.err);
+    CHECK(oa.nsteps == ow.nsteps && oa.nsteps > 3);
+    for (int k = 0; k < oa.nsteps && k < ow.nsteps; k++)
+        CHECK_MSG(oa.step_loss[k] == ow.step_loss[k], "step %d: in parts %.9g, whole %.9g", k,
+                  oa.step_loss[k], ow.step_loss[k]);
+    CHECK(oa.rc || oa.res->final_test_acc == ow.res->final_test_acc);
+    gt_config c, cw;
+    run_config(&c, GT_MODE_HOGWILD, g_w, 32, 1);
+    run_config(&cw, GT_MODE_HOGWILD, g_w, 32, 1);
+    c.stripes = cw.stripes = 8;
+    c.store_parts = 4;
+    cw.store_parts = 0;
+    outcome oc = train(&c), ocw = train(&cw);
+    CHECK_MSG(oc.rc == 0 && ocw.rc == 0, "%d GPUs in parts: %s %s", g_w, oc.err, ocw.err);
+    if (oc.rc == 0 && ocw.rc == 0) {
+        printf("hogwild x%d in parts: acc %.4f, %.0f samples/s; whole: acc %.4f, %.0f samples/s\n",
+               g_w, oc.res->final_test_acc, oc.res->samples_per_s, ocw.res->final_test_acc,
+               ocw.res->samples_per_s);
+        CHECK(oc.res->samples == ocw.res->samples);
+        CHECK_CLOSE(oc.res->final_test_acc, ocw.res->final_test_acc, 0.03);
+    }
+    outcome *all[] = {&oa, &ow, &oc, &ocw};
+    for (int i = 0; i < 4; i++) {
+        gt_run_result_free(all[i]->res);
+        free(all[i]->res);
+    }
+}
+
 /* allreduce on W GPUs at batch b (with the exchange given) = sync on the same GPUs = one GPU at
  * W*b. */
 static void test_modes_agree(gt_exchange exchange)
@@ -1152,6 +1192,7 @@ int main(void)
         test_modes_agree(GT_EXCHANGE_P2P);
         test_modes_agree(GT_EXCHANGE_NCCL);
         test_warmup_same();
+        test_store_parts();
         test_device_step();
         test_ema_device();
         test_abort();

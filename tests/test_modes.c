@@ -295,6 +295,10 @@ static void mode_learns(const char *mode, const char *variant)
         c.ema = 0.99f;
     if (strcmp(variant, "-static") == 0)
         c.balance = GT_BALANCE_STATIC;
+    if (strcmp(variant, "-parts") == 0) { /* the store step in parts (the quick model: 1 stripe) */
+        c.stripes = 8;
+        c.store_parts = 4;
+    }
     outcome o = train(&c);
     double need = g_quick ? 0.3 : 0.70;
     CHECK_MSG(o.rc == 0, "%s%s: %s", mode, variant, o.err);
@@ -324,6 +328,8 @@ static void test_every_mode_learns(void)
             mode_learns(row->head.name, "-lockfree-ema");
             mode_learns(row->head.name, "-static");
         }
+        if (row->async_variants)
+            mode_learns(row->head.name, "-parts");
     }
 }
 
@@ -409,6 +415,56 @@ static void test_overlap(void)
         gt_run_result_free(r.res);
         free(r.res);
     }
+}
+
+/* hogwild's store step in parts (--store-parts), where the CPU device has its whole gradient and
+ * the parts run one after another: one worker computes what the whole push and pull compute, bit
+ * for bit; two hand a failed worker's batch on and go on after dropped gradients (that they
+ * learn: test_every_mode_learns). */
+static void test_store_parts(void)
+{
+    gt_config a, whole;
+    base_config(&a, "hogwild", 1, 32);
+    base_config(&whole, "hogwild", 1, 32);
+    a.stripes = whole.stripes = 8; /* the quick model is one default stripe */
+    a.store_parts = 4;
+    whole.store_parts = 0;
+    outcome oa = train(&a), ow = train(&whole);
+    CHECK_MSG(oa.rc == 0 && ow.rc == 0, "%s %s", oa.err, ow.err);
+    CHECK(oa.nsteps == ow.nsteps && oa.nsteps > 3);
+    for (int k = 0; k < oa.nsteps && k < ow.nsteps; k++)
+        CHECK_MSG(oa.step_loss[k] == ow.step_loss[k], "step %d: in parts %.9g, whole %.9g", k,
+                  oa.step_loss[k], ow.step_loss[k]);
+    CHECK(oa.res->final_test_acc == ow.res->final_test_acc);
+    CHECK(oa.res->stale_max == 0 && ow.res->stale_max == 0);
+    gt_run_result_free(oa.res);
+    free(oa.res);
+    gt_run_result_free(ow.res);
+    free(ow.res);
+    gt_config c, ref;
+    base_config(&c, "hogwild", 2, 16);
+    base_config(&ref, "hogwild", 2, 16);
+    c.stripes = ref.stripes = 8;
+    c.store_parts = 3;
+    c.inject_worker = 1;
+    c.inject_step = 3;
+    outcome o = train(&c), r = train(&ref);
+    CHECK_MSG(o.rc == 0 && r.rc == 0, "parts with a fault: %s %s", o.err, r.err);
+    CHECK(o.res->workers[1].failed && o.res->workers[1].steps == 3);
+    CHECK(o.res->samples == r.res->samples);
+    gt_run_result_free(o.res);
+    free(o.res);
+    gt_run_result_free(r.res);
+    free(r.res);
+    base_config(&c, "hogwild", 2, 32);
+    c.stripes = 8;
+    c.store_parts = 4;
+    c.optim.lr = 1e30f;
+    c.on_nan = GT_NAN_SKIP;
+    o = train(&c);
+    CHECK_MSG(o.rc == 0 && o.res->skipped_nonfinite > 0, "%s", o.err);
+    gt_run_result_free(o.res);
+    free(o.res);
 }
 
 /* A failed worker leaves; the survivors train on its data; when all fail the run fails. Every
@@ -606,6 +662,7 @@ int main(void)
     test_every_mode_learns();
     test_faults();
     test_overlap();
+    test_store_parts();
     test_nan();
     test_every_evaluation_kept();
     test_eval_predictions();

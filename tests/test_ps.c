@@ -292,6 +292,57 @@ static void test_helpers_same_bits(gt_opt_kind kind)
     gt_ps_free(&b);
 }
 
+/* An update in parts (gt_ps_update_*), its parts in any order, is a push then a pull, bit for bit:
+ * the parameters, optimizer state, moving average, the copy out, the versions and the staleness,
+ * also where another push landed between the pull and the update, with and without helpers. */
+static void test_update_parts(int threads)
+{
+    enum { N = 70001, S = 37, PUSHN = 5 };
+    gt_optim_cfg c;
+    gt_optim_defaults(&c);
+    c.momentum = 0.9f;
+    c.weight_decay = 1e-3f;
+    gt_ps a, b;
+    gt_err e;
+    CHECK(gt_ps_init(&a, N, S, &c, &e) == 0 && gt_ps_init(&b, N, S, &c, &e) == 0);
+    CHECK(gt_ps_set_pools(&a, 1, threads, 0, &e) == 0 && gt_ps_set_pools(&b, 1, threads, 0, &e) == 0);
+    CHECK(gt_ps_init_ema(&a, 0.9f, NULL, &e) == 0 && gt_ps_init_ema(&b, 0.9f, NULL, &e) == 0);
+    float *g = gt_alloc(N * sizeof(float)), *pa = gt_alloc(N * sizeof(float));
+    float *pb = gt_alloc(N * sizeof(float));
+    uint64_t va[S], vb[S];
+    gt_ps_pull(&a, pa, va);
+    gt_ps_pull(&b, pb, vb);
+    const int parts[][2] = {{20, 37}, {0, 9}, {9, 20}}; /* a worker's rotated order */
+    for (int k = 0; k < PUSHN; k++) {
+        for (int i = 0; i < N; i++)
+            g[i] = (float)((i * 7 + k * 13) % 29 - 14) / 16.0f;
+        if (k == 2) { /* a stale gradient: another push lands between pull and push */
+            gt_ps_push(&a, 1, 2, g, 0.5f, NULL, 0.0);
+            gt_ps_push(&b, 1, 2, g, 0.5f, NULL, 0.0);
+        }
+        uint64_t ta = 0, sa = gt_ps_push_numbered(&a, 0, 2, g, 1.0f, va, 0.1, &ta);
+        gt_ps_pull(&a, pa, va);
+        gt_ps_update u;
+        gt_ps_update_begin(&b, &u, 0, 2, 1.0f, 0.1);
+        for (int p = 0; p < 3; p++)
+            gt_ps_update_part(&b, &u, parts[p][0], parts[p][1], g, vb, pb);
+        CHECK_MSG(gt_ps_update_end(&b, &u) == sa && u.t == ta, "push %d: staleness %llu, %llu",
+                  k, (unsigned long long)u.stale, (unsigned long long)sa);
+        CHECK(memcmp(pa, pb, N * sizeof(float)) == 0 && memcmp(va, vb, sizeof va) == 0);
+    }
+    CHECK(memcmp(a.params, b.params, N * sizeof(float)) == 0);
+    CHECK(memcmp(a.ema, b.ema, N * sizeof(float)) == 0);
+    for (int i = 0; i < a.nstate; i++)
+        CHECK(memcmp(a.state[i], b.state[i], N * sizeof(float)) == 0);
+    CHECK(atomic_load(&a.stale_max) == 1 && atomic_load(&b.stale_max) == 1);
+    CHECK(atomic_load(&a.stale_count) == atomic_load(&b.stale_count));
+    gt_free(g);
+    gt_free(pa);
+    gt_free(pb);
+    gt_ps_free(&a);
+    gt_ps_free(&b);
+}
+
 /* gt_ps_apply_stripes_sum gives the bits of summing the addends first, in order, then applying:
  * for a split update (two parts, one thread) and one walk on 1 + 2 helpers, SGD momentum and Adam;
  * g ends holding the sum. */
@@ -438,6 +489,8 @@ int main(void)
     test_no_lost_update(-1, 2, 3);
     test_helpers_same_bits(GT_OPT_SGD);
     test_helpers_same_bits(GT_OPT_ADAM);
+    test_update_parts(1);
+    test_update_parts(3);
     test_apply_sum(GT_OPT_SGD, 1);
     test_apply_sum(GT_OPT_SGD, 3);
     test_apply_sum(GT_OPT_ADAM, 3);

@@ -73,6 +73,11 @@ typedef enum gt_normalize {
 
 #define GT_MAX_ITEMS 1024 /* images and ranges one predict command takes */
 
+/* --store-parts: the most parts, and auto's count where the model is large enough (mode_hogwild.c) */
+#define GT_STORE_PARTS_MAX 64
+#define GT_STORE_PARTS_AUTO 8
+#define GT_STORE_PARTS_MIN_PARAMS ((size_t)1 << 20)
+
 typedef struct gt_config {
     gt_command command;
     /* devices: either CPU workers or a list of GPU ordinals */
@@ -103,6 +108,9 @@ typedef struct gt_config {
     gt_balance balance;
     int overlap;                  /* hogwild: begin step k+1 before pushing step k */
     int store_step;               /* --store-step: the store in every step, never the device step */
+    int store_parts;              /* --store-parts: hogwild's store step in this many parts, whose
+                                     download, update and upload overlap (0, 1: whole; -1: auto,
+                                     GT_STORE_PARTS_AUTO on GPUs for large models) */
     int overlap_predict;          /* --overlap: step k+1 starts from its pulled parameters minus
                                      step k's plain SGD step (recipe.c; off with --literal) */
     int eval_every;               /* at multiples of this many of the run's steps (optimizer

@@ -97,6 +97,16 @@ typedef struct gt_device_ops {
     int (*ema_set)(gt_device *d, const float *src, gt_err *e);
     int (*ema_update)(gt_device *d, float decay, gt_err *e);
     int (*ema_get)(gt_device *d, float *dst, gt_err *e);
+    /* Optional (NULL: the caller does it serially, calling part(arg, k) for every k in order and
+     * then load_params): hogwild's store step in parts (--store-parts). After a train_step with
+     * d->grad_later set, which left the gradient on the device, part k of the nparts (parameters
+     * [bounds[k], bounds[k + 1]), bounds ascending from 0 to nparams, taken in the order order[k]
+     * lists) is downloaded into d->grad over that range, part(arg, k) is called once it is there
+     * (it updates the store and fills d->params over the same range), and that range of d->params
+     * is then uploaded while the next part's download and part() run. Returns when every part()
+     * has returned; the next step waits for the uploads. */
+    int (*exchange)(gt_device *d, int nparts, const size_t *bounds, const int *order,
+                    void (*part)(void *arg, int k), void *arg, gt_err *e);
     /* Copies the device's parameters into d->params, its optimizer state into s0/s1 (NULL:
      * skip) and, where it keeps them (keep_grad), its running statistics into d->buffers, for
      * evaluation and checkpoints. */
@@ -119,6 +129,8 @@ struct gt_device {
     float *stats;        /* model->nbuffers, host (pinned for a GPU): the last training step's
                             batch statistics (without keep_grad); NULL when the model has none */
     int keep_grad;       /* train_step leaves the gradient on the device (allreduce mode) */
+    int grad_later;      /* train_step leaves the gradient on the device for exchange (hogwild's
+                            store step in parts; a device without exchange ignores it) */
     const gt_predict *predict; /* step_begin's weight prediction (--overlap), NULL: none */
     int32_t *eval_pred;  /* host, NULL: none; evaluate writes eval_pred[i], sample i's argmax
                             class, for each i of its [lo, hi) (indexed like the dataset) */

@@ -116,6 +116,27 @@ uint64_t gt_ps_push(gt_ps *ps, int worker, int nworkers, const float *g, float g
 uint64_t gt_ps_push_numbered(gt_ps *ps, int worker, int nworkers, const float *g, float gscale,
                              const uint64_t *ver, double epoch, uint64_t *update);
 
+/* One worker's update applied part by part (hogwild's store step in parts, --store-parts): begin
+ * numbers it as gt_ps_push_numbered does (u->t); each part applies it to stripes [s_lo, s_hi)
+ * from g, the versions g was computed from in ver, then, under the same lock, copies each stripe
+ * as the update left it into dst and its version into ver: a push and the next step's pull of
+ * those stripes in one walk. Parts may come in any order and each stripe once; end records the
+ * staleness (the largest over the parts) and returns it. With one worker, pushing every stripe
+ * this way and then computing on dst is gt_ps_push and gt_ps_pull, bit for bit. A striped store
+ * only (the lock-free store has one range: parts do nothing there). */
+typedef struct gt_ps_update {
+    uint64_t t;                 /* the update's number (1-based) */
+    gt_optim_step step;
+    float gscale;
+    int worker, nworkers;
+    uint64_t stale;
+} gt_ps_update;
+void gt_ps_update_begin(gt_ps *ps, gt_ps_update *u, int worker, int nworkers, float gscale,
+                        double epoch);
+void gt_ps_update_part(gt_ps *ps, gt_ps_update *u, int s_lo, int s_hi, const float *g,
+                       uint64_t *ver, float *dst);
+uint64_t gt_ps_update_end(gt_ps *ps, gt_ps_update *u);
+
 /* Applies one update to stripes [s_lo, s_hi) only, with update number t (sync and ssp split or
  * delegate the update of a clock this way). */
 void gt_ps_apply_stripes(gt_ps *ps, int s_lo, int s_hi, const float *g, float gscale,

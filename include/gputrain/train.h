@@ -52,6 +52,7 @@ typedef struct gt_run_result {
     int nhosts;                   /* processes (hosts) the run spanned, 1 without MPI */
     gt_worker_stats workers[GT_MAX_WORKERS];
     uint64_t stale_max;
+    int store_parts;            /* hogwild's store step in this many parts (0: whole) */
     double stale_mean, stale_p99;
     int stale_p99_capped;         /* stale_p99 is the histogram's last bin: the true p99 is that or more */
     double lock_wait_share, barrier_wait_share;

@@ -18,7 +18,8 @@
 #               (--store-step: pull, push and the host's apply in every step) on 1 and N GPUs,
 #               and print a second table: images/s, the ratio to allreduce on as many GPUs, and
 #               each mode's N-GPU rate over its 1-GPU rate (plus its step breakdown: pull,
-#               device, push/apply, wait, from the summary's worker lines)
+#               device, push/apply, wait, from the summary's worker lines); an entry
+#               MODE,FLAG,... adds gputrain flags to that mode's rows (e.g. hogwild,--store-parts=0)
 #   --only-store  only the resnet18 bf16 allreduce rows and the store modes' (no PyTorch)
 # gputrain's precision flags come from the environment, so that they can follow its command line:
 #   GT_FP32_FLAGS  flags of the fp32 rows (default: none, exact float32)
@@ -142,19 +143,20 @@ done
 counts=(1)
 [ "$ngpus" -gt 1 ] && counts+=("$ngpus")
 for m in $store_modes; do
+    mode=${m%%,*} mflags=${m#"${m%%,*}"}
     for n in "${counts[@]}"; do
         gpus=0
         [ "$n" -gt 1 ] && gpus=$gpu_list
-        run_gt "store-$m|$n" resnet18 "$gpus" "$bf16_flags --store-step" "$m"
+        run_gt "store-$m|$n" resnet18 "$gpus" "$bf16_flags --store-step ${mflags//,/ }" "$mode"
     done
 done
 echo
 echo "== resnet18 bf16 through the store (--store-step), $card x$ngpus, batch $batch per GPU"
-printf '%-12s %6s %12s %12s %10s  %s\n' mode GPUs images/s "/allreduce" "/own 1GPU" "worker 0, us a step"
+printf '%-24s %6s %12s %12s %10s  %s\n' mode GPUs images/s "/allreduce" "/own 1GPU" "worker 0, us a step"
 for m in $store_modes; do
     for n in "${counts[@]}"; do
         g=${sps["gputrain|store-$m|$n"]:--} a=${sps["gputrain|resnet18|$n|bf16"]:--} one=${sps["gputrain|store-$m|1"]:--}
         phases=$(grep -m1 'worker 0 ' "$work/gt-store-${m}_$n.jsonl.txt" 2>/dev/null | sed 's/.*us a step: //')
-        printf '%-12s %6s %12s %12s %10s  %s\n' "$m" "$n" "$g" "$(ratio "$g" "$a")" "$(ratio "$g" "$one")" "${phases:--}"
+        printf '%-24s %6s %12s %12s %10s  %s\n' "$m" "$n" "$g" "$(ratio "$g" "$a")" "$(ratio "$g" "$one")" "${phases:--}"
     done
 done
