@@ -239,12 +239,36 @@ static void recipe_resnet_lr(gt_config *c, int workers, gt_recipe *r)
     c->optim.lr = lr;
 }
 
+/* hogwild's lr from 4 workers on, beside the momentum rule it was measured with (lenet5, 4x H200,
+ * 10 epochs, seeds 1-10, docs/convergence-notes.md, section 20): with the stripes lr 0.075 ended
+ * 0.3 points above lr 0.05 (0.1 lower, with its two worst runs); lock-free, whose concurrent
+ * pushes lose some of each other's updates element-wise, lr 0.1 ended 0.7 above 0.05 with every
+ * seed higher. --overlap measured no gain and keeps the lr; more workers keep the factor of 4. */
+#define RECIPE_HOGWILD_LR_WORKERS 4
+#define RECIPE_HOGWILD_LR_STRIPED 1.5
+#define RECIPE_HOGWILD_LR_LOCKFREE 2.0
+
+static void recipe_hogwild_lr(gt_config *c, int workers, gt_recipe *r)
+{
+    if (!recipe_row(c)->async_variants || c->overlap || workers < RECIPE_HOGWILD_LR_WORKERS ||
+        recipe_is_resnet(c) || c->optim.kind != GT_OPT_SGD || c->optim.momentum <= 0 ||
+        (c->given & (GT_GIVEN_LR | GT_GIVEN_MOMENTUM)))
+        return;
+    double f = c->stripes == 0 ? RECIPE_HOGWILD_LR_LOCKFREE : RECIPE_HOGWILD_LR_STRIPED;
+    float lr = (float)(floor((double)c->optim.lr * f * 1e4 + 0.5) / 1e4); /* as printed */
+    recipe_note(r, c, workers, "lr %g -> %g (x%g from %d workers%s; --lr sets it)",
+                (double)c->optim.lr, (double)lr, f, RECIPE_HOGWILD_LR_WORKERS,
+                c->stripes == 0 ? ": lock-free pushes lose some updates" : "");
+    c->optim.lr = lr;
+}
+
 void gt_recipe_apply(gt_config *c, int workers, uint32_t ntrain, gt_recipe *r)
 {
     r->n = 0;
     if (c->literal || (workers < 2 && !(recipe_row(c)->async_variants && c->overlap)))
         return;
     recipe_resnet_lr(c, workers, r);
+    recipe_hogwild_lr(c, workers, r);
     if (!recipe_ssp_plain(c, workers, r))
         recipe_momentum(c, workers, r);
     recipe_warmup(c, workers, ntrain, r);

@@ -62,15 +62,17 @@ static void test_hogwild_momentum(void)
         CHECK_CLOSE(gt_recipe_implicit_momentum(&c, ws[i]), (ws[i] - 1.0) / (ws[i] + 1.0), 1e-12);
         gt_recipe_apply(&c, ws[i], NTRAIN, &r);
         CHECK_CLOSE(c.optim.momentum, want[i], 1e-6);
-        CHECK(r.n == 1);
-        CHECK_CLOSE(c.optim.lr, 0.05, 1e-7);
+        CHECK(r.n == (ws[i] >= 4 ? 2 : 1)); /* from 4 workers the lr too (test_hogwild_lr) */
+        CHECK_CLOSE(c.optim.lr, ws[i] >= 4 ? 0.075 : 0.05, 1e-7);
         CHECK(c.optim.warmup_epochs == 0);
     }
     gt_config c = base(GT_MODE_HOGWILD);
     gt_recipe r;
     gt_recipe_apply(&c, 4, NTRAIN, &r);
-    CHECK_MSG(strcmp(r.change[0], "hogwild x4: momentum 0.9 -> 0.3 (asynchrony adds ~0.6; "
-                                  "--momentum sets it)") == 0, "'%s'", r.change[0]);
+    CHECK_MSG(r.n == 2 && strcmp(r.change[1], "hogwild x4: momentum 0.9 -> 0.3 (asynchrony adds "
+                                             "~0.6; --momentum sets it)") == 0, "'%s'", r.change[1]);
+    CHECK_MSG(strcmp(r.change[0], "hogwild x4: lr 0.05 -> 0.075 (x1.5 from 4 workers; --lr sets "
+                                  "it)") == 0, "'%s'", r.change[0]);
     /* lock-free names itself and takes the same rule */
     c = base(GT_MODE_HOGWILD);
     c.stripes = 0;
@@ -330,10 +332,45 @@ static void test_resnet_lr(void)
     CHECK(l.optim.lr == 0.05f);
 }
 
+/* hogwild from 4 workers: lr x1.5 with the stripes, x2 lock-free, beside the momentum rule; not
+ * at 2 workers, with --overlap, a given --lr or --momentum, or on the residual networks (their
+ * own rule). */
+static void test_hogwild_lr(void)
+{
+    struct {
+        int workers, stripes, overlap;
+        float lr;
+    } rows[] = {{4, -1, 0, 0.075f}, {8, 16, 0, 0.075f}, {4, 0, 0, 0.1f},
+                {2, -1, 0, 0.05f},  {2, 0, 0, 0.05f},   {4, -1, 1, 0.05f}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        gt_config c = base(GT_MODE_HOGWILD);
+        c.stripes = rows[i].stripes;
+        c.overlap = rows[i].overlap;
+        gt_recipe r;
+        gt_recipe_apply(&c, rows[i].workers, NTRAIN, &r);
+        CHECK_MSG(c.optim.lr == rows[i].lr, "x%d stripes %d overlap %d: lr %g, want %g",
+                  rows[i].workers, rows[i].stripes, rows[i].overlap, (double)c.optim.lr,
+                  (double)rows[i].lr);
+        int noted = r.n > 0 && strstr(r.change[0], "lr 0.05 -> ") != NULL;
+        CHECK(noted == (rows[i].lr != 0.05f));
+        CHECK(c.optim.momentum < 0.9f); /* the momentum rule still ran */
+    }
+    gt_config c = base(GT_MODE_HOGWILD);
+    c.optim.lr = 0.02f;
+    c.given = GT_GIVEN_LR;
+    gt_recipe r;
+    gt_recipe_apply(&c, 4, NTRAIN, &r);
+    CHECK(c.optim.lr == 0.02f && r.n == 1); /* the momentum rule alone */
+    c = base(GT_MODE_SYNC);
+    gt_recipe_apply(&c, 4, NTRAIN, &r);
+    CHECK(c.optim.lr == 0.05f);
+}
+
 int main(void)
 {
     test_model_recipe();
     test_resnet_lr();
+    test_hogwild_lr();
     test_one_worker_identity();
     test_literal_identity();
     test_hogwild_momentum();
