@@ -412,6 +412,12 @@ static const cli_row cli_rows[] = {
              "0 or 1: the whole store at once",
      .dflt = "auto, 8 parts for models of at least 1 M parameters "
              "on GPUs, else whole"},
+    {.name = "store-threads", .value = "N", .type = CLI_INT, .field = F(store_threads), .lo = 1,
+     .hi = 256, .commands = CMD_TRAIN,
+     .help = "threads that share one large push, pull or update of the store (models of 256 K "
+             "parameters or more), the worker's own included, in a group per worker; 1: the "
+             "worker alone",
+     .dflt = "auto, the cores shared between the workers, at most 8"},
     {.name = "exchange", .type = CLI_WORD, .field = F(exchange), .set = GT_NAMES_EXCHANGE,
      .commands = CMD_TRAIN,
      .help = "allreduce, and local on GPUs: how the GPUs of one host exchange gradients; auto, "

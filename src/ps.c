@@ -511,8 +511,8 @@ int gt_ps_default_pools(int nworkers)
 
 int gt_ps_start_threads(gt_ps *ps, int nworkers, gt_err *e)
 {
-    return gt_ps_set_pools(ps, gt_ps_default_pools(nworkers), gt_ps_default_threads(nworkers),
-                           GT_PS_POOL_MIN, e);
+    int threads = ps->threads > 0 ? ps->threads : gt_ps_default_threads(nworkers);
+    return gt_ps_set_pools(ps, gt_ps_default_pools(nworkers), threads, GT_PS_POOL_MIN, e);
 }
 
 int gt_ps_set_pools(gt_ps *ps, int npools, int nthreads, size_t min_params, gt_err *e)

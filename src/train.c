@@ -133,6 +133,7 @@ static int run_alloc(run *r, gt_device **devices, const gt_start *start, gt_err 
     const gt_config *cfg = r->cfg;
     if (gt_ps_init(&r->ps, r->n, cfg->stripes, &cfg->optim, e) != 0)
         return -1;
+    r->ps.threads = cfg->store_threads;
     memcpy(r->ps.params, start->params, r->n * sizeof(float));
     for (int i = 0; i < r->ps.nstate && start->state && i < start->nstate; i++)
         memcpy(r->ps.state[i], start->state[i], r->n * sizeof(float));

@@ -39,7 +39,7 @@ static double field(const gt_config *c, const char *name)
         "allow_nonfinite", "literal", "on_diverge", "given", "ignore_classes", "top", "nitems",
         "exchange", "image_h", "image_w", "store_step", "augment_pad", "augment_flip",
         "normalize", "norm_count", "norm_mean1", "norm_std1", "val_split", "patience", "per_class",
-        "ema", "no_ema", "store_parts"};
+        "ema", "no_ema", "store_parts", "store_threads"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -53,7 +53,7 @@ static double field(const gt_config *c, const char *name)
         c->nitems, c->exchange, c->image_size[0], c->image_size[1], c->store_step,
         c->augment.pad, c->augment.flip, c->normalize, c->norm_count, c->norm_given.mean[1],
         c->norm_given.std[1], c->val_split, c->patience, c->per_class, c->ema, c->no_ema,
-        c->store_parts};
+        c->store_parts, c->store_threads};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -176,6 +176,9 @@ static const good_case GOOD[] = {
     {{NULL}, "store_step", 0, NULL},
     {{"--store-step"}, "store_step", 1, NULL},
     {{NULL}, "store_parts", -1, NULL},
+    {{NULL}, "store_threads", 0, NULL},
+    {{"--store-threads", "16"}, "store_threads", 16, NULL},
+    {{"--store-threads", "1"}, "store_threads", 1, NULL},
     {{"--store-parts", "8"}, "store_parts", 8, NULL},
     {{"--store-parts", "0", "--overlap"}, "store_parts", 0, NULL},
     {{"--store-parts", "64", "--stripes", "64"}, "store_parts", 64, NULL},
@@ -291,6 +294,8 @@ static const bad_case BAD[] = {
     {{"--store-parts", "8", "--stripes", "0"}, "--store-parts 8", "--stripes 0"},
     {{"--store-parts", "65"}, "--store-parts", "65"},
     {{"--store-parts", "-1"}, "--store-parts", "-1"},
+    {{"--store-threads", "0"}, "--store-threads", "0"},
+    {{"--store-threads", "257"}, "--store-threads", "257"},
     {{"--mode", "allreduce", "--gpus", "cpu:2"}, "--mode allreduce", "cpu:2"},
     {{"--mode", "allreduce", "--on-nan", "skip"}, "--on-nan skip", "allreduce"},
     {{"--gpus", "2,1,2"}, "--gpus", "GPU 2 listed twice"},

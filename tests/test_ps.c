@@ -503,5 +503,14 @@ int main(void)
     CHECK(gt_ps_set_pools(&ps, GT_PS_MAX_POOLS + 1, 2, 0, &e) != 0 && strstr(e.msg, "groups"));
     CHECK(gt_ps_set_pools(&ps, 2, 2, 0, &e) == 0 && ps.npools == 2);
     gt_ps_free(&ps);
+    /* --store-threads: 1 is the worker alone (no helpers); 3, a group of 2 helpers per worker */
+    CHECK(gt_ps_init(&ps, NPARAM, 4, &c, &e) == 0);
+    ps.threads = 1;
+    CHECK(gt_ps_start_threads(&ps, 2, &e) == 0 && ps.npools == 0);
+    gt_ps_free(&ps);
+    CHECK(gt_ps_init(&ps, NPARAM, 4, &c, &e) == 0);
+    ps.threads = 3;
+    CHECK(gt_ps_start_threads(&ps, 2, &e) == 0 && ps.npools == 2);
+    gt_ps_free(&ps);
     TEST_DONE();
 }

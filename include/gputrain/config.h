@@ -108,6 +108,8 @@ typedef struct gt_config {
     gt_balance balance;
     int overlap;                  /* hogwild: begin step k+1 before pushing step k */
     int store_step;               /* --store-step: the store in every step, never the device step */
+    int store_threads;            /* --store-threads: threads of one large walk of the store,
+                                     its worker included (0: auto, gt_ps_default_threads) */
     int store_parts;              /* --store-parts: hogwild's store step in this many parts, whose
                                      download, update and upload overlap (0, 1: whole; -1: auto,
                                      GT_STORE_PARTS_AUTO on GPUs for large models) */

@@ -65,6 +65,8 @@ typedef struct gt_ps {
     int npools;                 /* 0 until started, and where none would help */
     _Atomic int pool_state;     /* 0 undecided, 1 being started, 2 decided */
     size_t pool_min;            /* a walk over at least this many parameters uses a pool */
+    int threads;                /* threads of a large walk, its caller included, where the store
+                                   starts its own (--store-threads); 0: gt_ps_default_threads */
     /* batch norm's running statistics (gt_ps_init_buffers): NULL for a model without them */
     float *buffers;             /* model->nbuffers floats */
     const gt_model *model;      /* their layout, for gt_model_fold_stats */
