@@ -417,7 +417,7 @@ static const cli_row cli_rows[] = {
      .help = "threads that share one large push, pull or update of the store (models of 256 K "
              "parameters or more), the worker's own included, in a group per worker; 1: the "
              "worker alone",
-     .dflt = "auto, the cores shared between the workers, at most 8"},
+     .dflt = "auto, the cores shared between the workers, at most 8 (16 for one worker)"},
     {.name = "exchange", .type = CLI_WORD, .field = F(exchange), .set = GT_NAMES_EXCHANGE,
      .commands = CMD_TRAIN,
      .help = "allreduce, and local on GPUs: how the GPUs of one host exchange gradients; auto, "

@@ -501,7 +501,8 @@ int gt_ps_default_threads(int nworkers)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long t = cores / (nworkers > 1 ? nworkers : 1);
-    return t < 1 ? 1 : t > 8 ? 8 : (int)t;
+    long most = nworkers > 1 ? GT_PS_THREADS_MOST : GT_PS_THREADS_MOST_ONE;
+    return t < 1 ? 1 : t > most ? (int)most : (int)t;
 }
 
 int gt_ps_default_pools(int nworkers)

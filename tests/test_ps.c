@@ -494,7 +494,8 @@ int main(void)
     test_apply_sum(GT_OPT_SGD, 1);
     test_apply_sum(GT_OPT_SGD, 3);
     test_apply_sum(GT_OPT_ADAM, 3);
-    CHECK(gt_ps_default_threads(1) >= 1 && gt_ps_default_threads(1) <= 8);
+    CHECK(gt_ps_default_threads(1) >= 1 && gt_ps_default_threads(1) <= GT_PS_THREADS_MOST_ONE);
+    CHECK(gt_ps_default_threads(2) >= 1 && gt_ps_default_threads(2) <= GT_PS_THREADS_MOST);
     CHECK(gt_ps_default_threads(1000) == 1);
     gt_ps ps;
     gt_err e;

@@ -185,8 +185,13 @@ uint64_t gt_ps_stale_percentile(gt_ps *ps, int pct, int *capped);
 #define GT_PS_POOL_MIN ((size_t)256 * 1024)
 
 /* Threads that run one large walk together, its caller included, when nworkers workers walk the
- * store at once: the host's online cores shared between them, at most 8 (one walk is bound by
- * memory bandwidth, which a few cores fill), at least 1. */
+ * store at once: the host's online cores shared between them, at most GT_PS_THREADS_MOST (one
+ * walk is bound by memory bandwidth, which a few cores fill; more walks at once share it), or
+ * GT_PS_THREADS_MOST_ONE for a lone worker, at least 1. Measured on a 64-core 4x H200 host
+ * (docs/perf-notes.md, "The store step in parts"): one worker's resnet18 step gained 4-9% from 8
+ * to 16 threads and lost from 16 to 24; four workers at 16 each ran cnn-wide 15% slower. */
+#define GT_PS_THREADS_MOST 8
+#define GT_PS_THREADS_MOST_ONE 16
 int gt_ps_default_threads(int nworkers);
 
 /* Gives the store npools (1..GT_PS_MAX_POOLS) groups of nthreads - 1 helper threads (nthreads <= 1:
