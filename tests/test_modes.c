@@ -333,6 +333,24 @@ static void test_every_mode_learns(void)
     }
 }
 
+static void outcome_free(outcome *o)
+{
+    gt_run_result_free(o->res);
+    free(o->res);
+}
+
+/* Two runs that must compute the same arithmetic: both ran, and every logged step's loss and the
+ * final accuracy are equal, bit for bit. */
+static void check_same_steps(const outcome *a, const outcome *b, const char *what)
+{
+    CHECK_MSG(a->rc == 0 && b->rc == 0, "%s: %s %s", what, a->err, b->err);
+    CHECK(a->nsteps == b->nsteps && a->nsteps > 3);
+    for (int k = 0; k < a->nsteps && k < b->nsteps; k++)
+        CHECK_MSG(a->step_loss[k] == b->step_loss[k], "%s, step %d: %.9g against %.9g", what, k,
+                  a->step_loss[k], b->step_loss[k]);
+    CHECK(a->rc || b->rc || a->res->final_test_acc == b->res->final_test_acc);
+}
+
 /* hogwild --overlap: each step is computed on parameters that miss its predecessor's update. With
  * one worker that is exact: step k + 1's loss is the loss at the parameters before step k's push,
  * so step 1's loss equals a run's whose lr is 0 (parameters never move), and every push but the
@@ -384,12 +402,7 @@ static void test_overlap(void)
     pa.overlap = pa.overlap_predict = 1;
     pa.optim.momentum = ps.optim.momentum = 0.0f;
     outcome op = train(&pa), oser = train(&ps);
-    CHECK_MSG(op.rc == 0 && oser.rc == 0, "%s %s", op.err, oser.err);
-    CHECK(op.nsteps == oser.nsteps && op.nsteps > 3);
-    for (int k = 0; k < op.nsteps && k < oser.nsteps; k++)
-        CHECK_MSG(op.step_loss[k] == oser.step_loss[k], "predicted step %d: %.9g, serial %.9g", k,
-                  op.step_loss[k], oser.step_loss[k]);
-    CHECK(op.res->final_test_acc == oser.res->final_test_acc);
+    check_same_steps(&op, &oser, "predicted against serial");
     CHECK(op.res->stale_max == 1); /* the store still counts the push as one update stale */
     gt_run_result_free(op.res);
     free(op.res);
@@ -430,17 +443,10 @@ static void test_store_parts(void)
     a.store_parts = 4;
     whole.store_parts = 0;
     outcome oa = train(&a), ow = train(&whole);
-    CHECK_MSG(oa.rc == 0 && ow.rc == 0, "%s %s", oa.err, ow.err);
-    CHECK(oa.nsteps == ow.nsteps && oa.nsteps > 3);
-    for (int k = 0; k < oa.nsteps && k < ow.nsteps; k++)
-        CHECK_MSG(oa.step_loss[k] == ow.step_loss[k], "step %d: in parts %.9g, whole %.9g", k,
-                  oa.step_loss[k], ow.step_loss[k]);
-    CHECK(oa.res->final_test_acc == ow.res->final_test_acc);
+    check_same_steps(&oa, &ow, "in parts against whole");
     CHECK(oa.res->stale_max == 0 && ow.res->stale_max == 0);
-    gt_run_result_free(oa.res);
-    free(oa.res);
-    gt_run_result_free(ow.res);
-    free(ow.res);
+    outcome_free(&oa);
+    outcome_free(&ow);
     gt_config c, ref;
     base_config(&c, "hogwild", 2, 16);
     base_config(&ref, "hogwild", 2, 16);
@@ -452,10 +458,8 @@ static void test_store_parts(void)
     CHECK_MSG(o.rc == 0 && r.rc == 0, "parts with a fault: %s %s", o.err, r.err);
     CHECK(o.res->workers[1].failed && o.res->workers[1].steps == 3);
     CHECK(o.res->samples == r.res->samples);
-    gt_run_result_free(o.res);
-    free(o.res);
-    gt_run_result_free(r.res);
-    free(r.res);
+    outcome_free(&o);
+    outcome_free(&r);
     base_config(&c, "hogwild", 2, 32);
     c.stripes = 8;
     c.store_parts = 4;
@@ -463,8 +467,7 @@ static void test_store_parts(void)
     c.on_nan = GT_NAN_SKIP;
     o = train(&c);
     CHECK_MSG(o.rc == 0 && o.res->skipped_nonfinite > 0, "%s", o.err);
-    gt_run_result_free(o.res);
-    free(o.res);
+    outcome_free(&o);
 }
 
 /* A failed worker leaves; the survivors train on its data; when all fail the run fails. Every
