@@ -1018,7 +1018,7 @@ static int cuda_xchg_open(gt_device *d, cuda_xchg *x, gt_err *e)
 /* device.h's exchange: every part's download queued at once on one stream behind the step, the
  * host's part() on each as it lands, and its upload on the other stream. */
 static int cuda_exchange(gt_device *d, int nparts, const size_t *bounds, const int *order,
-                         void (*part)(void *arg, int k), void *arg, gt_err *e)
+                         const float *src, void (*part)(void *arg, int k), void *arg, gt_err *e)
 {
     cuda_impl *g = (cuda_impl *)d->impl;
     cuda_xchg *x = &g->xchg;
@@ -1047,11 +1047,13 @@ static int cuda_exchange(gt_device *d, int nparts, const size_t *bounds, const i
         GT_CUDA_CHECK(d->name, e, cudaEventSynchronize(x->part[i]));
         part(arg, order[i]);
         GT_CUDA_CHECK(d->name, e,
-                      cudaMemcpyAsync(g->params + lo, d->params + lo, len * sizeof(float),
+                      cudaMemcpyAsync(g->params + lo, src + lo, len * sizeof(float),
                                       cudaMemcpyHostToDevice, x->up));
     }
     GT_CUDA_CHECK(d->name, e, cudaEventRecord(x->done, x->up));
     GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(compute, x->done, 0));
+    if (src != d->params)
+        GT_CUDA_CHECK(d->name, e, cudaEventSynchronize(x->done));
     return 0;
 }
 

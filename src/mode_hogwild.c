@@ -213,6 +213,7 @@ typedef struct hogwild_xchg {
     run *r;
     worker *w;
     gt_ps_update u;
+    float *dst; /* where the updated stripes are copied: the device's params, or nowhere */
 } hogwild_xchg;
 
 static void hogwild_part(void *arg, int k)
@@ -220,7 +221,7 @@ static void hogwild_part(void *arg, int k)
     hogwild_xchg *x = arg;
     const hogwild_run *h = hog(x->r);
     gt_ps_update_part(&x->r->ps, &x->u, h->part_s[k], h->part_s[k + 1], x->w->dev->grad,
-                      x->w->ver, x->w->dev->params);
+                      x->w->ver, x->dst);
 }
 
 /* Pushes the step's gradient and pulls the next step's parameters, in parts; 0 or -1 with the
@@ -231,12 +232,17 @@ static int hogwild_exchange(run *r, worker *w, uint64_t *t)
     const hogwild_run *h = hog(r);
     gt_err e = {{0}};
     run_lr lr = run_lr_now(r, 0, 1);
-    hogwild_xchg x = {.r = r, .w = w};
+    hogwild_xchg x = {.r = r, .w = w, .dst = d->params};
     gt_ps_update_begin(&r->ps, &x.u, w->index, r->W, lr.gscale, lr.epoch);
     *t = x.u.t;
     int rc;
     if (d->ops->exchange) {
-        rc = d->ops->exchange(d, h->parts, h->bounds, hw(w)->order, hogwild_part, &x, &e);
+        /* A lone worker's device uploads straight from the store, which nobody else writes: the
+         * same bits without the copy (a rollback's restore is followed by a whole pull). */
+        const float *src = r->W == 1 ? r->ps.params : d->params;
+        if (r->W == 1)
+            x.dst = NULL;
+        rc = d->ops->exchange(d, h->parts, h->bounds, hw(w)->order, src, hogwild_part, &x, &e);
     } else {
         for (int i = 0; i < h->parts; i++)
             hogwild_part(&x, hw(w)->order[i]);

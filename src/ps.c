@@ -228,6 +228,7 @@ typedef struct ps_walk {
     int first, count, nparts;
     float *dst;                /* pull: destination; push: where gt_ps_update_part copies the
                                   stripes it updated (NULL: nowhere) */
+    int pulls;                 /* push: gt_ps_update_part's, which pulls what it updated */
     uint64_t *ver;             /* pull: versions out; push: versions of the gradient's pull */
     const float *g;            /* push: gradient */
     float *const *addends;     /* apply: g += addends[k] stripe by stripe, in order, first */
@@ -360,8 +361,9 @@ static void ps_push_part(void *arg, int part)
         }
         ps_apply_range(ps, st, w->g, w->gscale, w->step);
         ps_ema_range(ps, st, w->t, 1);
-        if (w->dst) { /* gt_ps_update_part: the stripe as this update left it, and its version */
-            memcpy(w->dst + st->lo, ps->params + st->lo, (st->hi - st->lo) * sizeof(float));
+        if (w->pulls) { /* gt_ps_update_part: the stripe as this update left it, its version */
+            if (w->dst)
+                memcpy(w->dst + st->lo, ps->params + st->lo, (st->hi - st->lo) * sizeof(float));
             if (w->ver)
                 w->ver[st - ps->stripes] = v + 1;
         }
@@ -414,8 +416,8 @@ void gt_ps_update_part(gt_ps *ps, gt_ps_update *u, int s_lo, int s_hi, const flo
 {
     if (s_hi <= s_lo || ps->nstripes == 0)
         return;
-    ps_walk w = {.ps = ps, .first = s_lo, .count = s_hi - s_lo, .dst = dst, .ver = ver, .g = g,
-                 .gscale = u->gscale, .step = &u->step, .t = u->t};
+    ps_walk w = {.ps = ps, .first = s_lo, .count = s_hi - s_lo, .dst = dst, .pulls = 1, .ver = ver,
+                 .g = g, .gscale = u->gscale, .step = &u->step, .t = u->t};
     ps_walk_run(&w, ps_push_part, u->nworkers > 0 ? u->nworkers : 1);
     uint64_t stale = atomic_load_explicit(&w.result, memory_order_relaxed);
     if (stale > u->stale)

@@ -302,16 +302,19 @@ static void test_update_parts(int threads)
     gt_optim_defaults(&c);
     c.momentum = 0.9f;
     c.weight_decay = 1e-3f;
-    gt_ps a, b;
+    gt_ps a, b, n; /* n: parts that copy nowhere (the caller reads the store itself) */
     gt_err e;
     CHECK(gt_ps_init(&a, N, S, &c, &e) == 0 && gt_ps_init(&b, N, S, &c, &e) == 0);
+    CHECK(gt_ps_init(&n, N, S, &c, &e) == 0);
     CHECK(gt_ps_set_pools(&a, 1, threads, 0, &e) == 0 && gt_ps_set_pools(&b, 1, threads, 0, &e) == 0);
     CHECK(gt_ps_init_ema(&a, 0.9f, NULL, &e) == 0 && gt_ps_init_ema(&b, 0.9f, NULL, &e) == 0);
+    CHECK(gt_ps_init_ema(&n, 0.9f, NULL, &e) == 0);
     float *g = gt_alloc(N * sizeof(float)), *pa = gt_alloc(N * sizeof(float));
     float *pb = gt_alloc(N * sizeof(float));
-    uint64_t va[S], vb[S];
+    uint64_t va[S], vb[S], vn[S];
     gt_ps_pull(&a, pa, va);
     gt_ps_pull(&b, pb, vb);
+    gt_ps_pull(&n, pb, vn);
     const int parts[][2] = {{20, 37}, {0, 9}, {9, 20}}; /* a worker's rotated order */
     for (int k = 0; k < PUSHN; k++) {
         for (int i = 0; i < N; i++)
@@ -319,7 +322,12 @@ static void test_update_parts(int threads)
         if (k == 2) { /* a stale gradient: another push lands between pull and push */
             gt_ps_push(&a, 1, 2, g, 0.5f, NULL, 0.0);
             gt_ps_push(&b, 1, 2, g, 0.5f, NULL, 0.0);
+            gt_ps_push(&n, 1, 2, g, 0.5f, NULL, 0.0);
         }
+        gt_ps_update un;
+        gt_ps_update_begin(&n, &un, 0, 2, 1.0f, 0.1);
+        gt_ps_update_part(&n, &un, 0, S, g, vn, NULL);
+        uint64_t sn = gt_ps_update_end(&n, &un);
         uint64_t ta = 0, sa = gt_ps_push_numbered(&a, 0, 2, g, 1.0f, va, 0.1, &ta);
         gt_ps_pull(&a, pa, va);
         gt_ps_update u;
@@ -329,6 +337,8 @@ static void test_update_parts(int threads)
         CHECK_MSG(gt_ps_update_end(&b, &u) == sa && u.t == ta, "push %d: staleness %llu, %llu",
                   k, (unsigned long long)u.stale, (unsigned long long)sa);
         CHECK(memcmp(pa, pb, N * sizeof(float)) == 0 && memcmp(va, vb, sizeof va) == 0);
+        CHECK(sn == sa && memcmp(va, vn, sizeof va) == 0);
+        CHECK(memcmp(pa, n.params, N * sizeof(float)) == 0);
     }
     CHECK(memcmp(a.params, b.params, N * sizeof(float)) == 0);
     CHECK(memcmp(a.ema, b.ema, N * sizeof(float)) == 0);
@@ -341,6 +351,7 @@ static void test_update_parts(int threads)
     gt_free(pb);
     gt_ps_free(&a);
     gt_ps_free(&b);
+    gt_ps_free(&n);
 }
 
 /* gt_ps_apply_stripes_sum gives the bits of summing the addends first, in order, then applying:

@@ -102,11 +102,13 @@ typedef struct gt_device_ops {
      * d->grad_later set, which left the gradient on the device, part k of the nparts (parameters
      * [bounds[k], bounds[k + 1]), bounds ascending from 0 to nparams, taken in the order order[k]
      * lists) is downloaded into d->grad over that range, part(arg, k) is called once it is there
-     * (it updates the store and fills d->params over the same range), and that range of d->params
-     * is then uploaded while the next part's download and part() run. Returns when every part()
-     * has returned; the next step waits for the uploads. */
+     * (it updates the store and fills src over the same range), and that range of src (host,
+     * pinned: d->params, or the store's parameters where nobody else writes them) is then
+     * uploaded while the next part's download and part() run. Returns when every part() has
+     * returned and, where src is not d->params, every upload has ended (its owner may rewrite or
+     * free it); the next step waits for the uploads. */
     int (*exchange)(gt_device *d, int nparts, const size_t *bounds, const int *order,
-                    void (*part)(void *arg, int k), void *arg, gt_err *e);
+                    const float *src, void (*part)(void *arg, int k), void *arg, gt_err *e);
     /* Copies the device's parameters into d->params, its optimizer state into s0/s1 (NULL:
      * skip) and, where it keeps them (keep_grad), its running statistics into d->buffers, for
      * evaluation and checkpoints. */
