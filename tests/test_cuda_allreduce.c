@@ -750,7 +750,9 @@ static outcome train_store(gt_config *c)
 /* hogwild's store step in parts on GPUs (the device's exchange: each part's download, the store's
  * update and the part's upload overlapping): one GPU computes what the whole push and pull
  * compute, bit for bit; every GPU in parts trains every sample the whole exchange does. (Not their
- * accuracies: hogwild over 2 GPUs ends at 0.10-0.25 on these 6,000 samples either way.) */
+ * accuracies: this harness runs the recipe as given, momentum 0.9 without the worker-count
+ * corrections, and hogwild over 2 GPUs ends at 0.10-0.25 on these 6,000 samples either way, as
+ * `--literal` does on 2 CPU workers.) */
 static void test_store_parts(void)
 {
     gt_config a, whole;
