@@ -27,8 +27,8 @@ typedef struct hogwild_run {
     int norphans;              /* worker (two in flight and a static slice's rest) */
     uint64_t host_batches;     /* across hosts: batches completed this epoch, which time the */
     uint64_t xavg_last;        /* averaging rounds; host_batches at the last round */
-    int parts;                 /* the store step in parts: how many (0: whole) */
-    int part_s[GT_STORE_PARTS_MAX + 1];    /* part k is stripes [part_s[k], part_s[k + 1]) */
+    int part_s[GT_STORE_PARTS_MAX + 1];    /* in r->store_parts parts, part k is stripes
+                                              [part_s[k], part_s[k + 1]) */
     size_t bounds[GT_STORE_PARTS_MAX + 1]; /* and parameters [bounds[k], bounds[k + 1]) */
 } hogwild_run;
 
@@ -242,9 +242,10 @@ static int hogwild_exchange(run *r, worker *w, uint64_t *t)
         const float *src = r->W == 1 ? r->ps.params : d->params;
         if (r->W == 1)
             x.dst = NULL;
-        rc = d->ops->exchange(d, h->parts, h->bounds, hw(w)->order, src, hogwild_part, &x, &e);
+        rc = d->ops->exchange(d, r->store_parts, h->bounds, hw(w)->order, src, hogwild_part, &x,
+                              &e);
     } else {
-        for (int i = 0; i < h->parts; i++)
+        for (int i = 0; i < r->store_parts; i++)
             hogwild_part(&x, hw(w)->order[i]);
         rc = d->ops->load_params(d, &e);
     }
@@ -261,7 +262,7 @@ static void hogwild_epoch(run *r, worker *w)
 {
     const gt_config *cfg = r->cfg;
     range rg;
-    int parts = hog(r)->parts > 1, held = 0; /* held: the device has its last exchange's pull */
+    int held = 0; /* the device has its last exchange's pull */
     while (hogwild_next(r, w, &rg)) {
         gt_batch b = {.ds = &r->data->train, .idx = r->perm + rg.lo, .n = (int)(rg.hi - rg.lo),
                       .epoch = r->epoch, .seed = cfg->seed, .aug = &cfg->augment};
@@ -286,19 +287,19 @@ static void hogwild_epoch(run *r, worker *w)
         double t2 = gt_now();
         uint64_t t = 0;
         held = 0;
-        if (rc == 0 && parts) {
+        if (rc == 0 && r->store_parts) {
             if (hogwild_exchange(r, w, &t) < 0) {
                 hogwild_fail(r, w, &rg, 1);
                 return;
             }
             held = 1;
-            gt_ps_push_stats(&r->ps, w->dev->stats);
         } else if (rc == 0) {
             run_lr lr = run_lr_now(r, 0, 1);
             gt_ps_push_numbered(&r->ps, w->index, r->W, w->dev->grad, lr.gscale, w->ver, lr.epoch,
                                 &t);
-            gt_ps_push_stats(&r->ps, w->dev->stats);
         }
+        if (rc == 0)
+            gt_ps_push_stats(&r->ps, w->dev->stats);
         double t3 = gt_now();
         w->pull_s += t1 - t0;
         w->device_s += t2 - t1;
@@ -509,24 +510,20 @@ static int hogwild_parts(const run *r, gt_device **devices)
 static void hogwild_parts_init(run *r, gt_device **devices)
 {
     hogwild_run *h = hog(r);
-    h->parts = hogwild_parts(r, devices);
-    if (h->parts < 2) {
-        h->parts = 0;
-        return;
-    }
-    r->store_parts = h->parts;
-    for (int k = 0; k <= h->parts; k++) {
-        h->part_s[k] = (int)((int64_t)k * r->ps.nranges / h->parts);
-        size_t lo, hi;
-        gt_ps_stripes_span(&r->ps, h->part_s[k], k < h->parts ? h->part_s[k] + 1 : h->part_s[k],
-                           &lo, &hi);
-        h->bounds[k] = k < h->parts ? lo : r->n;
-    }
+    int parts = hogwild_parts(r, devices);
+    if (parts < 2)
+        return; /* r->store_parts stays 0: whole */
+    r->store_parts = parts;
+    for (int k = 0; k <= parts; k++)
+        h->part_s[k] = (int)((int64_t)k * r->ps.nranges / parts);
+    for (int k = 0; k < parts; k++) /* the last part's end is the last bound */
+        gt_ps_stripes_span(&r->ps, h->part_s[k], h->part_s[k + 1], &h->bounds[k],
+                           &h->bounds[k + 1]);
     for (int i = 0; i < r->W; i++) {
         worker *w = &r->workers[i];
-        int first = (int)((int64_t)i * h->parts / r->W);
-        for (int k = 0; k < h->parts; k++)
-            hw(w)->order[k] = (first + k) % h->parts;
+        int first = (int)((int64_t)i * parts / r->W);
+        for (int k = 0; k < parts; k++)
+            hw(w)->order[k] = (first + k) % parts;
         w->dev->grad_later = 1;
     }
 }

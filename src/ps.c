@@ -383,21 +383,30 @@ uint64_t gt_ps_push(gt_ps *ps, int worker, int nworkers, const float *g, float g
     return gt_ps_push_numbered(ps, worker, nworkers, g, gscale, ver, epoch, NULL);
 }
 
+/* Update u applied to count stripes from first (gt_ps_push's whole walk, or a part), its
+ * staleness joining u's; with pulls, each stripe is then copied out (dst) and its version kept. */
+static void ps_update_walk(gt_ps *ps, gt_ps_update *u, int first, int count, const float *g,
+                           uint64_t *ver, float *dst, int pulls)
+{
+    ps_walk w = {.ps = ps, .first = first, .count = count, .dst = dst, .pulls = pulls, .ver = ver,
+                 .g = g, .gscale = u->gscale, .step = &u->step, .t = u->t};
+    ps_walk_run(&w, ps_push_part, u->nworkers > 0 ? u->nworkers : 1);
+    uint64_t stale = atomic_load_explicit(&w.result, memory_order_relaxed);
+    if (stale > u->stale)
+        u->stale = stale;
+}
+
 uint64_t gt_ps_push_numbered(gt_ps *ps, int worker, int nworkers, const float *g, float gscale,
                              const uint64_t *ver, double epoch, uint64_t *update)
 {
-    uint64_t t = atomic_fetch_add_explicit(&ps->updates, 1, memory_order_relaxed) + 1;
+    gt_ps_update u;
+    gt_ps_update_begin(ps, &u, worker, nworkers, gscale, epoch);
     if (update)
-        *update = t;
-    gt_optim_step step = gt_optim_prepare(&ps->optim, t, epoch);
+        *update = u.t;
     int start = nworkers > 0 ? (int)((int64_t)worker * ps->nranges / nworkers) : 0;
-    ps_walk w = {.ps = ps, .first = start, .count = ps->nranges, .ver = (uint64_t *)ver,
-                 .g = g, .gscale = gscale, .step = &step, .t = t};
-    ps_walk_run(&w, ps_push_part, nworkers > 0 ? nworkers : 1);
-    uint64_t stale = atomic_load_explicit(&w.result, memory_order_relaxed);
-    if (ver)
-        ps_record_staleness(ps, stale);
-    return stale;
+    /* without pulls the walk only reads the versions */
+    ps_update_walk(ps, &u, start, ps->nranges, g, (uint64_t *)ver, NULL, 0);
+    return ver ? gt_ps_update_end(ps, &u) : u.stale;
 }
 
 void gt_ps_update_begin(gt_ps *ps, gt_ps_update *u, int worker, int nworkers, float gscale,
@@ -414,14 +423,8 @@ void gt_ps_update_begin(gt_ps *ps, gt_ps_update *u, int worker, int nworkers, fl
 void gt_ps_update_part(gt_ps *ps, gt_ps_update *u, int s_lo, int s_hi, const float *g,
                        uint64_t *ver, float *dst)
 {
-    if (s_hi <= s_lo || ps->nstripes == 0)
-        return;
-    ps_walk w = {.ps = ps, .first = s_lo, .count = s_hi - s_lo, .dst = dst, .pulls = 1, .ver = ver,
-                 .g = g, .gscale = u->gscale, .step = &u->step, .t = u->t};
-    ps_walk_run(&w, ps_push_part, u->nworkers > 0 ? u->nworkers : 1);
-    uint64_t stale = atomic_load_explicit(&w.result, memory_order_relaxed);
-    if (stale > u->stale)
-        u->stale = stale;
+    if (s_hi > s_lo && ps->nstripes > 0)
+        ps_update_walk(ps, u, s_lo, s_hi - s_lo, g, ver, dst, 1);
 }
 
 uint64_t gt_ps_update_end(gt_ps *ps, gt_ps_update *u)

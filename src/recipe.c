@@ -85,13 +85,13 @@ static void recipe_note(gt_recipe *r, const gt_config *c, int workers, const cha
     va_end(ap);
 }
 
-/* Rounded to two decimals, so that what is printed is what runs. */
-static float recipe_round2(double x) { return (float)(floor(x * 100.0 + 0.5) / 100.0); }
+/* x rounded to 1 / scale (scale 100: two decimals), so that what is printed is what runs. */
+static double recipe_round(double x, double scale) { return floor(x * scale + 0.5) / scale; }
 
 /* The momentum as written (0.9, not the float 0.89999998). */
 static double recipe_momentum_written(const gt_config *c)
 {
-    return floor((double)c->optim.momentum * 1e4 + 0.5) / 1e4;
+    return recipe_round((double)c->optim.momentum, 1e4);
 }
 
 static void recipe_momentum(gt_config *c, int workers, gt_recipe *r)
@@ -101,7 +101,7 @@ static void recipe_momentum(gt_config *c, int workers, gt_recipe *r)
         c->optim.momentum <= 0)
         return;
     double want = recipe_momentum_written(c) - implicit;
-    float m = want > 0 ? recipe_round2(want) : 0.0f;
+    float m = want > 0 ? (float)recipe_round(want, 100.0) : 0.0f;
     recipe_note(r, c, workers, "momentum %g -> %g (asynchrony adds ~%.2g; --momentum sets it)",
                 (double)c->optim.momentum, (double)m, implicit);
     c->optim.momentum = m;
@@ -140,7 +140,7 @@ static int recipe_ssp_plain(gt_config *c, int workers, gt_recipe *r)
         c->optim.momentum <= 0 || c->optim.nesterov || (c->given & (GT_GIVEN_MOMENTUM | GT_GIVEN_LR)))
         return 0;
     double lr = RECIPE_SSP_STEP_SHARE * (double)c->optim.lr / (1.0 - recipe_momentum_written(c));
-    float lr3 = (float)(floor(lr * 1e3 + 0.5) / 1e3); /* as printed */
+    float lr3 = (float)recipe_round(lr, 1e3); /* as printed */
     recipe_note(r, c, workers, "momentum %g -> 0, lr %g -> %g (stale clocks echo momentum: plain "
                 "SGD at %g x lr / (1 - momentum); --momentum or --lr sets them)",
                 (double)c->optim.momentum, (double)c->optim.lr, (double)lr3, RECIPE_SSP_STEP_SHARE);
@@ -255,7 +255,7 @@ static void recipe_hogwild_lr(gt_config *c, int workers, gt_recipe *r)
         (c->given & (GT_GIVEN_LR | GT_GIVEN_MOMENTUM)))
         return;
     double f = c->stripes == 0 ? RECIPE_HOGWILD_LR_LOCKFREE : RECIPE_HOGWILD_LR_STRIPED;
-    float lr = (float)(floor((double)c->optim.lr * f * 1e4 + 0.5) / 1e4); /* as printed */
+    float lr = (float)recipe_round((double)c->optim.lr * f, 1e4); /* as printed */
     recipe_note(r, c, workers, "lr %g -> %g (x%g from %d workers%s; --lr sets it)",
                 (double)c->optim.lr, (double)lr, f, RECIPE_HOGWILD_LR_WORKERS,
                 c->stripes == 0 ? ": lock-free pushes lose some updates" : "");
