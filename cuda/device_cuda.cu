@@ -51,14 +51,22 @@ typedef struct cuda_slot {
 #define CUDA_XCHG_PARTS GT_STORE_PARTS_MAX
 typedef struct cuda_xchg {
     cudaStream_t down, up;
-    cudaEvent_t start, done, part[CUDA_XCHG_PARTS];
+    cudaEvent_t down_end, done, part[CUDA_XCHG_PARTS];
+    cudaEvent_t final[CUDA_XCHG_PARTS]; /* recorded on the compute stream once part k's gradient
+                                         * is final and flag[k] set: by the step's backward
+                                         * (marks), else by exchange behind the step */
+    int *flag;                          /* device: part k's gradient holds an Inf or NaN */
+    int *flag_host;                     /* pinned: each part's flag, downloaded with the part */
+    size_t bounds[CUDA_XCHG_PARTS + 1]; /* the parts the marks were planned for */
+    int mark_layer[CUDA_XCHG_PARTS];    /* the layer whose backward finishes part k (marks) */
+    int nmarks;                         /* their count (d->part_count); 0: no plan */
     int ready;
 } cuda_xchg;
 
 /* One captured step, replayed for every step of its shape. */
 typedef struct cuda_graph {
     cudaGraphExec_t exec;     /* NULL: an empty entry */
-    int n, slot, keep_grad;
+    int n, slot, keep_grad, marks;
     const float *grad_dst;    /* the host gradient buffer its copy writes */
     const float *stats_dst;   /* the host batch-statistics buffer its copy writes */
     uint64_t used;            /* the step that last ran it: the least recent is replaced */
@@ -81,6 +89,7 @@ typedef struct cuda_impl {
     uint8_t *mask[GT_MAX_LAYERS];      /* dropout keep flags, max_batch rows */
     cuda_slot slot[2];
     int inflight[2], ninflight;        /* slots of begun, not yet ended steps, oldest first */
+    int slot_marked[2];                /* the step in this slot marks its parts (cuda_xchg) */
     uint8_t *eval_x;                   /* one evaluation chunk's images */
     uint16_t *eval_y;                  /* and labels */
     int32_t *eval_pred;                /* its predicted classes (d->eval_pred), cap; allocated
@@ -154,13 +163,13 @@ static void graph_drop_all(cuda_impl *g)
     }
 }
 
-static cuda_graph *graph_find(cuda_impl *g, int n, int slot, int keep_grad,
+static cuda_graph *graph_find(cuda_impl *g, int n, int slot, int keep_grad, int marks,
                               const float *grad_dst, const float *stats_dst)
 {
     for (int i = 0; i < CUDA_GRAPHS; i++) {
         cuda_graph *gr = &g->graph[i];
         if (gr->exec && gr->n == n && gr->slot == slot && gr->keep_grad == keep_grad &&
-            gr->grad_dst == grad_dst && gr->stats_dst == stats_dst)
+            gr->marks == marks && gr->grad_dst == grad_dst && gr->stats_dst == stats_dst)
             return gr;
     }
     return NULL;
@@ -168,7 +177,7 @@ static cuda_graph *graph_find(cuda_impl *g, int n, int slot, int keep_grad,
 
 /* Keeps exec in an empty entry, else in place of the least recently used one. */
 static void graph_store(cuda_impl *g, cudaGraphExec_t exec, int n, int slot, int keep_grad,
-                        const float *grad_dst, const float *stats_dst)
+                        int marks, const float *grad_dst, const float *stats_dst)
 {
     cuda_graph *gr = &g->graph[0];
     for (int i = 0; i < CUDA_GRAPHS && gr->exec; i++)
@@ -180,6 +189,7 @@ static void graph_store(cuda_impl *g, cudaGraphExec_t exec, int n, int slot, int
     gr->n = n;
     gr->slot = slot;
     gr->keep_grad = keep_grad;
+    gr->marks = marks;
     gr->grad_dst = grad_dst;
     gr->stats_dst = stats_dst;
     gr->used = g->nsteps;
@@ -218,13 +228,20 @@ static void cuda_free_impl(cuda_impl *g, const gt_model *m)
         if (g->slot[s].consumed)
             cudaEventDestroy(g->slot[s].consumed);
     cuda_xchg *x = &g->xchg;
-    cudaEvent_t *ev[] = {&x->start, &x->done};
+    cudaEvent_t *ev[] = {&x->down_end, &x->done};
     for (size_t i = 0; i < sizeof ev / sizeof *ev; i++)
         if (*ev[i])
             cudaEventDestroy(*ev[i]);
-    for (int i = 0; i < CUDA_XCHG_PARTS; i++)
+    for (int i = 0; i < CUDA_XCHG_PARTS; i++) {
         if (x->part[i])
             cudaEventDestroy(x->part[i]);
+        if (x->final[i])
+            cudaEventDestroy(x->final[i]);
+    }
+    if (x->flag)
+        cudaFree(x->flag);
+    if (x->flag_host)
+        cudaFreeHost(x->flag_host);
     if (x->down)
         cudaStreamDestroy(x->down);
     if (x->up)
@@ -591,7 +608,85 @@ static int cuda_backward_marker(cuda_impl *g, const gt_layer *L, int l, int n, f
 /* Backward from dact[0] (the loss gradient); the first layer computes no input gradient (a
  * first batch norm still gets a scratch buffer for it: cuDNN writes one). Layers without
  * parameters stop at the first layer, as on the CPU. */
-static int cuda_backward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, gt_err *e)
+/* ---- hogwild's store step in parts: the exchange's streams and the step's marks ------------ */
+
+static int cuda_xchg_open(gt_device *d, cuda_xchg *x, gt_err *e)
+{
+    GT_CUDA_CHECK(d->name, e, cudaStreamCreateWithFlags(&x->down, cudaStreamNonBlocking));
+    GT_CUDA_CHECK(d->name, e, cudaStreamCreateWithFlags(&x->up, cudaStreamNonBlocking));
+    GT_CUDA_CHECK(d->name, e, cudaEventCreateWithFlags(&x->down_end, cudaEventDisableTiming));
+    GT_CUDA_CHECK(d->name, e, cudaEventCreateWithFlags(&x->done, cudaEventDisableTiming));
+    for (int i = 0; i < CUDA_XCHG_PARTS; i++) {
+        GT_CUDA_CHECK(d->name, e, cudaEventCreateWithFlags(&x->part[i], cudaEventDisableTiming));
+        GT_CUDA_CHECK(d->name, e, cudaEventCreateWithFlags(&x->final[i], cudaEventDisableTiming));
+    }
+    GT_CUDA_CHECK(d->name, e, cudaMalloc((void **)&x->flag, CUDA_XCHG_PARTS * sizeof(int)));
+    GT_CUDA_CHECK(d->name, e,
+                  cudaHostAlloc((void **)&x->flag_host, CUDA_XCHG_PARTS * sizeof(int),
+                                cudaHostAllocDefault));
+    x->ready = 1;
+    return 0;
+}
+
+/* Whether a step now marks d->part_bounds' parts during its backward (1; 0: it does not; -1 with
+ * e set), planning the marks where the parts changed. The backward runs from the last layer to
+ * the first and each layer writes only its own parameters' gradient, so a part's gradient is
+ * final after the backward of the first layer holding any of its parameters; that layer has read
+ * those parameters for the last time too, so the part's upload may overwrite them. The fused
+ * step has no layers to mark between; a part no layer holds leaves the step unmarked. */
+static int cuda_marks_plan(gt_device *d, cuda_impl *g, gt_err *e)
+{
+    cuda_xchg *x = &g->xchg;
+    const gt_model *m = d->model;
+    int n = d->part_count;
+    if (g->fused || d->keep_grad || !d->grad_later || !d->part_bounds || n < 1 ||
+        n > CUDA_XCHG_PARTS)
+        return 0;
+    if (!x->ready && cuda_xchg_open(d, x, e))
+        return -1;
+    size_t bytes = (size_t)(n + 1) * sizeof(size_t);
+    if (x->nmarks == n && memcmp(x->bounds, d->part_bounds, bytes) == 0)
+        return 1;
+    x->nmarks = 0;
+    for (int k = 0; k < n; k++) {
+        size_t lo = d->part_bounds[k], hi = d->part_bounds[k + 1];
+        x->mark_layer[k] = -1;
+        for (int l = 0; l < m->nlayers && x->mark_layer[k] < 0; l++) {
+            const gt_layer *L = &m->layers[l];
+            if ((L->w_len && L->w_off < hi && lo < L->w_off + L->w_len) ||
+                (L->b_len && L->b_off < hi && lo < L->b_off + L->b_len))
+                x->mark_layer[k] = l;
+        }
+        if (x->mark_layer[k] < 0)
+            return 0;
+    }
+    memcpy(x->bounds, d->part_bounds, bytes);
+    x->nmarks = n;
+    return 1;
+}
+
+/* After layer l's backward: each part it finishes gets its flag (any Inf or NaN in its gradient)
+ * and its final event, an event node of the step's graph where the step is being captured. */
+static int cuda_mark_parts(cuda_impl *g, int l, gt_err *e)
+{
+    cuda_xchg *x = &g->xchg;
+    gt_cuda_ctx *c = g->ctx;
+    cudaStreamCaptureStatus cs;
+    GT_CUDA_CHECK(c->name, e, cudaStreamIsCapturing(c->stream, &cs));
+    unsigned flags = cs == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : 0;
+    for (int k = 0; k < x->nmarks; k++) {
+        if (x->mark_layer[k] != l)
+            continue;
+        if (gt_cuda_flag_nonfinite(c, g->grad + x->bounds[k], x->bounds[k + 1] - x->bounds[k],
+                                   x->flag + k, e))
+            return -1;
+        GT_CUDA_CHECK(c->name, e, cudaEventRecordWithFlags(x->final[k], c->stream, flags));
+    }
+    return 0;
+}
+
+static int cuda_backward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, int marks,
+                         gt_err *e)
 {
     float *dy = g->dact[0], *dx = g->dact[1];
     float *branch[GT_MAX_BLOCK_DEPTH];
@@ -611,6 +706,8 @@ static int cuda_backward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, gt_
         pass.x_half_fill = 0;
         if (gt_cuda_layer_backward(g->ctx, &g->layer[l], &pass, g->act[l], g->act[l + 1], dy,
                                    l || kind == GT_BATCHNORM ? dx : NULL, e))
+            return -1;
+        if (marks && cuda_mark_parts(g, l, e))
             return -1;
         swap_ptr(&dy, &dx);
     }
@@ -640,8 +737,10 @@ static int cuda_params_half(cuda_impl *g, const gt_model *m, gt_err *e)
 }
 
 /* A training step layer by layer, on the batch in slot s: the gradient accumulates into a zeroed
- * array, the loss into a zeroed result. */
-static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int n, gt_err *e)
+ * array, the loss into a zeroed result; with marks, the backward marks the exchange's parts as it
+ * finishes them (cuda_mark_parts). */
+static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int n, int marks,
+                             gt_err *e)
 {
     gt_cuda_ctx *c = g->ctx;
     const gt_model *m = d->model;
@@ -664,7 +763,10 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
     if (gt_cuda_softmax_xent(c, logits, (const uint16_t *)(s->dev + lay.labels), n, g->nclasses,
                              1.0f / (float)n, g->dact[0], g->result, e))
         return -1;
-    if (cuda_backward(g, m, pass, e))
+    if (marks)
+        GT_CUDA_CHECK(d->name, e,
+                      cudaMemsetAsync(g->xchg.flag, 0, CUDA_XCHG_PARTS * sizeof(int), c->stream));
+    if (cuda_backward(g, m, pass, marks, e))
         return -1;
     return gt_cuda_flag_nonfinite(c, g->grad, m->nparams, &g->result->nonfinite, e);
 }
@@ -689,7 +791,7 @@ static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, gt_err *e
     if (g->fused ? gt_fused_train(c, &g->fnet, g->params, slot->dev + lay.images,
                                   (const uint16_t *)(slot->dev + lay.labels), n, g->grad,
                                   g->result, e)
-                 : cuda_layers_train(d, g, slot, n, e))
+                 : cuda_layers_train(d, g, slot, n, g->slot_marked[s], e))
         return -1;
     if (step_grad_dst(d))
         GT_CUDA_CHECK(d->name, e,
@@ -732,7 +834,7 @@ static void graph_capture(gt_device *d, cuda_impl *g, int s, int n)
         graph_drop_all(g);
         return;
     }
-    graph_store(g, exec, n, s, d->keep_grad, step_grad_dst(d), d->stats);
+    graph_store(g, exec, n, s, d->keep_grad, g->slot_marked[s], step_grad_dst(d), d->stats);
 }
 
 /* The model's input step has its values once the data is in, after the device opened: a change
@@ -755,9 +857,14 @@ static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
         g->buffers_moved = 1;
     if (cuda_sync_norm(d, g, e))
         return -1;
+    int marks = cuda_marks_plan(d, g, e);
+    if (marks < 0)
+        return -1;
+    g->slot_marked[s] = marks;
     if (!g->graphs)
         return cuda_step_enqueue(d, g, s, n, e);
-    cuda_graph *gr = graph_find(g, n, s, d->keep_grad, step_grad_dst(d), d->stats);
+    cuda_graph *gr = graph_find(g, n, s, d->keep_grad, g->slot_marked[s], step_grad_dst(d),
+                                d->stats);
     if (gr) {
         gr->used = g->nsteps;
         GT_CUDA_CHECK(d->name, e, cudaGraphLaunch(gr->exec, g->ctx->stream));
@@ -1003,58 +1110,81 @@ static int cuda_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32
     return 0;
 }
 
-static int cuda_xchg_open(gt_device *d, cuda_xchg *x, gt_err *e)
-{
-    GT_CUDA_CHECK(d->name, e, cudaStreamCreateWithFlags(&x->down, cudaStreamNonBlocking));
-    GT_CUDA_CHECK(d->name, e, cudaStreamCreateWithFlags(&x->up, cudaStreamNonBlocking));
-    GT_CUDA_CHECK(d->name, e, cudaEventCreateWithFlags(&x->start, cudaEventDisableTiming));
-    GT_CUDA_CHECK(d->name, e, cudaEventCreateWithFlags(&x->done, cudaEventDisableTiming));
-    for (int i = 0; i < CUDA_XCHG_PARTS; i++)
-        GT_CUDA_CHECK(d->name, e, cudaEventCreateWithFlags(&x->part[i], cudaEventDisableTiming));
-    x->ready = 1;
-    return 0;
-}
-
-/* device.h's exchange: every part's download queued at once on one stream behind the step, the
- * host's part() on each as it lands, and its upload on the other stream. */
+/* device.h's exchange: each part's download queued on one stream behind its final event (the
+ * step's mark, else recorded here behind the step), the host's part() on each as it lands, and
+ * its upload on the other stream. */
 static int cuda_exchange(gt_device *d, int nparts, const size_t *bounds, const int *order,
                          const float *src, void (*part)(void *arg, int k), void *arg, gt_err *e)
 {
     cuda_impl *g = (cuda_impl *)d->impl;
     cuda_xchg *x = &g->xchg;
-    cudaStream_t compute = g->ctx->stream;
+    gt_cuda_ctx *c = g->ctx;
     GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
     if (nparts < 1 || nparts > CUDA_XCHG_PARTS)
         return gt_fail(e, "%s: an exchange in %d parts (1..%d)", d->name, nparts,
                        CUDA_XCHG_PARTS);
-    if (!d->grad_later || g->ninflight)
+    if (!d->grad_later || g->ninflight > 1)
         return gt_fail(e, "%s: an exchange needs the gradient of a step that left it on the device "
-                       "(grad_later) and no step in flight", d->name);
+                       "(grad_later) and no other step in flight", d->name);
     if (!x->ready && cuda_xchg_open(d, x, e))
         return -1;
-    GT_CUDA_CHECK(d->name, e, cudaEventRecord(x->start, compute));
-    GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(x->down, x->start, 0));
-    GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(x->up, x->start, 0));
+    int marked = g->ninflight == 1 && g->slot_marked[g->inflight[0]] && x->nmarks == nparts &&
+                 memcmp(x->bounds, bounds, (size_t)(nparts + 1) * sizeof(size_t)) == 0;
+    if (!marked) {
+        GT_CUDA_CHECK(d->name, e,
+                      cudaMemsetAsync(x->flag, 0, (size_t)nparts * sizeof(int), c->stream));
+        for (int k = 0; k < nparts; k++) {
+            if (gt_cuda_flag_nonfinite(c, g->grad + bounds[k], bounds[k + 1] - bounds[k],
+                                       x->flag + k, e))
+                return -1;
+            GT_CUDA_CHECK(d->name, e, cudaEventRecord(x->final[k], c->stream));
+        }
+    }
+    /* Behind a marked step the parts go as its backward finishes them (the last marked first),
+     * else as order lists them. */
+    int take[CUDA_XCHG_PARTS];
+    memcpy(take, order, (size_t)nparts * sizeof *take);
+    for (int i = 1; marked && i < nparts; i++) /* stable: ties keep order's */
+        for (int j = i; j > 0 && x->mark_layer[take[j]] > x->mark_layer[take[j - 1]]; j--) {
+            int t = take[j];
+            take[j] = take[j - 1];
+            take[j - 1] = t;
+        }
+    order = take;
     for (int i = 0; i < nparts; i++) {
-        size_t lo = bounds[order[i]], len = bounds[order[i] + 1] - lo;
+        int k = order[i];
+        size_t lo = bounds[k], len = bounds[k + 1] - lo;
+        GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(x->down, x->final[k], 0));
         GT_CUDA_CHECK(d->name, e,
                       cudaMemcpyAsync(d->grad + lo, g->grad + lo, len * sizeof(float),
                                       cudaMemcpyDeviceToHost, x->down));
+        GT_CUDA_CHECK(d->name, e,
+                      cudaMemcpyAsync(x->flag_host + k, x->flag + k, sizeof(int),
+                                      cudaMemcpyDeviceToHost, x->down));
         GT_CUDA_CHECK(d->name, e, cudaEventRecord(x->part[i], x->down));
     }
-    for (int i = 0; i < nparts; i++) {
-        size_t lo = bounds[order[i]], len = bounds[order[i] + 1] - lo;
+    GT_CUDA_CHECK(d->name, e, cudaEventRecord(x->down_end, x->down));
+    /* A part's upload is queued once its download has landed, after its final event: the step
+     * has read those parameters for the last time. */
+    int bad = 0;
+    for (int i = 0; i < nparts && !bad; i++) {
+        int k = order[i];
+        size_t lo = bounds[k], len = bounds[k + 1] - lo;
         GT_CUDA_CHECK(d->name, e, cudaEventSynchronize(x->part[i]));
-        part(arg, order[i]);
+        bad = x->flag_host[k] != 0;
+        if (bad)
+            break;
+        part(arg, k);
         GT_CUDA_CHECK(d->name, e,
                       cudaMemcpyAsync(g->params + lo, src + lo, len * sizeof(float),
                                       cudaMemcpyHostToDevice, x->up));
     }
+    GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(x->up, x->down_end, 0));
     GT_CUDA_CHECK(d->name, e, cudaEventRecord(x->done, x->up));
-    GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(compute, x->done, 0));
+    GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(c->stream, x->done, 0));
     if (src != d->params)
         GT_CUDA_CHECK(d->name, e, cudaEventSynchronize(x->done));
-    return 0;
+    return bad;
 }
 
 /* The allreduce trio and local_update live in allreduce_cuda.cu; without NCCL there is no

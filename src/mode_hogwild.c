@@ -30,6 +30,7 @@ typedef struct hogwild_run {
     int part_s[GT_STORE_PARTS_MAX + 1];    /* in r->store_parts parts, part k is stripes
                                               [part_s[k], part_s[k + 1]) */
     size_t bounds[GT_STORE_PARTS_MAX + 1]; /* and parameters [bounds[k], bounds[k + 1]) */
+    int beside;                            /* the parts are exchanged beside the step */
 } hogwild_run;
 
 /* A worker's (w->own). */
@@ -213,20 +214,24 @@ typedef struct hogwild_xchg {
     run *r;
     worker *w;
     gt_ps_update u;
-    float *dst; /* where the updated stripes are copied: the device's params, or nowhere */
+    float *dst;     /* where the updated stripes are copied: the device's params, or nowhere */
+    double t_first; /* when the first part landed (0: none yet) */
 } hogwild_xchg;
 
 static void hogwild_part(void *arg, int k)
 {
     hogwild_xchg *x = arg;
     const hogwild_run *h = hog(x->r);
+    if (x->t_first == 0)
+        x->t_first = gt_now();
     gt_ps_update_part(&x->r->ps, &x->u, h->part_s[k], h->part_s[k + 1], x->w->dev->grad,
                       x->w->ver, x->dst);
 }
 
-/* Pushes the step's gradient and pulls the next step's parameters, in parts; 0 or -1 with the
- * worker's error set. *t: the update's number. */
-static int hogwild_exchange(run *r, worker *w, uint64_t *t)
+/* Pushes the step's gradient and pulls the next step's parameters, in parts; 0, 1 where a part's
+ * gradient was not finite (it and the parts after it were not pushed) or -1 with the worker's
+ * error set. *t: the update's number; *t_first: when the first part landed (else now). */
+static int hogwild_exchange(run *r, worker *w, uint64_t *t, double *t_first)
 {
     gt_device *d = w->dev;
     const hogwild_run *h = hog(r);
@@ -250,9 +255,50 @@ static int hogwild_exchange(run *r, worker *w, uint64_t *t)
         rc = d->ops->load_params(d, &e);
     }
     gt_ps_update_end(&r->ps, &x.u);
-    if (rc)
+    if (rc < 0)
         snprintf(w->error, sizeof w->error, "%s", e.msg);
-    return rc ? -1 : 0;
+    *t_first = x.t_first ? x.t_first : gt_now();
+    return rc < 0 ? -1 : rc;
+}
+
+/* The push of a step whose results were checked: in parts, which pull the next step's parameters
+ * too, or whole. 0 or -1 with the worker's error set; *t: the update's number. */
+static int hogwild_push(run *r, worker *w, uint64_t *t)
+{
+    double t_first;
+    if (r->store_parts)
+        return hogwild_exchange(r, w, t, &t_first);
+    run_lr lr = run_lr_now(r, 0, 1);
+    gt_ps_push_numbered(&r->ps, w->index, r->W, w->dev->grad, lr.gscale, w->ver, lr.epoch, t);
+    return 0;
+}
+
+/* The step with its store step in parts beside it (a device with step_queue and exchange): the
+ * step is queued on the parameters the device holds, the exchange takes each part as the
+ * backward finishes it, then the step's results are checked (worker_compute's checks). 0, 1 (a
+ * non-finite step: no part from its first non-finite one on was pushed) or -1 with the worker's
+ * error set; *t_dev: when the device phase ended (its first part landed). */
+static int hogwild_step_parts(run *r, worker *w, const gt_batch *b, gt_step_out *o,
+                              uint64_t step, uint64_t *t, double *t_dev)
+{
+    gt_device *d = w->dev;
+    gt_err e = {{0}};
+    if (worker_injected(r, w, atomic_load(&w->steps)))
+        return -1;
+    if (d->ops->step_queue(d, b, &e) != 0) {
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    int x = hogwild_exchange(r, w, t, t_dev);
+    if (d->ops->step_end(d, o, &e) != 0) {
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+        return -1;
+    }
+    if (x < 0)
+        return -1;
+    if (x > 0)
+        o->grad_status = GT_GRAD_NONFINITE;
+    return worker_check(r, w, o, step);
 }
 
 /* One epoch of one worker: pull, compute, push, batch after batch. In parts a push pulls the next
@@ -269,7 +315,8 @@ static void hogwild_epoch(run *r, worker *w)
         uint64_t step = atomic_load(&w->steps);
         gt_step_out o = {0};
         /* The phases' clock: pull (the store's copy, the upload), device (step, download), push
-         * (in parts: with the download, the next pull and its upload). */
+         * (in parts: with the download, the next pull and its upload; beside the backward, from
+         * the first part's landing on). */
         double t0 = gt_now();
         int rc = 0;
         if (!held || hw(w)->restores_now != hw(w)->restores_seen) {
@@ -277,27 +324,21 @@ static void hogwild_epoch(run *r, worker *w)
             gt_ps_pull(&r->ps, w->dev->params, w->ver);
             rc = worker_load(w);
         }
-        double t1 = gt_now();
+        double t1 = gt_now(), t2 = t1;
+        uint64_t t = 0;
+        int beside = hog(r)->beside;
         if (rc == 0)
-            rc = worker_compute(r, w, &b, &o, step);
+            rc = beside ? hogwild_step_parts(r, w, &b, &o, step, &t, &t2)
+                        : worker_compute(r, w, &b, &o, step);
+        if (!beside)
+            t2 = gt_now();
+        if (rc == 0 && !beside)
+            rc = hogwild_push(r, w, &t);
         if (rc < 0) {
             hogwild_fail(r, w, &rg, 1);
             return;
         }
-        double t2 = gt_now();
-        uint64_t t = 0;
-        held = 0;
-        if (rc == 0 && r->store_parts) {
-            if (hogwild_exchange(r, w, &t) < 0) {
-                hogwild_fail(r, w, &rg, 1);
-                return;
-            }
-            held = 1;
-        } else if (rc == 0) {
-            run_lr lr = run_lr_now(r, 0, 1);
-            gt_ps_push_numbered(&r->ps, w->index, r->W, w->dev->grad, lr.gscale, w->ver, lr.epoch,
-                                &t);
-        }
+        held = r->store_parts && rc == 0;
         if (rc == 0)
             gt_ps_push_stats(&r->ps, w->dev->stats);
         double t3 = gt_now();
@@ -486,8 +527,20 @@ static int hogwild_check(run *r, gt_device **devices, gt_err *e)
     return 0;
 }
 
+/* Whether every worker's device exchanges beside its step (step_queue, then exchange). */
+static int hogwild_beside(const run *r)
+{
+    for (int i = 0; i < r->W; i++) {
+        const gt_device_ops *ops = r->workers[i].dev->ops;
+        if (!ops->step_queue || !ops->exchange)
+            return 0;
+    }
+    return 1;
+}
+
 /* How many parts the store step takes (--store-parts; auto: GT_STORE_PARTS_AUTO where every
- * device can overlap them and the model is large enough to gain), never more than the stripes;
+ * device can overlap them and the model is large enough to gain, GT_STORE_PARTS_AUTO_BESIDE where
+ * they go beside the backward: calls 49-50), never more than the stripes;
  * 0 where a push and a pull stay whole: --overlap, the lock-free store, and across hosts, whose
  * averaging rounds rebase the store under the workers. */
 static int hogwild_parts(const run *r, gt_device **devices)
@@ -495,7 +548,9 @@ static int hogwild_parts(const run *r, gt_device **devices)
     const gt_config *cfg = r->cfg;
     int parts = cfg->store_parts;
     if (parts < 0) {
-        parts = r->n >= GT_STORE_PARTS_MIN_PARAMS ? GT_STORE_PARTS_AUTO : 0;
+        parts = 0;
+        if (r->n >= GT_STORE_PARTS_MIN_PARAMS)
+            parts = hogwild_beside(r) ? GT_STORE_PARTS_AUTO_BESIDE : GT_STORE_PARTS_AUTO;
         for (int i = 0; i < r->W; i++)
             if (!devices[i]->ops->exchange)
                 parts = 0;
@@ -505,8 +560,26 @@ static int hogwild_parts(const run *r, gt_device **devices)
     return parts < r->ps.nranges ? parts : r->ps.nranges;
 }
 
-/* Parts of whole stripes, as even as the stripes allow; each worker takes them from its own first
- * (as a whole push starts at its own stripe), so workers rarely wait on each other's locks. */
+/* The stripe from which the parameters without weight decay (the biases and batch norm's, which
+ * model.h lays out after every weight) make the last part on their own, beside the backward:
+ * those finish only at its end, with the first layer's. nranges where there is no such part. */
+static int hogwild_tail_stripe(const run *r, int parts)
+{
+    size_t lo, hi;
+    if (!hog(r)->beside || r->m->ndecay >= r->n)
+        return r->ps.nranges;
+    for (int s = parts - 1; s < r->ps.nranges; s++) {
+        gt_ps_stripes_span(&r->ps, s, s + 1, &lo, &hi);
+        if (hi > r->m->ndecay)
+            return s;
+    }
+    return r->ps.nranges;
+}
+
+/* Parts of whole stripes, as even as the stripes allow. A device that exchanges beside its step
+ * takes them as its backward finishes them (device.h's exchange), the biases and batch norm's
+ * in a last part of their own; else each worker takes them from its own first (as a whole push
+ * starts at its own stripe), so workers rarely wait on each other's locks. */
 static void hogwild_parts_init(run *r, gt_device **devices)
 {
     hogwild_run *h = hog(r);
@@ -514,17 +587,23 @@ static void hogwild_parts_init(run *r, gt_device **devices)
     if (parts < 2)
         return; /* r->store_parts stays 0: whole */
     r->store_parts = parts;
-    for (int k = 0; k <= parts; k++)
-        h->part_s[k] = (int)((int64_t)k * r->ps.nranges / parts);
+    h->beside = hogwild_beside(r);
+    int tail = hogwild_tail_stripe(r, parts), body = tail < r->ps.nranges ? parts - 1 : parts;
+    for (int k = 0; k <= body; k++)
+        h->part_s[k] = (int)((int64_t)k * tail / body);
+    h->part_s[parts] = r->ps.nranges;
     for (int k = 0; k < parts; k++) /* the last part's end is the last bound */
         gt_ps_stripes_span(&r->ps, h->part_s[k], h->part_s[k + 1], &h->bounds[k],
                            &h->bounds[k + 1]);
     for (int i = 0; i < r->W; i++) {
         worker *w = &r->workers[i];
+        gt_device *d = w->dev;
         int first = (int)((int64_t)i * parts / r->W);
         for (int k = 0; k < parts; k++)
             hw(w)->order[k] = (first + k) % parts;
-        w->dev->grad_later = 1;
+        d->grad_later = 1;
+        d->part_bounds = h->bounds;
+        d->part_count = parts;
     }
 }
 
@@ -565,8 +644,11 @@ static void hogwild_free(run *r)
         hogwild_worker *h = hw(&r->workers[i]);
         if (!h)
             continue;
-        if (r->workers[i].dev)
+        if (r->workers[i].dev) {
             r->workers[i].dev->grad_later = 0;
+            r->workers[i].dev->part_bounds = NULL; /* h->bounds goes with the run */
+            r->workers[i].dev->part_count = 0;
+        }
         if (h->pbuf[0]) {
             r->workers[i].dev->params = h->pbuf[0];
             r->workers[i].dev->grad = h->gbuf[0];

@@ -1438,6 +1438,135 @@ static void test_bf16(const gt_dataset *ds, const char *name, int batch)
  * first's (the same algorithms on the same inputs). */
 #define CACHE_STEP_TOL 1e-6
 
+/* hogwild's store step in parts beside a running step (device.h's exchange after step_queue): on
+ * the layer path the step's backward marks each part as it finishes it, and the exchange takes it
+ * from there. Every part lands equal bit for bit to the gradient train_step leaves, eager and
+ * then replayed from the step's graphs (both slots), with part() called once a part; a step
+ * whose last layer's gradient is not finite gives part() nothing and returns 1. */
+typedef struct xchg_seen {
+    int calls, order[GT_STORE_PARTS_MAX];
+} xchg_seen;
+
+static void xchg_part(void *arg, int k)
+{
+    xchg_seen *s = arg;
+    if (s->calls < GT_STORE_PARTS_MAX)
+        s->order[s->calls] = k;
+    s->calls++;
+}
+
+static int exchange_beside(gt_device *d, const float *params, const gt_batch *b,
+                           const size_t *bounds, const int *order, int nparts, xchg_seen *seen,
+                           gt_step_out *out, const char *what)
+{
+    gt_err e = {""};
+    int x = -1;
+    if (load_params(d, params, what) || d->ops->step_queue(d, b, &e) != 0) {
+        CHECK_MSG(0, "%s: step_queue: %s", what, e.msg);
+        return -1;
+    }
+    x = d->ops->exchange(d, nparts, bounds, order, d->params, xchg_part, seen, &e);
+    CHECK_MSG(x >= 0, "%s: exchange: %s", what, e.msg);
+    int rc = d->ops->step_end(d, out, &e);
+    CHECK_MSG(rc == 0, "%s: step_end: %s", what, e.msg);
+    return rc ? -1 : x;
+}
+
+static void test_exchange_beside(const gt_dataset *ds, const char *name, int batch,
+                                 gt_precision precision)
+{
+    gt_rng own, *r = &own;
+    gt_rng_seed(r, 91);
+    gt_model m;
+    gt_device *d = NULL;
+    gt_err e = {""};
+    char what[160];
+    int rc = gt_model_build(name, ds->c, ds->h, ds->w, 10, &m, &e);
+    CHECK_MSG(rc == 0, "%s: %s", name, e.msg);
+    if (rc)
+        return;
+    size_t n = m.nparams;
+    float *params = gt_alloc(n * sizeof *params), *want = gt_alloc(n * sizeof *want);
+    gt_model_init_params(&m, params, 15);
+    uint32_t idx[GT_TEST_MAX_BATCH];
+    gt_batch b;
+    make_batch(&b, idx, batch, ds, r);
+    rc = gt_cuda_device_open(&d, &m, batch, 0, precision, &e);
+    CHECK_MSG(rc == 0, "%s: open: %s", name, e.msg);
+    gt_cuda_path path = {0};
+    int fused = rc == 0 && gt_cuda_device_get_path(d, &path) == 0 && path.fused;
+    gt_step_out ref = {0};
+    /* Bit for bit where two train_steps agree so (deterministic algorithms); else within what
+     * they differ by, twice over. */
+    double tol = 0;
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        rc = load_params(d, params, name) || d->ops->train_step(d, &b, &ref, &e);
+        CHECK_MSG(rc == 0, "%s: train_step: %s", name, e.msg);
+        if (i && rc == 0 && memcmp(want, d->grad, n * sizeof *want) != 0) {
+            tol = 2 * rel_err(d->grad, want, n);
+            printf("%s: two train_steps %.3g apart\n", name, tol / 2);
+        }
+        memcpy(want, d->grad, n * sizeof *want);
+    }
+    /* uneven parts, taken last first as hogwild takes them */
+    enum { NP = 4 };
+    size_t bounds[NP + 1] = {0, n / 5, n / 2, n - n / 7, n};
+    int order[NP] = {3, 2, 1, 0};
+    if (d) {
+        d->grad_later = 1;
+        d->part_bounds = bounds;
+        d->part_count = NP;
+    }
+    for (int i = 0; i < 4 && rc == 0; i++) {
+        xchg_seen seen = {0};
+        gt_step_out out = {0};
+        memset(d->grad, 0xff, n * sizeof(float)); /* NaNs where nothing lands */
+        snprintf(what, sizeof what, "%s (%s) beside step %d", name,
+                 precision == GT_PRECISION_BF16 ? "bf16" : "fp32", i + 1);
+        int x = exchange_beside(d, params, &b, bounds, order, NP, &seen, &out, what);
+        rc = x < 0;
+        CHECK_MSG(x == 0, "%s: exchange gave %d", what, x);
+        CHECK_MSG(seen.calls == NP, "%s: part() called %d times", what, seen.calls);
+        /* each part once; the fused step's in the order given (a marked step's go as its
+         * backward finishes them) */
+        int once = 0;
+        for (int k = 0; k < NP && k < seen.calls; k++) {
+            once |= 1 << seen.order[k];
+            CHECK_MSG(!fused || seen.order[k] == order[k], "%s: part %d came %d-th", what,
+                      seen.order[k], k);
+        }
+        CHECK_MSG(once == (1 << NP) - 1, "%s: parts taken %#x", what, once);
+        size_t at = 0;
+        while (at < n && memcmp(&d->grad[at], &want[at], sizeof(float)) == 0)
+            at++;
+        if (tol > 0)
+            CHECK_MSG(gt_all_finite(d->grad, n) && rel_err(d->grad, want, n) <= tol,
+                      "%s: gradient %.3g from train_step's", what, rel_err(d->grad, want, n));
+        else
+            CHECK_MSG(at == n, "%s: gradient %zu is %.9g, train_step's %.9g", what, at,
+                      at < n ? d->grad[at] : 0.0, at < n ? want[at] : 0.0);
+        CHECK_MSG(tol > 0 || out.loss_sum == ref.loss_sum,
+                  "%s: loss %.9g, train_step's %.9g", what, out.loss_sum, ref.loss_sum);
+        CHECK_MSG(out.grad_status == GT_GRAD_FINITE,
+                  "%s: gradient status %d", what, out.grad_status);
+    }
+    if (rc == 0) {
+        float *bad = copy_floats(params, n);
+        bad[m.tensors[m.ntensors - 2].offset] = INFINITY; /* the last layer's first weight */
+        xchg_seen seen = {0};
+        gt_step_out out = {0};
+        snprintf(what, sizeof what, "%s non-finite beside", name);
+        int x = exchange_beside(d, bad, &b, bounds, order, NP, &seen, &out, what);
+        CHECK_MSG(x == 1 && seen.calls == 0 && out.grad_status == GT_GRAD_NONFINITE,
+                  "%s: exchange gave %d after %d parts, status %d", what, x, seen.calls,
+                  out.grad_status);
+        gt_free(bad);
+    }
+    gt_device_close(d);
+    gt_free(params);
+    gt_free(want);
+}
+
 static int cache_step(gt_device *d, const gt_model *m, const float *params, const float *buffers,
                       const gt_batch *b, gt_step_out *out, gt_err *e)
 {
@@ -1649,6 +1778,9 @@ int main(void)
     test_bf16(&ds, "cnn-wide", 32);
     test_bf16(&cifar, "resnet20", 16);
     test_conv_cache_shared(&cifar, "resnet20", 16, count);
+    test_exchange_beside(&cifar, "resnet20", 16, GT_PRECISION_FP32);
+    test_exchange_beside(&cifar, "resnet20", 16, GT_PRECISION_BF16);
+    test_exchange_beside(&ds, "lenet5", 32, GT_PRECISION_FP32); /* fused: after the step */
     gt_free(cifar.images);
     gt_free(cifar.labels);
     test_data_input(&ds);
