@@ -213,10 +213,25 @@ static int ssp_clock(run *r, worker *w, uint64_t c)
     if (r->clk.applied < *read_at)
         *read_at = r->clk.applied;
     pthread_mutex_unlock(&r->mu);
+    /* A lone worker on one host is the store's only writer and applies its clock after computing
+     * it, so the store stands still from one apply to the next: its device computes on the store
+     * in place, as sync's do (a GPU uploads straight from it, without the copy into its buffer). */
+    gt_device *d = w->dev;
+    float *own = d->params;
+    int in_place = r->W == 1 && r->H == 1;
     double tp = gt_now();
-    int pulled = worker_pull(r, w);
+    int pulled;
+    if (in_place) {
+        d->params = r->ps.params;
+        gt_ps_pull_buffers(&r->ps, d->buffers);
+        pulled = worker_load(w);
+    } else {
+        pulled = worker_pull(r, w);
+    }
     w->pull_s += gt_now() - tp;
-    if (pulled != 0 || clocked_claim_and_compute(r, w, c) != 0)
+    int computed = pulled == 0 ? clocked_claim_and_compute(r, w, c) : -1;
+    d->params = own;
+    if (computed != 0)
         return -1;
     /* The applies now ready, and their hand-off to the workers they wake: the worker's push. */
     double ta = gt_now(), pushed = w->push_s;
