@@ -189,6 +189,8 @@ static void test_sync_equivalence(void)
     free(ob.res);
 }
 
+static void check_same_steps(const outcome *a, const outcome *b, const char *what);
+
 /* SSP never lets the workers' clocks spread more than s; at s = 0 it computes what sync does, bit
  * for bit (gradients are summed in share order in both). */
 static void test_ssp(void)
@@ -222,6 +224,17 @@ static void test_ssp(void)
     free(os.res);
     gt_run_result_free(op.res);
     free(op.res);
+    /* A lone worker computes on the store in place, whatever its bound: sync's steps. */
+    gt_config s1, p1;
+    base_config(&s1, "sync", 1, 32);
+    base_config(&p1, "ssp", 1, 32);
+    p1.staleness = 2;
+    outcome o1 = train(&s1), q1 = train(&p1);
+    check_same_steps(&o1, &q1, "ssp at one worker against sync");
+    gt_run_result_free(o1.res);
+    free(o1.res);
+    gt_run_result_free(q1.res);
+    free(q1.res);
 }
 
 /* The bound is a limit, not a target. Balanced workers (on the simulated clock) compute on fresh
