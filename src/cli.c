@@ -408,11 +408,11 @@ static const cli_row cli_rows[] = {
     {.name = "store-parts", .value = "N", .type = CLI_INT, .field = F(store_parts), .lo = 0,
      .hi = GT_STORE_PARTS_MAX, .commands = CMD_TRAIN,
      .help = "hogwild on GPUs: push and pull the store in N parts, each part's gradient download, "
-             "store update and parameter upload overlapping the others' (one worker: the same "
-             "arithmetic; several: each starts from what its own push left); 0 or 1: the whole "
-             "store at once",
-     .dflt = "auto, 8 parts for models of at least 1 M parameters "
-             "on GPUs, else whole"},
+             "store update and parameter upload overlapping the others' and, on the layer path, "
+             "the rest of the backward (one worker: the same arithmetic; several: each starts "
+             "from what its own push left); 0 or 1: the whole store at once",
+     .dflt = "auto, for models of at least 1 M parameters on GPUs 16 parts beside the "
+             "backward (else 8), none under 256 K parameters; else whole"},
     {.name = "store-threads", .value = "N", .type = CLI_INT, .field = F(store_threads), .lo = 1,
      .hi = 256, .commands = CMD_TRAIN,
      .help = "threads that share one large push, pull or update of the store (models of 256 K "
