@@ -411,8 +411,8 @@ static const cli_row cli_rows[] = {
              "store update and parameter upload overlapping the others' and, on the layer path, "
              "the rest of the backward (one worker: the same arithmetic; several: each starts "
              "from what its own push left); 0 or 1: the whole store at once",
-     .dflt = "auto, for models of at least 1 M parameters on GPUs 16 parts beside the "
-             "backward (else 8), none under 256 K parameters; else whole"},
+     .dflt = "auto: on GPUs 16 parts for models of at least 1 M parameters, none under "
+             "256 K parameters; else whole"},
     {.name = "store-threads", .value = "N", .type = CLI_INT, .field = F(store_threads), .lo = 1,
      .hi = 256, .commands = CMD_TRAIN,
      .help = "threads that share one large push, pull or update of the store (models of 256 K "

@@ -6,9 +6,11 @@
  * d->buffers itself. */
 #include "gputrain/device.h"
 #include "gputrain/layers.h"
+#include "gputrain/ps.h" /* gt_all_finite */
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define GT_EVAL_CHUNK 1024
 #define GT_EVAL_BYTES ((size_t)256 << 20) /* the activations an evaluation chunk may add */
@@ -28,6 +30,8 @@ typedef struct cpu_impl {
     gt_cpu_net net;
     int chunk;            /* samples an evaluation pass takes at once (cpu_eval_chunk) */
     uint32_t *eval_idx;
+    gt_step_out queued[2]; /* step_queue's results, oldest first, for step_end */
+    int nqueued;
 } cpu_impl;
 
 static int cpu_load_params(gt_device *d, gt_err *e) { return 0; }
@@ -40,6 +44,51 @@ static int cpu_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt_
     float *bufs = d->keep_grad ? d->buffers : d->stats;
     c->net.bn_momentum = d->keep_grad ? GT_BN_MOMENTUM : 1.0;
     out->loss_sum = gt_cpu_net_run(&c->net, d->params, bufs, b, 1, d->grad, &out->correct);
+    return 0;
+}
+
+/* step_queue computes the step at once (the CPU has nothing to overlap) and keeps its results
+ * for step_end, so that a mode's queued steps run here as they do on a GPU. */
+static int cpu_step_queue(gt_device *d, const gt_batch *b, gt_err *e)
+{
+    cpu_impl *c = d->impl;
+    if (c->nqueued == 2)
+        return gt_fail(e, "%s: a third step queued before the first ended", d->name);
+    if (cpu_train_step(d, b, &c->queued[c->nqueued], e))
+        return -1;
+    c->nqueued++;
+    return 0;
+}
+
+static int cpu_step_end(gt_device *d, gt_step_out *out, gt_err *e)
+{
+    cpu_impl *c = d->impl;
+    if (c->nqueued == 0)
+        return gt_fail(e, "%s: no queued step to end", d->name);
+    *out = c->queued[0];
+    c->queued[0] = c->queued[1];
+    c->nqueued--;
+    return 0;
+}
+
+/* device.h's exchange, one part after another: the gradient is in d->grad already; each part is
+ * checked (its first Inf or NaN stops the exchange, as a GPU's flag does), given to part() and
+ * copied from src where the device computes on its own copy. */
+static int cpu_exchange(gt_device *d, int nparts, const size_t *bounds, const int *order,
+                        const float *src, void (*part)(void *arg, int k), void *arg, gt_err *e)
+{
+    if (nparts < 1 || nparts > GT_STORE_PARTS_MAX)
+        return gt_fail(e, "%s: an exchange in %d parts (1..%d)", d->name, nparts,
+                       GT_STORE_PARTS_MAX);
+    for (int i = 0; i < nparts; i++) {
+        int k = order[i];
+        size_t lo = bounds[k], len = bounds[k + 1] - lo;
+        if (!gt_all_finite(d->grad + lo, len))
+            return 1;
+        part(arg, k);
+        if (src != d->params)
+            memcpy(d->params + lo, src + lo, len * sizeof(float));
+    }
     return 0;
 }
 
@@ -92,6 +141,9 @@ static const gt_device_ops cpu_ops = {
     .load_buffers = cpu_load_params, /* it computes with d->buffers itself */
     .train_step = cpu_train_step,
     .evaluate = cpu_evaluate,
+    .step_queue = cpu_step_queue,
+    .step_end = cpu_step_end,
+    .exchange = cpu_exchange,
     .close = cpu_close,
 };
 

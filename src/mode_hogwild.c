@@ -30,7 +30,6 @@ typedef struct hogwild_run {
     int part_s[GT_STORE_PARTS_MAX + 1];    /* in r->store_parts parts, part k is stripes
                                               [part_s[k], part_s[k + 1]) */
     size_t bounds[GT_STORE_PARTS_MAX + 1]; /* and parameters [bounds[k], bounds[k + 1]) */
-    int beside;                            /* the parts are exchanged beside the step */
 } hogwild_run;
 
 /* A worker's (w->own). */
@@ -240,20 +239,13 @@ static int hogwild_exchange(run *r, worker *w, uint64_t *t, double *t_first)
     hogwild_xchg x = {.r = r, .w = w, .dst = d->params};
     gt_ps_update_begin(&r->ps, &x.u, w->index, r->W, lr.gscale, lr.epoch);
     *t = x.u.t;
-    int rc;
-    if (d->ops->exchange) {
-        /* A lone worker's device uploads straight from the store, which nobody else writes: the
-         * same bits without the copy (a rollback's restore is followed by a whole pull). */
-        const float *src = r->W == 1 ? r->ps.params : d->params;
-        if (r->W == 1)
-            x.dst = NULL;
-        rc = d->ops->exchange(d, r->store_parts, h->bounds, hw(w)->order, src, hogwild_part, &x,
+    /* A lone worker's device uploads straight from the store, which nobody else writes: the same
+     * bits without the copy (a rollback's restore is followed by a whole pull). */
+    const float *src = r->W == 1 ? r->ps.params : d->params;
+    if (r->W == 1)
+        x.dst = NULL;
+    int rc = d->ops->exchange(d, r->store_parts, h->bounds, hw(w)->order, src, hogwild_part, &x,
                               &e);
-    } else {
-        for (int i = 0; i < r->store_parts; i++)
-            hogwild_part(&x, hw(w)->order[i]);
-        rc = d->ops->load_params(d, &e);
-    }
     gt_ps_update_end(&r->ps, &x.u);
     if (rc < 0)
         snprintf(w->error, sizeof w->error, "%s", e.msg);
@@ -261,21 +253,9 @@ static int hogwild_exchange(run *r, worker *w, uint64_t *t, double *t_first)
     return rc < 0 ? -1 : rc;
 }
 
-/* The push of a step whose results were checked: in parts, which pull the next step's parameters
- * too, or whole. 0 or -1 with the worker's error set; *t: the update's number. */
-static int hogwild_push(run *r, worker *w, uint64_t *t)
-{
-    double t_first;
-    if (r->store_parts)
-        return hogwild_exchange(r, w, t, &t_first);
-    run_lr lr = run_lr_now(r, 0, 1);
-    gt_ps_push_numbered(&r->ps, w->index, r->W, w->dev->grad, lr.gscale, w->ver, lr.epoch, t);
-    return 0;
-}
-
-/* The step with its store step in parts beside it (a device with step_queue and exchange): the
- * step is queued on the parameters the device holds, the exchange takes each part as the
- * backward finishes it, then the step's results are checked (worker_compute's checks). 0, 1 (a
+/* The step with its store step in parts beside it: the step is queued on the parameters the
+ * device holds, the exchange takes each part as the backward finishes it (a GPU's layer path;
+ * else after the step), then the step's results are checked (worker_compute's checks). 0, 1 (a
  * non-finite step: no part from its first non-finite one on was pushed) or -1 with the worker's
  * error set; *t_dev: when the device phase ended (its first part landed). */
 static int hogwild_step_parts(run *r, worker *w, const gt_batch *b, gt_step_out *o,
@@ -326,14 +306,17 @@ static void hogwild_epoch(run *r, worker *w)
         }
         double t1 = gt_now(), t2 = t1;
         uint64_t t = 0;
-        int beside = hog(r)->beside;
-        if (rc == 0)
-            rc = beside ? hogwild_step_parts(r, w, &b, &o, step, &t, &t2)
-                        : worker_compute(r, w, &b, &o, step);
-        if (!beside)
+        if (rc == 0 && r->store_parts) {
+            rc = hogwild_step_parts(r, w, &b, &o, step, &t, &t2);
+        } else if (rc == 0) {
+            rc = worker_compute(r, w, &b, &o, step);
             t2 = gt_now();
-        if (rc == 0 && !beside)
-            rc = hogwild_push(r, w, &t);
+        }
+        if (rc == 0 && !r->store_parts) {
+            run_lr lr = run_lr_now(r, 0, 1);
+            gt_ps_push_numbered(&r->ps, w->index, r->W, w->dev->grad, lr.gscale, w->ver, lr.epoch,
+                                &t);
+        }
         if (rc < 0) {
             hogwild_fail(r, w, &rg, 1);
             return;
@@ -406,7 +389,7 @@ static int pipe_end(run *r, worker *w, pipe_step *p)
     gt_device *d = w->dev;
     gt_err e = {{0}};
     double t0 = gt_now();
-    int bad = d->ops->step_end && d->ops->step_end(d, &p->o, &e);
+    int bad = d->ops->step_begin && d->ops->step_end(d, &p->o, &e);
     w->device_s += gt_now() - t0;
     if (bad) {
         snprintf(w->error, sizeof w->error, "%s", e.msg);
@@ -527,23 +510,24 @@ static int hogwild_check(run *r, gt_device **devices, gt_err *e)
     return 0;
 }
 
-/* Whether every worker's device exchanges beside its step (step_queue, then exchange). */
-static int hogwild_beside(const run *r)
+/* Whether every worker's device can exchange its step in parts (step_queue, exchange) and, with
+ * `overlaps`, runs its steps beside the host too (step_begin: a GPU), where parts gain. */
+static int hogwild_devices_part(const run *r, int overlaps)
 {
     for (int i = 0; i < r->W; i++) {
         const gt_device_ops *ops = r->workers[i].dev->ops;
-        if (!ops->step_queue || !ops->exchange)
+        if (!ops->step_queue || !ops->exchange || (overlaps && !ops->step_begin))
             return 0;
     }
     return 1;
 }
 
 /* How many parts the store step takes (--store-parts; auto: GT_STORE_PARTS_AUTO where every
- * device can overlap them and the model is large enough to gain, GT_STORE_PARTS_AUTO_BESIDE where
- * they go beside the backward: calls 49-50, each part a large walk), never more than the stripes;
- * 0 where a push and a pull stay whole: --overlap, the lock-free store, and across hosts, whose
- * averaging rounds rebase the store under the workers. */
-static int hogwild_parts(const run *r, gt_device **devices)
+ * device runs beside the host, a GPU, and the model is large enough to gain, each part a large
+ * walk), never more than the stripes; 0 where a push and a pull stay whole: --overlap, the
+ * lock-free store, across hosts (whose averaging rounds rebase the store under the workers) and
+ * devices that cannot exchange in parts. */
+static int hogwild_parts(const run *r)
 {
     const gt_config *cfg = r->cfg;
     int parts = cfg->store_parts;
@@ -551,27 +535,24 @@ static int hogwild_parts(const run *r, gt_device **devices)
         /* no part below the walk that wakes the store's helper threads (GT_PS_POOL_MIN): a
          * part applied by its worker alone took cnn-wide's step from 1.8 to 3.6 ms (call 51) */
         size_t most = r->n / GT_PS_POOL_MIN;
-        parts = hogwild_beside(r) ? GT_STORE_PARTS_AUTO_BESIDE : GT_STORE_PARTS_AUTO;
+        parts = GT_STORE_PARTS_AUTO;
         if ((size_t)parts > most)
             parts = (int)most;
-        if (r->n < GT_STORE_PARTS_MIN_PARAMS)
+        if (r->n < GT_STORE_PARTS_MIN_PARAMS || !hogwild_devices_part(r, 1))
             parts = 0;
-        for (int i = 0; i < r->W; i++)
-            if (!devices[i]->ops->exchange)
-                parts = 0;
     }
-    if (cfg->overlap || r->ps.nstripes == 0 || r->H > 1)
+    if (cfg->overlap || r->ps.nstripes == 0 || r->H > 1 || !hogwild_devices_part(r, 0))
         return 0;
     return parts < r->ps.nranges ? parts : r->ps.nranges;
 }
 
 /* The stripe from which the parameters without weight decay (the biases and batch norm's, which
- * model.h lays out after every weight) make the last part on their own, beside the backward:
- * those finish only at its end, with the first layer's. nranges where there is no such part. */
+ * model.h lays out after every weight) make the last part on their own: a backward finishes them
+ * only at its end, with the first layer's. nranges where there is no such part. */
 static int hogwild_tail_stripe(const run *r, int parts)
 {
     size_t lo, hi;
-    if (!hog(r)->beside || r->m->ndecay >= r->n)
+    if (r->m->ndecay >= r->n)
         return r->ps.nranges;
     for (int s = parts - 1; s < r->ps.nranges; s++) {
         gt_ps_stripes_span(&r->ps, s, s + 1, &lo, &hi);
@@ -581,18 +562,17 @@ static int hogwild_tail_stripe(const run *r, int parts)
     return r->ps.nranges;
 }
 
-/* Parts of whole stripes, as even as the stripes allow. A device that exchanges beside its step
- * takes them as its backward finishes them (device.h's exchange), the biases and batch norm's
- * in a last part of their own; else each worker takes them from its own first (as a whole push
- * starts at its own stripe), so workers rarely wait on each other's locks. */
-static void hogwild_parts_init(run *r, gt_device **devices)
+/* Parts of whole stripes, as even as the stripes allow, the biases and batch norm's in a last
+ * part of their own. Each worker lists them from its own first (as a whole push starts at its own
+ * stripe), so workers rarely wait on each other's locks; a GPU's backward that marks them takes
+ * them as it finishes them (device.h's exchange). */
+static void hogwild_parts_init(run *r)
 {
     hogwild_run *h = hog(r);
-    int parts = hogwild_parts(r, devices);
+    int parts = hogwild_parts(r);
     if (parts < 2)
         return; /* r->store_parts stays 0: whole */
     r->store_parts = parts;
-    h->beside = hogwild_beside(r);
     int tail = hogwild_tail_stripe(r, parts), body = tail < r->ps.nranges ? parts - 1 : parts;
     for (int k = 0; k <= body; k++)
         h->part_s[k] = (int)((int64_t)k * tail / body);
@@ -617,7 +597,7 @@ static void hogwild_parts_init(run *r, gt_device **devices)
 static int hogwild_init(run *r, gt_device **devices, const gt_start *start, gt_err *e)
 {
     (void)start;
-    hogwild_parts_init(r, devices);
+    hogwild_parts_init(r);
     hog(r)->orphans = calloc((size_t)(HOGWILD_ORPHANS_PER_WORKER * r->W), sizeof(range));
     if (!hog(r)->orphans)
         return gt_fail(e, "out of memory");

@@ -73,11 +73,10 @@ typedef enum gt_normalize {
 
 #define GT_MAX_ITEMS 1024 /* images and ranges one predict command takes */
 
-/* --store-parts: the most parts, and auto's count where the model is large enough (mode_hogwild.c):
- * more where the parts go beside the backward, as it finishes them */
+/* --store-parts: the most parts, and auto's count where the model is large enough (mode_hogwild.c;
+ * 16 beside the backward: calls 50-51, 8 before it went there) */
 #define GT_STORE_PARTS_MAX 64
-#define GT_STORE_PARTS_AUTO 8
-#define GT_STORE_PARTS_AUTO_BESIDE 16
+#define GT_STORE_PARTS_AUTO 16
 #define GT_STORE_PARTS_MIN_PARAMS ((size_t)1 << 20)
 
 typedef struct gt_config {
@@ -114,8 +113,7 @@ typedef struct gt_config {
                                      its worker included (0: auto, gt_ps_default_threads) */
     int store_parts;              /* --store-parts: hogwild's store step in this many parts, whose
                                      download, update and upload overlap (0, 1: whole; -1: auto,
-                                     GT_STORE_PARTS_AUTO(_BESIDE) on GPUs for large
-                                     models) */
+                                     GT_STORE_PARTS_AUTO on GPUs for large models) */
     int overlap_predict;          /* --overlap: step k+1 starts from its pulled parameters minus
                                      step k's plain SGD step (recipe.c; off with --literal) */
     int eval_every;               /* at multiples of this many of the run's steps (optimizer

@@ -97,8 +97,8 @@ typedef struct gt_device_ops {
     int (*ema_set)(gt_device *d, const float *src, gt_err *e);
     int (*ema_update)(gt_device *d, float decay, gt_err *e);
     int (*ema_get)(gt_device *d, float *dst, gt_err *e);
-    /* Optional (NULL: the caller does it serially, calling part(arg, k) for every k in order and
-     * then load_params): hogwild's store step in parts (--store-parts). After a train_step with
+    /* Optional (NULL: hogwild pushes whole steps): hogwild's store step in parts (--store-parts;
+     * the CPU's one part after another, each checked for Inf and NaN). After a train_step with
      * d->grad_later set, which left the gradient on the device, or after a step_queue with it set,
      * while that step still runs, part k of the nparts (parameters [bounds[k], bounds[k + 1]),
      * bounds ascending from 0 to nparams, taken in the order order[k] lists) is downloaded into
