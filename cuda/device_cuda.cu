@@ -605,9 +605,6 @@ static int cuda_backward_marker(cuda_impl *g, const gt_layer *L, int l, int n, f
     return gt_fail(e, "%s: layer %d is not a block marker", c->name, l);
 }
 
-/* Backward from dact[0] (the loss gradient); the first layer computes no input gradient (a
- * first batch norm still gets a scratch buffer for it: cuDNN writes one). Layers without
- * parameters stop at the first layer, as on the CPU. */
 /* ---- hogwild's store step in parts: the exchange's streams and the step's marks ------------ */
 
 static int cuda_xchg_open(gt_device *d, cuda_xchg *x, gt_err *e)
@@ -665,26 +662,34 @@ static int cuda_marks_plan(gt_device *d, cuda_impl *g, gt_err *e)
     return 1;
 }
 
-/* After layer l's backward: each part it finishes gets its flag (any Inf or NaN in its gradient)
- * and its final event, an event node of the step's graph where the step is being captured. */
-static int cuda_mark_parts(cuda_impl *g, int l, gt_err *e)
+/* Part k of bounds is final on the compute stream: its flag (any Inf or NaN in its gradient) and
+ * its final event, an event node of the step's graph where the step is being captured. */
+static int cuda_mark_part(cuda_impl *g, const size_t *bounds, int k, gt_err *e)
 {
     cuda_xchg *x = &g->xchg;
     gt_cuda_ctx *c = g->ctx;
     cudaStreamCaptureStatus cs;
     GT_CUDA_CHECK(c->name, e, cudaStreamIsCapturing(c->stream, &cs));
     unsigned flags = cs == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : 0;
-    for (int k = 0; k < x->nmarks; k++) {
-        if (x->mark_layer[k] != l)
-            continue;
-        if (gt_cuda_flag_nonfinite(c, g->grad + x->bounds[k], x->bounds[k + 1] - x->bounds[k],
-                                   x->flag + k, e))
-            return -1;
-        GT_CUDA_CHECK(c->name, e, cudaEventRecordWithFlags(x->final[k], c->stream, flags));
-    }
+    if (gt_cuda_flag_nonfinite(c, g->grad + bounds[k], bounds[k + 1] - bounds[k], x->flag + k, e))
+        return -1;
+    GT_CUDA_CHECK(c->name, e, cudaEventRecordWithFlags(x->final[k], c->stream, flags));
     return 0;
 }
 
+/* After layer l's backward: each part it finishes is marked. */
+static int cuda_mark_parts(cuda_impl *g, int l, gt_err *e)
+{
+    const cuda_xchg *x = &g->xchg;
+    for (int k = 0; k < x->nmarks; k++)
+        if (x->mark_layer[k] == l && cuda_mark_part(g, x->bounds, k, e))
+            return -1;
+    return 0;
+}
+
+/* Backward from dact[0] (the loss gradient); the first layer computes no input gradient (a
+ * first batch norm still gets a scratch buffer for it: cuDNN writes one). Layers without
+ * parameters stop at the first layer, as on the CPU. */
 static int cuda_backward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, int marks,
                          gt_err *e)
 {
@@ -1133,12 +1138,9 @@ static int cuda_exchange(gt_device *d, int nparts, const size_t *bounds, const i
     if (!marked) {
         GT_CUDA_CHECK(d->name, e,
                       cudaMemsetAsync(x->flag, 0, (size_t)nparts * sizeof(int), c->stream));
-        for (int k = 0; k < nparts; k++) {
-            if (gt_cuda_flag_nonfinite(c, g->grad + bounds[k], bounds[k + 1] - bounds[k],
-                                       x->flag + k, e))
+        for (int k = 0; k < nparts; k++)
+            if (cuda_mark_part(g, bounds, k, e))
                 return -1;
-            GT_CUDA_CHECK(d->name, e, cudaEventRecord(x->final[k], c->stream));
-        }
     }
     /* Behind a marked step the parts go as its backward finishes them (the last marked first),
      * else as order lists them. */
@@ -1167,13 +1169,14 @@ static int cuda_exchange(gt_device *d, int nparts, const size_t *bounds, const i
     /* A part's upload is queued once its download has landed, after its final event: the step
      * has read those parameters for the last time. */
     int bad = 0;
-    for (int i = 0; i < nparts && !bad; i++) {
+    for (int i = 0; i < nparts; i++) {
         int k = order[i];
         size_t lo = bounds[k], len = bounds[k + 1] - lo;
         GT_CUDA_CHECK(d->name, e, cudaEventSynchronize(x->part[i]));
-        bad = x->flag_host[k] != 0;
-        if (bad)
+        if (x->flag_host[k]) {
+            bad = 1;
             break;
+        }
         part(arg, k);
         GT_CUDA_CHECK(d->name, e,
                       cudaMemcpyAsync(g->params + lo, src + lo, len * sizeof(float),

@@ -208,7 +208,7 @@ static void hogwild_done(run *r, worker *w, const gt_step_out *o, int n, uint32_
 
 /* The store step in parts: one update, part by part, each part's stripes copied out as it left
  * them (gt_ps_update_part); the device overlaps the parts' downloads and uploads with it
- * (device.h's exchange), a device without one has its whole gradient here already. */
+ * (device.h's exchange). */
 typedef struct hogwild_xchg {
     run *r;
     worker *w;
@@ -276,8 +276,8 @@ static int hogwild_step_parts(run *r, worker *w, const gt_batch *b, gt_step_out 
     }
     if (x < 0)
         return -1;
-    if (x > 0)
-        o->grad_status = GT_GRAD_NONFINITE;
+    /* the exchange checked every part, or stopped at a non-finite one */
+    o->grad_status = x > 0 ? GT_GRAD_NONFINITE : GT_GRAD_FINITE;
     return worker_check(r, w, o, step);
 }
 
@@ -311,11 +311,11 @@ static void hogwild_epoch(run *r, worker *w)
         } else if (rc == 0) {
             rc = worker_compute(r, w, &b, &o, step);
             t2 = gt_now();
-        }
-        if (rc == 0 && !r->store_parts) {
-            run_lr lr = run_lr_now(r, 0, 1);
-            gt_ps_push_numbered(&r->ps, w->index, r->W, w->dev->grad, lr.gscale, w->ver, lr.epoch,
-                                &t);
+            if (rc == 0) {
+                run_lr lr = run_lr_now(r, 0, 1);
+                gt_ps_push_numbered(&r->ps, w->index, r->W, w->dev->grad, lr.gscale, w->ver,
+                                    lr.epoch, &t);
+            }
         }
         if (rc < 0) {
             hogwild_fail(r, w, &rg, 1);

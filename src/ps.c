@@ -227,8 +227,8 @@ static void relaxed_copy(float *dst, const float *src, size_t n)
 
 /* Copies n floats into a buffer the host does not read again (a device's upload source),
  * bypassing the caches where it can: a plain store first reads each line it writes, twice the
- * memory traffic of the copy. Fenced, so the device's copy engine
- * that reads dst after this thread's hand-off sees every float. */
+ * memory traffic of the copy. Fenced, so the device's copy engine that reads dst after this
+ * thread's hand-off sees every float. */
 static void copy_out(float *dst, const float *src, size_t n)
 {
 #if defined(__SSE__)
