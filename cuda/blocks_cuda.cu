@@ -411,28 +411,37 @@ __global__ static void bn_partial_kernel(const float *x, const float *dy, const 
     }
 }
 
-/* This thread's channel c (a thread a channel) and its two sums over its S blocks' partials, in
- * double and in block order; false past the last channel. */
+/* This warp's channel c (a warp a channel) and its two sums over its S blocks' partials in
+ * double: lane j adds blocks j, j + 32, ... in order, then the lanes fold in a fixed tree
+ * (deterministic); true in lane 0 of a warp of a channel. Launched with bn_finish_blocks(ch)
+ * blocks of 128 threads. */
 __device__ static bool bn_part_sums(const float *part, unsigned S, unsigned ch, unsigned &c,
                                     double &a, double &b)
 {
-    c = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned t = blockIdx.x * blockDim.x + threadIdx.x, lane = t % 32;
+    c = t / 32; /* the same in every lane of a warp */
     a = 0;
     b = 0;
-    if (c >= ch)
-        return false;
-    for (unsigned s = 0; s < S; s++) {
-        a += part[((size_t)c * S + s) * 2];
-        b += part[((size_t)c * S + s) * 2 + 1];
+    if (c < ch)
+        for (unsigned s = lane; s < S; s += 32) {
+            a += part[((size_t)c * S + s) * 2];
+            b += part[((size_t)c * S + s) * 2 + 1];
+        }
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_down_sync(0xffffffffu, a, o);
+        b += __shfl_down_sync(0xffffffffu, b, o);
     }
-    return true;
+    return c < ch && lane == 0;
 }
+
+static unsigned bn_finish_blocks(int ch) { return (unsigned)(((size_t)ch * 32 + 127) / 128); }
 
 /* Forward: the batch's mean and inverse std into save (cuDNN's saveMean and saveInvVariance,
  * what backward reads), the running statistics moved by factor (1: replaced; the unbiased
  * variance, as cuDNN and PyTorch), and y's coefficients (mean, gamma * invstd) into coef. */
-__global__ static void bn_forward_finish_kernel(const float *x, const float *part, unsigned S,
-                                                unsigned ch, unsigned plane, double m,
+template <typename T>
+__global__ static void bn_forward_finish_kernel(const T *x, size_t stride, const float *part,
+                                                unsigned S, unsigned ch, double m,
                                                 const float *gamma, double factor, float *rmean,
                                                 float *rvar, float *save, float *coef)
 {
@@ -440,7 +449,7 @@ __global__ static void bn_forward_finish_kernel(const float *x, const float *par
     double s1, s2;
     if (!bn_part_sums(part, S, ch, c, s1, s2))
         return;
-    double d = s1 / m, mean = (double)x[(size_t)c * plane] + d, var = s2 / m - d * d;
+    double d = s1 / m, mean = (double)t_load(x + (size_t)c * stride) + d, var = s2 / m - d * d;
     var = var > 0 ? var : 0;
     double unbiased = m > 1 ? var * m / (m - 1) : var;
     double invstd = 1.0 / sqrt(var + GT_BN_EPS);
@@ -533,9 +542,14 @@ static int bn_splits(const gt_cuda_ctx *c, int n, int ch)
     return want > n ? n : want;
 }
 
+/* The channels-last kernels' splits of the rows (below). */
+#define BN_NHWC_SPLITS_MAX 512
+
 size_t gt_cuda_bn_scratch_len(const gt_cuda_ctx *c, int ch)
 {
-    return 3 * (size_t)ch + 2 * (size_t)ch * (size_t)bn_splits_max(c, ch);
+    size_t splits = (size_t)bn_splits_max(c, ch);
+    splits = splits > BN_NHWC_SPLITS_MAX ? splits : BN_NHWC_SPLITS_MAX;
+    return 3 * (size_t)ch + 2 * (size_t)ch * splits;
 }
 
 static int bn_shape_ok(gt_cuda_ctx *c, int n, int ch, size_t plane, gt_err *e)
@@ -560,9 +574,9 @@ int gt_cuda_bn_forward_train(gt_cuda_ctx *c, const float *x, float *y, int n, in
     bn_partial_kernel<<<dim3((unsigned)ch, (unsigned)S), BN_THREADS, 0, c->stream>>>(
         x, NULL, NULL, (unsigned)n, (unsigned)ch, (unsigned)plane, part, vec4);
     GT_CUDA_LAUNCHED(c->name, e);
-    bn_forward_finish_kernel<<<(ch + 127) / 128, 128, 0, c->stream>>>(
-        x, part, (unsigned)S, (unsigned)ch, (unsigned)plane, (double)n * (double)plane, gamma,
-        factor, rmean, rvar, save, coef);
+    bn_forward_finish_kernel<float><<<bn_finish_blocks(ch), 128, 0, c->stream>>>(
+        x, plane, part, (unsigned)S, (unsigned)ch, (double)n * (double)plane, gamma, factor,
+        rmean, rvar, save, coef);
     GT_CUDA_LAUNCHED(c->name, e);
     unsigned total = (unsigned)((size_t)n * ch * plane);
     bn_apply_kernel<<<gt_cuda_grid(vec4 ? total / 4 : total), GT_CUDA_THREADS, 0, c->stream>>>(
@@ -583,7 +597,7 @@ int gt_cuda_bn_backward(gt_cuda_ctx *c, const float *x, const float *dy, float *
     bn_partial_kernel<<<dim3((unsigned)ch, (unsigned)S), BN_THREADS, 0, c->stream>>>(
         x, dy, save, (unsigned)n, (unsigned)ch, (unsigned)plane, part, vec4);
     GT_CUDA_LAUNCHED(c->name, e);
-    bn_backward_finish_kernel<<<(ch + 127) / 128, 128, 0, c->stream>>>(
+    bn_backward_finish_kernel<<<bn_finish_blocks(ch), 128, 0, c->stream>>>(
         part, (unsigned)S, (unsigned)ch, (double)n * (double)plane, gamma, save, dgamma, dbeta,
         coef);
     GT_CUDA_LAUNCHED(c->name, e);
@@ -591,6 +605,379 @@ int gt_cuda_bn_backward(gt_cuda_ctx *c, const float *x, const float *dy, float *
     bn_backward_apply_kernel<<<gt_cuda_grid(vec4 ? total / 4 : total), GT_CUDA_THREADS, 0,
                                c->stream>>>(x, dy, dx, total, (unsigned)ch, (unsigned)plane, save,
                                             coef, vec4);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+/* ---- bf16 channels-last activations end to end ---------------------------------------------- */
+
+/* Where a residual network's activations between its stem and its global average pool are bf16
+ * NHWC arrays (device_cuda.cu's channels-last path), these run its layers on them: values are
+ * widened to fp32 for the arithmetic and rounded to bf16 (nearest even) once on the way out;
+ * statistics and sums stay fp32 or double as in the NCHW kernels above. Arrays are n x plane x
+ * ch, ch the fastest; element-wise kernels move eight values (16 bytes) a load where the arrays
+ * are 16-byte aligned. */
+typedef __nv_bfloat16 bf16;
+
+__device__ static inline void bf8_load(const bf16 *p, float v[8])
+{
+    uint4 u = *(const uint4 *)p;
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float2 f = __bfloat1622float2(h[k]);
+        v[2 * k] = f.x;
+        v[2 * k + 1] = f.y;
+    }
+}
+
+__device__ static inline void bf8_store(bf16 *p, const float v[8])
+{
+    uint4 u;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+    *(uint4 *)p = u;
+}
+
+enum { EW_RELU, EW_RELU_BACKWARD, EW_ADD };
+
+/* EW_RELU: max(a, 0), NaN passed on (cuDNN's ReLU); EW_RELU_BACKWARD: a the output, b its
+ * gradient; EW_ADD: a + b. */
+template <int OP> __device__ static inline float ew_op(float a, float b)
+{
+    if constexpr (OP == EW_RELU)
+        return a > 0.0f || a != a ? a : 0.0f;
+    else if constexpr (OP == EW_RELU_BACKWARD)
+        return a > 0.0f ? b : 0.0f;
+    else
+        return a + b;
+}
+
+template <int OP>
+__global__ static void ew_bf16_kernel(const bf16 *a, const bf16 *b, bf16 *y, size_t len, int vec8)
+{
+    size_t n8 = vec8 ? len / 8 : 0;
+    GT_CUDA_GRID_STRIDE(i, n8)
+    {
+        float u[8], v[8] = {0};
+        bf8_load(a + 8 * i, u);
+        if constexpr (OP != EW_RELU)
+            bf8_load(b + 8 * i, v);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            u[k] = ew_op<OP>(u[k], v[k]);
+        bf8_store(y + 8 * i, u);
+    }
+    GT_CUDA_GRID_STRIDE(j, len - 8 * n8)
+    {
+        size_t i = 8 * n8 + j;
+        float v = OP != EW_RELU ? __bfloat162float(b[i]) : 0.0f;
+        y[i] = __float2bfloat16_rn(ew_op<OP>(__bfloat162float(a[i]), v));
+    }
+}
+
+template <int OP>
+static int ew_bf16(gt_cuda_ctx *c, const void *a, const void *b, void *y, size_t len, gt_err *e)
+{
+    if (len == 0)
+        return 0;
+    int vec8 = aligned_to(a, 16) && aligned_to(y, 16) && (!b || aligned_to(b, 16));
+    ew_bf16_kernel<OP><<<gt_cuda_grid(vec8 ? len / 8 + 1 : len), GT_CUDA_THREADS, 0, c->stream>>>(
+        (const bf16 *)a, (const bf16 *)b, (bf16 *)y, len, vec8);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+int gt_cuda_relu_nhwc(gt_cuda_ctx *c, const void *x, void *y, size_t len, gt_err *e)
+{
+    return ew_bf16<EW_RELU>(c, x, NULL, y, len, e);
+}
+
+int gt_cuda_relu_backward_nhwc(gt_cuda_ctx *c, const void *y, const void *dy, void *dx,
+                               size_t len, gt_err *e)
+{
+    return ew_bf16<EW_RELU_BACKWARD>(c, y, dy, dx, len, e);
+}
+
+int gt_cuda_add_nhwc(gt_cuda_ctx *c, const void *a, const void *b, void *y, size_t len, gt_err *e)
+{
+    return ew_bf16<EW_ADD>(c, a, b, y, len, e);
+}
+
+/* A thread a (sample, channel): its plane summed in order, as gap_forward_kernel's. */
+__global__ static void gap_forward_nhwc_kernel(const bf16 *x, float *y, size_t rows, unsigned ch,
+                                               size_t plane, float inv)
+{
+    GT_CUDA_GRID_STRIDE(i, rows)
+    {
+        const bf16 *p = x + (i / ch) * plane * ch + i % ch;
+        float s = 0.0f;
+        for (size_t j = 0; j < plane; j++)
+            s += __bfloat162float(p[j * ch]);
+        y[i] = s * inv;
+    }
+}
+
+int gt_cuda_gap_forward_nhwc(gt_cuda_ctx *c, const void *x, float *y, size_t n, int ch,
+                             size_t plane, gt_err *e)
+{
+    size_t rows = n * (size_t)ch;
+    if (rows == 0 || plane == 0)
+        return 0;
+    gap_forward_nhwc_kernel<<<gt_cuda_grid(rows), GT_CUDA_THREADS, 0, c->stream>>>(
+        (const bf16 *)x, y, rows, (unsigned)ch, plane, 1.0f / (float)plane);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+__global__ static void gap_backward_nhwc_kernel(const float *dy, bf16 *dx, size_t total,
+                                                unsigned ch, size_t plane, float inv)
+{
+    GT_CUDA_GRID_STRIDE(i, total)
+    dx[i] = __float2bfloat16_rn(dy[i / ((size_t)ch * plane) * ch + i % ch] * inv);
+}
+
+int gt_cuda_gap_backward_nhwc(gt_cuda_ctx *c, const float *dy, void *dx, size_t n, int ch,
+                              size_t plane, gt_err *e)
+{
+    size_t total = n * (size_t)ch * plane;
+    if (total == 0)
+        return 0;
+    gap_backward_nhwc_kernel<<<gt_cuda_grid(total), GT_CUDA_THREADS, 0, c->stream>>>(
+        dy, (bf16 *)dx, total, (unsigned)ch, plane, 1.0f / (float)plane);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+/* Batch norm on channels-last bf16 (ch a multiple of 8, arrays 16-byte aligned): block (g, s)
+ * sums rows [rows s / S, rows (s + 1) / S) of channel octets [g P, g P + P), P = min(ch / 8,
+ * BN_THREADS): thread t takes octet t % P (eight channels, one 16-byte load a row) in every R-th
+ * row from t / P, R = BN_THREADS / P, so that a warp reads contiguous bytes and every thread has
+ * a wide load in flight. The R lanes of a channel are then added in order, and the partials go
+ * where bn_partial_kernel's go ([ch][S][2]), for the same finish kernels: the same sums in
+ * another order. */
+__global__ static void bn_partial_nhwc_kernel(const bf16 *x, const bf16 *dy, const float *save,
+                                              unsigned rows, unsigned ch, float *part)
+{
+    __shared__ float sm[16][BN_THREADS];
+    unsigned octs = ch / 8, P = octs < BN_THREADS ? octs : BN_THREADS, R = BN_THREADS / P;
+    unsigned t = threadIdx.x, lane = t % P, r0 = t / P, oct = blockIdx.x * P + lane;
+    unsigned s = blockIdx.y, S = gridDim.y;
+    unsigned row0 = (unsigned)((unsigned long long)rows * s / S);
+    unsigned row1 = (unsigned)((unsigned long long)rows * (s + 1) / S);
+    int backward = dy != NULL, on = r0 < R && oct < octs;
+    unsigned c = 8 * oct;
+    float a[8] = {0}, b[8] = {0};
+    if (on) {
+        float sh[8], is[8];
+        if (backward)
+            for (int k = 0; k < 8; k++) {
+                sh[k] = save[c + k];
+                is[k] = save[ch + c + k];
+            }
+        else {
+            bf8_load(x + c, sh);
+            for (int k = 0; k < 8; k++)
+                is[k] = 1.0f;
+        }
+#pragma unroll 4
+        for (unsigned r = row0 + r0; r < row1; r += R) {
+            size_t at = (size_t)r * ch + c;
+            float xv[8], g[8] = {0};
+            bf8_load(x + at, xv);
+            if (backward)
+                bf8_load(dy + at, g);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                bn_acc(xv[k], g[k], backward, sh[k], is[k], a[k], b[k]);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        sm[k][t] = a[k];
+        sm[8 + k][t] = b[k];
+    }
+    __syncthreads();
+    for (unsigned q = t; q < 8 * P; q += BN_THREADS) { /* channel 8 (g P + q / 8) + q % 8 */
+        unsigned ql = q / 8, k = q % 8, qc = 8 * (blockIdx.x * P + ql) + k;
+        if (qc >= ch)
+            continue;
+        float A = 0.0f, B = 0.0f;
+        for (unsigned r = 0; r < R; r++) {
+            A += sm[k][r * P + ql];
+            B += sm[8 + k][r * P + ql];
+        }
+        part[((size_t)qc * S + s) * 2] = A;
+        part[((size_t)qc * S + s) * 2 + 1] = B;
+    }
+}
+
+/* Inference: coef = (running mean, gamma * invstd) as bn_forward_finish_kernel's, invstd from
+ * the running variance (src/layers.c's gt_batchnorm_forward_eval). */
+__global__ static void bn_infer_coef_kernel(unsigned ch, const float *gamma, const float *rmean,
+                                            const float *rvar, float *coef)
+{
+    unsigned c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= ch)
+        return;
+    coef[c] = rmean[c];
+    coef[ch + c] = gamma[c] * (float)(1.0 / sqrt((double)rvar[c] + GT_BN_EPS));
+}
+
+/* y = (x - mean) * k + beta a channel (bn_apply_kernel's order), then max(y, 0) with relu. vec8:
+ * ch a multiple of 8 and the arrays 16-byte aligned (eight channels of one row a thread). */
+__global__ static void bn_apply_nhwc_kernel(const bf16 *x, bf16 *y, size_t total, unsigned ch,
+                                            const float *coef, const float *beta, int relu,
+                                            int vec8)
+{
+    if (vec8) {
+        GT_CUDA_GRID_STRIDE(i, total / 8)
+        {
+            unsigned c0 = (unsigned)(8 * i % ch);
+            float v[8];
+            bf8_load(x + 8 * i, v);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                v[k] = (v[k] - coef[c0 + k]) * coef[ch + c0 + k] + beta[c0 + k];
+                v[k] = relu ? ew_op<EW_RELU>(v[k], 0.0f) : v[k];
+            }
+            bf8_store(y + 8 * i, v);
+        }
+        return;
+    }
+    GT_CUDA_GRID_STRIDE(i, total)
+    {
+        unsigned c = (unsigned)(i % ch);
+        float v = (__bfloat162float(x[i]) - coef[c]) * coef[ch + c] + beta[c];
+        y[i] = __float2bfloat16_rn(relu ? ew_op<EW_RELU>(v, 0.0f) : v);
+    }
+}
+
+/* dx = a dy - k (x - mean) - d a channel, bn_backward_apply_kernel's coefficients. */
+__global__ static void bn_backward_apply_nhwc_kernel(const bf16 *x, const bf16 *dy, bf16 *dx,
+                                                     size_t total, unsigned ch,
+                                                     const float *save, const float *coef,
+                                                     int vec8)
+{
+    if (vec8) {
+        GT_CUDA_GRID_STRIDE(i, total / 8)
+        {
+            unsigned c0 = (unsigned)(8 * i % ch);
+            float xv[8], g[8];
+            bf8_load(x + 8 * i, xv);
+            bf8_load(dy + 8 * i, g);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                unsigned c = c0 + k;
+                xv[k] = coef[c] * g[k] - coef[ch + c] * (xv[k] - save[c]) - coef[2 * ch + c];
+            }
+            bf8_store(dx + 8 * i, xv);
+        }
+        return;
+    }
+    GT_CUDA_GRID_STRIDE(i, total)
+    {
+        unsigned c = (unsigned)(i % ch);
+        float v = coef[c] * __bfloat162float(dy[i]) -
+                  coef[ch + c] * (__bfloat162float(x[i]) - save[c]) - coef[2 * ch + c];
+        dx[i] = __float2bfloat16_rn(v);
+    }
+}
+
+/* The channels-last partial kernel's grid: octet groups by splits of the rows, about eight
+ * blocks a multiprocessor, each thread at least a row. */
+static dim3 bn_nhwc_grid(const gt_cuda_ctx *c, size_t rows, int ch)
+{
+    unsigned octs = (unsigned)ch / 8, P = octs < BN_THREADS ? octs : BN_THREADS;
+    unsigned groups = (octs + P - 1) / P, R = BN_THREADS / P;
+    size_t S = (size_t)(8 * (c->sms > 0 ? c->sms : 132)) / groups, most = rows / R;
+    S = S > BN_NHWC_SPLITS_MAX ? BN_NHWC_SPLITS_MAX : S;
+    S = S > most ? most : S;
+    return dim3(groups, (unsigned)(S < 1 ? 1 : S));
+}
+
+static int bn_nhwc_vec8(int ch, const void *a, const void *b, const void *y)
+{
+    return ch % 8 == 0 && aligned_to(a, 16) && (!b || aligned_to(b, 16)) && aligned_to(y, 16);
+}
+
+static int bn_nhwc_shape_ok(gt_cuda_ctx *c, int n, int ch, size_t plane, const void *x,
+                            const void *dy, gt_err *e)
+{
+    if (bn_shape_ok(c, n, ch, plane, e))
+        return -1;
+    if (ch % 8 || !aligned_to(x, 16) || (dy && !aligned_to(dy, 16)))
+        return gt_fail(e, "%s: channels-last batch norm over %d channels (a multiple of 8 only, "
+                          "16-byte aligned)",
+                       c->name, ch);
+    return 0;
+}
+
+int gt_cuda_bn_forward_train_nhwc(gt_cuda_ctx *c, const void *x, void *y, int n, int ch,
+                                  size_t plane, const float *gamma, const float *beta,
+                                  double factor, float *rmean, float *rvar, float *save,
+                                  float *scratch, int relu, gt_err *e)
+{
+    if (bn_nhwc_shape_ok(c, n, ch, plane, x, NULL, e))
+        return -1;
+    size_t rows = (size_t)n * plane, total = rows * (size_t)ch;
+    dim3 grid = bn_nhwc_grid(c, rows, ch);
+    float *coef = scratch, *part = scratch + 3 * (size_t)ch;
+    bn_partial_nhwc_kernel<<<grid, BN_THREADS, 0, c->stream>>>((const bf16 *)x, NULL, NULL,
+                                                              (unsigned)rows, (unsigned)ch, part);
+    GT_CUDA_LAUNCHED(c->name, e);
+    bn_forward_finish_kernel<bf16><<<bn_finish_blocks(ch), 128, 0, c->stream>>>(
+        (const bf16 *)x, 1, part, grid.y, (unsigned)ch, (double)rows, gamma, factor, rmean, rvar,
+        save, coef);
+    GT_CUDA_LAUNCHED(c->name, e);
+    int vec8 = bn_nhwc_vec8(ch, x, NULL, y);
+    bn_apply_nhwc_kernel<<<gt_cuda_grid(vec8 ? total / 8 : total), GT_CUDA_THREADS, 0,
+                           c->stream>>>((const bf16 *)x, (bf16 *)y, total, (unsigned)ch, coef,
+                                        beta, relu, vec8);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+int gt_cuda_bn_forward_infer_nhwc(gt_cuda_ctx *c, const void *x, void *y, int n, int ch,
+                                  size_t plane, const float *gamma, const float *beta,
+                                  const float *rmean, const float *rvar, float *scratch, int relu,
+                                  gt_err *e)
+{
+    if (bn_nhwc_shape_ok(c, n, ch, plane, x, NULL, e))
+        return -1;
+    size_t total = (size_t)n * plane * (size_t)ch;
+    bn_infer_coef_kernel<<<(ch + 127) / 128, 128, 0, c->stream>>>((unsigned)ch, gamma, rmean,
+                                                                  rvar, scratch);
+    GT_CUDA_LAUNCHED(c->name, e);
+    int vec8 = bn_nhwc_vec8(ch, x, NULL, y);
+    bn_apply_nhwc_kernel<<<gt_cuda_grid(vec8 ? total / 8 : total), GT_CUDA_THREADS, 0,
+                           c->stream>>>((const bf16 *)x, (bf16 *)y, total, (unsigned)ch, scratch,
+                                        beta, relu, vec8);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+int gt_cuda_bn_backward_nhwc(gt_cuda_ctx *c, const void *x, const void *dy, void *dx, int n,
+                             int ch, size_t plane, const float *gamma, const float *save,
+                             float *dgamma, float *dbeta, float *scratch, gt_err *e)
+{
+    if (bn_nhwc_shape_ok(c, n, ch, plane, x, dy, e))
+        return -1;
+    size_t rows = (size_t)n * plane, total = rows * (size_t)ch;
+    dim3 grid = bn_nhwc_grid(c, rows, ch);
+    float *coef = scratch, *part = scratch + 3 * (size_t)ch;
+    bn_partial_nhwc_kernel<<<grid, BN_THREADS, 0, c->stream>>>(
+        (const bf16 *)x, (const bf16 *)dy, save, (unsigned)rows, (unsigned)ch, part);
+    GT_CUDA_LAUNCHED(c->name, e);
+    bn_backward_finish_kernel<<<bn_finish_blocks(ch), 128, 0, c->stream>>>(
+        part, grid.y, (unsigned)ch, (double)rows, gamma, save, dgamma, dbeta, coef);
+    GT_CUDA_LAUNCHED(c->name, e);
+    int vec8 = bn_nhwc_vec8(ch, x, dy, dx);
+    bn_backward_apply_nhwc_kernel<<<gt_cuda_grid(vec8 ? total / 8 : total), GT_CUDA_THREADS, 0,
+                                    c->stream>>>((const bf16 *)x, (const bf16 *)dy, (bf16 *)dx,
+                                                 total, (unsigned)ch, save, coef, vec8);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }

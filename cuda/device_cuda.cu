@@ -111,6 +111,10 @@ typedef struct cuda_impl {
     int fusable, fused, graphs;        /* see gt_cuda_path */
     int layers_ready;                  /* cuda_plan_layers ran: the layer path can run */
     int no_half_copies;                /* bf16 steps leave act_half unused (tests) */
+    int nhwc_end;                      /* bf16 channels-last path (cuda_nhwc_plan): act[1] to
+                                        * act[nhwc_end] are bf16 NHWC, nhwc_end the global average
+                                        * pool's layer; 0: every activation NCHW fp32 */
+    char bn_relu[GT_MAX_LAYERS];       /* channels-last batch norm l applies ReLU l + 1 too */
     cuda_graph graph[CUDA_GRAPHS];
     uint64_t nsteps;
     char graph_error[GT_ERRLEN];       /* why capture failed; "" if it never did */
@@ -150,6 +154,53 @@ static int act_owner(const gt_model *m, int l)
             break;
     }
     return l;
+}
+
+/* ---- bf16 channels-last activations ---------------------------------------------------------- */
+
+/* bf16 precision keeps a residual network's activations in bf16 channels-last (NHWC) from its
+ * stem convolution's output to its global average pool's input, as PyTorch's channels-last
+ * autocast does: the convolutions read and write them directly, and batch norm, ReLU, the
+ * residual adds and the pool run blocks_cuda.cu's bf16 NHWC kernels, their gradients flowing
+ * back in bf16 too (parameters, their gradients and batch norm's statistics stay fp32). The
+ * NCHW fp32 path rounds each convolution's input into a channels-last copy and widens its output
+ * back, three passes over every activation a layer that this path does not make. It needs: a
+ * first layer that is a convolution, then only bias-free convolutions, batch norm, ReLU and block
+ * markers up to a global average pool, every activation between them of a multiple of 8 channels
+ * (batch norm's kernels load eight channels at once).
+ * The layer returned is that pool's (0: the model stays NCHW fp32). */
+static int cuda_nhwc_plan(const gt_model *m)
+{
+    if (m->nlayers < 2 || m->layers[0].kind != GT_CONV)
+        return 0;
+    for (int l = 0; l < m->nlayers; l++) {
+        const gt_layer *L = &m->layers[l];
+        if (L->kind == GT_GAP)
+            return l;
+        if (L->out_c % 8 || (L->kind == GT_CONV && L->b_len))
+            return 0;
+        if (L->kind != GT_CONV && L->kind != GT_BATCHNORM && L->kind != GT_RELU &&
+            L->kind != GT_RES_BEGIN && L->kind != GT_RES_SPLIT && L->kind != GT_RES_END)
+            return 0;
+    }
+    return 0;
+}
+
+/* act[l] is a bf16 channels-last array. */
+static int act_nhwc(const cuda_impl *g, int l) { return g->nhwc_end && l >= 1 && l <= g->nhwc_end; }
+
+/* Marks each layer's side of the channels-last path (after gt_cuda_layer_init) and the batch
+ * norms that apply their ReLU: the ReLU's input is then never written, which nothing else reads
+ * (a block marker's peer is a marker, never a ReLU). */
+static void cuda_nhwc_mark(cuda_impl *g, const gt_model *m)
+{
+    for (int l = 0; l < m->nlayers; l++) {
+        g->layer[l].nhwc_in = act_nhwc(g, l);
+        g->layer[l].nhwc_out = act_nhwc(g, l + 1);
+        g->bn_relu[l] = m->layers[l].kind == GT_BATCHNORM && l + 1 < m->nlayers &&
+                        m->layers[l + 1].kind == GT_RELU && act_nhwc(g, l + 1) &&
+                        act_nhwc(g, l + 2);
+    }
 }
 
 /* ---- captured steps -------------------------------------------------------------------------- */
@@ -321,7 +372,7 @@ static int cuda_alloc_half(gt_device *d, cuda_impl *g, gt_err *e)
         return -1;
     for (int l = 0; l < m->nlayers; l++) {
         int o = act_owner(m, l);
-        if (m->layers[l].kind == GT_CONV && !g->act_half[o] &&
+        if (m->layers[l].kind == GT_CONV && !act_nhwc(g, o) && !g->act_half[o] &&
             gt_cuda_malloc(g->ctx, &g->act_half[o],
                            (size_t)d->max_batch * layer_in_len(m, o) * 2, e))
             return -1;
@@ -428,6 +479,8 @@ static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
             size_t layer_need = 0;
             if (!pass && gt_cuda_layer_init(c, &g->layer[l], &m->layers[l], (uint32_t)l, e))
                 return -1;
+            if (!pass && l == m->nlayers - 1)
+                cuda_nhwc_mark(g, m);
             if (m->layers[l].kind != GT_CONV)
                 continue;
             int rc = cuda_plan_conv(d, g, l, pass, &layer_need, e);
@@ -513,8 +566,8 @@ static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch 
 static void *conv_x_half(const cuda_impl *g, const gt_model *m, int l, const float *x, int train)
 {
     int o = act_owner(m, l);
-    if (!train || g->no_half_copies || m->layers[l].kind != GT_CONV || !g->act_half[o] ||
-        x != g->act[o])
+    if (!train || g->no_half_copies || m->layers[l].kind != GT_CONV || act_nhwc(g, o) ||
+        !g->act_half[o] || x != g->act[o])
         return NULL;
     return g->act_half[o];
 }
@@ -550,9 +603,15 @@ static int cuda_forward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, cons
                                                                              : NULL;
         if (pass.y_half)
             rounded[l + 1] = 1;
-        if (gt_cuda_layer_forward(g->ctx, &g->layer[l], &pass, x, g->act[l + 1], e))
+        pass.relu = g->bn_relu[l];
+        float *y = g->act[l + 1 + pass.relu];
+        if (gt_cuda_layer_forward(g->ctx, &g->layer[l], &pass, x, y, e))
             return -1;
-        x = g->act[l + 1];
+        x = y;
+        if (pass.relu) { /* the ReLU after it ran too */
+            l++;
+            in[l] = g->act[l];
+        }
     }
     *logits = x;
     return 0;
@@ -576,17 +635,19 @@ static int cuda_backward_marker(cuda_impl *g, const gt_layer *L, int l, int n, f
     gt_cuda_ctx *c = g->ctx;
     float **kept = &branch[g->depth[l]];
     size_t len = (size_t)n * L->out_len;
+    int half = act_nhwc(g, l + 1); /* gradients as bf16 channels-last */
     switch (L->kind) {
     case GT_RES_END:
         GT_CUDA_CHECK(c->name, e,
-                      cudaMemcpyAsync(*kept, *dy, len * sizeof(float), cudaMemcpyDeviceToDevice,
-                                      c->stream));
+                      cudaMemcpyAsync(*kept, *dy, len * (half ? 2 : sizeof(float)),
+                                      cudaMemcpyDeviceToDevice, c->stream));
         return 0;
     case GT_RES_SPLIT:
         swap_ptr(dy, kept);
         return 0;
     case GT_RES_BEGIN:
-        if (gt_cuda_add(c, *dy, *kept, *dx, len, e))
+        if (half ? gt_cuda_add_nhwc(c, *dy, *kept, *dx, len, e)
+                 : gt_cuda_add(c, *dy, *kept, *dx, len, e))
             return -1;
         swap_ptr(dy, dx);
         return 0;
@@ -752,7 +813,7 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
     slot_layout lay = slot_layout_for(n, g->in_len);
     gt_cuda_pass pass = {n, g->params, g->grad, NULL, (const uint32_t *)(s->dev + lay.ids), 0, 0,
                          (const gt_cuda_key *)s->dev, 1, d->keep_grad ? g->buffers : g->stats,
-                         d->keep_grad, NULL, g->params_half, NULL, 0, NULL};
+                         d->keep_grad, NULL, g->params_half, NULL, 0, NULL, 0};
     const float *logits;
     if (g->params_half && cuda_params_half(g, m, e))
         return -1;
@@ -1053,7 +1114,7 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
     if (g->fused && !d->eval_pred)
         return gt_fused_eval(c, &g->fnet, g->params, g->eval_x, g->eval_y, n, g->result, e);
     gt_cuda_pass pass = {n_fwd, g->params, NULL, NULL, NULL, 0, 0, NULL, 0, g->buffers, 0, NULL,
-                         g->params_half, NULL, 0, NULL}; /* params_half: cuda_evaluate's */
+                         g->params_half, NULL, 0, NULL, 0}; /* params_half: cuda_evaluate's */
     const float *logits;
     if (gt_cuda_input(c, d->model, g->eval_x, g->act[0], n_fwd, e) ||
         cuda_forward(g, d->model, pass, &logits, e) ||
@@ -1392,6 +1453,7 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
         return -1;
     }
     snprintf(d->name, sizeof d->name, "%s", g->ctx->name);
+    g->nhwc_end = g->ctx->bf16 ? cuda_nhwc_plan(m) : 0;
     if (cuda_alloc_buffers(d, g, e) || cuda_plan_fused(d, g, e) ||
         (!g->fused && cuda_plan_layers(d, g, e))) {
         cuda_close(d);

@@ -270,6 +270,8 @@ typedef struct gt_cuda_layer {
     float *bn_save;           /* batch norm: the batch mean and inverse std of its forward (2 C) */
     float *bn_scratch;        /* batch norm: partial sums and coefficients (blocks_cuda.cu) */
     struct gt_conv_engines *eng; /* bf16 convolution: its backend-API plans (conv_engine.cu) */
+    int nhwc_in, nhwc_out;    /* its input / output is a bf16 channels-last array (set by the
+                                 device after init: device_cuda.cu's channels-last path) */
 } gt_cuda_layer;
 
 /* ---- bf16 convolutions through cuDNN's backend API (conv_engine.cu) ------------------------- */
@@ -327,6 +329,7 @@ typedef struct gt_cuda_pass {
                                  that wrote x) */
     void *y_half;             /* bf16 training, ReLU: where its output's bf16 copy goes too (a
                                  convolution's x_half); NULL: none */
+    int relu;                 /* channels-last batch norm: apply the ReLU after it as well */
 } gt_cuda_pass;
 
 /* Creates the descriptors of L (layer number index of its model); checks that cuDNN agrees with
@@ -455,6 +458,35 @@ int gt_cuda_filter_to_krsc_bf16(gt_cuda_ctx *c, const float *w, void *dst, int k
                                 int rs, gt_err *e);
 int gt_cuda_filter_add_krsc_bf16(gt_cuda_ctx *c, const void *src, float *dw, int k, int ch,
                                  int rs, gt_err *e);
+
+/* ---- bf16 channels-last activations (blocks_cuda.cu) ---------------------------------------- */
+
+/* A residual network's activations from its stem to its global average pool as bf16 NHWC arrays
+ * (device_cuda.cu's channels-last path, gt_cuda_layer's nhwc_in and nhwc_out): n samples of
+ * plane positions of ch channels, ch the fastest. Each op widens to fp32, computes as its fp32
+ * twin above and rounds once (nearest even); len counts values. */
+int gt_cuda_relu_nhwc(gt_cuda_ctx *c, const void *x, void *y, size_t len, gt_err *e);
+int gt_cuda_relu_backward_nhwc(gt_cuda_ctx *c, const void *y, const void *dy, void *dx,
+                               size_t len, gt_err *e);
+int gt_cuda_add_nhwc(gt_cuda_ctx *c, const void *a, const void *b, void *y, size_t len, gt_err *e);
+/* y[s][ch] (fp32) = the mean of sample s's plane of channel ch; and its gradient, dx (bf16). */
+int gt_cuda_gap_forward_nhwc(gt_cuda_ctx *c, const void *x, float *y, size_t n, int ch,
+                             size_t plane, gt_err *e);
+int gt_cuda_gap_backward_nhwc(gt_cuda_ctx *c, const float *dy, void *dx, size_t n, int ch,
+                              size_t plane, gt_err *e);
+/* Batch norm (ch even) as gt_cuda_bn_forward_train and gt_cuda_bn_backward, and inference with
+ * the running statistics; relu: y = max(y, 0) on the way out (a ReLU after the layer). */
+int gt_cuda_bn_forward_train_nhwc(gt_cuda_ctx *c, const void *x, void *y, int n, int ch,
+                                  size_t plane, const float *gamma, const float *beta,
+                                  double factor, float *rmean, float *rvar, float *save,
+                                  float *scratch, int relu, gt_err *e);
+int gt_cuda_bn_forward_infer_nhwc(gt_cuda_ctx *c, const void *x, void *y, int n, int ch,
+                                  size_t plane, const float *gamma, const float *beta,
+                                  const float *rmean, const float *rvar, float *scratch, int relu,
+                                  gt_err *e);
+int gt_cuda_bn_backward_nhwc(gt_cuda_ctx *c, const void *x, const void *dy, void *dx, int n,
+                             int ch, size_t plane, const float *gamma, const float *save,
+                             float *dgamma, float *dbeta, float *scratch, gt_err *e);
 
 /* ---- the fused LeNet step (fused_cuda.cu, kernels in fused_kernels.cuh) --------------------- */
 

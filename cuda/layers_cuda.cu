@@ -727,11 +727,132 @@ static int bn_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p, 
     return gt_cuda_bn_count(c, count, p->bn_running, e);
 }
 
+/* ---- bf16 channels-last activations (device_cuda.cu's channels-last path) ------------------ */
+
+/* A channels-last convolution's bf16 NHWC input: x itself, or for the stem (whose input is the
+ * fp32 NCHW batch) its copy, the pass's x_half (made here where x_half_fill) or else rounded into
+ * half_a; NULL with e set on failure. */
+static const void *nhwc_conv_input(gt_cuda_ctx *c, const gt_cuda_layer *cl,
+                                   const gt_cuda_pass *p, const float *x, int fill, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    if (cl->nhwc_in)
+        return x;
+    void *to = p->x_half ? p->x_half : c->half_a;
+    if ((!p->x_half || fill) &&
+        gt_cuda_to_nhwc_bf16(c, x, to, (size_t)p->n, L->in_c, (size_t)L->in_h * L->in_w, e))
+        return NULL;
+    return to;
+}
+
+/* The convolution writes straight into y, batch norm (with the ReLU after it where p->relu)
+ * normalises in place of its fp32 kernels, the global average pool widens into fp32 [n][c]. */
+static int nhwc_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p, const float *x,
+                        float *y, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    size_t plane = (size_t)L->in_h * L->in_w, len = (size_t)p->n * L->in_len;
+    switch (L->kind) {
+    case GT_CONV: {
+        if (!cl->planned)
+            return layer_fail(c, cl, e, "convolution algorithms were never chosen");
+        if (!cl->nhwc_out || L->b_len)
+            return layer_fail(c, cl, e, "a channels-last convolution has a bias or fp32 output");
+        const __nv_bfloat16 *w = half_params(c, cl, p, cl->nhwc_in ? 0 : len, e);
+        const void *xh = w ? nhwc_conv_input(c, cl, p, x, p->x_half_fill, e) : NULL;
+        return xh ? gt_conv_engine_run(c, cl, GT_CONV_FWD, xh, w, y, e) : -1;
+    }
+    case GT_BATCHNORM: {
+        if (!p->buffers)
+            return layer_fail(c, cl, e, "batch norm without the model's buffers");
+        float *mean = p->buffers + L->s_off, *var = mean + L->in_c, *count = var + L->in_c;
+        const float *gamma = p->params + L->w_off, *beta = p->params + L->b_off;
+        if (!p->train)
+            return gt_cuda_bn_forward_infer_nhwc(c, x, y, p->n, L->in_c, plane, gamma, beta, mean,
+                                                 var, cl->bn_scratch, p->relu, e);
+        double factor = p->bn_running ? GT_BN_MOMENTUM : 1.0;
+        if (gt_cuda_bn_forward_train_nhwc(c, x, y, p->n, L->in_c, plane, gamma, beta, factor,
+                                          mean, var, cl->bn_save, cl->bn_scratch, p->relu, e))
+            return -1;
+        return gt_cuda_bn_count(c, count, p->bn_running, e);
+    }
+    case GT_RELU:
+        return gt_cuda_relu_nhwc(c, x, y, len, e);
+    case GT_RES_END:
+        if (!p->other)
+            return layer_fail(c, cl, e, "a block's end without its other branch");
+        return gt_cuda_add_nhwc(c, x, p->other, y, len, e);
+    case GT_GAP:
+        return gt_cuda_gap_forward_nhwc(c, x, y, (size_t)p->n, L->in_c, plane, e);
+    case GT_LINEAR:
+    case GT_AVGPOOL:
+    case GT_MAXPOOL:
+    case GT_SIGMOID:
+    case GT_TANH:
+    case GT_DROPOUT:
+    case GT_RES_BEGIN:
+    case GT_RES_SPLIT:
+        break;
+    }
+    return layer_fail(c, cl, e, "no channels-last kernels for this kind of layer");
+}
+
+/* The convolution's weight gradient from x's bf16 NHWC array (the stem's: its copy) and dy as
+ * they are, its input gradient straight into dx. */
+static int nhwc_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
+                         const float *x, const float *y, const float *dy, float *dx, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    size_t plane = (size_t)L->in_h * L->in_w, len = (size_t)p->n * L->in_len;
+    switch (L->kind) {
+    case GT_CONV: {
+        if (!cl->planned || (dx && !cl->need_dx))
+            return layer_fail(c, cl, e, "convolution backward algorithms were never chosen");
+        if (dx && !cl->nhwc_in)
+            return layer_fail(c, cl, e, "an input gradient of a convolution of fp32 input");
+        const __nv_bfloat16 *w = half_params(c, cl, p, cl->nhwc_in ? 0 : len, e);
+        if (!w)
+            return -1;
+        if (!c->half_w || L->w_len > c->half_w_len)
+            return layer_fail(c, cl, e, "the bf16 weight-gradient scratch is missing or too small");
+        const void *xh = nhwc_conv_input(c, cl, p, x, 0, e);
+        if (!xh || gt_conv_engine_run(c, cl, GT_CONV_BWD_FILTER, xh, c->half_w, (void *)dy, e) ||
+            gt_cuda_filter_add_krsc_bf16(c, c->half_w, p->grad + L->w_off, L->out_c, L->in_c,
+                                         L->k * L->k, e))
+            return -1;
+        return dx ? gt_conv_engine_run(c, cl, GT_CONV_BWD_DATA, dx, w, (void *)dy, e) : 0;
+    }
+    case GT_BATCHNORM:
+        if (!p->train || !dx)
+            return layer_fail(c, cl, e, "batch norm backward runs in training, to a buffer");
+        return gt_cuda_bn_backward_nhwc(c, x, dy, dx, p->n, L->in_c, plane,
+                                        p->params + L->w_off, cl->bn_save, p->grad + L->w_off,
+                                        p->grad + L->b_off, cl->bn_scratch, e);
+    case GT_RELU:
+        return dx ? gt_cuda_relu_backward_nhwc(c, y, dy, dx, len, e) : 0;
+    case GT_GAP:
+        return dx ? gt_cuda_gap_backward_nhwc(c, dy, dx, (size_t)p->n, L->in_c, plane, e) : 0;
+    case GT_LINEAR:
+    case GT_AVGPOOL:
+    case GT_MAXPOOL:
+    case GT_SIGMOID:
+    case GT_TANH:
+    case GT_DROPOUT:
+    case GT_RES_BEGIN:
+    case GT_RES_SPLIT:
+    case GT_RES_END:
+        break;
+    }
+    return layer_fail(c, cl, e, "no channels-last kernels for this kind of layer");
+}
+
 int gt_cuda_layer_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
                           const float *x, float *y, gt_err *e)
 {
     if (layer_set_batch(c, cl, p->n, e))
         return -1;
+    if (cl->nhwc_in || cl->nhwc_out)
+        return nhwc_forward(c, cl, p, x, y, e);
     switch (cl->L.kind) {
     case GT_CONV:
         return conv_forward(c, cl, p, x, y, e);
@@ -903,6 +1024,8 @@ int gt_cuda_layer_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass
 {
     if (layer_set_batch(c, cl, p->n, e))
         return -1;
+    if (cl->nhwc_in || cl->nhwc_out)
+        return nhwc_backward(c, cl, p, x, y, dy, dx, e);
     switch (cl->L.kind) {
     case GT_CONV:
         return conv_backward(c, cl, p, x, dy, dx, e);

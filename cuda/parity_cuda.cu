@@ -104,7 +104,7 @@ static int parity_layer_run(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, const pari
         return -1;
     /* Batch norm moves the buffers by momentum, as gt_batchnorm_forward_train does. */
     gt_cuda_pass pass = {n, params, grad, mask, ids, io->seed, io->epoch, NULL, io->train,
-                         buffers, 1, NULL, NULL, NULL, 0, NULL};
+                         buffers, 1, NULL, NULL, NULL, 0, NULL, 0};
     if (gt_cuda_layer_forward(c, cl, &pass, x, y, e) ||
         (io->dy && gt_cuda_layer_backward(c, cl, &pass, x, y, dy, dx, e)))
         return -1;
