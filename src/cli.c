@@ -427,8 +427,9 @@ static const cli_row cli_rows[] = {
     {.name = "precision", .type = CLI_WORD, .field = F(precision), .set = GT_NAMES_PRECISION,
      .commands = CMD_TRAIN | CMD_EVAL,
      .help = "the GPUs' compute: fp32; tf32 (tensor-core products of fp32 data); bf16 "
-             "(convolutions and linear layers on bf16 copies, fp32 accumulation); the store, "
-             "the optimizer and batch norm's statistics stay fp32"},
+             "(convolutions and linear layers on bf16 data, fp32 accumulation; resnet20 and "
+             "resnet18 keep their activations bf16 channels-last); the store, the optimizer and "
+             "batch norm's statistics stay fp32"},
     {.name = "tf32", .type = CLI_SWITCH, .field = F(precision), .lo = GT_PRECISION_TF32,
      .commands = CMD_TRAIN | CMD_EVAL, .help = "--precision tf32"},
 
