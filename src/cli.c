@@ -377,36 +377,39 @@ static const cli_row cli_rows[] = {
              "1.." CLI_STR(GT_MAX_WORKERS) " workers",
      .dflt = "all GPUs if there are any, else cpu:1"},
     {.name = "mode", .value = "MODE", .type = CLI_WORD, .field = F(mode), .set = GT_NAMES_MODE,
-     .commands = CMD_TRAIN, .help = "how the workers combine their gradients",
-     .more = cli_usage_modes},
+     .commands = CMD_TRAIN, .given = GT_GIVEN_MODE, .more = cli_usage_modes,
+     .help = "how the workers combine their gradients",
+     .dflt = "hogwild; resnet20 and resnet18 on GPUs: allreduce, unless an option of a mode "
+             "is given"},
     {.name = "stripes", .value = "N", .type = CLI_INT, .field = F(stripes), .lo = 0, .hi = 65536,
-     .commands = CMD_TRAIN,
+     .commands = CMD_TRAIN, .given = GT_GIVEN_MODE,
      .help = "hogwild lock stripes (0 is lock-free, true Hogwild: no locks, relaxed atomics; "
              "updates may interleave element-wise and be lost)",
      .dflt = "auto, one per 16 KiB of parameters, 1..256"},
     {.name = "staleness", .value = "N", .type = CLI_INT, .field = F(staleness), .lo = 0,
-     .hi = GT_MAX_STALENESS, .commands = CMD_TRAIN,
+     .hi = GT_MAX_STALENESS, .commands = CMD_TRAIN, .given = GT_GIVEN_MODE,
      .help = "ssp: steps a worker may run ahead"},
     {.name = "sync-every", .value = "N", .type = CLI_INT, .field = F(sync_every), .lo = 1,
-     .hi = 1000000, .commands = CMD_TRAIN,
+     .hi = 1000000, .commands = CMD_TRAIN, .given = GT_GIVEN_MODE,
      .help = "local: steps between averages; across hosts (mpirun), also hogwild and ssp: steps "
              "between averages of the hosts' stores"},
     {.name = "balance", .type = CLI_WORD, .field = F(balance), .set = GT_NAMES_BALANCE,
-     .commands = CMD_TRAIN,
+     .commands = CMD_TRAIN, .given = GT_GIVEN_MODE,
      .help = "hogwild: dynamic, a free worker takes the next batch, so faster devices do more; "
              "static, equal shares"},
     {.name = "overlap", .type = CLI_SWITCH, .field = F(overlap), .lo = 1, .commands = CMD_TRAIN,
+     .given = GT_GIVEN_MODE,
      .help = "hogwild: pull and begin step k+1 before pushing step k, so a GPU computes while the "
              "host pushes; every step misses its predecessor's update (one step more staleness). "
              "With SGD each step starts from the pulled parameters minus its predecessor's plain "
              "SGD step (weight prediction; off with --literal)"},
     {.name = "store-step", .type = CLI_SWITCH, .field = F(store_step), .lo = 1,
-     .commands = CMD_TRAIN,
+     .commands = CMD_TRAIN, .given = GT_GIVEN_MODE,
      .help = "keep the parameter store in every step where the GPUs would take the update "
              "themselves (one GPU, sync and local on the GPUs of one host): slower, but sync and "
              "local then go on without a GPU that fails"},
     {.name = "store-parts", .value = "N", .type = CLI_INT, .field = F(store_parts), .lo = 0,
-     .hi = GT_STORE_PARTS_MAX, .commands = CMD_TRAIN,
+     .hi = GT_STORE_PARTS_MAX, .commands = CMD_TRAIN, .given = GT_GIVEN_MODE,
      .help = "hogwild on GPUs: push and pull the store in N parts, each part's gradient download, "
              "store update and parameter upload overlapping the others' and, on the layer path, "
              "the rest of the backward (one worker: the same arithmetic; several: each starts "

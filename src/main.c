@@ -547,6 +547,14 @@ static int load_start(const gt_config *c, const gt_model *m, const gt_data *d, f
     return 0;
 }
 
+/* Whether the run's workers are GPUs (--gpus LIST, or all of them where there are any). */
+static int run_on_gpus(const gt_config *c)
+{
+    if (c->cpu_workers > 0)
+        return 0;
+    return c->gpus_given && !c->gpus_all ? c->ngpus > 0 : gt_cuda_device_count() > 0;
+}
+
 /* Workers in the whole run, as open_devices will open them on each host. */
 static int run_workers(const gt_config *c)
 {
@@ -1040,7 +1048,8 @@ int main(int argc, char **argv)
     }
     char model_note[GT_RECIPE_LEN * 2] = "";
     if (c.command == GT_CMD_TRAIN)
-        gt_recipe_model(&c, model_note, sizeof model_note);
+        gt_recipe_model(&c, gt_recipe_is_resnet(&c) && run_on_gpus(&c), model_note,
+                        sizeof model_note); /* the device count only where it matters */
     gt_cluster_set_timeout(c.host_timeout);
     if (gt_cluster_init(&e) != 0)
         return die(&e, EXIT_FAILED);

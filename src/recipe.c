@@ -164,17 +164,20 @@ static void recipe_predict(gt_config *c, int workers, gt_recipe *r)
                 "predecessor's SGD step, in flight; --literal turns it off)");
 }
 
-static int recipe_is_resnet(const gt_config *c)
+int gt_recipe_is_resnet(const gt_config *c)
 {
     return strcmp(c->model, "resnet20") == 0 || strcmp(c->model, "resnet18") == 0;
 }
 
 /* The residual networks' recipe (gt_recipe_model). */
-static void recipe_resnet(gt_config *c, char *note, size_t cap)
+static void recipe_resnet(gt_config *c, int gpus, char *note, size_t cap)
 {
-    if (!recipe_is_resnet(c))
+    if (!gt_recipe_is_resnet(c))
         return;
     unsigned g = c->given;
+    /* allreduce takes no --on-nan skip (every GPU must take the same step) */
+    if (gpus && !(g & GT_GIVEN_MODE) && c->on_nan != GT_NAN_SKIP)
+        c->mode = GT_MODE_ALLREDUCE;
     if (!(g & GT_GIVEN_EPOCHS)) {
         c->epochs = GT_RECIPE_RESNET_EPOCHS;
         c->optim.total_epochs = (float)c->epochs; /* the schedule's length (cli.c set it) */
@@ -197,8 +200,10 @@ static void recipe_resnet(gt_config *c, char *note, size_t cap)
         c->optim.schedule = GT_SCHED_COSINE;
     if (!(g & GT_GIVEN_WARMUP) && c->epochs > 1)
         c->optim.warmup_epochs = 1.0f;
-    snprintf(note, cap, "%s's recipe: %d epoch%s, batch %d, augment crop:%d%s, normalize %s, lr %g%s, momentum "
+    snprintf(note, cap, "%s's recipe: %s%s%d epoch%s, batch %d, augment crop:%d%s, normalize %s, lr %g%s, momentum "
              "%g, weight decay %g, warm-up %g epoch, %s (flags set any of them)", c->model,
+             c->mode == GT_MODE_ALLREDUCE && !(g & GT_GIVEN_MODE) ? "mode " : "",
+             c->mode == GT_MODE_ALLREDUCE && !(g & GT_GIVEN_MODE) ? "allreduce, " : "",
              c->epochs, c->epochs == 1 ? "" : "s", c->batch,
              c->augment.pad, c->augment.flip ? ",flip" : "",
              c->normalize == GT_NORMALIZE_AUTO ? "auto" : c->normalize ? "given" : "none",
@@ -208,10 +213,10 @@ static void recipe_resnet(gt_config *c, char *note, size_t cap)
              gt_schedule_name(c->optim.schedule));
 }
 
-void gt_recipe_model(gt_config *c, char *note, size_t cap)
+void gt_recipe_model(gt_config *c, int gpus, char *note, size_t cap)
 {
     note[0] = '\0';
-    recipe_resnet(c, note, cap);
+    recipe_resnet(c, gpus, note, cap);
     /* A constant learning rate ends wherever its last steps' noise left it: evaluating the
      * moving average takes that out (docs/convergence-notes.md, section 16: every mode on 4 GPUs
      * and one GPU's sync ended higher or level with it). A decaying schedule (the residual
@@ -229,7 +234,7 @@ void gt_recipe_model(gt_config *c, char *note, size_t cap)
  * rule leaves them 0.3 of momentum, docs/convergence-notes.md, section 19). */
 static void recipe_resnet_lr(gt_config *c, int workers, gt_recipe *r)
 {
-    if (!recipe_is_resnet(c) || workers < 2 || c->optim.kind != GT_OPT_SGD ||
+    if (!gt_recipe_is_resnet(c) || workers < 2 || c->optim.kind != GT_OPT_SGD ||
         (c->given & GT_GIVEN_LR))
         return;
     float lr = (float)((double)c->optim.lr * workers);
@@ -251,7 +256,7 @@ static void recipe_resnet_lr(gt_config *c, int workers, gt_recipe *r)
 static void recipe_hogwild_lr(gt_config *c, int workers, gt_recipe *r)
 {
     if (!recipe_row(c)->async_variants || c->overlap || workers < RECIPE_HOGWILD_LR_WORKERS ||
-        recipe_is_resnet(c) || c->optim.kind != GT_OPT_SGD || c->optim.momentum <= 0 ||
+        gt_recipe_is_resnet(c) || c->optim.kind != GT_OPT_SGD || c->optim.momentum <= 0 ||
         (c->given & (GT_GIVEN_LR | GT_GIVEN_MOMENTUM)))
         return;
     double f = c->stripes == 0 ? RECIPE_HOGWILD_LR_LOCKFREE : RECIPE_HOGWILD_LR_STRIPED;

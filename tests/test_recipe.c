@@ -252,21 +252,21 @@ static void test_model_recipe(void)
 {
     char note[256];
     gt_config c = base(GT_MODE_HOGWILD), plain = c;
-    gt_recipe_model(&c, note, sizeof note);
+    gt_recipe_model(&c, 0, note, sizeof note);
     CHECK(c.ema == GT_RECIPE_EMA && note[0] == '\0');
     c.ema = plain.ema;
     CHECK(same_config(&c, &plain));
     c.given = GT_GIVEN_EMA; /* --ema 0 */
-    gt_recipe_model(&c, note, sizeof note);
+    gt_recipe_model(&c, 0, note, sizeof note);
     CHECK(c.ema == 0.0f);
     c.given = 0;
     c.optim.schedule = GT_SCHED_STEP;
-    gt_recipe_model(&c, note, sizeof note);
+    gt_recipe_model(&c, 0, note, sizeof note);
     CHECK(c.ema == 0.0f);
     c = plain;
     snprintf(c.model, sizeof c.model, "resnet18");
     c.epochs = 10; /* the general default, not given: the recipe's length replaces it */
-    gt_recipe_model(&c, note, sizeof note);
+    gt_recipe_model(&c, 0, note, sizeof note);
     CHECK(c.epochs == GT_RECIPE_RESNET_EPOCHS && strstr(note, "25 epochs") != NULL);
     /* the cosine decays over the recipe's length, not the length the parser saw */
     CHECK(c.optim.total_epochs == (float)GT_RECIPE_RESNET_EPOCHS);
@@ -284,9 +284,38 @@ static void test_model_recipe(void)
     c.normalize = GT_NORMALIZE_NONE;
     c.given = GT_GIVEN_BATCH | GT_GIVEN_WEIGHT_DECAY | GT_GIVEN_AUGMENT | GT_GIVEN_NORMALIZE |
               GT_GIVEN_EPOCHS;
-    gt_recipe_model(&c, note, sizeof note);
+    gt_recipe_model(&c, 0, note, sizeof note);
     CHECK(c.epochs == 3 && c.batch == 256 && c.optim.lr == 0.1f && c.optim.weight_decay == 0.0f &&
           c.augment.pad == 0 && !c.augment.flip && c.normalize == GT_NORMALIZE_NONE);
+    /* The mode: allreduce on GPUs where no mode or option of one was given (the note says so);
+     * on CPU workers, with a mode's option, or with --on-nan skip the mode stays. */
+    c = plain;
+    snprintf(c.model, sizeof c.model, "resnet18");
+    gt_recipe_model(&c, 0, note, sizeof note);
+    CHECK(c.mode == GT_MODE_HOGWILD && strstr(note, "allreduce") == NULL);
+    c = plain;
+    snprintf(c.model, sizeof c.model, "resnet20");
+    gt_recipe_model(&c, 1, note, sizeof note);
+    CHECK(c.mode == GT_MODE_ALLREDUCE && strstr(note, "resnet20's recipe: mode allreduce, ") == note);
+    c = plain;
+    snprintf(c.model, sizeof c.model, "resnet18");
+    c.given = GT_GIVEN_MODE; /* --stripes 0, say */
+    gt_recipe_model(&c, 1, note, sizeof note);
+    CHECK(c.mode == GT_MODE_HOGWILD && strstr(note, "allreduce") == NULL);
+    c = base(GT_MODE_SSP);
+    snprintf(c.model, sizeof c.model, "resnet18");
+    c.given = GT_GIVEN_MODE;
+    gt_recipe_model(&c, 1, note, sizeof note);
+    CHECK(c.mode == GT_MODE_SSP);
+    c = plain;
+    snprintf(c.model, sizeof c.model, "resnet18");
+    c.on_nan = GT_NAN_SKIP;
+    c.given = GT_GIVEN_ON_NAN;
+    gt_recipe_model(&c, 1, note, sizeof note);
+    CHECK(c.mode == GT_MODE_HOGWILD);
+    c = plain; /* other models keep the mode on GPUs too */
+    gt_recipe_model(&c, 1, note, sizeof note);
+    CHECK(c.mode == GT_MODE_HOGWILD);
 }
 
 /* The residual networks' lr follows the samples of a round of every worker's step: W x the
@@ -304,7 +333,7 @@ static void test_resnet_lr(void)
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         gt_config c = base(rows[i].mode);
         snprintf(c.model, sizeof c.model, "resnet18");
-        gt_recipe_model(&c, note, sizeof note);
+        gt_recipe_model(&c, 0, note, sizeof note);
         gt_recipe r;
         gt_recipe_apply(&c, rows[i].workers, 60000, &r);
         CHECK_MSG(c.optim.lr == rows[i].lr, "%s x%d: lr %g, want %g", gt_mode_name(rows[i].mode),
@@ -316,7 +345,7 @@ static void test_resnet_lr(void)
     }
     gt_config c = base(GT_MODE_SYNC), lit;
     snprintf(c.model, sizeof c.model, "resnet20");
-    gt_recipe_model(&c, note, sizeof note);
+    gt_recipe_model(&c, 0, note, sizeof note);
     lit = c;
     lit.literal = 1;
     gt_recipe r;
@@ -327,7 +356,7 @@ static void test_resnet_lr(void)
     gt_recipe_apply(&c, 4, 60000, &r);
     CHECK(c.optim.lr == 0.3f);
     gt_config l = base(GT_MODE_SYNC); /* lenet5: the lr of one worker */
-    gt_recipe_model(&l, note, sizeof note);
+    gt_recipe_model(&l, 0, note, sizeof note);
     gt_recipe_apply(&l, 4, 60000, &r);
     CHECK(l.optim.lr == 0.05f);
 }
