@@ -118,18 +118,6 @@ int gt_cuda_relu_backward(gt_cuda_ctx *c, const float *y, const float *dy, float
     return 0;
 }
 
-__global__ static void bn_count_kernel(float *count, int accumulate)
-{
-    *count = accumulate ? *count + 1.0f : 1.0f;
-}
-
-int gt_cuda_bn_count(gt_cuda_ctx *c, float *count, int accumulate, gt_err *e)
-{
-    bn_count_kernel<<<1, 1, 0, c->stream>>>(count, accumulate);
-    GT_CUDA_LAUNCHED(c->name, e);
-    return 0;
-}
-
 /* ---- bf16 conversions ------------------------------------------------------------------------ */
 
 __global__ static void to_bf16_kernel(const float *src, __nv_bfloat16 *dst, size_t n)
@@ -443,12 +431,14 @@ template <typename T>
 __global__ static void bn_forward_finish_kernel(const T *x, size_t stride, const float *part,
                                                 unsigned S, unsigned ch, double m,
                                                 const float *gamma, double factor, float *rmean,
-                                                float *rvar, float *save, float *coef)
+                                                float *rvar, float *count, float *save, float *coef)
 {
     unsigned c;
     double s1, s2;
     if (!bn_part_sums(part, S, ch, c, s1, s2))
         return;
+    if (c == 0 && count) /* the batches the running statistics hold: this one, or one more */
+        *count = factor == 1 ? 1.0f : *count + 1.0f;
     double d = s1 / m, mean = (double)t_load(x + (size_t)c * stride) + d, var = s2 / m - d * d;
     var = var > 0 ? var : 0;
     double unbiased = m > 1 ? var * m / (m - 1) : var;
@@ -564,7 +554,8 @@ static int bn_shape_ok(gt_cuda_ctx *c, int n, int ch, size_t plane, gt_err *e)
 
 int gt_cuda_bn_forward_train(gt_cuda_ctx *c, const float *x, float *y, int n, int ch,
                              size_t plane, const float *gamma, const float *beta, double factor,
-                             float *rmean, float *rvar, float *save, float *scratch, gt_err *e)
+                             float *rmean, float *rvar, float *count, float *save, float *scratch,
+                             gt_err *e)
 {
     if (bn_shape_ok(c, n, ch, plane, e))
         return -1;
@@ -576,7 +567,7 @@ int gt_cuda_bn_forward_train(gt_cuda_ctx *c, const float *x, float *y, int n, in
     GT_CUDA_LAUNCHED(c->name, e);
     bn_forward_finish_kernel<float><<<bn_finish_blocks(ch), 128, 0, c->stream>>>(
         x, plane, part, (unsigned)S, (unsigned)ch, (double)n * (double)plane, gamma, factor,
-        rmean, rvar, save, coef);
+        rmean, rvar, count, save, coef);
     GT_CUDA_LAUNCHED(c->name, e);
     unsigned total = (unsigned)((size_t)n * ch * plane);
     bn_apply_kernel<<<gt_cuda_grid(vec4 ? total / 4 : total), GT_CUDA_THREADS, 0, c->stream>>>(
@@ -887,12 +878,15 @@ __global__ static void bn_backward_apply_nhwc_kernel(const bf16 *x, const bf16 *
 }
 
 /* The channels-last partial kernel's grid: octet groups by splits of the rows, about eight
- * blocks a multiprocessor, each thread at least a row. */
+ * blocks a multiprocessor, each thread at least 8 rows (on the small layers fewer splits: the
+ * partials' own traffic and the finish's work stay small beside the array's). */
+#define BN_NHWC_ROWS_MIN 8
 static dim3 bn_nhwc_grid(const gt_cuda_ctx *c, size_t rows, int ch)
 {
     unsigned octs = (unsigned)ch / 8, P = octs < BN_THREADS ? octs : BN_THREADS;
     unsigned groups = (octs + P - 1) / P, R = BN_THREADS / P;
-    size_t S = (size_t)(8 * (c->sms > 0 ? c->sms : 132)) / groups, most = rows / R;
+    size_t S = (size_t)(8 * (c->sms > 0 ? c->sms : 132)) / groups,
+           most = rows / ((size_t)R * BN_NHWC_ROWS_MIN);
     S = S > BN_NHWC_SPLITS_MAX ? BN_NHWC_SPLITS_MAX : S;
     S = S > most ? most : S;
     return dim3(groups, (unsigned)(S < 1 ? 1 : S));
@@ -917,8 +911,8 @@ static int bn_nhwc_shape_ok(gt_cuda_ctx *c, int n, int ch, size_t plane, const v
 
 int gt_cuda_bn_forward_train_nhwc(gt_cuda_ctx *c, const void *x, void *y, int n, int ch,
                                   size_t plane, const float *gamma, const float *beta,
-                                  double factor, float *rmean, float *rvar, float *save,
-                                  float *scratch, int relu, gt_err *e)
+                                  double factor, float *rmean, float *rvar, float *count,
+                                  float *save, float *scratch, int relu, gt_err *e)
 {
     if (bn_nhwc_shape_ok(c, n, ch, plane, x, NULL, e))
         return -1;
@@ -930,7 +924,7 @@ int gt_cuda_bn_forward_train_nhwc(gt_cuda_ctx *c, const void *x, void *y, int n,
     GT_CUDA_LAUNCHED(c->name, e);
     bn_forward_finish_kernel<bf16><<<bn_finish_blocks(ch), 128, 0, c->stream>>>(
         (const bf16 *)x, 1, part, grid.y, (unsigned)ch, (double)rows, gamma, factor, rmean, rvar,
-        save, coef);
+        count, save, coef);
     GT_CUDA_LAUNCHED(c->name, e);
     int vec8 = bn_nhwc_vec8(ch, x, NULL, y);
     bn_apply_nhwc_kernel<<<gt_cuda_grid(vec8 ? total / 8 : total), GT_CUDA_THREADS, 0,

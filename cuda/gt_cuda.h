@@ -419,18 +419,18 @@ int gt_cuda_add(gt_cuda_ctx *c, const float *a, const float *b, float *y, size_t
 /* dx = y > 0 ? dy : 0, len values (src/layers.c's ReLU backward). */
 int gt_cuda_relu_backward(gt_cuda_ctx *c, const float *y, const float *dy, float *dx, size_t len,
                           gt_err *e);
-/* Batch norm's count of batches (one float in device memory): + 1 with accumulate, else 1. */
-int gt_cuda_bn_count(gt_cuda_ctx *c, float *count, int accumulate, gt_err *e);
 
 /* Batch norm in training on NCHW fp32 (blocks_cuda.cu), with src/layers.c's semantics:
  * forward normalises with the batch's statistics, writes its mean and inverse std into save (2
- * ch) and moves the running statistics by factor (1: replaces them; the variance unbiased);
+ * ch) and moves the running statistics by factor (1: replaces them; the variance unbiased)
+ * and their count of batches (*count: 1, or + 1 where factor moves them; NULL: none);
  * backward, from forward's save, adds into dgamma and dbeta and writes dx. scratch holds
  * gt_cuda_bn_scratch_len(c, ch) floats of device memory. */
 size_t gt_cuda_bn_scratch_len(const gt_cuda_ctx *c, int ch);
 int gt_cuda_bn_forward_train(gt_cuda_ctx *c, const float *x, float *y, int n, int ch,
                              size_t plane, const float *gamma, const float *beta, double factor,
-                             float *rmean, float *rvar, float *save, float *scratch, gt_err *e);
+                             float *rmean, float *rvar, float *count, float *save, float *scratch,
+                             gt_err *e);
 int gt_cuda_bn_backward(gt_cuda_ctx *c, const float *x, const float *dy, float *dx, int n,
                         int ch, size_t plane, const float *gamma, const float *save,
                         float *dgamma, float *dbeta, float *scratch, gt_err *e);
@@ -474,12 +474,12 @@ int gt_cuda_gap_forward_nhwc(gt_cuda_ctx *c, const void *x, float *y, size_t n, 
                              size_t plane, gt_err *e);
 int gt_cuda_gap_backward_nhwc(gt_cuda_ctx *c, const float *dy, void *dx, size_t n, int ch,
                               size_t plane, gt_err *e);
-/* Batch norm (ch even) as gt_cuda_bn_forward_train and gt_cuda_bn_backward, and inference with
+/* Batch norm (ch a multiple of 8) as gt_cuda_bn_forward_train and gt_cuda_bn_backward, and inference with
  * the running statistics; relu: y = max(y, 0) on the way out (a ReLU after the layer). */
 int gt_cuda_bn_forward_train_nhwc(gt_cuda_ctx *c, const void *x, void *y, int n, int ch,
                                   size_t plane, const float *gamma, const float *beta,
-                                  double factor, float *rmean, float *rvar, float *save,
-                                  float *scratch, int relu, gt_err *e);
+                                  double factor, float *rmean, float *rvar, float *count,
+                                  float *save, float *scratch, int relu, gt_err *e);
 int gt_cuda_bn_forward_infer_nhwc(gt_cuda_ctx *c, const void *x, void *y, int n, int ch,
                                   size_t plane, const float *gamma, const float *beta,
                                   const float *rmean, const float *rvar, float *scratch, int relu,

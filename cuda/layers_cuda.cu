@@ -721,10 +721,9 @@ static int bn_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p, 
         return 0;
     }
     double factor = p->bn_running ? GT_BN_MOMENTUM : 1.0;
-    if (gt_cuda_bn_forward_train(c, x, y, p->n, L->in_c, (size_t)L->in_h * L->in_w, gamma,
-                                 beta, factor, mean, var, cl->bn_save, cl->bn_scratch, e))
-        return -1;
-    return gt_cuda_bn_count(c, count, p->bn_running, e);
+    return gt_cuda_bn_forward_train(c, x, y, p->n, L->in_c, (size_t)L->in_h * L->in_w, gamma,
+                                    beta, factor, mean, var, count, cl->bn_save, cl->bn_scratch,
+                                    e);
 }
 
 /* ---- bf16 channels-last activations (device_cuda.cu's channels-last path) ------------------ */
@@ -771,10 +770,9 @@ static int nhwc_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p
             return gt_cuda_bn_forward_infer_nhwc(c, x, y, p->n, L->in_c, plane, gamma, beta, mean,
                                                  var, cl->bn_scratch, p->relu, e);
         double factor = p->bn_running ? GT_BN_MOMENTUM : 1.0;
-        if (gt_cuda_bn_forward_train_nhwc(c, x, y, p->n, L->in_c, plane, gamma, beta, factor,
-                                          mean, var, cl->bn_save, cl->bn_scratch, p->relu, e))
-            return -1;
-        return gt_cuda_bn_count(c, count, p->bn_running, e);
+        return gt_cuda_bn_forward_train_nhwc(c, x, y, p->n, L->in_c, plane, gamma, beta, factor,
+                                             mean, var, count, cl->bn_save, cl->bn_scratch,
+                                             p->relu, e);
     }
     case GT_RELU:
         return gt_cuda_relu_nhwc(c, x, y, len, e);
