@@ -1046,13 +1046,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "gputrain: %s\n", e.msg);
         return EXIT_USAGE;
     }
-    char model_note[GT_RECIPE_LEN * 2] = "";
-    if (c.command == GT_CMD_TRAIN)
-        gt_recipe_model(&c, gt_recipe_is_resnet(&c) && run_on_gpus(&c), model_note,
-                        sizeof model_note); /* the device count only where it matters */
     gt_cluster_set_timeout(c.host_timeout);
     if (gt_cluster_init(&e) != 0)
         return die(&e, EXIT_FAILED);
+    char model_note[GT_RECIPE_LEN * 2] = "";
+    if (c.command == GT_CMD_TRAIN) /* the device count only where it matters */
+        gt_recipe_model(&c, gt_recipe_is_resnet(&c) && run_on_gpus(&c) ? run_workers(&c) : 0,
+                        model_note, sizeof model_note);
     if (gt_cluster_rank() != 0) {
         c.quiet = 1;
         c.progress = 0;

@@ -183,7 +183,7 @@ static void recipe_resnet(gt_config *c, int gpus, char *note, size_t cap)
         c->optim.total_epochs = (float)c->epochs; /* the schedule's length (cli.c set it) */
     }
     if (!(g & GT_GIVEN_BATCH))
-        c->batch = 128;
+        c->batch = gpus == 1 ? GT_RECIPE_RESNET_BATCH_ONE : 128;
     if (!(g & GT_GIVEN_AUGMENT))
         c->augment = (gt_augment){.pad = 2, .flip = 1};
     if (c->optim.kind != GT_OPT_SGD)

@@ -295,8 +295,21 @@ static void test_model_recipe(void)
     CHECK(c.mode == GT_MODE_HOGWILD && strstr(note, "allreduce") == NULL);
     c = plain;
     snprintf(c.model, sizeof c.model, "resnet20");
+    gt_recipe_model(&c, 4, note, sizeof note);
+    CHECK(c.mode == GT_MODE_ALLREDUCE && strstr(note, "resnet20's recipe: mode allreduce, ") == note &&
+          c.batch == 128 && c.optim.lr == 0.05f);
+    /* one GPU alone: batch GT_RECIPE_RESNET_BATCH_ONE, the lr after it; a given batch stays */
+    c = plain;
+    snprintf(c.model, sizeof c.model, "resnet18");
     gt_recipe_model(&c, 1, note, sizeof note);
-    CHECK(c.mode == GT_MODE_ALLREDUCE && strstr(note, "resnet20's recipe: mode allreduce, ") == note);
+    CHECK(c.mode == GT_MODE_ALLREDUCE && c.batch == GT_RECIPE_RESNET_BATCH_ONE &&
+          c.optim.lr == 0.1f && strstr(note, "batch 256") != NULL);
+    c = plain;
+    snprintf(c.model, sizeof c.model, "resnet18");
+    c.batch = 64;
+    c.given = GT_GIVEN_BATCH;
+    gt_recipe_model(&c, 1, note, sizeof note);
+    CHECK(c.batch == 64 && c.optim.lr == 0.025f);
     c = plain;
     snprintf(c.model, sizeof c.model, "resnet18");
     c.given = GT_GIVEN_MODE; /* --stripes 0, say */
