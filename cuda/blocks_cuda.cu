@@ -1,10 +1,11 @@
 /* blocks_cuda.cu - the small GPU ops of the residual networks that cuDNN does not cover: global
- * average pooling and its gradient, the residual add, and batch norm's count of batches. Each
- * mirrors its CPU twin in src/layers.c (gt_gap_forward, gt_gap_backward, gt_add) and
- * src/layer_kinds.c (the count), and each launcher checks the launch. Then the conversions of
- * the bf16 precision (device.h's GT_PRECISION_BF16) between fp32 arrays and channels-last bf16
- * copies, one of them fused with the ReLU whose output a convolution reads; and batch norm in
- * training (gt_batchnorm_forward_train and gt_batchnorm_backward). */
+ * average pooling and its gradient, the residual add and the ReLU's backward. Each mirrors its
+ * CPU twin in src/layers.c (gt_gap_forward, gt_gap_backward, gt_add), and each launcher checks
+ * the launch. Then the conversions of the bf16 precision (device.h's GT_PRECISION_BF16) between
+ * fp32 arrays and channels-last bf16 copies, one of them fused with the ReLU whose output a
+ * convolution reads; batch norm in training (gt_batchnorm_forward_train and
+ * gt_batchnorm_backward, the count of batches src/layer_kinds.c keeps included); and the same
+ * layers on bf16 channels-last activations (the channels-last path of device_cuda.cu). */
 #include "gt_cuda.h"
 
 #include "gputrain/layers.h" /* GT_BN_EPS */

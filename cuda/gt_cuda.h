@@ -474,8 +474,9 @@ int gt_cuda_gap_forward_nhwc(gt_cuda_ctx *c, const void *x, float *y, size_t n, 
                              size_t plane, gt_err *e);
 int gt_cuda_gap_backward_nhwc(gt_cuda_ctx *c, const float *dy, void *dx, size_t n, int ch,
                               size_t plane, gt_err *e);
-/* Batch norm (ch a multiple of 8) as gt_cuda_bn_forward_train and gt_cuda_bn_backward, and inference with
- * the running statistics; relu: y = max(y, 0) on the way out (a ReLU after the layer). */
+/* Batch norm (ch a multiple of 8) as gt_cuda_bn_forward_train and gt_cuda_bn_backward, and
+ * inference with the running statistics; relu: y = max(y, 0) on the way out (a ReLU after the
+ * layer). */
 int gt_cuda_bn_forward_train_nhwc(gt_cuda_ctx *c, const void *x, void *y, int n, int ch,
                                   size_t plane, const float *gamma, const float *beta,
                                   double factor, float *rmean, float *rvar, float *count,

@@ -751,8 +751,7 @@ static int nhwc_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p
 {
     const gt_layer *L = &cl->L;
     size_t plane = (size_t)L->in_h * L->in_w, len = (size_t)p->n * L->in_len;
-    switch (L->kind) {
-    case GT_CONV: {
+    if (L->kind == GT_CONV) {
         if (!cl->planned)
             return layer_fail(c, cl, e, "convolution algorithms were never chosen");
         if (!cl->nhwc_out || L->b_len)
@@ -761,7 +760,7 @@ static int nhwc_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p
         const void *xh = w ? nhwc_conv_input(c, cl, p, x, p->x_half_fill, e) : NULL;
         return xh ? gt_conv_engine_run(c, cl, GT_CONV_FWD, xh, w, y, e) : -1;
     }
-    case GT_BATCHNORM: {
+    if (L->kind == GT_BATCHNORM) {
         if (!p->buffers)
             return layer_fail(c, cl, e, "batch norm without the model's buffers");
         float *mean = p->buffers + L->s_off, *var = mean + L->in_c, *count = var + L->in_c;
@@ -774,24 +773,13 @@ static int nhwc_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p
                                              mean, var, count, cl->bn_save, cl->bn_scratch,
                                              p->relu, e);
     }
-    case GT_RELU:
+    if (L->kind == GT_RELU)
         return gt_cuda_relu_nhwc(c, x, y, len, e);
-    case GT_RES_END:
-        if (!p->other)
-            return layer_fail(c, cl, e, "a block's end without its other branch");
-        return gt_cuda_add_nhwc(c, x, p->other, y, len, e);
-    case GT_GAP:
+    if (L->kind == GT_RES_END)
+        return p->other ? gt_cuda_add_nhwc(c, x, p->other, y, len, e)
+                        : layer_fail(c, cl, e, "a block's end without its other branch");
+    if (L->kind == GT_GAP)
         return gt_cuda_gap_forward_nhwc(c, x, y, (size_t)p->n, L->in_c, plane, e);
-    case GT_LINEAR:
-    case GT_AVGPOOL:
-    case GT_MAXPOOL:
-    case GT_SIGMOID:
-    case GT_TANH:
-    case GT_DROPOUT:
-    case GT_RES_BEGIN:
-    case GT_RES_SPLIT:
-        break;
-    }
     return layer_fail(c, cl, e, "no channels-last kernels for this kind of layer");
 }
 
@@ -802,8 +790,7 @@ static int nhwc_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *
 {
     const gt_layer *L = &cl->L;
     size_t plane = (size_t)L->in_h * L->in_w, len = (size_t)p->n * L->in_len;
-    switch (L->kind) {
-    case GT_CONV: {
+    if (L->kind == GT_CONV) {
         if (!cl->planned || (dx && !cl->need_dx))
             return layer_fail(c, cl, e, "convolution backward algorithms were never chosen");
         if (dx && !cl->nhwc_in)
@@ -820,27 +807,17 @@ static int nhwc_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *
             return -1;
         return dx ? gt_conv_engine_run(c, cl, GT_CONV_BWD_DATA, dx, w, (void *)dy, e) : 0;
     }
-    case GT_BATCHNORM:
+    if (L->kind == GT_BATCHNORM) {
         if (!p->train || !dx)
             return layer_fail(c, cl, e, "batch norm backward runs in training, to a buffer");
         return gt_cuda_bn_backward_nhwc(c, x, dy, dx, p->n, L->in_c, plane,
                                         p->params + L->w_off, cl->bn_save, p->grad + L->w_off,
                                         p->grad + L->b_off, cl->bn_scratch, e);
-    case GT_RELU:
-        return dx ? gt_cuda_relu_backward_nhwc(c, y, dy, dx, len, e) : 0;
-    case GT_GAP:
-        return dx ? gt_cuda_gap_backward_nhwc(c, dy, dx, (size_t)p->n, L->in_c, plane, e) : 0;
-    case GT_LINEAR:
-    case GT_AVGPOOL:
-    case GT_MAXPOOL:
-    case GT_SIGMOID:
-    case GT_TANH:
-    case GT_DROPOUT:
-    case GT_RES_BEGIN:
-    case GT_RES_SPLIT:
-    case GT_RES_END:
-        break;
     }
+    if (L->kind == GT_RELU)
+        return dx ? gt_cuda_relu_backward_nhwc(c, y, dy, dx, len, e) : 0;
+    if (L->kind == GT_GAP)
+        return dx ? gt_cuda_gap_backward_nhwc(c, dy, dx, (size_t)p->n, L->in_c, plane, e) : 0;
     return layer_fail(c, cl, e, "no channels-last kernels for this kind of layer");
 }
 

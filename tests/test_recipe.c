@@ -296,8 +296,8 @@ static void test_model_recipe(void)
     c = plain;
     snprintf(c.model, sizeof c.model, "resnet20");
     gt_recipe_model(&c, 4, note, sizeof note);
-    CHECK(c.mode == GT_MODE_ALLREDUCE && strstr(note, "resnet20's recipe: mode allreduce, ") == note &&
-          c.batch == 128 && c.optim.lr == 0.05f);
+    CHECK(c.mode == GT_MODE_ALLREDUCE && c.batch == 128 && c.optim.lr == 0.05f &&
+          strstr(note, "resnet20's recipe: mode allreduce, ") == note);
     /* one GPU alone: batch GT_RECIPE_RESNET_BATCH_ONE, the lr after it; a given batch stays */
     c = plain;
     snprintf(c.model, sizeof c.model, "resnet18");
