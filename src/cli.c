@@ -438,7 +438,8 @@ static const cli_row cli_rows[] = {
 
     {.section = "Model and data", .name = "model", .value = "NAME|SPEC|@FILE", .type = CLI_TEXT,
      TEXT(model), .commands = CMD_TRAIN,
-     .help = "lenet5, lenet5-classic, mlp, cnn-wide, a layer spec, or @FILE holding one"},
+     .help = "lenet5, lenet5-classic, mlp, cnn-wide, resnet20, resnet18 (their own recipe), a "
+             "layer spec, or @FILE holding one"},
     {.name = "data", .value = "DIR", .type = CLI_CUSTOM, .field = F(data), .parse = cli_parse_data,
      .commands = CMD_ALL,
      .help = "IDX files, CIFAR files or one folder per class; synthetic:CxHxW:K[:N] makes K classes "
