@@ -417,7 +417,7 @@ static const cli_row cli_rows[] = {
      .dflt = "auto: on GPUs 16 parts for models of at least 1 M parameters, none under "
              "256 K parameters; else whole"},
     {.name = "store-threads", .value = "N", .type = CLI_INT, .field = F(store_threads), .lo = 1,
-     .hi = 256, .commands = CMD_TRAIN,
+     .hi = 256, .commands = CMD_TRAIN, .given = GT_GIVEN_MODE,
      .help = "threads that share one large push, pull or update of the store (models of 256 K "
              "parameters or more), the worker's own included, in a group per worker; 1: the "
              "worker alone",

@@ -68,7 +68,7 @@ typedef enum gt_normalize {
 #define GT_GIVEN_NORMALIZE (1u << 9)
 #define GT_GIVEN_EMA (1u << 10)
 #define GT_GIVEN_EPOCHS (1u << 11)
-#define GT_GIVEN_MODE (1u << 12) /* --mode, or an option of a mode (--stripes, --overlap, ...) */
+#define GT_GIVEN_MODE (1u << 12) /* --mode, or an option of a store mode (--stripes, ...) */
 
 #define GT_RUN_OPTIONS_LEN 16384 /* bytes of gt_config.run_options, its NUL included */
 
