@@ -71,6 +71,14 @@ if [ "$QUICK" != 1 ]; then
         fail "resnet20 exited $?: $(cat "$TMP/r20.out")"
     acc=$(run_acc "$TMP/r20.out")
     awk -v a="${acc:-0}" 'BEGIN { exit !(a >= 0.45) }' || fail "resnet20 did not learn: $(cat "$TMP/r20.out")"
+
+    # Its recipe's defaults on CPU workers: the mode stays hogwild (allreduce is the GPUs'), the
+    # batch 128 (256 is one GPU's).
+    timeout -k 5 "$HANG_S" "$BIN" --data "$DATA" --seed 1 --no-progress --gpus cpu:1 --model resnet20 \
+        --train-samples 256 --epochs 1 >"$TMP/r20d.out" 2>&1 || fail "resnet20 with its recipe exited $?: $(cat "$TMP/r20d.out")"
+    grep -q "^note: resnet20's recipe: 1 epoch, batch 128," "$TMP/r20d.out" &&
+        grep -q "^done: hogwild, 1 worker" "$TMP/r20d.out" ||
+        fail "resnet20 on a CPU worker: not its recipe's hogwild at batch 128: $(cat "$TMP/r20d.out")"
 fi
 
 # On two GPUs (where this build and machine have them): allreduce evaluates on the replicas, each
