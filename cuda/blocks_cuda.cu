@@ -910,6 +910,18 @@ static int bn_nhwc_shape_ok(gt_cuda_ctx *c, int n, int ch, size_t plane, const v
     return 0;
 }
 
+/* y from x by coef (mean, gamma * invstd) and beta, training's and inference's alike. */
+static int bn_apply_nhwc(gt_cuda_ctx *c, const void *x, void *y, size_t total, int ch,
+                         const float *coef, const float *beta, int relu, gt_err *e)
+{
+    int vec8 = bn_nhwc_vec8(ch, x, NULL, y);
+    bn_apply_nhwc_kernel<<<gt_cuda_grid(vec8 ? total / 8 : total), GT_CUDA_THREADS, 0,
+                           c->stream>>>((const bf16 *)x, (bf16 *)y, total, (unsigned)ch, coef,
+                                        beta, relu, vec8);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
 int gt_cuda_bn_forward_train_nhwc(gt_cuda_ctx *c, const void *x, void *y, int n, int ch,
                                   size_t plane, const float *gamma, const float *beta,
                                   double factor, float *rmean, float *rvar, float *count,
@@ -927,12 +939,7 @@ int gt_cuda_bn_forward_train_nhwc(gt_cuda_ctx *c, const void *x, void *y, int n,
         (const bf16 *)x, 1, part, grid.y, (unsigned)ch, (double)rows, gamma, factor, rmean, rvar,
         count, save, coef);
     GT_CUDA_LAUNCHED(c->name, e);
-    int vec8 = bn_nhwc_vec8(ch, x, NULL, y);
-    bn_apply_nhwc_kernel<<<gt_cuda_grid(vec8 ? total / 8 : total), GT_CUDA_THREADS, 0,
-                           c->stream>>>((const bf16 *)x, (bf16 *)y, total, (unsigned)ch, coef,
-                                        beta, relu, vec8);
-    GT_CUDA_LAUNCHED(c->name, e);
-    return 0;
+    return bn_apply_nhwc(c, x, y, total, ch, coef, beta, relu, e);
 }
 
 int gt_cuda_bn_forward_infer_nhwc(gt_cuda_ctx *c, const void *x, void *y, int n, int ch,
@@ -946,12 +953,7 @@ int gt_cuda_bn_forward_infer_nhwc(gt_cuda_ctx *c, const void *x, void *y, int n,
     bn_infer_coef_kernel<<<(ch + 127) / 128, 128, 0, c->stream>>>((unsigned)ch, gamma, rmean,
                                                                   rvar, scratch);
     GT_CUDA_LAUNCHED(c->name, e);
-    int vec8 = bn_nhwc_vec8(ch, x, NULL, y);
-    bn_apply_nhwc_kernel<<<gt_cuda_grid(vec8 ? total / 8 : total), GT_CUDA_THREADS, 0,
-                           c->stream>>>((const bf16 *)x, (bf16 *)y, total, (unsigned)ch, scratch,
-                                        beta, relu, vec8);
-    GT_CUDA_LAUNCHED(c->name, e);
-    return 0;
+    return bn_apply_nhwc(c, x, y, total, ch, scratch, beta, relu, e);
 }
 
 int gt_cuda_bn_backward_nhwc(gt_cuda_ctx *c, const void *x, const void *dy, void *dx, int n,

@@ -479,8 +479,6 @@ static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
             size_t layer_need = 0;
             if (!pass && gt_cuda_layer_init(c, &g->layer[l], &m->layers[l], (uint32_t)l, e))
                 return -1;
-            if (!pass && l == m->nlayers - 1)
-                cuda_nhwc_mark(g, m);
             if (m->layers[l].kind != GT_CONV)
                 continue;
             int rc = cuda_plan_conv(d, g, l, pass, &layer_need, e);
@@ -494,6 +492,7 @@ static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
     }
     if (gt_cuda_ctx_set_workspace(c, need, e))
         return -1;
+    cuda_nhwc_mark(g, m);
     g->layers_ready = 1;
     return 0;
 }

@@ -200,11 +200,11 @@ static void recipe_resnet(gt_config *c, int gpus, char *note, size_t cap)
         c->optim.schedule = GT_SCHED_COSINE;
     if (!(g & GT_GIVEN_WARMUP) && c->epochs > 1)
         c->optim.warmup_epochs = 1.0f;
+    int chose_mode = c->mode == GT_MODE_ALLREDUCE && !(g & GT_GIVEN_MODE);
     snprintf(note, cap,
-             "%s's recipe: %s%s%d epoch%s, batch %d, augment crop:%d%s, normalize %s, lr %g%s, "
+             "%s's recipe: %s%d epoch%s, batch %d, augment crop:%d%s, normalize %s, lr %g%s, "
              "momentum %g, weight decay %g, warm-up %g epoch, %s (flags set any of them)", c->model,
-             c->mode == GT_MODE_ALLREDUCE && !(g & GT_GIVEN_MODE) ? "mode " : "",
-             c->mode == GT_MODE_ALLREDUCE && !(g & GT_GIVEN_MODE) ? "allreduce, " : "",
+             chose_mode ? "mode allreduce, " : "",
              c->epochs, c->epochs == 1 ? "" : "s", c->batch,
              c->augment.pad, c->augment.flip ? ",flip" : "",
              c->normalize == GT_NORMALIZE_AUTO ? "auto" : c->normalize ? "given" : "none",
