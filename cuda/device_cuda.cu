@@ -57,6 +57,9 @@ typedef struct cuda_xchg {
                                          * (marks), else by exchange behind the step */
     int *flag;                          /* device: part k's gradient holds an Inf or NaN */
     int *flag_host;                     /* pinned: each part's flag, downloaded with the part */
+    uint16_t *half, *half_host;         /* d->grad_bf16: the gradient in bf16, on the device and
+                                         * pinned on the host (d->grad_half); made once */
+    int half_on;                        /* the marks and the exchange round into half */
     size_t bounds[CUDA_XCHG_PARTS + 1]; /* the parts the marks were planned for */
     int mark_layer[CUDA_XCHG_PARTS];    /* the layer whose backward finishes part k (marks) */
     int nmarks;                         /* their count (d->part_count); 0: no plan */
@@ -293,6 +296,10 @@ static void cuda_free_impl(cuda_impl *g, const gt_model *m)
         cudaFree(x->flag);
     if (x->flag_host)
         cudaFreeHost(x->flag_host);
+    if (x->half)
+        cudaFree(x->half);
+    if (x->half_host)
+        cudaFreeHost(x->half_host);
     if (x->down)
         cudaStreamDestroy(x->down);
     if (x->up)
@@ -685,8 +692,23 @@ static int cuda_xchg_open(gt_device *d, cuda_xchg *x, gt_err *e)
     return 0;
 }
 
-/* Whether a step now marks d->part_bounds' parts during its backward (1; 0: it does not; -1 with
- * e set), planning the marks where the parts changed. The backward runs from the last layer to
+/* The bf16 gradient's buffers where d->grad_bf16 asks for them (made once, outside any capture);
+ * x->half_on follows d->grad_bf16. */
+static int cuda_xchg_half(gt_device *d, cuda_xchg *x, gt_err *e)
+{
+    x->half_on = d->grad_bf16 != 0;
+    if (x->half_on && !x->half) {
+        size_t bytes = d->model->nparams * sizeof(uint16_t);
+        GT_CUDA_CHECK(d->name, e, cudaMalloc((void **)&x->half, bytes));
+        GT_CUDA_CHECK(d->name, e,
+                      cudaHostAlloc((void **)&x->half_host, bytes, cudaHostAllocDefault));
+    }
+    d->grad_half = x->half_on ? x->half_host : NULL;
+    return 0;
+}
+
+/* Whether a step now marks d->part_bounds' parts during its backward (1, or 2 where it rounds
+ * them to bf16; 0: it does not; -1 with e set), planning the marks where the parts changed. The backward runs from the last layer to
  * the first and each layer writes only its own parameters' gradient, so a part's gradient is
  * final after the backward of the first layer holding any of its parameters; that layer has read
  * those parameters for the last time too, so the part's upload may overwrite them. The fused
@@ -699,11 +721,11 @@ static int cuda_marks_plan(gt_device *d, cuda_impl *g, gt_err *e)
     if (g->fused || d->keep_grad || !d->grad_later || !d->part_bounds || n < 1 ||
         n > CUDA_XCHG_PARTS)
         return 0;
-    if (!x->ready && cuda_xchg_open(d, x, e))
+    if ((!x->ready && cuda_xchg_open(d, x, e)) || cuda_xchg_half(d, x, e))
         return -1;
     size_t bytes = (size_t)(n + 1) * sizeof(size_t);
     if (x->nmarks == n && memcmp(x->bounds, d->part_bounds, bytes) == 0)
-        return 1;
+        return 1 + x->half_on;
     x->nmarks = 0;
     for (int k = 0; k < n; k++) {
         size_t lo = d->part_bounds[k], hi = d->part_bounds[k + 1];
@@ -719,11 +741,12 @@ static int cuda_marks_plan(gt_device *d, cuda_impl *g, gt_err *e)
     }
     memcpy(x->bounds, d->part_bounds, bytes);
     x->nmarks = n;
-    return 1;
+    return 1 + x->half_on;
 }
 
-/* Part k of bounds is final on the compute stream: its flag (any Inf or NaN in its gradient) and
- * its final event, an event node of the step's graph where the step is being captured. */
+/* Part k of bounds is final on the compute stream: its flag (any Inf or NaN in its gradient, or
+ * with half_on in its bf16 copy, made here) and its final event, an event node of the step's
+ * graph where the step is being captured. */
 static int cuda_mark_part(cuda_impl *g, const size_t *bounds, int k, gt_err *e)
 {
     cuda_xchg *x = &g->xchg;
@@ -731,7 +754,9 @@ static int cuda_mark_part(cuda_impl *g, const size_t *bounds, int k, gt_err *e)
     cudaStreamCaptureStatus cs;
     GT_CUDA_CHECK(c->name, e, cudaStreamIsCapturing(c->stream, &cs));
     unsigned flags = cs == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : 0;
-    if (gt_cuda_flag_nonfinite(c, g->grad + bounds[k], bounds[k + 1] - bounds[k], x->flag + k, e))
+    size_t lo = bounds[k], len = bounds[k + 1] - lo;
+    if (x->half_on ? gt_cuda_flag_to_bf16(c, g->grad + lo, x->half + lo, len, x->flag + k, e)
+                   : gt_cuda_flag_nonfinite(c, g->grad + lo, len, x->flag + k, e))
         return -1;
     GT_CUDA_CHECK(c->name, e, cudaEventRecordWithFlags(x->final[k], c->stream, flags));
     return 0;
@@ -1191,9 +1216,10 @@ static int cuda_exchange(gt_device *d, int nparts, const size_t *bounds, const i
     if (!d->grad_later || g->ninflight > 1)
         return gt_fail(e, "%s: an exchange needs the gradient of a step that left it on the device "
                        "(grad_later) and no other step in flight", d->name);
-    if (!x->ready && cuda_xchg_open(d, x, e))
+    if ((!x->ready && cuda_xchg_open(d, x, e)) || cuda_xchg_half(d, x, e))
         return -1;
-    int marked = g->ninflight == 1 && g->slot_marked[g->inflight[0]] && x->nmarks == nparts &&
+    int marked = g->ninflight == 1 && g->slot_marked[g->inflight[0]] == 1 + x->half_on &&
+                 x->nmarks == nparts &&
                  memcmp(x->bounds, bounds, (size_t)(nparts + 1) * sizeof(size_t)) == 0;
     if (!marked) {
         GT_CUDA_CHECK(d->name, e,
@@ -1217,9 +1243,14 @@ static int cuda_exchange(gt_device *d, int nparts, const size_t *bounds, const i
         int k = order[i];
         size_t lo = bounds[k], len = bounds[k + 1] - lo;
         GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(x->down, x->final[k], 0));
-        GT_CUDA_CHECK(d->name, e,
-                      cudaMemcpyAsync(d->grad + lo, g->grad + lo, len * sizeof(float),
-                                      cudaMemcpyDeviceToHost, x->down));
+        if (x->half_on)
+            GT_CUDA_CHECK(d->name, e,
+                          cudaMemcpyAsync(x->half_host + lo, x->half + lo, len * sizeof(uint16_t),
+                                          cudaMemcpyDeviceToHost, x->down));
+        else
+            GT_CUDA_CHECK(d->name, e,
+                          cudaMemcpyAsync(d->grad + lo, g->grad + lo, len * sizeof(float),
+                                          cudaMemcpyDeviceToHost, x->down));
         GT_CUDA_CHECK(d->name, e,
                       cudaMemcpyAsync(x->flag_host + k, x->flag + k, sizeof(int),
                                       cudaMemcpyDeviceToHost, x->down));

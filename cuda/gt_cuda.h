@@ -377,6 +377,10 @@ int gt_cuda_input(gt_cuda_ctx *c, const gt_model *m, const uint8_t *src, float *
                   gt_err *e);
 /* Sets *flag (device memory, zeroed by the caller) when an entry of g[0..len) is not finite. */
 int gt_cuda_flag_nonfinite(gt_cuda_ctx *c, const float *g, size_t len, int *flag, gt_err *e);
+/* g[0..len) rounded to bf16 (ties to even) into h (device), setting *flag (zeroed by the caller)
+ * where a rounded value is an Inf or a NaN: hogwild's bf16 gradient for the store. */
+int gt_cuda_flag_to_bf16(gt_cuda_ctx *c, const float *g, uint16_t *h, size_t len, int *flag,
+                         gt_err *e);
 /* y[r][j] += b[j] for rows r < n of width len. */
 int gt_cuda_bias_add(gt_cuda_ctx *c, float *y, const float *b, int n, int len, gt_err *e);
 /* db[j] += sum over rows r < n of dy[r][j], rows in order like the CPU. */

@@ -9,6 +9,7 @@
 
 #include "gputrain/counter_rng.h"
 
+#include <cuda_bf16.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -85,6 +86,30 @@ int gt_cuda_flag_nonfinite(gt_cuda_ctx *c, const float *g, size_t len, int *flag
     if (len == 0)
         return 0;
     flag_nonfinite_kernel<<<gt_cuda_grid(len), BLOCK, 0, c->stream>>>(g, len, flag);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
+__global__ static void flag_to_bf16_kernel(const float *g, __nv_bfloat16 *h, size_t len, int *flag)
+{
+    unsigned bad = 0;
+    GT_CUDA_GRID_STRIDE(i, len)
+    {
+        __nv_bfloat16 v = __float2bfloat16_rn(g[i]);
+        h[i] = v;
+        bad |= (__bfloat16_as_ushort(v) & 0x7f80u) == 0x7f80u;
+    }
+    if (__syncthreads_or(bad) && threadIdx.x == 0)
+        atomicOr(flag, 1);
+}
+
+int gt_cuda_flag_to_bf16(gt_cuda_ctx *c, const float *g, uint16_t *h, size_t len, int *flag,
+                         gt_err *e)
+{
+    if (len == 0)
+        return 0;
+    flag_to_bf16_kernel<<<gt_cuda_grid(len), BLOCK, 0, c->stream>>>(g, (__nv_bfloat16 *)h, len,
+                                                                    flag);
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }

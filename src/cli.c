@@ -416,6 +416,12 @@ static const cli_row cli_rows[] = {
              "from what its own push left); 0 or 1: the whole store at once",
      .dflt = "auto: on GPUs 16 parts for models of at least 1 M parameters, none under "
              "256 K parameters; else whole"},
+    {.name = "store-grad", .type = CLI_WORD, .field = F(store_grad), .set = GT_NAMES_STORE_GRAD,
+     .commands = CMD_TRAIN, .given = GT_GIVEN_MODE,
+     .help = "hogwild's store step in parts: the gradient each part downloads into the store, "
+             "fp32, or bf16 (rounded on the GPU: half the bytes over PCIe and through the "
+             "host's update; the store and the optimizer stay fp32)",
+     .dflt = "auto: bf16 with --precision bf16, else fp32"},
     {.name = "store-threads", .value = "N", .type = CLI_INT, .field = F(store_threads), .lo = 1,
      .hi = 256, .commands = CMD_TRAIN, .given = GT_GIVEN_MODE,
      .help = "threads that share one large push, pull or update of the store (models of 256 K "
@@ -629,7 +635,7 @@ const struct option *gt_cli_options(void)
  * data paths, seed (the checkpoint's anyway), outputs, faults or timeouts. */
 static const char *const cli_resumable[] = {
     "mode", "stripes", "staleness", "sync-every", "balance", "overlap", "store-step",
-    "store-parts", "exchange", "precision", "tf32", "model", "image-size", "augment", "normalize",
+    "store-parts", "store-grad", "exchange", "precision", "tf32", "model", "image-size", "augment", "normalize",
     "train-samples", "batch", "epochs", "eval-every", "val-split", "save-best", "patience",
     "optimizer", "lr", "momentum", "nesterov", "weight-decay", "beta1", "beta2", "eps", "schedule",
     "warmup", "step-epochs", "gamma", "ema", "on-nan", "on-diverge", "literal"};
@@ -754,6 +760,13 @@ static int cli_check_combination(const gt_config *c, gt_err *e)
     if (c->store_parts > 1 && c->stripes == 0)
         return gt_fail(e, "--store-parts %d: the lock-free store (--stripes 0) has no stripes "
                        "to part", c->store_parts);
+    if (c->store_grad == GT_STORE_GRAD_BF16 &&
+        (c->mode != GT_MODE_HOGWILD || c->overlap || c->stripes == 0 || c->store_parts == 0 ||
+         c->store_parts == 1))
+        return gt_fail(e, "--store-grad bf16: only hogwild's store step in parts downloads the "
+                       "gradient (not with --mode %s%s)", gt_mode_name(c->mode),
+                       c->overlap ? " --overlap" : c->stripes == 0 ? " --stripes 0"
+                       : c->mode == GT_MODE_HOGWILD ? " --store-parts 0 or 1" : "");
     if (mode && mode->needs_nccl && c->cpu_workers > 0)
         return gt_fail(e, "--mode %s: needs GPUs and NCCL, not --gpus cpu:%d (use --mode sync "
                        "for the same math)", gt_mode_name(c->mode), c->cpu_workers);

@@ -4,6 +4,7 @@
  * free (the worker pulls straight into d->params and d->buffers), train_step is gt_cpu_net_run:
  * with momentum 1 into d->stats (the batch's statistics for the store), or, with keep_grad, moving
  * d->buffers itself. */
+#include "gputrain/bf16.h"
 #include "gputrain/device.h"
 #include "gputrain/layers.h"
 #include "gputrain/ps.h" /* gt_all_finite */
@@ -32,6 +33,7 @@ typedef struct cpu_impl {
     uint32_t *eval_idx;
     gt_step_out queued[2]; /* step_queue's results, oldest first, for step_end */
     int nqueued;
+    uint16_t *grad_half;  /* exchange's bf16 gradient (d->grad_bf16), made by its first */
 } cpu_impl;
 
 static int cpu_load_params(gt_device *d, gt_err *e) { return 0; }
@@ -71,20 +73,42 @@ static int cpu_step_end(gt_device *d, gt_step_out *out, gt_err *e)
     return 0;
 }
 
-/* device.h's exchange, one part after another: the gradient is in d->grad already; each part is
- * checked (its first Inf or NaN stops the exchange, as a GPU's flag does), given to part() and
- * copied from src where the device computes on its own copy. */
+/* Whether any of n bf16 values is an Inf or a NaN. */
+static int cpu_bf16_nonfinite(const uint16_t *h, size_t n)
+{
+    unsigned bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad |= (h[i] & 0x7f80u) == 0x7f80u;
+    return bad != 0;
+}
+
+/* device.h's exchange, one part after another: the gradient is in d->grad already (with
+ * grad_bf16 each part is rounded into grad_half); each part is checked (its first Inf or NaN
+ * stops the exchange, as a GPU's flag does), given to part() and copied from src where the
+ * device computes on its own copy. */
 static int cpu_exchange(gt_device *d, int nparts, const size_t *bounds, const int *order,
                         const float *src, void (*part)(void *arg, int k), void *arg, gt_err *e)
 {
+    cpu_impl *c = d->impl;
     if (nparts < 1 || nparts > GT_STORE_PARTS_MAX)
         return gt_fail(e, "%s: an exchange in %d parts (1..%d)", d->name, nparts,
                        GT_STORE_PARTS_MAX);
+    if (d->grad_bf16 && !c->grad_half) {
+        c->grad_half = gt_alloc(d->model->nparams * sizeof *c->grad_half);
+        if (!c->grad_half)
+            return gt_fail(e, "%s: out of memory for the bf16 gradient", d->name);
+        d->grad_half = c->grad_half;
+    }
     for (int i = 0; i < nparts; i++) {
         int k = order[i];
         size_t lo = bounds[k], len = bounds[k + 1] - lo;
-        if (!gt_all_finite(d->grad + lo, len))
+        if (d->grad_bf16) {
+            gt_bf16_round_n(d->grad + lo, c->grad_half + lo, len);
+            if (cpu_bf16_nonfinite(c->grad_half + lo, len))
+                return 1;
+        } else if (!gt_all_finite(d->grad + lo, len)) {
             return 1;
+        }
         part(arg, k);
         if (src != d->params)
             memcpy(d->params + lo, src + lo, len * sizeof(float));
@@ -127,6 +151,7 @@ static void cpu_close(gt_device *d)
     if (c) {
         gt_cpu_net_destroy(&c->net);
         gt_free(c->eval_idx);
+        gt_free(c->grad_half);
         free(c);
     }
     gt_free(d->params);

@@ -282,7 +282,9 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
         char phases[192] = "";
         double us[GT_PHASES], share;
         /* in parts the next step's pull rides with the push, and the gradient's download too */
-        const char *push = res->store_parts ? "download/push/pull" : "push/apply";
+        const char *push = res->store_grad_bf16 ? "bf16 download/push/pull"
+                           : res->store_parts   ? "download/push/pull"
+                                                : "push/apply";
         if (gt_worker_phases_us(s, res->wall_s, us, &share))
             snprintf(phases, sizeof phases,
                      "  us a step: pull %.1f device %.1f %s %.1f wait %.1f (%.0f%% of wall)",

@@ -223,8 +223,13 @@ static void hogwild_part(void *arg, int k)
     const hogwild_run *h = hog(x->r);
     if (x->t_first == 0)
         x->t_first = gt_now();
-    gt_ps_update_part(&x->r->ps, &x->u, h->part_s[k], h->part_s[k + 1], x->w->dev->grad,
-                      x->w->ver, x->dst);
+    const gt_device *d = x->w->dev;
+    if (d->grad_bf16)
+        gt_ps_update_part_bf16(&x->r->ps, &x->u, h->part_s[k], h->part_s[k + 1], d->grad_half,
+                               x->w->ver, x->dst);
+    else
+        gt_ps_update_part(&x->r->ps, &x->u, h->part_s[k], h->part_s[k + 1], d->grad, x->w->ver,
+                          x->dst);
 }
 
 /* Pushes the step's gradient and pulls the next step's parameters, in parts; 0, 1 where a part's
@@ -562,6 +567,15 @@ static int hogwild_tail_stripe(const run *r, int parts)
     return r->ps.nranges;
 }
 
+/* Whether the parts download the gradient in bf16 (--store-grad; auto: where the GPUs compute in
+ * bf16, whose convolutions' weight gradients are bf16 values already). */
+static int hogwild_grad_bf16(const gt_config *c)
+{
+    if (c->store_grad == GT_STORE_GRAD_AUTO)
+        return c->precision == GT_PRECISION_BF16 && c->cpu_workers == 0;
+    return c->store_grad == GT_STORE_GRAD_BF16;
+}
+
 /* Parts of whole stripes, as even as the stripes allow, the biases and batch norm's in a last
  * part of their own. Each worker lists them from its own first (as a whole push starts at its own
  * stripe), so workers rarely wait on each other's locks; a GPU's backward that marks them takes
@@ -573,6 +587,7 @@ static void hogwild_parts_init(run *r)
     if (parts < 2)
         return; /* r->store_parts stays 0: whole */
     r->store_parts = parts;
+    r->store_grad_bf16 = hogwild_grad_bf16(r->cfg);
     int tail = hogwild_tail_stripe(r, parts), body = tail < r->ps.nranges ? parts - 1 : parts;
     for (int k = 0; k <= body; k++)
         h->part_s[k] = (int)((int64_t)k * tail / body);
@@ -587,6 +602,7 @@ static void hogwild_parts_init(run *r)
         for (int k = 0; k < parts; k++)
             hw(w)->order[k] = (first + k) % parts;
         d->grad_later = 1;
+        d->grad_bf16 = r->store_grad_bf16;
         d->part_bounds = h->bounds;
         d->part_count = parts;
     }
@@ -631,6 +647,7 @@ static void hogwild_free(run *r)
             continue;
         if (r->workers[i].dev) {
             r->workers[i].dev->grad_later = 0;
+            r->workers[i].dev->grad_bf16 = 0;
             r->workers[i].dev->part_bounds = NULL; /* h->bounds goes with the run */
             r->workers[i].dev->part_count = 0;
         }

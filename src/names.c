@@ -60,6 +60,12 @@ static const gt_name_head precision_rows[] = {
     {"bf16", GT_PRECISION_BF16},
 };
 
+static const gt_name_head store_grad_rows[] = {
+    {"auto", GT_STORE_GRAD_AUTO},
+    {"fp32", GT_STORE_GRAD_FP32},
+    {"bf16", GT_STORE_GRAD_BF16},
+};
+
 #define NAMES_SET(rows) {(rows), sizeof *(rows), (int)(sizeof(rows) / sizeof *(rows))}
 
 /* Indexed by gt_name_set. */
@@ -76,6 +82,7 @@ static const struct {
     [GT_NAMES_ON_DIVERGE] = NAMES_SET(on_diverge_rows),
     [GT_NAMES_EXCHANGE] = NAMES_SET(exchange_rows),
     [GT_NAMES_PRECISION] = NAMES_SET(precision_rows),
+    [GT_NAMES_STORE_GRAD] = NAMES_SET(store_grad_rows),
 };
 
 /* Row i of set as its head (every row struct starts with one); NULL past the end. */

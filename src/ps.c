@@ -6,6 +6,7 @@
  * start in different places and mostly never meet. Lock waits are timed only when a trylock
  * fails, so an uncontended store pays no clock reads. */
 #include "gputrain/ps.h"
+#include "gputrain/bf16.h"
 #include "gputrain/device.h"
 #include "ps_pool.h"
 
@@ -255,6 +256,7 @@ typedef struct ps_walk {
     int pulls;                 /* push: gt_ps_update_part's, which pulls what it updated */
     uint64_t *ver;             /* pull: versions out; push: versions of the gradient's pull */
     const float *g;            /* push: gradient */
+    const uint16_t *g_half;    /* push: the gradient in bf16, in place of g (no addends) */
     float *const *addends;     /* apply: g += addends[k] stripe by stripe, in order, first */
     int naddends;
     float gscale;
@@ -344,15 +346,35 @@ uint64_t gt_ps_stale_percentile(gt_ps *ps, int pct, int *capped)
     return b;
 }
 
-/* One stripe's update; the caller holds its lock (or runs lock-free). */
-static void ps_apply_range(gt_ps *ps, const gt_stripe *st, const float *g, float gscale,
-                           const gt_optim_step *step)
+/* Elements [at, at + n) of one update, g their gradient; the caller holds their stripe's lock
+ * (or runs lock-free). */
+static void ps_apply_span(gt_ps *ps, size_t at, size_t n, const float *g, float gscale,
+                          const gt_optim_step *step)
+{
+    float *s0 = ps->state[0] ? ps->state[0] + at : NULL;
+    float *s1 = ps->state[1] ? ps->state[1] + at : NULL;
+    gt_optim_apply_at(&ps->optim, step, at, ps->params + at, g, gscale, s0, s1, n,
+                      ps->nstripes == 0);
+}
+
+/* A bf16 gradient is widened this many elements at a time into a block on the stack, which
+ * stays in the core's L1: the update reads 2 bytes of gradient an element from memory, not 4. */
+#define PS_WIDEN_BLOCK 2048
+
+/* One stripe's update from the walk's gradient, fp32 or bf16. */
+static void ps_apply_range(gt_ps *ps, const gt_stripe *st, const ps_walk *w)
 {
     size_t lo = st->lo, len = st->hi - st->lo;
-    float *s0 = ps->state[0] ? ps->state[0] + lo : NULL;
-    float *s1 = ps->state[1] ? ps->state[1] + lo : NULL;
-    gt_optim_apply_at(&ps->optim, step, lo, ps->params + lo, g + lo, gscale, s0, s1, len,
-                      ps->nstripes == 0);
+    if (!w->g_half) {
+        ps_apply_span(ps, lo, len, w->g + lo, w->gscale, w->step);
+        return;
+    }
+    float block[PS_WIDEN_BLOCK];
+    for (size_t i = 0; i < len; i += PS_WIDEN_BLOCK) {
+        size_t n = len - i < PS_WIDEN_BLOCK ? len - i : PS_WIDEN_BLOCK;
+        gt_bf16_widen_n(w->g_half + lo + i, block, n);
+        ps_apply_span(ps, lo + i, n, block, w->gscale, w->step);
+    }
 }
 
 /* Sums the walk's addends into its gradient over one stripe, in their order, so each element
@@ -383,7 +405,7 @@ static void ps_push_part(void *arg, int part)
             if (d > stale)
                 stale = d;
         }
-        ps_apply_range(ps, st, w->g, w->gscale, w->step);
+        ps_apply_range(ps, st, w);
         ps_ema_range(ps, st, w->t, 1);
         if (w->pulls) { /* gt_ps_update_part: the stripe as this update left it, its version */
             if (w->dst)
@@ -410,10 +432,10 @@ uint64_t gt_ps_push(gt_ps *ps, int worker, int nworkers, const float *g, float g
 /* Update u applied to count stripes from first (gt_ps_push's whole walk, or a part), its
  * staleness joining u's; with pulls, each stripe is then copied out (dst) and its version kept. */
 static void ps_update_walk(gt_ps *ps, gt_ps_update *u, int first, int count, const float *g,
-                           uint64_t *ver, float *dst, int pulls)
+                           const uint16_t *g_half, uint64_t *ver, float *dst, int pulls)
 {
     ps_walk w = {.ps = ps, .first = first, .count = count, .dst = dst, .pulls = pulls, .ver = ver,
-                 .g = g, .gscale = u->gscale, .step = &u->step, .t = u->t};
+                 .g = g, .g_half = g_half, .gscale = u->gscale, .step = &u->step, .t = u->t};
     ps_walk_run(&w, ps_push_part, u->nworkers > 0 ? u->nworkers : 1);
     uint64_t stale = atomic_load_explicit(&w.result, memory_order_relaxed);
     if (stale > u->stale)
@@ -429,7 +451,7 @@ uint64_t gt_ps_push_numbered(gt_ps *ps, int worker, int nworkers, const float *g
         *update = u.t;
     int start = nworkers > 0 ? (int)((int64_t)worker * ps->nranges / nworkers) : 0;
     /* without pulls the walk only reads the versions */
-    ps_update_walk(ps, &u, start, ps->nranges, g, (uint64_t *)ver, NULL, 0);
+    ps_update_walk(ps, &u, start, ps->nranges, g, NULL, (uint64_t *)ver, NULL, 0);
     return ver ? gt_ps_update_end(ps, &u) : u.stale;
 }
 
@@ -448,7 +470,14 @@ void gt_ps_update_part(gt_ps *ps, gt_ps_update *u, int s_lo, int s_hi, const flo
                        uint64_t *ver, float *dst)
 {
     if (s_hi > s_lo && ps->nstripes > 0)
-        ps_update_walk(ps, u, s_lo, s_hi - s_lo, g, ver, dst, 1);
+        ps_update_walk(ps, u, s_lo, s_hi - s_lo, g, NULL, ver, dst, 1);
+}
+
+void gt_ps_update_part_bf16(gt_ps *ps, gt_ps_update *u, int s_lo, int s_hi, const uint16_t *g,
+                            uint64_t *ver, float *dst)
+{
+    if (s_hi > s_lo && ps->nstripes > 0)
+        ps_update_walk(ps, u, s_lo, s_hi - s_lo, NULL, g, ver, dst, 1);
 }
 
 uint64_t gt_ps_update_end(gt_ps *ps, gt_ps_update *u)

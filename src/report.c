@@ -174,6 +174,7 @@ static void config_training(run *r, FILE *f)
     fprintf(f, ",\"stripes\":%d,\"staleness\":%d,\"sync_every\":%d", r->ps.nstripes,
             c->staleness, c->sync_every); /* stripes: as chosen where --stripes left it open */
     fprintf(f, ",\"store_parts\":%d", r->store_parts); /* as chosen: 0 where pushes are whole */
+    put_field_str(f, "store_grad", r->store_grad_bf16 ? "bf16" : "fp32"); /* as chosen */
     put_field_str(f, "balance", gt_name(GT_NAMES_BALANCE, (int)c->balance));
     fprintf(f, ",\"overlap\":%s,\"overlap_predict\":%s,\"tf32\":%s",
             c->overlap ? "true" : "false", c->overlap_predict ? "true" : "false",

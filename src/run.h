@@ -230,6 +230,7 @@ typedef struct run {
     int device_step;           /* the steps take their update on the GPUs (train.c) */
     int store_parts;           /* hogwild's store step in this many parts (mode_hogwild.c; 0:
                                   whole, as in every other mode) */
+    int store_grad_bf16;       /* its parts download the gradient in bf16 (--store-grad) */
     gt_ps ps;
     int W;                     /* this host's workers at the start: its shares of each clock */
     int H;                     /* hosts (processes) in the run; 1 without MPI */

@@ -39,7 +39,7 @@ static double field(const gt_config *c, const char *name)
         "allow_nonfinite", "literal", "on_diverge", "given", "ignore_classes", "top", "nitems",
         "exchange", "image_h", "image_w", "store_step", "augment_pad", "augment_flip",
         "normalize", "norm_count", "norm_mean1", "norm_std1", "val_split", "patience", "per_class",
-        "ema", "no_ema", "store_parts", "store_threads"};
+        "ema", "no_ema", "store_parts", "store_threads", "store_grad"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -53,7 +53,7 @@ static double field(const gt_config *c, const char *name)
         c->nitems, c->exchange, c->image_size[0], c->image_size[1], c->store_step,
         c->augment.pad, c->augment.flip, c->normalize, c->norm_count, c->norm_given.mean[1],
         c->norm_given.std[1], c->val_split, c->patience, c->per_class, c->ema, c->no_ema,
-        c->store_parts, c->store_threads};
+        c->store_parts, c->store_threads, c->store_grad};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -182,6 +182,10 @@ static const good_case GOOD[] = {
     {{"--store-parts", "8"}, "store_parts", 8, NULL},
     {{"--store-parts", "0", "--overlap"}, "store_parts", 0, NULL},
     {{"--store-parts", "64", "--stripes", "64"}, "store_parts", 64, NULL},
+    {{NULL}, "store_grad", GT_STORE_GRAD_AUTO, NULL},
+    {{"--store-grad", "bf16"}, "store_grad", GT_STORE_GRAD_BF16, NULL},
+    {{"--store-grad", "fp32", "--mode", "sync"}, "store_grad", GT_STORE_GRAD_FP32, NULL},
+    {{"--store-grad", "bf16", "--store-parts", "4"}, "store_grad", GT_STORE_GRAD_BF16, NULL},
     {{"--overlap", "--mode", "hogwild"}, "overlap", 1, NULL},
     {{"--model", "mlp"}, "model", 0, "mlp"},
     {{"--model", "@net.txt"}, "model", 0, "@net.txt"},
@@ -293,6 +297,11 @@ static const bad_case BAD[] = {
     {{"--store-parts", "2", "--overlap"}, "--store-parts 2", "--overlap"},
     {{"--store-parts", "8", "--stripes", "0"}, "--store-parts 8", "--stripes 0"},
     {{"--store-parts", "65"}, "--store-parts", "65"},
+    {{"--store-grad", "fp16"}, "--store-grad", "fp16"},
+    {{"--store-grad", "bf16", "--mode", "sync"}, "--store-grad bf16", "sync"},
+    {{"--store-grad", "bf16", "--overlap"}, "--store-grad bf16", "--overlap"},
+    {{"--store-grad", "bf16", "--stripes", "0"}, "--store-grad bf16", "--stripes 0"},
+    {{"--store-grad", "bf16", "--store-parts", "1"}, "--store-grad bf16", "--store-parts 0 or 1"},
     {{"--store-parts", "-1"}, "--store-parts", "-1"},
     {{"--store-threads", "0"}, "--store-threads", "0"},
     {{"--store-threads", "257"}, "--store-threads", "257"},

@@ -8,6 +8,7 @@
  * convolution algorithms' cache shared by a second device (and a second GPU where there is one);
  * and the error for a GPU that does not exist.
  * Skipped (77) when built without CUDA or run where no GPU is visible. */
+#include "gputrain/bf16.h"
 #include "gputrain/conv_cache.h"
 #include "gputrain/device.h"
 #include "gputrain/layers.h"
@@ -1445,7 +1446,8 @@ static void test_bf16(const gt_dataset *ds, const char *name, int batch)
  * the layer path the step's backward marks each part as it finishes it, and the exchange takes it
  * from there. Every part lands equal bit for bit to the gradient train_step leaves, eager and
  * then replayed from the step's graphs (both slots), with part() called once a part; a step
- * whose last layer's gradient is not finite gives part() nothing and returns 1. */
+ * whose last layer's gradient is not finite gives part() nothing and returns 1. With grad_bf16
+ * the parts land in grad_half as train_step's gradient rounded to bf16 (bf16.h), bit for bit. */
 typedef struct xchg_seen {
     int calls, order[GT_STORE_PARTS_MAX];
 } xchg_seen;
@@ -1520,12 +1522,19 @@ static void test_exchange_beside(const gt_dataset *ds, const char *name, int bat
         d->part_bounds = bounds;
         d->part_count = NP;
     }
-    for (int i = 0; i < 4 && rc == 0; i++) {
+    uint16_t *want_half = gt_alloc(n * sizeof *want_half);
+    gt_bf16_round_n(want, want_half, n);
+    for (int i = 0; i < 8 && rc == 0; i++) {
         xchg_seen seen = {0};
         gt_step_out out = {0};
+        int half = i >= 4; /* four steps each way: eager, then the graphs of both slots */
+        d->grad_bf16 = half;
         memset(d->grad, 0xff, n * sizeof(float)); /* NaNs where nothing lands */
-        snprintf(what, sizeof what, "%s (%s) beside step %d", name,
-                 precision == GT_PRECISION_BF16 ? "bf16" : "fp32", i + 1);
+        if (half && d->grad_half)
+            memset((void *)d->grad_half, 0xff, n * sizeof *d->grad_half);
+        snprintf(what, sizeof what, "%s (%s%s) beside step %d", name,
+                 precision == GT_PRECISION_BF16 ? "bf16" : "fp32",
+                 half ? ", bf16 gradient" : "", i + 1);
         int x = exchange_beside(d, params, &b, bounds, order, NP, &seen, &out, what);
         rc = x < 0;
         CHECK_MSG(x == 0, "%s: exchange gave %d", what, x);
@@ -1539,6 +1548,26 @@ static void test_exchange_beside(const gt_dataset *ds, const char *name, int bat
                       seen.order[k], k);
         }
         CHECK_MSG(once == (1 << NP) - 1, "%s: parts taken %#x", what, once);
+        if (half) {
+            CHECK_MSG(d->grad_half != NULL, "%s: no bf16 gradient", what);
+            if (!d->grad_half)
+                break;
+            float *wide = gt_alloc(n * sizeof *wide);
+            gt_bf16_widen_n(d->grad_half, wide, n);
+            size_t hat = 0;
+            while (hat < n && d->grad_half[hat] == want_half[hat])
+                hat++;
+            if (tol > 0)
+                CHECK_MSG(gt_all_finite(wide, n) && rel_err(wide, want, n) <= tol + 1e-2,
+                          "%s: bf16 gradient %.3g from train_step's", what, rel_err(wide, want, n));
+            else
+                CHECK_MSG(hat == n, "%s: bf16 gradient %zu is %#x, train_step's rounded %#x",
+                          what, hat, hat < n ? d->grad_half[hat] : 0, hat < n ? want_half[hat] : 0);
+            gt_free(wide);
+            CHECK_MSG(out.grad_status == GT_GRAD_FINITE, "%s: gradient status %d", what,
+                      out.grad_status);
+            continue;
+        }
         size_t at = 0;
         while (at < n && memcmp(&d->grad[at], &want[at], sizeof(float)) == 0)
             at++;
@@ -1553,18 +1582,20 @@ static void test_exchange_beside(const gt_dataset *ds, const char *name, int bat
         CHECK_MSG(out.grad_status == GT_GRAD_FINITE,
                   "%s: gradient status %d", what, out.grad_status);
     }
-    if (rc == 0) {
+    for (int half = 0; half < 2 && rc == 0; half++) {
         float *bad = copy_floats(params, n);
         bad[m.tensors[m.ntensors - 2].offset] = INFINITY; /* the last layer's first weight */
         xchg_seen seen = {0};
         gt_step_out out = {0};
-        snprintf(what, sizeof what, "%s non-finite beside", name);
+        d->grad_bf16 = half;
+        snprintf(what, sizeof what, "%s non-finite beside%s", name, half ? " (bf16 gradient)" : "");
         int x = exchange_beside(d, bad, &b, bounds, order, NP, &seen, &out, what);
         CHECK_MSG(x == 1 && seen.calls == 0 && out.grad_status == GT_GRAD_NONFINITE,
                   "%s: exchange gave %d after %d parts, status %d", what, x, seen.calls,
                   out.grad_status);
         gt_free(bad);
     }
+    gt_free(want_half);
     gt_device_close(d);
     gt_free(params);
     gt_free(want);

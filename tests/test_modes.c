@@ -458,6 +458,27 @@ static void test_store_parts(void)
     outcome oa = train(&a), ow = train(&whole);
     check_same_steps(&oa, &ow, "in parts against whole");
     CHECK(oa.res->stale_max == 0 && ow.res->stale_max == 0);
+    CHECK(!oa.res->store_grad_bf16); /* auto: CPU workers compute in fp32 */
+    /* --store-grad bf16: the store takes each gradient rounded to bf16; the first step starts from
+     * the same parameters, the next ones from updates within bf16's rounding of fp32's, and the
+     * run learns as well */
+    gt_config h = a;
+    h.store_grad = GT_STORE_GRAD_BF16;
+    outcome oh = train(&h);
+    CHECK_MSG(oh.rc == 0 && oh.res->store_grad_bf16, "bf16 gradient: %s", oh.err);
+    CHECK(oh.rc || (oh.nsteps == oa.nsteps && oh.step_loss[0] == oa.step_loss[0]));
+    int differ = 0;
+    for (int k = 1; oh.rc == 0 && k < oh.nsteps; k++) {
+        differ |= oh.step_loss[k] != oa.step_loss[k];
+        CHECK_MSG(k > 8 || fabs(oh.step_loss[k] - oa.step_loss[k]) <= 0.01 * oa.step_loss[k],
+                  "bf16 gradient, step %d: loss %.6g against fp32's %.6g", k, oh.step_loss[k],
+                  oa.step_loss[k]);
+    }
+    CHECK(oh.rc || differ);
+    printf("store step in parts, one CPU worker: test accuracy %.4f with fp32 gradients, %.4f "
+           "with bf16\n", oa.res->final_test_acc, oh.res->final_test_acc);
+    CHECK(oh.rc || fabs(oh.res->final_test_acc - oa.res->final_test_acc) <= 0.05);
+    outcome_free(&oh);
     outcome_free(&oa);
     outcome_free(&ow);
     gt_config c, ref;

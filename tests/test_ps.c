@@ -2,6 +2,7 @@
  * counts, stripe layout, versions and staleness, pulls, the moving average of --ema, and refused
  * configurations. Runs under
  * ThreadSanitizer in CI. */
+#include "gputrain/bf16.h"
 #include "gputrain/ps.h"
 #include "gputrain/ps_save.h"
 #include "test_util.h"
@@ -354,6 +355,98 @@ static void test_update_parts(int threads)
     gt_ps_free(&n);
 }
 
+/* bf16.h's rounding is CUDA's __float2bfloat16_rn: to nearest, ties to even, overflow to Inf,
+ * NaN kept; widening is exact. */
+static void test_bf16_round(void)
+{
+    const struct {
+        uint32_t f;
+        uint16_t h;
+    } cases[] = {
+        {0x3f800000u, 0x3f80u}, /* 1 */
+        {0x3f808000u, 0x3f80u}, /* 1 + 2^-8: a tie, to the even 1 */
+        {0x3f818000u, 0x3f82u}, /* a tie, to the even 0x3f82 */
+        {0x3f808001u, 0x3f81u}, /* just above the tie */
+        {0xbf80ffffu, 0xbf81u}, /* negative, rounds away */
+        {0x80000000u, 0x8000u}, /* -0 */
+        {0x00000001u, 0x0000u}, /* the smallest denormal, to 0 */
+        {0x7f7fffffu, 0x7f80u}, /* FLT_MAX overflows to Inf */
+        {0xff800000u, 0xff80u}, /* -Inf */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        float f;
+        memcpy(&f, &cases[i].f, sizeof f);
+        uint16_t h = gt_bf16_round(f);
+        CHECK_MSG(h == cases[i].h, "bf16 of %#x: %#x, want %#x", cases[i].f, h, cases[i].h);
+        uint32_t back;
+        float w = gt_bf16_float(h);
+        memcpy(&back, &w, sizeof back);
+        CHECK(back == (uint32_t)h << 16);
+    }
+    uint16_t nan = gt_bf16_round(NAN);
+    CHECK((nan & 0x7f80u) == 0x7f80u && (nan & 0x7fu) != 0);
+}
+
+/* An update in parts from a bf16 gradient (gt_ps_update_part_bf16) is the update from that
+ * gradient widened to fp32, bit for bit: parameters, state, moving average and the copy out,
+ * with weight decay ending inside a stripe and inside a widening block, SGD and Adam. */
+static void test_update_parts_bf16(gt_opt_kind kind, int threads)
+{
+    enum { N = 70001, S = 7, PUSHN = 3 };
+    gt_optim_cfg c;
+    gt_optim_defaults(&c);
+    c.kind = kind;
+    c.momentum = 0.9f;
+    c.nesterov = kind == GT_OPT_SGD;
+    c.weight_decay = 1e-3f;
+    c.decay_end = 50001;
+    gt_ps a, b;
+    gt_err e;
+    CHECK(gt_ps_init(&a, N, S, &c, &e) == 0 && gt_ps_init(&b, N, S, &c, &e) == 0);
+    CHECK(gt_ps_set_pools(&a, 1, threads, 0, &e) == 0 && gt_ps_set_pools(&b, 1, threads, 0, &e) == 0);
+    CHECK(gt_ps_init_ema(&a, 0.9f, NULL, &e) == 0 && gt_ps_init_ema(&b, 0.9f, NULL, &e) == 0);
+    float *g = gt_alloc(N * sizeof(float)), *pa = gt_alloc(N * sizeof(float));
+    float *pb = gt_alloc(N * sizeof(float));
+    uint16_t *h = gt_alloc(N * sizeof(uint16_t));
+    uint64_t va[S], vb[S];
+    gt_ps_pull(&a, pa, va);
+    gt_ps_pull(&b, pb, vb);
+    gt_rng r;
+    gt_rng_seed(&r, 5);
+    int changed = 0;
+    for (int k = 0; k < PUSHN; k++) {
+        for (int i = 0; i < N; i++)
+            g[i] = (float)(gt_rng_uniform(&r) - 0.5) * 1e-2f;
+        gt_bf16_round_n(g, h, N);
+        for (int i = 0; i < N; i++) {
+            float w = gt_bf16_float(h[i]);
+            changed += w != g[i];
+            g[i] = w;
+        }
+        gt_ps_update ua, ub;
+        gt_ps_update_begin(&a, &ua, 0, 1, 1.0f, 0.1);
+        gt_ps_update_begin(&b, &ub, 0, 1, 1.0f, 0.1);
+        gt_ps_update_part(&a, &ua, 3, S, g, va, pa);
+        gt_ps_update_part(&a, &ua, 0, 3, g, va, pa);
+        gt_ps_update_part_bf16(&b, &ub, 3, S, h, vb, pb);
+        gt_ps_update_part_bf16(&b, &ub, 0, 3, h, vb, pb);
+        gt_ps_update_end(&a, &ua);
+        gt_ps_update_end(&b, &ub);
+        CHECK(memcmp(pa, pb, N * sizeof(float)) == 0 && memcmp(va, vb, sizeof va) == 0);
+    }
+    CHECK(changed > N); /* the rounding moved most values */
+    CHECK(memcmp(a.params, b.params, N * sizeof(float)) == 0);
+    CHECK(memcmp(a.ema, b.ema, N * sizeof(float)) == 0);
+    for (int i = 0; i < a.nstate; i++)
+        CHECK(memcmp(a.state[i], b.state[i], N * sizeof(float)) == 0);
+    gt_free(g);
+    gt_free(h);
+    gt_free(pa);
+    gt_free(pb);
+    gt_ps_free(&a);
+    gt_ps_free(&b);
+}
+
 /* gt_ps_apply_stripes_sum gives the bits of summing the addends first, in order, then applying:
  * for a split update (two parts, one thread) and one walk on 1 + 2 helpers, SGD momentum and Adam;
  * g ends holding the sum. */
@@ -502,6 +595,9 @@ int main(void)
     test_helpers_same_bits(GT_OPT_ADAM);
     test_update_parts(1);
     test_update_parts(3);
+    test_bf16_round();
+    test_update_parts_bf16(GT_OPT_SGD, 1);
+    test_update_parts_bf16(GT_OPT_ADAM, 3);
     test_apply_sum(GT_OPT_SGD, 1);
     test_apply_sum(GT_OPT_SGD, 3);
     test_apply_sum(GT_OPT_ADAM, 3);

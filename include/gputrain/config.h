@@ -48,6 +48,13 @@ typedef enum gt_precision {
                               then kept fp32); everything else as fp32 */
 } gt_precision;
 
+/* --store-grad: the gradient hogwild's store step in parts downloads into the store. */
+typedef enum gt_store_grad {
+    GT_STORE_GRAD_AUTO = 0, /* bf16 where the GPUs compute in bf16, else fp32 */
+    GT_STORE_GRAD_FP32,
+    GT_STORE_GRAD_BF16,     /* rounded to bf16 on the GPU; the store and optimizer stay fp32 */
+} gt_store_grad;
+
 /* --normalize: how the model's input step normalises each channel (gt_input_norm, model.h). */
 typedef enum gt_normalize {
     GT_NORMALIZE_NONE = 0,
@@ -115,6 +122,7 @@ typedef struct gt_config {
     int store_parts;              /* --store-parts: hogwild's store step in this many parts, whose
                                      download, update and upload overlap (0, 1: whole; -1: auto,
                                      GT_STORE_PARTS_AUTO on GPUs for large models) */
+    int store_grad;               /* gt_store_grad (--store-grad) */
     int overlap_predict;          /* --overlap: step k+1 starts from its pulled parameters minus
                                      step k's plain SGD step (recipe.c; off with --literal) */
     int eval_every;               /* at multiples of this many of the run's steps (optimizer

@@ -22,6 +22,7 @@ typedef enum gt_name_set {
     GT_NAMES_ON_DIVERGE, /* gt_on_diverge, --on-diverge */
     GT_NAMES_EXCHANGE, /* gt_exchange, --exchange */
     GT_NAMES_PRECISION, /* gt_precision, --precision */
+    GT_NAMES_STORE_GRAD, /* gt_store_grad, --store-grad */
 } gt_name_set;
 
 /* The delay in updates that a mode's asynchrony adds with `workers` workers in all, which the

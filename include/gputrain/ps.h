@@ -137,6 +137,10 @@ void gt_ps_update_begin(gt_ps *ps, gt_ps_update *u, int worker, int nworkers, fl
                         double epoch);
 void gt_ps_update_part(gt_ps *ps, gt_ps_update *u, int s_lo, int s_hi, const float *g,
                        uint64_t *ver, float *dst);
+/* gt_ps_update_part from a bf16 gradient (bf16.h; --store-grad bf16): the same bits as
+ * gt_ps_update_part from g widened to fp32, reading half the gradient's bytes. */
+void gt_ps_update_part_bf16(gt_ps *ps, gt_ps_update *u, int s_lo, int s_hi, const uint16_t *g,
+                            uint64_t *ver, float *dst);
 uint64_t gt_ps_update_end(gt_ps *ps, gt_ps_update *u);
 
 /* Applies one update to stripes [s_lo, s_hi) only, with update number t (sync and ssp split or
