@@ -226,6 +226,24 @@ void gt_recipe_model(gt_config *c, int gpus, char *note, size_t cap)
         c->ema = GT_RECIPE_EMA;
 }
 
+/* The residual networks' warm-up where the workers' round scaled the lr: an epoch for each
+ * GT_RECIPE_RESNET_WARMUP_LR of it (recipe.h), at most RECIPE_WARMUP_SHARE of the run, never
+ * shorter than the recipe's; a given --warmup stays. */
+static void recipe_resnet_warmup(gt_config *c, int workers, gt_recipe *r)
+{
+    double was = c->optim.warmup_epochs, want = c->optim.lr / GT_RECIPE_RESNET_WARMUP_LR;
+    if ((c->given & GT_GIVEN_WARMUP) || was <= 0)
+        return;
+    want = recipe_round(want, 100.0);
+    if (want > c->epochs * RECIPE_WARMUP_SHARE)
+        want = recipe_round(c->epochs * RECIPE_WARMUP_SHARE, 100.0);
+    if (want <= was)
+        return;
+    recipe_note(r, c, workers, "lr warm-up %g -> %g epochs (an epoch for each %g of lr; "
+                "--warmup sets it)", was, want, GT_RECIPE_RESNET_WARMUP_LR);
+    c->optim.warmup_epochs = (float)want;
+}
+
 /* The residual networks' lr follows the samples a round of W workers' steps takes (the linear
  * scaling rule of Goyal et al. 2017, "Accurate, large minibatch SGD"): W x the recipe's lr
  * (GT_RECIPE_RESNET_LR128 per 128 samples) in every mode. Where an update sums W batches (sync,
@@ -243,6 +261,7 @@ static void recipe_resnet_lr(gt_config *c, int workers, gt_recipe *r)
                 "round; --lr sets it)", (double)c->optim.lr, (double)lr, workers, c->batch,
                 GT_RECIPE_RESNET_LR128);
     c->optim.lr = lr;
+    recipe_resnet_warmup(c, workers, r);
 }
 
 /* hogwild's lr from 4 workers on, beside the momentum rule it was measured with (lenet5, 4x H200,

@@ -332,8 +332,8 @@ static void test_model_recipe(void)
 }
 
 /* The residual networks' lr follows the samples of a round of every worker's step: W x the
- * recipe's in every mode over W workers; --lr and --literal as given; other models' lr is not
- * scaled. */
+ * recipe's in every mode over W workers, the warm-up an epoch for each 0.1 of it (at most a fifth
+ * of the run); --lr, --warmup and --literal as given; other models' lr is not scaled. */
 static void test_resnet_lr(void)
 {
     char note[256];
@@ -353,6 +353,11 @@ static void test_resnet_lr(void)
                   rows[i].workers, (double)c.optim.lr, (double)rows[i].lr);
         int noted = r.n > 0 && strstr(r.change[0], "lr 0.05 -> ") != NULL;
         CHECK(noted == (rows[i].lr != 0.05f));
+        float warm = rows[i].lr > 0.15f ? 2.0f : 1.0f;
+        CHECK_MSG(c.optim.warmup_epochs == warm, "%s x%d: warm-up %g epochs, want %g",
+                  gt_mode_name(rows[i].mode), rows[i].workers, (double)c.optim.warmup_epochs,
+                  (double)warm);
+        CHECK((warm > 1.0f) == (r.n > 1 && strstr(r.change[1], "lr warm-up 1 -> 2 epochs") != NULL));
         for (int k = 0; k < r.n; k++)
             CHECK(strlen(r.change[k]) < GT_RECIPE_LEN - 1);
     }
@@ -364,10 +369,19 @@ static void test_resnet_lr(void)
     gt_recipe r;
     gt_recipe_apply(&lit, 4, 60000, &r);
     CHECK(lit.optim.lr == 0.05f && r.n == 0);
+    gt_config w = c, s = c;
+    w.optim.warmup_epochs = 0.5f; /* --warmup 0.5 */
+    w.given |= GT_GIVEN_WARMUP;
+    gt_recipe_apply(&w, 4, 60000, &r);
+    CHECK(w.optim.lr == 0.2f && w.optim.warmup_epochs == 0.5f);
+    s.epochs = 8; /* a fifth of 8 epochs: 1.6 */
+    gt_recipe_apply(&s, 8, 60000, &r);
+    CHECK_MSG(s.optim.lr == 0.4f && s.optim.warmup_epochs == 1.6f, "8 epochs x8: warm-up %g",
+              (double)s.optim.warmup_epochs);
     c.optim.lr = 0.3f;
     c.given |= GT_GIVEN_LR;
     gt_recipe_apply(&c, 4, 60000, &r);
-    CHECK(c.optim.lr == 0.3f);
+    CHECK(c.optim.lr == 0.3f && c.optim.warmup_epochs == 1.0f);
     gt_config l = base(GT_MODE_SYNC); /* lenet5: the lr of one worker */
     gt_recipe_model(&l, 0, note, sizeof note);
     gt_recipe_apply(&l, 4, 60000, &r);
