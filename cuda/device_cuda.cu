@@ -1467,6 +1467,7 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
         return gt_fail(e, "gpu:%d: out of host memory", ordinal);
     }
     d->ops = &cuda_ops;
+    d->loads_copy = 1;
     d->impl = g;
     d->ordinal = ordinal;
     d->model = m;

@@ -137,6 +137,8 @@ struct gt_device {
                             when the model has none */
     float *stats;        /* model->nbuffers, host (pinned for a GPU): the last training step's
                             batch statistics (without keep_grad); NULL when the model has none */
+    int loads_copy;      /* load_params copies d->params into the device's own memory (a GPU),
+                            reading it once; 0: the device computes on d->params itself (CPU) */
     int keep_grad;       /* train_step leaves the gradient on the device (allreduce mode) */
     int grad_later;      /* train_step leaves the gradient on the device for exchange (hogwild's
                             store step in parts; a device without exchange ignores it) */
