@@ -230,6 +230,10 @@ static int run_init(run *r, const gt_config *cfg, const gt_model *m, const gt_da
         report_resume_restart(r, start->resumed->step, r->ops->epoch_steps(r));
     report_recipe(r, start->recipe);
     report_device_step(r);
+    if (r->cfg->store_grad == GT_STORE_GRAD_BF16 && !r->store_grad_bf16)
+        report_note(r, "--store-grad bf16 changes nothing in this run: only hogwild's store step "
+                       "in parts takes the gradient in bf16, and here the pushes are whole or the "
+                       "GPU takes the device step (--store-parts, --store-step)");
     return guard_init(r, e);
 }
 

@@ -47,6 +47,15 @@ if bad:
     sys.exit(1)
 PY
 done
+# the store step in parts with its gradient in bf16: the phases say so; where the pushes are whole
+# the option says it changes nothing
+expect_exit 0 -- "${RUN[@]}" --mode hogwild --store-parts 4 --stripes 8 --store-grad bf16
+n=$(grep -cE '^  worker [01] .* us a step: pull [0-9.]+ device [0-9.]+ bf16 download/push/pull [0-9.]+ wait' "$TMP/out")
+[ "$n" = 2 ] || fail "bf16 parts: worker lines: $(grep '^  worker' "$TMP/out")"
+expect_exit 0 -- "${RUN[@]}" --mode hogwild --store-grad bf16
+grep -q "note: --store-grad bf16 changes nothing in this run" "$TMP/err" ||
+    fail "whole pushes with --store-grad bf16: no note: $(cat "$TMP/err")"
+
 # the clocked modes meet at barriers, and a worker of sync waits at two every clock
 python3 - "$TMP/sync.jsonl" <<'PY' || fail "sync: no worker waited: $(grep '"type":"worker"' "$TMP/sync.jsonl")"
 import json, sys
