@@ -708,9 +708,10 @@ static int cuda_xchg_half(gt_device *d, cuda_xchg *x, gt_err *e)
 }
 
 /* Whether a step now marks d->part_bounds' parts during its backward (1, or 2 where it rounds
- * them to bf16; 0: it does not; -1 with e set), planning the marks where the parts changed. The backward runs from the last layer to
- * the first and each layer writes only its own parameters' gradient, so a part's gradient is
- * final after the backward of the first layer holding any of its parameters; that layer has read
+ * them to bf16; 0: it does not; -1 with e set), planning the marks where the parts changed. The
+ * backward runs from the last layer to the first and each layer writes only its own parameters'
+ * gradient, so a part's gradient is final after the backward of the first layer holding any of
+ * its parameters; that layer has read
  * those parameters for the last time too, so the part's upload may overwrite them. The fused
  * step has no layers to mark between; a part no layer holds leaves the step unmarked. */
 static int cuda_marks_plan(gt_device *d, cuda_impl *g, gt_err *e)
