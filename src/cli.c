@@ -634,8 +634,8 @@ const struct option *gt_cli_options(void)
  * own command line gives them (docs/internals.md, "What a resume takes again"): not the devices,
  * data paths, seed (the checkpoint's anyway), outputs, faults or timeouts. */
 static const char *const cli_resumable[] = {
-    "mode", "stripes", "staleness", "sync-every", "balance", "overlap", "store-step",
-    "store-parts", "store-grad", "exchange", "precision", "tf32", "model", "image-size", "augment", "normalize",
+    "mode", "stripes", "staleness", "sync-every", "balance", "overlap", "store-step", "store-parts",
+    "store-grad", "exchange", "precision", "tf32", "model", "image-size", "augment", "normalize",
     "train-samples", "batch", "epochs", "eval-every", "val-split", "save-best", "patience",
     "optimizer", "lr", "momentum", "nesterov", "weight-decay", "beta1", "beta2", "eps", "schedule",
     "warmup", "step-epochs", "gamma", "ema", "on-nan", "on-diverge", "literal"};

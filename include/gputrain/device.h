@@ -102,16 +102,16 @@ typedef struct gt_device_ops {
      * d->grad_later set, which left the gradient on the device, or after a step_queue with it set,
      * while that step still runs, part k of the nparts (parameters [bounds[k], bounds[k + 1]),
      * bounds ascending from 0 to nparams, taken in the order order[k] lists) is downloaded into
-     * d->grad over that range (with d->grad_bf16: rounded to bf16, ties to even, into
-     * d->grad_half, which the device provides), part(arg, k) is called once it is there (it updates the store and
+     * d->grad over that range (with d->grad_bf16: rounded to bf16, ties to even, into d->grad_half,
+     * which the device provides), part(arg, k) is called once it is there (it updates the store and
      * fills src over the same range), and that range of src (host, pinned: d->params, or the
      * store's parameters where nobody else writes them) is then uploaded while the next part's
      * download and part() run. Behind a running step a part is downloaded as soon as its gradient
      * is final: where the step marked the parts of d->part_bounds as its backward finished them
      * (these bounds), during the backward, the parts then taken in the order they are finished
-     * (ties in order's); else once the step has ended. A part whose gradient holds an Inf or
-     * NaN (in bf16: after rounding) is not given to part(), nor is any part after it: then the
-     * return is 1 (the parts before it were applied), else 0. Returns when every part() has returned and,
+     * (ties in order's); else once the step has ended. A part whose gradient holds an Inf or NaN
+     * (in bf16: after rounding) is not given to part(), nor is any part after it: then the return
+     * is 1 (the parts before it were applied), else 0. Returns when every part() has returned and,
      * where src is not d->params, every upload has ended (its owner may rewrite or free it); the
      * next step waits for the uploads and downloads. */
     int (*exchange)(gt_device *d, int nparts, const size_t *bounds, const int *order,
