@@ -739,6 +739,21 @@ static int cli_check_command(const cli_row *r, gt_command cmd, gt_err *e)
                    cli_command_list(r->commands, want, sizeof want));
 }
 
+/* Whether c's other options keep hogwild's store step whole (--store-parts and --store-grad need
+ * it in parts), with the reason in why. */
+static int cli_pushes_whole(const gt_config *c, char *why, size_t cap)
+{
+    if (c->mode != GT_MODE_HOGWILD)
+        snprintf(why, cap, "only --mode hogwild pushes in parts, not '%s'", gt_mode_name(c->mode));
+    else if (c->overlap)
+        snprintf(why, cap, "--overlap pushes whole steps");
+    else if (c->stripes == 0)
+        snprintf(why, cap, "the lock-free store (--stripes 0) has no stripes to part");
+    else
+        return 0;
+    return 1;
+}
+
 static int cli_check_combination(const gt_config *c, gt_err *e)
 {
     if (c->resume[0] && c->init[0])
@@ -752,21 +767,14 @@ static int cli_check_combination(const gt_config *c, gt_err *e)
     if (c->overlap && mode && !mode->async_variants)
         return gt_fail(e, "--overlap: only --mode hogwild overlaps its pushes, not '%s'",
                        gt_mode_name(c->mode));
-    if (c->store_parts > 1 && c->mode != GT_MODE_HOGWILD)
-        return gt_fail(e, "--store-parts %d: only --mode hogwild pushes in parts, not '%s'",
-                       c->store_parts, gt_mode_name(c->mode));
-    if (c->store_parts > 1 && c->overlap)
-        return gt_fail(e, "--store-parts %d: --overlap pushes whole steps", c->store_parts);
-    if (c->store_parts > 1 && c->stripes == 0)
-        return gt_fail(e, "--store-parts %d: the lock-free store (--stripes 0) has no stripes "
-                       "to part", c->store_parts);
+    char why[96];
+    int whole = cli_pushes_whole(c, why, sizeof why);
+    if (c->store_parts > 1 && whole)
+        return gt_fail(e, "--store-parts %d: %s", c->store_parts, why);
     if (c->store_grad == GT_STORE_GRAD_BF16 &&
-        (c->mode != GT_MODE_HOGWILD || c->overlap || c->stripes == 0 || c->store_parts == 0 ||
-         c->store_parts == 1))
-        return gt_fail(e, "--store-grad bf16: only hogwild's store step in parts downloads the "
-                       "gradient (not with --mode %s%s)", gt_mode_name(c->mode),
-                       c->overlap ? " --overlap" : c->stripes == 0 ? " --stripes 0"
-                       : c->mode == GT_MODE_HOGWILD ? " --store-parts 0 or 1" : "");
+        (whole || c->store_parts == 0 || c->store_parts == 1))
+        return gt_fail(e, "--store-grad bf16 needs hogwild's store step in parts: %s",
+                       whole ? why : "--store-parts 0 or 1 pushes whole steps");
     if (mode && mode->needs_nccl && c->cpu_workers > 0)
         return gt_fail(e, "--mode %s: needs GPUs and NCCL, not --gpus cpu:%d (use --mode sync "
                        "for the same math)", gt_mode_name(c->mode), c->cpu_workers);
