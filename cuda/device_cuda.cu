@@ -66,6 +66,24 @@ typedef struct cuda_xchg {
     int ready;
 } cuda_xchg;
 
+/* A whole-gradient download in parts beside the backward (cuda_split_plan): each part copied to
+ * the host on a stream of its own as soon as the backward has finished it, so that the step's
+ * download overlaps its backward; the step ends once every part is down. Only on the layer path,
+ * for models of at least CUDA_SPLIT_MIN_PARAMS (a small model's download is shorter than the
+ * events'). */
+#define CUDA_SPLIT_PARTS 8
+#define CUDA_SPLIT_MIN_PARAMS (1u << 20)
+typedef struct cuda_split {
+    cudaStream_t down;
+    cudaEvent_t fork[CUDA_SPLIT_PARTS + 1], join;
+    size_t bounds[CUDA_SPLIT_PARTS + 2]; /* the weights in CUDA_SPLIT_PARTS, then the rest */
+    int mark_layer[CUDA_SPLIT_PARTS + 1];
+    size_t min_params;                   /* the smallest model split (gt_cuda_device_set_split) */
+    int n;                               /* parts; 0: not planned */
+    int ready;                           /* the stream and events exist */
+    float *dst;                          /* this step's destination (host); NULL: not split */
+} cuda_split;
+
 /* One captured step, replayed for every step of its shape. */
 typedef struct cuda_graph {
     cudaGraphExec_t exec;     /* NULL: an empty entry */
@@ -108,6 +126,7 @@ typedef struct cuda_impl {
                                         * evaluation's: a step may still be queued beside it */
     gt_cuda_allreduce *allreduce;      /* NCCL communicator and optimizer state, allreduce mode */
     cuda_xchg xchg;                    /* the store step in parts (cuda_exchange) */
+    cuda_split split;                  /* a whole download beside the backward (cuda_split_plan) */
     gt_fused_net fnet;                 /* the fused step's shapes and buffers, where fusable */
     gt_input_norm graph_norm;          /* the input step the captured graphs and the fused
                                         * kernels' copy hold (cuda_sync_norm) */
@@ -296,6 +315,13 @@ static void cuda_free_impl(cuda_impl *g, const gt_model *m)
         cudaFree(x->flag);
     if (x->flag_host)
         cudaFreeHost(x->flag_host);
+    cuda_split *sp = &g->split;
+    for (int i = 0; sp->ready && i <= CUDA_SPLIT_PARTS; i++)
+        cudaEventDestroy(sp->fork[i]);
+    if (sp->ready) {
+        cudaEventDestroy(sp->join);
+        cudaStreamDestroy(sp->down);
+    }
     if (x->half)
         cudaFree(x->half);
     if (x->half_host)
@@ -773,6 +799,77 @@ static int cuda_mark_parts(cuda_impl *g, int l, gt_err *e)
     return 0;
 }
 
+/* The layer whose backward finishes the gradient of parameters [lo, hi): the first holding any
+ * of them (the backward runs from the last layer to the first, each writing only its own
+ * parameters' gradient); -1 where no layer holds one. */
+static int grad_final_layer(const gt_model *m, size_t lo, size_t hi)
+{
+    for (int l = 0; l < m->nlayers; l++) {
+        const gt_layer *L = &m->layers[l];
+        if ((L->w_len && L->w_off < hi && lo < L->w_off + L->w_len) ||
+            (L->b_len && L->b_off < hi && lo < L->b_off + L->b_len))
+            return l;
+    }
+    return -1;
+}
+
+/* Plans the whole download in parts for a step of the layer path that downloads its gradient
+ * into dst (step_grad_dst): the weights in CUDA_SPLIT_PARTS even parts, then the biases and batch
+ * norm's parameters (model.h puts them last; their first layer finishes them at the backward's
+ * end), each with the layer that finishes it. sp->dst is dst where the step goes in parts, else
+ * NULL (a small model, the fused step, no download); -1 with e set on failure. */
+static int cuda_split_plan(gt_device *d, cuda_impl *g, float *dst, gt_err *e)
+{
+    cuda_split *sp = &g->split;
+    const gt_model *m = d->model;
+    sp->dst = NULL;
+    if (!dst || g->fused || m->nparams < sp->min_params)
+        return 0;
+    if (!sp->ready) {
+        GT_CUDA_CHECK(d->name, e, cudaStreamCreateWithFlags(&sp->down, cudaStreamNonBlocking));
+        for (int i = 0; i <= CUDA_SPLIT_PARTS; i++)
+            GT_CUDA_CHECK(d->name, e,
+                          cudaEventCreateWithFlags(&sp->fork[i], cudaEventDisableTiming));
+        GT_CUDA_CHECK(d->name, e, cudaEventCreateWithFlags(&sp->join, cudaEventDisableTiming));
+        sp->ready = 1;
+    }
+    if (sp->n == 0) {
+        size_t w = m->ndecay < m->nparams ? m->ndecay : m->nparams;
+        int n = 0;
+        for (int k = 0; k < CUDA_SPLIT_PARTS; k++)
+            sp->bounds[n++] = w * (size_t)k / CUDA_SPLIT_PARTS;
+        if (w < m->nparams)
+            sp->bounds[n++] = w;
+        sp->bounds[n] = m->nparams;
+        for (int k = 0; k < n; k++)
+            if ((sp->mark_layer[k] = grad_final_layer(m, sp->bounds[k], sp->bounds[k + 1])) < 0)
+                return 0; /* a part no layer holds (not in a built model): one download */
+        sp->n = n;
+    }
+    sp->dst = dst;
+    return 0;
+}
+
+/* After layer l's backward: each part of the split download it finishes goes down on the split's
+ * stream, behind an event on the compute stream (a fork of the captured graph, where the step is
+ * being captured). */
+static int cuda_split_parts(cuda_impl *g, int l, gt_err *e)
+{
+    cuda_split *sp = &g->split;
+    gt_cuda_ctx *c = g->ctx;
+    for (int k = 0; sp->dst && k < sp->n; k++) {
+        if (sp->mark_layer[k] != l)
+            continue;
+        size_t lo = sp->bounds[k], len = sp->bounds[k + 1] - lo;
+        GT_CUDA_CHECK(c->name, e, cudaEventRecord(sp->fork[k], c->stream));
+        GT_CUDA_CHECK(c->name, e, cudaStreamWaitEvent(sp->down, sp->fork[k], 0));
+        GT_CUDA_CHECK(c->name, e,
+                      cudaMemcpyAsync(sp->dst + lo, g->grad + lo, len * sizeof(float),
+                                      cudaMemcpyDeviceToHost, sp->down));
+    }
+    return 0;
+}
+
 /* Backward from dact[0] (the loss gradient); the first layer computes no input gradient (a
  * first batch norm still gets a scratch buffer for it: cuDNN writes one). Layers without
  * parameters stop at the first layer, as on the CPU. */
@@ -798,7 +895,7 @@ static int cuda_backward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, int
         if (gt_cuda_layer_backward(g->ctx, &g->layer[l], &pass, g->act[l], g->act[l + 1], dy,
                                    l || kind == GT_BATCHNORM ? dx : NULL, e))
             return -1;
-        if (marks && cuda_mark_parts(g, l, e))
+        if ((marks && cuda_mark_parts(g, l, e)) || cuda_split_parts(g, l, e))
             return -1;
         swap_ptr(&dy, &dx);
     }
@@ -884,10 +981,14 @@ static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, gt_err *e
                                   g->result, e)
                  : cuda_layers_train(d, g, slot, n, g->slot_marked[s], e))
         return -1;
-    if (step_grad_dst(d))
+    if (g->split.dst) { /* its parts went down beside the backward: the step waits for them */
+        GT_CUDA_CHECK(d->name, e, cudaEventRecord(g->split.join, g->split.down));
+        GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(c->stream, g->split.join, 0));
+    } else if (step_grad_dst(d)) {
         GT_CUDA_CHECK(d->name, e,
                       cudaMemcpyAsync(d->grad, g->grad, grad_bytes, cudaMemcpyDeviceToHost,
                                       c->stream));
+    }
     if (!d->keep_grad && g->stats)
         GT_CUDA_CHECK(d->name, e,
                       cudaMemcpyAsync(d->stats, g->stats, d->model->nbuffers * sizeof(float),
@@ -949,7 +1050,7 @@ static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
     if (cuda_sync_norm(d, g, e))
         return -1;
     int marks = cuda_marks_plan(d, g, e);
-    if (marks < 0)
+    if (marks < 0 || cuda_split_plan(d, g, step_grad_dst(d), e))
         return -1;
     g->slot_marked[s] = marks;
     if (!g->graphs)
@@ -1360,6 +1461,18 @@ int gt_cuda_device_set_half_copies(gt_device *d, int on, gt_err *e)
     return 0;
 }
 
+int gt_cuda_device_set_split(gt_device *d, size_t min_params, gt_err *e)
+{
+    cuda_impl *g = cuda_impl_of(d);
+    if (!g)
+        return gt_fail(e, "gt_cuda_device_set_split: not a CUDA device");
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(g->ctx->stream));
+    graph_drop_all(g);
+    g->split.min_params = min_params;
+    return 0;
+}
+
 int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out)
 {
     cuda_impl *g = cuda_impl_of(d);
@@ -1474,6 +1587,7 @@ int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int o
     d->model = m;
     d->max_batch = max_batch;
     g->cap = cap;
+    g->split.min_params = CUDA_SPLIT_MIN_PARAMS;
     if (cuda_block_depths(m, g->depth, ordinal, e)) {
         cuda_close(d);
         return -1;

@@ -99,6 +99,10 @@ int gt_cuda_device_print_algos(gt_device *d, FILE *f);
  * backward; off, every convolution rounds its input again in forward and in backward, as before
  * the copies were kept. The same bits either way: for tests. Drops the captured graphs. */
 int gt_cuda_device_set_half_copies(gt_device *d, int on, gt_err *e);
+/* Steps that download their whole gradient do it in parts beside the backward where the model has
+ * at least min_params parameters (1 M at open; 0: every model on the layer path; SIZE_MAX: none).
+ * The same bits either way: for tests. Drops the captured graphs. */
+int gt_cuda_device_set_split(gt_device *d, size_t min_params, gt_err *e);
 /* Copies the device's own gradient (what train_step left there, also with keep_grad) to host. */
 int gt_cuda_device_read_grad(gt_device *d, float *host, gt_err *e);
 

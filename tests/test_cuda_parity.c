@@ -1345,6 +1345,42 @@ static void bf16_copies_compare(gt_device *d, const gt_model *m, const float *pa
     gt_free(stats);
 }
 
+/* The step again (eager, then replayed) with its gradient downloaded in parts beside the backward
+ * (gt_cuda_device_set_split; resnet20 is under the size that splits by default): each part goes
+ * down once the layer that finishes it is done, so the gradient is the same bits as the whole
+ * download's (d->grad), and so are the loss and the batch statistics. */
+static void split_compare(gt_device *d, const gt_model *m, const float *params,
+                          const float *buffers, const gt_batch *b, double loss_whole,
+                          const char *name)
+{
+    gt_err e = {""};
+    float *grad = copy_floats(d->grad, m->nparams);
+    float *stats = m->nbuffers ? copy_floats(d->stats, m->nbuffers) : NULL;
+    int rc = gt_cuda_device_set_split(d, 0, &e);
+    CHECK_MSG(rc == 0, "%s split: %s", name, e.msg);
+    for (int step = 0; rc == 0 && step < 2; step++) {
+        gt_step_out out = {.correct = -1};
+        memcpy(d->params, params, m->nparams * sizeof *params);
+        if (m->nbuffers)
+            memcpy(d->buffers, buffers, m->nbuffers * sizeof *buffers);
+        memset(d->grad, 0xff, m->nparams * sizeof *d->grad); /* NaN wherever no part lands */
+        rc = d->ops->load_params(d, &e) || d->ops->train_step(d, b, &out, &e);
+        CHECK_MSG(rc == 0, "%s split step %d: %s", name, step + 1, e.msg);
+        CHECK_MSG(rc != 0 || out.loss_sum == loss_whole,
+                  "%s split step %d: loss %.9g, %.9g downloaded whole", name, step + 1,
+                  out.loss_sum, loss_whole);
+        CHECK_MSG(rc != 0 || memcmp(d->grad, grad, m->nparams * sizeof *grad) == 0,
+                  "%s split step %d: the gradient differs from the whole download's", name,
+                  step + 1);
+        CHECK_MSG(rc != 0 || !stats || memcmp(d->stats, stats, m->nbuffers * sizeof *stats) == 0,
+                  "%s split step %d: the batch statistics differ", name, step + 1);
+    }
+    rc = gt_cuda_device_set_split(d, SIZE_MAX, &e);
+    CHECK_MSG(rc == 0, "%s split off: %s", name, e.msg);
+    gt_free(grad);
+    gt_free(stats);
+}
+
 static void test_bf16(const gt_dataset *ds, const char *name, int batch)
 {
     gt_rng own, *r = &own; /* its own batch, whatever the cases before it drew */
@@ -1374,8 +1410,8 @@ static void test_bf16(const gt_dataset *ds, const char *name, int batch)
         gt_cuda_path path = {0};
         CHECK(gt_cuda_device_get_path(d, &path) == 0);
         CHECK_MSG(!path.fused, "bf16 %s: opened on the fused (fp32) kernels", name);
-        rc = gt_cuda_device_set_path(d, 0, 1, &e);
-        CHECK_MSG(rc == 0, "bf16 path: %s", e.msg);
+        rc = gt_cuda_device_set_path(d, 0, 1, &e) || gt_cuda_device_set_split(d, SIZE_MAX, &e);
+        CHECK_MSG(rc == 0, "bf16 path: %s", e.msg); /* whole downloads: split_compare's reference */
     }
     double loss_kept = 0;
     for (int step = 0; rc == 0 && step < 2; step++) { /* eager, then replayed */
@@ -1411,6 +1447,8 @@ static void test_bf16(const gt_dataset *ds, const char *name, int batch)
     }
     if (rc == 0)
         bf16_copies_compare(d, &m, params, buffers, &b, loss_kept, name);
+    if (rc == 0)
+        split_compare(d, &m, params, buffers, &b, loss_kept, name);
     if (rc == 0) {
         gt_step_out out = {.correct = -1};
         int eval_hits = 0;
