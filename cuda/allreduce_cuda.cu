@@ -74,7 +74,7 @@ static int parts_of(gt_device *d, gt_cuda_device_parts *p, gt_err *e)
 {
     if (gt_cuda_device_parts_of(d, p) != 0)
         return gt_fail(e, "--mode allreduce: %s is not a CUDA device", d->name);
-    return 0;
+    return gt_cuda_device_load_join(d, e); /* a pending load_params lands first */
 }
 
 void gt_cuda_allreduce_free(gt_cuda_allreduce *a)

@@ -66,30 +66,44 @@ typedef struct cuda_xchg {
     int ready;
 } cuda_xchg;
 
-/* A whole-gradient download in parts beside the backward (cuda_split_plan): each part copied to
- * the host on a stream of its own as soon as the backward has finished it, so that the step's
- * download overlaps its backward; the step ends once every part is down. Only on the layer path,
- * for models of at least CUDA_SPLIT_MIN_PARAMS (a small model's download is shorter than the
- * events'). */
+/* The whole copies of a training step in parts, on the layer path, for models of at least
+ * min_params (a small model's copy is shorter than the events'):
+ * - the gradient's download beside the backward (cuda_split_plan): each part copied to the host
+ *   on a stream of its own as soon as the backward has finished it; the step ends once every part
+ *   is down;
+ * - the parameters' upload beside the forward (cuda_up_plan): load_params leaves its copy pending,
+ *   and the train_step after it uploads the parts on a stream of its own, the biases' and batch
+ *   norm's first, then the weights in layer order, each layer's forward waiting for the parts it
+ *   reads. Every other call copies a pending load whole first (cuda_load_join). */
 #define CUDA_SPLIT_PARTS 8
 #define CUDA_SPLIT_MIN_PARAMS (1u << 20)
 typedef struct cuda_split {
-    cudaStream_t down;
-    cudaEvent_t fork[CUDA_SPLIT_PARTS + 1], join;
+    cudaStream_t down, up;
+    cudaEvent_t fork[CUDA_SPLIT_PARTS + 1], join, up_fork, up_part[CUDA_SPLIT_PARTS + 1];
     size_t bounds[CUDA_SPLIT_PARTS + 2]; /* the weights in CUDA_SPLIT_PARTS, then the rest */
     int mark_layer[CUDA_SPLIT_PARTS + 1];
+    int up_order[CUDA_SPLIT_PARTS + 1];  /* the parts in upload order: the rest, then weights */
+    int up_need[GT_MAX_LAYERS];          /* the upload events layers 0..l wait for: the last */
     size_t min_params;                   /* the smallest model split (gt_cuda_device_set_split) */
     int n;                               /* parts; 0: not planned */
-    int ready;                           /* the stream and events exist */
+    int ready;                           /* the streams and events exist */
     float *dst;                          /* this step's destination (host); NULL: not split */
+    const float *up_src;                 /* load_params's source while its copy is pending */
+    int up_pending;                      /* load_params's copy is not queued yet */
+    int up_on;                           /* the step being queued uploads in parts */
 } cuda_split;
 
 /* One captured step, replayed for every step of its shape. */
-typedef struct cuda_graph {
-    cudaGraphExec_t exec;     /* NULL: an empty entry */
+typedef struct cuda_graph_key {
     int n, slot, keep_grad, marks;
     const float *grad_dst;    /* the host gradient buffer its copy writes */
     const float *stats_dst;   /* the host batch-statistics buffer its copy writes */
+    const float *up_src;      /* the host parameters its upload in parts reads; NULL: none */
+} cuda_graph_key;
+
+typedef struct cuda_graph {
+    cudaGraphExec_t exec;     /* NULL: an empty entry */
+    cuda_graph_key key;       /* the step's shape */
     uint64_t used;            /* the step that last ran it: the least recent is replaced */
 } cuda_graph;
 
@@ -236,21 +250,23 @@ static void graph_drop_all(cuda_impl *g)
     }
 }
 
-static cuda_graph *graph_find(cuda_impl *g, int n, int slot, int keep_grad, int marks,
-                              const float *grad_dst, const float *stats_dst)
+static int graph_key_eq(const cuda_graph_key *a, const cuda_graph_key *b)
 {
-    for (int i = 0; i < CUDA_GRAPHS; i++) {
-        cuda_graph *gr = &g->graph[i];
-        if (gr->exec && gr->n == n && gr->slot == slot && gr->keep_grad == keep_grad &&
-            gr->marks == marks && gr->grad_dst == grad_dst && gr->stats_dst == stats_dst)
-            return gr;
-    }
+    return a->n == b->n && a->slot == b->slot && a->keep_grad == b->keep_grad &&
+           a->marks == b->marks && a->grad_dst == b->grad_dst && a->stats_dst == b->stats_dst &&
+           a->up_src == b->up_src;
+}
+
+static cuda_graph *graph_find(cuda_impl *g, const cuda_graph_key *k)
+{
+    for (int i = 0; i < CUDA_GRAPHS; i++)
+        if (g->graph[i].exec && graph_key_eq(&g->graph[i].key, k))
+            return &g->graph[i];
     return NULL;
 }
 
 /* Keeps exec in an empty entry, else in place of the least recently used one. */
-static void graph_store(cuda_impl *g, cudaGraphExec_t exec, int n, int slot, int keep_grad,
-                        int marks, const float *grad_dst, const float *stats_dst)
+static void graph_store(cuda_impl *g, cudaGraphExec_t exec, const cuda_graph_key *k)
 {
     cuda_graph *gr = &g->graph[0];
     for (int i = 0; i < CUDA_GRAPHS && gr->exec; i++)
@@ -259,12 +275,7 @@ static void graph_store(cuda_impl *g, cudaGraphExec_t exec, int n, int slot, int
     if (gr->exec)
         cudaGraphExecDestroy(gr->exec);
     gr->exec = exec;
-    gr->n = n;
-    gr->slot = slot;
-    gr->keep_grad = keep_grad;
-    gr->marks = marks;
-    gr->grad_dst = grad_dst;
-    gr->stats_dst = stats_dst;
+    gr->key = *k;
     gr->used = g->nsteps;
 }
 
@@ -316,11 +327,15 @@ static void cuda_free_impl(cuda_impl *g, const gt_model *m)
     if (x->flag_host)
         cudaFreeHost(x->flag_host);
     cuda_split *sp = &g->split;
-    for (int i = 0; sp->ready && i <= CUDA_SPLIT_PARTS; i++)
+    for (int i = 0; sp->ready && i <= CUDA_SPLIT_PARTS; i++) {
         cudaEventDestroy(sp->fork[i]);
+        cudaEventDestroy(sp->up_part[i]);
+    }
     if (sp->ready) {
         cudaEventDestroy(sp->join);
+        cudaEventDestroy(sp->up_fork);
         cudaStreamDestroy(sp->down);
+        cudaStreamDestroy(sp->up);
     }
     if (x->half)
         cudaFree(x->half);
@@ -604,6 +619,35 @@ static void *conv_x_half(const cuda_impl *g, const gt_model *m, int l, const flo
     return g->act_half[o];
 }
 
+/* Layer L's part of the parameters' bf16 copy (cuda_params_half); nothing for a layer without
+ * weights the bf16 layers multiply. */
+static int cuda_layer_half(cuda_impl *g, const gt_layer *L, gt_err *e)
+{
+    gt_cuda_ctx *c = g->ctx;
+    __nv_bfloat16 *half = (__nv_bfloat16 *)g->params_half;
+    if (L->kind != GT_CONV && L->kind != GT_LINEAR)
+        return 0;
+    return L->kind == GT_CONV && L->k > 1
+               ? gt_cuda_filter_to_krsc_bf16(c, g->params + L->w_off, half + L->w_off, L->out_c,
+                                             L->in_c, L->k * L->k, e)
+               : gt_cuda_to_bf16(c, g->params + L->w_off, half + L->w_off, L->w_len, e);
+}
+
+/* Before layer l's forward in a step that uploads in parts (cuda_up_parts): the compute stream
+ * waits for the upload's parts that layers 0..l read and that it has not waited for (*waited:
+ * the last event it waited for, -1 none), then makes the layer's bf16 copy. */
+static int cuda_up_wait(cuda_impl *g, const gt_model *m, int l, int *waited, gt_err *e)
+{
+    cuda_split *sp = &g->split;
+    gt_cuda_ctx *c = g->ctx;
+    int need = sp->up_need[l];
+    if (need > *waited) {
+        GT_CUDA_CHECK(c->name, e, cudaStreamWaitEvent(c->stream, sp->up_part[need], 0));
+        *waited = need;
+    }
+    return g->params_half ? cuda_layer_half(g, &m->layers[l], e) : 0;
+}
+
 /* Forward through every layer; without pass.train, dropout is the identity and is skipped (the
  * next layer reads its input). "res[" passes its input on, "|" the block's input (its peer's
  * input), and "]" adds its peer's input, the other branch. *logits is the last layer's output.
@@ -616,9 +660,12 @@ static int cuda_forward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, cons
     const float *in[GT_MAX_LAYERS]; /* each layer's input, as it ran */
     const float *x = g->act[0];
     char rounded[GT_MAX_LAYERS + 1] = {0}; /* act_half[l] holds this step's act[l] */
+    int up = pass.train && g->split.up_on, waited = -1;
     for (int l = 0; l < m->nlayers; l++) {
         const gt_layer *L = &m->layers[l];
         in[l] = x;
+        if (up && cuda_up_wait(g, m, l, &waited, e))
+            return -1;
         if ((!pass.train && L->kind == GT_DROPOUT) || L->kind == GT_RES_BEGIN)
             continue;
         if (L->kind == GT_RES_SPLIT) {
@@ -813,24 +860,34 @@ static int grad_final_layer(const gt_model *m, size_t lo, size_t hi)
     return -1;
 }
 
-/* Plans the whole download in parts for a step of the layer path that downloads its gradient
- * into dst (step_grad_dst): the weights in CUDA_SPLIT_PARTS even parts, then the biases and batch
- * norm's parameters (model.h puts them last; their first layer finishes them at the backward's
- * end), each with the layer that finishes it. sp->dst is dst where the step goes in parts, else
- * NULL (a small model, the fused step, no download); -1 with e set on failure. */
-static int cuda_split_plan(gt_device *d, cuda_impl *g, float *dst, gt_err *e)
+/* Whether layer L holds any of the parameters [lo, hi). */
+static int layer_holds(const gt_layer *L, size_t lo, size_t hi)
+{
+    return (L->w_len && L->w_off < hi && lo < L->w_off + L->w_len) ||
+           (L->b_len && L->b_off < hi && lo < L->b_off + L->b_len);
+}
+
+/* The split copies' parts of the layer path, once: the weights in CUDA_SPLIT_PARTS even parts,
+ * then the biases and batch norm's parameters (model.h puts them last), each with the layer whose
+ * backward finishes its gradient, and the upload's order and waits (cuda_split). Returns whether
+ * the model goes in parts (a small model, the fused step: no); -1 with e set on failure. */
+static int cuda_split_ready(gt_device *d, cuda_impl *g, gt_err *e)
 {
     cuda_split *sp = &g->split;
     const gt_model *m = d->model;
-    sp->dst = NULL;
-    if (!dst || g->fused || m->nparams < sp->min_params)
+    if (g->fused || m->nparams < sp->min_params)
         return 0;
     if (!sp->ready) {
         GT_CUDA_CHECK(d->name, e, cudaStreamCreateWithFlags(&sp->down, cudaStreamNonBlocking));
-        for (int i = 0; i <= CUDA_SPLIT_PARTS; i++)
+        GT_CUDA_CHECK(d->name, e, cudaStreamCreateWithFlags(&sp->up, cudaStreamNonBlocking));
+        for (int i = 0; i <= CUDA_SPLIT_PARTS; i++) {
             GT_CUDA_CHECK(d->name, e,
                           cudaEventCreateWithFlags(&sp->fork[i], cudaEventDisableTiming));
+            GT_CUDA_CHECK(d->name, e,
+                          cudaEventCreateWithFlags(&sp->up_part[i], cudaEventDisableTiming));
+        }
         GT_CUDA_CHECK(d->name, e, cudaEventCreateWithFlags(&sp->join, cudaEventDisableTiming));
+        GT_CUDA_CHECK(d->name, e, cudaEventCreateWithFlags(&sp->up_fork, cudaEventDisableTiming));
         sp->ready = 1;
     }
     if (sp->n == 0) {
@@ -843,10 +900,83 @@ static int cuda_split_plan(gt_device *d, cuda_impl *g, float *dst, gt_err *e)
         sp->bounds[n] = m->nparams;
         for (int k = 0; k < n; k++)
             if ((sp->mark_layer[k] = grad_final_layer(m, sp->bounds[k], sp->bounds[k + 1])) < 0)
-                return 0; /* a part no layer holds (not in a built model): one download */
+                return 0; /* a part no layer holds (not in a built model): whole copies */
+        int u = 0;
+        if (w < m->nparams) /* the rest first: the first batch norm reads it */
+            sp->up_order[u++] = n - 1;
+        for (int k = 0; k < CUDA_SPLIT_PARTS; k++)
+            sp->up_order[u++] = k;
+        for (int l = 0, need = 0; l < m->nlayers; l++) {
+            for (int i = 0; i < n; i++) {
+                int k = sp->up_order[i];
+                if (i > need && layer_holds(&m->layers[l], sp->bounds[k], sp->bounds[k + 1]))
+                    need = i;
+            }
+            sp->up_need[l] = need;
+        }
         sp->n = n;
     }
-    sp->dst = dst;
+    return 1;
+}
+
+/* Plans the whole download in parts for a step that downloads its gradient into dst
+ * (step_grad_dst): sp->dst is dst where the step goes in parts, else NULL; -1 with e set on
+ * failure. */
+static int cuda_split_plan(gt_device *d, cuda_impl *g, float *dst, gt_err *e)
+{
+    g->split.dst = NULL;
+    int on = dst ? cuda_split_ready(d, g, e) : 0;
+    if (on < 0)
+        return -1;
+    g->split.dst = on ? dst : NULL;
+    return 0;
+}
+
+/* Queues load_params's pending copy whole on the compute stream (every call but train_step's). */
+static int cuda_load_join(gt_device *d, cuda_impl *g, gt_err *e)
+{
+    cuda_split *sp = &g->split;
+    if (!sp->up_pending)
+        return 0;
+    sp->up_pending = 0;
+    GT_CUDA_CHECK(d->name, e,
+                  cudaMemcpyAsync(g->params, sp->up_src, d->model->nparams * sizeof(float),
+                                  cudaMemcpyHostToDevice, g->ctx->stream));
+    return 0;
+}
+
+/* train_step: whether its step uploads load_params's pending copy in parts beside the forward
+ * (sp->up_on; the copy whole first where the model does not go in parts). */
+static int cuda_up_plan(gt_device *d, cuda_impl *g, gt_err *e)
+{
+    cuda_split *sp = &g->split;
+    sp->up_on = 0;
+    if (!sp->up_pending)
+        return 0;
+    int on = cuda_split_ready(d, g, e);
+    if (on <= 0)
+        return on < 0 || cuda_load_join(d, g, e) ? -1 : 0;
+    sp->up_on = 1;
+    return 0;
+}
+
+/* The start of a step that uploads in parts: each part goes up on the upload stream, behind an
+ * event on the compute stream (a fork of the captured graph), in upload order, each with its
+ * event. */
+static int cuda_up_parts(cuda_impl *g, gt_err *e)
+{
+    cuda_split *sp = &g->split;
+    gt_cuda_ctx *c = g->ctx;
+    GT_CUDA_CHECK(c->name, e, cudaEventRecord(sp->up_fork, c->stream));
+    GT_CUDA_CHECK(c->name, e, cudaStreamWaitEvent(sp->up, sp->up_fork, 0));
+    for (int i = 0; i < sp->n; i++) {
+        int k = sp->up_order[i];
+        size_t lo = sp->bounds[k], len = sp->bounds[k + 1] - lo;
+        GT_CUDA_CHECK(c->name, e,
+                      cudaMemcpyAsync(g->params + lo, sp->up_src + lo, len * sizeof(float),
+                                      cudaMemcpyHostToDevice, sp->up));
+        GT_CUDA_CHECK(c->name, e, cudaEventRecord(sp->up_part[i], sp->up));
+    }
     return 0;
 }
 
@@ -908,19 +1038,9 @@ static int cuda_backward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, int
  * batch norm's parameters stay fp32 and get no copy. */
 static int cuda_params_half(cuda_impl *g, const gt_model *m, gt_err *e)
 {
-    gt_cuda_ctx *c = g->ctx;
-    __nv_bfloat16 *half = (__nv_bfloat16 *)g->params_half;
-    for (int l = 0; l < m->nlayers; l++) {
-        const gt_layer *L = &m->layers[l];
-        if (L->kind != GT_CONV && L->kind != GT_LINEAR)
-            continue;
-        int rc = L->kind == GT_CONV && L->k > 1
-                     ? gt_cuda_filter_to_krsc_bf16(c, g->params + L->w_off, half + L->w_off,
-                                                   L->out_c, L->in_c, L->k * L->k, e)
-                     : gt_cuda_to_bf16(c, g->params + L->w_off, half + L->w_off, L->w_len, e);
-        if (rc)
+    for (int l = 0; l < m->nlayers; l++)
+        if (cuda_layer_half(g, &m->layers[l], e))
             return -1;
-    }
     return 0;
 }
 
@@ -937,7 +1057,8 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
                          (const gt_cuda_key *)s->dev, 1, d->keep_grad ? g->buffers : g->stats,
                          d->keep_grad, NULL, g->params_half, NULL, 0, NULL, 0};
     const float *logits;
-    if (g->params_half && cuda_params_half(g, m, e))
+    cuda_split *sp = &g->split;
+    if (sp->up_on ? cuda_up_parts(g, e) : g->params_half && cuda_params_half(g, m, e))
         return -1;
     if (g->stats && !d->keep_grad)
         GT_CUDA_CHECK(d->name, e,
@@ -945,6 +1066,8 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
     if (gt_cuda_input(c, m, s->dev + lay.images, g->act[0], n, e) ||
         cuda_forward(g, m, pass, &logits, e))
         return -1;
+    if (sp->up_on) /* the join of the upload's fork: every part is up */
+        GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(c->stream, sp->up_part[sp->n - 1], 0));
     GT_CUDA_CHECK(d->name, e, cudaMemsetAsync(g->result, 0, sizeof *g->result, c->stream));
     GT_CUDA_CHECK(d->name, e,
                   cudaMemsetAsync(g->grad, 0, m->nparams * sizeof(float), c->stream));
@@ -1002,7 +1125,7 @@ static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, gt_err *e
 /* Captures the step's work for this shape into a graph for the steps that follow. Where capture
  * fails (a library that will not be captured), steps stay eager from then on and the reason is
  * kept for gt_cuda_device_get_path: the eager step just run is correct either way. */
-static void graph_capture(gt_device *d, cuda_impl *g, int s, int n)
+static void graph_capture(gt_device *d, cuda_impl *g, int s, int n, const cuda_graph_key *k)
 {
     cudaStream_t stream = g->ctx->stream;
     cudaGraph_t graph = NULL;
@@ -1026,7 +1149,7 @@ static void graph_capture(gt_device *d, cuda_impl *g, int s, int n)
         graph_drop_all(g);
         return;
     }
-    graph_store(g, exec, n, s, d->keep_grad, g->slot_marked[s], step_grad_dst(d), d->stats);
+    graph_store(g, exec, k);
 }
 
 /* The model's input step has its values once the data is in, after the device opened: a change
@@ -1055,8 +1178,10 @@ static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
     g->slot_marked[s] = marks;
     if (!g->graphs)
         return cuda_step_enqueue(d, g, s, n, e);
-    cuda_graph *gr = graph_find(g, n, s, d->keep_grad, g->slot_marked[s], step_grad_dst(d),
-                                d->stats);
+    cuda_graph_key k = {n,        s,        d->keep_grad,
+                        marks,    step_grad_dst(d), d->stats,
+                        g->split.up_on ? g->split.up_src : NULL};
+    cuda_graph *gr = graph_find(g, &k);
     if (gr) {
         gr->used = g->nsteps;
         GT_CUDA_CHECK(d->name, e, cudaGraphLaunch(gr->exec, g->ctx->stream));
@@ -1064,7 +1189,7 @@ static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
     }
     if (cuda_step_enqueue(d, g, s, n, e))
         return -1;
-    graph_capture(d, g, s, n);
+    graph_capture(d, g, s, n, &k);
     return 0;
 }
 
@@ -1089,13 +1214,14 @@ static int cuda_load_buffers_op(gt_device *d, gt_err *e)
     return cuda_load_buffers(d, g, e);
 }
 
+/* The parameters' copy is left pending (cuda_split): the train_step after it uploads them in
+ * parts beside its forward, any other call whole first. */
 static int cuda_load_params(gt_device *d, gt_err *e)
 {
     cuda_impl *g = (cuda_impl *)d->impl;
     GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
-    GT_CUDA_CHECK(d->name, e,
-                  cudaMemcpyAsync(g->params, d->params, d->model->nparams * sizeof(float),
-                                  cudaMemcpyHostToDevice, g->ctx->stream));
+    g->split.up_src = d->params;
+    g->split.up_pending = 1;
     return cuda_load_buffers(d, g, e);
 }
 
@@ -1133,7 +1259,10 @@ static int cuda_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt
     if (g->ninflight)
         return gt_fail(e, "%s: a step runs while %d begun steps are not ended", d->name,
                        g->ninflight);
-    if (cuda_step_queue(d, g, b, &s, e))
+    int rc = cuda_up_plan(d, g, e) || cuda_step_queue(d, g, b, &s, e);
+    g->split.up_pending = 0; /* queued in the step, or whole before it */
+    g->split.up_on = 0;
+    if (rc)
         return -1;
     GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(g->ctx->stream));
     cuda_step_result(g, s, out);
@@ -1144,7 +1273,7 @@ static int cuda_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt
 static int cuda_step_queue_inflight(gt_device *d, cuda_impl *g, const gt_batch *b, gt_err *e)
 {
     int s;
-    if (cuda_step_queue(d, g, b, &s, e))
+    if (cuda_load_join(d, g, e) || cuda_step_queue(d, g, b, &s, e))
         return -1;
     g->inflight[g->ninflight++] = s;
     return 0;
@@ -1175,10 +1304,12 @@ static int cuda_step_begin(gt_device *d, const gt_batch *b, gt_err *e)
      * writes them predicted (a pageable buffer: an upload, then the kernel). The running step's
      * gradient is still in g->grad: the next step's graph, queued behind this, overwrites it. */
     GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    if (cuda_load_join(d, g, e))
+        return -1;
     int predict = d->predict && g->ninflight == 1;
     const float *src = predict ? cuda_mapped(d->params) : NULL;
     if (!src) {
-        if (cuda_load_params(d, e))
+        if (cuda_load_params(d, e) || cuda_load_join(d, g, e))
             return -1;
         src = g->params;
     } else if (cuda_load_buffers(d, g, e)) {
@@ -1270,7 +1401,7 @@ static int cuda_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32
     if (lo == hi)
         return 0;
     GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
-    if (cuda_check_dataset(d, g, ds, e))
+    if (cuda_check_dataset(d, g, ds, e) || cuda_load_join(d, g, e))
         return -1;
     if (d->eval_pred && !g->eval_pred &&
         gt_cuda_malloc(c, (void **)&g->eval_pred, (size_t)g->cap * sizeof(int32_t), e))
@@ -1312,6 +1443,8 @@ static int cuda_exchange(gt_device *d, int nparts, const size_t *bounds, const i
     cuda_xchg *x = &g->xchg;
     gt_cuda_ctx *c = g->ctx;
     GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    if (cuda_load_join(d, g, e))
+        return -1;
     if (nparts < 1 || nparts > CUDA_XCHG_PARTS)
         return gt_fail(e, "%s: an exchange in %d parts (1..%d)", d->name, nparts,
                        CUDA_XCHG_PARTS);
@@ -1411,6 +1544,14 @@ static const gt_device_ops cuda_ops = {
     .set_state = gt_cuda_set_state,
     .close = cuda_close,
 };
+
+int gt_cuda_device_load_join(gt_device *d, gt_err *e)
+{
+    if (!d || d->ops != &cuda_ops)
+        return gt_fail(e, "gt_cuda_device_load_join: not a CUDA device");
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    return cuda_load_join(d, (cuda_impl *)d->impl, e);
+}
 
 int gt_cuda_device_parts_of(gt_device *d, gt_cuda_device_parts *out)
 {

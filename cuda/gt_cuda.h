@@ -99,10 +99,15 @@ int gt_cuda_device_print_algos(gt_device *d, FILE *f);
  * backward; off, every convolution rounds its input again in forward and in backward, as before
  * the copies were kept. The same bits either way: for tests. Drops the captured graphs. */
 int gt_cuda_device_set_half_copies(gt_device *d, int on, gt_err *e);
-/* Steps that download their whole gradient do it in parts beside the backward where the model has
- * at least min_params parameters (1 M at open; 0: every model on the layer path; SIZE_MAX: none).
+/* Steps that download their whole gradient do it in parts beside the backward, and a train_step
+ * after load_params uploads the parameters in parts beside its forward, where the model has at
+ * least min_params parameters (1 M at open; 0: every model on the layer path; SIZE_MAX: none).
  * The same bits either way: for tests. Drops the captured graphs. */
 int gt_cuda_device_set_split(gt_device *d, size_t min_params, gt_err *e);
+/* Queues a load_params copy that is still pending (device_cuda.cu leaves it for the train_step
+ * after it, which uploads in parts beside its forward) on d's stream, whole: before anything
+ * else reads or writes the parameters on the device. */
+int gt_cuda_device_load_join(gt_device *d, gt_err *e);
 /* Copies the device's own gradient (what train_step left there, also with keep_grad) to host. */
 int gt_cuda_device_read_grad(gt_device *d, float *host, gt_err *e);
 

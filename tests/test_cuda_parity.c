@@ -1345,10 +1345,13 @@ static void bf16_copies_compare(gt_device *d, const gt_model *m, const float *pa
     gt_free(stats);
 }
 
-/* The step again (eager, then replayed) with its gradient downloaded in parts beside the backward
- * (gt_cuda_device_set_split; resnet20 is under the size that splits by default): each part goes
+/* The step again (eager, then replayed) with its parameters uploaded in parts beside the forward
+ * and its gradient downloaded in parts beside the backward (gt_cuda_device_set_split; resnet20 is
+ * under the size that splits by default): each layer waits for the parts it reads, each part goes
  * down once the layer that finishes it is done, so the gradient is the same bits as the whole
- * download's (d->grad), and so are the loss and the batch statistics. */
+ * copies' (d->grad), and so are the loss and the batch statistics. Before each step the device
+ * holds other parameters (a whole load of them), so a layer that ran before its part was up
+ * would read those. */
 static void split_compare(gt_device *d, const gt_model *m, const float *params,
                           const float *buffers, const gt_batch *b, double loss_whole,
                           const char *name)
@@ -1356,6 +1359,9 @@ static void split_compare(gt_device *d, const gt_model *m, const float *params,
     gt_err e = {""};
     float *grad = copy_floats(d->grad, m->nparams);
     float *stats = m->nbuffers ? copy_floats(d->stats, m->nbuffers) : NULL;
+    float *other = copy_floats(params, m->nparams);
+    for (size_t i = 0; i < m->nparams; i++)
+        other[i] = -2 * other[i] + 0.01f;
     int rc = gt_cuda_device_set_split(d, 0, &e);
     CHECK_MSG(rc == 0, "%s split: %s", name, e.msg);
     for (int step = 0; rc == 0 && step < 2; step++) {
@@ -1364,7 +1370,11 @@ static void split_compare(gt_device *d, const gt_model *m, const float *params,
         if (m->nbuffers)
             memcpy(d->buffers, buffers, m->nbuffers * sizeof *buffers);
         memset(d->grad, 0xff, m->nparams * sizeof *d->grad); /* NaN wherever no part lands */
-        rc = d->ops->load_params(d, &e) || d->ops->train_step(d, b, &out, &e);
+        float *own = d->params;
+        d->params = other;
+        rc = d->ops->load_params(d, &e) || gt_cuda_device_load_join(d, &e);
+        d->params = own;
+        rc = rc || d->ops->load_params(d, &e) || d->ops->train_step(d, b, &out, &e);
         CHECK_MSG(rc == 0, "%s split step %d: %s", name, step + 1, e.msg);
         CHECK_MSG(rc != 0 || out.loss_sum == loss_whole,
                   "%s split step %d: loss %.9g, %.9g downloaded whole", name, step + 1,
@@ -1377,6 +1387,7 @@ static void split_compare(gt_device *d, const gt_model *m, const float *params,
     }
     rc = gt_cuda_device_set_split(d, SIZE_MAX, &e);
     CHECK_MSG(rc == 0, "%s split off: %s", name, e.msg);
+    gt_free(other);
     gt_free(grad);
     gt_free(stats);
 }
