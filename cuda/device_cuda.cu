@@ -1260,8 +1260,9 @@ static int cuda_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt
         return gt_fail(e, "%s: a step runs while %d begun steps are not ended", d->name,
                        g->ninflight);
     int rc = cuda_up_plan(d, g, e) || cuda_step_queue(d, g, b, &s, e);
-    g->split.up_pending = 0; /* queued in the step, or whole before it */
-    g->split.up_on = 0;
+    if (rc == 0) /* the step queued the upload (or the plan queued it whole before it) */
+        g->split.up_pending = 0;
+    g->split.up_on = 0; /* a step refused before its upload leaves it pending for the next call */
     if (rc)
         return -1;
     GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(g->ctx->stream));
