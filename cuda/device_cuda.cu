@@ -1591,26 +1591,37 @@ int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e)
     return 0;
 }
 
-int gt_cuda_device_set_half_copies(gt_device *d, int on, gt_err *e)
+/* The test settings' common part: d's impl once nothing is queued and no graph is kept (the next
+ * step captures with the new setting); NULL with e set where d is not a CUDA device. */
+static cuda_impl *cuda_test_setting(gt_device *d, const char *what, gt_err *e)
 {
     cuda_impl *g = cuda_impl_of(d);
+    cudaError_t st = cudaSuccess;
     if (!g)
-        return gt_fail(e, "gt_cuda_device_set_half_copies: not a CUDA device");
-    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
-    GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(g->ctx->stream));
+        gt_fail(e, "%s: not a CUDA device", what);
+    else if ((st = cudaSetDevice(d->ordinal)) != cudaSuccess ||
+             (st = cudaStreamSynchronize(g->ctx->stream)) != cudaSuccess)
+        gt_fail(e, "%s: %s: %s", d->name, what, cudaGetErrorString(st));
+    if (!g || st != cudaSuccess)
+        return NULL;
     graph_drop_all(g);
+    return g;
+}
+
+int gt_cuda_device_set_half_copies(gt_device *d, int on, gt_err *e)
+{
+    cuda_impl *g = cuda_test_setting(d, "gt_cuda_device_set_half_copies", e);
+    if (!g)
+        return -1;
     g->no_half_copies = !on;
     return 0;
 }
 
 int gt_cuda_device_set_split(gt_device *d, size_t min_params, gt_err *e)
 {
-    cuda_impl *g = cuda_impl_of(d);
+    cuda_impl *g = cuda_test_setting(d, "gt_cuda_device_set_split", e);
     if (!g)
-        return gt_fail(e, "gt_cuda_device_set_split: not a CUDA device");
-    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
-    GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(g->ctx->stream));
-    graph_drop_all(g);
+        return -1;
     g->split.min_params = min_params;
     return 0;
 }
