@@ -56,9 +56,10 @@ static gt_guard_verdict guard_window(gt_guard *g, double m, int n)
     if (!chance) {
         g->at_chance = 0;
     } else {
-        /* Only the part of the window past the grace counts. */
+        /* Only the part of the window past the grace counts, and only until the model has
+         * learned: after a good window, chance again is a relapse, not the warm-up's start. */
         uint64_t first = g->steps - (uint64_t)n;
-        uint64_t from = first > c->grace_steps ? first : c->grace_steps;
+        uint64_t from = first > c->grace_steps || g->goods ? first : c->grace_steps;
         g->at_chance += g->steps > from ? g->steps - from : 0;
         if (g->at_chance >= c->stall_steps)
             return GT_GUARD_STALLED;

@@ -1,6 +1,6 @@
 /* test_guard.c - the divergence and stall guard's state machine (guard.h), driven with made-up
  * loss sequences: healthy, non-finite, climbing, stuck at chance (with and without a warm-up),
- * dead after a blow-up, recoveries and their limit. */
+ * a relapse to chance inside a warm-up, dead after a blow-up, recoveries and their limit. */
 #include "gputrain/guard.h"
 
 #include "test_util.h"
@@ -133,6 +133,27 @@ static void test_stall_grace(void)
     CHECK_MSG(at >= 500 + (int)c.stall_steps - 1 && at < 500 + 200, "at %d", at);
 }
 
+/* Learns, then falls back to chance (above it) inside a long warm-up's grace: a relapse, not
+ * the warm-up's start, so it counts (4 GPUs at batch 256 a GPU fell to chance in the 4th epoch of
+ * a 4-epoch warm-up, under the climb bar of a high first window). */
+static double relapse(int i) { return i < 25 ? 3.0 : i < 300 ? healthy(i) : dead_above(i); }
+
+static void test_relapse_in_grace(void)
+{
+    gt_guard_cfg c;
+    gt_guard_defaults(&c, 10);
+    c.grace_steps = 1000;
+    gt_guard g;
+    gt_guard_init(&g, &c);
+    CHECK(feed_until(&g, relapse, 2000, GT_GUARD_DIVERGED, NULL) < 0); /* bar: 1.5 x 3.0 */
+    gt_guard_init(&g, &c);
+    int at = feed_until(&g, relapse, 2000, GT_GUARD_STALLED, NULL);
+    CHECK_MSG(at >= 300 + (int)c.stall_steps - 1 && at < 300 + 200, "at %d", at);
+    /* never learned: the grace still covers the warm-up's steps at chance */
+    gt_guard_init(&g, &c);
+    CHECK(feed_until(&g, dead_above, 1000, GT_GUARD_STALLED, NULL) < 0);
+}
+
 static void test_dead_after_blowup(void)
 {
     gt_guard_cfg c;
@@ -207,6 +228,7 @@ int main(void)
     test_stall_from_start();
     test_slow_start_waits();
     test_stall_grace();
+    test_relapse_in_grace();
     test_dead_after_blowup();
     test_recover_and_limit();
     test_good_only_near_best();

@@ -6,7 +6,8 @@
  *  - a non-finite loss is a divergence at once;
  *  - a mean above `climb` times max(reference, chance) is a divergence;
  *  - means at chance or worse (above chance_loss - `band`, below the divergence bar) for
- *    `stall_steps` steps in a row, counted after `grace_steps` (a warm-up), are a stall;
+ *    `stall_steps` steps in a row, counted after `grace_steps` (a warm-up) or after a good
+ *    window (a relapse within the warm-up counts), are a stall;
  *  - a finite mean that is neither, and within `good_slack` of the best mean so far and below
  *    the chance band, makes the current parameters a good point to return to.
  * With window 25, grace 0 and stall_steps 150, a stall is reported at most 175 steps after it
@@ -34,7 +35,8 @@ typedef struct gt_guard_cfg {
     double band;          /* mean >= chance_loss - band counts as "at chance" (or worse) */
     double climb;         /* divergence when mean > climb * max(reference, chance_loss) */
     double good_slack;    /* a window is good when mean <= best + good_slack */
-    uint64_t grace_steps; /* steps at chance that are expected (warm-up), not counted */
+    uint64_t grace_steps; /* steps at chance that are expected (warm-up), not counted until
+                             a good window: a relapse to chance after one counts */
     uint64_t stall_steps; /* steps at chance, after the grace, that make a stall */
     int max_recoveries;   /* recoveries after which gt_guard_exhausted is true */
 } gt_guard_cfg;
