@@ -47,7 +47,10 @@ static gt_guard_verdict guard_window(gt_guard *g, double m, int n)
     g->last_mean = m;
     if (isnan(g->reference))
         g->reference = m;
-    double ref = g->reference > c->chance_loss ? g->reference : c->chance_loss;
+    /* The bar: climb times the larger of the start and chance; once a window has been good the
+     * start no longer lifts it (a first window above chance is the initialisation's, not a
+     * level the run may climb back to). */
+    double ref = g->reference > c->chance_loss && !g->goods ? g->reference : c->chance_loss;
     if (m > c->climb * ref)
         return GT_GUARD_DIVERGED;
     /* At chance or worse: a loss above ln C (worse than guessing uniformly) that stays below the

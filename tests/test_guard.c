@@ -1,6 +1,6 @@
 /* test_guard.c - the divergence and stall guard's state machine (guard.h), driven with made-up
  * loss sequences: healthy, non-finite, climbing, stuck at chance (with and without a warm-up),
- * a relapse to chance inside a warm-up, dead after a blow-up, recoveries and their limit. */
+ * a relapse to chance or above it inside a warm-up, dead after a blow-up, recoveries and their limit. */
 #include "gputrain/guard.h"
 
 #include "test_util.h"
@@ -137,6 +137,8 @@ static void test_stall_grace(void)
  * the warm-up's start, so it counts (4 GPUs at batch 256 a GPU fell to chance in the 4th epoch of
  * a 4-epoch warm-up, under the climb bar of a high first window). */
 static double relapse(int i) { return i < 25 ? 3.0 : i < 300 ? healthy(i) : dead_above(i); }
+/* ... or blows up to 1.8x chance: under the first window's bar (1.5 x 3.0), over chance's. */
+static double relapse_high(int i) { return i < 25 ? 3.0 : i < 300 ? healthy(i) : 4.1; }
 
 static void test_relapse_in_grace(void)
 {
@@ -152,6 +154,12 @@ static void test_relapse_in_grace(void)
     /* never learned: the grace still covers the warm-up's steps at chance */
     gt_guard_init(&g, &c);
     CHECK(feed_until(&g, dead_above, 1000, GT_GUARD_STALLED, NULL) < 0);
+    /* a high first window lifts the climb's bar only until the run has learned */
+    gt_guard_init(&g, &c);
+    at = feed_until(&g, relapse_high, 2000, GT_GUARD_DIVERGED, NULL);
+    CHECK_MSG(at >= 300 && at < 300 + 2 * (int)c.window, "at %d", at);
+    gt_guard_init(&g, &c);
+    CHECK(feed_until(&g, relapse_high, 300, GT_GUARD_DIVERGED, NULL) < 0);
 }
 
 static void test_dead_after_blowup(void)

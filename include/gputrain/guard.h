@@ -4,7 +4,8 @@
  * windows of `window` steps. At the end of each window the guard compares the window's mean
  * with the reference (the first window after a start or a recovery) and the chance loss ln C:
  *  - a non-finite loss is a divergence at once;
- *  - a mean above `climb` times max(reference, chance) is a divergence;
+ *  - a mean above `climb` times max(reference, chance) is a divergence (times chance alone once
+ *    a window has been good);
  *  - means at chance or worse (above chance_loss - `band`, below the divergence bar) for
  *    `stall_steps` steps in a row, counted after `grace_steps` (a warm-up) or after a good
  *    window (a relapse within the warm-up counts), are a stall;
