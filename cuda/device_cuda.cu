@@ -9,7 +9,8 @@
  * A step's device work - that upload, forward, loss and backward (the fused kernels of
  * fused_cuda.cu for LeNet-shaped models, else layer by layer through cuDNN and cuBLAS), the
  * gradient and the loss back into pinned host memory - is captured once per shape (batch size,
- * slot, keep_grad, host gradient buffer) into a CUDA graph and replayed: a step then costs the
+ * slot, keep_grad, host gradient buffer, host parameters uploaded in parts) into a CUDA graph and
+ * replayed: a step then costs the
  * host one graph launch and one synchronisation instead of some forty library calls of 5-60 us
  * each. A shape's first step runs eagerly, which also lets cuDNN and the module loader do their
  * one-time work outside a capture, and its graph is captured right after for the steps that
@@ -21,7 +22,11 @@
  * live on the device beside the parameters: load_params uploads d->buffers there and evaluation
  * reads them. A training step writes its batch statistics into device scratch and copies them
  * into d->stats as part of the step (graphs are kept per host stats buffer too); with keep_grad
- * it moves the device's running statistics instead, which get_params copies back. */
+ * it moves the device's running statistics instead, which get_params copies back.
+ *
+ * From 1 M parameters the layer path's whole copies go in parts beside the compute (cuda_split):
+ * the gradient down as the backward finishes each part, and the parameters that load_params left
+ * pending up as the train_step after it reaches the layers that read them. */
 #include "gt_cuda.h"
 
 #include <cuda_bf16.h>
@@ -140,7 +145,7 @@ typedef struct cuda_impl {
                                         * evaluation's: a step may still be queued beside it */
     gt_cuda_allreduce *allreduce;      /* NCCL communicator and optimizer state, allreduce mode */
     cuda_xchg xchg;                    /* the store step in parts (cuda_exchange) */
-    cuda_split split;                  /* a whole download beside the backward (cuda_split_plan) */
+    cuda_split split;                  /* the whole copies in parts (cuda_split) */
     gt_fused_net fnet;                 /* the fused step's shapes and buffers, where fusable */
     gt_input_norm graph_norm;          /* the input step the captured graphs and the fused
                                         * kernels' copy hold (cuda_sync_norm) */
