@@ -1,6 +1,7 @@
 /* test_guard.c - the divergence and stall guard's state machine (guard.h), driven with made-up
  * loss sequences: healthy, non-finite, climbing, stuck at chance (with and without a warm-up),
- * a relapse to chance or above it inside a warm-up, dead after a blow-up, recoveries and their limit. */
+ * a relapse to chance or above it inside a warm-up, dead after a blow-up, recoveries and their
+ * limit. */
 #include "gputrain/guard.h"
 
 #include "test_util.h"
