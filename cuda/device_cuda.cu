@@ -1551,14 +1551,6 @@ static const gt_device_ops cuda_ops = {
     .close = cuda_close,
 };
 
-int gt_cuda_device_load_join(gt_device *d, gt_err *e)
-{
-    if (!d || d->ops != &cuda_ops)
-        return gt_fail(e, "gt_cuda_device_load_join: not a CUDA device");
-    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
-    return cuda_load_join(d, (cuda_impl *)d->impl, e);
-}
-
 int gt_cuda_device_parts_of(gt_device *d, gt_cuda_device_parts *out)
 {
     if (!d || d->ops != &cuda_ops)
@@ -1575,6 +1567,15 @@ int gt_cuda_device_parts_of(gt_device *d, gt_cuda_device_parts *out)
 static cuda_impl *cuda_impl_of(gt_device *d)
 {
     return d && d->ops == &cuda_ops ? (cuda_impl *)d->impl : NULL;
+}
+
+int gt_cuda_device_load_join(gt_device *d, gt_err *e)
+{
+    cuda_impl *g = cuda_impl_of(d);
+    if (!g)
+        return gt_fail(e, "gt_cuda_device_load_join: not a CUDA device");
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    return cuda_load_join(d, g, e);
 }
 
 int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e)
