@@ -93,6 +93,11 @@ int gt_cuda_malloc(gt_cuda_ctx *c, void **p, size_t bytes, gt_err *e)
 
 int gt_cuda_ctx_set_workspace(gt_cuda_ctx *c, size_t bytes, gt_err *e)
 {
+    if (c->ws_side) { /* sized from ws_bytes again by its next use */
+        GT_CUDA_CHECK(c->name, e, cudaFree(c->ws_side));
+        c->ws_side = NULL;
+        c->ws_side_bytes = 0;
+    }
     if (c->ws) {
         GT_CUDA_CHECK(c->name, e, cudaFree(c->ws));
         c->ws = NULL;
@@ -197,6 +202,8 @@ int gt_cuda_ctx_open(gt_cuda_ctx **out, int ordinal, gt_precision precision, gt_
     c->ordinal = ordinal;
     c->tf32 = precision == GT_PRECISION_TF32;
     c->bf16 = precision == GT_PRECISION_BF16;
+    const char *side = getenv("GT_WGRAD_SIDE"); /* "0": in line, for measurements */
+    c->no_side = side && strcmp(side, "0") == 0;
     if (ctx_init_device(c, ordinal, e) || ctx_create_handles(c, e)) {
         gt_cuda_ctx_close(c);
         return -1;
@@ -221,6 +228,14 @@ void gt_cuda_ctx_close(gt_cuda_ctx *c)
             cudaFree(c->cublas_ws);
         if (c->ws)
             cudaFree(c->ws);
+        if (c->ws_side)
+            cudaFree(c->ws_side);
+        if (c->side) {
+            cudaStreamSynchronize(c->side);
+            cudaStreamDestroy(c->side);
+            cudaEventDestroy(c->side_fork);
+            cudaEventDestroy(c->side_join);
+        }
         void *half[3] = {c->half_a, c->half_b, c->half_w};
         for (int i = 0; i < 3; i++)
             if (half[i])

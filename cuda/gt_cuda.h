@@ -210,6 +210,14 @@ struct gt_cuda_ctx {
                                  gradient) and output (or output gradient), half_len values each */
     void *half_w;             /* bf16 scratch: a convolution's weight gradient, half_w_len values */
     size_t half_len, half_w_len;
+    /* The weight gradient beside the input gradient (layers_cuda.cu, wgrad_beside): a stream,
+     * its fork and join events and its own cuDNN workspace of ws_bytes, made by the first
+     * backward that uses them outside a capture; no_side keeps the weight gradient in line. */
+    cudaStream_t side;
+    cudaEvent_t side_fork, side_join;
+    void *ws_side;
+    size_t ws_side_bytes;
+    int no_side;
 };
 
 /* Fills e with "<gpu>: <call> failed: <what> (<file>:<line>)" and returns -1. */

@@ -783,8 +783,77 @@ static int nhwc_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p
     return layer_fail(c, cl, e, "no channels-last kernels for this kind of layer");
 }
 
+/* A convolution's weight gradient and its input gradient are independent: both read dy and
+ * neither writes what the other reads. At batch 128 resnet18's 8x8 and 4x4 layers start fewer
+ * thread blocks in either product than an H100 has multiprocessors, so where a layer has an input
+ * gradient its weight gradient runs beside it on the context's side stream, with its own
+ * workspace, and the compute stream waits for it before the next layer (which overwrites dy's
+ * buffer). The same kernels on the same data: the same bits. Whether the side stream and its
+ * workspace exist: 1, 0 where they are not made (GT_WGRAD_SIDE=0, or inside a capture, where
+ * nothing may be allocated: that step keeps them in line), -1 with e set. */
+static int side_ready(gt_cuda_ctx *c, gt_err *e)
+{
+    if (c->no_side)
+        return 0;
+    if (!c->side || c->ws_side_bytes < c->ws_bytes) {
+        cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        GT_CUDA_CHECK(c->name, e, cudaStreamIsCapturing(c->stream, &cs));
+        if (cs != cudaStreamCaptureStatusNone)
+            return 0;
+    }
+    if (!c->side) {
+        GT_CUDA_CHECK(c->name, e, cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
+        GT_CUDA_CHECK(c->name, e, cudaEventCreateWithFlags(&c->side_fork, cudaEventDisableTiming));
+        GT_CUDA_CHECK(c->name, e, cudaEventCreateWithFlags(&c->side_join, cudaEventDisableTiming));
+    }
+    if (c->ws_side_bytes < c->ws_bytes) {
+        if (c->ws_side)
+            GT_CUDA_CHECK(c->name, e, cudaFree(c->ws_side));
+        c->ws_side = NULL;
+        c->ws_side_bytes = 0;
+        if (gt_cuda_malloc(c, &c->ws_side, c->ws_bytes, e))
+            return -1;
+        c->ws_side_bytes = c->ws_bytes;
+    }
+    return 1;
+}
+
+/* The weight gradient from x's bf16 NHWC array xh and dy into half_w (k, r, s, c), then added to
+ * the fp32 one (k, c, r, s), on c's stream. */
+static int wgrad_run(gt_cuda_ctx *c, gt_cuda_layer *cl, const void *xh, const float *dy,
+                     float *dw, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    if (gt_conv_engine_run(c, cl, GT_CONV_BWD_FILTER, xh, c->half_w, (void *)dy, e) ||
+        gt_cuda_filter_add_krsc_bf16(c, c->half_w, dw, L->out_c, L->in_c, L->k * L->k, e))
+        return -1;
+    return 0;
+}
+
+/* wgrad_run on the side stream, forked from the compute stream; side_join marks its end. The
+ * context's stream, workspace and cuDNN stream are the side's for those calls only. */
+static int wgrad_beside(gt_cuda_ctx *c, gt_cuda_layer *cl, const void *xh, const float *dy,
+                        float *dw, gt_err *e)
+{
+    cudaStream_t main = c->stream;
+    void *ws = c->ws;
+    GT_CUDA_CHECK(c->name, e, cudaEventRecord(c->side_fork, main));
+    GT_CUDA_CHECK(c->name, e, cudaStreamWaitEvent(c->side, c->side_fork, 0));
+    GT_CUDNN_CHECK(c->name, e, cudnnSetStream(c->cudnn, c->side));
+    c->stream = c->side;
+    c->ws = c->ws_side;
+    int rc = wgrad_run(c, cl, xh, dy, dw, e);
+    c->stream = main;
+    c->ws = ws;
+    GT_CUDNN_CHECK(c->name, e, cudnnSetStream(c->cudnn, main));
+    if (rc)
+        return -1;
+    GT_CUDA_CHECK(c->name, e, cudaEventRecord(c->side_join, c->side));
+    return 0;
+}
+
 /* The convolution's weight gradient from x's bf16 NHWC array (the stem's: its copy) and dy as
- * they are, its input gradient straight into dx. */
+ * they are, beside its input gradient straight into dx (side_ready). */
 static int nhwc_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p,
                          const float *x, const float *y, const float *dy, float *dx, gt_err *e)
 {
@@ -801,11 +870,14 @@ static int nhwc_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *
         if (!c->half_w || L->w_len > c->half_w_len)
             return layer_fail(c, cl, e, "the bf16 weight-gradient scratch is missing or too small");
         const void *xh = nhwc_conv_input(c, cl, p, x, 0, e);
-        if (!xh || gt_conv_engine_run(c, cl, GT_CONV_BWD_FILTER, xh, c->half_w, (void *)dy, e) ||
-            gt_cuda_filter_add_krsc_bf16(c, c->half_w, p->grad + L->w_off, L->out_c, L->in_c,
-                                         L->k * L->k, e))
+        int side = xh && dx ? side_ready(c, e) : 0;
+        if (!xh || side < 0 ||
+            (side ? wgrad_beside : wgrad_run)(c, cl, xh, dy, p->grad + L->w_off, e) ||
+            (dx && gt_conv_engine_run(c, cl, GT_CONV_BWD_DATA, dx, w, (void *)dy, e)))
             return -1;
-        return dx ? gt_conv_engine_run(c, cl, GT_CONV_BWD_DATA, dx, w, (void *)dy, e) : 0;
+        if (side)
+            GT_CUDA_CHECK(c->name, e, cudaStreamWaitEvent(c->stream, c->side_join, 0));
+        return 0;
     }
     if (L->kind == GT_BATCHNORM) {
         if (!p->train || !dx)
