@@ -26,7 +26,9 @@
  *
  * From 1 M parameters the layer path's whole copies go in parts beside the compute (cuda_split):
  * the gradient down as the backward finishes each part, and the parameters that load_params left
- * pending up as the train_step after it reaches the layers that read them. */
+ * pending up as the train_step after it reaches the layers that read them. The allreduce mode's
+ * steps on the peer exchange sum the gradient over the GPUs in the same parts, as the backward
+ * finishes each. */
 #include "gt_cuda.h"
 
 #include <cuda_bf16.h>
@@ -79,11 +81,16 @@ typedef struct cuda_xchg {
  * - the parameters' upload beside the forward (cuda_up_plan): load_params leaves its copy pending,
  *   and the train_step after it uploads the parts on a stream of its own, the biases' and batch
  *   norm's first, then the weights in layer order, each layer's forward waiting for the parts it
- *   reads. Every other call copies a pending load whole first (cuda_load_join). */
+ *   reads. Every other call copies a pending load whole first (cuda_load_join);
+ * - the allreduce mode's sum beside the backward (cuda_sum_plan): a keep_grad step whose
+ *   reduce_update takes the peer exchange sums each part over the GPUs (allreduce_cuda.cu) on a
+ *   stream of its own as soon as the backward has finished it; the step ends once every part is
+ *   summed, and the reduce_update after it only applies the sum. */
 #define CUDA_SPLIT_PARTS 8
 #define CUDA_SPLIT_MIN_PARAMS (1u << 20)
 typedef struct cuda_split {
     cudaStream_t down, up;
+    cudaStream_t sum;                    /* the sums' stream (cuda_sum_plan), made once */
     cudaEvent_t fork[CUDA_SPLIT_PARTS + 1], join, up_fork, up_part[CUDA_SPLIT_PARTS + 1];
     size_t bounds[CUDA_SPLIT_PARTS + 2]; /* the weights in CUDA_SPLIT_PARTS, then the rest */
     int mark_layer[CUDA_SPLIT_PARTS + 1];
@@ -96,6 +103,8 @@ typedef struct cuda_split {
     const float *up_src;                 /* load_params's source while its copy is pending */
     int up_pending;                      /* load_params's copy is not queued yet */
     int up_on;                           /* the step being queued uploads in parts */
+    unsigned sum_on;                     /* the step being queued sums its parts over the GPUs:
+                                          * gt_cuda_allreduce_step_sums' number; 0: it does not */
 } cuda_split;
 
 /* One captured step, replayed for every step of its shape. */
@@ -104,6 +113,7 @@ typedef struct cuda_graph_key {
     const float *grad_dst;    /* the host gradient buffer its copy writes */
     const float *stats_dst;   /* the host batch-statistics buffer its copy writes */
     const float *up_src;      /* the host parameters its upload in parts reads; NULL: none */
+    unsigned sums;            /* the exchange its sums in parts launch on (split.sum_on) */
 } cuda_graph_key;
 
 typedef struct cuda_graph {
@@ -259,7 +269,7 @@ static int graph_key_eq(const cuda_graph_key *a, const cuda_graph_key *b)
 {
     return a->n == b->n && a->slot == b->slot && a->keep_grad == b->keep_grad &&
            a->marks == b->marks && a->grad_dst == b->grad_dst && a->stats_dst == b->stats_dst &&
-           a->up_src == b->up_src;
+           a->up_src == b->up_src && a->sums == b->sums;
 }
 
 static cuda_graph *graph_find(cuda_impl *g, const cuda_graph_key *k)
@@ -342,6 +352,8 @@ static void cuda_free_impl(cuda_impl *g, const gt_model *m)
         cudaStreamDestroy(sp->down);
         cudaStreamDestroy(sp->up);
     }
+    if (sp->sum)
+        cudaStreamDestroy(sp->sum);
     if (x->half)
         cudaFree(x->half);
     if (x->half_host)
@@ -937,6 +949,29 @@ static int cuda_split_plan(gt_device *d, cuda_impl *g, float *dst, gt_err *e)
     return 0;
 }
 
+/* Plans the sum in parts for the step being queued (sp->sum_on), where its reduce_update takes
+ * the peer exchange (gt_cuda_allreduce_step_sums) and the model goes in parts, and tells the
+ * exchange whether it sums, for the reduce_update after it; -1 with e set on failure. The sums'
+ * stream has the highest priority: a peer's blocks spin until this GPU's reach the part, so they
+ * should not queue behind the backward's (graphs keep it: graph_capture). */
+static int cuda_sum_plan(gt_device *d, cuda_impl *g, gt_err *e)
+{
+    cuda_split *sp = &g->split;
+    unsigned sums = d->keep_grad ? gt_cuda_allreduce_step_sums(g->allreduce) : 0;
+    int on = sums ? cuda_split_ready(d, g, e) : 0, least = 0, greatest = 0;
+    sp->sum_on = 0;
+    if (on < 0)
+        return -1;
+    if (on && !sp->sum) {
+        GT_CUDA_CHECK(d->name, e, cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        GT_CUDA_CHECK(d->name, e,
+                      cudaStreamCreateWithPriority(&sp->sum, cudaStreamNonBlocking, greatest));
+    }
+    sp->sum_on = on ? sums : 0;
+    gt_cuda_allreduce_step_summed(g->allreduce, on);
+    return 0;
+}
+
 /* Queues load_params's pending copy whole on the compute stream (every call but train_step's). */
 static int cuda_load_join(gt_device *d, cuda_impl *g, gt_err *e)
 {
@@ -985,22 +1020,31 @@ static int cuda_up_parts(cuda_impl *g, gt_err *e)
     return 0;
 }
 
-/* After layer l's backward: each part of the split download it finishes goes down on the split's
- * stream, behind an event on the compute stream (a fork of the captured graph, where the step is
- * being captured). */
+/* The stream a step's parts go on beside its backward: the sums' or the download's. */
+static cudaStream_t split_stream(const cuda_split *sp) { return sp->sum_on ? sp->sum : sp->down; }
+
+/* After layer l's backward: each part of the split it finishes goes down to the host (sp->dst),
+ * or is summed over the GPUs (sp->sum_on), on the split's stream, behind an event on the compute
+ * stream (a fork of the captured graph, where the step is being captured). */
 static int cuda_split_parts(cuda_impl *g, int l, gt_err *e)
 {
     cuda_split *sp = &g->split;
     gt_cuda_ctx *c = g->ctx;
-    for (int k = 0; sp->dst && k < sp->n; k++) {
+    cudaStream_t s = split_stream(sp);
+    for (int k = 0; (sp->dst || sp->sum_on) && k < sp->n; k++) {
         if (sp->mark_layer[k] != l)
             continue;
         size_t lo = sp->bounds[k], len = sp->bounds[k + 1] - lo;
         GT_CUDA_CHECK(c->name, e, cudaEventRecord(sp->fork[k], c->stream));
-        GT_CUDA_CHECK(c->name, e, cudaStreamWaitEvent(sp->down, sp->fork[k], 0));
-        GT_CUDA_CHECK(c->name, e,
-                      cudaMemcpyAsync(sp->dst + lo, g->grad + lo, len * sizeof(float),
-                                      cudaMemcpyDeviceToHost, sp->down));
+        GT_CUDA_CHECK(c->name, e, cudaStreamWaitEvent(s, sp->fork[k], 0));
+        if (sp->sum_on) {
+            if (gt_cuda_allreduce_sum_part(g->allreduce, lo, len, s, e))
+                return -1;
+        } else {
+            GT_CUDA_CHECK(c->name, e,
+                          cudaMemcpyAsync(sp->dst + lo, g->grad + lo, len * sizeof(float),
+                                          cudaMemcpyDeviceToHost, s));
+        }
     }
     return 0;
 }
@@ -1109,8 +1153,9 @@ static int cuda_step_enqueue(gt_device *d, cuda_impl *g, int s, int n, gt_err *e
                                   g->result, e)
                  : cuda_layers_train(d, g, slot, n, g->slot_marked[s], e))
         return -1;
-    if (g->split.dst) { /* its parts went down beside the backward: the step waits for them */
-        GT_CUDA_CHECK(d->name, e, cudaEventRecord(g->split.join, g->split.down));
+    if (g->split.dst || g->split.sum_on) {
+        /* its parts went down or were summed beside the backward: the step waits for them */
+        GT_CUDA_CHECK(d->name, e, cudaEventRecord(g->split.join, split_stream(&g->split)));
         GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(c->stream, g->split.join, 0));
     } else if (step_grad_dst(d)) {
         GT_CUDA_CHECK(d->name, e,
@@ -1141,8 +1186,9 @@ static void graph_capture(gt_device *d, cuda_impl *g, int s, int n, const cuda_g
     if (st == cudaSuccess) {
         rc = cuda_step_enqueue(d, g, s, n, &inner);
         st = cudaStreamEndCapture(stream, &graph);
+        /* Each kernel at its own stream's priority, as when eager (the sums' stream's). */
         if (!rc && st == cudaSuccess)
-            st = cudaGraphInstantiate(&exec, graph, 0);
+            st = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
     }
     if (graph)
         cudaGraphDestroy(graph);
@@ -1178,14 +1224,14 @@ static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
     if (cuda_sync_norm(d, g, e))
         return -1;
     int marks = cuda_marks_plan(d, g, e);
-    if (marks < 0 || cuda_split_plan(d, g, step_grad_dst(d), e))
+    if (marks < 0 || cuda_split_plan(d, g, step_grad_dst(d), e) || cuda_sum_plan(d, g, e))
         return -1;
     g->slot_marked[s] = marks;
     if (!g->graphs)
         return cuda_step_enqueue(d, g, s, n, e);
     cuda_graph_key k = {n,        s,        d->keep_grad,
                         marks,    step_grad_dst(d), d->stats,
-                        g->split.up_on ? g->split.up_src : NULL};
+                        g->split.up_on ? g->split.up_src : NULL, g->split.sum_on};
     cuda_graph *gr = graph_find(g, &k);
     if (gr) {
         gr->used = g->nsteps;
@@ -1630,6 +1676,12 @@ int gt_cuda_device_set_split(gt_device *d, size_t min_params, gt_err *e)
         return -1;
     g->split.min_params = min_params;
     return 0;
+}
+
+int gt_cuda_device_step_summed(gt_device *d)
+{
+    cuda_impl *g = cuda_impl_of(d);
+    return g && g->split.sum_on;
 }
 
 int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out)

@@ -135,6 +135,11 @@ int gt_p2p_create(gt_p2p **out, int nranks, const int *ordinals, const float *co
 /* Queues rank's part of one all-reduce on stream (a cudaStream_t of its GPU); every rank must
  * launch the same calls with the same algorithm in the same order. Capturable in a CUDA graph. */
 int gt_p2p_launch(gt_p2p *p, int rank, int algo, void *stream, gt_err *e);
+/* gt_p2p_launch (GT_P2P_AUTO's choice on n) of elements [lo, lo + n) only, in at most max_blocks
+ * blocks, into the same elements of the result: the same bits as the whole call there. Every rank
+ * launches the same ranges and caps in the same order. Capturable in a CUDA graph. */
+int gt_p2p_launch_range(gt_p2p *p, int rank, size_t lo, size_t n, unsigned max_blocks,
+                        void *stream, gt_err *e);
 /* One-shot, the sum applied as it is made: rank's params (and optimizer state s0, s1, as
  * gt_cuda_optim_apply takes them) updated by the sum times gscale under c's rule at step st, the
  * same bits as gt_p2p_launch then gt_cuda_optim_apply on its result; no result is written.
@@ -162,6 +167,22 @@ void gt_p2p_abort_all(void);
  * the others' waits (a rank that leaves never arrives again), the last frees the buffers. */
 void gt_p2p_retain(gt_p2p *p);
 void gt_p2p_release(gt_p2p *p);
+
+/* The allreduce mode's step summing its gradient over the GPUs in parts, beside its backward
+ * (allreduce_cuda.cu, device_cuda.cu's cuda_split). step_sums: nonzero (the device's exchange
+ * state's number, unique in the process) once a step may: the peer exchange, after the first
+ * reduce_update; 0 otherwise (NULL, one GPU, NCCL, the local mode). sum_part: queues the sum of
+ * gradient elements [lo, lo + n) into the group's result on stream; every GPU queues the same
+ * parts in the same order. step_summed: whether the step queued last did, so that the
+ * reduce_update after it only applies the result. */
+struct gt_cuda_allreduce;
+unsigned gt_cuda_allreduce_step_sums(const struct gt_cuda_allreduce *a);
+int gt_cuda_allreduce_sum_part(struct gt_cuda_allreduce *a, size_t lo, size_t n, void *stream,
+                               gt_err *e);
+void gt_cuda_allreduce_step_summed(struct gt_cuda_allreduce *a, int summed);
+/* Whether d's step queued last summed its gradient in parts (0 also where d is not a CUDA
+ * device): for tests. */
+int gt_cuda_device_step_summed(gt_device *d);
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,12 @@
  * in both algorithms.
  * The second barrier says "done reading your input and writing your result": after it a rank's
  * next step may overwrite its gradient.
+ * gt_p2p_launch_range sums one range [lo, lo + n) of the arrays the same way (one-shot or
+ * two-shot by the same rule on n), so that a step can sum each part of its gradient as soon as
+ * its backward has finished it: a part that starts or ends inside a float4 sums those elements
+ * one by one, the same adds, so the parts give the bits of the whole. A call of fewer blocks
+ * advances fewer blocks' sequences; every rank launching the same calls (ranges and block caps)
+ * in the same order keeps each block's sequence in step across the ranks.
  * gt_p2p_launch_update (one-shot only) applies the optimizer's update to the rank's parameters
  * as it sums, element by element (optim_elem.cuh), instead of writing the result: what a launch
  * followed by gt_cuda_optim_apply on its result computes, the same bits, in one kernel. It pays
@@ -62,7 +68,7 @@ struct p2p_args {
     volatile unsigned *status;           /* this rank's, host memory */
     unsigned gen;                        /* *abort_gen when the group was made */
     unsigned long long budget_ns;
-    size_t n;
+    size_t lo, hi;                       /* the elements summed: [lo, hi) */
     int rank;
     /* gt_p2p_launch_update: this rank's parameters and optimizer state, the update's constants */
     float *params, *s0, *s1;
@@ -105,9 +111,14 @@ __device__ static inline unsigned long long p2p_clock_ns(void)
     return t;
 }
 
-/* Why a wait must end now (GT_P2P_*), polled between flag reads. */
+/* Why a wait must end now (GT_P2P_*), polled between flag reads. A call of this rank that gave up
+ * before spends the group: the calls queued behind it (a step's parts) leave at once instead of
+ * each waiting out its own budget. */
 __device__ static int p2p_why_stop(const p2p_args &a, unsigned long long deadline)
 {
+    unsigned spent = *a.status;
+    if (spent != GT_P2P_OK)
+        return (int)spent;
     if (*a.abort_gen != a.gen || *a.dead)
         return GT_P2P_ABORTED;
     return p2p_clock_ns() > deadline ? GT_P2P_TIMED_OUT : GT_P2P_OK;
@@ -197,14 +208,20 @@ __device__ static inline void p2p_average4(const p2p_args &a, size_t i)
     a.params[4 * i + 3] = p2p_mean<W>(w);
 }
 
-/* The n % 4 last elements, summed by each rank for itself: into its result, or (RULE) its
- * update applied. */
-template <int W, int RULE>
-__device__ static void p2p_tail(const p2p_args &a)
+/* The first float4 element of [lo, hi) that starts at or after lo, and the end of the whole
+ * float4 elements from there (never before it). */
+__device__ static inline size_t p2p_first4(const p2p_args &a) { return (a.lo + 3) / 4; }
+
+__device__ static inline size_t p2p_end4(const p2p_args &a)
 {
-    size_t i = (a.n & ~(size_t)3) + threadIdx.x;
-    if (blockIdx.x != 0 || i >= a.n)
-        return;
+    return a.hi / 4 > p2p_first4(a) ? a.hi / 4 : p2p_first4(a);
+}
+
+/* Element i, outside the range's whole float4 elements, summed by each rank for itself: into its
+ * result, or (RULE) its update applied. */
+template <int W, int RULE>
+__device__ static void p2p_elem(const p2p_args &a, size_t i)
+{
     if (RULE == P2P_AVERAGE) {
         float v[W];
 #pragma unroll
@@ -221,6 +238,20 @@ __device__ static void p2p_tail(const p2p_args &a)
         optim_elem<RULE>(a.k, a.params, acc, a.gscale, a.s0, a.s1, i);
     else
         a.out[a.rank][i] = acc;
+}
+
+/* The range's elements before its first whole float4 element (a part that starts inside one)
+ * and after its last (the hi % 4 last), at most 3 each, by block 0's first threads. */
+template <int W, int RULE>
+__device__ static void p2p_ends(const p2p_args &a)
+{
+    size_t t = threadIdx.x;
+    if (blockIdx.x != 0)
+        return;
+    if (t < 3 && a.lo + t < 4 * p2p_first4(a) && a.lo + t < a.hi)
+        p2p_elem<W, RULE>(a, a.lo + t);
+    else if (t >= 3 && t < 6 && 4 * p2p_end4(a) + t - 3 < a.hi)
+        p2p_elem<W, RULE>(a, 4 * p2p_end4(a) + t - 3);
 }
 
 /* The sums of float4 element i applied as the update of parameters 4i..4i+3. */
@@ -242,11 +273,11 @@ __global__ static void __launch_bounds__(P2P_THREADS) p2p_kernel(p2p_args a)
     unsigned v = a.seq[blockIdx.x];
     if (p2p_barrier<W>(a, v + 1, deadline, false) != GT_P2P_OK)
         return;
-    size_t n4 = a.n / 4, lo = 0, hi = n4;
+    size_t lo = p2p_first4(a), hi = p2p_end4(a);
     if (TWO_SHOT) {
-        size_t chunk = (n4 + W - 1) / W;
-        lo = chunk * (size_t)a.rank < n4 ? chunk * (size_t)a.rank : n4;
-        hi = lo + chunk < n4 ? lo + chunk : n4;
+        size_t chunk = (hi - lo + W - 1) / W, end = hi;
+        lo = lo + chunk * (size_t)a.rank < end ? lo + chunk * (size_t)a.rank : end;
+        hi = lo + chunk < end ? lo + chunk : end;
     }
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += stride) {
@@ -265,7 +296,7 @@ __global__ static void __launch_bounds__(P2P_THREADS) p2p_kernel(p2p_args a)
             ((float4 *)a.out[a.rank])[i] = acc;
         }
     }
-    p2p_tail<W, RULE>(a);
+    p2p_ends<W, RULE>(a);
     if (p2p_barrier<W>(a, v + 2, deadline, TWO_SHOT) != GT_P2P_OK)
         return;
     if (threadIdx.x == 0)
@@ -414,14 +445,21 @@ int gt_p2p_create(gt_p2p **out, int nranks, const int *ordinals, const float *co
     p->args.gen = __atomic_load_n(abort_word, __ATOMIC_SEQ_CST);
     p->args.dead = p->host + P2P_DEAD;
     p->args.budget_ns = (unsigned long long)(budget_s * 1e9);
-    p->args.n = n;
+    p->args.lo = 0;
+    p->args.hi = n;
     *out = p;
     return 0;
 }
 
+/* GT_P2P_AUTO's choice for a call over n floats. */
+static int p2p_two_shot_for(const gt_p2p *p, size_t n)
+{
+    return p->nranks > 2 && n * sizeof(float) >= P2P_TWO_SHOT_BYTES;
+}
+
 int gt_p2p_two_shot(const gt_p2p *p)
 {
-    return p->nranks > 2 && p->n * sizeof(float) >= P2P_TWO_SHOT_BYTES;
+    return p2p_two_shot_for(p, p->n);
 }
 
 int gt_p2p_fuses_update(const gt_p2p *p)
@@ -429,21 +467,23 @@ int gt_p2p_fuses_update(const gt_p2p *p)
     return p->n * sizeof(float) < P2P_TWO_SHOT_BYTES;
 }
 
-/* Blocks per call: every rank starts the same number, at most one per multiprocessor, so that
- * all of a call's blocks are resident together. */
-static unsigned p2p_blocks(const gt_p2p *p, int two_shot)
+/* Blocks for a call over n floats: every rank starts the same number, at most one per
+ * multiprocessor, so that all of a call's blocks are resident together, and at most max. */
+static unsigned p2p_blocks(const gt_p2p *p, size_t n, int two_shot, unsigned max)
 {
-    size_t n4 = p->n / 4, work = two_shot ? (n4 + p->nranks - 1) / p->nranks : n4;
+    size_t n4 = n / 4, work = two_shot ? (n4 + p->nranks - 1) / p->nranks : n4;
     size_t want = (work + (size_t)P2P_THREADS * P2P_PER_THREAD - 1) /
                   ((size_t)P2P_THREADS * P2P_PER_THREAD);
     size_t cap = p->nsm < P2P_MAX_BLOCKS ? (size_t)p->nsm : P2P_MAX_BLOCKS;
+    cap = cap < max ? cap : max;
     want = want < 1 ? 1 : want;
     return (unsigned)(want < cap ? want : cap);
 }
 
-/* Queues rank's kernel: the sum (rule 0), or one-shot with a's update arguments set. */
-static int p2p_launch(gt_p2p *p, int rank, int two_shot, int rule, p2p_args a, void *stream,
-                      gt_err *e)
+/* Queues rank's kernel over a's range in at most max_blocks blocks: the sum (rule 0), or one-shot
+ * with a's update arguments set. */
+static int p2p_launch(gt_p2p *p, int rank, int two_shot, int rule, p2p_args a,
+                      unsigned max_blocks, void *stream, gt_err *e)
 {
     char gpu[32];
     if (rank < 0 || rank >= p->nranks)
@@ -453,7 +493,8 @@ static int p2p_launch(gt_p2p *p, int rank, int two_shot, int rule, p2p_args a, v
     a.status = p->host + P2P_STATUS + rank;
     a.rank = rank;
     GT_CUDA_CHECK(gpu, e, cudaSetDevice(p->ordinal[rank]));
-    p2p_kernel_for(p->nranks, two_shot, rule)<<<p2p_blocks(p, two_shot), P2P_THREADS, 0,
+    unsigned blocks = p2p_blocks(p, a.hi - a.lo, two_shot, max_blocks);
+    p2p_kernel_for(p->nranks, two_shot, rule)<<<blocks, P2P_THREADS, 0,
                                                  (cudaStream_t)stream>>>(a);
     GT_CUDA_LAUNCHED(gpu, e);
     return 0;
@@ -462,7 +503,21 @@ static int p2p_launch(gt_p2p *p, int rank, int two_shot, int rule, p2p_args a, v
 int gt_p2p_launch(gt_p2p *p, int rank, int algo, void *stream, gt_err *e)
 {
     int two_shot = algo == GT_P2P_AUTO ? gt_p2p_two_shot(p) : algo == GT_P2P_TWO_SHOT;
-    return p2p_launch(p, rank, two_shot, 0, p->args, stream, e);
+    return p2p_launch(p, rank, two_shot, 0, p->args, P2P_MAX_BLOCKS, stream, e);
+}
+
+int gt_p2p_launch_range(gt_p2p *p, int rank, size_t lo, size_t n, unsigned max_blocks,
+                        void *stream, gt_err *e)
+{
+    if (lo > p->n || n > p->n - lo || max_blocks < 1)
+        return gt_fail(e, "peer all-reduce: range [%zu, +%zu) of %zu floats in %u blocks", lo, n,
+                       p->n, max_blocks);
+    if (n == 0) /* every rank skips it alike */
+        return 0;
+    p2p_args a = p->args;
+    a.lo = lo;
+    a.hi = lo + n;
+    return p2p_launch(p, rank, p2p_two_shot_for(p, n), 0, a, max_blocks, stream, e);
 }
 
 int gt_p2p_launch_update(gt_p2p *p, int rank, void *stream, const gt_optim_cfg *c,
@@ -475,14 +530,14 @@ int gt_p2p_launch_update(gt_p2p *p, int rank, void *stream, const gt_optim_cfg *
     a.s1 = s1;
     a.k = optim_consts_make(c, st);
     a.gscale = gscale;
-    return p2p_launch(p, rank, 0, optim_rule(c), a, stream, e);
+    return p2p_launch(p, rank, 0, optim_rule(c), a, P2P_MAX_BLOCKS, stream, e);
 }
 
 int gt_p2p_launch_average(gt_p2p *p, int rank, void *stream, float *params, gt_err *e)
 {
     p2p_args a = p->args;
     a.params = params;
-    return p2p_launch(p, rank, 0, P2P_AVERAGE, a, stream, e);
+    return p2p_launch(p, rank, 0, P2P_AVERAGE, a, P2P_MAX_BLOCKS, stream, e);
 }
 
 const float *gt_p2p_result(const gt_p2p *p, int rank)

@@ -1,12 +1,14 @@
 /* test_cuda_allreduce.c - the allreduce mode on W = min(GPUs, 4) GPUs: the GPU optimizer kernels
  * against gt_optim_apply (bit for bit), the peer-to-peer all-reduce (every GPU's result equals the
- * host's rank-order sum bit for bit, one-shot, two-shot and automatic; a peer that never arrives
- * ends the wait within its budget, an abort or a peer that leaves ends it at once), one whole
- * allreduce step (a batch share per GPU) against the CPU step on the union batch with the peer
- * exchange and with NCCL, gt_train_run in allreduce (both exchanges) against sync on the same GPUs
- * and one GPU at W times the batch, and the abort path. Then it prints (asserts nothing about) how
- * long a step and an all-reduce take with each exchange, for the README's scaling notes. Skipped
- * (77) unless built with CUDA and NCCL and run where at least 2 GPUs are visible. */
+ * host's rank-order sum bit for bit, one-shot, two-shot and automatic, whole and in parts; a peer
+ * that never arrives ends the wait within its budget, an abort or a peer that leaves ends it at
+ * once), one whole allreduce step (a batch share per GPU) against the CPU step on the union batch
+ * with the peer exchange and with NCCL, the step summing its gradient in parts beside its
+ * backward against the whole reduce after it (bit for bit, eager and replayed), gt_train_run in
+ * allreduce (both exchanges) against sync on the same GPUs and one GPU at W times the batch, and
+ * the abort path. Then it prints (asserts nothing about) how long a step and an all-reduce take
+ * with each exchange, for the README's scaling notes. Skipped (77) unless built with CUDA and NCCL
+ * and run where at least 2 GPUs are visible. */
 #include "gputrain/device.h"
 #include "gputrain/cpu_net.h"
 #include "gputrain/model.h"
@@ -243,6 +245,52 @@ static void test_p2p_exact(gt_rng *rng)
         printf("p2p all-reduce of %zu floats on %d GPUs: rank-order sum, bit for bit, one-shot, "
                "two-shot and auto (auto: %s)\n", n, g_w,
                p && gt_p2p_two_shot(p) ? "two-shot" : "one-shot");
+        gt_p2p_release(p);
+        p2p_bufs_close(&b);
+    }
+}
+
+/* gt_p2p_launch_range: parts launched one after another, each at its own block cap, starting and
+ * ending inside float4s, cover the array with the whole call's bits (the rank-order sum), and a
+ * whole call after them still meets (every block's sequence in step); on 3 GPUs or more the larger
+ * size's big parts are two-shot. Twice each, with new inputs. */
+static void test_p2p_range(gt_rng *rng)
+{
+    const size_t sizes[] = {44426 + 3, (1u << 20) + 1};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t n = sizes[k];
+        const size_t bounds[] = {0, 1, 7, 8, 4101, n / 3 + 2, n / 3 + 3, n - 2, n};
+        const unsigned caps[] = {16, 1, 3, 128, 16, 2, 16, 5};
+        const size_t nparts = sizeof caps / sizeof *caps;
+        p2p_bufs b;
+        gt_p2p *p = NULL;
+        gt_err e = {""};
+        p2p_bufs_open(&b, n);
+        int rc = gt_p2p_create(&p, g_w, b.ord, (const float *const *)b.in, n, 30.0, &e);
+        CHECK_MSG(rc == 0, "p2p create: %s", e.msg);
+        for (int call = 0; rc == 0 && call < 4; call++) {
+            char what[96];
+            int whole = call % 2; /* a whole call between the parted ones */
+            snprintf(what, sizeof what, "p2p %zu floats, %s, call %d", n,
+                     whole ? "whole" : "in parts", call + 1);
+            p2p_fill(&b, rng, n);
+            for (int r = 0; r < g_w && rc == 0; r++) {
+                rc = whole ? gt_p2p_launch(p, r, GT_P2P_AUTO, b.s[r], &e) : 0;
+                for (size_t i = 0; !whole && i < nparts && rc == 0; i++)
+                    rc = gt_p2p_launch_range(p, r, bounds[i], bounds[i + 1] - bounds[i], caps[i],
+                                             b.s[r], &e);
+                CHECK_MSG(rc == 0, "%s: %s", what, e.msg);
+            }
+            for (int r = 0; r < g_w; r++) {
+                cudaSetDevice(r);
+                CHECK(cudaStreamSynchronize(b.s[r]) == cudaSuccess);
+            }
+            if (rc == 0)
+                p2p_check_exact(&b, p, n, what);
+        }
+        CHECK(!p || gt_p2p_launch_range(p, 0, n - 1, 2, 16, b.s[0], &e) == -1);
+        printf("p2p all-reduce of %zu floats on %d GPUs in %zu parts: the whole call's bits\n", n,
+               g_w, nparts);
         gt_p2p_release(p);
         p2p_bufs_close(&b);
     }
@@ -647,6 +695,193 @@ static void test_allreduce_step(gt_rng *r)
     gt_free(ds.labels);
 }
 
+/* ---- (3b) the step's sum in parts beside its backward ---------------------------------------- */
+
+enum { SUMS_B = 16, SUMS_STEPS = 6, SUMS_EVAL_AT = 3, SUMS_EVAL_N = 200 };
+
+typedef struct sums_worker {
+    gt_device *d;
+    const gt_batch *share;     /* this worker's batch of each step, SUMS_STEPS */
+    const gt_optim_cfg *cfg;
+    const gt_dataset *test;
+    int w;                     /* the GPUs summing */
+    float *state;              /* the optimizer state after the steps */
+    double eval_loss;          /* the evaluation between the steps */
+    int rc;
+    char err[GT_ERRLEN];
+} sums_worker;
+
+/* The allreduce mode's order (mode_allreduce.c): step c queued, step c - 1 ended, update c queued,
+ * and after step SUMS_EVAL_AT - 1's end, with step SUMS_EVAL_AT queued, an evaluation and a
+ * get_params, where the mode evaluates on its replicas and publishes. */
+static void *sums_worker_main(void *arg)
+{
+    sums_worker *w = arg;
+    gt_device *d = w->d;
+    gt_err e = {""};
+    gt_step_out out, ev = {0};
+    for (int c = 0; c < SUMS_STEPS && w->rc == 0; c++) {
+        gt_optim_step st = gt_optim_prepare(w->cfg, (uint64_t)c + 1, 0.01 * c);
+        w->rc = d->ops->step_queue(d, &w->share[c], &e) || (c && d->ops->step_end(d, &out, &e));
+        if (w->rc == 0 && c == SUMS_EVAL_AT)
+            w->rc = d->ops->evaluate(d, w->test, 0, SUMS_EVAL_N, &ev, &e) ||
+                    d->ops->get_params(d, NULL, NULL, &e);
+        w->rc = w->rc || d->ops->reduce_update(d, w->cfg, &st, 1.0f / (float)w->w, &e);
+    }
+    w->rc = w->rc || d->ops->step_end(d, &out, &e) || d->ops->get_params(d, w->state, NULL, &e);
+    w->eval_loss = ev.loss_sum;
+    snprintf(w->err, sizeof w->err, "%s", e.msg);
+    return NULL;
+}
+
+/* What a run of SUMS_STEPS left: every replica's parameters and optimizer state, its evaluation,
+ * how many graphs replica 0 captured (and why capture failed, if it did) and whether its last
+ * step summed in parts. */
+typedef struct sums_result {
+    float *params[MAX_W], *state[MAX_W];
+    double eval_loss[MAX_W];
+    int ngraphs, sums, rc;
+    char graph_error[GT_ERRLEN];
+} sums_result;
+
+static void sums_result_free(sums_result *o)
+{
+    for (int i = 0; i < MAX_W; i++) {
+        gt_free(o->params[i]);
+        gt_free(o->state[i]);
+    }
+}
+
+/* SUMS_STEPS allreduce steps over w GPUs on the peer exchange from params0, on the layer path,
+ * eager or with graphs, the sums in parts on (every model split) or off. */
+static sums_result sums_run(const gt_model *m, int w, int graphs, int parts, const float *params0,
+                            const gt_batch share[MAX_W][SUMS_STEPS], const gt_dataset *test)
+{
+    sums_result o = {.rc = 0};
+    gt_device *devs[MAX_W] = {NULL};
+    sums_worker sw[MAX_W];
+    pthread_t th[MAX_W];
+    gt_err e = {""};
+    gt_optim_cfg cfg;
+    gt_optim_defaults(&cfg);
+    cfg.weight_decay = 1e-4f;
+    size_t n = m->nparams;
+    for (int i = 0; i < w && o.rc == 0; i++) {
+        o.rc = gt_cuda_device_open(&devs[i], m, SUMS_B, i, 0, &e) ||
+               gt_cuda_device_set_path(devs[i], 0, graphs, &e) ||
+               gt_cuda_device_set_split(devs[i], parts ? 0 : SIZE_MAX, &e);
+        if (o.rc == 0) {
+            memcpy(devs[i]->params, params0, n * sizeof(float));
+            devs[i]->keep_grad = 1;
+            o.rc = devs[i]->ops->load_params(devs[i], &e) ||
+                   devs[i]->ops->set_state(devs[i], NULL, NULL, &e);
+        }
+    }
+    o.rc = o.rc || gt_cuda_allreduce_init(devs, w, &cfg, GT_EXCHANGE_P2P, &e);
+    CHECK_MSG(o.rc == 0, "%s x%d: %s", m->name, w, e.msg);
+    for (int i = 0; i < w && o.rc == 0; i++) {
+        o.params[i] = gt_alloc(n * sizeof(float));
+        o.state[i] = gt_alloc(n * sizeof(float));
+        sw[i] = (sums_worker){.d = devs[i], .share = share[i], .cfg = &cfg, .test = test, .w = w,
+                              .state = o.state[i]};
+        pthread_create(&th[i], NULL, sums_worker_main, &sw[i]);
+    }
+    for (int i = 0; i < w && o.params[i]; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_MSG(sw[i].rc == 0, "%s x%d worker %d: %s", m->name, w, i, sw[i].err);
+        o.rc |= sw[i].rc;
+        memcpy(o.params[i], devs[i]->params, n * sizeof(float));
+        o.eval_loss[i] = sw[i].eval_loss;
+    }
+    gt_cuda_path path = {0};
+    if (o.rc == 0 && gt_cuda_device_get_path(devs[0], &path) == 0) {
+        o.ngraphs = path.ngraphs;
+        snprintf(o.graph_error, sizeof o.graph_error, "%s", path.graph_error);
+        o.sums = gt_cuda_device_step_summed(devs[0]);
+    }
+    for (int i = 0; i < w; i++)
+        gt_device_close(devs[i]);
+    return o;
+}
+
+/* The allreduce step on the peer exchange summing its gradient in parts beside its backward (the
+ * split forced on small models: lenet5 on the layer path, resnet20 with batch norm; cnn-wide's
+ * 3.3 M parameters go in parts by default, and on 3 GPUs or more in two-shot parts) ends every
+ * replica where the whole reduce after the step ends it, bit for bit (parameters, optimizer state
+ * and an evaluation between the steps), eager and with graphs replayed, on 2 GPUs and on all. */
+static void test_step_sums(gt_rng *r)
+{
+    const char *models[] = {"lenet5", "resnet20", "cnn-wide"};
+    gt_dataset ds;
+    gt_test_random_dataset(&ds, r, 1000);
+    uint32_t idx[MAX_W][SUMS_STEPS][SUMS_B];
+    gt_batch share[MAX_W][SUMS_STEPS];
+    for (int i = 0; i < MAX_W; i++)
+        for (int c = 0; c < SUMS_STEPS; c++) {
+            for (int k = 0; k < SUMS_B; k++)
+                idx[i][c][k] = gt_rng_below(r, ds.n);
+            share[i][c] = (gt_batch){&ds, idx[i][c], SUMS_B, 1, 0x5eedull + (uint64_t)c, NULL};
+        }
+    for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
+        gt_model m;
+        gt_err e = {""};
+        CHECK(gt_model_build(models[k], 1, 28, 28, 10, &m, &e) == 0);
+        float *params0 = gt_alloc(m.nparams * sizeof(float));
+        gt_model_init_params(&m, params0, 5);
+        size_t bytes = m.nparams * sizeof(float);
+        for (int w = 2; w <= g_w; w = w < g_w ? g_w : g_w + 1) {
+            for (int graphs = 0; graphs < 2; graphs++) {
+                sums_result whole = sums_run(&m, w, graphs, 0, params0, share, &ds);
+                CHECK_MSG(whole.rc || (!whole.sums && (whole.ngraphs > 0) == graphs),
+                          "%s x%d whole: sums %d, %d graphs %s", models[k], w, whole.sums,
+                          whole.ngraphs, whole.graph_error);
+                if (whole.rc) {
+                    sums_result_free(&whole);
+                    continue;
+                }
+                sums_result o = sums_run(&m, w, graphs, 1, params0, share, &ds);
+                const char *how = graphs ? "graphs" : "eager";
+                /* with graphs: the whole run's shapes (the first step is whole here too) and the
+                 * summing steps' */
+                CHECK_MSG(o.rc || (o.sums && (graphs ? o.ngraphs > whole.ngraphs : !o.ngraphs)),
+                          "%s x%d %s: sums %d, %d graphs (whole %d) %s", models[k], w, how,
+                          o.sums, o.ngraphs, whole.ngraphs, o.graph_error);
+                for (int i = 0; i < w && o.rc == 0; i++) {
+                    size_t ndiff = 0, first = 0;
+                    for (size_t j = m.nparams; j-- > 0;)
+                        if (memcmp(&o.params[i][j], &whole.params[i][j], sizeof(float)) != 0) {
+                            ndiff++;
+                            first = j;
+                        }
+                    if (ndiff)
+                        printf("%s x%d %s replica %d: %zu of %zu parameters differ, the first "
+                               "%zu: %.9g against %.9g\n", models[k], w, how, i, ndiff,
+                               m.nparams, first, o.params[i][first], whole.params[i][first]);
+                    CHECK_MSG(memcmp(o.params[i], whole.params[i], bytes) == 0 &&
+                                  memcmp(o.state[i], whole.state[i], bytes) == 0,
+                              "%s x%d %s: replica %d differs from the whole reduce's", models[k],
+                              w, how, i);
+                    CHECK_MSG(memcmp(o.params[i], o.params[0], bytes) == 0 &&
+                                  memcmp(o.state[i], o.state[0], bytes) == 0,
+                              "%s x%d %s: replica %d differs from replica 0", models[k], w, how,
+                              i);
+                    CHECK_MSG(o.eval_loss[i] == whole.eval_loss[i],
+                              "%s x%d %s: replica %d evaluated %.9g, whole %.9g", models[k], w,
+                              how, i, o.eval_loss[i], whole.eval_loss[i]);
+                }
+                if (o.rc == 0)
+                    printf("step sums in parts, %s x%d %s: %d steps, the whole reduce's bits\n",
+                           models[k], w, how, SUMS_STEPS);
+                sums_result_free(&o);
+                sums_result_free(&whole);
+            }
+        }
+        gt_free(params0);
+    }
+    gt_free(ds.images);
+    gt_free(ds.labels);
+}
+
 /* ---- (4) and (5): whole runs ----------------------------------------------------------------- */
 
 static gt_data g_data;
@@ -1000,6 +1235,38 @@ static void test_replica_eval(void)
     free(os.res);
 }
 
+/* A whole run whose steps sum in parts beside their backward (cnn-wide: 3.3 M parameters, in
+ * parts by default), with evaluations on the replicas between the steps (--eval-every): step by
+ * step the losses of sync through the store, and its evaluations. */
+static void test_sums_run(void)
+{
+    gt_config ca, cs;
+    run_config(&ca, GT_MODE_ALLREDUCE, g_w, 32, 1);
+    snprintf(ca.model, sizeof ca.model, "cnn-wide");
+    ca.eval_every = 20;
+    cs = ca;
+    cs.mode = GT_MODE_SYNC;
+    outcome oa = train(&ca), os = train_store(&cs);
+    CHECK_MSG(oa.rc == 0 && os.rc == 0, "allreduce: %s; sync: %s", oa.err, os.err);
+    CHECK_MSG(oa.nsteps >= 30 && oa.nsteps == os.nsteps, "%d and %d steps", oa.nsteps,
+              os.nsteps);
+    for (int i = 0; i < oa.nsteps && i < os.nsteps; i++)
+        CHECK_MSG(fabs(oa.step_loss[i] - os.step_loss[i]) <= 1e-4 * fabs(os.step_loss[i]),
+                  "cnn-wide step %d: allreduce %.9g, sync %.9g", i, oa.step_loss[i],
+                  os.step_loss[i]);
+    if (oa.rc == 0 && os.rc == 0) {
+        printf("cnn-wide x%d, the sums in parts: acc %.4f, %d points; sync %.4f, %d points\n",
+               g_w, oa.res->final_test_acc, oa.res->npoints, os.res->final_test_acc,
+               os.res->npoints);
+        CHECK(oa.res->npoints > 2 && oa.res->npoints == os.res->npoints);
+        CHECK_CLOSE(oa.res->final_test_acc, os.res->final_test_acc, 0.005);
+    }
+    gt_run_result_free(oa.res);
+    free(oa.res);
+    gt_run_result_free(os.res);
+    free(os.res);
+}
+
 typedef struct abort_run {
     gt_config cfg;
     outcome o;
@@ -1193,10 +1460,12 @@ int main(void)
     gt_rng_seed(&r, 20261127);
     test_optim_kernels(&r);
     test_p2p_exact(&r);
+    test_p2p_range(&r);
     test_p2p_update(&r);
     test_p2p_average(&r);
     test_p2p_hang_proof();
     test_allreduce_step(&r);
+    test_step_sums(&r);
     g_exchange = GT_EXCHANGE_NCCL;
     printf("the same steps with NCCL:\n");
     test_allreduce_step(&r);
@@ -1217,6 +1486,7 @@ int main(void)
         test_abort();
         test_rollback();
         test_replica_eval();
+        test_sums_run();
         gt_data_free(&g_data);
     }
     time_model("lenet5", 64, &r);
