@@ -142,7 +142,8 @@ void gt_cuda_allreduce_step_summed(gt_cuda_allreduce *a, int summed)
 int gt_cuda_allreduce_sum_part(gt_cuda_allreduce *a, size_t lo, size_t n, void *stream,
                                gt_err *e)
 {
-    return gt_p2p_launch_range(a->p2p, a->rank, lo, n, AR_PART_BLOCKS, stream, e);
+    return gt_p2p_launch_range(a->p2p, a->rank, lo, n, AR_PART_BLOCKS, GT_P2P_AUTO, stream,
+                               e);
 }
 
 /* ---- get_params and set_state (no NCCL in them) ---------------------------------------------- */

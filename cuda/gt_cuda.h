@@ -135,10 +135,11 @@ int gt_p2p_create(gt_p2p **out, int nranks, const int *ordinals, const float *co
 /* Queues rank's part of one all-reduce on stream (a cudaStream_t of its GPU); every rank must
  * launch the same calls with the same algorithm in the same order. Capturable in a CUDA graph. */
 int gt_p2p_launch(gt_p2p *p, int rank, int algo, void *stream, gt_err *e);
-/* gt_p2p_launch (GT_P2P_AUTO's choice on n) of elements [lo, lo + n) only, in at most max_blocks
- * blocks, into the same elements of the result: the same bits as the whole call there. Every rank
- * launches the same ranges and caps in the same order. Capturable in a CUDA graph. */
-int gt_p2p_launch_range(gt_p2p *p, int rank, size_t lo, size_t n, unsigned max_blocks,
+/* gt_p2p_launch of elements [lo, lo + n) only (GT_P2P_AUTO: its choice on n), in at most
+ * max_blocks blocks, into the same elements of the result: the same bits as the whole call there.
+ * Every rank launches the same ranges, caps and algorithms in the same order. Capturable in a
+ * CUDA graph. */
+int gt_p2p_launch_range(gt_p2p *p, int rank, size_t lo, size_t n, unsigned max_blocks, int algo,
                         void *stream, gt_err *e);
 /* One-shot, the sum applied as it is made: rank's params (and optimizer state s0, s1, as
  * gt_cuda_optim_apply takes them) updated by the sum times gscale under c's rule at step st, the

@@ -506,7 +506,7 @@ int gt_p2p_launch(gt_p2p *p, int rank, int algo, void *stream, gt_err *e)
     return p2p_launch(p, rank, two_shot, 0, p->args, P2P_MAX_BLOCKS, stream, e);
 }
 
-int gt_p2p_launch_range(gt_p2p *p, int rank, size_t lo, size_t n, unsigned max_blocks,
+int gt_p2p_launch_range(gt_p2p *p, int rank, size_t lo, size_t n, unsigned max_blocks, int algo,
                         void *stream, gt_err *e)
 {
     if (lo > p->n || n > p->n - lo || max_blocks < 1)
@@ -517,7 +517,8 @@ int gt_p2p_launch_range(gt_p2p *p, int rank, size_t lo, size_t n, unsigned max_b
     p2p_args a = p->args;
     a.lo = lo;
     a.hi = lo + n;
-    return p2p_launch(p, rank, p2p_two_shot_for(p, n), 0, a, max_blocks, stream, e);
+    int two_shot = algo == GT_P2P_AUTO ? p2p_two_shot_for(p, n) : algo == GT_P2P_TWO_SHOT;
+    return p2p_launch(p, rank, two_shot, 0, a, max_blocks, stream, e);
 }
 
 int gt_p2p_launch_update(gt_p2p *p, int rank, void *stream, const gt_optim_cfg *c,

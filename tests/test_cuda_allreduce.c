@@ -268,17 +268,21 @@ static void test_p2p_range(gt_rng *rng)
         p2p_bufs_open(&b, n);
         int rc = gt_p2p_create(&p, g_w, b.ord, (const float *const *)b.in, n, 30.0, &e);
         CHECK_MSG(rc == 0, "p2p create: %s", e.msg);
-        for (int call = 0; rc == 0 && call < 4; call++) {
+        /* parted calls by each algorithm (two-shot's chunks of a range on 2 GPUs too), a whole
+         * call after each */
+        const int algos[] = {GT_P2P_AUTO, GT_P2P_ONE_SHOT, GT_P2P_TWO_SHOT};
+        const char *names[] = {"auto", "one-shot", "two-shot"};
+        for (int call = 0; rc == 0 && call < 6; call++) {
             char what[96];
-            int whole = call % 2; /* a whole call between the parted ones */
+            int whole = call % 2, algo = algos[call / 2];
             snprintf(what, sizeof what, "p2p %zu floats, %s, call %d", n,
-                     whole ? "whole" : "in parts", call + 1);
+                     whole ? "whole" : names[call / 2], call + 1);
             p2p_fill(&b, rng, n);
             for (int r = 0; r < g_w && rc == 0; r++) {
                 rc = whole ? gt_p2p_launch(p, r, GT_P2P_AUTO, b.s[r], &e) : 0;
                 for (size_t i = 0; !whole && i < nparts && rc == 0; i++)
                     rc = gt_p2p_launch_range(p, r, bounds[i], bounds[i + 1] - bounds[i], caps[i],
-                                             b.s[r], &e);
+                                             algo, b.s[r], &e);
                 CHECK_MSG(rc == 0, "%s: %s", what, e.msg);
             }
             for (int r = 0; r < g_w; r++) {
@@ -288,9 +292,9 @@ static void test_p2p_range(gt_rng *rng)
             if (rc == 0)
                 p2p_check_exact(&b, p, n, what);
         }
-        CHECK(!p || gt_p2p_launch_range(p, 0, n - 1, 2, 16, b.s[0], &e) == -1);
-        printf("p2p all-reduce of %zu floats on %d GPUs in %zu parts: the whole call's bits\n", n,
-               g_w, nparts);
+        CHECK(!p || gt_p2p_launch_range(p, 0, n - 1, 2, 16, GT_P2P_AUTO, b.s[0], &e) == -1);
+        printf("p2p all-reduce of %zu floats on %d GPUs in %zu parts, auto, one-shot and "
+               "two-shot: the whole call's bits\n", n, g_w, nparts);
         gt_p2p_release(p);
         p2p_bufs_close(&b);
     }
