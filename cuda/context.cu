@@ -202,12 +202,14 @@ int gt_cuda_ctx_open(gt_cuda_ctx **out, int ordinal, gt_precision precision, gt_
     c->ordinal = ordinal;
     c->tf32 = precision == GT_PRECISION_TF32;
     c->bf16 = precision == GT_PRECISION_BF16;
-    const char *side = getenv("GT_WGRAD_SIDE"); /* "0": in line, for measurements */
-    c->no_side = side && strcmp(side, "0") == 0;
     if (ctx_init_device(c, ordinal, e) || ctx_create_handles(c, e)) {
         gt_cuda_ctx_close(c);
         return -1;
     }
+    /* GT_WGRAD_SIDE=N: another bound on the tiles (0: every weight gradient in line), for
+     * measurements (layers_cuda.cu, side_ready) */
+    const char *side = getenv("GT_WGRAD_SIDE");
+    c->side_tiles = side ? strtoull(side, NULL, 10) : (size_t)c->sms;
     *out = c;
     return 0;
 }

@@ -234,12 +234,13 @@ struct gt_cuda_ctx {
     size_t half_len, half_w_len;
     /* The weight gradient beside the input gradient (layers_cuda.cu, wgrad_beside): a stream,
      * its fork and join events and its own cuDNN workspace of ws_bytes, made by the first
-     * backward that uses them outside a capture; no_side keeps the weight gradient in line. */
+     * backward that uses them outside a capture; side_tiles: the most 128 x 128 tiles of
+     * input gradient a convolution's that goes beside may have (0: none). */
     cudaStream_t side;
     cudaEvent_t side_fork, side_join;
     void *ws_side;
     size_t ws_side_bytes;
-    int no_side;
+    size_t side_tiles;
 };
 
 /* Fills e with "<gpu>: <call> failed: <what> (<file>:<line>)" and returns -1. */

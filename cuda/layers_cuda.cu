@@ -784,16 +784,23 @@ static int nhwc_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p
 }
 
 /* A convolution's weight gradient and its input gradient are independent: both read dy and
- * neither writes what the other reads. At batch 128 resnet18's 8x8 and 4x4 layers start fewer
- * thread blocks in either product than an H100 has multiprocessors, so where a layer has an input
- * gradient its weight gradient runs beside it on the context's side stream, with its own
+ * neither writes what the other reads. At batch 128 resnet18's 7x7 and 4x4 layers start fewer
+ * thread blocks in either product than the GPU has multiprocessors, so where a layer has an input
+ * gradient of at most c->side_tiles tiles of 128 x 128 (the multiprocessors' count: less than
+ * one wave) its weight gradient runs beside it on the context's side stream, with its own
  * workspace, and the compute stream waits for it before the next layer (which overwrites dy's
- * buffer). The same kernels on the same data: the same bits. Whether the side stream and its
- * workspace exist: 1, 0 where they are not made (GT_WGRAD_SIDE=0, or inside a capture, where
- * nothing may be allocated: that step keeps them in line), -1 with e set. */
-static int side_ready(gt_cuda_ctx *c, gt_err *e)
+ * buffer); larger layers fill the GPU alone, and beside them the fork and join cost (every layer
+ * beside: resnet20 at batch 256 -5%; this bound: +1%, resnet18 on Fashion-MNIST at batch 128
+ * +1.3%, every layer +2.4%; results/resnet-2026-11-27-c25-c79, calls 82-83). The same kernels on
+ * the same data: the same bits.
+ * Whether the side stream and its workspace exist for layer cl at batch n: 1, 0 where the layer
+ * is larger, or they are not made inside a capture, where nothing may be allocated (that step
+ * keeps them in line), -1 with e set. */
+static int side_ready(gt_cuda_ctx *c, const gt_cuda_layer *cl, int n, gt_err *e)
 {
-    if (c->no_side)
+    const gt_layer *L = &cl->L;
+    size_t rows = (size_t)n * L->in_h * L->in_w;
+    if ((rows + 127) / 128 * (((size_t)L->in_c + 127) / 128) > c->side_tiles)
         return 0;
     if (!c->side || c->ws_side_bytes < c->ws_bytes) {
         cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
@@ -870,7 +877,7 @@ static int nhwc_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *
         if (!c->half_w || L->w_len > c->half_w_len)
             return layer_fail(c, cl, e, "the bf16 weight-gradient scratch is missing or too small");
         const void *xh = nhwc_conv_input(c, cl, p, x, 0, e);
-        int side = xh && dx ? side_ready(c, e) : 0;
+        int side = xh && dx ? side_ready(c, cl, p->n, e) : 0;
         if (!xh || side < 0 ||
             (side ? wgrad_beside : wgrad_run)(c, cl, xh, dy, p->grad + L->w_off, e) ||
             (dx && gt_conv_engine_run(c, cl, GT_CONV_BWD_DATA, dx, w, (void *)dy, e)))
