@@ -863,25 +863,22 @@ static int cuda_mark_parts(cuda_impl *g, int l, gt_err *e)
     return 0;
 }
 
-/* The layer whose backward finishes the gradient of parameters [lo, hi): the first holding any
- * of them (the backward runs from the last layer to the first, each writing only its own
- * parameters' gradient); -1 where no layer holds one. */
-static int grad_final_layer(const gt_model *m, size_t lo, size_t hi)
-{
-    for (int l = 0; l < m->nlayers; l++) {
-        const gt_layer *L = &m->layers[l];
-        if ((L->w_len && L->w_off < hi && lo < L->w_off + L->w_len) ||
-            (L->b_len && L->b_off < hi && lo < L->b_off + L->b_len))
-            return l;
-    }
-    return -1;
-}
-
 /* Whether layer L holds any of the parameters [lo, hi). */
 static int layer_holds(const gt_layer *L, size_t lo, size_t hi)
 {
     return (L->w_len && L->w_off < hi && lo < L->w_off + L->w_len) ||
            (L->b_len && L->b_off < hi && lo < L->b_off + L->b_len);
+}
+
+/* The layer whose backward finishes the gradient of parameters [lo, hi): the first holding any
+ * of them (the backward runs from the last layer to the first, each writing only its own
+ * parameters' gradient); -1 where no layer holds one. */
+static int grad_final_layer(const gt_model *m, size_t lo, size_t hi)
+{
+    for (int l = 0; l < m->nlayers; l++)
+        if (layer_holds(&m->layers[l], lo, hi))
+            return l;
+    return -1;
 }
 
 /* The split copies' parts of the layer path, once: the weights in CUDA_SPLIT_PARTS even parts,
