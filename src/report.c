@@ -348,7 +348,7 @@ void report_step(run *r, worker *w, uint64_t step, uint64_t epoch_step, double l
             r->share0 + w->index, r->epoch + 1, (unsigned long long)step,
             (unsigned long long)epoch_step);
     put_field_num(r->rep.log, "loss", "%.9g", loss / n);
-    fputs("}\n", r->rep.log);
+    fprintf(r->rep.log, ",\"wall_s\":%.6f}\n", report_wall_s(r));
     pthread_mutex_unlock(&r->rep.log_mu);
 }
 

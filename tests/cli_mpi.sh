@@ -27,7 +27,7 @@ if [ "$QUICK" = 1 ]; then
 fi
 
 mpi2() { timeout $HANG_S "${MPIRUN[@]}" -np 2 "$BIN" "$@"; }
-worker0_losses() { grep '"type":"step","worker":0,' "$1" | sed 's/.*"loss":\([^}]*\)}.*/\1/'; }
+worker0_losses() { grep '"type":"step","worker":0,' "$1" | sed 's/.*"loss":\([^,}]*\).*/\1/'; }
 final_acc() { grep '"type":"eval"' "$1" | tail -1 | sed 's/.*"test_acc":\([0-9.]*\).*/\1/'; }
 # same_losses A B: worker 0 logged as many steps in both, each within 1e-4 relative
 same_losses() {

@@ -25,7 +25,7 @@ done
 acc=$(grep '"type":"eval"' "$TMP/a.jsonl" | tail -1 | sed 's/.*"test_acc":\([0-9.]*\).*/\1/')
 awk -v a="$acc" -v need="$LEARNS" 'BEGIN { exit !(a > need) }' || fail "2 epochs reached only $acc (chance is 0.1)"
 
-steps() { grep '"type":"step"' "$1" | sed 's/,"worker":[0-9]*//'; }
+steps() { grep '"type":"step"' "$1" | sed 's/,"worker":[0-9]*//; s/,"wall_s":[0-9.]*//'; }
 final_acc() { grep '"type":"eval"' "$1" | tail -1 | sed 's/.*"test_acc":\([0-9.]*\).*/\1/'; }
 
 # Exact resume, sync on one worker, cosine schedule with momentum (state must come back too).
