@@ -148,6 +148,28 @@ int gt_cuda_allreduce_sum_part(gt_cuda_allreduce *a, size_t lo, size_t n, void *
 
 /* ---- get_params and set_state (no NCCL in them) ---------------------------------------------- */
 
+/* Queues the running statistics' download into d->buffers, where the device keeps them. */
+static int buffers_down(gt_device *d, const gt_cuda_device_parts *p, gt_err *e)
+{
+    if (p->buffers && d->buffers)
+        GT_CUDA_CHECK(d->name, e,
+                      cudaMemcpyAsync(d->buffers, p->buffers, d->model->nbuffers * sizeof(float),
+                                      cudaMemcpyDeviceToHost, p->ctx->stream));
+    return 0;
+}
+
+int gt_cuda_get_buffers(gt_device *d, gt_err *e)
+{
+    gt_cuda_device_parts p;
+    if (parts_of(d, &p, e))
+        return -1;
+    GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
+    if (buffers_down(d, &p, e))
+        return -1;
+    GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(p.ctx->stream));
+    return 0;
+}
+
 int gt_cuda_get_params(gt_device *d, float *s0, float *s1, gt_err *e)
 {
     gt_cuda_device_parts p;
@@ -160,10 +182,8 @@ int gt_cuda_get_params(gt_device *d, float *s0, float *s1, gt_err *e)
     GT_CUDA_CHECK(d->name, e,
                   cudaMemcpyAsync(d->params, p.params, bytes, cudaMemcpyDeviceToHost,
                                   p.ctx->stream));
-    if (p.buffers && d->buffers)
-        GT_CUDA_CHECK(d->name, e,
-                      cudaMemcpyAsync(d->buffers, p.buffers, d->model->nbuffers * sizeof(float),
-                                      cudaMemcpyDeviceToHost, p.ctx->stream));
+    if (buffers_down(d, &p, e))
+        return -1;
     for (int i = 0; i < 2; i++) {
         if (!host[i])
             continue;

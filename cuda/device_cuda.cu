@@ -1590,6 +1590,7 @@ static const gt_device_ops cuda_ops = {
 #endif
     .exchange = cuda_exchange,
     .get_params = gt_cuda_get_params,
+    .get_buffers = gt_cuda_get_buffers,
     .set_state = gt_cuda_set_state,
     .close = cuda_close,
 };

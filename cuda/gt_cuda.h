@@ -690,6 +690,7 @@ int gt_cuda_reduce_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_st
 int gt_cuda_local_update(gt_device *d, const gt_optim_cfg *c, const gt_optim_step *st,
                          float gscale, int average, gt_err *e);
 int gt_cuda_get_params(gt_device *d, float *s0, float *s1, gt_err *e);
+int gt_cuda_get_buffers(gt_device *d, gt_err *e);
 int gt_cuda_ema_set(gt_device *d, const float *src, gt_err *e);
 int gt_cuda_ema_update(gt_device *d, float decay, gt_err *e);
 int gt_cuda_ema_get(gt_device *d, float *dst, gt_err *e);

@@ -217,7 +217,7 @@ static int allreduce_share_buffers(run *r, worker *w)
         return 0;
     int rc = 0;
     if (w->index == 0) {
-        rc = w->dev->ops->get_params(w->dev, NULL, NULL, &e);
+        rc = w->dev->ops->get_buffers(w->dev, &e);
         if (rc == 0)
             gt_ps_store_buffers(&r->ps, w->dev->buffers);
     }
@@ -400,9 +400,26 @@ static int allreduce_start(run *r, worker *w)
     return allreduce_load(r, w);
 }
 
+/* Whether the store must hold where the replicas stand at the end of an epoch that ran `done`
+ * clocks: where something reads it there (a checkpoint, the evaluator: one GPU, --ema,
+ * --val-split, --save-best, local), where the run ends (its result, an interrupted run's save)
+ * and across hosts (whose agreement at the epoch's end may stop the run after this). On one host
+ * a halt is decided at the barriers between clocks, so r->halt holds its final value here. An
+ * epoch evaluated on the replicas otherwise leaves the store as it was: bringing resnet18's
+ * parameters and momentum in costs every GPU a wait of milliseconds at the next all-reduce. */
+static int allreduce_publish_due(run *r, uint64_t done)
+{
+    pthread_mutex_lock(&r->mu);
+    uint32_t next = r->epoch + 1;
+    int due = !allreduce_on_replicas(r) || r->H > 1 || done < r->clk.clocks || r->halt ||
+              r->failed || next >= (uint32_t)r->cfg->epochs || epoch_checkpoint_due(r, next);
+    pthread_mutex_unlock(&r->mu);
+    return due;
+}
+
 /* At an epoch's end the replicas evaluate their shares for the epoch's evaluation (several GPUs),
- * and worker 0 brings where the replicas stand into the store, for checkpoints, an interrupted
- * run's save, the evaluator (one GPU) and the run's result. */
+ * and worker 0 brings where the replicas stand into the store where something reads it there
+ * (allreduce_publish_due). */
 static int allreduce_end(run *r, worker *w, uint64_t done)
 {
     /* A run halted between barriers (a failure elsewhere) may leave a step queued. */
@@ -412,7 +429,7 @@ static int allreduce_end(run *r, worker *w, uint64_t done)
         return -1;
     if (w->index != 0)
         return 0;
-    int rc = allreduce_publish(r, w);
+    int rc = allreduce_publish_due(r, done) ? allreduce_publish(r, w) : 0;
     pthread_mutex_lock(&r->mu);
     if (rc != 0)
         run_fail_locked(r, w->error);

@@ -362,6 +362,7 @@ void worker_mark_time(worker *w);
 double worker_phases_s(const worker *w);
 void worker_leave_locked(run *r, worker *w, const char *why);
 void worker_fail_run_locked(run *r, worker *w);
+int epoch_checkpoint_due(const run *r, uint32_t done);
 void *worker_main(void *arg);
 
 /* mode_clocked.c: the core the clocked modes share */

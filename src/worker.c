@@ -134,6 +134,15 @@ void worker_fail_run_locked(run *r, worker *w)
     run_fail_locked(r, msg);
 }
 
+/* Whether --checkpoint-every N (epochs) writes a checkpoint at the end of the epoch that makes
+ * `done` epochs (the run's last and a halt write one too: epoch_end_leader). */
+int epoch_checkpoint_due(const run *r, uint32_t done)
+{
+    const gt_config *cfg = r->cfg;
+    return cfg->checkpoint[0] && !cfg->checkpoint_every_steps && cfg->checkpoint_every > 0 &&
+           done % (uint32_t)cfg->checkpoint_every == 0;
+}
+
 /* Last worker at the end of an epoch: evaluation snapshot, checkpoint, next permutation. A run
  * stopped by a signal part-way through an epoch posts nothing: the calling thread saves it. */
 static void epoch_end_leader(run *r)
@@ -148,9 +157,7 @@ static void epoch_end_leader(run *r)
     uint32_t done = r->epoch + 1;
     int last = done >= (uint32_t)cfg->epochs || r->halt;
     int kinds = JOB_EVAL;
-    if (cfg->checkpoint[0] &&
-        (last || (!cfg->checkpoint_every_steps && cfg->checkpoint_every > 0 &&
-                  done % (uint32_t)cfg->checkpoint_every == 0)))
+    if (cfg->checkpoint[0] && (last || epoch_checkpoint_due(r, done)))
         kinds |= JOB_CKPT;
     jobs_post_snapshot_locked(r, kinds, done, 0);
     r->epoch = done;

@@ -9,6 +9,7 @@
  * the abort path. Then it prints (asserts nothing about) how long a step and an all-reduce take
  * with each exchange, for the README's scaling notes. Skipped (77) unless built with CUDA and NCCL
  * and run where at least 2 GPUs are visible. */
+#include "gputrain/checkpoint.h"
 #include "gputrain/device.h"
 #include "gputrain/cpu_net.h"
 #include "gputrain/model.h"
@@ -1210,15 +1211,51 @@ static void test_warmup_same(void)
  * and at the epoch's end its points fall at the same updates as sync's, which evaluates the store
  * on the evaluator, and agree with them (the same parameters; only the loss sums' order
  * differs). */
+/* The parameters of the checkpoint at path (m's), or NULL with a failed check. */
+static float *ckpt_params(const char *path, const gt_model *m)
+{
+    gt_err e = {""};
+    gt_ckpt_meta meta;
+    float *p = gt_alloc(m->nparams * sizeof(float));
+    if (gt_ckpt_load(path, m, p, NULL, NULL, 0, &meta, 0, &e) != 0) {
+        CHECK_MSG(0, "%s", e.msg);
+        gt_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Three epochs: the first's end evaluated on the replicas only (the store left as it was), the
+ * second's with a checkpoint (--checkpoint-every 2), the last's; the final checkpoint holds what
+ * sync's holds. */
 static void test_replica_eval(void)
 {
     gt_config ca, cs;
-    run_config(&ca, GT_MODE_ALLREDUCE, g_w, 32, 1);
-    run_config(&cs, GT_MODE_SYNC, g_w, 32, 1);
+    run_config(&ca, GT_MODE_ALLREDUCE, g_w, 32, 3);
+    run_config(&cs, GT_MODE_SYNC, g_w, 32, 3);
     ca.eval_every = cs.eval_every = 20;
     ca.log_steps = cs.log_steps = 0;
+    ca.checkpoint_every = cs.checkpoint_every = 2;
+    snprintf(ca.checkpoint, sizeof ca.checkpoint, "/tmp/gt_replica_eval_%d_ar.st", (int)getpid());
+    snprintf(cs.checkpoint, sizeof cs.checkpoint, "/tmp/gt_replica_eval_%d_sync.st", (int)getpid());
     outcome oa = train(&ca), os = train_store(&cs);
     CHECK_MSG(oa.rc == 0 && os.rc == 0, "allreduce: %s; sync: %s", oa.err, os.err);
+    gt_model m;
+    gt_err e = {""};
+    if (oa.rc == 0 && os.rc == 0 && gt_model_build(ca.model, 1, 28, 28, 10, &m, &e) == 0) {
+        float *pa = ckpt_params(ca.checkpoint, &m), *ps = ckpt_params(cs.checkpoint, &m);
+        double dd = 0, ss = 0;
+        for (size_t i = 0; pa && ps && i < m.nparams; i++) {
+            dd += ((double)pa[i] - ps[i]) * ((double)pa[i] - ps[i]);
+            ss += (double)ps[i] * ps[i];
+        }
+        CHECK_MSG(pa && ps && dd <= 1e-6 * ss, "the final checkpoints differ: |a - s|^2 %.3g, |s|^2 %.3g",
+                  dd, ss);
+        gt_free(pa);
+        gt_free(ps);
+    }
+    unlink(ca.checkpoint);
+    unlink(cs.checkpoint);
     if (oa.rc == 0 && os.rc == 0) {
         printf("replica evaluation: %d points (sync %d), final acc %.4f (sync %.4f)\n",
                oa.res->npoints, os.res->npoints, oa.res->final_test_acc, os.res->final_test_acc);

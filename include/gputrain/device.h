@@ -120,6 +120,9 @@ typedef struct gt_device_ops {
      * skip) and, where it keeps them (keep_grad), its running statistics into d->buffers, for
      * evaluation and checkpoints. */
     int (*get_params)(gt_device *d, float *s0, float *s1, gt_err *e);
+    /* Copies the running statistics alone into d->buffers, where the device keeps them
+     * (keep_grad): get_params without the parameters. */
+    int (*get_buffers)(gt_device *d, gt_err *e);
     /* Sets the device's optimizer state from host arrays (NULL: zeros), when a run resumes. */
     int (*set_state)(gt_device *d, const float *s0, const float *s1, gt_err *e);
     void (*close)(gt_device *d);
