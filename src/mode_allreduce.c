@@ -178,13 +178,14 @@ static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t
     int save = guard_save_wanted_locked(r);
     if (!due && !save)
         return 0;
+    double since = gt_now();
     pthread_mutex_unlock(&r->mu);
     int rc = allreduce_publish(r, w);
     pthread_mutex_lock(&r->mu);
     if (rc != 0)
         return -1;
     if (save)
-        guard_saved_locked(r, t);
+        guard_saved_locked(r, t, due ? 0 : since); /* a publish due anyway costs the copy nothing */
     if (due) {
         r->clk.applied = c + 1;
         jobs_post_due_locked(r, c + 1);

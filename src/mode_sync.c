@@ -12,7 +12,7 @@ static void sync_after_apply_leader(run *r)
     if (r->guard.pending)
         guard_at_barrier_locked(r);
     else if (guard_save_wanted_locked(r))
-        guard_saved_locked(r, atomic_load(&r->ps.updates) + 1);
+        guard_saved_locked(r, atomic_load(&r->ps.updates) + 1, 0);
     r->guard.save_wanted = 0;
     uint64_t c = r->clk.applied;
     clocked_fold_stats_locked(r, c);

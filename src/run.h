@@ -205,6 +205,9 @@ typedef struct run_guard {
     gt_guard g;
     gt_ps_saved good;          /* the last good store: parameters and optimizer state */
     uint64_t good_step;        /* ps.updates when `good` was taken */
+    double saved_at;           /* gt_now() then */
+    double save_cost_s;        /* what taking it cost: the mode's bringing the store up to date
+                                * (allreduce: from the GPU) and the copy */
     int pending;               /* ROLLBACK_AT_AVERAGE/_AT_BARRIER: a verdict to act on there */
     int save_wanted;           /* ROLLBACK_AT_BARRIER: a good window asks the mode for a copy */
     unsigned restores;         /* rollbacks done so far (a replica reloads when it moves) */
@@ -325,7 +328,7 @@ void guard_observe_locked(run *r, double loss);
 int guard_nonfinite(run *r, const char *msg);
 int guard_pending_locked(run *r);
 int guard_save_wanted_locked(run *r);
-void guard_saved_locked(run *r, uint64_t step);
+void guard_saved_locked(run *r, uint64_t step, double since);
 void guard_at_barrier_locked(run *r);
 int guard_final(run *r, const gt_run_result *res, gt_err *e);
 
