@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Sets the guard up once the store holds the starting point, which is the first good one. */
 /* Between two copies of a good store: GUARD_SAVE_EVERY updates at least, and GUARD_SAVE_SPACING
  * times what the last copy cost, so that copies take at most 1/GUARD_SAVE_SPACING of the run's
  * time. resnet18 on 4 GPUs: a copy (parameters and momentum from GPU 0 into the store, then the
@@ -32,6 +31,7 @@ static int guard_can_recover(const run *r)
     return r->cfg->on_diverge == GT_DIVERGE_RECOVER && r->H == 1;
 }
 
+/* Sets the guard up once the store holds the starting point, which is the first good one. */
 int guard_init(run *r, gt_err *e)
 {
     gt_guard_cfg gc;
@@ -123,8 +123,8 @@ void guard_observe_locked(run *r, double loss)
     uint64_t now = atomic_load(&r->ps.updates);
     if (v == GT_GUARD_GOOD) {
         /* A copy of the store costs a pass over parameters and state under r->mu (26 MB for
-         * cnn-wide): keep one every GUARD_SAVE_EVERY updates at most, and none where no rollback
-         * can use it. */
+         * cnn-wide), and allreduce's first brings GPU 0's into the store: keep one as often as
+         * GUARD_SAVE_EVERY and GUARD_SAVE_SPACING allow, and none where no rollback can use it. */
         if (guard_can_recover(r) && now - r->guard.good_step >= GUARD_SAVE_EVERY &&
             gt_now() - r->guard.saved_at >= GUARD_SAVE_SPACING * r->guard.save_cost_s) {
             if (r->ops->rollback == ROLLBACK_AT_BARRIER)
