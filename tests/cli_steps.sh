@@ -25,7 +25,16 @@ assert not bad, bad[:3]
 assert sorted({r["step"] for r in steps}) == list(range(1, 161)), "steps not 1..160"
 ck = [r["step"] for r in recs if r.get("event") == "checkpoint_written"]
 assert ck == [30, 60, 90, 120, 150, 160], ck  # the epoch end is no step checkpoint
+# each step record says when its worker took it: non-decreasing per worker, within the run
+for w in (0, 1):
+    t = [r["wall_s"] for r in sorted((r for r in steps if r["worker"] == w), key=lambda r: r["step"])]
+    assert len(t) == 160 and t == sorted(t) and 0 <= t[0] and t[-1] <= recs[-1].get("wall_s", 1e9), t[:3]
 PY
+# tools/step_gaps.py reads them: 160 steps of worker 0 over 2 epochs, one epoch end between them,
+# the evaluations at 50, 100 and 150 inside the epochs
+python3 "${GT_SOURCE_DIR:-.}/tools/step_gaps.py" "$TMP/s.jsonl" >"$TMP/gaps" 2>&1 || fail "step_gaps.py: $(cat "$TMP/gaps")"
+grep -q ': 160 steps, 2 epoch(s), median interval ' "$TMP/gaps" && grep -q '^| epoch end | 1 |' "$TMP/gaps" &&
+    grep -q '^| evaluation | [1-9]' "$TMP/gaps" || fail "step_gaps.py: $(cat "$TMP/gaps")"
 
 # a resume carries the numbering on, also on another worker count: the checkpoint at step 60
 # (60 x 32 samples) goes on at step 61, 120 steps into epoch 1 at one worker x 16
