@@ -13,24 +13,20 @@ of the rest with their steps, and the median spacing in steps between intervals 
 the median: a stall that recurs every N steps (a copy taken every N updates, say) shows there.
 Logs without wall_s in their step records (gputrain before it logged them) are refused."""
 import argparse
-import json
 import statistics
 import sys
+
+from step_phases import records
 
 
 def load(path, worker):
     steps, evals = [], []
-    with open(path) as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            t = rec.get("type")
-            if t == "step" and rec.get("worker") == worker:
-                steps.append(rec)
-            elif t == "eval" and "wall_s" in rec:
-                evals.append(rec["wall_s"])
+    for rec in records(path):
+        t = rec.get("type")
+        if t == "step" and rec.get("worker") == worker:
+            steps.append(rec)
+        elif t == "eval" and "wall_s" in rec:
+            evals.append(rec["wall_s"])
     steps.sort(key=lambda r: (r["step"], r["wall_s"]) if "wall_s" in r else (r["step"], 0))
     return steps, sorted(evals)
 

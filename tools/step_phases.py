@@ -15,21 +15,27 @@ import json
 import sys
 
 
-def load(path):
-    cfg, summary, workers = {}, {}, []
+def records(path):
+    """The records of a gputrain --log file, in order; a line that is not JSON (a run cut off
+    mid-line) is skipped. tools/step_gaps.py reads logs with it too."""
     with open(path) as f:
         for line in f:
             try:
-                rec = json.loads(line)
+                yield json.loads(line)
             except ValueError:
                 continue
-            t = rec.get("type")
-            if t == "config":
-                cfg = rec
-            elif t == "summary":
-                summary = rec
-            elif t == "worker":
-                workers.append(rec)
+
+
+def load(path):
+    cfg, summary, workers = {}, {}, []
+    for rec in records(path):
+        t = rec.get("type")
+        if t == "config":
+            cfg = rec
+        elif t == "summary":
+            summary = rec
+        elif t == "worker":
+            workers.append(rec)
     return cfg, summary, workers
 
 
