@@ -286,9 +286,9 @@ static int hogwild_step_parts(run *r, worker *w, const gt_batch *b, gt_step_out 
     return worker_check(r, w, o, step);
 }
 
-/* One epoch of one worker: pull, compute, push, batch after batch. In parts a push pulls the next
- * step's parameters too; a whole pull comes first in an epoch, after a dropped gradient and after
- * the guard rolled the store back. */
+/* One epoch of one worker: pull, compute, push, batch after batch. A push pulls the next step's
+ * parameters in the same walk (in parts, each part as it lands); a whole pull comes first in an
+ * epoch, after a dropped gradient and after the guard rolled the store back. */
 static void hogwild_epoch(run *r, worker *w)
 {
     const gt_config *cfg = r->cfg;
@@ -299,16 +299,18 @@ static void hogwild_epoch(run *r, worker *w)
                       .epoch = r->epoch, .seed = cfg->seed, .aug = &cfg->augment};
         uint64_t step = atomic_load(&w->steps);
         gt_step_out o = {0};
-        /* The phases' clock: pull (the store's copy, the upload), device (step, download), push
-         * (in parts: with the download, the next pull and its upload; beside the backward, from
-         * the first part's landing on). */
+        /* The phases' clock: pull (the upload, after a whole pull where one is due), device
+         * (step, download), push (with the next step's copy out; in parts: with the download and
+         * the uploads, beside the backward, from the first part's landing on). */
         double t0 = gt_now();
         int rc = 0;
-        if (!held || hw(w)->restores_now != hw(w)->restores_seen) {
+        int pull = !held || hw(w)->restores_now != hw(w)->restores_seen;
+        if (pull) {
             hw(w)->restores_seen = hw(w)->restores_now;
             gt_ps_pull(&r->ps, w->dev->params, w->ver);
-            rc = worker_load(w);
         }
+        if (pull || !r->store_parts) /* in parts the exchange uploaded them */
+            rc = worker_load(w);
         double t1 = gt_now(), t2 = t1;
         uint64_t t = 0;
         if (rc == 0 && r->store_parts) {
@@ -318,15 +320,15 @@ static void hogwild_epoch(run *r, worker *w)
             t2 = gt_now();
             if (rc == 0) {
                 run_lr lr = run_lr_now(r, 0, 1);
-                gt_ps_push_numbered(&r->ps, w->index, r->W, w->dev->grad, lr.gscale, w->ver,
-                                    lr.epoch, &t);
+                gt_ps_push_pull(&r->ps, w->index, r->W, w->dev->grad, lr.gscale, w->ver,
+                                lr.epoch, &t, w->dev->params);
             }
         }
         if (rc < 0) {
             hogwild_fail(r, w, &rg, 1);
             return;
         }
-        held = r->store_parts && rc == 0;
+        held = rc == 0;
         if (rc == 0)
             gt_ps_push_stats(&r->ps, w->dev->stats);
         double t3 = gt_now();

@@ -442,17 +442,36 @@ static void ps_update_walk(gt_ps *ps, gt_ps_update *u, int first, int count, con
         u->stale = stale;
 }
 
-uint64_t gt_ps_push_numbered(gt_ps *ps, int worker, int nworkers, const float *g, float gscale,
-                             const uint64_t *ver, double epoch, uint64_t *update)
+/* One update over every stripe, starting at the worker's; with pulls, each stripe is copied out
+ * into dst under its lock as the update left it. */
+static uint64_t ps_push_walk(gt_ps *ps, int worker, int nworkers, const float *g, float gscale,
+                             uint64_t *ver, double epoch, uint64_t *update, float *dst, int pulls)
 {
     gt_ps_update u;
     gt_ps_update_begin(ps, &u, worker, nworkers, gscale, epoch);
     if (update)
         *update = u.t;
     int start = nworkers > 0 ? (int)((int64_t)worker * ps->nranges / nworkers) : 0;
-    /* without pulls the walk only reads the versions */
-    ps_update_walk(ps, &u, start, ps->nranges, g, NULL, (uint64_t *)ver, NULL, 0);
+    ps_update_walk(ps, &u, start, ps->nranges, g, NULL, ver, dst, pulls);
     return ver ? gt_ps_update_end(ps, &u) : u.stale;
+}
+
+uint64_t gt_ps_push_numbered(gt_ps *ps, int worker, int nworkers, const float *g, float gscale,
+                             const uint64_t *ver, double epoch, uint64_t *update)
+{
+    /* without pulls the walk only reads the versions */
+    return ps_push_walk(ps, worker, nworkers, g, gscale, (uint64_t *)ver, epoch, update, NULL, 0);
+}
+
+uint64_t gt_ps_push_pull(gt_ps *ps, int worker, int nworkers, const float *g, float gscale,
+                         uint64_t *ver, double epoch, uint64_t *update, float *dst)
+{
+    if (ps->nstripes > 0)
+        return ps_push_walk(ps, worker, nworkers, g, gscale, ver, epoch, update, dst, 1);
+    /* lock-free: no lock to copy under; the pull reads element by element after the push */
+    uint64_t stale = gt_ps_push_numbered(ps, worker, nworkers, g, gscale, ver, epoch, update);
+    gt_ps_pull(ps, dst, ver);
+    return stale;
 }
 
 void gt_ps_update_begin(gt_ps *ps, gt_ps_update *u, int worker, int nworkers, float gscale,

@@ -1,6 +1,6 @@
 /* test_ps.c - the parameter store: no lost update under concurrent pushes for several stripe
  * counts, stripe layout, versions and staleness, pulls, the moving average of --ema, and refused
- * configurations. Runs under
+ * configurations; a push that pulls in the same walk. Runs under
  * ThreadSanitizer in CI. */
 #include "gputrain/bf16.h"
 #include "gputrain/ps.h"
@@ -304,15 +304,18 @@ static void test_update_parts(int threads)
     c.momentum = 0.9f;
     c.weight_decay = 1e-3f;
     gt_ps a, b, n; /* n: parts that copy nowhere (the caller reads the store itself) */
+    gt_ps q;       /* q: the whole push that pulls (gt_ps_push_pull) */
     gt_err e;
     CHECK(gt_ps_init(&a, N, S, &c, &e) == 0 && gt_ps_init(&b, N, S, &c, &e) == 0);
-    CHECK(gt_ps_init(&n, N, S, &c, &e) == 0);
+    CHECK(gt_ps_init(&n, N, S, &c, &e) == 0 && gt_ps_init(&q, N, S, &c, &e) == 0);
+    CHECK(gt_ps_set_pools(&q, 1, threads, 0, &e) == 0 && gt_ps_init_ema(&q, 0.9f, NULL, &e) == 0);
     CHECK(gt_ps_set_pools(&a, 1, threads, 0, &e) == 0 && gt_ps_set_pools(&b, 1, threads, 0, &e) == 0);
     CHECK(gt_ps_init_ema(&a, 0.9f, NULL, &e) == 0 && gt_ps_init_ema(&b, 0.9f, NULL, &e) == 0);
     CHECK(gt_ps_init_ema(&n, 0.9f, NULL, &e) == 0);
     float *g = gt_alloc(N * sizeof(float)), *pa = gt_alloc(N * sizeof(float));
-    float *pb = gt_alloc(N * sizeof(float));
-    uint64_t va[S], vb[S], vn[S];
+    float *pb = gt_alloc(N * sizeof(float)), *pq = gt_alloc(N * sizeof(float));
+    uint64_t va[S], vb[S], vn[S], vq[S];
+    gt_ps_pull(&q, pq, vq);
     gt_ps_pull(&a, pa, va);
     gt_ps_pull(&b, pb, vb);
     gt_ps_pull(&n, pb, vn);
@@ -324,7 +327,9 @@ static void test_update_parts(int threads)
             gt_ps_push(&a, 1, 2, g, 0.5f, NULL, 0.0);
             gt_ps_push(&b, 1, 2, g, 0.5f, NULL, 0.0);
             gt_ps_push(&n, 1, 2, g, 0.5f, NULL, 0.0);
+            gt_ps_push(&q, 1, 2, g, 0.5f, NULL, 0.0);
         }
+        uint64_t tq = 0, sq = gt_ps_push_pull(&q, 0, 2, g, 1.0f, vq, 0.1, &tq, pq);
         gt_ps_update un;
         gt_ps_update_begin(&n, &un, 0, 2, 1.0f, 0.1);
         gt_ps_update_part(&n, &un, 0, S, g, vn, NULL);
@@ -340,19 +345,39 @@ static void test_update_parts(int threads)
         CHECK(memcmp(pa, pb, N * sizeof(float)) == 0 && memcmp(va, vb, sizeof va) == 0);
         CHECK(sn == sa && memcmp(va, vn, sizeof va) == 0);
         CHECK(memcmp(pa, n.params, N * sizeof(float)) == 0);
+        CHECK(sq == sa && tq == ta && memcmp(pa, pq, N * sizeof(float)) == 0 &&
+              memcmp(va, vq, sizeof va) == 0);
     }
+    CHECK(memcmp(a.ema, q.ema, N * sizeof(float)) == 0);
     CHECK(memcmp(a.params, b.params, N * sizeof(float)) == 0);
     CHECK(memcmp(a.ema, b.ema, N * sizeof(float)) == 0);
     for (int i = 0; i < a.nstate; i++)
         CHECK(memcmp(a.state[i], b.state[i], N * sizeof(float)) == 0);
     CHECK(atomic_load(&a.stale_max) == 1 && atomic_load(&b.stale_max) == 1);
     CHECK(atomic_load(&a.stale_count) == atomic_load(&b.stale_count));
-    gt_free(g);
     gt_free(pa);
     gt_free(pb);
+    gt_free(pq);
     gt_ps_free(&a);
     gt_ps_free(&b);
     gt_ps_free(&n);
+    gt_ps_free(&q);
+    /* lock-free: the push, then the pull */
+    CHECK(gt_ps_init(&a, N, 0, &c, &e) == 0 && gt_ps_init(&q, N, 0, &c, &e) == 0);
+    pa = gt_alloc(N * sizeof(float));
+    pq = gt_alloc(N * sizeof(float));
+    for (int i = 0; i < N; i++)
+        g[i] = (float)(i % 11) / 8.0f;
+    uint64_t ta = 0, tq = 0;
+    gt_ps_push_numbered(&a, 0, 2, g, 1.0f, NULL, 0.0, &ta);
+    gt_ps_pull(&a, pa, NULL);
+    gt_ps_push_pull(&q, 0, 2, g, 1.0f, NULL, 0.0, &tq, pq);
+    CHECK(ta == 1 && tq == 1 && memcmp(pa, pq, N * sizeof(float)) == 0);
+    gt_free(g);
+    gt_free(pa);
+    gt_free(pq);
+    gt_ps_free(&a);
+    gt_ps_free(&q);
 }
 
 /* bf16.h's rounding is CUDA's __float2bfloat16_rn: to nearest, ties to even, overflow to Inf,

@@ -117,6 +117,13 @@ uint64_t gt_ps_push(gt_ps *ps, int worker, int nworkers, const float *g, float g
  * before the caller reads it, when another push lands. */
 uint64_t gt_ps_push_numbered(gt_ps *ps, int worker, int nworkers, const float *g, float gscale,
                              const uint64_t *ver, double epoch, uint64_t *update);
+/* gt_ps_push_numbered and the next step's pull in one walk: each stripe, under the lock its update
+ * took, copied into dst as the update left it, its version into ver (a push then gt_ps_pull with one
+ * worker, bit for bit; with several, each stripe as this update left it, not as the others' pushes
+ * left it by the time a later pull would read it). dst is written with streaming stores (an upload's
+ * source). The lock-free store pushes, then pulls. */
+uint64_t gt_ps_push_pull(gt_ps *ps, int worker, int nworkers, const float *g, float gscale,
+                         uint64_t *ver, double epoch, uint64_t *update, float *dst);
 
 /* One worker's update applied part by part (hogwild's store step in parts, --store-parts): begin
  * numbers it as gt_ps_push_numbered does (u->t); each part applies it to stripes [s_lo, s_hi)
