@@ -247,10 +247,10 @@ static void copy_out(float *dst, const float *src, size_t n)
 }
 
 /* A walk over a run of stripes, cut into parts that the store's helper threads may share: stripe
- * base + (first + i) % count for i in [0, count) (first: where in the run the walk starts). */
+ * (first + i) % nranges for i in [0, count). */
 typedef struct ps_walk {
     gt_ps *ps;
-    int base, first, count, nparts;
+    int first, count, nparts;
     float *dst;                /* pull: destination; push: where gt_ps_update_part copies the
                                   stripes it updated (NULL: nowhere) */
     int pulls;                 /* push: gt_ps_update_part's, which pulls what it updated */
@@ -286,7 +286,7 @@ static void ps_walk_run(ps_walk *w, gt_ps_pool_fn fn, int nworkers)
 
 static gt_stripe *ps_walk_stripe(const ps_walk *w, int i)
 {
-    return &w->ps->stripes[w->base + (w->first + i) % w->count];
+    return &w->ps->stripes[(w->first + i) % w->ps->nranges];
 }
 
 static void ps_pull_part(void *arg, int part)
@@ -429,16 +429,12 @@ uint64_t gt_ps_push(gt_ps *ps, int worker, int nworkers, const float *g, float g
     return gt_ps_push_numbered(ps, worker, nworkers, g, gscale, ver, epoch, NULL);
 }
 
-/* Update u applied to stripes [base, base + count) (gt_ps_push's whole walk, or a part), from
- * the worker's share of the way in (u->worker of u->nworkers: several workers' walks over the same
- * stripes start apart and seldom meet on a lock), its staleness joining u's; with pulls, each
- * stripe is then copied out (dst) and its version kept. */
-static void ps_update_walk(gt_ps *ps, gt_ps_update *u, int base, int count, const float *g,
+/* Update u applied to count stripes from first (gt_ps_push's whole walk, or a part), its
+ * staleness joining u's; with pulls, each stripe is then copied out (dst) and its version kept. */
+static void ps_update_walk(gt_ps *ps, gt_ps_update *u, int first, int count, const float *g,
                            const uint16_t *g_half, uint64_t *ver, float *dst, int pulls)
 {
-    int first = u->nworkers > 0 ? (int)((int64_t)u->worker * count / u->nworkers) : 0;
-    ps_walk w = {.ps = ps, .base = base, .first = first, .count = count, .dst = dst,
-                 .pulls = pulls, .ver = ver,
+    ps_walk w = {.ps = ps, .first = first, .count = count, .dst = dst, .pulls = pulls, .ver = ver,
                  .g = g, .g_half = g_half, .gscale = u->gscale, .step = &u->step, .t = u->t};
     ps_walk_run(&w, ps_push_part, u->nworkers > 0 ? u->nworkers : 1);
     uint64_t stale = atomic_load_explicit(&w.result, memory_order_relaxed);
@@ -455,7 +451,8 @@ static uint64_t ps_push_walk(gt_ps *ps, int worker, int nworkers, const float *g
     gt_ps_update_begin(ps, &u, worker, nworkers, gscale, epoch);
     if (update)
         *update = u.t;
-    ps_update_walk(ps, &u, 0, ps->nranges, g, NULL, ver, dst, pulls);
+    int start = nworkers > 0 ? (int)((int64_t)worker * ps->nranges / nworkers) : 0;
+    ps_update_walk(ps, &u, start, ps->nranges, g, NULL, ver, dst, pulls);
     return ver ? gt_ps_update_end(ps, &u) : u.stale;
 }
 
@@ -521,7 +518,7 @@ void gt_ps_apply_stripes_sum(gt_ps *ps, int s_lo, int s_hi, float *g, float *con
     gt_optim_step step = gt_optim_prepare(&ps->optim, t, epoch);
     if (s_hi <= s_lo)
         return;
-    ps_walk w = {.ps = ps, .base = s_lo, .count = s_hi - s_lo, .g = g, .addends = addends,
+    ps_walk w = {.ps = ps, .first = s_lo, .count = s_hi - s_lo, .g = g, .addends = addends,
                  .naddends = naddends, .gscale = gscale, .step = &step, .t = t};
     ps_walk_run(&w, ps_push_part, 0);
 }

@@ -337,7 +337,7 @@ static void test_update_parts(int threads)
         uint64_t ta = 0, sa = gt_ps_push_numbered(&a, 0, 2, g, 1.0f, va, 0.1, &ta);
         gt_ps_pull(&a, pa, va);
         gt_ps_update u;
-        gt_ps_update_begin(&b, &u, 1, 2, 1.0f, 0.1); /* its parts walked from halfway */
+        gt_ps_update_begin(&b, &u, 0, 2, 1.0f, 0.1);
         for (int p = 0; p < 3; p++)
             gt_ps_update_part(&b, &u, parts[p][0], parts[p][1], g, vb, pb);
         CHECK_MSG(gt_ps_update_end(&b, &u) == sa && u.t == ta, "push %d: staleness %llu, %llu",

@@ -127,8 +127,7 @@ uint64_t gt_ps_push_pull(gt_ps *ps, int worker, int nworkers, const float *g, fl
 
 /* One worker's update applied part by part (hogwild's store step in parts, --store-parts): begin
  * numbers it as gt_ps_push_numbered does (u->t); each part applies it to stripes [s_lo, s_hi)
- * (walked from the worker's share of the way in, so that workers taking the same part seldom
- * meet on a lock) from g, the versions g was computed from in ver, then, under the same lock, copies each stripe
+ * from g, the versions g was computed from in ver, then, under the same lock, copies each stripe
  * as the update left it into dst (NULL: the caller reads the store itself) and its version into
  * ver: a push and the next step's pull of those stripes in one walk. Parts may come in any order and each stripe once; end records the
  * staleness (the largest over the parts) and returns it. With one worker, pushing every stripe
