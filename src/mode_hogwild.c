@@ -244,15 +244,10 @@ static int hogwild_exchange(run *r, worker *w, uint64_t *t, double *t_first)
     hogwild_xchg x = {.r = r, .w = w, .dst = d->params};
     gt_ps_update_begin(&r->ps, &x.u, w->index, r->W, lr.gscale, lr.epoch);
     *t = x.u.t;
-    /* A GPU uploads each part straight from the store's pinned parameters once its update is in,
-     * without the copy out under the locks (45 MB written a resnet18 step, each worker's). A lone
-     * worker's are the same bits (nobody else writes the store; a rollback's restore is followed
-     * by a whole pull). With several, another worker's update of a stripe that lands while the
-     * part is being uploaded is seen element by element rather than stripe by stripe, as an
-     * apply beside ssp's in-place upload is: writes stay under the stripe locks, so no update is
-     * lost. A device that computes on its buffer (the CPU) takes the copy. */
-    const float *src = d->loads_copy ? r->ps.params : d->params;
-    if (d->loads_copy)
+    /* A lone worker's device uploads straight from the store, which nobody else writes: the same
+     * bits without the copy (a rollback's restore is followed by a whole pull). */
+    const float *src = r->W == 1 ? r->ps.params : d->params;
+    if (r->W == 1)
         x.dst = NULL;
     int rc = d->ops->exchange(d, r->store_parts, h->bounds, hw(w)->order, src, hogwild_part, &x,
                               &e);
