@@ -318,6 +318,36 @@ int gt_cuda_filter_add_krsc_bf16(gt_cuda_ctx *c, const void *src, float *dw, int
     return filter_krsc<1>(c, src, dw, k, ch, rs, e);
 }
 
+/* Each element's index t in the copy: as it is, or its place in the (k, r, s, c) layout. */
+__device__ static inline size_t half_task_dst(const gt_cuda_half_task &T, unsigned i)
+{
+    if (!T.krsc)
+        return i;
+    unsigned q = i % T.rs, p = i / T.rs % T.ch;
+    return ((size_t)(i / (T.rs * T.ch)) * T.rs + q) * T.ch + p;
+}
+
+__global__ static void weights_bf16_kernel(const float *params, __nv_bfloat16 *half,
+                                           const gt_cuda_half_task *tasks)
+{
+    const gt_cuda_half_task T = tasks[blockIdx.x];
+    const float *src = params + T.off;
+    __nv_bfloat16 *dst = half + T.off;
+    for (unsigned i = T.lo + threadIdx.x; i < T.hi; i += blockDim.x)
+        dst[half_task_dst(T, i)] = __float2bfloat16_rn(src[i]);
+}
+
+int gt_cuda_weights_to_bf16(gt_cuda_ctx *c, const float *params, void *half,
+                            const gt_cuda_half_task *tasks, int ntasks, gt_err *e)
+{
+    if (ntasks == 0)
+        return 0;
+    weights_bf16_kernel<<<(unsigned)ntasks, GT_CUDA_THREADS, 0, c->stream>>>(
+        params, (__nv_bfloat16 *)half, tasks);
+    GT_CUDA_LAUNCHED(c->name, e);
+    return 0;
+}
+
 /* ---- batch normalisation in training (NCHW fp32) --------------------------------------------- */
 
 /* cuDNN's NCHW kernels took about 3x (forward) and 5x (backward) the time their bytes need at

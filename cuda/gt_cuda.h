@@ -502,6 +502,15 @@ int gt_cuda_filter_to_krsc_bf16(gt_cuda_ctx *c, const float *w, void *dst, int k
                                 int rs, gt_err *e);
 int gt_cuda_filter_add_krsc_bf16(gt_cuda_ctx *c, const void *src, float *dw, int k, int ch,
                                  int rs, gt_err *e);
+/* Many weight arrays' bf16 copies in one launch, a block a task: elements [lo, hi) of the fp32
+ * array at off (within params and half), copied as they are or, where krsc, into the (k, r, s, c)
+ * layout of a (k, ch, r s) filter (gt_cuda_filter_to_krsc_bf16's bits). tasks: device memory. */
+typedef struct gt_cuda_half_task {
+    unsigned long long off;
+    unsigned lo, hi, ch, rs, krsc;
+} gt_cuda_half_task;
+int gt_cuda_weights_to_bf16(gt_cuda_ctx *c, const float *params, void *half,
+                            const gt_cuda_half_task *tasks, int ntasks, gt_err *e);
 
 /* ---- bf16 channels-last activations (blocks_cuda.cu) ---------------------------------------- */
 
