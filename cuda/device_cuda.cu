@@ -424,6 +424,16 @@ static int cuda_alloc_model_buffers(gt_device *d, cuda_impl *g, gt_err *e)
     return 0;
 }
 
+/* How layer L's weights enter the parameters' bf16 copy: -1 not at all (no weights the bf16
+ * layers multiply), 1 as a filter in cuDNN's (k, r, s, c) layout, 0 as they are (a 1x1 filter, a
+ * linear layer). */
+static int layer_half_kind(const gt_layer *L)
+{
+    if (L->kind != GT_CONV && L->kind != GT_LINEAR)
+        return -1;
+    return L->kind == GT_CONV && L->k > 1;
+}
+
 /* Elements a block of the one-launch bf16 copy takes (cuda_params_half). */
 #define HALF_TASK_LEN 8192
 
@@ -432,39 +442,33 @@ static int cuda_alloc_model_buffers(gt_device *d, cuda_impl *g, gt_err *e)
 static int cuda_half_tasks(gt_device *d, cuda_impl *g, gt_err *e)
 {
     const gt_model *m = d->model;
-    int n = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        gt_cuda_half_task *t = pass ? (gt_cuda_half_task *)malloc((n ? n : 1) * sizeof *t) : NULL;
-        if (pass && !t)
-            return gt_fail(e, "%s: out of memory for the bf16 copy's blocks", d->name);
-        int k = 0;
-        for (int l = 0; l < m->nlayers; l++) {
-            const gt_layer *L = &m->layers[l];
-            if (L->kind != GT_CONV && L->kind != GT_LINEAR)
-                continue;
-            int krsc = L->kind == GT_CONV && L->k > 1;
-            for (size_t lo = 0; lo < L->w_len; lo += HALF_TASK_LEN, k++)
-                if (t)
-                    t[k] = (gt_cuda_half_task){
-                        .off = L->w_off, .lo = (unsigned)lo,
-                        .hi = (unsigned)(L->w_len - lo < HALF_TASK_LEN ? L->w_len : lo + HALF_TASK_LEN),
-                        .ch = (unsigned)(krsc ? L->in_c : 1), .rs = (unsigned)(krsc ? L->k * L->k : 1),
-                        .krsc = (unsigned)krsc};
-        }
-        if (!pass) {
-            n = k;
-            continue;
-        }
-        int rc = n == 0 ? 0 : gt_cuda_malloc(g->ctx, (void **)&g->half_tasks, n * sizeof *t, e);
-        if (rc == 0 && n > 0 &&
-            cudaMemcpy(g->half_tasks, t, n * sizeof *t, cudaMemcpyHostToDevice) != cudaSuccess)
-            rc = gt_fail(e, "%s: the bf16 copy's blocks could not be uploaded", d->name);
-        free(t);
-        if (rc)
-            return -1;
-        g->nhalf_tasks = n;
+    size_t n = 0;
+    for (int l = 0; l < m->nlayers; l++)
+        if (layer_half_kind(&m->layers[l]) >= 0)
+            n += (m->layers[l].w_len + HALF_TASK_LEN - 1) / HALF_TASK_LEN;
+    if (n == 0)
+        return 0;
+    gt_cuda_half_task *t = (gt_cuda_half_task *)malloc(n * sizeof *t);
+    if (!t)
+        return gt_fail(e, "%s: out of memory for the bf16 copy's blocks", d->name);
+    size_t k = 0;
+    for (int l = 0; l < m->nlayers; l++) {
+        const gt_layer *L = &m->layers[l];
+        int krsc = layer_half_kind(L);
+        for (size_t lo = 0; krsc >= 0 && lo < L->w_len; lo += HALF_TASK_LEN)
+            t[k++] = (gt_cuda_half_task){
+                .off = L->w_off, .lo = (unsigned)lo,
+                .hi = (unsigned)(L->w_len - lo < HALF_TASK_LEN ? L->w_len : lo + HALF_TASK_LEN),
+                .ch = (unsigned)(krsc ? L->in_c : 1), .rs = (unsigned)(krsc ? L->k * L->k : 1),
+                .krsc = (unsigned)krsc};
     }
-    return 0;
+    int rc = gt_cuda_malloc(g->ctx, (void **)&g->half_tasks, n * sizeof *t, e);
+    if (rc == 0 &&
+        cudaMemcpy(g->half_tasks, t, n * sizeof *t, cudaMemcpyHostToDevice) != cudaSuccess)
+        rc = gt_fail(e, "%s: the bf16 copy's blocks could not be uploaded", d->name);
+    free(t);
+    g->nhalf_tasks = rc == 0 ? (int)n : 0;
+    return rc ? -1 : 0;
 }
 
 /* bf16 precision: the parameters' bf16 copy, the training step's bf16 copies of convolution
@@ -690,12 +694,12 @@ static int cuda_layer_half(cuda_impl *g, const gt_layer *L, gt_err *e)
 {
     gt_cuda_ctx *c = g->ctx;
     __nv_bfloat16 *half = (__nv_bfloat16 *)g->params_half;
-    if (L->kind != GT_CONV && L->kind != GT_LINEAR)
+    int kind = layer_half_kind(L);
+    if (kind < 0)
         return 0;
-    return L->kind == GT_CONV && L->k > 1
-               ? gt_cuda_filter_to_krsc_bf16(c, g->params + L->w_off, half + L->w_off, L->out_c,
-                                             L->in_c, L->k * L->k, e)
-               : gt_cuda_to_bf16(c, g->params + L->w_off, half + L->w_off, L->w_len, e);
+    return kind ? gt_cuda_filter_to_krsc_bf16(c, g->params + L->w_off, half + L->w_off, L->out_c,
+                                              L->in_c, L->k * L->k, e)
+                : gt_cuda_to_bf16(c, g->params + L->w_off, half + L->w_off, L->w_len, e);
 }
 
 /* Before layer l's forward in a step that uploads in parts (cuda_up_parts): the compute stream
