@@ -1354,6 +1354,18 @@ static void cuda_step_result(const cuda_impl *g, int s, gt_step_out *out)
     out->grad_status = res->nonfinite ? GT_GRAD_NONFINITE : GT_GRAD_FINITE;
 }
 
+/* Queues b's step with no step in flight: the parameters load_params left to copy go up in parts
+ * beside its forward (cuda_up_plan), or whole before it. */
+static int cuda_step_queue_uploading(gt_device *d, cuda_impl *g, const gt_batch *b, int *slot_out,
+                                     gt_err *e)
+{
+    int rc = cuda_up_plan(d, g, e) || cuda_step_queue(d, g, b, slot_out, e);
+    if (rc == 0) /* the step queued the upload (or the plan queued it whole before it) */
+        g->split.up_pending = 0;
+    g->split.up_on = 0; /* a step refused before its upload leaves it pending for the next call */
+    return rc ? -1 : 0;
+}
+
 static int cuda_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt_err *e)
 {
     cuda_impl *g = (cuda_impl *)d->impl;
@@ -1362,11 +1374,7 @@ static int cuda_train_step(gt_device *d, const gt_batch *b, gt_step_out *out, gt
     if (g->ninflight)
         return gt_fail(e, "%s: a step runs while %d begun steps are not ended", d->name,
                        g->ninflight);
-    int rc = cuda_up_plan(d, g, e) || cuda_step_queue(d, g, b, &s, e);
-    if (rc == 0) /* the step queued the upload (or the plan queued it whole before it) */
-        g->split.up_pending = 0;
-    g->split.up_on = 0; /* a step refused before its upload leaves it pending for the next call */
-    if (rc)
+    if (cuda_step_queue_uploading(d, g, b, &s, e))
         return -1;
     GT_CUDA_CHECK(d->name, e, cudaStreamSynchronize(g->ctx->stream));
     cuda_step_result(g, s, out);
@@ -1427,14 +1435,21 @@ static int cuda_step_begin(gt_device *d, const gt_batch *b, gt_err *e)
 }
 
 /* The allreduce mode's pipelined step: queued on the parameters already on the device, behind
- * the update queued before it. */
+ * the update queued before it. The store's steps in parts (no step in flight, no keep_grad): a
+ * pending upload goes beside the forward, as train_step's. */
 static int cuda_step_queue_resident(gt_device *d, const gt_batch *b, gt_err *e)
 {
     cuda_impl *g = (cuda_impl *)d->impl;
     if (g->ninflight == 2)
         return gt_fail(e, "%s: a third step queued before the first ended", d->name);
     GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
-    return cuda_step_queue_inflight(d, g, b, e);
+    if (g->ninflight > 0 || d->keep_grad)
+        return cuda_step_queue_inflight(d, g, b, e);
+    int s;
+    if (cuda_step_queue_uploading(d, g, b, &s, e))
+        return -1;
+    g->inflight[g->ninflight++] = s;
+    return 0;
 }
 
 static int cuda_step_end(gt_device *d, gt_step_out *out, gt_err *e)
@@ -1608,14 +1623,15 @@ static int cuda_exchange(gt_device *d, int nparts, const size_t *bounds, const i
             break;
         }
         part(arg, k);
-        GT_CUDA_CHECK(d->name, e,
-                      cudaMemcpyAsync(g->params + lo, src + lo, len * sizeof(float),
-                                      cudaMemcpyHostToDevice, x->up));
+        if (src)
+            GT_CUDA_CHECK(d->name, e,
+                          cudaMemcpyAsync(g->params + lo, src + lo, len * sizeof(float),
+                                          cudaMemcpyHostToDevice, x->up));
     }
     GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(x->up, x->down_end, 0));
     GT_CUDA_CHECK(d->name, e, cudaEventRecord(x->done, x->up));
     GT_CUDA_CHECK(d->name, e, cudaStreamWaitEvent(c->stream, x->done, 0));
-    if (src != d->params)
+    if (src && src != d->params)
         GT_CUDA_CHECK(d->name, e, cudaEventSynchronize(x->done));
     return bad;
 }

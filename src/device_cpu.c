@@ -84,8 +84,8 @@ static int cpu_bf16_nonfinite(const uint16_t *h, size_t n)
 
 /* device.h's exchange, one part after another: the gradient is in d->grad already (with
  * grad_bf16 each part is rounded into grad_half); each part is checked (its first Inf or NaN
- * stops the exchange, as a GPU's flag does), given to part() and copied from src where the
- * device computes on its own copy. */
+ * stops the exchange, as a GPU's flag does), given to part() and copied from src (where given)
+ * where the device computes on its own copy. */
 static int cpu_exchange(gt_device *d, int nparts, const size_t *bounds, const int *order,
                         const float *src, void (*part)(void *arg, int k), void *arg, gt_err *e)
 {
@@ -110,7 +110,7 @@ static int cpu_exchange(gt_device *d, int nparts, const size_t *bounds, const in
             return 1;
         }
         part(arg, k);
-        if (src != d->params)
+        if (src && src != d->params)
             memcpy(d->params + lo, src + lo, len * sizeof(float));
     }
     return 0;

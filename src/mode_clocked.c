@@ -116,6 +116,17 @@ void clocked_fold_stats_locked(run *r, uint64_t clock)
     *in = 0;
 }
 
+/* A computed share's batch statistics go to their slot, for its clock's fold. */
+void clocked_stats_store(run *r, worker *w, uint64_t clock, int share)
+{
+    if (!r->clk.stats_in)
+        return;
+    memcpy(clocked_stat_slot(r, clock, share), w->dev->stats, r->m->nbuffers * sizeof(float));
+    pthread_mutex_lock(&r->mu);
+    r->clk.stats_in[clock % (uint64_t)r->clk.R] |= 1ull << share;
+    pthread_mutex_unlock(&r->mu);
+}
+
 /* share_done of the modes that sum shares: the gradient goes to its slot (where the device did
  * not write it there itself), or zeros where it was dropped (--on-nan skip), so the sum keeps its
  * order. */
@@ -127,13 +138,8 @@ int clocked_slot_store(run *r, worker *w, uint64_t clock, int share, int rc)
         memset(slot, 0, r->n * sizeof(float));
     else if (w->dev->grad != slot)
         memcpy(slot, w->dev->grad, r->n * sizeof(float));
-    if (rc == 0 && r->clk.stats_in) {
-        memcpy(clocked_stat_slot(r, clock, share), w->dev->stats,
-               r->m->nbuffers * sizeof(float));
-        pthread_mutex_lock(&r->mu);
-        r->clk.stats_in[clock % (uint64_t)r->clk.R] |= 1ull << share;
-        pthread_mutex_unlock(&r->mu);
-    }
+    if (rc == 0)
+        clocked_stats_store(r, w, clock, share);
     w->push_s += gt_now() - t0;
     return 0;
 }
@@ -152,13 +158,18 @@ int clocked_share(run *r, worker *w, uint64_t clock, int share)
      * saving a copy of the whole gradient a share (resnet18's 45 MB: ~6 ms of ssp's 8 ms push
      * on one H200). A GPU keeps a step graph per host gradient buffer, input slot and batch shape
      * (16 at most: a worker's own share takes 2 x 2 x nslots of them), so only where the slots
-     * are few: sync's one ring, ssp up to s = 3 (the default is 2). */
+     * are few: sync's one ring, ssp up to s = 3 (the default is 2). A share read part by part
+     * as it lands goes there always (its step's graph downloads nothing), and one taken over from
+     * a failed worker never (an apply may be reading the parts that worker landed). */
     float *own = w->dev->grad;
-    if (r->ops->share_done == clocked_slot_store && r->clk.nslots <= CLOCKED_DIRECT_SLOTS)
+    int direct = r->clk.share_parts ? share == w->index : r->clk.nslots <= CLOCKED_DIRECT_SLOTS;
+    if (r->ops->slot_shares && direct)
         w->dev->grad = clocked_slot(r, clock, share);
-    double t0 = gt_now();
-    int rc = worker_compute(r, w, &b, &o, clock);
-    w->device_s += gt_now() - t0;
+    /* the device's phase, less the store's work the mode did meanwhile (its push) */
+    double t0 = gt_now(), pushed = w->push_s;
+    int rc = r->ops->share_compute ? r->ops->share_compute(r, w, clock, share, &b, &o)
+                                   : worker_compute(r, w, &b, &o, clock);
+    w->device_s += gt_now() - t0 - (w->push_s - pushed);
     if (rc >= 0) /* share_done adds its own time to the worker's phases */
         rc = r->ops->share_done(r, w, clock, share, rc) != 0 ? -1 : rc;
     w->dev->grad = own;

@@ -27,9 +27,6 @@ typedef struct hogwild_run {
     int norphans;              /* worker (two in flight and a static slice's rest) */
     uint64_t host_batches;     /* across hosts: batches completed this epoch, which time the */
     uint64_t xavg_last;        /* averaging rounds; host_batches at the last round */
-    int part_s[GT_STORE_PARTS_MAX + 1];    /* in r->store_parts parts, part k is stripes
-                                              [part_s[k], part_s[k + 1]) */
-    size_t bounds[GT_STORE_PARTS_MAX + 1]; /* and parameters [bounds[k], bounds[k + 1]) */
 } hogwild_run;
 
 /* A worker's (w->own). */
@@ -220,7 +217,7 @@ typedef struct hogwild_xchg {
 static void hogwild_part(void *arg, int k)
 {
     hogwild_xchg *x = arg;
-    const hogwild_run *h = hog(x->r);
+    const run_parts *h = &x->r->parts;
     if (x->t_first == 0)
         x->t_first = gt_now();
     const gt_device *d = x->w->dev;
@@ -232,58 +229,37 @@ static void hogwild_part(void *arg, int k)
                           x->dst);
 }
 
-/* Pushes the step's gradient and pulls the next step's parameters, in parts; 0, 1 where a part's
- * gradient was not finite (it and the parts after it were not pushed) or -1 with the worker's
- * error set. *t: the update's number; *t_first: when the first part landed (else now). */
-static int hogwild_exchange(run *r, worker *w, uint64_t *t, double *t_first)
+/* What hogwild's exchange gives back: the update's number and when the first part landed. */
+typedef struct hogwild_xchg_out {
+    uint64_t *t;
+    double *t_first;
+} hogwild_xchg_out;
+
+/* Pushes the step's gradient and pulls the next step's parameters, in parts (store_parts_step's
+ * exchange); 0, 1 where a part's gradient was not finite (it and the parts after it were not
+ * pushed) or -1 with the worker's error set. *t: the update's number; *t_first: when the first
+ * part landed (else now). */
+static int hogwild_exchange(run *r, worker *w, void *arg)
 {
+    hogwild_xchg_out *out = arg;
     gt_device *d = w->dev;
-    const hogwild_run *h = hog(r);
     gt_err e = {{0}};
     run_lr lr = run_lr_now(r, 0, 1);
     hogwild_xchg x = {.r = r, .w = w, .dst = d->params};
     gt_ps_update_begin(&r->ps, &x.u, w->index, r->W, lr.gscale, lr.epoch);
-    *t = x.u.t;
+    *out->t = x.u.t;
     /* A lone worker's device uploads straight from the store, which nobody else writes: the same
      * bits without the copy (a rollback's restore is followed by a whole pull). */
     const float *src = r->W == 1 ? r->ps.params : d->params;
     if (r->W == 1)
         x.dst = NULL;
-    int rc = d->ops->exchange(d, r->store_parts, h->bounds, hw(w)->order, src, hogwild_part, &x,
-                              &e);
+    int rc = d->ops->exchange(d, r->store_parts, r->parts.bounds, hw(w)->order, src, hogwild_part,
+                              &x, &e);
     gt_ps_update_end(&r->ps, &x.u);
     if (rc < 0)
         snprintf(w->error, sizeof w->error, "%s", e.msg);
-    *t_first = x.t_first ? x.t_first : gt_now();
+    *out->t_first = x.t_first ? x.t_first : gt_now();
     return rc < 0 ? -1 : rc;
-}
-
-/* The step with its store step in parts beside it: the step is queued on the parameters the
- * device holds, the exchange takes each part as the backward finishes it (a GPU's layer path;
- * else after the step), then the step's results are checked (worker_compute's checks). 0, 1 (a
- * non-finite step: no part from its first non-finite one on was pushed) or -1 with the worker's
- * error set; *t_dev: when the device phase ended (its first part landed). */
-static int hogwild_step_parts(run *r, worker *w, const gt_batch *b, gt_step_out *o,
-                              uint64_t step, uint64_t *t, double *t_dev)
-{
-    gt_device *d = w->dev;
-    gt_err e = {{0}};
-    if (worker_injected(r, w, atomic_load(&w->steps)))
-        return -1;
-    if (d->ops->step_queue(d, b, &e) != 0) {
-        snprintf(w->error, sizeof w->error, "%s", e.msg);
-        return -1;
-    }
-    int x = hogwild_exchange(r, w, t, t_dev);
-    if (d->ops->step_end(d, o, &e) != 0) {
-        snprintf(w->error, sizeof w->error, "%s", e.msg);
-        return -1;
-    }
-    if (x < 0)
-        return -1;
-    /* the exchange checked every part, or stopped at a non-finite one */
-    o->grad_status = x > 0 ? GT_GRAD_NONFINITE : GT_GRAD_FINITE;
-    return worker_check(r, w, o, step);
 }
 
 /* One epoch of one worker: pull, compute, push, batch after batch. A push pulls the next step's
@@ -314,7 +290,9 @@ static void hogwild_epoch(run *r, worker *w)
         double t1 = gt_now(), t2 = t1;
         uint64_t t = 0;
         if (rc == 0 && r->store_parts) {
-            rc = hogwild_step_parts(r, w, &b, &o, step, &t, &t2);
+            /* the device phase ends when the first part lands */
+            hogwild_xchg_out out = {.t = &t, .t_first = &t2};
+            rc = store_parts_step(r, w, &b, &o, step, hogwild_exchange, &out);
         } else if (rc == 0) {
             rc = worker_compute(r, w, &b, &o, step);
             t2 = gt_now();
@@ -517,58 +495,6 @@ static int hogwild_check(run *r, gt_device **devices, gt_err *e)
     return 0;
 }
 
-/* Whether every worker's device can exchange its step in parts (step_queue, exchange) and, with
- * `overlaps`, runs its steps beside the host too (step_begin: a GPU), where parts gain. */
-static int hogwild_devices_part(const run *r, int overlaps)
-{
-    for (int i = 0; i < r->W; i++) {
-        const gt_device_ops *ops = r->workers[i].dev->ops;
-        if (!ops->step_queue || !ops->exchange || (overlaps && !ops->step_begin))
-            return 0;
-    }
-    return 1;
-}
-
-/* How many parts the store step takes (--store-parts; auto: GT_STORE_PARTS_AUTO where every
- * device runs beside the host, a GPU, and the model is large enough to gain, each part a large
- * walk), never more than the stripes; 0 where a push and a pull stay whole: --overlap, the
- * lock-free store, across hosts (whose averaging rounds rebase the store under the workers) and
- * devices that cannot exchange in parts. */
-static int hogwild_parts(const run *r)
-{
-    const gt_config *cfg = r->cfg;
-    int parts = cfg->store_parts;
-    if (parts < 0) {
-        /* no part below the walk that wakes the store's helper threads (GT_PS_POOL_MIN): a
-         * part applied by its worker alone took cnn-wide's step from 1.8 to 3.6 ms (call 51) */
-        size_t most = r->n / GT_PS_POOL_MIN;
-        parts = GT_STORE_PARTS_AUTO;
-        if ((size_t)parts > most)
-            parts = (int)most;
-        if (r->n < GT_STORE_PARTS_MIN_PARAMS || !hogwild_devices_part(r, 1))
-            parts = 0;
-    }
-    if (cfg->overlap || r->ps.nstripes == 0 || r->H > 1 || !hogwild_devices_part(r, 0))
-        return 0;
-    return parts < r->ps.nranges ? parts : r->ps.nranges;
-}
-
-/* The stripe from which the parameters without weight decay (the biases and batch norm's, which
- * model.h lays out after every weight) make the last part on their own: a backward finishes them
- * only at its end, with the first layer's. nranges where there is no such part. */
-static int hogwild_tail_stripe(const run *r, int parts)
-{
-    size_t lo, hi;
-    if (r->m->ndecay >= r->n)
-        return r->ps.nranges;
-    for (int s = parts - 1; s < r->ps.nranges; s++) {
-        gt_ps_stripes_span(&r->ps, s, s + 1, &lo, &hi);
-        if (hi > r->m->ndecay)
-            return s;
-    }
-    return r->ps.nranges;
-}
-
 /* Whether the parts download the gradient in bf16 (--store-grad; auto: where the GPUs compute in
  * bf16, whose convolutions' weight gradients are bf16 values already). */
 static int hogwild_grad_bf16(const gt_config *c)
@@ -578,36 +504,14 @@ static int hogwild_grad_bf16(const gt_config *c)
     return c->store_grad == GT_STORE_GRAD_BF16;
 }
 
-/* Parts of whole stripes, as even as the stripes allow, the biases and batch norm's in a last
- * part of their own. Each worker lists them from its own first (as a whole push starts at its own
- * stripe), so workers rarely wait on each other's locks; a GPU's backward that marks them takes
- * them as it finishes them (device.h's exchange). */
+/* The store step in parts (store_parts.c). Each worker lists them from its own first (as a
+ * whole push starts at its own stripe), so workers rarely wait on each other's locks; a GPU's
+ * backward that marks them takes them as it finishes them (device.h's exchange). */
 static void hogwild_parts_init(run *r)
 {
-    hogwild_run *h = hog(r);
-    int parts = hogwild_parts(r);
-    if (parts < 2)
-        return; /* r->store_parts stays 0: whole */
-    r->store_parts = parts;
-    r->store_grad_bf16 = hogwild_grad_bf16(r->cfg);
-    int tail = hogwild_tail_stripe(r, parts), body = tail < r->ps.nranges ? parts - 1 : parts;
-    for (int k = 0; k <= body; k++)
-        h->part_s[k] = (int)((int64_t)k * tail / body);
-    h->part_s[parts] = r->ps.nranges;
-    for (int k = 0; k < parts; k++) /* the last part's end is the last bound */
-        gt_ps_stripes_span(&r->ps, h->part_s[k], h->part_s[k + 1], &h->bounds[k],
-                           &h->bounds[k + 1]);
-    for (int i = 0; i < r->W; i++) {
-        worker *w = &r->workers[i];
-        gt_device *d = w->dev;
-        int first = (int)((int64_t)i * parts / r->W);
-        for (int k = 0; k < parts; k++)
-            hw(w)->order[k] = (first + k) % parts;
-        d->grad_later = 1;
-        d->grad_bf16 = r->store_grad_bf16;
-        d->part_bounds = h->bounds;
-        d->part_count = parts;
-    }
+    int parts = store_parts_init(r, hogwild_grad_bf16(r->cfg));
+    for (int i = 0; parts && i < r->W; i++)
+        store_parts_order(r, (int)((int64_t)i * parts / r->W), hw(&r->workers[i])->order);
 }
 
 /* --overlap's second buffers, the failed workers' batches, the store step's parts and the resumed
@@ -643,16 +547,11 @@ static int hogwild_init(run *r, gt_device **devices, const gt_start *start, gt_e
 /* The devices get their own buffers back. */
 static void hogwild_free(run *r)
 {
+    store_parts_free(r);
     for (int i = 0; r->workers && i < r->W; i++) {
         hogwild_worker *h = hw(&r->workers[i]);
         if (!h)
             continue;
-        if (r->workers[i].dev) {
-            r->workers[i].dev->grad_later = 0;
-            r->workers[i].dev->grad_bf16 = 0;
-            r->workers[i].dev->part_bounds = NULL; /* h->bounds goes with the run */
-            r->workers[i].dev->part_count = 0;
-        }
         if (h->pbuf[0]) {
             r->workers[i].dev->params = h->pbuf[0];
             r->workers[i].dev->grad = h->gbuf[0];

@@ -2,19 +2,36 @@
  * oldest unapplied clock and computes on whatever the store holds. The bound is a limit, not a
  * target: a worker waits for the clock before its own where that clock is about to complete, so
  * balanced workers read fresh parameters and only a straggler makes the others run ahead. A
- * complete clock is applied at once, in clock order, shared by the workers at hand. */
+ * complete clock is applied at once, in clock order, shared by the workers at hand; with the
+ * store step in parts (store_parts.c) each part of it as soon as every share's gradient of that
+ * part has landed, beside the backwards still computing the rest. */
 #include "run.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
-/* The run's (r->own): the apply of clock r->clk.applied in progress, cut into stripe parts that
- * any worker claims (0 parts: none in progress); its update number, epoch and gradient scale. */
+/* The most parts an apply is cut into: the store's parts, or one per live worker. */
+#define SSP_PARTS_MAX GT_STORE_PARTS_MAX
+_Static_assert(RUN_SHARE_BITS <= SSP_PARTS_MAX, "one apply part per worker");
+
+/* A part of the apply in progress: not yet taken, being applied, applied. */
+enum { SSP_PART_OPEN, SSP_PART_TAKEN, SSP_PART_DONE };
+
+/* The run's (r->own): the apply of clock r->clk.applied in progress, cut into parts of the stripes
+ * that any worker takes once their gradients are in (0 parts: none in progress); its update
+ * number, epoch and gradient scale. */
 typedef struct ssp_run {
-    int apply_parts, apply_next, apply_done;
+    int apply_parts, apply_done;
+    int apply_finishing;       /* its last steps (the round across hosts, the fold) are under way */
+    unsigned char part_state[SSP_PARTS_MAX];
     uint64_t apply_t;
     double apply_epoch;
     float apply_scale;
     int apply_round;           /* the apply ends with a round across hosts */
+    uint64_t *landed;          /* in parts: per ring slot and part, the shares whose gradient of
+                                * the part is in the slot (R x r->store_parts) */
+    int order[GT_STORE_PARTS_MAX]; /* in parts: the order a device that does not mark takes them */
 } ssp_run;
 
 /* A worker's (w->own), under r->mu. */
@@ -29,39 +46,68 @@ static ssp_worker *sw(const worker *w) { return w->own; }
 /* gt_now, unless a test simulates the workers' pace (train.h). */
 double (*gt_ssp_clock)(void) = gt_now;
 
-/* Begins the apply of clock `applied` where every share of it is in and none is in progress:
- * one part of the stripes per live worker, so that workers waiting for it share it. Returns
- * whether an apply is in progress. Caller holds r->mu. */
+/* The shares of clock `applied` whose gradient of apply part p is in: every share deposited and,
+ * in parts, those whose part has landed. Caller holds r->mu. */
+static uint64_t ssp_part_in_locked(const run *r, int p)
+{
+    uint64_t k = r->clk.applied % (uint64_t)r->clk.R, in = r->clk.deposited[k];
+    if (r->store_parts)
+        in |= ssp(r)->landed[k * (uint64_t)r->store_parts + (uint64_t)p];
+    return in;
+}
+
+/* Begins the apply of clock `applied` where its gradients are in: in parts, as soon as any part
+ * has every share's; else once every share is in, one part of the stripes per live worker, so
+ * that workers waiting for it share it. Returns whether an apply is in progress. Caller holds
+ * r->mu. */
 static int ssp_apply_begin_locked(run *r)
 {
-    if (ssp(r)->apply_parts > 0)
+    ssp_run *s = ssp(r);
+    if (s->apply_parts > 0)
         return 1;
-    uint64_t c = r->clk.applied;
-    if (r->clk.deposited[c % (uint64_t)r->clk.R] != clocked_full_mask(r))
+    uint64_t c = r->clk.applied, full = clocked_full_mask(r);
+    uint64_t deposited = r->clk.deposited[c % (uint64_t)r->clk.R];
+    int parts = r->store_parts, ready = deposited == full;
+    for (int p = 0; p < parts && !ready; p++)
+        ready = ssp_part_in_locked(r, p) == full;
+    if (!ready)
         return 0;
-    int parts = r->nlive < r->ps.nranges ? r->nlive : r->ps.nranges;
-    ssp(r)->apply_parts = parts > 1 ? parts : 1;
-    ssp(r)->apply_next = ssp(r)->apply_done = 0;
+    if (!parts) {
+        parts = r->nlive < r->ps.nranges ? r->nlive : r->ps.nranges;
+        parts = parts > 1 ? parts : 1;
+    }
+    s->apply_parts = parts;
+    s->apply_done = s->apply_finishing = 0;
+    memset(s->part_state, SSP_PART_OPEN, sizeof s->part_state);
     /* The mean over this host's shares: its store is averaged with the others'. Across hosts, a
-     * round every --sync-every clocks; the epoch's last round is left to its end. */
-    run_lr lr = run_lr_now(r, 0, r->W);
-    ssp(r)->apply_t = atomic_load(&r->ps.updates) + 1;
-    ssp(r)->apply_epoch = lr.epoch;
-    ssp(r)->apply_scale = lr.gscale;
-    ssp(r)->apply_round = r->H > 1 && !r->halt && (c + 1) % (uint64_t)r->cfg->sync_every == 0 &&
-                         c + 1 < r->clk.clocks;
-    if (ssp(r)->apply_parts > 1)
+     * round every --sync-every clocks; the epoch's last round is left to its end. The progress is
+     * the clock's own: the samples of its shares still computing are counted as done. */
+    uint64_t missing = 0;
+    for (uint64_t left = full & ~deposited; left; left &= left - 1)
+        missing++;
+    run_lr lr = run_lr_at(r, 0,
+                          atomic_load(&r->stats.samples_total) +
+                              missing * (uint64_t)r->batch * (uint64_t)r->H,
+                          r->W);
+    s->apply_t = atomic_load(&r->ps.updates) + 1;
+    s->apply_epoch = lr.epoch;
+    s->apply_scale = lr.gscale;
+    s->apply_round = r->H > 1 && !r->halt && (c + 1) % (uint64_t)r->cfg->sync_every == 0 &&
+                     c + 1 < r->clk.clocks;
+    if (parts > 1)
         pthread_cond_broadcast(&r->cv); /* waiters take parts */
     return 1;
 }
 
-/* The last part of clock `applied` is in the store: the round across hosts where one is due, then
- * the clock is done. Caller holds r->mu, released during the round. */
+/* Every part of clock `applied` is in the store and every share's results are in: the round
+ * across hosts where one is due, then the clock is done. Caller holds r->mu, released during the
+ * round. */
 static void ssp_apply_finish_locked(run *r)
 {
     uint64_t c = r->clk.applied, k = c % (uint64_t)r->clk.R;
     gt_err e = {{0}};
     int sig = 0;
+    ssp(r)->apply_finishing = 1;
     if (ssp(r)->apply_round) {
         pthread_mutex_unlock(&r->mu);
         sig = hosts_round(r, &e);
@@ -73,29 +119,60 @@ static void ssp_apply_finish_locked(run *r)
     clocked_fold_stats_locked(r, c);
     r->clk.claimed[k] = r->clk.deposited[k] = 0;
     r->clk.slot_read_clock[k] = UINT64_MAX;
+    if (r->store_parts)
+        memset(ssp(r)->landed + k * (uint64_t)r->store_parts, 0,
+               (size_t)r->store_parts * sizeof *ssp(r)->landed);
     r->clk.applied = c + 1;
     ssp(r)->apply_parts = 0;
+    ssp(r)->apply_finishing = 0;
     jobs_post_due_locked(r, r->clk.applied);
     pthread_cond_broadcast(&r->cv);
 }
 
-/* ssp: complete clocks are applied in clock order the moment they are complete, by the worker
- * that completed them and any worker waiting meanwhile, each taking a part of the stripes: worker
- * w's push. Caller holds r->mu, which is released during each part. */
+/* An open part of the apply in progress whose gradients are all in, now taken; -1: none. Caller
+ * holds r->mu. */
+static int ssp_take_part_locked(run *r)
+{
+    ssp_run *s = ssp(r);
+    uint64_t full = clocked_full_mask(r);
+    for (int p = 0; p < s->apply_parts; p++)
+        if (s->part_state[p] == SSP_PART_OPEN && ssp_part_in_locked(r, p) == full) {
+            s->part_state[p] = SSP_PART_TAKEN;
+            return p;
+        }
+    return -1;
+}
+
+/* ssp: clocks are applied in clock order as their gradients come in, each part by the worker
+ * that completed it or any worker waiting meanwhile: worker w's push. Caller holds r->mu, which
+ * is released during each part. */
 static void ssp_apply_ready_locked(run *r, worker *w)
 {
-    while (ssp_apply_begin_locked(r) && ssp(r)->apply_next < ssp(r)->apply_parts) {
-        int p = ssp(r)->apply_next++, n = ssp(r)->apply_parts;
-        uint64_t c = r->clk.applied, t = ssp(r)->apply_t;
-        double ep = ssp(r)->apply_epoch;
-        float gscale = ssp(r)->apply_scale;
+    ssp_run *s = ssp(r);
+    while (ssp_apply_begin_locked(r) && !s->apply_finishing) {
+        uint64_t c = r->clk.applied;
+        if (s->apply_done == s->apply_parts) {
+            if (r->clk.deposited[c % (uint64_t)r->clk.R] != clocked_full_mask(r))
+                return; /* a share's results (its statistics, its step's count) still to come */
+            ssp_apply_finish_locked(r);
+            continue;
+        }
+        int p = ssp_take_part_locked(r);
+        if (p < 0)
+            return;
+        int lo = r->store_parts ? r->parts.part_s[p]
+                                : (int)((int64_t)r->ps.nranges * p / s->apply_parts);
+        int hi = r->store_parts ? r->parts.part_s[p + 1]
+                                : (int)((int64_t)r->ps.nranges * (p + 1) / s->apply_parts);
+        uint64_t t = s->apply_t;
+        double ep = s->apply_epoch;
+        float gscale = s->apply_scale;
         pthread_mutex_unlock(&r->mu);
         double t0 = gt_now();
-        clocked_apply(r, c, (int)((int64_t)r->ps.nranges * p / n),
-                      (int)((int64_t)r->ps.nranges * (p + 1) / n), gscale, t, ep);
+        clocked_apply(r, c, lo, hi, gscale, t, ep);
         pthread_mutex_lock(&r->mu);
-        if (++ssp(r)->apply_done == n)
-            ssp_apply_finish_locked(r);
+        s->part_state[p] = SSP_PART_DONE;
+        s->apply_done++;
         w->push_s += gt_now() - t0;
     }
 }
@@ -283,6 +360,87 @@ static int ssp_drain(run *r, worker *w, uint64_t done)
     return 0;
 }
 
+/* ---- the store step in parts: each part of a worker's own share as it lands -------------- */
+
+/* The share in flight in one worker's exchange. */
+typedef struct ssp_xchg {
+    run *r;
+    worker *w;
+    uint64_t clock;
+    int share;
+} ssp_xchg;
+
+/* Part k of the share is in its slot: it counts for its clock's apply, and the parts that now
+ * have every share's gradient are applied here, beside the rest of the backward. */
+static void ssp_part(void *arg, int k)
+{
+    ssp_xchg *x = arg;
+    run *r = x->r;
+    pthread_mutex_lock(&r->mu);
+    uint64_t slot = x->clock % (uint64_t)r->clk.R;
+    ssp(r)->landed[slot * (uint64_t)r->store_parts + (uint64_t)k] |= 1ull << x->share;
+    ssp_apply_ready_locked(r, x->w);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* store_parts_step's exchange: the parts go down into the share's slot (the device's d->grad), none
+ * back up (the next clock loads the store as it then is). */
+static int ssp_exchange(run *r, worker *w, void *arg)
+{
+    gt_err e = {{0}};
+    int rc = w->dev->ops->exchange(w->dev, r->store_parts, r->parts.bounds, ssp(r)->order, NULL,
+                                   ssp_part, arg, &e);
+    if (rc < 0)
+        snprintf(w->error, sizeof w->error, "%s", e.msg);
+    return rc;
+}
+
+/* share_compute: in parts, a worker's own share goes through the exchange into its slot; a share
+ * it took over from a failed worker is computed whole into its own buffer (whose parts may be in
+ * use by an apply already: ssp_share_done copies the others). */
+static int ssp_share_compute(run *r, worker *w, uint64_t clock, int share, const gt_batch *b,
+                             gt_step_out *o)
+{
+    gt_device *d = w->dev;
+    if (r->store_parts && share == w->index) {
+        ssp_xchg x = {.r = r, .w = w, .clock = clock, .share = share};
+        return store_parts_step(r, w, b, o, clock, ssp_exchange, &x);
+    }
+    int later = d->grad_later;
+    d->grad_later = 0; /* the step downloads its gradient itself */
+    int rc = worker_compute(r, w, b, o, clock);
+    d->grad_later = later;
+    return rc;
+}
+
+/* share_done: whole, the slot as the clocked modes keep it; in parts, only the parts that no
+ * apply has taken are written (zeros where the gradient is dropped, --on-nan skip: the parts
+ * already applied keep what they were applied with, as hogwild's parts do). */
+static int ssp_share_done(run *r, worker *w, uint64_t clock, int share, int rc)
+{
+    if (!r->store_parts)
+        return clocked_slot_store(r, w, clock, share, rc);
+    double t0 = gt_now();
+    float *slot = clocked_slot(r, clock, share);
+    const float *grad = w->dev->grad;
+    pthread_mutex_lock(&r->mu);
+    int in_apply = clock == r->clk.applied && ssp(r)->apply_parts > 0;
+    for (int p = 0; p < r->store_parts; p++) {
+        if (in_apply && ssp(r)->part_state[p] != SSP_PART_OPEN)
+            continue;
+        size_t lo = r->parts.bounds[p], len = r->parts.bounds[p + 1] - lo;
+        if (rc != 0)
+            memset(slot + lo, 0, len * sizeof(float));
+        else if (grad != slot)
+            memcpy(slot + lo, grad + lo, len * sizeof(float));
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (rc == 0)
+        clocked_stats_store(r, w, clock, share);
+    w->push_s += gt_now() - t0;
+    return 0;
+}
+
 static int ssp_init(run *r, gt_device **devices, const gt_start *start, gt_err *e)
 {
     (void)devices;
@@ -292,17 +450,45 @@ static int ssp_init(run *r, gt_device **devices, const gt_start *start, gt_err *
         return gt_fail(e, "--staleness: %d is out of range (0..%d)", s, GT_MAX_STALENESS);
     if (clocked_init(r, s + 1, s + 1, e) != 0)
         return -1;
+    int parts = store_parts_init(r, 0); /* the slots sum fp32 gradients */
+    if (parts) {
+        r->clk.share_parts = 1;
+        store_parts_order(r, 0, ssp(r)->order);
+        ssp(r)->landed = calloc((size_t)(s + 1) * (size_t)parts, sizeof *ssp(r)->landed);
+        if (!ssp(r)->landed)
+            return gt_fail(e, "out of memory");
+    }
     return clocked_start_store_threads(r, e);
+}
+
+static void ssp_free(run *r)
+{
+    store_parts_free(r);
+    if (r->own)
+        free(ssp(r)->landed);
+}
+
+/* The epoch's end: the clocked core's positions, and no part landed. */
+static void ssp_epoch_reset(run *r)
+{
+    clocked_epoch_reset(r);
+    if (r->store_parts)
+        memset(ssp(r)->landed, 0,
+               (size_t)r->clk.R * (size_t)r->store_parts * sizeof *ssp(r)->landed);
 }
 
 const gt_mode_ops gt_mode_ssp = {
     .run_state = sizeof(ssp_run),
     .worker_state = sizeof(ssp_worker),
+    .free = ssp_free,
     .rollback = ROLLBACK_NOW,
     .hosts_rounds = 1,
     .hosts_average = 1,
     .init = ssp_init,
     .clock = ssp_clock,
     .clocked_end = ssp_drain,
-    .share_done = clocked_slot_store,
+    .slot_shares = 1,
+    .share_done = ssp_share_done,
+    .share_compute = ssp_share_compute,
+    .epoch_reset = ssp_epoch_reset,
 };

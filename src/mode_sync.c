@@ -101,5 +101,6 @@ const gt_mode_ops gt_mode_sync = {
     .rollback = ROLLBACK_AT_BARRIER,
     .init = sync_init,
     .clock = sync_clock,
+    .slot_shares = 1,
     .share_done = clocked_slot_store,
 };

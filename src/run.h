@@ -89,6 +89,8 @@ typedef struct gt_mode_ops {
     int hosts_rounds;        /* across hosts, the stores are averaged in rounds */
     int hosts_average;       /* across hosts, the stores are averaged at epoch ends too */
     run_rollback rollback;   /* the guard's rollback (runs across hosts stop instead) */
+    int slot_shares;         /* clocked: share_done puts each share's gradient in its slot of
+                              * the clock (clocked_slot), where a device may write it directly */
     /* The mode's own state: r->own (run_state bytes, zeroed before check) and each worker's
      * w->own (worker_state bytes, zeroed before init), of types its file defines; free releases
      * what init put in them (and gives the devices their own buffers back). */
@@ -108,6 +110,10 @@ typedef struct gt_mode_ops {
     int (*clocked_end)(struct run *r, struct worker *w, uint64_t done);
     /* Clocked modes: where a computed share goes (rc 1: the gradient is dropped, --on-nan skip). */
     int (*share_done)(struct run *r, struct worker *w, uint64_t clock, int share, int rc);
+    /* Clocked modes (NULL: worker_compute): a share's step, its gradient into w->dev->grad as
+     * worker_compute's (0; 1: dropped, --on-nan skip; -1: the worker failed). */
+    int (*share_compute)(struct run *r, struct worker *w, uint64_t clock, int share,
+                         const gt_batch *b, gt_step_out *o);
     /* Whether the epoch's batches are all done. Caller holds r->mu. */
     int (*epoch_complete_locked)(struct run *r);
     /* Steps of an epoch as checkpoints count them; where an interrupted run stands in it. */
@@ -171,7 +177,16 @@ typedef struct run_clocked {
     uint64_t pending_upto;     /* the last clock the workers at a sync/local barrier worked on */
     int halt_seen;             /* halt as a barrier's leader saw it: the same for every worker */
     int complete_seen;         /* whether clocks [applied, pending_upto] had all their shares then */
+    int share_parts;           /* the mode reads a worker's own share part by part as it lands
+                                * (ssp in parts): a share claimed from a failed worker is computed
+                                * into the worker's own buffer, and share_done copies it */
 } run_clocked;
+
+/* store_parts.c: the store step in parts. */
+typedef struct run_parts {
+    int part_s[GT_STORE_PARTS_MAX + 1];    /* part k is stripes [part_s[k], part_s[k + 1]) */
+    size_t bounds[GT_STORE_PARTS_MAX + 1]; /* and parameters [bounds[k], bounds[k + 1]) */
+} run_parts;
 
 /* hosts.c: averaging across hosts. */
 typedef struct run_hosts {
@@ -231,9 +246,10 @@ typedef struct run {
     gt_mode_ops mode_ops;      /* the mode's operations, with its row's name and properties */
     const gt_mode_ops *ops;    /* &mode_ops */
     int device_step;           /* the steps take their update on the GPUs (train.c) */
-    int store_parts;           /* hogwild's store step in this many parts (mode_hogwild.c; 0:
-                                  whole, as in every other mode) */
+    int store_parts;           /* the store step in this many parts (hogwild, ssp:
+                                  store_parts.c; 0: whole, as in every other mode) */
     int store_grad_bf16;       /* its parts download the gradient in bf16 (--store-grad) */
+    run_parts parts;           /* where the parts lie in the stripes and the parameters */
     gt_ps ps;
     int W;                     /* this host's workers at the start: its shares of each clock */
     int H;                     /* hosts (processes) in the run; 1 without MPI */
@@ -368,6 +384,14 @@ void worker_fail_run_locked(run *r, worker *w);
 int epoch_checkpoint_due(const run *r, uint32_t done);
 void *worker_main(void *arg);
 
+/* store_parts.c: the store step in parts (hogwild, ssp), each part exchanged as the backward
+ * finishes it (device.h's exchange) */
+int store_parts_init(run *r, int grad_bf16);
+void store_parts_order(const run *r, int first, int *order);
+void store_parts_free(run *r);
+int store_parts_step(run *r, worker *w, const gt_batch *b, gt_step_out *o, uint64_t step,
+                     int (*exchange)(run *r, worker *w, void *arg), void *arg);
+
 /* mode_clocked.c: the core the clocked modes share */
 int clocked_init(run *r, int R, int nslots, gt_err *e);
 int clocked_start_store_threads(run *r, gt_err *e);
@@ -378,6 +402,7 @@ uint64_t clocked_stop_step(const run *r);
 void clocked_epoch_reset(run *r);
 float *clocked_slot(run *r, uint64_t clock, int share);
 int clocked_slot_store(run *r, worker *w, uint64_t clock, int share, int rc);
+void clocked_stats_store(run *r, worker *w, uint64_t clock, int share);
 void clocked_fold_stats_locked(run *r, uint64_t clock);
 void clocked_gather_share(run *r, uint64_t clock, int share, gt_batch *b);
 int clocked_claim_share_locked(run *r, worker *w, uint64_t upto, uint64_t *clock_out);

@@ -504,6 +504,72 @@ static void test_store_parts(void)
     outcome_free(&o);
 }
 
+/* ssp's store step in parts (--store-parts): a part of a clock is applied as soon as every
+ * share's gradient of it is in, summed in share order as the whole clock's apply sums it, so at
+ * --staleness 0 two workers compute what sync computes, bit for bit, and one worker what it
+ * computes whole; ahead of each other (--staleness 2, three workers) they keep the bound; a
+ * failed worker's share is taken over, and a dropped gradient (--on-nan skip) leaves the parts
+ * already applied as they were. */
+static void test_ssp_parts(void)
+{
+    gt_config s, p;
+    base_config(&s, "sync", 2, 32);
+    base_config(&p, "ssp", 2, 32);
+    s.stripes = p.stripes = 8; /* the quick model is one default stripe */
+    p.staleness = 0;
+    p.store_parts = 4;
+    outcome os = train(&s), op = train(&p);
+    check_same_steps(&os, &op, "ssp(0) in parts against sync");
+    CHECK(op.rc || op.res->store_parts == 4);
+    CHECK(op.rc || op.res->final_test_loss == os.res->final_test_loss);
+    outcome_free(&os);
+    outcome_free(&op);
+    gt_config one, whole;
+    base_config(&one, "ssp", 1, 32);
+    base_config(&whole, "ssp", 1, 32);
+    one.stripes = whole.stripes = 8;
+    one.store_parts = 3;
+    whole.store_parts = 0;
+    outcome o1 = train(&one), ow = train(&whole);
+    check_same_steps(&o1, &ow, "ssp at one worker in parts against whole");
+    CHECK(ow.rc || ow.res->store_parts == 0);
+    outcome_free(&o1);
+    outcome_free(&ow);
+    gt_config c, ref;
+    base_config(&c, "ssp", 3, 16);
+    c.stripes = 8;
+    c.store_parts = 5;
+    c.staleness = 2;
+    outcome o = train(&c);
+    CHECK_MSG(o.rc == 0, "ssp s=2 in parts: %s", o.err);
+    CHECK(o.rc || o.res->clock_spread_max <= 2);
+    CHECK(o.rc || o.res->stale_max <= 2);
+    printf("ssp s=2 in 5 parts, 3 CPU workers: test accuracy %.4f\n",
+           o.rc ? 0.0 : o.res->final_test_acc);
+    outcome_free(&o);
+    base_config(&c, "ssp", 2, 16);
+    base_config(&ref, "ssp", 2, 16);
+    c.stripes = ref.stripes = 8;
+    c.store_parts = ref.store_parts = 4;
+    c.inject_worker = 1;
+    c.inject_step = 3;
+    o = train(&c);
+    outcome r = train(&ref);
+    CHECK_MSG(o.rc == 0 && r.rc == 0, "ssp in parts with a fault: %s %s", o.err, r.err);
+    CHECK(o.rc || (o.res->workers[1].failed && o.res->workers[1].steps == 3));
+    CHECK(o.rc || r.rc || o.res->samples == r.res->samples);
+    outcome_free(&o);
+    outcome_free(&r);
+    base_config(&c, "ssp", 2, 32);
+    c.stripes = 8;
+    c.store_parts = 4;
+    c.optim.lr = 1e30f;
+    c.on_nan = GT_NAN_SKIP;
+    o = train(&c);
+    CHECK_MSG(o.rc == 0 && o.res->skipped_nonfinite > 0, "%s", o.err);
+    outcome_free(&o);
+}
+
 /* A failed worker leaves; the survivors train on its data; when all fail the run fails. Every
  * mode of the names table that CPU workers run. */
 static void test_faults(void)
@@ -700,6 +766,7 @@ int main(void)
     test_faults();
     test_overlap();
     test_store_parts();
+    test_ssp_parts();
     test_nan();
     test_every_evaluation_kept();
     test_eval_predictions();

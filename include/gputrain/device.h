@@ -73,7 +73,8 @@ typedef struct gt_device_ops {
      * (d->keep_grad, the allreduce mode), returning once it is queued; step_end gives its
      * results. Work is done in the order it was queued: a step queued after a reduce_update
      * computes on the updated parameters, and a reduce_update queued after it reduces its
-     * gradient. Counted with step_begin's steps (at most two not ended). */
+     * gradient. Counted with step_begin's steps (at most two not ended). Where no step is in
+     * flight and keep_grad is off, load_params's parameters go up as train_step takes them. */
     int (*step_queue)(gt_device *d, const gt_batch *b, gt_err *e);
     /* The allreduce mode (optional, NULL where unsupported; the CUDA backend): after a
      * train_step with d->keep_grad set, sum the gradient over every device of the communicator
@@ -97,16 +98,16 @@ typedef struct gt_device_ops {
     int (*ema_set)(gt_device *d, const float *src, gt_err *e);
     int (*ema_update)(gt_device *d, float decay, gt_err *e);
     int (*ema_get)(gt_device *d, float *dst, gt_err *e);
-    /* Optional (NULL: hogwild pushes whole steps): hogwild's store step in parts (--store-parts;
-     * the CPU's one part after another, each checked for Inf and NaN). After a train_step with
+    /* Optional (NULL: the store takes whole steps): the store step in parts of hogwild and ssp
+     * (--store-parts; the CPU's one part after another, each checked for Inf and NaN). After a train_step with
      * d->grad_later set, which left the gradient on the device, or after a step_queue with it set,
      * while that step still runs, part k of the nparts (parameters [bounds[k], bounds[k + 1]),
      * bounds ascending from 0 to nparams, taken in the order order[k] lists) is downloaded into
      * d->grad over that range (with d->grad_bf16: rounded to bf16, ties to even, into d->grad_half,
      * which the device provides), part(arg, k) is called once it is there (it updates the store and
      * fills src over the same range), and that range of src (host, pinned: d->params, or the
-     * store's parameters where nobody else writes them) is then uploaded while the next part's
-     * download and part() run. Behind a running step a part is downloaded as soon as its gradient
+     * store's parameters where nobody else writes them; NULL: nothing goes up) is then uploaded
+     * while the next part's download and part() run. Behind a running step a part is downloaded as soon as its gradient
      * is final: where the step marked the parts of d->part_bounds as its backward finished them
      * (these bounds), during the backward, the parts then taken in the order they are finished
      * (ties in order's); else once the step has ended. A part whose gradient holds an Inf or NaN
