@@ -32,6 +32,7 @@ typedef struct ssp_run {
     uint64_t *landed;          /* in parts: per ring slot and part, the shares whose gradient of
                                 * the part is in the slot (R x r->store_parts) */
     int order[GT_STORE_PARTS_MAX]; /* in parts: the order a device that does not mark takes them */
+    int idle;                  /* workers waiting on r->cv, which take the parts as they come */
 } ssp_run;
 
 /* A worker's (w->own), under r->mu. */
@@ -231,7 +232,9 @@ static int ssp_wait_bound_locked(run *r, worker *w, uint64_t c)
     uint64_t cc;
     int share = clocked_claim_share_locked(r, w, c - 1, &cc);
     if (share < 0) {
+        ssp(r)->idle++;
         pthread_cond_wait(&r->cv, &r->mu);
+        ssp(r)->idle--;
         return 0;
     }
     pthread_mutex_unlock(&r->mu);
@@ -262,7 +265,9 @@ static int ssp_wait_locked(run *r, worker *w, uint64_t c)
         double until = ssp_fresh_until_locked(r, w, c, since, gt_ssp_clock());
         if (until == 0)
             return 0;
+        ssp(r)->idle++;
         run_wait_locked(r, until - gt_ssp_clock());
+        ssp(r)->idle--;
     }
 }
 
@@ -353,7 +358,9 @@ static int ssp_drain(run *r, worker *w, uint64_t done)
         ssp_apply_ready_locked(r, w);
         if (r->halt || r->clk.applied >= r->clk.clocks)
             break;
+        ssp(r)->idle++;
         pthread_cond_wait(&r->cv, &r->mu);
+        ssp(r)->idle--;
     }
     w->wait_s += gt_now() - t - (worker_phases_s(w) - busy);
     pthread_mutex_unlock(&r->mu);
@@ -370,8 +377,10 @@ typedef struct ssp_xchg {
     int share;
 } ssp_xchg;
 
-/* Part k of the share is in its slot: it counts for its clock's apply, and the parts that now
- * have every share's gradient are applied here, beside the rest of the backward. */
+/* Part k of the share is in its slot: it counts for its clock's apply. The parts that now have
+ * every share's gradient are applied by the workers waiting meanwhile where there are any (a
+ * worker whose step is done), else here, beside the rest of this worker's backward: one worker
+ * applying every part as it lands would hold its own later parts back while the others wait. */
 static void ssp_part(void *arg, int k)
 {
     ssp_xchg *x = arg;
@@ -379,7 +388,10 @@ static void ssp_part(void *arg, int k)
     pthread_mutex_lock(&r->mu);
     uint64_t slot = x->clock % (uint64_t)r->clk.R;
     ssp(r)->landed[slot * (uint64_t)r->store_parts + (uint64_t)k] |= 1ull << x->share;
-    ssp_apply_ready_locked(r, x->w);
+    if (ssp(r)->idle > 0)
+        pthread_cond_broadcast(&r->cv);
+    else
+        ssp_apply_ready_locked(r, x->w);
     pthread_mutex_unlock(&r->mu);
 }
 
