@@ -281,9 +281,11 @@ static void print_summary(const gt_config *c, const gt_run_result *res, gt_devic
         const gt_worker_stats *s = &res->workers[i];
         char phases[192] = "";
         double us[GT_PHASES], share;
-        /* in parts the next step's pull rides with the push, and the gradient's download too */
+        /* hogwild in parts: the next step's pull rides with the push, and the gradient's
+         * download too (ssp's parts are applied beside the download, which stays the device's) */
+        int hog_parts = res->store_parts && c->mode == GT_MODE_HOGWILD;
         const char *push = res->store_grad_bf16 ? "bf16 download/push/pull"
-                           : res->store_parts   ? "download/push/pull"
+                           : hog_parts          ? "download/push/pull"
                                                 : "push/apply";
         if (gt_worker_phases_us(s, res->wall_s, us, &share))
             snprintf(phases, sizeof phases,
