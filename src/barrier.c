@@ -50,10 +50,14 @@ static void barrier_spin(run *r, uint64_t gen)
 }
 
 /* Waits for every live worker; the last to arrive runs fn (under r->mu) before releasing them.
- * Live workers always wait at the same barrier, so the first arrival's fn is everyone's. */
-void run_barrier(run *r, worker *w, leader_fn fn)
+ * Live workers always wait at the same barrier, so the first arrival's fn is everyone's. With
+ * help, a waiting worker calls it each time it wakes (under r->mu, which help may release: the
+ * parts of a clock's apply that became ready, clocked_apply.c) and counts among the idle workers
+ * meanwhile, so that a part that becomes ready wakes it; the time help takes is its own phase's,
+ * not the barrier's. */
+void run_barrier_help(run *r, worker *w, leader_fn fn, void (*help)(run *r, worker *w))
 {
-    double t = gt_now();
+    double t = gt_now(), busy = w->push_s;
     pthread_mutex_lock(&r->mu);
     uint64_t gen = r->bar.gen;
     if (r->bar.count == 0)
@@ -61,17 +65,29 @@ void run_barrier(run *r, worker *w, leader_fn fn)
     if (++r->bar.count >= r->nlive) {
         barrier_complete_locked(r);
     } else {
-        if (barrier_may_spin(r)) {
+        if (!help && barrier_may_spin(r)) {
             pthread_mutex_unlock(&r->mu);
             barrier_spin(r, gen);
             pthread_mutex_lock(&r->mu);
         }
-        while (gen == r->bar.gen)
+        while (gen == r->bar.gen) {
+            if (help) {
+                help(r, w);
+                if (gen != r->bar.gen)
+                    break;
+                r->clk.idle++;
+            }
             pthread_cond_wait(&r->cv, &r->mu);
+            if (help)
+                r->clk.idle--;
+        }
     }
-    r->bar.wait_s += gt_now() - t;
+    double helped = w->push_s - busy;
+    r->bar.wait_s += gt_now() - t - helped;
     pthread_mutex_unlock(&r->mu);
     /* The worker's wait ends once it runs again: the unlock may hand the CPU to a thread it
      * woke (more threads than cores), and that time is the barrier's too. */
-    w->wait_s += gt_now() - t;
+    w->wait_s += gt_now() - t - helped;
 }
+
+void run_barrier(run *r, worker *w, leader_fn fn) { run_barrier_help(r, w, fn, NULL); }

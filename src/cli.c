@@ -410,12 +410,12 @@ static const cli_row cli_rows[] = {
              "local then go on without a GPU that fails"},
     {.name = "store-parts", .value = "N", .type = CLI_INT, .field = F(store_parts), .lo = 0,
      .hi = GT_STORE_PARTS_MAX, .commands = CMD_TRAIN, .given = GT_GIVEN_MODE,
-     .help = "hogwild and ssp on GPUs: the store step in N parts, each part's gradient download "
-             "and store update (hogwild: and parameter upload) overlapping the others' and, on "
-             "the layer path, the rest of the backward (hogwild: one worker the same arithmetic, "
-             "several each start from what its own push left; ssp: a part of a clock is applied "
-             "once every worker's gradient of it is in, the same arithmetic); 0 or 1: the whole "
-             "store at once",
+     .help = "hogwild, sync and ssp on GPUs: the store step in N parts, each part's gradient "
+             "download and store update (hogwild: and parameter upload) overlapping the others' "
+             "and, on the layer path, the rest of the backward (hogwild: one worker the same "
+             "arithmetic, several each start from what its own push left; sync and ssp: a part "
+             "of a clock is applied once every worker's gradient of it is in, the same "
+             "arithmetic); 0 or 1: the whole store at once",
      .dflt = "auto: on GPUs 16 parts for models of at least 1 M parameters, none under "
              "256 K parameters; else whole"},
     {.name = "store-grad", .type = CLI_WORD, .field = F(store_grad), .set = GT_NAMES_STORE_GRAD,
@@ -747,7 +747,7 @@ static int cli_pushes_whole(const gt_config *c, char *why, size_t cap)
 {
     const gt_mode_row *row = gt_mode_row_of(c->mode);
     if (!row || !row->store_parts)
-        snprintf(why, cap, "only --mode hogwild and ssp push in parts, not '%s'",
+        snprintf(why, cap, "only --mode hogwild, sync and ssp push in parts, not '%s'",
                  gt_mode_name(c->mode));
     else if (c->overlap)
         snprintf(why, cap, "--overlap pushes whole steps");
@@ -776,7 +776,8 @@ static int cli_check_combination(const gt_config *c, gt_err *e)
     if (c->store_parts > 1 && whole)
         return gt_fail(e, "--store-parts %d: %s", c->store_parts, why);
     if (c->store_grad == GT_STORE_GRAD_BF16 && !whole && c->mode != GT_MODE_HOGWILD)
-        snprintf(why, sizeof why, "ssp sums its workers' gradients in fp32");
+        snprintf(why, sizeof why, "%s sums its workers' gradients in fp32",
+                 gt_mode_name(c->mode));
     if (c->store_grad == GT_STORE_GRAD_BF16 &&
         (whole || c->mode != GT_MODE_HOGWILD || c->store_parts == 0 || c->store_parts == 1))
         return gt_fail(e, "--store-grad bf16 needs hogwild's store step in parts: %s",

@@ -129,12 +129,14 @@ void clocked_stats_store(run *r, worker *w, uint64_t clock, int share)
 
 /* share_done of the modes that sum shares: the gradient goes to its slot (where the device did
  * not write it there itself), or zeros where it was dropped (--on-nan skip), so the sum keeps its
- * order. */
+ * order; in parts, only what no apply has taken (clocked_apply.c). */
 int clocked_slot_store(run *r, worker *w, uint64_t clock, int share, int rc)
 {
     double t0 = gt_now(); /* handing the gradient to the store: the worker's push */
     float *slot = clocked_slot(r, clock, share);
-    if (rc != 0)
+    if (r->clk.share_parts)
+        clocked_parts_store(r, w, clock, share, rc);
+    else if (rc != 0)
         memset(slot, 0, r->n * sizeof(float));
     else if (w->dev->grad != slot)
         memcpy(slot, w->dev->grad, r->n * sizeof(float));
@@ -258,7 +260,9 @@ int clocked_fill(run *r, worker *w, uint64_t upto)
         pthread_mutex_lock(&r->mu);
         r->clk.pending_upto = upto;
         pthread_mutex_unlock(&r->mu);
-        run_barrier(r, w, capture_clock_leader);
+        /* in parts, a worker whose shares are in applies the clock's parts as they come */
+        run_barrier_help(r, w, capture_clock_leader,
+                         r->clk.share_parts ? r->ops->apply_ready_locked : NULL);
         pthread_mutex_lock(&r->mu);
         int complete = r->clk.complete_seen, halt = r->clk.halt_seen;
         pthread_mutex_unlock(&r->mu);

@@ -15,6 +15,7 @@ static void sync_after_apply_leader(run *r)
         guard_saved_locked(r, atomic_load(&r->ps.updates) + 1, 0);
     r->guard.save_wanted = 0;
     uint64_t c = r->clk.applied;
+    clocked_apply_end_locked(r, c);
     clocked_fold_stats_locked(r, c);
     gt_ps_note_staleness(&r->ps, 0);
     r->clk.claimed[c % (uint64_t)r->clk.R] = 0;
@@ -39,9 +40,22 @@ static void sync_hosts_leader(run *r)
     hosts_agreed_locked(r, sig, &e);
 }
 
+/* sync in parts: the parts of the clock whose gradients are all in (clocked_apply.c). Caller
+ * holds r->mu, released during each part. */
+static void sync_apply_ready_locked(run *r, worker *w)
+{
+    while (clocked_apply_begin_locked(r) && clocked_apply_one_locked(r, w))
+        ;
+}
+
 /* One clock of sync mode: everyone computes on the same parameters; the summed gradient is
  * applied, split by stripe across the live workers, between two barriers. A share whose worker
- * failed during the clock is taken by a survivor after the first barrier.
+ * failed during the clock is taken by a survivor after the first barrier. In parts (the store
+ * step in parts, one host) each part is applied as soon as every share's gradient of it has
+ * landed, by a worker waiting at the first barrier or the one whose part completed it, beside the
+ * backwards still running; the parts left are shared after the barrier. Every worker's upload
+ * has ended before any part lands (a step's forward waits for all of it), so the workers still
+ * compute on the clock's parameters.
  * The store stands still from the barrier after one apply until every share of the next clock
  * is in (the applies wait for them at a barrier), so the workers compute on it in place, with no
  * pull into their own buffers: a GPU uploads straight from the pinned store, the CPU reads it.
@@ -65,6 +79,13 @@ static int sync_clock(run *r, worker *w, uint64_t c)
     d->params = own;
     if (filled <= 0)
         return filled;
+    if (r->clk.share_parts) {
+        pthread_mutex_lock(&r->mu);
+        sync_apply_ready_locked(r, w);
+        pthread_mutex_unlock(&r->mu);
+        run_barrier(r, w, sync_after_apply_leader);
+        return 0;
+    }
     double t1 = gt_now();
     int s_lo, s_hi, nlive;
     clocked_my_stripes(r, w, &s_lo, &s_hi, &nlive);
@@ -94,13 +115,19 @@ static int sync_init(run *r, gt_device **devices, const gt_start *start, gt_err 
     (void)start;
     if (clocked_init(r, 1, 1, e) != 0)
         return -1;
+    if (clocked_parts_init(r, e) != 0)
+        return -1;
     return clocked_start_store_threads(r, e);
 }
 
 const gt_mode_ops gt_mode_sync = {
+    .free = clocked_parts_free,
     .rollback = ROLLBACK_AT_BARRIER,
     .init = sync_init,
     .clock = sync_clock,
     .slot_shares = 1,
     .share_done = clocked_slot_store,
+    .share_compute = clocked_share_compute,
+    .apply_ready_locked = sync_apply_ready_locked,
+    .epoch_reset = clocked_parts_epoch_reset,
 };

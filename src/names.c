@@ -11,7 +11,7 @@ static const gt_mode_row mode_rows[] = {
     {.head = {"hogwild", GT_MODE_HOGWILD}, .async_variants = 1, .store_parts = 1, .delay = gt_recipe_delay_hogwild,
      .help = "asynchronous pushes under per-stripe locks: the fastest wall time, with\n"
              "gradients a little stale; lower --momentum as workers grow."},
-    {.head = {"sync", GT_MODE_SYNC}, .clocked = 1, .sums_shares = 1,
+    {.head = {"sync", GT_MODE_SYNC}, .clocked = 1, .sums_shares = 1, .store_parts = 1,
      .help = "one aggregated update per step, equal to one worker at W times the\n"
              "batch; deterministic, and the reference for accuracy."},
     {.head = {"ssp", GT_MODE_SSP}, .clocked = 1, .sums_shares = 1, .bounded = 1, .store_parts = 1,

@@ -114,6 +114,9 @@ typedef struct gt_mode_ops {
      * worker_compute's (0; 1: dropped, --on-nan skip; -1: the worker failed). */
     int (*share_compute)(struct run *r, struct worker *w, uint64_t clock, int share,
                          const gt_batch *b, gt_step_out *o);
+    /* Clocked modes in parts (clocked_apply.c): applies the parts of the clocks' applies that are
+     * ready, where a part has landed and no worker waits to take it. Caller holds r->mu. */
+    void (*apply_ready_locked)(struct run *r, struct worker *w);
     /* Whether the epoch's batches are all done. Caller holds r->mu. */
     int (*epoch_complete_locked)(struct run *r);
     /* Steps of an epoch as checkpoints count them; where an interrupted run stands in it. */
@@ -177,9 +180,24 @@ typedef struct run_clocked {
     uint64_t pending_upto;     /* the last clock the workers at a sync/local barrier worked on */
     int halt_seen;             /* halt as a barrier's leader saw it: the same for every worker */
     int complete_seen;         /* whether clocks [applied, pending_upto] had all their shares then */
-    int share_parts;           /* the mode reads a worker's own share part by part as it lands
-                                * (ssp in parts): a share claimed from a failed worker is computed
-                                * into the worker's own buffer, and share_done copies it */
+    int share_parts;           /* the store step in parts (sync, ssp: clocked_apply.c): a worker's
+                                * own share lands in its slot part by part and each part of a
+                                * clock is applied once every share's is in; a share claimed from
+                                * a failed worker is computed into the worker's own buffer, and
+                                * share_done copies what no apply has taken */
+    /* clocked_apply.c: the apply of clock `applied` in progress, in apply_parts parts of the
+     * stripes that any worker takes once their gradients are in (0 parts: none in progress) */
+    int apply_parts, apply_done;
+    int apply_finishing;       /* ssp: its last steps (the round across hosts, the fold) run */
+    int apply_round;           /* ssp: the apply ends with a round across hosts */
+    unsigned char part_state[GT_STORE_PARTS_MAX]; /* each part open, taken or applied */
+    uint64_t apply_t;          /* its update number, epoch and gradient scale */
+    double apply_epoch;
+    float apply_scale;
+    uint64_t *landed;          /* in parts: per ring slot and part, the shares whose gradient of
+                                * the part is in the slot (R x store_parts) */
+    int order[GT_STORE_PARTS_MAX]; /* in parts: the order a device that does not mark takes them */
+    int idle;                  /* workers waiting on r->cv that take parts as they become ready */
 } run_clocked;
 
 /* store_parts.c: the store step in parts. */
@@ -316,6 +334,7 @@ run_lr run_lr_at(run *r, uint64_t t, uint64_t samples, int nsum);
 /* barrier.c */
 void barrier_complete_locked(run *r);
 void run_barrier(run *r, worker *w, leader_fn fn);
+void run_barrier_help(run *r, worker *w, leader_fn fn, void (*help)(run *r, worker *w));
 
 /* report.c */
 int report_open(run *r, const gt_start *start, gt_err *e);
@@ -414,6 +433,17 @@ void clocked_reduce_slots(run *r, uint64_t clock, int s_lo, int s_hi);
 void clocked_apply(run *r, uint64_t clock, int s_lo, int s_hi, float gscale, uint64_t t,
                    double epoch);
 uint64_t clocked_full_mask(const run *r);
+
+/* clocked_apply.c: a clock's apply in parts any worker takes (sync, ssp) */
+int clocked_parts_init(run *r, gt_err *e);
+void clocked_parts_free(run *r);
+void clocked_parts_epoch_reset(run *r);
+int clocked_apply_begin_locked(run *r);
+int clocked_apply_one_locked(run *r, worker *w);
+void clocked_apply_end_locked(run *r, uint64_t clock);
+int clocked_share_compute(run *r, worker *w, uint64_t clock, int share, const gt_batch *b,
+                          gt_step_out *o);
+void clocked_parts_store(run *r, worker *w, uint64_t clock, int share, int rc);
 
 /* the modes (one file each) */
 /* The clocks the local mode's average after clock c stands for: those since the previous average

@@ -504,14 +504,49 @@ static void test_store_parts(void)
     outcome_free(&o);
 }
 
-/* ssp's store step in parts (--store-parts): a part of a clock is applied as soon as every
- * share's gradient of it is in, summed in share order as the whole clock's apply sums it, so at
- * --staleness 0 two workers compute what sync computes, bit for bit, and one worker what it
- * computes whole; ahead of each other (--staleness 2, three workers) they keep the bound; a
- * failed worker's share is taken over, and a dropped gradient (--on-nan skip) leaves the parts
- * already applied as they were. */
-static void test_ssp_parts(void)
+/* sync's and ssp's store step in parts (--store-parts): a part of a clock is applied as soon as
+ * every share's gradient of it is in, summed in share order as the whole clock's apply sums it, so
+ * sync in parts computes what sync whole computes, bit for bit, at 1 and 3 workers, and so does
+ * ssp at --staleness 0 (two workers) and at one worker; ahead of each other (--staleness 2, three
+ * workers) ssp's workers keep the bound; a failed worker's share is taken over, and a dropped
+ * gradient (--on-nan skip) leaves the parts already applied as they were. */
+static void test_clocked_parts(void)
 {
+    int counts[] = {1, 3};
+    for (int i = 0; i < 2; i++) {
+        gt_config sp, sw;
+        base_config(&sp, "sync", counts[i], 32);
+        base_config(&sw, "sync", counts[i], 32);
+        sp.stripes = sw.stripes = 8; /* the quick model is one default stripe */
+        sp.store_parts = 4;
+        sw.store_parts = 0;
+        outcome op = train(&sp), ow = train(&sw);
+        check_same_steps(&op, &ow, counts[i] == 1 ? "sync x1 in parts against whole"
+                                                  : "sync x3 in parts against whole");
+        CHECK(op.rc || (op.res->store_parts == 4 && ow.res->store_parts == 0));
+        CHECK(op.rc || ow.rc || op.res->final_test_loss == ow.res->final_test_loss);
+        outcome_free(&op);
+        outcome_free(&ow);
+    }
+    for (int i = 0; i < 2; i++) {
+        gt_config c;
+        base_config(&c, "sync", 3, 16);
+        c.stripes = 8;
+        c.store_parts = 3;
+        if (i == 0) {
+            c.inject_worker = 1;
+            c.inject_step = 3;
+        } else {
+            c.optim.lr = 1e30f;
+            c.on_nan = GT_NAN_SKIP;
+        }
+        outcome o = train(&c);
+        CHECK_MSG(o.rc == 0, "sync in parts, %s: %s", i ? "skip" : "a fault", o.err);
+        CHECK(o.rc || i || (o.res->workers[1].failed && o.res->workers[1].steps == 3));
+        CHECK(o.rc || !i || o.res->skipped_nonfinite > 0);
+        outcome_free(&o);
+    }
+
     gt_config s, p;
     base_config(&s, "sync", 2, 32);
     base_config(&p, "ssp", 2, 32);
@@ -766,7 +801,7 @@ int main(void)
     test_faults();
     test_overlap();
     test_store_parts();
-    test_ssp_parts();
+    test_clocked_parts();
     test_nan();
     test_every_evaluation_kept();
     test_eval_predictions();

@@ -39,7 +39,8 @@ typedef struct gt_mode_row {
     int async_variants; /* takes --overlap and --stripes 0 (lock-free), named after it */
     int bounded;       /* takes --staleness: workers run apart up to a bound (the clock spread) */
     int resume_approx; /* replicas since their last average are not in a checkpoint */
-    int store_parts;   /* takes --store-parts: its store step goes in parts beside the backward */
+    int store_parts;   /* takes --store-parts: its store step goes in parts beside the backward
+                        * (store_parts.c) */
     gt_mode_delay_fn delay; /* the delay its asynchrony adds (recipe.c); NULL: none */
     const char *help;  /* --help text, lines separated by '\n' */
 } gt_mode_row;
