@@ -443,6 +443,35 @@ static void test_overlap(void)
     }
 }
 
+/* The store step of `mode` in `parts` parts survives: a worker that fails at its step 3 leaves
+ * its batches to the other, which trains as many samples as a run without the fault; a gradient
+ * dropped at every step (--on-nan skip) leaves the run going. */
+static void check_parts_survive(const char *mode, int parts)
+{
+    gt_config c, ref;
+    base_config(&c, mode, 2, 16);
+    base_config(&ref, mode, 2, 16);
+    c.stripes = ref.stripes = 8; /* the quick model is one default stripe */
+    c.store_parts = ref.store_parts = parts;
+    c.inject_worker = 1;
+    c.inject_step = 3;
+    outcome o = train(&c), r = train(&ref);
+    CHECK_MSG(o.rc == 0 && r.rc == 0, "%s in parts with a fault: %s %s", mode, o.err, r.err);
+    CHECK(o.rc || (o.res->workers[1].failed && o.res->workers[1].steps == 3));
+    CHECK(o.rc || r.rc || o.res->samples == r.res->samples);
+    outcome_free(&o);
+    outcome_free(&r);
+    base_config(&c, mode, 2, 32);
+    c.stripes = 8;
+    c.store_parts = parts;
+    c.optim.lr = 1e30f;
+    c.on_nan = GT_NAN_SKIP;
+    o = train(&c);
+    CHECK_MSG(o.rc == 0 && o.res->skipped_nonfinite > 0, "%s in parts, --on-nan skip: %s", mode,
+              o.err);
+    outcome_free(&o);
+}
+
 /* hogwild's store step in parts (--store-parts), where the CPU device has its whole gradient and
  * the parts run one after another: one worker computes what the whole push and pull compute, bit
  * for bit; two hand a failed worker's batch on and go on after dropped gradients (that they
@@ -481,27 +510,29 @@ static void test_store_parts(void)
     outcome_free(&oh);
     outcome_free(&oa);
     outcome_free(&ow);
-    gt_config c, ref;
-    base_config(&c, "hogwild", 2, 16);
-    base_config(&ref, "hogwild", 2, 16);
-    c.stripes = ref.stripes = 8;
-    c.store_parts = 3;
-    c.inject_worker = 1;
-    c.inject_step = 3;
-    outcome o = train(&c), r = train(&ref);
-    CHECK_MSG(o.rc == 0 && r.rc == 0, "parts with a fault: %s %s", o.err, r.err);
-    CHECK(o.res->workers[1].failed && o.res->workers[1].steps == 3);
-    CHECK(o.res->samples == r.res->samples);
-    outcome_free(&o);
-    outcome_free(&r);
-    base_config(&c, "hogwild", 2, 32);
-    c.stripes = 8;
-    c.store_parts = 4;
-    c.optim.lr = 1e30f;
-    c.on_nan = GT_NAN_SKIP;
-    o = train(&c);
-    CHECK_MSG(o.rc == 0 && o.res->skipped_nonfinite > 0, "%s", o.err);
-    outcome_free(&o);
+    check_parts_survive("hogwild", 3);
+}
+
+/* `mode` at `workers` in `parts` parts (ssp at --staleness `staleness`) computes what `ref` with
+ * as many workers computes whole: the same steps, bit for bit, and the same final test loss. */
+static void check_parts_exact(const char *mode, const char *ref, int workers, int parts,
+                              int staleness)
+{
+    gt_config p, w;
+    base_config(&p, mode, workers, 32);
+    base_config(&w, ref, workers, 32);
+    p.stripes = w.stripes = 8; /* the quick model is one default stripe */
+    p.store_parts = parts;
+    w.store_parts = 0;
+    p.staleness = w.staleness = staleness; /* read by ssp only */
+    outcome op = train(&p), ow = train(&w);
+    char what[96];
+    snprintf(what, sizeof what, "%s x%d in %d parts against %s whole", mode, workers, parts, ref);
+    check_same_steps(&op, &ow, what);
+    CHECK(op.rc || ow.rc || (op.res->store_parts == parts && ow.res->store_parts == 0));
+    CHECK(op.rc || ow.rc || op.res->final_test_loss == ow.res->final_test_loss);
+    outcome_free(&op);
+    outcome_free(&ow);
 }
 
 /* sync's and ssp's store step in parts (--store-parts): a part of a clock is applied as soon as
@@ -512,65 +543,12 @@ static void test_store_parts(void)
  * gradient (--on-nan skip) leaves the parts already applied as they were. */
 static void test_clocked_parts(void)
 {
-    int counts[] = {1, 3};
-    for (int i = 0; i < 2; i++) {
-        gt_config sp, sw;
-        base_config(&sp, "sync", counts[i], 32);
-        base_config(&sw, "sync", counts[i], 32);
-        sp.stripes = sw.stripes = 8; /* the quick model is one default stripe */
-        sp.store_parts = 4;
-        sw.store_parts = 0;
-        outcome op = train(&sp), ow = train(&sw);
-        check_same_steps(&op, &ow, counts[i] == 1 ? "sync x1 in parts against whole"
-                                                  : "sync x3 in parts against whole");
-        CHECK(op.rc || (op.res->store_parts == 4 && ow.res->store_parts == 0));
-        CHECK(op.rc || ow.rc || op.res->final_test_loss == ow.res->final_test_loss);
-        outcome_free(&op);
-        outcome_free(&ow);
-    }
-    for (int i = 0; i < 2; i++) {
-        gt_config c;
-        base_config(&c, "sync", 3, 16);
-        c.stripes = 8;
-        c.store_parts = 3;
-        if (i == 0) {
-            c.inject_worker = 1;
-            c.inject_step = 3;
-        } else {
-            c.optim.lr = 1e30f;
-            c.on_nan = GT_NAN_SKIP;
-        }
-        outcome o = train(&c);
-        CHECK_MSG(o.rc == 0, "sync in parts, %s: %s", i ? "skip" : "a fault", o.err);
-        CHECK(o.rc || i || (o.res->workers[1].failed && o.res->workers[1].steps == 3));
-        CHECK(o.rc || !i || o.res->skipped_nonfinite > 0);
-        outcome_free(&o);
-    }
-
-    gt_config s, p;
-    base_config(&s, "sync", 2, 32);
-    base_config(&p, "ssp", 2, 32);
-    s.stripes = p.stripes = 8; /* the quick model is one default stripe */
-    p.staleness = 0;
-    p.store_parts = 4;
-    outcome os = train(&s), op = train(&p);
-    check_same_steps(&os, &op, "ssp(0) in parts against sync");
-    CHECK(op.rc || op.res->store_parts == 4);
-    CHECK(op.rc || op.res->final_test_loss == os.res->final_test_loss);
-    outcome_free(&os);
-    outcome_free(&op);
-    gt_config one, whole;
-    base_config(&one, "ssp", 1, 32);
-    base_config(&whole, "ssp", 1, 32);
-    one.stripes = whole.stripes = 8;
-    one.store_parts = 3;
-    whole.store_parts = 0;
-    outcome o1 = train(&one), ow = train(&whole);
-    check_same_steps(&o1, &ow, "ssp at one worker in parts against whole");
-    CHECK(ow.rc || ow.res->store_parts == 0);
-    outcome_free(&o1);
-    outcome_free(&ow);
-    gt_config c, ref;
+    check_parts_exact("sync", "sync", 1, 4, 0);
+    check_parts_exact("sync", "sync", 3, 4, 0);
+    check_parts_survive("sync", 3);
+    check_parts_exact("ssp", "sync", 2, 4, 0);
+    check_parts_exact("ssp", "ssp", 1, 3, 2);
+    gt_config c;
     base_config(&c, "ssp", 3, 16);
     c.stripes = 8;
     c.store_parts = 5;
@@ -582,27 +560,7 @@ static void test_clocked_parts(void)
     printf("ssp s=2 in 5 parts, 3 CPU workers: test accuracy %.4f\n",
            o.rc ? 0.0 : o.res->final_test_acc);
     outcome_free(&o);
-    base_config(&c, "ssp", 2, 16);
-    base_config(&ref, "ssp", 2, 16);
-    c.stripes = ref.stripes = 8;
-    c.store_parts = ref.store_parts = 4;
-    c.inject_worker = 1;
-    c.inject_step = 3;
-    o = train(&c);
-    outcome r = train(&ref);
-    CHECK_MSG(o.rc == 0 && r.rc == 0, "ssp in parts with a fault: %s %s", o.err, r.err);
-    CHECK(o.rc || (o.res->workers[1].failed && o.res->workers[1].steps == 3));
-    CHECK(o.rc || r.rc || o.res->samples == r.res->samples);
-    outcome_free(&o);
-    outcome_free(&r);
-    base_config(&c, "ssp", 2, 32);
-    c.stripes = 8;
-    c.store_parts = 4;
-    c.optim.lr = 1e30f;
-    c.on_nan = GT_NAN_SKIP;
-    o = train(&c);
-    CHECK_MSG(o.rc == 0 && o.res->skipped_nonfinite > 0, "%s", o.err);
-    outcome_free(&o);
+    check_parts_survive("ssp", 4);
 }
 
 /* A failed worker leaves; the survivors train on its data; when all fail the run fails. Every
