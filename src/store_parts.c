@@ -18,18 +18,16 @@ static int devices_part(const run *r, int overlaps)
 }
 
 /* How many parts the store step takes (--store-parts; auto: GT_STORE_PARTS_AUTO where every
- * device runs beside the host, a GPU, and the model is large enough to gain, each part a large
- * walk), never more than the stripes; 0 where a step's store work stays whole: --overlap, the
- * lock-free store, across hosts (whose averaging rounds rebase the store under the workers) and
- * devices that cannot exchange in parts. */
-static int parts_count(const run *r)
+ * device runs beside the host, a GPU, and the model is large enough to gain, each part at least
+ * part_min parameters), never more than the stripes; 0 where a step's store work stays whole:
+ * --overlap, the lock-free store, across hosts (whose averaging rounds rebase the store under the
+ * workers) and devices that cannot exchange in parts. */
+static int parts_count(const run *r, size_t part_min)
 {
     const gt_config *cfg = r->cfg;
     int parts = cfg->store_parts;
     if (parts < 0) {
-        /* no part below the walk that wakes the store's helper threads (GT_PS_POOL_MIN): a
-         * part applied by its worker alone took cnn-wide's step from 1.8 to 3.6 ms (call 51) */
-        size_t most = r->n / GT_PS_POOL_MIN;
+        size_t most = r->n / part_min;
         parts = GT_STORE_PARTS_AUTO;
         if ((size_t)parts > most)
             parts = (int)most;
@@ -58,12 +56,12 @@ static int tail_stripe(const run *r, int parts)
 }
 
 /* Parts of whole stripes, as even as the stripes allow, the biases and batch norm's in a last
- * part of their own; every device's steps then leave their gradient for the exchange and mark
- * the parts as their backward finishes them. r->store_parts stays 0 (whole) where parts_count
- * gives fewer than 2. Returns r->store_parts. */
-int store_parts_init(run *r, int grad_bf16)
+ * part of their own, auto's at least part_min parameters each; every device's steps then leave
+ * their gradient for the exchange and mark the parts as their backward finishes them.
+ * r->store_parts stays 0 (whole) where parts_count gives fewer than 2. Returns r->store_parts. */
+int store_parts_init(run *r, int grad_bf16, size_t part_min)
 {
-    int parts = parts_count(r);
+    int parts = parts_count(r, part_min);
     if (parts < 2)
         return 0;
     r->store_parts = parts;
