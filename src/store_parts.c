@@ -1,4 +1,4 @@
-/* store_parts.c - the store step in parts (hogwild, ssp): the stripes cut into parts that a
+/* store_parts.c - the store step in parts (hogwild, sync, ssp): the stripes cut into parts that a
  * device downloads as its backward finishes them (device.h's exchange), so that the store's work
  * on a part runs beside the rest of the backward. */
 #include "run.h"
