@@ -403,7 +403,7 @@ void worker_fail_run_locked(run *r, worker *w);
 int epoch_checkpoint_due(const run *r, uint32_t done);
 void *worker_main(void *arg);
 
-/* store_parts.c: the store step in parts (hogwild, ssp), each part exchanged as the backward
+/* store_parts.c: the store step in parts (hogwild, sync, ssp), each part exchanged as the backward
  * finishes it (device.h's exchange) */
 int store_parts_init(run *r, int grad_bf16, size_t part_min);
 void store_parts_order(const run *r, int first, int *order);
