@@ -24,7 +24,6 @@ int clocked_parts_init(run *r, gt_err *e)
     int parts = store_parts_init(r, 0, CLOCKED_PART_MIN);
     if (!parts)
         return 0;
-    r->clk.share_parts = 1;
     store_parts_order(r, 0, r->clk.order);
     r->clk.landed = calloc((size_t)r->clk.R * (size_t)parts, sizeof *r->clk.landed);
     return r->clk.landed ? 0 : gt_fail(e, "out of memory for the parts' marks");
@@ -50,7 +49,7 @@ void clocked_parts_epoch_reset(run *r)
 static uint64_t part_in_locked(const run *r, int p)
 {
     uint64_t k = r->clk.applied % (uint64_t)r->clk.R, in = r->clk.deposited[k];
-    if (r->clk.share_parts)
+    if (r->store_parts)
         in |= r->clk.landed[k * (uint64_t)r->store_parts + (uint64_t)p];
     return in;
 }
@@ -66,7 +65,7 @@ int clocked_apply_begin_locked(run *r)
         return 1;
     uint64_t c = k->applied, full = clocked_full_mask(r);
     uint64_t deposited = k->deposited[c % (uint64_t)k->R];
-    int parts = k->share_parts ? r->store_parts : 0, ready = deposited == full;
+    int parts = r->store_parts, ready = deposited == full;
     for (int p = 0; p < parts && !ready; p++)
         ready = part_in_locked(r, p) == full;
     if (!ready)
@@ -111,8 +110,8 @@ int clocked_apply_one_locked(run *r, worker *w)
         return 0;
     k->part_state[p] = PART_TAKEN;
     int n = k->apply_parts;
-    int lo = k->share_parts ? r->parts.part_s[p] : (int)((int64_t)r->ps.nranges * p / n);
-    int hi = k->share_parts ? r->parts.part_s[p + 1] : (int)((int64_t)r->ps.nranges * (p + 1) / n);
+    int lo = r->store_parts ? r->parts.part_s[p] : (int)((int64_t)r->ps.nranges * p / n);
+    int hi = r->store_parts ? r->parts.part_s[p + 1] : (int)((int64_t)r->ps.nranges * (p + 1) / n);
     uint64_t c = k->applied, t = k->apply_t;
     double ep = k->apply_epoch;
     float gscale = k->apply_scale;
@@ -185,7 +184,7 @@ int clocked_share_compute(run *r, worker *w, uint64_t clock, int share, const gt
                           gt_step_out *o)
 {
     gt_device *d = w->dev;
-    if (r->clk.share_parts && share == w->index) {
+    if (r->store_parts && share == w->index) {
         share_xchg x = {.r = r, .w = w, .clock = clock, .share = share};
         return store_parts_step(r, w, b, o, clock, share_exchange, &x);
     }

@@ -134,7 +134,7 @@ int clocked_slot_store(run *r, worker *w, uint64_t clock, int share, int rc)
 {
     double t0 = gt_now(); /* handing the gradient to the store: the worker's push */
     float *slot = clocked_slot(r, clock, share);
-    if (r->clk.share_parts)
+    if (r->store_parts)
         clocked_parts_store(r, w, clock, share, rc);
     else if (rc != 0)
         memset(slot, 0, r->n * sizeof(float));
@@ -164,7 +164,7 @@ int clocked_share(run *r, worker *w, uint64_t clock, int share)
      * as it lands goes there always (its step's graph downloads nothing), and one taken over from
      * a failed worker never (an apply may be reading the parts that worker landed). */
     float *own = w->dev->grad;
-    int direct = r->clk.share_parts ? share == w->index : r->clk.nslots <= CLOCKED_DIRECT_SLOTS;
+    int direct = r->store_parts ? share == w->index : r->clk.nslots <= CLOCKED_DIRECT_SLOTS;
     if (r->ops->slot_shares && direct)
         w->dev->grad = clocked_slot(r, clock, share);
     /* the device's phase, less the store's work the mode did meanwhile (its push) */
@@ -262,7 +262,7 @@ int clocked_fill(run *r, worker *w, uint64_t upto)
         pthread_mutex_unlock(&r->mu);
         /* in parts, a worker whose shares are in applies the clock's parts as they come */
         run_barrier_help(r, w, capture_clock_leader,
-                         r->clk.share_parts ? r->ops->apply_ready_locked : NULL);
+                         r->store_parts ? r->ops->apply_ready_locked : NULL);
         pthread_mutex_lock(&r->mu);
         int complete = r->clk.complete_seen, halt = r->clk.halt_seen;
         pthread_mutex_unlock(&r->mu);

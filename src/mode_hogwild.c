@@ -229,36 +229,30 @@ static void hogwild_part(void *arg, int k)
                           x->dst);
 }
 
-/* What hogwild's exchange gives back: the update's number and when the first part landed. */
-typedef struct hogwild_xchg_out {
-    uint64_t *t;
-    double *t_first;
-} hogwild_xchg_out;
-
 /* Pushes the step's gradient and pulls the next step's parameters, in parts (store_parts_step's
- * exchange); 0, 1 where a part's gradient was not finite (it and the parts after it were not
- * pushed) or -1 with the worker's error set. *t: the update's number; *t_first: when the first
- * part landed (else now). */
+ * exchange, arg a hogwild_xchg that it fills); 0, 1 where a part's gradient was not finite (it and
+ * the parts after it were not pushed) or -1 with the worker's error set. Then x->u.t is the
+ * update's number and x->t_first when the first part landed (else when the exchange ended). */
 static int hogwild_exchange(run *r, worker *w, void *arg)
 {
-    hogwild_xchg_out *out = arg;
+    hogwild_xchg *x = arg;
     gt_device *d = w->dev;
     gt_err e = {{0}};
     run_lr lr = run_lr_now(r, 0, 1);
-    hogwild_xchg x = {.r = r, .w = w, .dst = d->params};
-    gt_ps_update_begin(&r->ps, &x.u, w->index, r->W, lr.gscale, lr.epoch);
-    *out->t = x.u.t;
+    *x = (hogwild_xchg){.r = r, .w = w, .dst = d->params};
+    gt_ps_update_begin(&r->ps, &x->u, w->index, r->W, lr.gscale, lr.epoch);
     /* A lone worker's device uploads straight from the store, which nobody else writes: the same
      * bits without the copy (a rollback's restore is followed by a whole pull). */
     const float *src = r->W == 1 ? r->ps.params : d->params;
     if (r->W == 1)
-        x.dst = NULL;
+        x->dst = NULL;
     int rc = d->ops->exchange(d, r->store_parts, r->parts.bounds, hw(w)->order, src, hogwild_part,
-                              &x, &e);
-    gt_ps_update_end(&r->ps, &x.u);
+                              x, &e);
+    gt_ps_update_end(&r->ps, &x->u);
     if (rc < 0)
         snprintf(w->error, sizeof w->error, "%s", e.msg);
-    *out->t_first = x.t_first ? x.t_first : gt_now();
+    if (x->t_first == 0)
+        x->t_first = gt_now();
     return rc < 0 ? -1 : rc;
 }
 
@@ -291,8 +285,11 @@ static void hogwild_epoch(run *r, worker *w)
         uint64_t t = 0;
         if (rc == 0 && r->store_parts) {
             /* the device phase ends when the first part lands */
-            hogwild_xchg_out out = {.t = &t, .t_first = &t2};
-            rc = store_parts_step(r, w, &b, &o, step, hogwild_exchange, &out);
+            hogwild_xchg x = {0};
+            rc = store_parts_step(r, w, &b, &o, step, hogwild_exchange, &x);
+            t = x.u.t;
+            if (x.t_first > 0)
+                t2 = x.t_first;
         } else if (rc == 0) {
             rc = worker_compute(r, w, &b, &o, step);
             t2 = gt_now();

@@ -63,6 +63,18 @@ static void ssp_apply_ready_locked(run *r, worker *w)
     }
 }
 
+/* Waits on r->cv (with `timed`, at most `seconds`) among the idle workers, which the parts of an
+ * apply wake as they become ready (clocked_apply.c). Caller holds r->mu. */
+static void ssp_idle_wait_locked(run *r, int timed, double seconds)
+{
+    r->clk.idle++;
+    if (timed)
+        run_wait_locked(r, seconds);
+    else
+        pthread_cond_wait(&r->cv, &r->mu);
+    r->clk.idle--;
+}
+
 /* The clock of the slowest live worker. Caller holds r->mu. */
 static uint64_t slowest_clock_locked(run *r)
 {
@@ -117,9 +129,7 @@ static int ssp_wait_bound_locked(run *r, worker *w, uint64_t c)
     uint64_t cc;
     int share = clocked_claim_share_locked(r, w, c - 1, &cc);
     if (share < 0) {
-        r->clk.idle++;
-        pthread_cond_wait(&r->cv, &r->mu);
-        r->clk.idle--;
+        ssp_idle_wait_locked(r, 0, 0);
         return 0;
     }
     pthread_mutex_unlock(&r->mu);
@@ -150,9 +160,7 @@ static int ssp_wait_locked(run *r, worker *w, uint64_t c)
         double until = ssp_fresh_until_locked(r, w, c, since, gt_ssp_clock());
         if (until == 0)
             return 0;
-        r->clk.idle++;
-        run_wait_locked(r, until - gt_ssp_clock());
-        r->clk.idle--;
+        ssp_idle_wait_locked(r, 1, until - gt_ssp_clock());
     }
 }
 
@@ -246,9 +254,7 @@ static int ssp_drain(run *r, worker *w, uint64_t done)
         if (r->clk.applied >= r->clk.clocks ||
             (r->halt && (r->clk.apply_parts == 0 || r->failed)))
             break;
-        r->clk.idle++;
-        pthread_cond_wait(&r->cv, &r->mu);
-        r->clk.idle--;
+        ssp_idle_wait_locked(r, 0, 0);
     }
     w->wait_s += gt_now() - t - (worker_phases_s(w) - busy);
     pthread_mutex_unlock(&r->mu);

@@ -79,7 +79,7 @@ static int sync_clock(run *r, worker *w, uint64_t c)
     d->params = own;
     if (filled <= 0)
         return filled;
-    if (r->clk.share_parts) {
+    if (r->store_parts) {
         pthread_mutex_lock(&r->mu);
         sync_apply_ready_locked(r, w);
         pthread_mutex_unlock(&r->mu);

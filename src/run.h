@@ -180,13 +180,12 @@ typedef struct run_clocked {
     uint64_t pending_upto;     /* the last clock the workers at a sync/local barrier worked on */
     int halt_seen;             /* halt as a barrier's leader saw it: the same for every worker */
     int complete_seen;         /* whether clocks [applied, pending_upto] had all their shares then */
-    int share_parts;           /* the store step in parts (sync, ssp: clocked_apply.c): a worker's
-                                * own share lands in its slot part by part and each part of a
-                                * clock is applied once every share's is in; a share claimed from
-                                * a failed worker is computed into the worker's own buffer, and
-                                * share_done copies what no apply has taken */
-    /* clocked_apply.c: the apply of clock `applied` in progress, in apply_parts parts of the
-     * stripes that any worker takes once their gradients are in (0 parts: none in progress) */
+    /* clocked_apply.c: with the store step in parts (r->store_parts, sync and ssp) a worker's own
+     * share lands in its slot part by part and each part of a clock is applied once every share's
+     * is in; a share claimed from a failed worker is computed into the worker's own buffer, and
+     * share_done copies what no apply has taken. The apply of clock `applied` in progress, in
+     * apply_parts parts of the stripes that any worker takes once their gradients are in (0
+     * parts: none in progress) */
     int apply_parts, apply_done;
     int apply_finishing;       /* ssp: its last steps (the round across hosts, the fold) run */
     int apply_round;           /* ssp: the apply ends with a round across hosts */
