@@ -506,9 +506,7 @@ static int hogwild_grad_bf16(const gt_config *c)
  * backward that marks them takes them as it finishes them (device.h's exchange). */
 static void hogwild_parts_init(run *r)
 {
-    /* no part below the walk that wakes the store's helper threads (GT_PS_POOL_MIN): a part
-     * applied by its worker alone took cnn-wide's step from 1.8 to 3.6 ms (call 51) */
-    int parts = store_parts_init(r, hogwild_grad_bf16(r->cfg), GT_PS_POOL_MIN);
+    int parts = store_parts_init(r, hogwild_grad_bf16(r->cfg));
     for (int i = 0; parts && i < r->W; i++)
         store_parts_order(r, (int)((int64_t)i * parts / r->W), hw(&r->workers[i])->order);
 }

@@ -5,6 +5,14 @@
 
 #include <stdio.h>
 
+/* The least parameters of a part that auto gives: each part has its own download, walk, hand-off
+ * and wake-ups. On one H200 cnn-wide (3.3 M) in 12 parts of 275 K ran 15% slower than whole
+ * under sync, in 3 parts 8-10% faster (calls 103-104), and hogwild's 12 parts 74-77 k images/s
+ * against 3's 85-89 k (call 107); resnet18 (11.2 M) gained 15-22% under sync in 16 parts, as
+ * in 10 (call 105). Above the walk that wakes the store's helper threads (GT_PS_POOL_MIN): a
+ * part applied by its worker alone took cnn-wide's step from 1.8 to 3.6 ms (call 51). */
+#define STORE_PART_MIN ((size_t)1 << 20)
+
 /* Whether every worker's device can exchange its step in parts (step_queue, exchange) and, with
  * `overlaps`, runs its steps beside the host too (step_begin: a GPU), where parts gain. */
 static int devices_part(const run *r, int overlaps)
@@ -19,15 +27,15 @@ static int devices_part(const run *r, int overlaps)
 
 /* How many parts the store step takes (--store-parts; auto: GT_STORE_PARTS_AUTO where every
  * device runs beside the host, a GPU, and the model is large enough to gain, each part at least
- * part_min parameters), never more than the stripes; 0 where a step's store work stays whole:
+ * STORE_PART_MIN parameters), never more than the stripes; 0 where a step's store work stays whole:
  * --overlap, the lock-free store, across hosts (whose averaging rounds rebase the store under the
  * workers) and devices that cannot exchange in parts. */
-static int parts_count(const run *r, size_t part_min)
+static int parts_count(const run *r)
 {
     const gt_config *cfg = r->cfg;
     int parts = cfg->store_parts;
     if (parts < 0) {
-        size_t most = r->n / part_min;
+        size_t most = r->n / STORE_PART_MIN;
         parts = GT_STORE_PARTS_AUTO;
         if ((size_t)parts > most)
             parts = (int)most;
@@ -55,21 +63,49 @@ static int tail_stripe(const run *r, int parts)
     return r->ps.nranges;
 }
 
-/* Parts of whole stripes, as even as the stripes allow, the biases and batch norm's in a last
- * part of their own, auto's at least part_min parameters each; every device's steps then leave
- * their gradient for the exchange and mark the parts as their backward finishes them.
- * r->store_parts stays 0 (whole) where parts_count gives fewer than 2. Returns r->store_parts. */
-int store_parts_init(run *r, int grad_bf16, size_t part_min)
+/* The stripe where the first part ends, of `body` parts over stripes [0, tail): the first part
+ * holds the first layers, whose gradient the backward finishes last, so its download and apply
+ * sit between the backward's end and the next forward; it ends at the stripe that holds the end
+ * of the last tensor within half an even part, where that stripe comes before the even cut
+ * (cnn-wide: its two convolutions, 52 K of 3.3 M, instead of a third of its first linear layer
+ * with them). -1 where no tensor ends early enough: the even cut. */
+static int first_cut(const run *r, int tail, int body)
 {
-    int parts = parts_count(r, part_min);
+    size_t lo, hi;
+    int even = (int)((int64_t)tail / body);
+    gt_ps_stripes_span(&r->ps, 0, tail, &lo, &hi);
+    size_t half = (hi - lo) / (size_t)body / 2, end = 0;
+    for (int t = 0; t < r->m->ntensors; t++) {
+        size_t e = r->m->tensors[t].offset + r->m->tensors[t].len;
+        if (e <= half && e > end)
+            end = e;
+    }
+    for (int s = 1; end > 0 && s < even; s++) {
+        gt_ps_stripes_span(&r->ps, s - 1, s, &lo, &hi);
+        if (hi >= end)
+            return s;
+    }
+    return -1;
+}
+
+/* Parts of whole stripes, the first one small where the first layers allow (first_cut), the
+ * others as even as the stripes allow, the biases and batch norm's in a last part of their own,
+ * auto's at least STORE_PART_MIN parameters each; every device's steps then leave their gradient for
+ * the exchange and mark the parts as their backward finishes them. r->store_parts stays 0
+ * (whole) where parts_count gives fewer than 2. Returns r->store_parts. */
+int store_parts_init(run *r, int grad_bf16)
+{
+    int parts = parts_count(r);
     if (parts < 2)
         return 0;
     r->store_parts = parts;
     r->store_grad_bf16 = grad_bf16;
     run_parts *p = &r->parts;
     int tail = tail_stripe(r, parts), body = tail < r->ps.nranges ? parts - 1 : parts;
-    for (int k = 0; k <= body; k++)
-        p->part_s[k] = (int)((int64_t)k * tail / body);
+    int cut = body > 1 ? first_cut(r, tail, body) : -1;
+    for (int k = 0; k <= body; k++) /* with a first cut, parts 1.. even over [cut, tail) */
+        p->part_s[k] = cut < 0 ? (int)((int64_t)k * tail / body)
+                       : k == 0 ? 0 : cut + (int)((int64_t)(k - 1) * (tail - cut) / (body - 1));
     p->part_s[parts] = r->ps.nranges;
     for (int k = 0; k < parts; k++) /* the last part's end is the last bound */
         gt_ps_stripes_span(&r->ps, p->part_s[k], p->part_s[k + 1], &p->bounds[k],

@@ -487,6 +487,19 @@ static void test_store_parts(void)
     outcome oa = train(&a), ow = train(&whole);
     check_same_steps(&oa, &ow, "in parts against whole");
     CHECK(oa.res->stale_max == 0 && ow.res->stale_max == 0);
+    /* the first part is the first layers' (store_parts.c): the stripe holding the end of the last
+     * tensor within half an even part (the convolutions), not an even quarter */
+    gt_model m;
+    gt_err e = {{0}};
+    CHECK(gt_model_build(g_model, 1, 28, 28, 10, &m, &e) == 0);
+    size_t end = 0;
+    for (int t = 0; t < m.ntensors; t++)
+        if (m.tensors[t].offset + m.tensors[t].len <= m.nparams / 8 &&
+            m.tensors[t].offset + m.tensors[t].len > end)
+            end = m.tensors[t].offset + m.tensors[t].len;
+    CHECK_MSG(end > 0 && oa.res->store_part_first >= end && oa.res->store_part_first < m.nparams / 4,
+              "the first of 4 parts holds %zu of %zu parameters (its tensors end at %zu)",
+              oa.res->store_part_first, m.nparams, end);
     CHECK(!oa.res->store_grad_bf16); /* auto: CPU workers compute in fp32 */
     /* --store-grad bf16: the store takes each gradient rounded to bf16; the first step starts from
      * the same parameters, the next ones from updates within bf16's rounding of fp32's, and the

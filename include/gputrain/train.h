@@ -52,7 +52,8 @@ typedef struct gt_run_result {
     int nhosts;                   /* processes (hosts) the run spanned, 1 without MPI */
     gt_worker_stats workers[GT_MAX_WORKERS];
     uint64_t stale_max;
-    int store_parts;            /* the store step in this many parts (hogwild, ssp; 0: whole) */
+    int store_parts;            /* the store step in this many parts (hogwild, sync, ssp; 0: whole) */
+    size_t store_part_first;    /* ... the first of them this many parameters (the first layers') */
     int store_grad_bf16;        /* ... downloading the gradient in bf16 (--store-grad) */
     double stale_mean, stale_p99;
     int stale_p99_capped;         /* stale_p99 is the histogram's last bin: the true p99 is that or more */
