@@ -87,9 +87,9 @@ static int allreduce_barrier_due(const run *r, uint64_t c)
     return (c + 1) / ALLREDUCE_STOP_EVERY != prev / ALLREDUCE_STOP_EVERY;
 }
 
-/* --ema on the device step: replica 0 keeps the moving average on its GPU, taken after every
- * update where the replicas are one (every clock; local's averages), from the run's step t as the
- * store's is from its update's number; the store gets it wherever it is brought up to date, and
+/* --ema on the device step: replica 0 keeps the moving average on its GPU, taken after the
+ * updates where the replicas are one (every clock, one in gt_ps_ema_span's stride past the
+ * warm-up; local's averages), from the run's step t as the store's is from its update's number; the store gets it wherever it is brought up to date, and
  * gives it back at the start and after a rollback. */
 static int allreduce_ema_fail(worker *w, const gt_err *e)
 {
@@ -116,8 +116,11 @@ static int allreduce_ema_update(run *r, worker *w, uint64_t c)
     gt_err e = {{0}};
     if (!r->ps.ema || w->index != 0 || !allreduce_replicas_one(r, c))
         return 0;
-    float decay = gt_ps_ema_decay(r->ps.ema_decay, r->clk.updates0 + c + 1,
-                                  allreduce_is_local(r) ? local_span(r, c) : 1);
+    uint64_t t = r->clk.updates0 + c + 1;
+    unsigned span = allreduce_is_local(r) ? local_span(r, c) : gt_ps_ema_span(r->ps.ema_decay, t);
+    if (span == 0) /* an update the average skips (gt_ps_ema_span), as the store's do */
+        return 0;
+    float decay = gt_ps_ema_decay(r->ps.ema_decay, t, span);
     return w->dev->ops->ema_update(w->dev, decay, &e) ? allreduce_ema_fail(w, &e) : 0;
 }
 

@@ -527,6 +527,24 @@ static void test_ema(int stripes)
     CHECK(gt_ps_ema_decay(0.999f, 1, 1) == (float)(2.0 / 11.0));
     CHECK(gt_ps_ema_decay(0.5f, 8, 1) == 0.5f);          /* 9/18: warm-up and decay meet */
     CHECK(gt_ps_ema_decay(0.999f, 1000000, 1) == 0.999f);
+    /* a long average is taken once in 2 updates from 890 at 0.999f, 4 from 1790, 8 from 3590
+     * (each weighing at most 2% of it), standing for the updates since the last: every update
+     * counted once, the span's decay the product of its updates'; a short one (0.98, 0.5) every
+     * update */
+    uint64_t counted = 0;
+    for (uint64_t t = 1; t <= 20000; t++) {
+        unsigned span = gt_ps_ema_span(0.999f, t);
+        unsigned want = t < 890 ? 1 : t < 1790 ? 2 : t < 3590 ? 4 : 8;
+        /* a stride's first update stands for those since the last of the stride before */
+        int first = (t >= 890 && t < 892) || (t >= 1790 && t < 1794) || (t >= 3590 && t < 3598);
+        CHECK_MSG(t % want ? span == 0 : first ? span > 0 && span <= want : span == want,
+                  "update %llu: span %u", (unsigned long long)t, span);
+        counted += span;
+        CHECK(gt_ps_ema_span(0.98f, t) == 1 && gt_ps_ema_span(0.5f, t) == 1);
+    }
+    CHECK(counted == 20000);
+    CHECK(gt_ps_ema_span(0.9999f, 200000) == 8 && gt_ps_ema_span(0.995f, 5000) == 4);
+    CHECK_CLOSE(gt_ps_ema_decay(0.999f, 900, 2), (901.0 / 910.0) * (900.0 / 909.0), 1e-6);
     gt_optim_cfg c = plain_sgd();
     gt_ps ps;
     gt_err e;
@@ -594,6 +612,26 @@ static void test_ema(int stripes)
     for (int k = 0; k < N; k++) {
         CHECK(ps.params[k] == 5.0f);
         CHECK_CLOSE(got[k], want, 1e-5);
+    }
+    gt_ps_free(&ps);
+    /* at 0.999 past the warm-up, update 8999 leaves the average as it was and 9000 moves it as 8
+     * updates do (gt_ps_ema_span), through a push and through a clocked apply alike */
+    CHECK(gt_ps_init(&ps, N, stripes, &c, &e) == 0);
+    for (int k = 0; k < N; k++)
+        ps.params[k] = 8.0f;
+    CHECK(gt_ps_init_ema(&ps, 0.999f, NULL, &e) == 0);
+    atomic_store(&ps.updates, 8998);
+    gt_ps_push(&ps, 0, 1, g, 1.0f, NULL, 0.0); /* update 8999: p = 7 */
+    gt_ps_pull_ema(&ps, got);
+    for (int k = 0; k < N; k++)
+        CHECK(ps.params[k] == 7.0f && got[k] == 8.0f);
+    gt_ps_apply_stripes(&ps, 0, ps.nranges, g, 1.0f, 9000, 0.0); /* p = 6 */
+    float d8 = gt_ps_ema_decay(0.999f, 9000, 8);
+    CHECK_CLOSE(d8, pow((double)0.999f, 8.0), 1e-7);
+    gt_ps_pull_ema(&ps, got);
+    for (int k = 0; k < N; k++) { /* within float rounding (an FMA or not) */
+        CHECK(ps.params[k] == 6.0f);
+        CHECK_CLOSE(got[k], (double)d8 * 8.0 + (1.0 - (double)d8) * 6.0, 1e-5);
     }
     gt_ps_free(&ps);
 }

@@ -96,10 +96,18 @@ void gt_ps_push_stats(gt_ps *ps, const float *stats);
  * ema tensors, when non-NULL), with decay 0 < decay < 1. Call before any worker runs. */
 int gt_ps_init_ema(gt_ps *ps, float decay, const float *src, gt_err *e);
 /* The decay of update t (1-based): min(decay, (1 + t) / (10 + t)), the usual warm-up (timm,
- * TensorFlow's num_updates), so that the first evaluations are not the initial weights'; raised
- * to the power span where one update stands for span steps (local's averages), so that the
- * average's horizon counts steps in every mode. */
+ * TensorFlow's num_updates), so that the first evaluations are not the initial weights'; where
+ * one update stands for span steps ending at t (local's averages, gt_ps_ema_span), the product of
+ * those steps' decays, so that the average's horizon counts steps in every mode. */
 float gt_ps_ema_decay(float decay, uint64_t t, unsigned span);
+/* Whether update t (1-based) takes the average, and for how many updates it stands (0: it does
+ * not): every update while the average is 100 updates or shorter, then one in 2, 4 or 8 as long
+ * as their weight stays within 2% of the average, standing for the updates since the last one
+ * (gt_ps_ema_decay's span), so that every update is counted once, as if the parameters had
+ * stood at the latest over the ones skipped. A long average gains nothing from each update (at
+ * 0.999 it is 1,000 updates long) and each costs a pass over the parameters and the average.
+ * The store's updates and the device step's use it alike, so the two keep the same bits. */
+unsigned gt_ps_ema_span(float decay, uint64_t t);
 /* Copies the moving average into dst, each stripe under its lock (nothing where it is off). */
 void gt_ps_pull_ema(gt_ps *ps, float *dst);
 /* Overwrites the moving average with src, each stripe under its lock (a rollback). */
