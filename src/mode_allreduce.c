@@ -88,9 +88,9 @@ static int allreduce_barrier_due(const run *r, uint64_t c)
 }
 
 /* --ema on the device step: replica 0 keeps the moving average on its GPU, taken after the
- * updates where the replicas are one (every clock, one in gt_ps_ema_span's stride past the
- * warm-up; local's averages), from the run's step t as the store's is from its update's number; the store gets it wherever it is brought up to date, and
- * gives it back at the start and after a rollback. */
+ * updates where the replicas are one (the clocks gt_ps_ema_span takes; local's averages), from
+ * the run's step t as the store's is from its update's number; the store gets it wherever it is
+ * brought up to date, and gives it back at the start and after a rollback. */
 static int allreduce_ema_fail(worker *w, const gt_err *e)
 {
     snprintf(w->error, sizeof w->error, "%s", e->msg);

@@ -27,8 +27,8 @@ static int devices_part(const run *r, int overlaps)
 
 /* How many parts the store step takes (--store-parts; auto: GT_STORE_PARTS_AUTO where every
  * device runs beside the host, a GPU, and the model is large enough to gain, each part at least
- * STORE_PART_MIN parameters), never more than the stripes; 0 where a step's store work stays whole:
- * --overlap, the lock-free store, across hosts (whose averaging rounds rebase the store under the
+ * STORE_PART_MIN parameters), never more than the stripes; 0 where a step's store work stays
+ * whole: --overlap, the lock-free store, across hosts (whose averaging rounds rebase the store under the
  * workers) and devices that cannot exchange in parts. */
 static int parts_count(const run *r)
 {
@@ -90,8 +90,8 @@ static int first_cut(const run *r, int tail, int body)
 
 /* Parts of whole stripes, the first one small where the first layers allow (first_cut), the
  * others as even as the stripes allow, the biases and batch norm's in a last part of their own,
- * auto's at least STORE_PART_MIN parameters each; every device's steps then leave their gradient for
- * the exchange and mark the parts as their backward finishes them. r->store_parts stays 0
+ * auto's at least STORE_PART_MIN parameters each; every device's steps then leave their gradient
+ * for the exchange and mark the parts as their backward finishes them. r->store_parts stays 0
  * (whole) where parts_count gives fewer than 2. Returns r->store_parts. */
 int store_parts_init(run *r, int grad_bf16)
 {
