@@ -533,8 +533,8 @@ static const cli_row cli_rows[] = {
     {.name = "ema", .value = "DECAY", .type = CLI_FLOAT, .field = F(ema),
      .range = &RANGE_UNIT_LOW, .commands = CMD_TRAIN, .given = GT_GIVEN_EMA,
      .help = "evaluate an exponential moving average of the parameters, updated with every "
-             "update (decay min(DECAY, (1+t)/(10+t)) at update t; once it is longer than 100 "
-             "updates, with one in 2, 4 or 8 standing for them all); checkpoints add it as ema.* "
+             "update (decay min(DECAY, (1+t)/(10+t)) at update t; once it spans 100 updates "
+             "or more, with one in 2, 4 or 8 standing for them all); checkpoints add it as ema.* "
              "tensors; 0: off",
      .dflt = "0.999 with a constant learning rate (the default schedule), else 0"},
 

@@ -147,8 +147,8 @@ float gt_ps_ema_decay(float decay, uint64_t t, unsigned span)
 
 /* The stride of the average at update t: the largest power of two, at most 8, whose updates
  * weigh at most 2% of the average ((1 - d) * stride <= 0.02 for d = gt_ps_ema_decay(decay, t,
- * 1)); never smaller at a later update, since d only grows. 1 while the average is 100 updates
- * or shorter (0.999's warm-up: 1 to update 889, 2 from 890, 4 from 1790, 8 from 3590). */
+ * 1)); never smaller at a later update, since d only grows. 1 while the average is shorter than
+ * 100 updates (0.999's warm-up: 1 to update 889, 2 from 890, 4 from 1790, 8 from 3590). */
 static unsigned ps_ema_stride(float decay, uint64_t t)
 {
     double w = 1.0 - (double)gt_ps_ema_decay(decay, t, 1);

@@ -101,7 +101,7 @@ int gt_ps_init_ema(gt_ps *ps, float decay, const float *src, gt_err *e);
  * those steps' decays, so that the average's horizon counts steps in every mode. */
 float gt_ps_ema_decay(float decay, uint64_t t, unsigned span);
 /* Whether update t (1-based) takes the average, and for how many updates it stands (0: it does
- * not): every update while the average is 100 updates or shorter, then one in 2, 4 or 8 as long
+ * not): every update while the average is shorter than 100 updates, then one in 2, 4 or 8 as long
  * as their weight stays within 2% of the average, standing for the updates since the last one
  * (gt_ps_ema_decay's span), so that every update is counted once, as if the parameters had
  * stood at the latest over the ones skipped. A long average gains nothing from each update (at
