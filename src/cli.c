@@ -416,8 +416,9 @@ static const cli_row cli_rows[] = {
              "arithmetic, several each start from what its own push left; sync and ssp: a part "
              "of a clock is applied once every worker's gradient of it is in, the same "
              "arithmetic); 0 or 1: the whole store at once",
-     .dflt = "auto: on GPUs for models of at least 1 M parameters up to 16 parts of at least "
-             "1 M parameters each, the first one the first layers'; else whole"},
+     .dflt = "auto: on GPUs for models of at least 1 M parameters up to 16 parts, the first "
+             "one the first layers', hogwild's of at least 256 K parameters, sync's and ssp's of "
+             "at least 1 M; else whole"},
     {.name = "store-grad", .type = CLI_WORD, .field = F(store_grad), .set = GT_NAMES_STORE_GRAD,
      .commands = CMD_TRAIN, .given = GT_GIVEN_MODE,
      .help = "hogwild's store step in parts: the gradient each part downloads into the store, "

@@ -16,7 +16,7 @@ enum { PART_OPEN, PART_TAKEN, PART_DONE };
  * slots sum fp32 gradients. */
 int clocked_parts_init(run *r, gt_err *e)
 {
-    int parts = store_parts_init(r, 0);
+    int parts = store_parts_init(r, 0, 0);
     if (!parts)
         return 0;
     store_parts_order(r, 0, r->clk.order);

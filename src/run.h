@@ -404,7 +404,7 @@ void *worker_main(void *arg);
 
 /* store_parts.c: the store step in parts (hogwild, sync, ssp), each part exchanged as the backward
  * finishes it (device.h's exchange) */
-int store_parts_init(run *r, int grad_bf16);
+int store_parts_init(run *r, int grad_bf16, size_t part_min);
 void store_parts_order(const run *r, int first, int *order);
 void store_parts_free(run *r);
 int store_parts_step(run *r, worker *w, const gt_batch *b, gt_step_out *o, uint64_t step,

@@ -5,13 +5,11 @@
 
 #include <stdio.h>
 
-/* The least parameters of a part that auto gives: each part has its own download, walk, hand-off
- * and wake-ups. On one H200 cnn-wide (3.3 M) in 12 parts of 275 K ran 15% slower than whole
- * under sync, in 3 parts 8-10% faster (calls 103-104), and hogwild's 12 parts 74-77 k images/s
- * against 3's 85-89 k (call 107); resnet18 (11.2 M) gained 15-22% under sync in 16 parts, as
- * in 10 (call 105). Above the walk that wakes the store's helper threads (GT_PS_POOL_MIN): a
- * part applied by its worker alone took cnn-wide's step from 1.8 to 3.6 ms (call 51). */
-#define STORE_PART_MIN ((size_t)1 << 20)
+/* The least parameters of a part that auto gives sync and ssp: each part's apply has its own walk,
+ * hand-off and wake-ups. On one H200 cnn-wide (3.3 M) in 12 parts of 275 K ran 15% slower than
+ * whole under sync, in 3 parts 8-10% faster (calls 103-104); resnet18 (11.2 M) gained 15-22% in
+ * 16 parts, as in 10 (call 105). hogwild keeps GT_PS_POOL_MIN (mode_hogwild.c says why). */
+#define STORE_PART_MIN_CLOCKED ((size_t)1 << 20)
 
 /* Whether every worker's device can exchange its step in parts (step_queue, exchange) and, with
  * `overlaps`, runs its steps beside the host too (step_begin: a GPU), where parts gain. */
@@ -27,15 +25,15 @@ static int devices_part(const run *r, int overlaps)
 
 /* How many parts the store step takes (--store-parts; auto: GT_STORE_PARTS_AUTO where every
  * device runs beside the host, a GPU, and the model is large enough to gain, each part at least
- * STORE_PART_MIN parameters), never more than the stripes; 0 where a step's store work stays
+ * part_min parameters), never more than the stripes; 0 where a step's store work stays
  * whole: --overlap, the lock-free store, across hosts (whose averaging rounds rebase the store under the
  * workers) and devices that cannot exchange in parts. */
-static int parts_count(const run *r)
+static int parts_count(const run *r, size_t part_min)
 {
     const gt_config *cfg = r->cfg;
     int parts = cfg->store_parts;
     if (parts < 0) {
-        size_t most = r->n / STORE_PART_MIN;
+        size_t most = r->n / part_min;
         parts = GT_STORE_PARTS_AUTO;
         if ((size_t)parts > most)
             parts = (int)most;
@@ -90,12 +88,13 @@ static int first_cut(const run *r, int tail, int body)
 
 /* Parts of whole stripes, the first one small where the first layers allow (first_cut), the
  * others as even as the stripes allow, the biases and batch norm's in a last part of their own,
- * auto's at least STORE_PART_MIN parameters each; every device's steps then leave their gradient
- * for the exchange and mark the parts as their backward finishes them. r->store_parts stays 0
- * (whole) where parts_count gives fewer than 2. Returns r->store_parts. */
-int store_parts_init(run *r, int grad_bf16)
+ * auto's at least part_min parameters each (0: sync's and ssp's, STORE_PART_MIN_CLOCKED); every
+ * device's steps then leave their gradient for the exchange and mark the parts as their backward
+ * finishes them. r->store_parts stays 0 (whole) where parts_count gives fewer than 2. Returns
+ * r->store_parts. */
+int store_parts_init(run *r, int grad_bf16, size_t part_min)
 {
-    int parts = parts_count(r);
+    int parts = parts_count(r, part_min ? part_min : STORE_PART_MIN_CLOCKED);
     if (parts < 2)
         return 0;
     r->store_parts = parts;
