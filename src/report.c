@@ -174,7 +174,7 @@ static void config_training(run *r, FILE *f)
     fprintf(f, ",\"stripes\":%d,\"staleness\":%d,\"sync_every\":%d", r->ps.nstripes,
             c->staleness, c->sync_every); /* stripes: as chosen where --stripes left it open */
     fprintf(f, ",\"store_parts\":%d,\"store_part_first\":%zu", r->store_parts,
-            r->store_parts ? r->parts.bounds[1] : 0); /* as chosen: 0 where pushes are whole */
+            store_parts_first(r)); /* as chosen: 0 where pushes are whole */
     put_field_str(f, "store_grad", r->store_grad_bf16 ? "bf16" : "fp32"); /* as chosen */
     put_field_str(f, "balance", gt_name(GT_NAMES_BALANCE, (int)c->balance));
     fprintf(f, ",\"overlap\":%s,\"overlap_predict\":%s,\"tf32\":%s",

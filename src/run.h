@@ -406,6 +406,7 @@ void *worker_main(void *arg);
  * finishes it (device.h's exchange) */
 int store_parts_init(run *r, int grad_bf16, size_t part_min);
 void store_parts_order(const run *r, int first, int *order);
+size_t store_parts_first(const run *r);
 void store_parts_free(run *r);
 int store_parts_step(run *r, worker *w, const gt_batch *b, gt_step_out *o, uint64_t step,
                      int (*exchange)(run *r, worker *w, void *arg), void *arg);

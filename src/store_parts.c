@@ -5,12 +5,6 @@
 
 #include <stdio.h>
 
-/* The least parameters of a part that auto gives sync and ssp: each part's apply has its own walk,
- * hand-off and wake-ups. On one H200 cnn-wide (3.3 M) in 12 parts of 275 K ran 15% slower than
- * whole under sync, in 3 parts 8-10% faster (calls 103-104); resnet18 (11.2 M) gained 15-22% in
- * 16 parts, as in 10 (call 105). hogwild keeps GT_PS_POOL_MIN (mode_hogwild.c says why). */
-#define STORE_PART_MIN_CLOCKED ((size_t)1 << 20)
-
 /* Whether every worker's device can exchange its step in parts (step_queue, exchange) and, with
  * `overlaps`, runs its steps beside the host too (step_begin: a GPU), where parts gain. */
 static int devices_part(const run *r, int overlaps)
@@ -88,13 +82,12 @@ static int first_cut(const run *r, int tail, int body)
 
 /* Parts of whole stripes, the first one small where the first layers allow (first_cut), the
  * others as even as the stripes allow, the biases and batch norm's in a last part of their own,
- * auto's at least part_min parameters each (0: sync's and ssp's, STORE_PART_MIN_CLOCKED); every
- * device's steps then leave their gradient for the exchange and mark the parts as their backward
- * finishes them. r->store_parts stays 0 (whole) where parts_count gives fewer than 2. Returns
- * r->store_parts. */
+ * auto's at least part_min parameters each; every device's steps then leave their gradient for
+ * the exchange and mark the parts as their backward finishes them. r->store_parts stays 0
+ * (whole) where parts_count gives fewer than 2. Returns r->store_parts. */
 int store_parts_init(run *r, int grad_bf16, size_t part_min)
 {
-    int parts = parts_count(r, part_min ? part_min : STORE_PART_MIN_CLOCKED);
+    int parts = parts_count(r, part_min);
     if (parts < 2)
         return 0;
     r->store_parts = parts;
@@ -125,6 +118,13 @@ void store_parts_order(const run *r, int first, int *order)
 {
     for (int k = 0; k < r->store_parts; k++)
         order[k] = (first + k) % r->store_parts;
+}
+
+/* The parameters in the first part (the first layers'), 0 where the store step is whole: the
+ * log's store_part_first. */
+size_t store_parts_first(const run *r)
+{
+    return r->store_parts ? r->parts.bounds[1] : 0;
 }
 
 /* The devices' steps leave the exchange alone again (r->parts goes with the run). */

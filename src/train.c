@@ -295,7 +295,7 @@ static void fill_result(run *r, gt_run_result *res, double wall)
     uint64_t count = atomic_load(&r->ps.stale_count);
     res->stale_max = atomic_load(&r->ps.stale_max);
     res->store_parts = r->store_parts;
-    res->store_part_first = r->store_parts ? r->parts.bounds[1] : 0;
+    res->store_part_first = store_parts_first(r);
     res->store_grad_bf16 = r->store_grad_bf16;
     res->stale_mean = count ? (double)atomic_load(&r->ps.stale_sum) / (double)count : 0;
     res->stale_p99 = (double)gt_ps_stale_percentile(&r->ps, 99, &res->stale_p99_capped);
