@@ -50,6 +50,8 @@ typedef struct cuda_slot {
     uint8_t *host;            /* pinned */
     uint8_t *dev;
     cudaEvent_t consumed;     /* recorded on the compute stream after the step that read it */
+    gt_augment aug;           /* the crop and flip its step's input does on the device (pad 0,
+                               * flip 0: none; slot_gather says which) */
 } cuda_slot;
 
 /* hogwild's store step in parts (cuda_exchange): a stream for each copy direction, so that a
@@ -114,6 +116,7 @@ typedef struct cuda_graph_key {
     const float *stats_dst;   /* the host batch-statistics buffer its copy writes */
     const float *up_src;      /* the host parameters its upload in parts reads; NULL: none */
     unsigned sums;            /* the exchange its sums in parts launch on (split.sum_on) */
+    gt_augment aug;           /* the crop and flip its input does (the slot's) */
 } cuda_graph_key;
 
 typedef struct cuda_graph {
@@ -271,7 +274,8 @@ static int graph_key_eq(const cuda_graph_key *a, const cuda_graph_key *b)
 {
     return a->n == b->n && a->slot == b->slot && a->keep_grad == b->keep_grad &&
            a->marks == b->marks && a->grad_dst == b->grad_dst && a->stats_dst == b->stats_dst &&
-           a->up_src == b->up_src && a->sums == b->sums;
+           a->up_src == b->up_src && a->sums == b->sums && a->aug.pad == b->aug.pad &&
+           a->aug.flip == b->aug.flip;
 }
 
 static cuda_graph *graph_find(cuda_impl *g, const cuda_graph_key *k)
@@ -647,10 +651,17 @@ static int slot_free(const cuda_impl *g)
     return slot_busy(g, 0) ? 1 : 0;
 }
 
-/* Gathers b into the slot's pinned bytes, augmented as b says (data_input.c: the same bytes as
- * the CPU network's gather); the upload is the caller's. */
+/* Gathers b into the slot's pinned bytes; the upload is the caller's. Its augmentation (b->aug)
+ * is done by the step's input on the device where the step takes the layer path (the input
+ * kernel crops and flips as data_input.c does: the same bytes as the CPU network's gather), so
+ * the host only copies each sample: a resnet batch's crop and flip (256 3x32x32 images) cost the
+ * host 0.3-0.6 ms, which the store's modes wait for between one step and the next.
+ * The fused kernels read the slot's bytes as they are: there the host augments. */
 static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch *b, gt_err *e)
 {
+    int on_device = !g->fused && gt_augment_on(b->aug);
+    const gt_augment none = {0, 0}, *host_aug = on_device ? NULL : b->aug;
+    s->aug = on_device ? *b->aug : none;
     const gt_dataset *ds = b->ds;
     slot_layout lay = slot_layout_for(b->n, g->in_len);
     gt_cuda_key *key = (gt_cuda_key *)s->host;
@@ -667,7 +678,7 @@ static int slot_gather(gt_device *d, cuda_impl *g, cuda_slot *s, const gt_batch 
                            ds->labels[id], g->nclasses);
         ids[i] = id;
         labels[i] = ds->labels[id];
-        gt_data_copy_sample(ds, id, b->aug, b->seed, b->epoch, images + (size_t)i * g->in_len);
+        gt_data_copy_sample(ds, id, host_aug, b->seed, b->epoch, images + (size_t)i * g->in_len);
     }
     key->seed = b->seed;
     key->epoch = b->epoch;
@@ -1164,7 +1175,10 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
     if (g->stats && !d->keep_grad)
         GT_CUDA_CHECK(d->name, e,
                       cudaMemsetAsync(g->stats, 0, m->nbuffers * sizeof(float), c->stream));
-    if (gt_cuda_input(c, m, s->dev + lay.images, g->act[0], n, e) ||
+    gt_cuda_augment aug = {(const gt_cuda_key *)s->dev, (const uint32_t *)(s->dev + lay.ids),
+                           s->aug.pad, s->aug.flip};
+    if (gt_cuda_input(c, m, s->dev + lay.images, g->act[0], n, gt_augment_on(&s->aug) ? &aug : NULL,
+                      e) ||
         cuda_forward(g, m, pass, &logits, e))
         return -1;
     if (sp->up_on) /* the join of the upload's fork: every part is up */
@@ -1283,7 +1297,8 @@ static int cuda_step_run(gt_device *d, cuda_impl *g, int s, int n, gt_err *e)
         return cuda_step_enqueue(d, g, s, n, e);
     cuda_graph_key k = {n,        s,        d->keep_grad,
                         marks,    step_grad_dst(d), d->stats,
-                        g->split.up_on ? g->split.up_src : NULL, g->split.sum_on};
+                        g->split.up_on ? g->split.up_src : NULL, g->split.sum_on,
+                        g->slot[s].aug};
     cuda_graph *gr = graph_find(g, &k);
     if (gr) {
         gr->used = g->nsteps;
@@ -1492,7 +1507,7 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
     gt_cuda_pass pass = {n_fwd, g->params, NULL, NULL, NULL, 0, 0, NULL, 0, g->buffers, 0, NULL,
                          g->params_half, NULL, 0, NULL, 0}; /* params_half: cuda_evaluate's */
     const float *logits;
-    if (gt_cuda_input(c, d->model, g->eval_x, g->act[0], n_fwd, e) ||
+    if (gt_cuda_input(c, d->model, g->eval_x, g->act[0], n_fwd, NULL, e) ||
         cuda_forward(g, d->model, pass, &logits, e) ||
         gt_cuda_softmax_xent(c, logits, g->eval_y, n, g->nclasses, 1.0f / (float)n, NULL,
                              g->result, e))

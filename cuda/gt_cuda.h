@@ -68,6 +68,11 @@ int gt_cuda_test_softmax_xent(gt_cuda_ctx *c, const float *logits, const uint16_
                               int k, float scale, float *dlogits, double *loss, int *correct,
                               gt_err *e);
 int gt_cuda_test_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_t len, gt_err *e);
+/* The model's input step (gt_cuda_input) on n samples as stored, cropped and flipped on the device
+ * as aug says (NULL: none) with sample ids, seed and epoch as a staging slot holds them. */
+int gt_cuda_test_input(gt_cuda_ctx *c, const gt_model *m, const uint8_t *raw, int n,
+                       const uint32_t *ids, uint64_t seed, uint32_t epoch, const gt_augment *aug,
+                       float *out, gt_err *e);
 /* One optimizer update of optim_cuda.cu on host arrays (s0, s1 NULL where unused), with the
  * arguments of gt_optim_apply. */
 int gt_cuda_test_optim(gt_cuda_ctx *c, const gt_optim_cfg *cfg, const gt_optim_step *st, float *p,
@@ -410,11 +415,20 @@ typedef struct gt_cuda_result {
 } gt_cuda_result;
 
 int gt_cuda_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_t len, gt_err *e);
+/* A training batch's crop and flip done by its input step (gt_cuda_input) from its bytes as
+ * stored: the batch's key and sample ids in device memory (its staging slot's) and --augment's
+ * padding and flip. */
+typedef struct gt_cuda_augment {
+    const gt_cuda_key *key;
+    const uint32_t *ids;
+    int pad, flip;
+} gt_cuda_augment;
 /* The model's input step on n samples of m's input (model.h's gt_input_norm): x / 255 where its
  * normalisation is off (gt_cuda_normalize), else (x / 255 - mean[ch]) / std[ch], the CPU's formula
- * (cpu_net.c), so the floats are equal. */
+ * (cpu_net.c), so the floats are equal. With aug (NULL: none), each sample is first cropped and
+ * flipped as gt_data_copy_sample does on the host (data_input.c), the same bytes. */
 int gt_cuda_input(gt_cuda_ctx *c, const gt_model *m, const uint8_t *src, float *dst, int n,
-                  gt_err *e);
+                  const gt_cuda_augment *aug, gt_err *e);
 /* Sets *flag (device memory, zeroed by the caller) when an entry of g[0..len) is not finite. */
 int gt_cuda_flag_nonfinite(gt_cuda_ctx *c, const float *g, size_t len, int *flag, gt_err *e);
 /* g[0..len) rounded to bf16 (ties to even) into h (device), setting *flag (zeroed by the caller)

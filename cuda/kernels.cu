@@ -49,11 +49,39 @@ __global__ static void input_norm_kernel(const uint8_t *src, float *dst, size_t 
     }
 }
 
+/* The input step of a batch cropped and flipped on the device: element i of sample s reads the
+ * byte gt_data_copy_sample would have put there (0 in the padding), then normalises it as
+ * input_norm_kernel (a.norm) or normalize_kernel does. Each element draws its sample's offsets
+ * (three hashes: cheaper than a pass to share them). */
+typedef struct input_aug_args {
+    const gt_cuda_key *key;
+    const uint32_t *ids;
+    int h, w, pad, flip, norm;
+} input_aug_args;
+
+__global__ static void input_aug_kernel(const uint8_t *src, float *dst, size_t len,
+                                        input_norm_args a, input_aug_args g)
+{
+    GT_CUDA_GRID_STRIDE(i, len)
+    {
+        size_t per = (size_t)a.plane * a.channels, s = i / per;
+        unsigned r = (unsigned)(i - s * per), ch = r / a.plane, p = r % a.plane;
+        int y = (int)(p / (unsigned)g.w), x = (int)(p % (unsigned)g.w), dy, dx, flip;
+        gt_augment_offsets(gt_augment_key(g.key->seed, g.key->epoch, g.ids[s]), g.pad, g.flip, &dy,
+                           &dx, &flip);
+        int sy = y + dy - g.pad, sx = (flip ? g.w - 1 - x : x) + dx - g.pad;
+        uint8_t v = sy >= 0 && sy < g.h && sx >= 0 && sx < g.w
+                        ? src[s * per + (size_t)ch * a.plane + (size_t)sy * g.w + sx]
+                        : 0;
+        dst[i] = g.norm ? ((float)v / 255.0f - a.mean[ch]) / a.std[ch] : (float)v / 255.0f;
+    }
+}
+
 int gt_cuda_input(gt_cuda_ctx *c, const gt_model *m, const uint8_t *src, float *dst, int n,
-                  gt_err *e)
+                  const gt_cuda_augment *aug, gt_err *e)
 {
     size_t plane = (size_t)m->in_h * m->in_w, len = (size_t)n * m->in_c * plane;
-    if (!m->norm.on)
+    if (!m->norm.on && !aug)
         return gt_cuda_normalize(c, src, dst, len, e);
     if (m->in_c < 1 || m->in_c > GT_NORM_MAX_C || plane > UINT_MAX)
         return gt_fail(e, "%s: %d input channels of %zu pixels to normalise (at most %d)",
@@ -65,7 +93,12 @@ int gt_cuda_input(gt_cuda_ctx *c, const gt_model *m, const uint8_t *src, float *
     memcpy(a.std, m->norm.std, sizeof a.std);
     a.plane = (unsigned)plane;
     a.channels = (unsigned)m->in_c;
-    input_norm_kernel<<<gt_cuda_grid(len), BLOCK, 0, c->stream>>>(src, dst, len, a);
+    if (aug) {
+        input_aug_args g = {aug->key, aug->ids, m->in_h, m->in_w, aug->pad, aug->flip, m->norm.on};
+        input_aug_kernel<<<gt_cuda_grid(len), BLOCK, 0, c->stream>>>(src, dst, len, a, g);
+    } else {
+        input_norm_kernel<<<gt_cuda_grid(len), BLOCK, 0, c->stream>>>(src, dst, len, a);
+    }
     GT_CUDA_LAUNCHED(c->name, e);
     return 0;
 }

@@ -334,3 +334,31 @@ int gt_cuda_test_normalize(gt_cuda_ctx *c, const uint8_t *src, float *dst, size_
     parity_free(&bufs);
     return rc;
 }
+
+/* gt_cuda_input on n samples of m's input as stored (raw), cropped and flipped on the device with
+ * the key and ids the helper uploads as a staging slot holds them. */
+int gt_cuda_test_input(gt_cuda_ctx *c, const gt_model *m, const uint8_t *raw, int n,
+                       const uint32_t *ids, uint64_t seed, uint32_t epoch, const gt_augment *aug,
+                       float *out, gt_err *e)
+{
+    parity_bufs bufs = {{NULL}, 0};
+    size_t len = (size_t)n * m->in_c * m->in_h * m->in_w;
+    gt_cuda_key key = {seed, epoch, 0};
+    uint8_t *s;
+    float *d;
+    gt_cuda_key *k;
+    uint32_t *id;
+    GT_CUDA_CHECK(c->name, e, cudaSetDevice(c->ordinal));
+    int rc = parity_alloc(c, &bufs, (void **)&s, raw, len, e) ||
+             parity_alloc(c, &bufs, (void **)&d, NULL, len * sizeof(float), e) ||
+             parity_alloc(c, &bufs, (void **)&k, &key, sizeof key, e) ||
+             parity_alloc(c, &bufs, (void **)&id, ids, (size_t)n * sizeof *ids, e);
+    if (rc == 0) {
+        gt_cuda_augment a = {k, id, aug ? aug->pad : 0, aug ? aug->flip : 0};
+        rc = gt_cuda_input(c, m, s, d, n, aug ? &a : NULL, e) ||
+             parity_download(c, out, d, len * sizeof(float), e);
+    }
+    cudaStreamSynchronize(c->stream);
+    parity_free(&bufs);
+    return rc ? -1 : 0;
+}

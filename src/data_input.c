@@ -70,11 +70,8 @@ void gt_augment_format(const gt_augment *a, char *buf, size_t size)
 void gt_augment_draw(const gt_augment *a, uint64_t seed, uint32_t epoch, uint32_t sample, int *dy,
                      int *dx, int *flip)
 {
-    uint64_t key = gt_augment_key(seed, epoch, sample);
-    uint32_t span = a && a->pad > 0 ? 2u * (uint32_t)a->pad + 1u : 1u;
-    *dy = (int)(gt_counter_hash(key, 0) % span);
-    *dx = (int)(gt_counter_hash(key, 1) % span);
-    *flip = a && a->flip ? (int)(gt_counter_hash(key, 2) & 1u) : 0;
+    gt_augment_offsets(gt_augment_key(seed, epoch, sample), a ? a->pad : 0, a && a->flip, dy, dx,
+                       flip);
 }
 
 /* One channel plane (h x w) cropped at (dy, dx) of its P-padded copy, and mirrored if flip. */

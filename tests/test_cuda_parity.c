@@ -308,6 +308,62 @@ static void test_normalize(gt_cuda_ctx *c, gt_rng *r)
     CHECK_REL(gpu, cpu, LEN, "normalize");
 }
 
+/* The input step's crop and flip on the device against the host's gather (gt_data_copy_sample,
+ * then the CPU network's formula): three channels, a plane wider than high, padding past the
+ * image's width, with and without normalisation, every float equal. */
+static void test_input_augment(gt_cuda_ctx *c)
+{
+    gt_rng own, *r = &own; /* its own draws: the cases after it see the sequence they always saw */
+    gt_rng_seed(r, 31);
+    enum { N = 40, C = 3, H = 8, W = 6, B = 24, LEN = C * H * W };
+    static const gt_augment augs[] = {{.pad = 2, .flip = 1}, {.pad = 7, .flip = 0},
+                                      {.pad = 0, .flip = 1}};
+    gt_dataset ds = {.n = N, .c = C, .h = H, .w = W, .nclasses = 2};
+    ds.images = gt_alloc((size_t)N * LEN);
+    for (size_t i = 0; i < (size_t)N * LEN; i++)
+        ds.images[i] = (uint8_t)gt_rng_below(r, 256);
+    uint32_t ids[B];
+    uint8_t *raw = gt_alloc((size_t)B * LEN), *bytes = gt_alloc((size_t)B * LEN);
+    float *want = gt_alloc((size_t)B * LEN * sizeof(float));
+    float *got = gt_alloc((size_t)B * LEN * sizeof(float));
+    for (int i = 0; i < B; i++) {
+        ids[i] = gt_rng_below(r, N);
+        memcpy(raw + (size_t)i * LEN, ds.images + (size_t)ids[i] * LEN, LEN);
+    }
+    gt_model m;
+    memset(&m, 0, sizeof m);
+    m.in_c = C;
+    m.in_h = H;
+    m.in_w = W;
+    for (int norm = 0; norm <= 1; norm++) {
+        m.norm.on = norm;
+        for (int ch = 0; ch < C; ch++) {
+            m.norm.mean[ch] = 0.3f + 0.1f * (float)ch;
+            m.norm.std[ch] = 0.25f + 0.05f * (float)ch;
+        }
+        for (size_t k = 0; k < sizeof augs / sizeof augs[0]; k++) {
+            gt_err e = {""};
+            for (int i = 0; i < B; i++)
+                gt_data_copy_sample(&ds, ids[i], &augs[k], 77, 4, bytes + (size_t)i * LEN);
+            for (size_t j = 0; j < (size_t)B * LEN; j++) {
+                int ch = (int)(j / (H * W) % C);
+                want[j] = norm ? ((float)bytes[j] / 255.0f - m.norm.mean[ch]) / m.norm.std[ch]
+                               : (float)bytes[j] / 255.0f;
+            }
+            int rc = gt_cuda_test_input(c, &m, raw, B, ids, 77, 4, &augs[k], got, &e);
+            CHECK_MSG(rc == 0, "input crop %d flip %d: %s", augs[k].pad, augs[k].flip, e.msg);
+            CHECK_MSG(rc != 0 || memcmp(got, want, (size_t)B * LEN * sizeof(float)) == 0,
+                      "input crop %d flip %d normalise %d: the device's crop differs", augs[k].pad,
+                      augs[k].flip, norm);
+        }
+    }
+    gt_free(ds.images);
+    gt_free(raw);
+    gt_free(bytes);
+    gt_free(want);
+    gt_free(got);
+}
+
 /* A strided convolution, with or without bias, against gt_conv2d_*_strided. */
 static void test_conv_strided(gt_cuda_ctx *c, gt_rng *r, int n, int ch, int h, int w, int o,
                               int k, int pad, int stride, int bias, int with_dx)
@@ -466,6 +522,7 @@ static void test_layers(gt_rng *r)
     test_xent(c, r, 20, 300);
     test_xent(c, r, 7, 5000); /* labels past a byte */
     test_normalize(c, r);
+    test_input_augment(c);
     /* The residual networks' convolutions: 3x3 stride 2 and 1x1 stride 2 without bias (the
      * downsampling blocks), an odd side that leaves a column over, and a biased strided one. */
     test_conv_strided(c, r, 4, 16, 32, 32, 32, 3, 1, 2, 0, 1);
@@ -1713,10 +1770,11 @@ static void test_conv_cache_shared(const gt_dataset *ds, const char *name, int b
     gt_free(buffers);
 }
 
-/* The data side on the GPU: augmented training batches (the staging gather's bytes must be the
- * CPU gather's) on the fused and the layer path, and --normalize's input step on both, in steps
- * and evaluation; the input step's values changed after a step was captured in a graph (they
- * come with the data, after the device opened) reach the next step. */
+/* The data side on the GPU: augmented training batches (the fused path's staging gather, and the
+ * layer path's crop and flip on the device, must give the CPU gather's bytes) on both paths, and
+ * --normalize's input step on both, in steps and evaluation; the input step's values changed
+ * after a step was captured in a graph (they come with the data, after the device opened) reach
+ * the next step; a step of another crop, and of none, after a graph captured with one. */
 static void test_data_input(const gt_dataset *ds)
 {
     gt_rng own, *r = &own;
@@ -1758,6 +1816,20 @@ static void test_data_input(const gt_dataset *ds)
                 b.aug = &aug;
                 snprintf(what, sizeof what, "normalise %d augment %s step %d", norm,
                          fused ? "fused" : "layers", i + 1);
+                step_compare(d, &net, params, &b, grad_cpu, what);
+            }
+            /* another crop and none at the batch size whose graph the augmented steps captured
+             * (the layer path crops on the device: the crop is part of the graph's key) */
+            gt_augment other = {.pad = 4, .flip = 0};
+            const gt_augment *next[2] = {&other, NULL};
+            for (int i = 0; i < 2; i++) {
+                uint32_t idx[32];
+                gt_batch b;
+                make_batch(&b, idx, 32, ds, r);
+                b.epoch = 9;
+                b.aug = next[i];
+                snprintf(what, sizeof what, "normalise %d %s %s after crop:2,flip", norm,
+                         fused ? "fused" : "layers", i ? "no augment" : "crop:4");
                 step_compare(d, &net, params, &b, grad_cpu, what);
             }
             if (norm) { /* new values, the graph of this batch size captured with the old */

@@ -1543,6 +1543,39 @@ static void test_augment_bytes(void)
     gt_free(ds.images);
 }
 
+/* The crop and flip of images of other shapes, the padding wider than the image included, against
+ * the padded copy: every offset and both flips occur for each shape. */
+static void test_augment_shapes(void)
+{
+    static const int shape[][4] = {{1, 1, 1, 3}, {1, 3, 2, 4}, {3, 32, 32, 4}, {2, 5, 7, 6}};
+    enum { N = 4000 };
+    for (size_t k = 0; k < sizeof shape / sizeof shape[0]; k++) {
+        int c = shape[k][0], h = shape[k][1], w = shape[k][2], pad = shape[k][3];
+        size_t len = (size_t)c * h * w;
+        gt_dataset ds = {.n = N, .c = c, .h = h, .w = w, .nclasses = 2};
+        ds.images = gt_alloc((size_t)N * len);
+        for (size_t i = 0; i < (size_t)N * len; i++)
+            ds.images[i] = (uint8_t)(i % 253 + 1);
+        gt_augment a = {.pad = pad, .flip = 1};
+        uint8_t *got = malloc(len), *want = malloc(len);
+        int span = 2 * pad + 1, seen = 0, *hit = calloc((size_t)span * span * 2, sizeof *hit);
+        for (uint32_t s = 0; s < N; s++) {
+            int dy, dx, flip;
+            gt_augment_draw(&a, 7, 1, s, &dy, &dx, &flip);
+            gt_data_copy_sample(&ds, s, &a, 7, 1, got);
+            augment_expected(ds.images + (size_t)s * len, c, h, w, pad, dy, dx, flip, want);
+            CHECK_MSG(memcmp(got, want, len) == 0, "shape %zu sample %u", k, s);
+            seen += !hit[(dy * span + dx) * 2 + flip]++;
+        }
+        CHECK_MSG(seen == span * span * 2, "shape %zu: %d of %d crops and flips drawn", k, seen,
+                  span * span * 2);
+        free(hit);
+        free(got);
+        free(want);
+        gt_free(ds.images);
+    }
+}
+
 /* The CPU network's gather augments a training batch as gt_data_copy_sample does, whatever batch
  * the sample lands in, and never an evaluation. */
 static void test_augment_cpu_net(void)
@@ -1818,6 +1851,7 @@ int main(void)
     test_image_size();
     test_augment_parse();
     test_augment_bytes();
+    test_augment_shapes();
     test_augment_cpu_net();
     test_norm_parse();
     test_norm_stats();

@@ -1,5 +1,5 @@
 /* counter_rng.h - the counter-based random numbers that dropout (on the CPU and the GPU) and the
- * training data's augmentation (data_input.c) use.
+ * training data's augmentation (data_input.c, and the GPU's input kernel) use.
  *
  * A mask bit is a pure function of (key, counter), so the CPU reference and a CUDA kernel draw the
  * same mask for the same sample, and a resumed run draws what the uninterrupted run would have. */
@@ -44,6 +44,17 @@ GT_HD uint64_t gt_augment_key(uint64_t seed, uint32_t epoch, uint32_t sample)
 {
     uint64_t k = seed ^ ((uint64_t)epoch << 32) ^ sample ^ 0xA5A5000000000000ull;
     return (uint64_t)gt_counter_hash(k, 0xa116) << 32 | gt_counter_hash(k, 0xf11b);
+}
+
+/* A sample's crop offsets (0..2P each, P = pad; 0 without a crop) and flip (0 without flipping)
+ * from its augmentation key: gt_augment_draw on the host (data_input.c) and the GPU's input
+ * kernel, which crops and flips a training batch on the device, draw them here alike. */
+GT_HD void gt_augment_offsets(uint64_t key, int pad, int flip_on, int *dy, int *dx, int *flip)
+{
+    uint32_t span = pad > 0 ? 2u * (uint32_t)pad + 1u : 1u;
+    *dy = (int)(gt_counter_hash(key, 0) % span);
+    *dx = (int)(gt_counter_hash(key, 1) % span);
+    *flip = flip_on ? (int)(gt_counter_hash(key, 2) & 1u) : 0;
 }
 
 #endif
