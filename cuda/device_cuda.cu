@@ -968,10 +968,16 @@ static int cuda_split_ready(gt_device *d, cuda_impl *g, gt_err *e)
         sp->ready = 1;
     }
     if (sp->n == 0) {
+        /* The weights in CUDA_SPLIT_PARTS, the first only the first layers' where a tensor ends
+         * within half an even part (the rest even): the forward's first layers wait for no
+         * more than their own upload, and the backward's last part (download or sum) is small. */
         size_t w = m->ndecay < m->nparams ? m->ndecay : m->nparams;
+        size_t cut = gt_model_tensors_end_within(m, w / CUDA_SPLIT_PARTS / 2);
         int n = 0;
         for (int k = 0; k < CUDA_SPLIT_PARTS; k++)
-            sp->bounds[n++] = w * (size_t)k / CUDA_SPLIT_PARTS;
+            sp->bounds[n++] = !cut ? w * (size_t)k / CUDA_SPLIT_PARTS
+                              : k == 0 ? 0
+                                       : cut + (w - cut) * (size_t)(k - 1) / (CUDA_SPLIT_PARTS - 1);
         if (w < m->nparams)
             sp->bounds[n++] = w;
         sp->bounds[n] = m->nparams;

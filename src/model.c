@@ -754,3 +754,14 @@ const gt_tensor_info *gt_model_buffer(const gt_model *m, const char *name)
 {
     return tensor_find(m->buffer_tensors, m->nbuffer_tensors, name);
 }
+
+size_t gt_model_tensors_end_within(const gt_model *m, size_t limit)
+{
+    size_t end = 0;
+    for (int t = 0; t < m->ntensors; t++) {
+        size_t e = m->tensors[t].offset + m->tensors[t].len;
+        if (e <= limit && e > end)
+            end = e;
+    }
+    return end;
+}

@@ -66,12 +66,7 @@ static int first_cut(const run *r, int tail, int body)
     size_t lo, hi;
     int even = (int)((int64_t)tail / body);
     gt_ps_stripes_span(&r->ps, 0, tail, &lo, &hi);
-    size_t half = (hi - lo) / (size_t)body / 2, end = 0;
-    for (int t = 0; t < r->m->ntensors; t++) {
-        size_t e = r->m->tensors[t].offset + r->m->tensors[t].len;
-        if (e <= half && e > end)
-            end = e;
-    }
+    size_t end = gt_model_tensors_end_within(r->m, (hi - lo) / (size_t)body / 2);
     for (int s = 1; end > 0 && s < even; s++) {
         gt_ps_stripes_span(&r->ps, s - 1, s, &lo, &hi);
         if (hi >= end)

@@ -157,6 +157,10 @@ int gt_model_block_depths(const gt_model *m, int *depth, gt_err *e);
 
 /* Parameter tensor by name, or NULL. */
 const gt_tensor_info *gt_model_tensor(const gt_model *m, const char *name);
+/* The end (offset + length) of the parameter tensor that ends last at or before limit, 0 where none
+ * does: where a copy or apply in parts can end its first part, the first layers', whose gradient
+ * a backward finishes last and whose parameters a forward reads first. */
+size_t gt_model_tensors_end_within(const gt_model *m, size_t limit);
 /* Buffer tensor by name, or NULL. */
 const gt_tensor_info *gt_model_buffer(const gt_model *m, const char *name);
 
