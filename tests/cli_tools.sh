@@ -5,7 +5,7 @@
 # (empty where a log lacks them), model and seed from a log's config record; plot.py draws them, and
 # one run's loss and accuracy from its log (where matplotlib imports). With the data:
 # steps_diff.py on two runs, check_safetensors.py on a checkpoint this build writes; ncu_sum.py on
-# a CSV the test writes. Without data:
+# a CSV the test writes; trace_steps.py on a timeline the test writes. Without data:
 # a resnet20 checkpoint written in gputrain's layout (batch norm's buffers included) through
 # check_safetensors.py and gputrain_torch.py (numpy, and torch where it imports). No GPU.
 . "$(dirname "$0")/lib_cli.sh"
@@ -20,6 +20,28 @@ for t in "$SRC"/tools/*.sh "$SRC"/tools/gpu/*.sh "$SRC"/tools/*.py; do
     rc=$?
     [ $rc -eq 2 ] || fail "$(basename "$t") --no-such-option: exit $rc, not 2"
 done
+
+# trace_steps.py: a cupti_trace timeline of 20 steps, each 1000 us from one loss kernel to the next:
+# kernels 0-300 and 500-800 us (two streams overlapping at 200-300), a 100 us upload of 2 MB and a
+# 50 us download of 1 MB: 600 us of kernels, 400 us idle over the 19 steps between the 20 loss
+# kernels; a row that is not the tracer's is refused.
+python3 - "$TMP/trace.csv" <<'PY'
+import sys
+with open(sys.argv[1], "w") as f:
+    for i in range(20):
+        t = 1_000_000 + i * 1_000_000
+        f.write(f"K,{t},{t + 10_000},7,softmax_xent_kernel\n")
+        f.write(f"K,{t + 10_000},{t + 300_000},7,conv\nK,{t + 200_000},{t + 250_000},9,wgrad\n")
+        f.write(f"K,{t + 500_000},{t + 800_000},7,bn\nM,{t + 850_000},{t + 950_000},7,2000000,1\n")
+        f.write(f"M,{t + 300_000},{t + 350_000},8,1000000,2\nS,{t + 400_000},{t + 401_000},7\n")
+PY
+python3 "$SRC/tools/trace_steps.py" --from 0 --to 1 "$TMP/trace.csv" >"$TMP/trace.out" 2>&1 ||
+    fail "trace_steps.py: $(cat "$TMP/trace.out")"
+grep -q ': 19 steps; median period 1000 us, kernels 600 us, idle 400 us; host to device 100 us 2.0 MB; device to host 50 us 1.0 MB$' "$TMP/trace.out" ||
+    fail "trace_steps.py's summary: $(cat "$TMP/trace.out")"
+echo "X,1,2" >>"$TMP/trace.csv"
+python3 "$SRC/tools/trace_steps.py" "$TMP/trace.csv" >"$TMP/trace.out" 2>&1 && fail "trace_steps.py took a row that is not the tracer's"
+grep -q 'trace.csv:141: not a cupti_trace row' "$TMP/trace.out" || fail "trace_steps.py's refusal: $(cat "$TMP/trace.out")"
 
 # ncu_sum.py sums an Nsight Compute CSV's kernel times by name (the kernel's arguments dropped),
 # largest first, with the share and the launch count; a CSV without time rows is an error.

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""trace_steps.py - where a training step's GPU time goes, from a timeline that
+tools/bench/cupti_trace.c wrote (GT_TRACE_OUT=trace.csv LD_PRELOAD=build/libgt_cupti_trace.so
+gputrain ...).
+
+Usage: tools/trace_steps.py [--kernel NAME] [--from F] [--to F] TRACE.csv [TRACE.csv ...]
+
+Steps are cut at each run of the loss kernel (a kernel whose name holds NAME, default "xent": one a
+training step); over the steps from fraction F to T of the run (default 0.4 to 0.9: warm, and
+clear of the end, which the trace may miss), one line per file with the medians of a step's
+period, the time some kernel ran (the union over streams), the GPU's idle time (the rest), and each
+copy direction's busy time and bytes. A step whose period exceeds the kernels' time by much waits
+on the host or on copies; the copies' columns say which."""
+import argparse
+import bisect
+import statistics
+import sys
+
+
+def union(intervals):
+    """Total length covered by (start, end) intervals."""
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (cur_e - cur_s if cur_e is not None else 0)
+
+
+def load(path, marker):
+    kernels, copies, marks = [], {1: [], 2: []}, []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            p = line.rstrip("\n").split(",")
+            try:
+                if p[0] == "K":
+                    s, e = int(p[1]), int(p[2])
+                    kernels.append((s, e))
+                    if marker in ",".join(p[4:]):
+                        marks.append(s)
+                elif p[0] == "M":
+                    kind = int(p[5])
+                    if kind in copies:
+                        copies[kind].append((int(p[1]), int(p[2]), int(p[4])))
+                elif p[0] != "S":
+                    raise ValueError
+            except (ValueError, IndexError):
+                sys.exit(f"trace_steps.py: {path}:{n}: not a cupti_trace row")
+    kernels.sort()
+    return kernels, copies, sorted(marks)
+
+
+def clip(items, a, b):
+    return [(max(s, a), min(e, b)) + tuple(rest) for s, e, *rest in items if e > a and s < b]
+
+
+def summary(path, marker, lo, hi):
+    kernels, copies, marks = load(path, marker)
+    first, last = int(len(marks) * lo), int(len(marks) * hi)
+    if last - first < 2:
+        return f"{path}: {len(marks)} steps ('{marker}' kernels): too few to summarise"
+    starts = [k[0] for k in kernels]
+    rows = []
+    for i in range(first, last - 1):
+        a, b = marks[i], marks[i + 1]
+        # kernels that began before a but end inside the step: look a little back
+        ks = kernels[max(0, bisect.bisect_left(starts, a) - 256):bisect.bisect_left(starts, b)]
+        row = [b - a, union(clip(ks, a, b))]
+        for kind in (1, 2):
+            c = clip(copies[kind], a, b)
+            row += [union([(s, e) for s, e, _ in c]), sum(x for *_, x in c)]
+        rows.append(row)
+    m = [statistics.median(col) for col in zip(*rows)]
+    return (f"{path}: {len(rows)} steps; median period {m[0] / 1e3:.0f} us, kernels {m[1] / 1e3:.0f} "
+            f"us, idle {(m[0] - m[1]) / 1e3:.0f} us; host to device {m[2] / 1e3:.0f} us "
+            f"{m[3] / 1e6:.1f} MB; device to host {m[4] / 1e3:.0f} us {m[5] / 1e6:.1f} MB")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("traces", nargs="+", metavar="TRACE.csv")
+    ap.add_argument("--kernel", default="xent", help="the name part of one kernel a step")
+    ap.add_argument("--from", dest="lo", type=float, default=0.4, help="first step, a fraction")
+    ap.add_argument("--to", dest="hi", type=float, default=0.9, help="last step, a fraction")
+    args = ap.parse_args()
+    if not 0 <= args.lo < args.hi <= 1:
+        ap.error(f"--from {args.lo} --to {args.hi}: need 0 <= from < to <= 1")
+    for path in args.traces:
+        try:
+            print(summary(path, args.kernel, args.lo, args.hi))
+        except OSError as e:
+            sys.exit(f"trace_steps.py: {path}: {e.strerror}")
+
+
+if __name__ == "__main__":
+    main()
