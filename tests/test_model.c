@@ -808,6 +808,40 @@ static void test_decay_layout(void)
     CHECK(m.ndecay == m.nparams && m.layers[0].b_off == m.layers[0].w_off + m.layers[0].w_len);
 }
 
+/* Where a copy or apply in parts ends its first part (gt_model_tensors_end_within): the end of the
+ * tensor that ends last at or before the limit, no tensor ending between it and the limit, 0
+ * below the first tensor's end; resnet18's at half an eighth of its weights is layer2's end (its
+ * stem, layer1 and layer2: 673,472 parameters), cnn-wide's its two convolutions'. */
+static void test_tensors_end_within(void)
+{
+    static gt_model m;
+    gt_err e = {{0}};
+    static const struct {
+        const char *name;
+        int c, side;
+        size_t want;
+        const char *last; /* the tensor that ends there */
+    } cases[] = {{"resnet18", 3, 32, 673472, "layers.3.c2.weight"},
+                 {"cnn-wide", 1, 28, 52096, "c2.bias"}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        CHECK_MSG(gt_model_build(cases[k].name, cases[k].c, cases[k].side, cases[k].side, 10, &m,
+                                 &e) == 0,
+                  "%s: %s", cases[k].name, e.msg);
+        size_t w = m.ndecay < m.nparams ? m.ndecay : m.nparams, limit = w / 8 / 2;
+        size_t end = gt_model_tensors_end_within(&m, limit);
+        const gt_tensor_info *t = gt_model_tensor(&m, cases[k].last);
+        CHECK_MSG(end == cases[k].want && t && t->offset + t->len == end,
+                  "%s: first part ends at %zu (want %zu, the end of %s)", cases[k].name, end,
+                  cases[k].want, cases[k].last);
+        for (int i = 0; i < m.ntensors; i++) {
+            size_t ti = m.tensors[i].offset + m.tensors[i].len;
+            CHECK(ti <= end || ti > limit);
+        }
+        CHECK(gt_model_tensors_end_within(&m, m.tensors[0].len - 1) == 0 || m.tensors[0].offset);
+        CHECK(gt_model_tensors_end_within(&m, m.nparams) == m.nparams);
+    }
+}
+
 int main(void)
 {
     test_decay_layout();
@@ -822,5 +856,6 @@ int main(void)
     test_resnet_layout();
     test_resnet_init();
     test_resnet_gradient();
+    test_tensors_end_within();
     TEST_DONE();
 }
