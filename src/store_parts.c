@@ -19,8 +19,8 @@ static int devices_part(const run *r, int overlaps)
 
 /* How many parts the store step takes (--store-parts; auto: GT_STORE_PARTS_AUTO where every
  * device runs beside the host, a GPU, and the model is large enough to gain, each part at least
- * part_min parameters), never more than the stripes; 0 where a step's store work stays
- * whole: --overlap, the lock-free store, across hosts (whose averaging rounds rebase the store under the
+ * part_min parameters), never more than the stripes; 0 where a step's store work stays whole:
+ * --overlap, the lock-free store, across hosts (whose averaging rounds rebase the store under the
  * workers) and devices that cannot exchange in parts. */
 static int parts_count(const run *r, size_t part_min)
 {

@@ -492,11 +492,7 @@ static void test_store_parts(void)
     gt_model m;
     gt_err e = {{0}};
     CHECK(gt_model_build(g_model, 1, 28, 28, 10, &m, &e) == 0);
-    size_t end = 0;
-    for (int t = 0; t < m.ntensors; t++)
-        if (m.tensors[t].offset + m.tensors[t].len <= m.nparams / 8 &&
-            m.tensors[t].offset + m.tensors[t].len > end)
-            end = m.tensors[t].offset + m.tensors[t].len;
+    size_t end = gt_model_tensors_end_within(&m, m.nparams / 8);
     CHECK_MSG(end > 0 && oa.res->store_part_first >= end && oa.res->store_part_first < m.nparams / 4,
               "the first of 4 parts holds %zu of %zu parameters (its tensors end at %zu)",
               oa.res->store_part_first, m.nparams, end);
