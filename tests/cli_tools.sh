@@ -34,14 +34,27 @@ with open(sys.argv[1], "w") as f:
         f.write(f"K,{t + 10_000},{t + 300_000},7,conv\nK,{t + 200_000},{t + 250_000},9,wgrad\n")
         f.write(f"K,{t + 500_000},{t + 800_000},7,bn\nM,{t + 850_000},{t + 950_000},7,2000000,1\n")
         f.write(f"M,{t + 300_000},{t + 350_000},8,1000000,2\nS,{t + 400_000},{t + 401_000},7\n")
+    # the host's calls: an instantiation of 2 ms before step 1, a launch each step after it
+    f.write("A,0,2000000,5,cudaGraphInstantiate_v12000\n")
+    for i in range(1, 20):
+        f.write(f"A,{1_000_000 + i * 1_000_000 - 4_000},{1_000_000 + i * 1_000_000 - 3_000},5,cudaGraphLaunch\n")
 PY
 python3 "$SRC/tools/trace_steps.py" --from 0 --to 1 "$TMP/trace.csv" >"$TMP/trace.out" 2>&1 ||
     fail "trace_steps.py: $(cat "$TMP/trace.out")"
 grep -q ': 19 steps; median period 1000 us, kernels 600 us, idle 400 us; host to device 100 us 2.0 MB; device to host 50 us 1.0 MB$' "$TMP/trace.out" ||
     fail "trace_steps.py's summary: $(cat "$TMP/trace.out")"
+# --api 3: the calls from 1 ms before step 1's loss kernel (t = 1 ms) to step 3's, in time order
+python3 "$SRC/tools/trace_steps.py" --api 3 --before 1 "$TMP/trace.csv" >"$TMP/trace.out" 2>&1 ||
+    fail "trace_steps.py --api: $(cat "$TMP/trace.out")"
+grep -q '^| -1.00 | 2.000 | 5 | cudaGraphInstantiate_v12000 |$' "$TMP/trace.out" &&
+    grep -q '^| 1.00 | 0.001 | 5 | cudaGraphLaunch |$' "$TMP/trace.out" &&
+    [ "$(grep -c "| cudaGraphLaunch |" "$TMP/trace.out")" = 2 ] &&
+    grep -q '^window totals: cudaGraphInstantiate_v12000 2.0 ms, cudaGraphLaunch 0.0 ms$' "$TMP/trace.out" &&
+    grep -q '^kernels ran 1.2 ms of the window.s 3.0 ms$' "$TMP/trace.out" ||
+    fail "trace_steps.py --api: $(cat "$TMP/trace.out")"
 echo "X,1,2" >>"$TMP/trace.csv"
 python3 "$SRC/tools/trace_steps.py" "$TMP/trace.csv" >"$TMP/trace.out" 2>&1 && fail "trace_steps.py took a row that is not the tracer's"
-grep -q 'trace.csv:141: not a cupti_trace row' "$TMP/trace.out" || fail "trace_steps.py's refusal: $(cat "$TMP/trace.out")"
+grep -q 'trace.csv:161: not a cupti_trace row' "$TMP/trace.out" || fail "trace_steps.py's refusal: $(cat "$TMP/trace.out")"
 
 # ncu_sum.py sums an Nsight Compute CSV's kernel times by name (the kernel's arguments dropped),
 # largest first, with the share and the launch count; a CSV without time rows is an error.

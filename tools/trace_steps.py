@@ -3,14 +3,21 @@
 tools/bench/cupti_trace.c wrote (GT_TRACE_OUT=trace.csv LD_PRELOAD=build/libgt_cupti_trace.so
 gputrain ...).
 
-Usage: tools/trace_steps.py [--kernel NAME] [--from F] [--to F] TRACE.csv [TRACE.csv ...]
+Usage: tools/trace_steps.py [--kernel NAME] [--from F] [--to F] [--api N [--before MS]]
+                            TRACE.csv [TRACE.csv ...]
 
 Steps are cut at each run of the loss kernel (a kernel whose name holds NAME, default "xent": one a
 training step); over the steps from fraction F to T of the run (default 0.4 to 0.9: warm, and
 clear of the end, which the trace may miss), one line per file with the medians of a step's
 period, the time some kernel ran (the union over streams), the GPU's idle time (the rest), and each
 copy direction's busy time and bytes. A step whose period exceeds the kernels' time by much waits
-on the host or on copies; the copies' columns say which."""
+on the host or on copies; the copies' columns say which.
+
+--api N reads the host's CUDA calls that a trace taken with GT_TRACE_API_US holds and lists, in
+time order, those from MS milliseconds (default 100) before the first step's loss kernel up to the
+N-th step's, each with its start relative to that kernel, its length and its thread; then the
+window's total per call name and the time some kernel ran in it: what the first steps wait on (a
+graph's capture and instantiation, a library's first call, an allocation)."""
 import argparse
 import bisect
 import statistics
@@ -31,7 +38,7 @@ def union(intervals):
 
 
 def load(path, marker):
-    kernels, copies, marks = [], {1: [], 2: []}, []
+    kernels, copies, marks, api = [], {1: [], 2: []}, [], []
     with open(path) as f:
         for n, line in enumerate(f, 1):
             p = line.rstrip("\n").split(",")
@@ -45,12 +52,14 @@ def load(path, marker):
                     kind = int(p[5])
                     if kind in copies:
                         copies[kind].append((int(p[1]), int(p[2]), int(p[4])))
+                elif p[0] == "A":
+                    api.append((int(p[1]), int(p[2]), int(p[3]), ",".join(p[4:])))
                 elif p[0] != "S":
                     raise ValueError
             except (ValueError, IndexError):
                 sys.exit(f"trace_steps.py: {path}:{n}: not a cupti_trace row")
     kernels.sort()
-    return kernels, copies, sorted(marks)
+    return kernels, copies, sorted(marks), sorted(api)
 
 
 def clip(items, a, b):
@@ -58,7 +67,7 @@ def clip(items, a, b):
 
 
 def summary(path, marker, lo, hi):
-    kernels, copies, marks = load(path, marker)
+    kernels, copies, marks, _ = load(path, marker)
     first, last = int(len(marks) * lo), int(len(marks) * hi)
     if last - first < 2:
         return f"{path}: {len(marks)} steps ('{marker}' kernels): too few to summarise"
@@ -79,6 +88,28 @@ def summary(path, marker, lo, hi):
             f"{m[3] / 1e6:.1f} MB; device to host {m[4] / 1e3:.0f} us {m[5] / 1e6:.1f} MB")
 
 
+def first_steps(path, marker, nsteps, before_ms):
+    kernels, _, marks, api = load(path, marker)
+    if not api:
+        return f"{path}: no API rows (trace with GT_TRACE_API_US set)"
+    if len(marks) < nsteps:
+        return f"{path}: {len(marks)} steps ('{marker}' kernels), fewer than --api {nsteps}"
+    t0, a, b = marks[0], marks[0] - int(before_ms * 1e6), marks[nsteps - 1]
+    lines = [f"{path}: host CUDA calls from {before_ms:g} ms before step 1's '{marker}' kernel "
+             f"(t = 0) to step {nsteps}'s (t = {(b - t0) / 1e6:.1f} ms)",
+             "| start (ms) | length (ms) | thread | call |", "|---:|---:|---:|---|"]
+    totals = {}
+    for s, e, thread, name in api:
+        if e > a and s < b:
+            lines.append(f"| {(s - t0) / 1e6:.2f} | {(e - s) / 1e6:.3f} | {thread} | {name} |")
+            totals[name] = totals.get(name, 0) + min(e, b) - max(s, a)
+    busy = union(clip(kernels, a, b))
+    lines.append("window totals: " + ", ".join(
+        f"{n} {t / 1e6:.1f} ms" for n, t in sorted(totals.items(), key=lambda x: -x[1])[:10]))
+    lines.append(f"kernels ran {busy / 1e6:.1f} ms of the window's {(b - a) / 1e6:.1f} ms")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -86,12 +117,19 @@ def main():
     ap.add_argument("--kernel", default="xent", help="the name part of one kernel a step")
     ap.add_argument("--from", dest="lo", type=float, default=0.4, help="first step, a fraction")
     ap.add_argument("--to", dest="hi", type=float, default=0.9, help="last step, a fraction")
+    ap.add_argument("--api", type=int, default=0, metavar="N",
+                    help="list the host's CUDA calls up to step N's loss kernel")
+    ap.add_argument("--before", type=float, default=100, metavar="MS",
+                    help="with --api: start the list MS milliseconds before step 1's")
     args = ap.parse_args()
+    if args.api < 0 or args.before < 0:
+        ap.error(f"--api {args.api} --before {args.before}: need numbers 0 or more")
     if not 0 <= args.lo < args.hi <= 1:
         ap.error(f"--from {args.lo} --to {args.hi}: need 0 <= from < to <= 1")
     for path in args.traces:
         try:
-            print(summary(path, args.kernel, args.lo, args.hi))
+            print(first_steps(path, args.kernel, args.api, args.before) if args.api
+                  else summary(path, args.kernel, args.lo, args.hi))
         except OSError as e:
             sys.exit(f"trace_steps.py: {path}: {e.strerror}")
 
