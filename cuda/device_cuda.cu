@@ -573,6 +573,40 @@ static int cuda_plan_conv(gt_device *d, cuda_impl *g, int l, int wait, size_t *n
                                       l ? g->dact[0] : NULL, g->grad + L->w_off, need, e);
 }
 
+/* cuBLAS loads the kernels of a product at its first call: resnet18's first training step
+ * waited ~50 ms in its fc layer on one H200. Each linear layer's forward and backward run once
+ * here instead, at the training batch size on zeroed inputs, with the device's other one-time
+ * work (the convolutions' search before it); what they write, every step writes again (its
+ * gradient is zeroed first). */
+static int cuda_warm_linear(gt_device *d, cuda_impl *g, gt_err *e)
+{
+    gt_cuda_ctx *c = g->ctx;
+    const gt_model *m = d->model;
+    gt_cuda_pass p;
+    memset(&p, 0, sizeof p);
+    p.n = d->max_batch;
+    p.params = g->params;
+    p.grad = g->grad;
+    p.params_half = g->params_half;
+    p.train = 1;
+    for (int l = 0; l < m->nlayers; l++) {
+        if (m->layers[l].kind != GT_LINEAR)
+            continue;
+        size_t bytes = (size_t)d->max_batch * m->max_act * sizeof(float);
+        GT_CUDA_CHECK(c->name, e, cudaMemsetAsync(g->dact[0], 0, bytes, c->stream));
+        GT_CUDA_CHECK(c->name, e,
+                      cudaMemsetAsync(g->act[l], 0,
+                                      (size_t)d->max_batch * layer_in_len(m, l) * sizeof(float),
+                                      c->stream));
+        if (gt_cuda_layer_forward(c, &g->layer[l], &p, g->act[l], g->act[l + 1], e) ||
+            gt_cuda_layer_backward(c, &g->layer[l], &p, g->act[l], g->act[l + 1], g->dact[0],
+                                   l ? g->dact[1] : NULL, e))
+            return -1;
+    }
+    GT_CUDA_CHECK(c->name, e, cudaStreamSynchronize(c->stream));
+    return 0;
+}
+
 /* Times each convolution's algorithms at the training batch size with a generous workspace,
  * then keeps only the workspace the chosen ones need. Runs when the layer path is first chosen
  * (at open for a model the fused kernels cannot run): the search writes the activation, input
@@ -614,6 +648,8 @@ static int cuda_plan_layers(gt_device *d, cuda_impl *g, gt_err *e)
     if (gt_cuda_ctx_set_workspace(c, need, e))
         return -1;
     cuda_nhwc_mark(g, m);
+    if (cuda_warm_linear(d, g, e))
+        return -1;
     g->layers_ready = 1;
     return 0;
 }
