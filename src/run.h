@@ -230,6 +230,8 @@ typedef struct run_jobs {
                                   post holds a ticket and enters the queue on its turn */
     int since_best;            /* evaluations since the monitored accuracy last improved */
     _Atomic int stop_early;    /* --patience ran out: stop_asked says so to the workers */
+    float *_Atomic spare[RUN_MAX_JOBS + 2]; /* freed snapshot arrays of r->n floats, taken again
+                                             * by the next snapshot (job_free, jobs.c) */
 } run_jobs;
 
 /* run_guard.c: the divergence guard (guard.h), fed every step's loss under r->mu. */
@@ -379,7 +381,8 @@ int hosts_round(run *r, gt_err *e);
 int hosts_epoch_end_locked(run *r, int complete);
 
 /* jobs.c */
-void job_free(job *j);
+void job_free(run *r, job *j);
+void jobs_spares_free(run *r);
 int jobs_snapshot_locked(run *r, job *j, int kinds, uint32_t epoch, uint64_t step);
 void jobs_post_snapshot_locked(run *r, int kinds, uint32_t epoch, uint64_t step);
 void jobs_post_due_locked(run *r, uint64_t step_in_epoch);

@@ -87,7 +87,7 @@ int supervise(run *r, gt_run_result *res, gt_err *e)
             r->jq.handling = 1;
             pthread_cond_broadcast(&r->cv);
             pthread_mutex_unlock(&r->mu);
-            int jr = rc == 0 ? jobs_handle(r, &j, res, e) : (job_free(&j), 0);
+            int jr = rc == 0 ? jobs_handle(r, &j, res, e) : (job_free(r, &j), 0);
             pthread_mutex_lock(&r->mu);
             r->jq.handling = 0;
             pthread_cond_broadcast(&r->cv);

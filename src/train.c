@@ -258,7 +258,8 @@ static void run_free(run *r)
     free(r->clk.stat_slots);
     free(r->clk.stats_in);
     for (int i = 0; i < r->jq.n; i++)
-        job_free(&r->jq.q[i]);
+        job_free(r, &r->jq.q[i]);
+    jobs_spares_free(r);
     guard_free(r);
     gt_ps_free(&r->ps);
     if (r->rep.log)
@@ -350,7 +351,7 @@ static int save_interrupted(run *r, gt_run_result *res, gt_err *e)
     pthread_mutex_unlock(&r->mu);
     if (rc != 0 || jobs_write_checkpoint(r, &j, res, e) != 0)
         rc = -1;
-    job_free(&j);
+    job_free(r, &j);
     return rc;
 }
 
