@@ -168,21 +168,23 @@ unsigned gt_ps_ema_span(float decay, uint64_t t)
     return (unsigned)(t - prev);
 }
 
-/* Copies one array between dst and src over every stripe, each under its lock (relaxed atomics
- * in the lock-free store). */
+/* Copies one array between dst and src over every stripe, each under its lock, where nothing
+ * else writes it (a plain copy), or with relaxed atomics in the lock-free store. */
 static void ps_copy_striped(gt_ps *ps, float *dst, const float *src)
 {
     for (int s = 0; s < ps->nranges; s++) {
         gt_stripe *st = &ps->stripes[s];
-        if (ps->nstripes)
+        if (ps->nstripes) {
             pthread_mutex_lock(&st->lock);
+            memcpy(dst + st->lo, src + st->lo, (st->hi - st->lo) * sizeof(float));
+            pthread_mutex_unlock(&st->lock);
+            continue;
+        }
         for (size_t i = st->lo; i < st->hi; i++) {
             float v;
             __atomic_load(&src[i], &v, __ATOMIC_RELAXED);
             __atomic_store(&dst[i], &v, __ATOMIC_RELAXED);
         }
-        if (ps->nstripes)
-            pthread_mutex_unlock(&st->lock);
     }
 }
 
@@ -669,11 +671,13 @@ void gt_ps_pull_state(gt_ps *ps, int i, float *dst)
 {
     for (int s = 0; s < ps->nranges; s++) {
         gt_stripe *st = &ps->stripes[s];
-        if (ps->nstripes)
+        if (ps->nstripes) {
             pthread_mutex_lock(&st->lock);
-        relaxed_copy(dst + st->lo, ps->state[i] + st->lo, st->hi - st->lo);
-        if (ps->nstripes)
+            memcpy(dst + st->lo, ps->state[i] + st->lo, (st->hi - st->lo) * sizeof(float));
             pthread_mutex_unlock(&st->lock);
+        } else {
+            relaxed_copy(dst + st->lo, ps->state[i] + st->lo, st->hi - st->lo);
+        }
     }
 }
 

@@ -63,7 +63,12 @@ static void ps_save_stripe(gt_ps *ps, gt_stripe *st, gt_ps_saved *s, int restore
             continue; /* optimizer state the store does not keep */
         if (!store[a] || !copy[a])
             continue; /* no moving average, in the store or in the copy */
-        if (restore)
+        /* Under the stripe's lock nothing else writes it (ps.c's writers take it too), so a
+         * plain copy, which vectorises; lock-free pushes may write meanwhile: relaxed atomics. */
+        if (ps->nstripes > 0)
+            memcpy(restore ? store[a] + lo : copy[a] + lo, restore ? copy[a] + lo : store[a] + lo,
+                   len * sizeof(float));
+        else if (restore)
             relaxed_store(store[a] + lo, copy[a] + lo, len);
         else
             relaxed_load(copy[a] + lo, store[a] + lo, len);
