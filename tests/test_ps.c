@@ -252,6 +252,44 @@ static void test_momentum_state(void)
     gt_ps_free(&ps);
 }
 
+/* The guard's copy (ps_save.h) takes parameters, momentum and buffers, plain copies under the
+ * stripe locks or relaxed atomics in the lock-free store alike, and a restore puts them back
+ * whole and bumps every stripe's version, so the next push counts the rollback as an update. */
+static void test_save_restore(int stripes)
+{
+    enum { N = 1000 };
+    gt_optim_cfg c = plain_sgd();
+    c.momentum = 0.5f;
+    c.lr = 0.25f;
+    gt_ps ps;
+    gt_err e;
+    CHECK(gt_ps_init(&ps, N, stripes, &c, &e) == 0 && ps.nstate == 1);
+    float g[N], p0[N], s0[N], got[N];
+    for (int k = 0; k < N; k++)
+        g[k] = (float)(k % 7) - 3.0f;
+    gt_ps_push(&ps, 0, 1, g, 1.0f, NULL, 0.0);
+    gt_ps_push(&ps, 0, 1, g, 1.0f, NULL, 0.0);
+    gt_ps_pull(&ps, p0, NULL);
+    gt_ps_pull_state(&ps, 0, s0);
+    gt_ps_saved saved;
+    CHECK(gt_ps_saved_alloc(&saved, &ps, &e) == 0);
+    gt_ps_save(&ps, &saved);
+    CHECK(memcmp(saved.params, p0, sizeof p0) == 0 && memcmp(saved.state[0], s0, sizeof s0) == 0);
+    uint64_t v0 = atomic_load(&ps.stripes[ps.nranges - 1].version);
+    for (int k = 0; k < 3; k++)
+        gt_ps_push(&ps, 0, 1, g, 1.0f, NULL, 0.0);
+    gt_ps_pull(&ps, got, NULL);
+    CHECK(memcmp(got, p0, sizeof got) != 0);
+    gt_ps_restore(&ps, &saved);
+    gt_ps_pull(&ps, got, NULL);
+    CHECK(memcmp(got, p0, sizeof got) == 0);
+    gt_ps_pull_state(&ps, 0, got);
+    CHECK(memcmp(got, s0, sizeof got) == 0);
+    CHECK(atomic_load(&ps.stripes[ps.nranges - 1].version) == v0 + 3 + 1);
+    gt_ps_saved_free(&saved);
+    gt_ps_free(&ps);
+}
+
 /* Helper threads change who applies a stripe, not the arithmetic: pushes with them give the same
  * bits, parameters and optimizer state, as pushes without, for SGD with momentum and Adam. */
 static void test_helpers_same_bits(gt_opt_kind kind)
@@ -650,6 +688,8 @@ int main(void)
     test_staleness();
     test_stale_percentile();
     test_momentum_state();
+    test_save_restore(4);
+    test_save_restore(0);
     for (size_t i = 0; i < sizeof stripes / sizeof *stripes; i++)
         test_no_lost_update(stripes[i], 1, 3);
     test_no_lost_update(8, THREADS, 2);
