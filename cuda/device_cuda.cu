@@ -582,8 +582,7 @@ static int cuda_warm_linear(gt_device *d, cuda_impl *g, gt_err *e)
 {
     gt_cuda_ctx *c = g->ctx;
     const gt_model *m = d->model;
-    gt_cuda_pass p;
-    memset(&p, 0, sizeof p);
+    gt_cuda_pass p = {};
     p.n = d->max_batch;
     p.params = g->params;
     p.grad = g->grad;
