@@ -241,17 +241,10 @@ static int hogwild_exchange(run *r, worker *w, void *arg)
     run_lr lr = run_lr_now(r, 0, 1);
     *x = (hogwild_xchg){.r = r, .w = w, .dst = d->params};
     gt_ps_update_begin(&r->ps, &x->u, w->index, r->W, lr.gscale, lr.epoch);
-    /* A GPU uploads each part straight from the store once its update is in, as ssp's GPUs do:
-     * no copy out under the stripe locks (resnet18: 45 MB a step written and read again), which
-     * held each lock longer while the other workers' pushes queued. A lone worker reads the same
-     * bits as the copy's; with several, a part may also hold other workers' updates that landed
-     * before or during its upload, element by element where the copy saw them stripe by stripe,
-     * which hogwild allows (the lock-free store reads so throughout), so the staleness the next
-     * push counts is an upper bound. A rollback's restore is followed by a whole pull. CPU
-     * workers compute on their buffer itself and keep the copy. */
-    int in_place = r->W == 1 || (r->H == 1 && d->loads_copy);
-    const float *src = in_place ? r->ps.params : d->params;
-    if (in_place)
+    /* A lone worker's device uploads straight from the store, which nobody else writes: the same
+     * bits without the copy (a rollback's restore is followed by a whole pull). */
+    const float *src = r->W == 1 ? r->ps.params : d->params;
+    if (r->W == 1)
         x->dst = NULL;
     int rc = d->ops->exchange(d, r->store_parts, r->parts.bounds, hw(w)->order, src, hogwild_part,
                               x, &e);
