@@ -10,9 +10,10 @@
 #include <string.h>
 
 /* A snapshot array of r->n floats: a spare one that a finished job left, else a new one. A
- * large model's array (resnet18: 45 MB) is past malloc's mmap threshold, so a new one is pages
- * the copy into it faults in one by one (~15 ms for 45 MB), which every evaluation's snapshot
- * paid under r->mu. Spares are swapped in and out atomically: any thread may take or leave one. */
+ * large model's array (resnet18: 45 MB) is past malloc's mmap threshold, so a new one arrives
+ * unmapped and the copy into it faults its pages in one by one (~15 ms for 45 MB), which every
+ * evaluation's snapshot paid under r->mu. Spares are swapped in and out atomically (any thread
+ * may take or leave one); at most RUN_MAX_JOBS + 2 wait, freed at the run's end. */
 static float *snap_alloc(run *r)
 {
     for (int i = 0; i < RUN_MAX_JOBS + 2; i++) {
