@@ -692,19 +692,7 @@ static int ps_pools_get(gt_ps *ps, size_t nparams, int nworkers)
     return 0;
 }
 
-void gt_ps_pull_state(gt_ps *ps, int i, float *dst)
-{
-    for (int s = 0; s < ps->nranges; s++) {
-        gt_stripe *st = &ps->stripes[s];
-        if (ps->nstripes) {
-            pthread_mutex_lock(&st->lock);
-            memcpy(dst + st->lo, ps->state[i] + st->lo, (st->hi - st->lo) * sizeof(float));
-            pthread_mutex_unlock(&st->lock);
-        } else {
-            relaxed_copy(dst + st->lo, ps->state[i] + st->lo, st->hi - st->lo);
-        }
-    }
-}
+void gt_ps_pull_state(gt_ps *ps, int i, float *dst) { ps_copy_striped(ps, dst, ps->state[i]); }
 
 void gt_ps_stripes_span(const gt_ps *ps, int s_lo, int s_hi, size_t *lo, size_t *hi)
 {
