@@ -273,6 +273,8 @@ int gt_cuda_ema_update(gt_device *d, float decay, gt_err *e)
     return gt_cuda_ema_apply(p.ctx, a->ema, p.params, decay, a->n, e);
 }
 
+const float *gt_cuda_allreduce_ema(const gt_cuda_allreduce *a) { return a ? a->ema : NULL; }
+
 int gt_cuda_ema_get(gt_device *d, float *dst, gt_err *e)
 {
     gt_cuda_device_parts p;

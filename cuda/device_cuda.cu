@@ -736,16 +736,16 @@ static void *conv_x_half(const cuda_impl *g, const gt_model *m, int l, const flo
 
 /* Layer L's part of the parameters' bf16 copy (cuda_params_half); nothing for a layer without
  * weights the bf16 layers multiply. */
-static int cuda_layer_half(cuda_impl *g, const gt_layer *L, gt_err *e)
+static int cuda_layer_half(cuda_impl *g, const gt_layer *L, const float *src, gt_err *e)
 {
     gt_cuda_ctx *c = g->ctx;
     __nv_bfloat16 *half = (__nv_bfloat16 *)g->params_half;
     int kind = layer_half_kind(L);
     if (kind < 0)
         return 0;
-    return kind ? gt_cuda_filter_to_krsc_bf16(c, g->params + L->w_off, half + L->w_off, L->out_c,
+    return kind ? gt_cuda_filter_to_krsc_bf16(c, src + L->w_off, half + L->w_off, L->out_c,
                                               L->in_c, L->k * L->k, e)
-                : gt_cuda_to_bf16(c, g->params + L->w_off, half + L->w_off, L->w_len, e);
+                : gt_cuda_to_bf16(c, src + L->w_off, half + L->w_off, L->w_len, e);
 }
 
 /* Before layer l's forward in a step that uploads in parts (cuda_up_parts): the compute stream
@@ -760,7 +760,7 @@ static int cuda_up_wait(cuda_impl *g, const gt_model *m, int l, int *waited, gt_
         GT_CUDA_CHECK(c->name, e, cudaStreamWaitEvent(c->stream, sp->up_part[need], 0));
         *waited = need;
     }
-    return g->params_half ? cuda_layer_half(g, &m->layers[l], e) : 0;
+    return g->params_half ? cuda_layer_half(g, &m->layers[l], g->params, e) : 0;
 }
 
 /* Forward through every layer; without pass.train, dropout is the identity and is skipped (the
@@ -1186,13 +1186,13 @@ static int cuda_backward(cuda_impl *g, const gt_model *m, gt_cuda_pass pass, int
  * (layers_cuda.cu's half_params), each convolution's filter (k, c, r, s) in cuDNN's channels-last
  * filter layout (k, r, s, c), a 1x1 filter and a linear layer's weights as they are. Biases and
  * batch norm's parameters stay fp32 and get no copy. */
-static int cuda_params_half(cuda_impl *g, const gt_model *m, gt_err *e)
+static int cuda_params_half(cuda_impl *g, const gt_model *m, const float *src, gt_err *e)
 {
     if (g->half_tasks) /* one launch for every layer's (resnet18 at batch 128: ~85 us less) */
-        return gt_cuda_weights_to_bf16(g->ctx, g->params, g->params_half, g->half_tasks,
+        return gt_cuda_weights_to_bf16(g->ctx, src, g->params_half, g->half_tasks,
                                        g->nhalf_tasks, e);
     for (int l = 0; l < m->nlayers; l++)
-        if (cuda_layer_half(g, &m->layers[l], e))
+        if (cuda_layer_half(g, &m->layers[l], src, e))
             return -1;
     return 0;
 }
@@ -1211,7 +1211,7 @@ static int cuda_layers_train(gt_device *d, cuda_impl *g, const cuda_slot *s, int
                          d->keep_grad, NULL, g->params_half, NULL, 0, NULL, 0};
     const float *logits;
     cuda_split *sp = &g->split;
-    if (sp->up_on ? cuda_up_parts(g, e) : g->params_half && cuda_params_half(g, m, e))
+    if (sp->up_on ? cuda_up_parts(g, e) : g->params_half && cuda_params_half(g, m, g->params, e))
         return -1;
     if (g->stats && !d->keep_grad)
         GT_CUDA_CHECK(d->name, e,
@@ -1522,11 +1522,11 @@ static int cuda_step_end(gt_device *d, gt_step_out *out, gt_err *e)
     return 0;
 }
 
-/* Samples [lo, lo + n) of ds; the layer path computes n_fwd >= n rows (the rows past n, stale
- * images in eval_x, are computed and left out: every layer but batch norm's training treats a
- * sample alone). */
-static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uint32_t lo, int n,
-                           int n_fwd, gt_err *e)
+/* Samples [lo, lo + n) of ds on the parameters at src (device); the layer path computes n_fwd >=
+ * n rows (the rows past n, stale images in eval_x, are computed and left out: every layer but
+ * batch norm's training treats a sample alone). */
+static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, const float *src,
+                           uint32_t lo, int n, int n_fwd, gt_err *e)
 {
     gt_cuda_ctx *c = g->ctx;
     for (int i = 0; i < n; i++)
@@ -1544,8 +1544,8 @@ static int cuda_eval_chunk(gt_device *d, cuda_impl *g, const gt_dataset *ds, uin
     /* The fused kernels keep no logits: predictions come from the layer path (cuda_evaluate
      * plans it), which then gives the loss and hits too, from the same logits. */
     if (g->fused && !d->eval_pred)
-        return gt_fused_eval(c, &g->fnet, g->params, g->eval_x, g->eval_y, n, g->result, e);
-    gt_cuda_pass pass = {n_fwd, g->params, NULL, NULL, NULL, 0, 0, NULL, 0, g->buffers, 0, NULL,
+        return gt_fused_eval(c, &g->fnet, src, g->eval_x, g->eval_y, n, g->result, e);
+    gt_cuda_pass pass = {n_fwd, src, NULL, NULL, NULL, 0, 0, NULL, 0, g->buffers, 0, NULL,
                          g->params_half, NULL, 0, NULL, 0}; /* params_half: cuda_evaluate's */
     const float *logits;
     if (gt_cuda_input(c, d->model, g->eval_x, g->act[0], n_fwd, NULL, e) ||
@@ -1578,6 +1578,11 @@ static int cuda_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32
     GT_CUDA_CHECK(d->name, e, cudaSetDevice(d->ordinal));
     if (cuda_check_dataset(d, g, ds, e) || cuda_load_join(d, g, e))
         return -1;
+    /* d->eval_ema: the moving average the device step keeps (allreduce_cuda.cu) */
+    const float *src = d->eval_ema ? gt_cuda_allreduce_ema(g->allreduce) : g->params;
+    if (!src)
+        return gt_fail(e, "%s: evaluate: no moving average on the device (ema_set was not called)",
+                       d->name);
     if (d->eval_pred && !g->eval_pred &&
         gt_cuda_malloc(c, (void **)&g->eval_pred, (size_t)g->cap * sizeof(int32_t), e))
         return -1;
@@ -1592,11 +1597,11 @@ static int cuda_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32
     int layer_path = !g->fused || d->eval_pred, bf16_layers = c->bf16 && layer_path;
     uint32_t step = bf16_layers ? (uint32_t)d->max_batch : (uint32_t)g->cap;
     /* The parameters' bf16 copy, once for every chunk. */
-    if (layer_path && g->params_half && cuda_params_half(g, d->model, e))
+    if (layer_path && g->params_half && cuda_params_half(g, d->model, src, e))
         return -1;
     for (uint32_t s = lo; s < hi; s += step) {
         int n = hi - s < step ? (int)(hi - s) : (int)step;
-        if (cuda_eval_chunk(d, g, ds, s, n, bf16_layers ? (int)step : n, e))
+        if (cuda_eval_chunk(d, g, ds, src, s, n, bf16_layers ? (int)step : n, e))
             return -1;
     }
     GT_CUDA_CHECK(d->name, e,

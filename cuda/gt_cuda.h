@@ -717,6 +717,8 @@ int gt_cuda_get_buffers(gt_device *d, gt_err *e);
 int gt_cuda_ema_set(gt_device *d, const float *src, gt_err *e);
 int gt_cuda_ema_update(gt_device *d, float decay, gt_err *e);
 int gt_cuda_ema_get(gt_device *d, float *dst, gt_err *e);
+/* The moving average on the device (ema_set made it), NULL where there is none or no a. */
+const float *gt_cuda_allreduce_ema(const gt_cuda_allreduce *a);
 int gt_cuda_set_state(gt_device *d, const float *s0, const float *s1, gt_err *e);
 /* Releases the communicator and the state; a device's close calls it after its stream is idle. */
 void gt_cuda_allreduce_free(gt_cuda_allreduce *a);

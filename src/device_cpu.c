@@ -129,6 +129,8 @@ static int cpu_evaluate(gt_device *d, const gt_dataset *ds, uint32_t lo, uint32_
     cpu_impl *c = d->impl;
     out->loss_sum = 0;
     out->correct = 0;
+    if (d->eval_ema) /* the CPU keeps no device step's moving average */
+        return gt_fail(e, "%s: evaluate: no moving average on the device", d->name);
     uint32_t chunk = (uint32_t)c->chunk;
     for (uint32_t s = lo; s < hi; s += chunk) {
         uint32_t n = hi - s < chunk ? hi - s : chunk;

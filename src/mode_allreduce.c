@@ -90,7 +90,9 @@ static int allreduce_barrier_due(const run *r, uint64_t c)
 /* --ema on the device step: replica 0 keeps the moving average on its GPU, taken after the
  * updates where the replicas are one (the clocks gt_ps_ema_span takes; local's averages), from
  * the run's step t as the store's is from its update's number; the store gets it wherever it is
- * brought up to date, and gives it back at the start and after a rollback. */
+ * brought up to date, and gives it back at the start and after a rollback. Where the replicas
+ * evaluate (allreduce_on_replicas) every replica keeps the same average, on the same
+ * parameters at the same updates, and evaluates its share of the test set on it. */
 static int allreduce_ema_fail(worker *w, const gt_err *e)
 {
     snprintf(w->error, sizeof w->error, "%s", e->msg);
@@ -103,10 +105,28 @@ static int allreduce_ema_get(run *r, worker *w)
     return w->dev->ops->ema_get(w->dev, r->ps.ema, &e) ? allreduce_ema_fail(w, &e) : 0;
 }
 
+/* Several replicas evaluate the parameters themselves, each GPU a share of the test set, which
+ * costs each 1/W of an evaluation and no copy; one GPU leaves it to the evaluator beside it (its
+ * own context on the same GPU), which overlaps the training instead. */
+static int allreduce_on_replicas(const run *r)
+{
+    /* --val-split and --save-best go to the evaluator: the held-out set, a copy to save. With
+     * --ema every replica evaluates the average it keeps (allreduce_keeps_ema). A model with
+     * batch norm stays on the replicas, which first take replica 0's running statistics
+     * (allreduce_share_buffers). */
+    return r->W > 1 && !allreduce_is_local(r) && r->data->val.n == 0 && !r->cfg->save_best[0];
+}
+
+/* Whether worker w's replica keeps the moving average. */
+static int allreduce_keeps_ema(const run *r, const worker *w)
+{
+    return r->ps.ema && (w->index == 0 || allreduce_on_replicas(r));
+}
+
 static int allreduce_ema_load(run *r, worker *w)
 {
     gt_err e = {{0}};
-    if (!r->ps.ema || w->index != 0)
+    if (!allreduce_keeps_ema(r, w))
         return 0;
     return w->dev->ops->ema_set(w->dev, r->ps.ema, &e) ? allreduce_ema_fail(w, &e) : 0;
 }
@@ -114,7 +134,7 @@ static int allreduce_ema_load(run *r, worker *w)
 static int allreduce_ema_update(run *r, worker *w, uint64_t c)
 {
     gt_err e = {{0}};
-    if (!r->ps.ema || w->index != 0 || !allreduce_replicas_one(r, c))
+    if (!allreduce_keeps_ema(r, w) || !allreduce_replicas_one(r, c))
         return 0;
     uint64_t t = r->clk.updates0 + c + 1;
     unsigned span = allreduce_is_local(r) ? local_span(r, c) : gt_ps_ema_span(r->ps.ema_decay, t);
@@ -194,19 +214,6 @@ static int allreduce_after_update_locked(run *r, worker *w, uint64_t c, uint64_t
         jobs_post_due_locked(r, c + 1);
     }
     return 0;
-}
-
-/* Several replicas evaluate the parameters themselves, each GPU a share of the test set, which
- * costs each 1/W of an evaluation and no copy; one GPU leaves it to the evaluator beside it (its
- * own context on the same GPU), which overlaps the training instead. */
-static int allreduce_on_replicas(const run *r)
-{
-    /* --val-split and --save-best go to the evaluator: the held-out set, a copy to save; so
-     * does --ema, whose evaluations are of the average (replica 0's). A model with batch norm
-     * stays on the replicas, which first take replica 0's running statistics
-     * (allreduce_share_buffers). */
-    return r->W > 1 && !allreduce_is_local(r) && r->data->val.n == 0 && !r->cfg->save_best[0] &&
-           !r->ps.ema;
 }
 
 /* Batch norm before the replicas evaluate: each holds the running statistics of its own batches,
@@ -401,6 +408,7 @@ static int allreduce_clock(run *r, worker *w, uint64_t c)
 static int allreduce_start(run *r, worker *w)
 {
     w->dev->keep_grad = 1;
+    w->dev->eval_ema = r->ps.ema && allreduce_on_replicas(r);
     return allreduce_load(r, w);
 }
 

@@ -1132,8 +1132,9 @@ static void test_device_step(void)
     }
 }
 
-/* --ema on the device step: replica 0's moving average on its GPU, which evaluations and the
- * store then read, ends where the store's own average ends on the store's path (--store-step):
+/* --ema on the device step: the replicas' moving average on their GPUs, which evaluations (on
+ * the replicas from 2 GPUs, else on the evaluator) and the store then read, ends where the store's
+ * own average ends on the store's path (--store-step):
  * one GPU, sync and local on every GPU, and allreduce against sync through the store. */
 static void test_ema_device(void)
 {
@@ -1227,12 +1228,14 @@ static float *ckpt_params(const char *path, const gt_model *m)
 
 /* Three epochs: the first's end evaluated on the replicas only (the store left as it was), the
  * second's with a checkpoint (--checkpoint-every 2), the last's; the final checkpoint holds what
- * sync's holds. */
-static void test_replica_eval(void)
+ * sync's holds. With ema (--ema) each replica evaluates the moving average it keeps, and sync
+ * the store's on the evaluator. */
+static void test_replica_eval(float ema)
 {
     gt_config ca, cs;
     run_config(&ca, GT_MODE_ALLREDUCE, g_w, 32, 3);
     run_config(&cs, GT_MODE_SYNC, g_w, 32, 3);
+    ca.ema = cs.ema = ema;
     ca.eval_every = cs.eval_every = 20;
     ca.log_steps = cs.log_steps = 0;
     ca.checkpoint_every = cs.checkpoint_every = 2;
@@ -1257,8 +1260,9 @@ static void test_replica_eval(void)
     unlink(ca.checkpoint);
     unlink(cs.checkpoint);
     if (oa.rc == 0 && os.rc == 0) {
-        printf("replica evaluation: %d points (sync %d), final acc %.4f (sync %.4f)\n",
-               oa.res->npoints, os.res->npoints, oa.res->final_test_acc, os.res->final_test_acc);
+        printf("replica evaluation%s: %d points (sync %d), final acc %.4f (sync %.4f)\n",
+               ema > 0 ? " of the moving average" : "", oa.res->npoints, os.res->npoints,
+               oa.res->final_test_acc, os.res->final_test_acc);
         CHECK(oa.res->npoints > 2 && oa.res->npoints == os.res->npoints);
         for (int i = 0; i < oa.res->npoints && i < os.res->npoints; i++) {
             const gt_eval_point *a = &oa.res->points[i], *y = &os.res->points[i];
@@ -1526,7 +1530,8 @@ int main(void)
         test_ema_device();
         test_abort();
         test_rollback();
-        test_replica_eval();
+        test_replica_eval(0);
+        test_replica_eval(0.99f);
         test_sums_run();
         gt_data_free(&g_data);
     }

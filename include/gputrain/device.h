@@ -156,6 +156,9 @@ struct gt_device {
     const gt_predict *predict; /* step_begin's weight prediction (--overlap), NULL: none */
     int32_t *eval_pred;  /* host, NULL: none; evaluate writes eval_pred[i], sample i's argmax
                             class, for each i of its [lo, hi) (indexed like the dataset) */
+    int eval_ema;        /* evaluate the moving average the device step keeps (ema_set,
+                            ema_update), not the loaded parameters: allreduce's replicas with
+                            --ema; a device without one fails the evaluation */
     void *impl;          /* backend state */
 };
 
