@@ -186,6 +186,8 @@ static void recipe_resnet(gt_config *c, int gpus, char *note, size_t cap)
         c->batch = gpus == 1 ? GT_RECIPE_RESNET_BATCH_ONE : 128;
     if (!(g & GT_GIVEN_AUGMENT))
         c->augment = (gt_augment){.pad = 2, .flip = 1};
+    if (c->mode == GT_MODE_ALLREDUCE && !(g & GT_GIVEN_EMA)) /* where it was measured */
+        c->ema = GT_RECIPE_RESNET_EMA;
     if (c->optim.kind != GT_OPT_SGD)
         return;
     if (!(g & GT_GIVEN_LR))
@@ -201,17 +203,20 @@ static void recipe_resnet(gt_config *c, int gpus, char *note, size_t cap)
     if (!(g & GT_GIVEN_WARMUP) && c->epochs > 1)
         c->optim.warmup_epochs = 1.0f;
     int chose_mode = c->mode == GT_MODE_ALLREDUCE && !(g & GT_GIVEN_MODE);
+    char ema[64] = "";
+    if (c->ema > 0)
+        snprintf(ema, sizeof ema, ", evaluations of the moving average %g", (double)c->ema);
     snprintf(note, cap,
              "%s's recipe: %s%d epoch%s, batch %d, augment crop:%d%s, normalize %s, lr %g%s, "
-             "momentum %g, weight decay %g, warm-up %g epoch, %s (flags set any of them)", c->model,
-             chose_mode ? "mode allreduce, " : "",
+             "momentum %g, weight decay %g, warm-up %g epoch, %s%s (flags set any of them)",
+             c->model, chose_mode ? "mode allreduce, " : "",
              c->epochs, c->epochs == 1 ? "" : "s", c->batch,
              c->augment.pad, c->augment.flip ? ",flip" : "",
              c->normalize == GT_NORMALIZE_AUTO ? "auto" : c->normalize ? "given" : "none",
              (double)c->optim.lr,
              c->optim.nesterov ? " Nesterov" : "", (double)c->optim.momentum,
              (double)c->optim.weight_decay, (double)c->optim.warmup_epochs,
-             gt_schedule_name(c->optim.schedule));
+             gt_schedule_name(c->optim.schedule), ema);
 }
 
 void gt_recipe_model(gt_config *c, int gpus, char *note, size_t cap)
@@ -220,8 +225,9 @@ void gt_recipe_model(gt_config *c, int gpus, char *note, size_t cap)
     recipe_resnet(c, gpus, note, cap);
     /* A constant learning rate ends wherever its last steps' noise left it: evaluating the
      * moving average takes that out (docs/convergence-notes.md, section 16: every mode on 4 GPUs
-     * and one GPU's sync ended higher or level with it). A decaying schedule (the residual
-     * networks' cosine) has already averaged its end: there the average lagged behind. */
+     * and one GPU's sync ended higher or level with it). A decaying schedule has already
+     * averaged its end (the residual networks' cosine: an average over 1,000 updates lagged
+     * behind; they take a short one on GPUs, GT_RECIPE_RESNET_EMA). */
     if (!(c->given & GT_GIVEN_EMA) && c->optim.schedule == GT_SCHED_CONSTANT)
         c->ema = GT_RECIPE_EMA;
 }

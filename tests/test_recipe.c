@@ -298,6 +298,14 @@ static void test_model_recipe(void)
     gt_recipe_model(&c, 4, note, sizeof note);
     CHECK(c.mode == GT_MODE_ALLREDUCE && c.batch == 128 && c.optim.lr == 0.05f &&
           strstr(note, "resnet20's recipe: mode allreduce, ") == note);
+    /* under allreduce the short moving average, unless --ema was given */
+    CHECK(c.ema == GT_RECIPE_RESNET_EMA && strstr(note, "moving average 0.98 (") != NULL);
+    c = plain;
+    snprintf(c.model, sizeof c.model, "resnet20");
+    c.ema = 0.0f;
+    c.given = GT_GIVEN_EMA; /* --ema 0 */
+    gt_recipe_model(&c, 4, note, sizeof note);
+    CHECK(c.ema == 0.0f && strstr(note, "moving average") == NULL);
     /* one GPU alone: batch GT_RECIPE_RESNET_BATCH_ONE, the lr after it; a given batch stays */
     c = plain;
     snprintf(c.model, sizeof c.model, "resnet18");
@@ -314,7 +322,7 @@ static void test_model_recipe(void)
     snprintf(c.model, sizeof c.model, "resnet18");
     c.given = GT_GIVEN_MODE; /* --stripes 0, say */
     gt_recipe_model(&c, 1, note, sizeof note);
-    CHECK(c.mode == GT_MODE_HOGWILD && strstr(note, "allreduce") == NULL);
+    CHECK(c.mode == GT_MODE_HOGWILD && strstr(note, "allreduce") == NULL && c.ema == 0.0f);
     c = base(GT_MODE_SSP);
     snprintf(c.model, sizeof c.model, "resnet18");
     c.given = GT_GIVEN_MODE;

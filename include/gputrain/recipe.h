@@ -62,7 +62,8 @@ int gt_recipe_warmup_steps(const gt_config *c, int workers);
  * padding and a flip, SGD lr GT_RECIPE_RESNET_LR128 x batch / 128 with Nesterov momentum 0.9,
  * weight decay 5e-4 (not on biases and batch norm's gamma and beta, model.h ndecay), one epoch's
  * warm-up, then cosine to 0), for every setting the command line left open; other models keep
- * the general defaults. Then, for every model: where the command line left --ema open and the
+ * the general defaults; under allreduce their evaluations are of a short moving average
+ * (GT_RECIPE_RESNET_EMA). Then, for every model: where the command line left --ema open and the
  * schedule is constant, evaluations are of the moving average (c->ema = GT_RECIPE_EMA). Applied
  * once, after parsing, before the worker-count corrections. Writes a description of the residual
  * networks' recipe into note (cap bytes; "" when nothing). gpus: the run's GPU workers (on
@@ -82,6 +83,14 @@ void gt_recipe_model(gt_config *c, int gpus, char *note, size_t cap);
  * its first epoch (call 61) and calls 34-36 rolled back 2 of 16; with two, 0.9483-0.9520 and
  * none rolled back (call 68, seeds 1-5). */
 #define GT_RECIPE_RESNET_WARMUP_LR 0.1
+
+/* The moving average the residual networks' evaluations (and checkpoints' ema.* tensors) take
+ * under allreduce (--ema; the other modes and CPU workers: none, not measured). resnet18 on Fashion-MNIST, 25 epochs: over 4
+ * H200 without it 0.94 after epochs 17-19 (5.6-6.2 s of training, seeds 1-5), with 0.99 after
+ * 13-17 in four seeds (22 in the fifth), with 0.98 after 12-14 (seeds 1-3); one H200 without it
+ * after epochs 17-20, with 0.99 after 12-14 (seeds 1-4); the final accuracy within the seeds'
+ * spread (call 130, docs/convergence-notes.md, section 26). */
+#define GT_RECIPE_RESNET_EMA 0.98f
 
 /* The residual networks' batch where one GPU trains alone (128 elsewhere; the lr follows it):
  * resnet18 on Fashion-MNIST on one H200, seeds 1-7, reached 0.94 after 15.9-18.8 s of training
