@@ -227,7 +227,7 @@ void gt_recipe_model(gt_config *c, int gpus, char *note, size_t cap)
      * moving average takes that out (docs/convergence-notes.md, section 16: every mode on 4 GPUs
      * and one GPU's sync ended higher or level with it). A decaying schedule has already
      * averaged its end (the residual networks' cosine: an average over 1,000 updates lagged
-     * behind; they take a short one on GPUs, GT_RECIPE_RESNET_EMA). */
+     * behind; under allreduce they take a short one, GT_RECIPE_RESNET_EMA). */
     if (!(c->given & GT_GIVEN_EMA) && c->optim.schedule == GT_SCHED_CONSTANT)
         c->ema = GT_RECIPE_EMA;
 }

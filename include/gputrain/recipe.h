@@ -85,11 +85,11 @@ void gt_recipe_model(gt_config *c, int gpus, char *note, size_t cap);
 #define GT_RECIPE_RESNET_WARMUP_LR 0.1
 
 /* The moving average the residual networks' evaluations (and checkpoints' ema.* tensors) take
- * under allreduce (--ema; the other modes and CPU workers: none, not measured). resnet18 on Fashion-MNIST, 25 epochs: over 4
- * H200 without it 0.94 after epochs 17-19 (5.6-6.2 s of training, seeds 1-5), with 0.99 after
- * 13-17 in four seeds (22 in the fifth), with 0.98 after 12-14 (seeds 1-3); one H200 without it
- * after epochs 17-20, with 0.99 after 12-14 (seeds 1-4); the final accuracy within the seeds'
- * spread (call 130, docs/convergence-notes.md, section 26). */
+ * under allreduce (--ema; the other modes and CPU workers: none, not measured). resnet18 on
+ * Fashion-MNIST over 4 H200 reached 0.94 after 4.0-6.4 s of training with it (11 runs, 10 under
+ * 6 s) against 5.3-6.2 s without (10 runs), on one H200 after 11.4-13.3 s against 14.9-18.5 s
+ * (8 runs each); the final accuracy level (means 0.9502 / 0.9502 and 0.9513 / 0.9512); 0.99 and
+ * 0.995 lagged more (calls 129-131, docs/convergence-notes.md, section 26). */
 #define GT_RECIPE_RESNET_EMA 0.98f
 
 /* The residual networks' batch where one GPU trains alone (128 elsewhere; the lr follows it):
