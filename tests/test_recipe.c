@@ -275,7 +275,7 @@ static void test_model_recipe(void)
           c.optim.weight_decay == 5e-4f && c.optim.schedule == GT_SCHED_COSINE &&
           c.optim.warmup_epochs == 1.0f && strstr(note, "resnet18") != NULL &&
           c.augment.pad == 2 && c.augment.flip && c.normalize == GT_NORMALIZE_AUTO &&
-          c.ema == 0.0f); /* cosine: no moving average */
+          c.ema == 0.0f); /* CPU workers (hogwild) with the cosine: no moving average */
     c = base(GT_MODE_SYNC);
     snprintf(c.model, sizeof c.model, "resnet20");
     c.batch = 256;

@@ -15,7 +15,8 @@ and num_batches_tracked (an int64 scalar, whether the file holds it as an F32 or
 as a scalar or one element). A resnet20 or resnet18 checkpoint becomes tools/torch_resnet.py's
 ResNet, the project's PyTorch reference; any other spec a module that runs its layers in order.
 Where the checkpoint holds a moving average of the parameters ("ema.<param>" tensors, gputrain
-train --ema, the default with a constant learning rate) the module gets those parameters, as
+train --ema, the default with a constant learning rate and for resnet20 and resnet18 under
+allreduce) the module gets those parameters, as
 gputrain eval does (ema=False: the training parameters). The optimizer state ("optim.<state>.<param>" tensors) comes back separately as {param name:
 {state name: tensor}} (torch.optim's names: momentum_buffer, exp_avg, exp_avg_sq), and meta is
 the checkpoint's metadata. Any spec gputrain accepts works: conv:OUT:K[:PAD[:STRIDE]][:nobias],
