@@ -236,8 +236,8 @@ typedef struct conv_bufs {
 } conv_bufs;
 
 /* Everything one direction's choice at the layer's current batch depends on (conv_cache.h):
- * the GPU, the shapes, types and math, the rules conv_choose applies, the search workspace and
- * the buffers' alignment. */
+ * the GPU, the shapes, types and math, the rules conv_choose applies, the search workspace, the
+ * buffers' alignment and cuDNN's version (a choice kept on disk names its engine by number). */
 static gt_conv_key conv_key(const gt_cuda_ctx *c, const gt_cuda_layer *cl, int direction,
                             const conv_bufs *b)
 {
@@ -265,6 +265,7 @@ static gt_conv_key conv_key(const gt_cuda_ctx *c, const gt_cuda_layer *cl, int d
     k.tensor_ops = tensor_ops_ok(c);
     k.limit = c->ws_bytes;
     k.align = gt_conv_cache_align(ptrs, 6);
+    k.lib = (int)cudnnGetVersion();
     return k;
 }
 

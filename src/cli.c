@@ -444,6 +444,13 @@ static const cli_row cli_rows[] = {
              "batch norm's statistics stay fp32"},
     {.name = "tf32", .type = CLI_SWITCH, .field = F(precision), .lo = GT_PRECISION_TF32,
      .commands = CMD_TRAIN | CMD_EVAL, .help = "--precision tf32"},
+    {.name = "conv-cache", .value = "FILE|off", .type = CLI_TEXT, TEXT(conv_cache),
+     .commands = CMD_ALL,
+     .help = "GPUs: the file that keeps the convolution algorithms timed while the devices open, "
+             "so that later runs on the same GPU model and cuDNN take them instead of timing "
+             "again (a shorter start-up, the same algorithms run after run); off: time them in "
+             "every run",
+     .dflt = "$XDG_CACHE_HOME/gputrain/conv-cache, else ~/.cache/gputrain/conv-cache"},
 
     {.section = "Model and data", .name = "model", .value = "NAME|SPEC|@FILE", .type = CLI_TEXT,
      TEXT(model), .commands = CMD_TRAIN,

@@ -12,6 +12,7 @@
 #include "gputrain/atomic_file.h"
 #include "gputrain/checkpoint.h"
 #include "gputrain/confusion.h"
+#include "gputrain/conv_cache.h"
 #include "gputrain/cli.h"
 #include "gputrain/cluster.h"
 #include "gputrain/names.h"
@@ -73,6 +74,70 @@ static void *gpu_open_run(void *arg)
     return NULL;
 }
 
+/* The file of the GPUs' convolution choices (--conv-cache, conv_cache.h) into path: the flag's,
+ * or by default $XDG_CACHE_HOME/gputrain/conv-cache (else ~/.cache/gputrain/conv-cache), its
+ * folders made where missing; "" for none (off, or no home folder to keep it in). */
+static void conv_cache_path(const gt_config *c, char *path, size_t cap)
+{
+    path[0] = '\0';
+    if (strcmp(c->conv_cache, "off") == 0)
+        return;
+    if (c->conv_cache[0]) {
+        snprintf(path, cap, "%s", c->conv_cache);
+        return;
+    }
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[GT_PATHLEN];
+    if (xdg && xdg[0] == '/')
+        snprintf(dir, sizeof dir, "%s", xdg);
+    else if (home && home[0] == '/')
+        snprintf(dir, sizeof dir, "%s/.cache", home);
+    else
+        return;
+    (void)mkdir(dir, 0700);
+    size_t len = strlen(dir);
+    if (len + sizeof "/gputrain/conv-cache" > cap)
+        return;
+    snprintf(dir + len, sizeof dir - len, "/gputrain");
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return; /* nowhere to keep it: every run times its convolutions */
+    snprintf(path, cap, "%s/conv-cache", dir);
+}
+
+/* Reads the choices of earlier runs into the cache before the GPUs open. A file --conv-cache
+ * names that cannot be used is an error; the default file's problems are a warning, and the run
+ * times its convolutions as it would without one. */
+static int conv_cache_open(const gt_config *c, const char *path, gt_err *e)
+{
+    struct stat st;
+    int given = c->conv_cache[0] != '\0';
+    gt_err err = {{0}};
+    int bad = 0, rc = 0;
+    if (!path[0])
+        return 0;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        rc = gt_fail(&err, "--conv-cache: '%s' is not a regular file", path);
+    if (rc == 0 && given) {
+        char dir[GT_PATHLEN];
+        snprintf(dir, sizeof dir, "%s", path);
+        const char *d = dirname(dir);
+        if (stat(d, &st) != 0 || !S_ISDIR(st.st_mode))
+            rc = gt_fail(&err, "--conv-cache: folder '%s' of '%s' does not exist", d, path);
+    }
+    if (rc == 0)
+        rc = gt_conv_cache_load(path, &bad, &err);
+    if (rc != 0 && given) {
+        *e = err;
+        return -1;
+    }
+    if (rc != 0)
+        fprintf(stderr, "gputrain: warning: %s; the convolutions are timed as without it\n", err.msg);
+    else if (bad > 0)
+        fprintf(stderr, "gputrain: warning: --conv-cache '%s': %d unreadable line%s skipped (their "
+                        "convolutions are timed again)\n", path, bad, bad == 1 ? "" : "s");
+    return 0;
+}
+
 /* Opens the workers' GPUs at once, one thread each (in turn where a thread cannot start), and
  * the evaluator where evaluator is non-NULL. On a failure closes every one that opened and
  * reports the first error in --gpus order, the evaluator's last: the error that opening them one
@@ -84,6 +149,10 @@ static int open_gpus(const gt_config *cfg, const gt_model *m, gt_device **devs, 
     pthread_t thread[GT_MAX_WORKERS];
     int started[GT_MAX_WORKERS] = {0}, n = cfg->ngpus, rc = 0;
     gt_device *ev = NULL;
+    char cache[GT_PATHLEN];
+    conv_cache_path(cfg, cache, sizeof cache);
+    if (conv_cache_open(cfg, cache, e) != 0)
+        return -1;
     for (int i = 0; i < n; i++) {
         devs[i] = NULL;
         job[i] = (gpu_open_job){&devs[i], i == 0 && evaluator ? &ev : NULL, m, cfg->batch,
@@ -113,6 +182,9 @@ static int open_gpus(const gt_config *cfg, const gt_model *m, gt_device **devs, 
     else if (evaluator)
         *evaluator = ev;
     *ndevs = rc != 0 ? 0 : n;
+    gt_err ce = {{0}};
+    if (rc == 0 && gt_conv_cache_save(&ce) != 0) /* what the devices timed, for the next run */
+        fprintf(stderr, "gputrain: warning: %s; the convolutions' choices are not kept\n", ce.msg);
     return rc;
 }
 

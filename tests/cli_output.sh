@@ -81,6 +81,10 @@ for k in startup_data_s startup_devices_s; do
     v=$(num "$TMP/su.jsonl" summary $k)
     awk -v v="$v" -v s="$su" 'BEGIN { exit !(v != "" && v >= 0 && v <= s) }' || fail "$k '$v' not within startup_s $su"
 done
+# the CPU times no convolution algorithm and reads no cache of them (--conv-cache is the GPUs')
+for k in conv_searches conv_from_file; do
+    [ "$(num "$TMP/su.jsonl" summary $k)" = 0 ] || fail "$k on the CPU: $(num "$TMP/su.jsonl" summary $k)"
+done
 
 # ---- resume: this run's own throughput, wall_s counting on --------------------------------------
 # Three epochs, then the fourth resumed: its throughput is its own samples over its own time
@@ -129,7 +133,7 @@ start_epoch_step start_samples start_wall_s"
 SUMMARY_KEYS="mode workers hosts model batch optimizer lr momentum weight_decay schedule warmup seed
 epochs stripes samples wall_s run_samples run_wall_s samples_per_s stale_max stale_mean stale_p99 stale_p99_capped
 lock_wait_share barrier_wait_share clock_spread_max skipped_nonfinite test_acc interrupted data
-version startup_s startup_data_s startup_devices_s"
+version startup_s startup_data_s startup_devices_s conv_searches conv_from_file"
 head -1 "$TMP/rs.jsonl" | grep -q '^{"type":"config",' || fail "the log does not open with a config record"
 for k in $CONFIG_KEYS; do
     head -1 "$TMP/rs.jsonl" | grep -q "\"$k\":" || fail "config record lacks \"$k\""

@@ -66,6 +66,7 @@ static const char *string_field(const gt_config *c, const char *name)
     if (strcmp(name, "model") == 0) return c->model;
     if (strcmp(name, "data") == 0) return c->data;
     if (strcmp(name, "log") == 0) return c->log_path;
+    if (strcmp(name, "conv_cache") == 0) return c->conv_cache;
     if (strcmp(name, "checkpoint") == 0) return c->checkpoint;
     if (strcmp(name, "resume") == 0) return c->resume;
     if (strcmp(name, "init") == 0) return c->init;
@@ -263,6 +264,9 @@ static const good_case GOOD[] = {
     {{"--host-timeout", "0"}, "host_timeout", 0, NULL},
     {{"--host-timeout", "30"}, "host_timeout", 30, NULL},
     {{"--log", "run.jsonl"}, "log", 0, "run.jsonl"},
+    {{NULL}, "conv_cache", 0, ""},
+    {{"--conv-cache", "off"}, "conv_cache", 0, "off"},
+    {{"predict", "--checkpoint", "m.st", "--conv-cache", "/tmp/c", "a.png"}, "conv_cache", 0, "/tmp/c"},
     {{"--progress"}, "progress", 1, NULL},
     {{"--no-progress"}, "progress", 0, NULL},
     {{"--quiet"}, "quiet", 1, NULL},
@@ -420,6 +424,7 @@ static const bad_case BAD[] = {
     {{"--model", ""}, "--model", "''"},
     {{"--data", ""}, "--data", "''"},
     {{"--log", ""}, "--log", "''"},
+    {{"--conv-cache", ""}, "--conv-cache", "''"},
     {{"--checkpoint", ""}, "--checkpoint", "''"},
     {{"--unknown"}, "unknown option", "'--unknown'"},
     {{"--foo=3"}, "unknown option", "'--foo=3'"},

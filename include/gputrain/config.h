@@ -134,6 +134,8 @@ typedef struct gt_config {
     int patience;                 /* stop after this many evaluations without improvement; 0 = never */
 
     char log_path[GT_PATHLEN];    /* JSONL, "" = none */
+    char conv_cache[GT_PATHLEN];  /* --conv-cache: the GPUs' convolution choices between runs;
+                                     "" the default file, "off" none */
     int log_steps;                /* also log every step's loss (for exact-resume checks) */
     int progress;                 /* -1 auto (terminal), 0 off, 1 on */
     int quiet;

@@ -10,9 +10,16 @@
  *
  * A device claims a key before searching it; another that wants the same key waits for the
  * result (or, not waiting, is told to come back later), so each key is searched once. Plain C
- * with a mutex: no CUDA here, so the unit test runs anywhere. */
+ * with a mutex: no CUDA here, so the unit test runs anywhere.
+ *
+ * The cache can also live on disk between runs (gputrain --conv-cache): a text file of one
+ * choice a line, read before the devices open and written, whole, after they did where this
+ * process made choices the file lacks. A later run on the same GPU model and cuDNN takes them
+ * instead of timing again: a shorter start-up, and the same algorithms run after run. */
 #ifndef GT_CONV_CACHE_H
 #define GT_CONV_CACHE_H
+
+#include "gputrain/common.h"
 
 #include <stddef.h>
 
@@ -38,6 +45,7 @@ typedef struct gt_conv_key {
     size_t limit;           /* workspace bytes the search ran in and the choice must fit */
     unsigned align;         /* smallest alignment of the searched buffers, at most 256 bytes */
     int api;                /* GT_CONV_LEGACY (algorithms) or GT_CONV_BACKEND (engines) */
+    int lib;                /* cuDNN's version (cudnnGetVersion): engines and knobs are its own */
 } gt_conv_key;
 
 enum { GT_CONV_FWD, GT_CONV_BWD_FILTER, GT_CONV_BWD_DATA };
@@ -73,7 +81,20 @@ void gt_conv_cache_put(const gt_conv_key *k, const gt_conv_choice *ch);
 void gt_conv_cache_abandon(const gt_conv_key *k);
 /* Lookups answered from the cache and searches claimed since the start (or the last clear). */
 void gt_conv_cache_counts(unsigned long *hits, unsigned long *searches);
-/* Forgets every choice (tests); no claim may be outstanding. */
+/* Adds the choices of the cache file at path to the cache (a missing file adds none; a choice
+ * the cache has is kept) and makes path the file gt_conv_cache_save writes. Lines that do not
+ * read as a choice are skipped and counted in *bad. -1 with e where the file exists but cannot
+ * be read. */
+int gt_conv_cache_load(const char *path, int *bad, gt_err *e);
+/* Where this process made choices since the load (or the last save): merges the file's choices
+ * again (another run may have written it since), then writes them all to the loaded path, whole
+ * or not at all (atomic_file.h), the newest GT_CONV_CACHE_FILE_MAX of them. 0 where there was
+ * nothing to write or no file was loaded; -1 with e where the write failed. */
+int gt_conv_cache_save(gt_err *e);
+#define GT_CONV_CACHE_FILE_MAX 4096
+/* Keys whose choice came from the cache file (each counted once, at its first lookup). */
+unsigned long gt_conv_cache_file_hits(void);
+/* Forgets every choice and the file (tests); no claim may be outstanding. */
 void gt_conv_cache_clear(void);
 /* The smallest power-of-two alignment of the addresses (NULL ones skipped), at most 256. */
 unsigned gt_conv_cache_align(const void *const *ptrs, int n);
