@@ -87,6 +87,12 @@ int gt_fd_write_all(int fd, const void *buf, size_t n)
     return 0;
 }
 
+int gt_atomic_fill_text(int fd, void *ctx)
+{
+    const gt_atomic_text *t = ctx;
+    return gt_fd_write_all(fd, t->buf, t->len);
+}
+
 /* Creates tmp exclusively. A file already there carries our pid, so (with one save at a time
  * per path in a process) it is the leftover of a killed process that had the same pid. */
 static int atomic_create(const char *tmp)

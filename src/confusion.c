@@ -110,21 +110,9 @@ static int ends_with(const char *s, const char *tail)
     return n >= m && strcmp(s + n - m, tail) == 0;
 }
 
-/* The file's text, built in memory for the atomic write. */
-typedef struct confusion_text {
-    char *buf;
-    size_t len;
-} confusion_text;
-
-static int confusion_fill(int fd, void *ctx)
-{
-    const confusion_text *t = ctx;
-    return gt_fd_write_all(fd, t->buf, t->len);
-}
-
 int gt_confusion_write(const char *path, const gt_confusion *cm, char (*names)[32], gt_err *e)
 {
-    confusion_text t = {NULL, 0};
+    gt_atomic_text t = {NULL, 0};
     FILE *f = open_memstream(&t.buf, &t.len);
     if (!f)
         return gt_fail(e, "--confusion: out of memory");
@@ -162,7 +150,7 @@ int gt_confusion_write(const char *path, const gt_confusion *cm, char (*names)[3
         free(t.buf);
         return gt_fail(e, "--confusion: out of memory");
     }
-    int rc = gt_atomic_write(path, "--confusion", confusion_fill, &t, 0, e);
+    int rc = gt_atomic_write(path, "--confusion", gt_atomic_fill_text, &t, 0, e);
     free(t.buf);
     return rc;
 }

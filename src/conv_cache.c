@@ -315,26 +315,6 @@ int gt_conv_cache_load(const char *path, int *bad, gt_err *e)
     return rc;
 }
 
-/* The text gt_conv_cache_save writes. */
-typedef struct file_text {
-    char *buf;
-    size_t len;
-} file_text;
-
-static int fill_text(int fd, void *ctx)
-{
-    const file_text *t = ctx;
-    for (size_t off = 0; off < t->len;) {
-        ssize_t w = write(fd, t->buf + off, t->len - off);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return w < 0 ? errno : EIO;
-        off += (size_t)w;
-    }
-    return 0;
-}
-
 int gt_conv_cache_save(gt_err *e)
 {
     pthread_mutex_lock(&cache_lock);
@@ -352,7 +332,7 @@ int gt_conv_cache_save(gt_err *e)
     }
     size_t first = 0, cap = 64 + (size_t)LINE_BYTES * (cache_len < GT_CONV_CACHE_FILE_MAX
                                                             ? cache_len : GT_CONV_CACHE_FILE_MAX);
-    file_text t = {malloc(cap), 0};
+    gt_atomic_text t = {malloc(cap), 0};
     if (!t.buf) {
         pthread_mutex_unlock(&cache_lock);
         return gt_fail(e, "--conv-cache: out of memory");
@@ -389,7 +369,7 @@ int gt_conv_cache_save(gt_err *e)
     snprintf(path, sizeof path, "%s", cache_path);
     cache_new = 0;
     pthread_mutex_unlock(&cache_lock);
-    int rc = gt_atomic_write(path, "the convolution cache", fill_text, &t, 0, e);
+    int rc = gt_atomic_write(path, "the convolution cache", gt_atomic_fill_text, &t, 0, e);
     free(t.buf);
     return rc;
 }

@@ -41,6 +41,13 @@ int gt_atomic_prepare(const char *path, const char *what, int keep, gt_err *e);
 /* Writes all n bytes, retrying on EINTR: 0, or the errno (ENOSPC, EIO, EFBIG...). */
 int gt_fd_write_all(int fd, const void *buf, size_t n);
 
+/* A file's whole text built in memory, and the fill function that writes it (ctx: the text). */
+typedef struct gt_atomic_text {
+    char *buf;
+    size_t len;
+} gt_atomic_text;
+int gt_atomic_fill_text(int fd, void *ctx);
+
 /* Opens an input for reading without blocking: a FIFO, device, socket or folder at path is
  * refused before it can hang or be consumed. The fd (O_CLOEXEC, blocking mode restored), or -1
  * with *why set to a static reason ("not a regular file (a FIFO)", or strerror). */
