@@ -68,12 +68,16 @@ gt_find_data() {
 }
 
 # gt_card_meta GPU: sets card (the GPU's name), tag (the name as a file-name part), date (UTC) and
-# commit (GT_COMMIT, else the checkout's short hash, else "unknown") for a results file.
+# commit (GT_COMMIT, else the checkout's short hash, with -dirty where tracked files differ from
+# it, else "unknown") for a results file.
 gt_card_meta() {
     card=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "$1" | head -1)
     tag=$(echo "$card" | tr ' ' '-' | tr -cd 'A-Za-z0-9._-')
     date=$(date -u +%Y-%m-%d)
     commit=${GT_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+    if [ -z "${GT_COMMIT:-}" ] && [ "$commit" != unknown ] && ! git -C "$root" diff --quiet HEAD -- 2>/dev/null; then
+        commit=$commit-dirty
+    fi
 }
 
 # gt_command_line "$0" "$@": sets command_line, the command as typed (shell-quoted).
