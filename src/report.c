@@ -523,7 +523,8 @@ static void report_phases(FILE *f, const gt_run_result *res)
 /* The run's summary: wall_s and samples count from the start of the first run a resumed one goes
  * on; run_wall_s, run_samples and samples_per_s are this run's own, and startup_s this process's
  * time from its launch to the start of training, of which startup_data_s loaded the data while
- * startup_devices_s opened the devices (side by side; -1 where not measured), conv_searches of
+ * startup_devices_s opened the devices (side by side; -1 where not measured), then startup_run_s
+ * set the run up (the store, the mode's state, the log, the guard), conv_searches of
  * the GPUs' convolution choices this process timed and conv_from_file it took from --conv-cache's
  * file (conv_cache.h). stale_max is exact; stale_p99 comes from the
  * histogram, and stale_p99_capped says it is its last bin (the true p99 is that or more). */
@@ -547,6 +548,7 @@ static void report_summary(run *r, const gt_run_result *res)
     put_field_num(f, "startup_s", "%.4f", res->startup_s);
     put_field_num(f, "startup_data_s", "%.4f", res->startup_data_s);
     put_field_num(f, "startup_devices_s", "%.4f", res->startup_devices_s);
+    put_field_num(f, "startup_run_s", "%.4f", res->startup_run_s);
     unsigned long conv_hits, conv_searches, conv_from_file = gt_conv_cache_file_hits();
     gt_conv_cache_counts(&conv_hits, &conv_searches);
     fprintf(f, ",\"conv_searches\":%lu,\"conv_from_file\":%lu", conv_searches, conv_from_file);

@@ -379,6 +379,7 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
     run *r = calloc(1, sizeof *r);
     if (!r)
         return gt_fail(e, "out of memory");
+    double t_init = gt_now();
     if (run_init(r, cfg, model, data, devices, ndevices, evaluator, start, e) != 0) {
         run_free(r);
         free(r);
@@ -394,6 +395,7 @@ int gt_train_run(const gt_config *cfg, const gt_model *model, const gt_data *dat
     }
     r->t0 = gt_now();
     res->startup_s = start->launched > 0 ? r->t0 - start->launched : 0;
+    res->startup_run_s = r->t0 - t_init;
     res->startup_data_s = start->data_s;
     res->startup_devices_s = start->devices_s;
     int started = start_workers(r);

@@ -77,7 +77,7 @@ su_line=$(sed -nE 's/^done: .* samples in [0-9.]+ s \(startup ([0-9]+\.[0-9]{2})
 ratio_below 0 "$su" 1 && awk -v s="$su" -v a="$t0" -v b="$t1" 'BEGIN { exit !(s < b - a) }' ||
     fail "startup_s $su: not within the process's $t0 .. $t1"
 # its parts ran side by side, each within the whole
-for k in startup_data_s startup_devices_s; do
+for k in startup_data_s startup_devices_s startup_run_s; do
     v=$(num "$TMP/su.jsonl" summary $k)
     awk -v v="$v" -v s="$su" 'BEGIN { exit !(v != "" && v >= 0 && v <= s) }' || fail "$k '$v' not within startup_s $su"
 done
@@ -133,7 +133,7 @@ start_epoch_step start_samples start_wall_s"
 SUMMARY_KEYS="mode workers hosts model batch optimizer lr momentum weight_decay schedule warmup seed
 epochs stripes samples wall_s run_samples run_wall_s samples_per_s stale_max stale_mean stale_p99 stale_p99_capped
 lock_wait_share barrier_wait_share clock_spread_max skipped_nonfinite test_acc interrupted data
-version startup_s startup_data_s startup_devices_s conv_searches conv_from_file"
+version startup_s startup_data_s startup_devices_s startup_run_s conv_searches conv_from_file"
 head -1 "$TMP/rs.jsonl" | grep -q '^{"type":"config",' || fail "the log does not open with a config record"
 for k in $CONFIG_KEYS; do
     head -1 "$TMP/rs.jsonl" | grep -q "\"$k\":" || fail "config record lacks \"$k\""

@@ -44,6 +44,8 @@ typedef struct gt_run_result {
     double startup_s;             /* from the process's launch (gt_start.launched) to training */
     double startup_data_s;        /* of which the data load took this long (beside the devices) */
     double startup_devices_s;     /* and opening the devices this long (-1: either unknown) */
+    double startup_run_s;         /* then setting the run up: the store, the mode's state on the
+                                     devices, the log, the guard's first copy */
     double samples_per_s;         /* this run's: (samples - resumed_samples) / wall_s */
     uint64_t samples;             /* of every host, since epoch 0 (a resumed run's included) */
     uint64_t resumed_samples;     /* samples the resumed checkpoint had trained; 0 for a fresh run */
