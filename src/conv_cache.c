@@ -373,3 +373,24 @@ int gt_conv_cache_save(gt_err *e)
     free(t.buf);
     return rc;
 }
+
+void gt_conv_cache_default_path(char *path, size_t cap)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[PATH_MAX];
+    path[0] = '\0';
+    if (xdg && xdg[0] == '/')
+        snprintf(dir, sizeof dir, "%s", xdg);
+    else if (home && home[0] == '/')
+        snprintf(dir, sizeof dir, "%s/.cache", home);
+    else
+        return;
+    size_t len = strlen(dir);
+    if (len + sizeof "/gputrain/conv-cache" > cap || len + sizeof "/gputrain" > sizeof dir)
+        return;
+    (void)mkdir(dir, 0700);
+    snprintf(dir + len, sizeof dir - len, "/gputrain");
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return; /* nowhere to keep it: every run times its convolutions */
+    snprintf(path, cap, "%s/conv-cache", dir);
+}

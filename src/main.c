@@ -75,33 +75,16 @@ static void *gpu_open_run(void *arg)
 }
 
 /* The file of the GPUs' convolution choices (--conv-cache, conv_cache.h) into path: the flag's,
- * or by default $XDG_CACHE_HOME/gputrain/conv-cache (else ~/.cache/gputrain/conv-cache), its
- * folders made where missing; "" for none (off, or no home folder to keep it in). */
+ * or the default file (gt_conv_cache_default_path); "" for none. */
 static void conv_cache_path(const gt_config *c, char *path, size_t cap)
 {
     path[0] = '\0';
     if (strcmp(c->conv_cache, "off") == 0)
         return;
-    if (c->conv_cache[0]) {
+    if (c->conv_cache[0])
         snprintf(path, cap, "%s", c->conv_cache);
-        return;
-    }
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    char dir[GT_PATHLEN];
-    if (xdg && xdg[0] == '/')
-        snprintf(dir, sizeof dir, "%s", xdg);
-    else if (home && home[0] == '/')
-        snprintf(dir, sizeof dir, "%s/.cache", home);
     else
-        return;
-    (void)mkdir(dir, 0700);
-    size_t len = strlen(dir);
-    if (len + sizeof "/gputrain/conv-cache" > cap)
-        return;
-    snprintf(dir + len, sizeof dir - len, "/gputrain");
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
-        return; /* nowhere to keep it: every run times its convolutions */
-    snprintf(path, cap, "%s/conv-cache", dir);
+        gt_conv_cache_default_path(path, cap);
 }
 
 /* Reads the choices of earlier runs into the cache before the GPUs open. A file --conv-cache

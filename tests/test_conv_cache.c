@@ -393,6 +393,37 @@ static void test_file_merge(void)
     CHECK(gt_conv_cache_claim(&kb, 0, &got) == GT_CONV_CACHE_HIT && got.algo == 22);
 }
 
+/* The default file: under an absolute XDG_CACHE_HOME, else under HOME's .cache, folders made;
+ * none without either. */
+static void test_default_path(void)
+{
+    char want[512], got[512], home[256];
+    snprintf(home, sizeof home, "%s/home", tmpdir);
+    CHECK(mkdir(home, 0700) == 0);
+    char xdg[256];
+    snprintf(xdg, sizeof xdg, "%s/xdg", tmpdir);
+    setenv("XDG_CACHE_HOME", xdg, 1);
+    setenv("HOME", home, 1);
+    gt_conv_cache_default_path(got, sizeof got);
+    snprintf(want, sizeof want, "%s/gputrain/conv-cache", xdg);
+    CHECK_MSG(strcmp(got, want) == 0, "'%s'", got);
+    snprintf(want, sizeof want, "%s/gputrain", xdg);
+    struct stat st;
+    CHECK(stat(want, &st) == 0 && S_ISDIR(st.st_mode));
+    setenv("XDG_CACHE_HOME", "relative/cache", 1); /* not absolute: ignored */
+    gt_conv_cache_default_path(got, sizeof got);
+    snprintf(want, sizeof want, "%s/.cache/gputrain/conv-cache", home);
+    CHECK_MSG(strcmp(got, want) == 0, "'%s'", got);
+    unsetenv("XDG_CACHE_HOME");
+    unsetenv("HOME");
+    gt_conv_cache_default_path(got, sizeof got);
+    CHECK_MSG(got[0] == '\0', "'%s'", got);
+    snprintf(want, sizeof want, "%s/missing", tmpdir); /* a HOME that does not exist */
+    setenv("HOME", want, 1);
+    gt_conv_cache_default_path(got, sizeof got);
+    CHECK_MSG(got[0] == '\0', "'%s'", got);
+}
+
 int main(void)
 {
     test_claim_put_hit();
@@ -408,6 +439,7 @@ int main(void)
     test_file_bad_lines();
     test_file_not_cache();
     test_file_merge();
+    test_default_path();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)

@@ -92,6 +92,10 @@ int gt_conv_cache_load(const char *path, int *bad, gt_err *e);
  * nothing to write or no file was loaded; -1 with e where the write failed. */
 int gt_conv_cache_save(gt_err *e);
 #define GT_CONV_CACHE_FILE_MAX 4096
+/* The default cache file into path: $XDG_CACHE_HOME/gputrain/conv-cache (an absolute
+ * XDG_CACHE_HOME), else $HOME/.cache/gputrain/conv-cache, its folders made (0700) where missing;
+ * "" where there is no such home or its folder cannot be made. */
+void gt_conv_cache_default_path(char *path, size_t cap);
 /* Keys whose choice came from the cache file (each counted once, at its first lookup). */
 unsigned long gt_conv_cache_file_hits(void);
 /* Forgets every choice and the file (tests); no claim may be outstanding. */
