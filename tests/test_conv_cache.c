@@ -3,7 +3,8 @@
  * apart; four threads standing in for four GPUs search each key once and all get the
  * searcher's choice; an abandoned search passes the claim to a waiter; buffers' alignment; the
  * file between runs: choices come back whole, unreadable lines are skipped, a file that is not a
- * cache is never overwritten, another run's choices are merged, nothing new writes nothing. */
+ * cache is never overwritten, another run's choices are merged, nothing new writes nothing; the
+ * default file's place. */
 #include "gputrain/conv_cache.h"
 
 #include "test_util.h"
