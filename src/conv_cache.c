@@ -261,6 +261,10 @@ static int merge_file_locked(const char *path, int *bad, gt_err *e)
         if (len && line[len - 1] == '\n')
             line[--len] = '\0';
         else if (!feof(f)) { /* longer than any choice: skip the rest of it */
+            if (n == 0) {
+                n++;
+                break; /* not a cache file's first line: none of it is read */
+            }
             int c;
             while ((c = fgetc(f)) != EOF && c != '\n')
                 ;

@@ -349,6 +349,12 @@ static void test_file_not_cache(void)
     CHECK_MSG(strstr(e.msg, path) && strstr(e.msg, "refusing"), "%s", e.msg);
     const char *text = read_text(path);
     CHECK(text && strcmp(text, "my notes\n") == 0);
+    /* a first line longer than any choice (a binary file): refused too */
+    char big[3000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    write_text(path, big);
+    CHECK(gt_conv_cache_load(path, &bad, &e) != 0);
     /* loaded as a cache, then replaced by something else before the save: not overwritten */
     char p2[256];
     file_path(p2, sizeof p2, "swapped");
