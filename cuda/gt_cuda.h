@@ -292,7 +292,8 @@ int gt_cuda_ctx_half_scratch(gt_cuda_ctx *c, size_t act, size_t w, gt_err *e);
 /* ---- layers (layers_cuda.cu) ----------------------------------------------------------------- */
 
 /* The cuDNN state of one layer: descriptors for the batch size last used and, for a
- * convolution, the algorithms chosen once at start-up. */
+ * convolution, the engine configurations chosen once at start-up (conv_engine.cu; its legacy
+ * descriptors give the output's shape and the reference of the fp32 accuracy check). */
 typedef struct gt_cuda_layer {
     gt_layer L;               /* shapes and parameter offsets */
     uint32_t index;           /* position in the model: the dropout key's layer */
@@ -300,13 +301,10 @@ typedef struct gt_cuda_layer {
     cudnnTensorDescriptor_t x_desc, y_desc, bias_desc;
     cudnnFilterDescriptor_t w_desc;
     cudnnConvolutionDescriptor_t conv_fwd, conv_bwd_data, conv_bwd_filter;
-    cudnnConvolutionFwdAlgo_t fwd_algo;
-    cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
-    cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
     cudnnDataType_t dtype;    /* convolution: its x, w, y descriptors' type (bf16 contexts:
                                  CUDNN_DATA_BFLOAT16, on the half scratch) */
-    int planned;              /* the convolution algorithms are chosen */
-    int need_dx;              /* the backward-data algorithm was chosen (not the first layer) */
+    int planned;              /* the convolution's configurations are chosen */
+    int need_dx;              /* the backward-data one was chosen (not the first layer) */
     float *bias_part;         /* conv with bias: GT_CUDA_BIAS_MAX_SPLITS partial sums a channel */
     unsigned *bias_done;      /* and a counter a channel for gt_cuda_conv_bias_grad */
     cudnnPoolingDescriptor_t pool_desc;
@@ -314,16 +312,16 @@ typedef struct gt_cuda_layer {
     cudnnTensorDescriptor_t bn_desc; /* batch norm: 1 x C x 1 x 1, its parameters and statistics */
     float *bn_save;           /* batch norm: the batch mean and inverse std of its forward (2 C) */
     float *bn_scratch;        /* batch norm: partial sums and coefficients (blocks_cuda.cu) */
-    struct gt_conv_engines *eng; /* bf16 convolution: its backend-API plans (conv_engine.cu) */
+    struct gt_conv_engines *eng; /* convolution: its backend-API plans (conv_engine.cu) */
     int nhwc_in, nhwc_out;    /* its input / output is a bf16 channels-last array (set by the
                                  device after init: device_cuda.cu's channels-last path) */
 } gt_cuda_layer;
 
-/* ---- bf16 convolutions through cuDNN's backend API (conv_engine.cu) ------------------------- */
+/* ---- convolutions through cuDNN's backend API (conv_engine.cu) ------------------------------ */
 
 struct gt_conv_key;
-/* Chooses each direction's engine configuration of a bf16 (channels-last) convolution by timing
- * them at batch n on bufs (x, w, y, dx, dw; dx NULL for a first layer) within the context's
+/* Chooses each direction's engine configuration of a convolution (bf16 channels-last, or fp32
+ * NCHW, checked against the legacy descriptors' reference at batch n) by timing them at batch n on bufs (x, w, y, dx, dw; dx NULL for a first layer) within the context's
  * workspace, through the process-wide cache under base (conv_key's fields; direction,
  * determinism, alignment and api are set here); makes the plans of batches n and n_max and puts
  * the workspace they need in *ws_need. 1: another device is timing one (wait 0), come back. */

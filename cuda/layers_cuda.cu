@@ -64,162 +64,6 @@ static int tensor_ops_ok(const gt_cuda_ctx *c)
     return c->tf32 || c->bf16;
 }
 
-/* ---- choosing convolution algorithms --------------------------------------------------------- */
-
-/* Winograd transforms trade accuracy for speed: on an H200 the non-fused backward-filter one
- * was ~1e-4 off the CPU reference where every other algorithm was ~1e-7. */
-static bool conv_winograd(cudnnConvolutionFwdAlgo_t a)
-{
-    return a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
-           a == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
-}
-static bool conv_winograd(cudnnConvolutionBwdDataAlgo_t a)
-{
-    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
-           a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
-}
-static bool conv_winograd(cudnnConvolutionBwdFilterAlgo_t a)
-{
-    return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD ||
-           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
-}
-
-/* The first (fastest) result that ran and fits limit, deterministic when asked; without tensor
- * ops (TF32 or bf16), one that keeps fp32 accuracy (no tensor cores, no Winograd). -1 if none. */
-template <typename Perf>
-static int conv_pick(const Perf *perf, int got, size_t limit, int deterministic, int tf32)
-{
-    for (int i = 0; i < got; i++) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > limit)
-            continue;
-        if (deterministic && perf[i].determinism != CUDNN_DETERMINISTIC)
-            continue;
-        if (!tf32 && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
-                      perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||
-                      conv_winograd(perf[i].algo)))
-            continue;
-        return i;
-    }
-    return -1;
-}
-
-/* Chooses from one direction's results (fastest first) within limit bytes of workspace. Without
- * TF32, backward prefers deterministic algorithms so that parity tests and reruns are stable, and
- * settles for any that works; with TF32 (not bit-reproducible anyway) every algorithm cuDNN
- * offers competes, tensor ops, Winograd and non-deterministic ones included, as PyTorch's
- * defaults allow. */
-template <typename Perf>
-static int conv_choose(gt_cuda_ctx *c, gt_cuda_layer *cl, const Perf *perf, int got,
-                       size_t limit, int deterministic, const char *direction,
-                       gt_conv_choice *ch, gt_err *e)
-{
-    deterministic = deterministic && !c->tf32;
-    int i = conv_pick(perf, got, limit, deterministic, tensor_ops_ok(c));
-    if (i < 0 && deterministic)
-        i = conv_pick(perf, got, limit, 0, tensor_ops_ok(c));
-    if (i < 0) {
-        char what[160];
-        snprintf(what, sizeof what,
-                 "no %s convolution algorithm runs in %zu bytes of workspace at batch %d",
-                 direction, limit, cl->n);
-        return layer_fail(c, cl, e, what);
-    }
-    ch->algo = (int)perf[i].algo;
-    ch->math = (int)perf[i].mathType;
-    ch->memory = perf[i].memory;
-    return 0;
-}
-
-/* Puts a choice on the layer: the algorithm, its descriptor's math type, the workspace. */
-template <typename Algo>
-static int conv_apply(gt_cuda_ctx *c, const gt_conv_choice *ch,
-                      cudnnConvolutionDescriptor_t conv, Algo *algo, size_t *need, gt_err *e)
-{
-    *algo = (Algo)ch->algo;
-    if (ch->memory > *need)
-        *need = ch->memory;
-    GT_CUDNN_CHECK(c->name, e,
-                   cudnnSetConvolutionMathType(conv, tensor_ops_ok(c) ? (cudnnMathType_t)ch->math
-                                                                      : CUDNN_FMA_MATH));
-    return 0;
-}
-
-/* Takes the best result for one direction (conv_choose), onto the layer (conv_apply). */
-template <typename Perf, typename Algo>
-static int conv_take(gt_cuda_ctx *c, gt_cuda_layer *cl, const Perf *perf, int got, size_t limit,
-                     int deterministic, cudnnConvolutionDescriptor_t conv, Algo *algo,
-                     size_t *need, const char *direction, gt_err *e)
-{
-    gt_conv_choice ch;
-    if (conv_choose(c, cl, perf, got, limit, deterministic, direction, &ch, e) ||
-        conv_apply(c, &ch, conv, algo, need, e))
-        return -1;
-    return 0;
-}
-
-static int conv_set_batch_desc(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
-{
-    const gt_layer *L = &cl->L;
-    return tensor_set_type(c, cl->x_desc, cl->dtype, n, L->in_c, L->in_h, L->in_w, e) ||
-           tensor_set_type(c, cl->y_desc, cl->dtype, n, L->out_c, L->out_h, L->out_w, e);
-}
-
-/* Workspace the chosen algorithms need at the current descriptors; -1 if one of them cannot
- * run there at all. */
-static int conv_ws_size(gt_cuda_ctx *c, gt_cuda_layer *cl, size_t *bytes)
-{
-    size_t fwd = 0, filter = 0, data = 0;
-    if (cudnnGetConvolutionForwardWorkspaceSize(c->cudnn, cl->x_desc, cl->w_desc, cl->conv_fwd,
-                                                cl->y_desc, cl->fwd_algo, &fwd) !=
-            CUDNN_STATUS_SUCCESS ||
-        cudnnGetConvolutionBackwardFilterWorkspaceSize(c->cudnn, cl->x_desc, cl->y_desc,
-                                                       cl->conv_bwd_filter, cl->w_desc,
-                                                       cl->bwd_filter_algo, &filter) !=
-            CUDNN_STATUS_SUCCESS ||
-        (cl->need_dx &&
-         cudnnGetConvolutionBackwardDataWorkspaceSize(c->cudnn, cl->w_desc, cl->y_desc,
-                                                      cl->conv_bwd_data, cl->x_desc,
-                                                      cl->bwd_data_algo, &data) !=
-             CUDNN_STATUS_SUCCESS))
-        return -1;
-    *bytes = fwd > filter ? fwd : filter;
-    *bytes = data > *bytes ? data : *bytes;
-    return 0;
-}
-
-/* Chooses by cuDNN's heuristics at the current descriptors, within limit bytes of workspace:
- * for a batch size whose timed algorithms do not fit the workspace there is. */
-static int conv_pick_within(gt_cuda_ctx *c, gt_cuda_layer *cl, size_t limit, size_t *need,
-                            gt_err *e)
-{
-    cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    int got = 0;
-    *need = 0;
-    GT_CUDNN_CHECK(c->name, e,
-                   cudnnGetConvolutionForwardAlgorithm_v7(
-                       c->cudnn, cl->x_desc, cl->w_desc, cl->conv_fwd, cl->y_desc,
-                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fwd));
-    if (conv_take(c, cl, fwd, got, limit, 0, cl->conv_fwd, &cl->fwd_algo, need, "forward", e))
-        return -1;
-    GT_CUDNN_CHECK(c->name, e,
-                   cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                       c->cudnn, cl->x_desc, cl->y_desc, cl->conv_bwd_filter, cl->w_desc,
-                       CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, filter));
-    if (conv_take(c, cl, filter, got, limit, 1, cl->conv_bwd_filter, &cl->bwd_filter_algo, need,
-                  "backward-filter", e))
-        return -1;
-    if (!cl->need_dx)
-        return 0;
-    GT_CUDNN_CHECK(c->name, e,
-                   cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                       c->cudnn, cl->w_desc, cl->y_desc, cl->conv_bwd_data, cl->x_desc,
-                       CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data));
-    return conv_take(c, cl, data, got, limit, 1, cl->conv_bwd_data, &cl->bwd_data_algo, need,
-                     "backward-data", e);
-}
-
 /* The math type a convolution's descriptors carry until an algorithm is chosen, and while
  * cuDNN times them. */
 static cudnnMathType_t conv_search_math(const gt_cuda_ctx *c)
@@ -229,6 +73,13 @@ static cudnnMathType_t conv_search_math(const gt_cuda_ctx *c)
                      : CUDNN_FMA_MATH;
 }
 
+static int conv_set_batch_desc(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
+{
+    const gt_layer *L = &cl->L;
+    return tensor_set_type(c, cl->x_desc, cl->dtype, n, L->in_c, L->in_h, L->in_w, e) ||
+           tensor_set_type(c, cl->y_desc, cl->dtype, n, L->out_c, L->out_h, L->out_w, e);
+}
+
 /* The buffers a search times on (device pointers; bf16 values in a bf16 context). */
 typedef struct conv_bufs {
     const float *x, *w;
@@ -236,7 +87,7 @@ typedef struct conv_bufs {
 } conv_bufs;
 
 /* Everything one direction's choice at the layer's current batch depends on (conv_cache.h):
- * the GPU, the shapes, types and math, the rules conv_choose applies, the search workspace, the
+ * the GPU, the shapes, types and math, the rules the search applies, the search workspace, the
  * buffers' alignment and cuDNN's version (a choice kept on disk names its engine by number). */
 static gt_conv_key conv_key(const gt_cuda_ctx *c, const gt_cuda_layer *cl, int direction,
                             const conv_bufs *b)
@@ -269,133 +120,34 @@ static gt_conv_key conv_key(const gt_cuda_ctx *c, const gt_cuda_layer *cl, int d
     return k;
 }
 
-/* Times every algorithm of one direction on real buffers and takes the fastest allowed one: on
- * an H200 this found backward-filter algorithms 2-3x faster than the heuristics' first choice for
- * a one-channel input. Timing noise can make two runs choose differently; all allowed
- * algorithms agree with the CPU to ~1e-7, not bit for bit. */
-static int conv_time(gt_cuda_ctx *c, gt_cuda_layer *cl, int direction, const conv_bufs *b,
-                     gt_conv_choice *ch, gt_err *e)
-{
-    cudnnConvolutionFwdAlgoPerf_t fwd[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    cudnnConvolutionBwdFilterAlgoPerf_t filter[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    cudnnConvolutionBwdDataAlgoPerf_t data[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    int got = 0;
-    switch (direction) {
-    case GT_CONV_FWD:
-        GT_CUDNN_CHECK(c->name, e, cudnnSetConvolutionMathType(cl->conv_fwd, conv_search_math(c)));
-        GT_CUDNN_CHECK(c->name, e,
-                       cudnnFindConvolutionForwardAlgorithmEx(
-                           c->cudnn, cl->x_desc, b->x, cl->w_desc, b->w, cl->conv_fwd,
-                           cl->y_desc, b->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fwd, c->ws,
-                           c->ws_bytes));
-        return conv_choose(c, cl, fwd, got, c->ws_bytes, 0, "forward", ch, e);
-    case GT_CONV_BWD_FILTER:
-        /* y stands in for dy: only its shape matters while timing. */
-        GT_CUDNN_CHECK(c->name, e,
-                       cudnnSetConvolutionMathType(cl->conv_bwd_filter, conv_search_math(c)));
-        GT_CUDNN_CHECK(c->name, e,
-                       cudnnFindConvolutionBackwardFilterAlgorithmEx(
-                           c->cudnn, cl->x_desc, b->x, cl->y_desc, b->y, cl->conv_bwd_filter,
-                           cl->w_desc, b->dw, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got,
-                           filter, c->ws, c->ws_bytes));
-        return conv_choose(c, cl, filter, got, c->ws_bytes, 1, "backward-filter", ch, e);
-    default:
-        GT_CUDNN_CHECK(c->name, e,
-                       cudnnSetConvolutionMathType(cl->conv_bwd_data, conv_search_math(c)));
-        GT_CUDNN_CHECK(c->name, e,
-                       cudnnFindConvolutionBackwardDataAlgorithmEx(
-                           c->cudnn, cl->w_desc, b->w, cl->y_desc, b->y, cl->conv_bwd_data,
-                           cl->x_desc, b->dx, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, data,
-                           c->ws, c->ws_bytes));
-        return conv_choose(c, cl, data, got, c->ws_bytes, 1, "backward-data", ch, e);
-    }
-}
-
-/* One direction's algorithm from the process-wide cache, or timed here and put there for the
- * others (the same key: the same rule on the same search). Returns 1 without choosing when
- * another device is timing this key and wait is 0; with wait it waits for that device. */
-static int conv_search(gt_cuda_ctx *c, gt_cuda_layer *cl, int direction, const conv_bufs *b,
-                       int wait, size_t *need, gt_err *e)
-{
-    gt_conv_key k = conv_key(c, cl, direction, b);
-    gt_conv_choice ch;
-    gt_conv_claim claim = gt_conv_cache_claim(&k, wait, &ch);
-    if (claim == GT_CONV_CACHE_BUSY)
-        return 1;
-    if (claim == GT_CONV_CACHE_MINE) {
-        if (conv_time(c, cl, direction, b, &ch, e)) {
-            gt_conv_cache_abandon(&k);
-            return -1;
-        }
-        gt_conv_cache_put(&k, &ch);
-    }
-    switch (direction) {
-    case GT_CONV_FWD:
-        return conv_apply(c, &ch, cl->conv_fwd, &cl->fwd_algo, need, e);
-    case GT_CONV_BWD_FILTER:
-        return conv_apply(c, &ch, cl->conv_bwd_filter, &cl->bwd_filter_algo, need, e);
-    default:
-        return conv_apply(c, &ch, cl->conv_bwd_data, &cl->bwd_data_algo, need, e);
-    }
-}
-
 int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max, int wait,
                                const float *x, const float *w, float *y, float *dx, float *dw,
                                size_t *ws_need, gt_err *e)
 {
-    size_t need = 0, need_max = 0;
     conv_bufs b = {x, w, y, dx, dw};
-    int busy = 0;
     cl->planned = 0;
     cl->need_dx = dx != NULL;
     cl->n = 0;
     if (conv_set_batch_desc(c, cl, n, e))
         return -1;
     cl->n = n;
-    if (cl->dtype == CUDNN_DATA_BFLOAT16) { /* through the backend API (conv_engine.cu) */
-        gt_conv_key base = conv_key(c, cl, GT_CONV_FWD, &b);
-        void *const bufs[5] = {(void *)x, (void *)w, y, dx, dw};
-        int rc = gt_conv_engine_choose(c, cl, n, n_max, wait, &base, bufs, ws_need, e);
-        cl->planned = rc == 0;
-        cl->n = 0;
-        return rc;
-    }
-    for (int dir = GT_CONV_FWD; dir <= (dx ? GT_CONV_BWD_DATA : GT_CONV_BWD_FILTER); dir++) {
-        int rc = conv_search(c, cl, dir, &b, wait, &need, e);
-        if (rc < 0)
-            return -1;
-        busy |= rc;
-    }
-    if (busy)
-        return 1; /* the caller comes back with wait */
-    cl->planned = 1;
-    /* Cover the largest batch too where these algorithms run there within the search
-     * workspace; otherwise that batch falls back to heuristics within the final workspace. */
-    if (n_max != n && conv_set_batch_desc(c, cl, n_max, e) == 0 &&
-        conv_ws_size(c, cl, &need_max) == 0 && need_max <= c->ws_bytes && need_max > need)
-        need = need_max;
-    cl->n = 0; /* the next use sets its batch and checks the final workspace */
-    *ws_need = need;
-    return 0;
+    /* through the backend API (conv_engine.cu); the legacy descriptors at batch n serve its
+     * fp32 accuracy check */
+    gt_conv_key base = conv_key(c, cl, GT_CONV_FWD, &b);
+    void *const bufs[5] = {(void *)x, (void *)w, y, dx, dw};
+    int rc = gt_conv_engine_choose(c, cl, n, n_max, wait, &base, bufs, ws_need, e);
+    cl->planned = rc == 0;
+    cl->n = 0; /* the next use sets its batch and its plans */
+    return rc;
 }
 
-/* The chosen algorithms of a convolution as "fwd A/mM filter A/mM data A/mM" (cuDNN's algorithm
- * and math type numbers; data only where backward computes an input gradient). */
+/* The chosen engine configurations of a convolution as "fwd eE filter eE data eE" (cuDNN's
+ * global engine numbers; data only where backward computes an input gradient). */
 int gt_cuda_layer_describe_algos(const gt_cuda_layer *cl, char *buf, size_t len)
 {
-    cudnnMathType_t mf = CUDNN_DEFAULT_MATH, mw = CUDNN_DEFAULT_MATH, md = CUDNN_DEFAULT_MATH;
     if (cl->L.kind != GT_CONV || !cl->planned)
         return snprintf(buf, len, "-");
-    if (cl->dtype == CUDNN_DATA_BFLOAT16)
-        return gt_conv_engine_describe(cl, buf, len);
-    cudnnGetConvolutionMathType(cl->conv_fwd, &mf);
-    cudnnGetConvolutionMathType(cl->conv_bwd_filter, &mw);
-    cudnnGetConvolutionMathType(cl->conv_bwd_data, &md);
-    if (!cl->need_dx)
-        return snprintf(buf, len, "fwd %d/m%d filter %d/m%d", (int)cl->fwd_algo, (int)mf,
-                        (int)cl->bwd_filter_algo, (int)mw);
-    return snprintf(buf, len, "fwd %d/m%d filter %d/m%d data %d/m%d", (int)cl->fwd_algo, (int)mf,
-                    (int)cl->bwd_filter_algo, (int)mw, (int)cl->bwd_data_algo, (int)md);
+    return gt_conv_engine_describe(cl, buf, len);
 }
 
 /* ---- descriptors ----------------------------------------------------------------------------- */
@@ -403,7 +155,6 @@ int gt_cuda_layer_describe_algos(const gt_cuda_layer *cl, char *buf, size_t len)
 static int layer_set_batch(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
 {
     const gt_layer *L = &cl->L;
-    size_t need = 0;
     if (cl->n == n)
         return 0;
     cl->n = 0;
@@ -412,15 +163,7 @@ static int layer_set_batch(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err *e)
         if (conv_set_batch_desc(c, cl, n, e))
             return -1;
         cl->n = n;
-        if (cl->planned && cl->dtype == CUDNN_DATA_BFLOAT16) {
-            if (gt_conv_engine_batch(c, cl, n, e)) {
-                cl->n = 0;
-                return -1;
-            }
-            return 0;
-        }
-        if (cl->planned && (conv_ws_size(c, cl, &need) != 0 || need > c->ws_bytes) &&
-            conv_pick_within(c, cl, c->ws_bytes, &need, e)) {
+        if (cl->planned && gt_conv_engine_batch(c, cl, n, e)) {
             cl->n = 0;
             return -1;
         }
@@ -666,10 +409,8 @@ static int conv_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p
         return layer_fail(c, cl, e, "convolution algorithms were never chosen");
     if (cl->dtype == CUDNN_DATA_BFLOAT16)
         return conv_forward_bf16(c, cl, p, x, y, e);
-    GT_CUDNN_CHECK(c->name, e,
-                   cudnnConvolutionForward(c->cudnn, &one, cl->x_desc, x, cl->w_desc,
-                                           p->params + cl->L.w_off, cl->conv_fwd, cl->fwd_algo,
-                                           c->ws, c->ws_bytes, &zero, cl->y_desc, y));
+    if (gt_conv_engine_run(c, cl, GT_CONV_FWD, x, p->params + cl->L.w_off, y, e))
+        return -1;
     if (cl->L.b_len)
         GT_CUDNN_CHECK(c->name, e,
                        cudnnAddTensor(c->cudnn, &one, cl->bias_desc, p->params + cl->L.b_off,
@@ -991,21 +732,15 @@ static int conv_backward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *
         return layer_fail(c, cl, e, "convolution backward algorithms were never chosen");
     if (cl->dtype == CUDNN_DATA_BFLOAT16)
         return conv_backward_bf16(c, cl, p, x, dy, dx, e);
-    GT_CUDNN_CHECK(c->name, e,
-                   cudnnConvolutionBackwardFilter(c->cudnn, &one, cl->x_desc, x, cl->y_desc, dy,
-                                                  cl->conv_bwd_filter, cl->bwd_filter_algo, c->ws,
-                                                  c->ws_bytes, &one, cl->w_desc,
-                                                  p->grad + L->w_off));
+    /* the filter gradient is added into the gradient array (beta 1) */
+    if (gt_conv_engine_run(c, cl, GT_CONV_BWD_FILTER, x, p->grad + L->w_off, (void *)dy, e))
+        return -1;
     if (L->b_len && gt_cuda_conv_bias_grad(c, dy, p->grad + L->b_off, cl->bias_part,
                                            cl->bias_done, p->n, L->out_c,
                                            L->out_h * L->out_w, e))
         return -1;
     if (dx)
-        GT_CUDNN_CHECK(c->name, e,
-                       cudnnConvolutionBackwardData(c->cudnn, &one, cl->w_desc,
-                                                    p->params + L->w_off, cl->y_desc, dy,
-                                                    cl->conv_bwd_data, cl->bwd_data_algo, c->ws,
-                                                    c->ws_bytes, &zero, cl->x_desc, dx));
+        return gt_conv_engine_run(c, cl, GT_CONV_BWD_DATA, dx, p->params + L->w_off, (void *)dy, e);
     return 0;
 }
 
