@@ -570,16 +570,16 @@ static int eng_time(gt_cuda_ctx *c, gt_cuda_layer *cl, int dir, int deterministi
     struct {
         gt_conv_choice ch;
         double us;
-        int cfg, nondet;
+        int cfg;
     } cand[ENG_MAX_CFG];
     int ncand = 0;
-    double best = -1; /* the fastest so far among those that could be chosen */
+    double best = -1; /* the fastest so far */
     if (cudaEventCreate(&ev[0]) == cudaSuccess && cudaEventCreate(&ev[1]) == cudaSuccess)
         for (int i = 0; i < ncfg; i++) {
             cfg_notes note;
             memset(&cand[ncand], 0, sizeof cand[ncand]);
             if (cfg_describe(cfg[i], &cand[ncand].ch, &note) != CUDNN_STATUS_SUCCESS ||
-                !cfg_allowed(c, cl, &note, 0))
+                !cfg_allowed(c, cl, &note, deterministic))
                 continue;
             eng_plan p = gp; /* the graph's descriptors stay gp's: p owns only its plan */
             p.nown = 0;
@@ -590,8 +590,7 @@ static int eng_time(gt_cuda_ctx *c, gt_cuda_layer *cl, int dir, int deterministi
                     cand[ncand].ch.memory = p.ws;
                     cand[ncand].us = us;
                     cand[ncand].cfg = i;
-                    cand[ncand].nondet = note.nondet;
-                    if (!(deterministic && note.nondet) && (best < 0 || us < best))
+                    if (best < 0 || us < best)
                         best = us;
                     ncand++;
                 }
@@ -602,39 +601,38 @@ static int eng_time(gt_cuda_ctx *c, gt_cuda_layer *cl, int dir, int deterministi
         if (ev[k])
             cudaEventDestroy(ev[k]);
     cudaGetLastError(); /* a configuration that failed to launch leaves no sticky error */
-    /* the fastest deterministic one where asked (else any), checked where fp32 asks it */
+    /* the fastest, checked where fp32 asks it */
     acc_check acc;
-    int checking = cl->dtype == CUDNN_DATA_FLOAT && !c->tf32 && acc_open(c, cl, dir, &acc) == 0;
-    int chosen = -1;
-    for (int pass = deterministic ? 0 : 1; pass < 2 && chosen < 0; pass++) {
-        int tried[ENG_MAX_CFG] = {0};
-        for (;;) {
-            int j = -1;
-            for (int i = 0; i < ncand; i++)
-                if (!tried[i] && !(pass == 0 && cand[i].nondet) && (j < 0 || cand[i].us < cand[j].us))
-                    j = i;
-            if (j < 0)
-                break;
-            tried[j] = 1;
-            if (checking) {
-                eng_plan p = gp;
-                p.nown = 0;
-                double err = plan_make(c, &p, cfg[cand[j].cfg]) == CUDNN_STATUS_SUCCESS
-                                 ? acc_error(c, &p, &acc)
-                                 : -1;
-                plan_free(&p);
-                cudaGetLastError();
-                if (err < 0 || err > ACC_TOL)
-                    continue;
-            }
-            chosen = j;
+    int checking = ncand > 0 && cl->dtype == CUDNN_DATA_FLOAT && !c->tf32 &&
+                   acc_open(c, cl, dir, &acc) == 0;
+    int chosen = -1, tried[ENG_MAX_CFG] = {0};
+    while (chosen < 0) {
+        int j = -1;
+        for (int i = 0; i < ncand; i++)
+            if (!tried[i] && (j < 0 || cand[i].us < cand[j].us))
+                j = i;
+        if (j < 0)
             break;
+        tried[j] = 1;
+        if (checking) {
+            eng_plan p = gp;
+            p.nown = 0;
+            double err = plan_make(c, &p, cfg[cand[j].cfg]) == CUDNN_STATUS_SUCCESS
+                             ? acc_error(c, &p, &acc)
+                             : -1;
+            plan_free(&p);
+            cudaGetLastError();
+            if (err < 0 || err > ACC_TOL)
+                continue;
         }
+        chosen = j;
     }
     if (checking)
         acc_close(&acc);
     cfgs_free(cfg);
     plan_free(&gp);
+    if (chosen < 0 && deterministic) /* none deterministic runs here: any will do */
+        return eng_time(c, cl, dir, 0, bufs, ch, e);
     if (chosen < 0) {
         char what[200];
         snprintf(what, sizeof what,
