@@ -96,7 +96,7 @@ typedef struct gt_cuda_path {
 int gt_cuda_device_set_path(gt_device *d, int fused, int graphs, gt_err *e);
 /* 0 and the path of d, or -1 when d is not a CUDA device. */
 int gt_cuda_device_get_path(gt_device *d, gt_cuda_path *out);
-/* Prints each convolution's chosen algorithms at the batch it runs now, a line each
+/* Prints each convolution's chosen engine configurations at the batch it runs now, a line each
  * (gt_cuda_layer_describe_algos); -1 when d is not a CUDA device. For benchmarks. */
 int gt_cuda_device_print_algos(gt_device *d, FILE *f);
 /* bf16 training steps: on (the default), a convolution's bf16 input is made once a step (by the
@@ -381,9 +381,9 @@ int gt_cuda_layer_init(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_layer *L, uin
                        gt_err *e);
 void gt_cuda_layer_destroy(gt_cuda_layer *cl);
 
-/* Convolutions only: chooses the algorithms by timing them at batch n on real buffers (x, w, y,
- * and dx, dw for backward; dx NULL for a first layer) within the context's workspace, which the
- * caller sizes for the search; deterministic ones for backward. *ws_need gets the workspace they
+/* Convolutions only: chooses the engine configurations (gt_conv_engine_choose) by timing them at
+ * batch n on real buffers (x, w, y, and dx, dw for backward; dx NULL for a first layer) within the
+ * context's workspace, which the caller sizes for the search; deterministic ones for backward. *ws_need gets the workspace they
  * need at batch n and, where it fits, at batch n_max, so one allocation covers both. In a bf16
  * context the buffers hold bf16 values (the types stay float * for the fp32 callers). Each
  * direction's choice comes from the process-wide cache (conv_cache.h) where a device with an
@@ -392,7 +392,7 @@ void gt_cuda_layer_destroy(gt_cuda_layer *cl);
 int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max, int wait,
                                const float *x, const float *w, float *y, float *dx, float *dw,
                                size_t *ws_need, gt_err *e);
-/* The chosen algorithms, "fwd A/mM filter A/mM data A/mM"; snprintf's return. */
+/* The chosen configurations, "fwd eE filter eE data eE"; snprintf's return. */
 int gt_cuda_layer_describe_algos(const gt_cuda_layer *cl, char *buf, size_t len);
 
 /* y = layer(x). Dropout always drops here: an evaluation pass skips the layer instead. */

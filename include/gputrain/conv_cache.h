@@ -49,8 +49,9 @@ typedef struct gt_conv_key {
 } gt_conv_key;
 
 enum { GT_CONV_FWD, GT_CONV_BWD_FILTER, GT_CONV_BWD_DATA };
-/* How a choice is made and run: cuDNN's legacy algorithm calls, or its backend API's engine
- * configurations (an engine and the values of its knobs). */
+/* How a choice is made and run: cuDNN's legacy algorithm calls (no GPU path makes these any
+ * more; a cache file may still hold them, and reads them back as they were), or its backend
+ * API's engine configurations (an engine and the values of its knobs). */
 enum { GT_CONV_LEGACY, GT_CONV_BACKEND };
 #define GT_CONV_MAX_KNOBS 16
 

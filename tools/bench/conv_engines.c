@@ -1,5 +1,6 @@
 /* conv_engines.c - what cuDNN's backend API runs for resnet18's bf16 convolutions, beside what
- * the legacy API (the one layers_cuda.cu calls) runs for the algorithm its search chose.
+ * the legacy API (the one layers_cuda.cu called until every convolution took engines) runs for
+ * the algorithm its search chose.
  *
  * On an H200 the legacy API ran some of resnet18's bf16 convolutions on kernels without tensor
  * cores although the algorithm chosen for them was a tensor-op one, and which ones it did changed
@@ -8,7 +9,7 @@
  * shape of resnet18 on 3x32x32 images, batch N, channels-last bf16 with fp32 accumulation, and
  * each direction (forward, backward data, backward filter), this times by execution:
  *   - the legacy API: cudnnFind*AlgorithmEx's first result, then executed through the legacy call
- *     as layers_cuda.cu does;
+ *     as layers_cuda.cu did;
  *   - the backend API: every engine configuration cuDNN's heuristics (mode A, then the fallback
  *     list) offer that finalizes into a plan within the workspace, executed through
  *     cudnnBackendExecute.
