@@ -64,8 +64,8 @@ static int tensor_ops_ok(const gt_cuda_ctx *c)
     return c->tf32 || c->bf16;
 }
 
-/* The math type a convolution's descriptors carry until an algorithm is chosen, and while
- * cuDNN times them. */
+/* The math type of a convolution's legacy descriptors (fp32: plain multiply-adds, as the fp32
+ * accuracy check's reference runs), also part of its choices' cache key. */
 static cudnnMathType_t conv_search_math(const gt_cuda_ctx *c)
 {
     return c->tf32 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
