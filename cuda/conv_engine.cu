@@ -29,6 +29,7 @@
 #include "gt_cuda.h"
 
 #include "gputrain/conv_cache.h"
+#include "gputrain/counter_rng.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -405,6 +406,12 @@ static int eng_fail(gt_cuda_ctx *c, const gt_cuda_layer *cl, gt_err *e, const ch
                    s ? cudnnGetErrorString(s) : "");
 }
 
+/* fp32 without TF32: convolutions held to fp32's accuracy. */
+static int fp32_exact(const gt_cuda_ctx *c, const gt_cuda_layer *cl)
+{
+    return cl->dtype == CUDNN_DATA_FLOAT && !c->tf32;
+}
+
 /* Whether a configuration may run layer cl's convolutions: nothing compiled at run time (that
  * costs seconds a configuration); deterministic where asked; fp32 without TF32 none that cuDNN
  * notes as computing below fp32's accuracy (tensor cores, inputs converted down, reductions at
@@ -419,7 +426,7 @@ static int cfg_allowed(const gt_cuda_ctx *c, const gt_cuda_layer *cl, const cfg_
         return 0;
     if (cl->dtype != CUDNN_DATA_FLOAT)
         return 1;
-    return !n->down_convert && (c->tf32 || !(n->tensor_core || n->lossy));
+    return !n->down_convert && !(fp32_exact(c, cl) && (n->tensor_core || n->lossy));
 }
 
 /* An fp32 configuration is kept only where its result agrees with the legacy call's
@@ -430,18 +437,11 @@ static int cfg_allowed(const gt_cuda_ctx *c, const gt_cuda_layer *cl, const cfg_
  * on a 5x5 convolution, where the legacy algorithms were ~1e-7 off). */
 #define ACC_TOL 1e-5
 
-__global__ static void acc_fill_kernel(float *a, size_t n, uint32_t seed)
+__global__ static void acc_fill_kernel(float *a, size_t n, uint64_t key)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        h *= 3266489917u;
-        h ^= h >> 16;
-        a[i] = (float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f; /* [-1, 1) */
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        a[i] = 2.0f * gt_counter_uniform(key, (uint32_t)i) - 1.0f; /* [-1, 1) */
 }
 
 /* sums[0] += sum (a - ref)^2, sums[1] += sum ref^2 */
@@ -471,7 +471,7 @@ typedef struct acc_check {
     float *ref, *out;
     double *sums;
     size_t out_len;
-    int dir;
+    int out_at;    /* which of x, w, y the direction writes */
 } acc_check;
 
 static void acc_close(acc_check *a)
@@ -495,7 +495,7 @@ static int acc_open(gt_cuda_ctx *c, const gt_cuda_layer *cl, int dir, acc_check 
     size_t len[3] = {xl, wl, yl};
     int out = dir == GT_CONV_FWD ? 2 : dir == GT_CONV_BWD_FILTER ? 1 : 0;
     memset(a, 0, sizeof *a);
-    a->dir = dir;
+    a->out_at = out;
     a->out_len = len[out];
     int ok = cudaMalloc((void **)&a->ref, a->out_len * sizeof(float)) == cudaSuccess &&
              cudaMalloc((void **)&a->out, a->out_len * sizeof(float)) == cudaSuccess &&
@@ -504,7 +504,7 @@ static int acc_open(gt_cuda_ctx *c, const gt_cuda_layer *cl, int dir, acc_check 
         if (i != out) {
             ok = cudaMalloc((void **)&a->buf[i], len[i] * sizeof(float)) == cudaSuccess;
             if (ok)
-                acc_fill_kernel<<<256, 256, 0, c->stream>>>(a->buf[i], len[i], 0x9e3779b9u * (i + 1));
+                acc_fill_kernel<<<256, 256, 0, c->stream>>>(a->buf[i], len[i], 0xacc0 + i);
         }
     cudnnStatus_t s = CUDNN_STATUS_NOT_SUPPORTED;
     if (ok && cudaGetLastError() == cudaSuccess) {
@@ -535,7 +535,7 @@ static int acc_open(gt_cuda_ctx *c, const gt_cuda_layer *cl, int dir, acc_check 
 static double acc_error(gt_cuda_ctx *c, const eng_plan *p, acc_check *a)
 {
     void *ptr[3] = {a->buf[0], a->buf[1], a->buf[2]};
-    ptr[a->dir == GT_CONV_FWD ? 2 : a->dir == GT_CONV_BWD_FILTER ? 1 : 0] = a->out;
+    ptr[a->out_at] = a->out;
     double sums[2] = {0, 0};
     /* the fp32 filter plans add into their output (beta 1) */
     if (cudaMemsetAsync(a->out, 0, a->out_len * sizeof(float), c->stream) != cudaSuccess ||
@@ -603,8 +603,7 @@ static int eng_time(gt_cuda_ctx *c, gt_cuda_layer *cl, int dir, int deterministi
     cudaGetLastError(); /* a configuration that failed to launch leaves no sticky error */
     /* the fastest, checked where fp32 asks it */
     acc_check acc;
-    int checking = ncand > 0 && cl->dtype == CUDNN_DATA_FLOAT && !c->tf32 &&
-                   acc_open(c, cl, dir, &acc) == 0;
+    int checking = ncand > 0 && fp32_exact(c, cl) && acc_open(c, cl, dir, &acc) == 0;
     int chosen = -1, tried[ENG_MAX_CFG] = {0};
     while (chosen < 0) {
         int j = -1;
