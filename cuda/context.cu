@@ -193,6 +193,12 @@ int gt_cuda_ctx_layer_libs(gt_cuda_ctx *c, gt_err *e)
     return 0;
 }
 
+/* gt_cuda_set_deterministic's rule: -1 by precision. Set before the devices open (their threads
+ * read it in gt_cuda_ctx_open), so a plain int does. */
+static int deterministic_rule = -1;
+
+void gt_cuda_set_deterministic(int on) { deterministic_rule = on < 0 ? -1 : on != 0; }
+
 int gt_cuda_ctx_open(gt_cuda_ctx **out, int ordinal, gt_precision precision, gt_err *e)
 {
     *out = NULL;
@@ -202,6 +208,7 @@ int gt_cuda_ctx_open(gt_cuda_ctx **out, int ordinal, gt_precision precision, gt_
     c->ordinal = ordinal;
     c->tf32 = precision == GT_PRECISION_TF32;
     c->bf16 = precision == GT_PRECISION_BF16;
+    c->deterministic = deterministic_rule < 0 ? !c->tf32 : deterministic_rule;
     if (ctx_init_device(c, ordinal, e) || ctx_create_handles(c, e)) {
         gt_cuda_ctx_close(c);
         return -1;

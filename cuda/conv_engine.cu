@@ -13,8 +13,8 @@
  * the operation graph of one direction at the training batch; each that finalizes into a plan
  * within the search workspace, compiles nothing at run time, keeps the precision asked (fp32:
  * no configuration cuDNN notes as converting its inputs down, nor, without TF32, one on tensor
- * cores; PyTorch's rule) and, for the backward directions, is deterministic (any, if none is)
- * is executed on the steps' own buffers and timed; the fastest
+ * cores; PyTorch's rule) and, for the backward directions, is deterministic where the device
+ * keeps to those (--deterministic; any, if none is) is executed on the steps' own buffers and timed; the fastest
  * is kept as its engine's global index and its knobs' values, in the process-wide cache
  * (conv_cache.h) like the legacy choices, so every layer and device with the same key rebuilds
  * the same configuration instead of timing again. Plans are per batch size: a layer keeps those
@@ -697,7 +697,7 @@ static int eng_plan_at(gt_cuda_ctx *c, gt_cuda_layer *cl, int dir, int n, size_t
         return 0;
     cudnnBackendDescriptor_t cfgs[ENG_MAX_CFG];
     int ncfg = heuristics(p->graph, cfgs), found = 0;
-    int deterministic = dir != GT_CONV_FWD && !c->tf32;
+    int deterministic = dir != GT_CONV_FWD && c->deterministic;
     for (int pass = deterministic ? 0 : 1; pass < 2 && !found; pass++)
         for (int i = 0; i < ncfg && !found; i++) {
             gt_conv_choice cand;
@@ -804,7 +804,7 @@ int gt_conv_engine_choose(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max, i
     for (int dir = 0; dir < g->ndir; dir++) {
         gt_conv_key k = *base;
         k.direction = dir;
-        k.deterministic = dir != GT_CONV_FWD && !c->tf32;
+        k.deterministic = dir != GT_CONV_FWD && c->deterministic;
         k.api = GT_CONV_BACKEND;
         k.align = (unsigned)(g->align[0] < g->align[1] ? g->align[0] : g->align[1]);
         k.align = k.align < (unsigned)g->align[2] ? k.align : (unsigned)g->align[2];

@@ -222,6 +222,7 @@ static inline unsigned gt_cuda_grid(size_t len)
 struct gt_cuda_ctx {
     int ordinal;
     int tf32;                 /* fp32 data may be multiplied in TF32 */
+    int deterministic;        /* the convolutions' backward keeps to deterministic algorithms */
     int bf16;                 /* convolutions and linear layers compute on bf16 copies */
     char name[64];            /* "gpu:N (device name)", the start of every error message */
     char gpu[128];            /* the device's own name (cudaDeviceProp.name) */

@@ -112,7 +112,7 @@ static gt_conv_key conv_key(const gt_cuda_ctx *c, const gt_cuda_layer *cl, int d
     k.layout = (int)layout_of(cl->dtype);
     k.math = (int)conv_search_math(c);
     k.direction = direction;
-    k.deterministic = direction != GT_CONV_FWD && !c->tf32;
+    k.deterministic = direction != GT_CONV_FWD && c->deterministic;
     k.tensor_ops = tensor_ops_ok(c);
     k.limit = c->ws_bytes;
     k.align = gt_conv_cache_align(ptrs, 6);

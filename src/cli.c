@@ -451,6 +451,12 @@ static const cli_row cli_rows[] = {
              "again (a shorter start-up, the same algorithms run after run); off: time them in "
              "every run",
      .dflt = "$XDG_CACHE_HOME/gputrain/conv-cache, else ~/.cache/gputrain/conv-cache"},
+    {.name = "deterministic", .type = CLI_WORD, .field = F(deterministic),
+     .set = GT_NAMES_DETERMINISTIC, .commands = CMD_TRAIN,
+     .help = "GPUs: on keeps the convolutions' backward to cuDNN's deterministic algorithms (a "
+             "seed's run repeats bit for bit); off lets them take the non-deterministic ones too "
+             "(sums by atomic adds, PyTorch's default; faster on some shapes, most in fp32); auto: on, "
+             "but off with --precision tf32"},
 
     {.section = "Model and data", .name = "model", .value = "NAME|SPEC|@FILE", .type = CLI_TEXT,
      TEXT(model), .commands = CMD_TRAIN,
@@ -647,7 +653,7 @@ const struct option *gt_cli_options(void)
  * data paths, seed (the checkpoint's anyway), outputs, faults or timeouts. */
 static const char *const cli_resumable[] = {
     "mode", "stripes", "staleness", "sync-every", "balance", "overlap", "store-step", "store-parts",
-    "store-grad", "exchange", "precision", "tf32", "model", "image-size", "augment", "normalize",
+    "store-grad", "exchange", "precision", "tf32", "deterministic", "model", "image-size", "augment", "normalize",
     "train-samples", "batch", "epochs", "eval-every", "val-split", "save-best", "patience",
     "optimizer", "lr", "momentum", "nesterov", "weight-decay", "beta1", "beta2", "eps", "schedule",
     "warmup", "step-epochs", "gamma", "ema", "on-nan", "on-diverge", "literal"};

@@ -35,6 +35,13 @@ void gt_config_defaults(gt_config *c)
     c->exchange = GT_EXCHANGE_AUTO;
 }
 
+int gt_config_deterministic(const gt_config *c)
+{
+    if (c->deterministic != GT_DETERMINISTIC_AUTO)
+        return c->deterministic == GT_DETERMINISTIC_ON;
+    return c->precision != GT_PRECISION_TF32;
+}
+
 void gt_config_norm_mark(const gt_config *c, gt_model *m)
 {
     memset(&m->norm, 0, sizeof m->norm);

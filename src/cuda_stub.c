@@ -5,6 +5,8 @@
 
 int gt_cuda_device_count(void) { return 0; }
 
+void gt_cuda_set_deterministic(int on) { (void)on; }
+
 int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int ordinal,
                         gt_precision precision, gt_err *e)
 {

@@ -134,6 +134,7 @@ static int open_gpus(const gt_config *cfg, const gt_model *m, gt_device **devs, 
     conv_cache_path(cfg, cache, sizeof cache);
     if (conv_cache_open(cfg, cache, e) != 0)
         return -1;
+    gt_cuda_set_deterministic(gt_config_deterministic(cfg));
     for (int i = 0; i < n; i++) {
         devs[i] = NULL;
         job[i] = (gpu_open_job){&devs[i], i == 0 && evaluator ? &ev : NULL, m, cfg->batch,

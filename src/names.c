@@ -66,6 +66,12 @@ static const gt_name_head store_grad_rows[] = {
     {"bf16", GT_STORE_GRAD_BF16},
 };
 
+static const gt_name_head deterministic_rows[] = {
+    {"auto", GT_DETERMINISTIC_AUTO},
+    {"on", GT_DETERMINISTIC_ON},
+    {"off", GT_DETERMINISTIC_OFF},
+};
+
 #define NAMES_SET(rows) {(rows), sizeof *(rows), (int)(sizeof(rows) / sizeof *(rows))}
 
 /* Indexed by gt_name_set. */
@@ -83,6 +89,7 @@ static const struct {
     [GT_NAMES_EXCHANGE] = NAMES_SET(exchange_rows),
     [GT_NAMES_PRECISION] = NAMES_SET(precision_rows),
     [GT_NAMES_STORE_GRAD] = NAMES_SET(store_grad_rows),
+    [GT_NAMES_DETERMINISTIC] = NAMES_SET(deterministic_rows),
 };
 
 /* Row i of set as its head (every row struct starts with one); NULL past the end. */

@@ -127,7 +127,7 @@ grep -q '^nothing to train: ' "$TMP/out" && [ "$(wc -l <"$TMP/out")" -eq 1 ] || 
 CONFIG_KEYS="version cuda nccl mpi revision argv host started mode workers hosts devices evaluator model model_spec parameters input
 nclasses data data_fingerprint train_samples test_samples val_samples batch epochs seed eval_every val_split patience save_best optimizer lr momentum
 nesterov weight_decay beta1 beta2 eps schedule warmup step_epochs gamma stripes staleness sync_every
-balance overlap tf32 on_nan checkpoint checkpoint_every checkpoint_unit keep resume init
+balance overlap tf32 deterministic on_nan checkpoint checkpoint_every checkpoint_unit keep resume init
 allow_nonfinite log_steps inject_fault stall_timeout host_timeout start_epoch start_step
 start_epoch_step start_samples start_wall_s"
 SUMMARY_KEYS="mode workers hosts model batch optimizer lr momentum weight_decay schedule warmup seed

@@ -39,7 +39,7 @@ static double field(const gt_config *c, const char *name)
         "allow_nonfinite", "literal", "on_diverge", "given", "ignore_classes", "top", "nitems",
         "exchange", "image_h", "image_w", "store_step", "augment_pad", "augment_flip",
         "normalize", "norm_count", "norm_mean1", "norm_std1", "val_split", "patience", "per_class",
-        "ema", "no_ema", "store_parts", "store_threads", "store_grad"};
+        "ema", "no_ema", "store_parts", "store_threads", "store_grad", "deterministic"};
     const gt_optim_cfg *o = &c->optim;
     double v[] = {
         c->command, c->cpu_workers, c->ngpus, c->gpus[0], c->gpus[1], c->gpus[2], c->gpus_all,
@@ -53,7 +53,7 @@ static double field(const gt_config *c, const char *name)
         c->nitems, c->exchange, c->image_size[0], c->image_size[1], c->store_step,
         c->augment.pad, c->augment.flip, c->normalize, c->norm_count, c->norm_given.mean[1],
         c->norm_given.std[1], c->val_split, c->patience, c->per_class, c->ema, c->no_ema,
-        c->store_parts, c->store_threads, c->store_grad};
+        c->store_parts, c->store_threads, c->store_grad, c->deterministic};
     _Static_assert(sizeof names / sizeof *names == sizeof v / sizeof *v, "one value per name");
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (strcmp(names[i], name) == 0)
@@ -173,6 +173,9 @@ static const good_case GOOD[] = {
     {{"--tf32"}, "precision", GT_PRECISION_TF32, NULL},
     {{"--precision", "bf16"}, "precision", GT_PRECISION_BF16, NULL},
     {{"--precision", "fp32"}, "precision", GT_PRECISION_FP32, NULL},
+    {{NULL}, "deterministic", GT_DETERMINISTIC_AUTO, NULL},
+    {{"--deterministic", "off"}, "deterministic", GT_DETERMINISTIC_OFF, NULL},
+    {{"--deterministic", "on", "--tf32"}, "deterministic", GT_DETERMINISTIC_ON, NULL},
     {{"--overlap"}, "overlap", 1, NULL},
     {{NULL}, "store_step", 0, NULL},
     {{"--store-step"}, "store_step", 1, NULL},
@@ -479,6 +482,9 @@ static const bad_case BAD[] = {
      "--ignore-classes", "does not apply to train (only to eval, predict)"},
     {{"--exchange", "ring"}, "--exchange", "'ring' is not one of auto, p2p, nccl"},
     {{"--precision", "fp16"}, "--precision", "'fp16' is not one of fp32, tf32, bf16"},
+    {{"--deterministic", "yes"}, "--deterministic", "'yes' is not one of auto, on, off"},
+    {{"eval", "--checkpoint", "m.st", "--deterministic", "off"}, "--deterministic",
+     "does not apply to eval"},
     {{"eval", "--checkpoint", "m.st", "--exchange", "p2p"}, "--exchange", "does not apply to eval"},
     {{"--epochs", "2", "--", "x"}, "unexpected argument", "'x'"},
     {{"--epochs", "2", "--", "--batch", "3"}, "unexpected argument", "'--batch'"},
@@ -585,6 +591,25 @@ static void test_seed_range(void)
     gt_err e;
     const char *max[] = {"--seed", "18446744073709551615", NULL};
     CHECK(parse_words(max, &c, &e, stdout) == 0 && c.seed == UINT64_MAX);
+}
+
+/* --deterministic as it applies: auto is on but with --precision tf32; on and off are kept. */
+static void test_deterministic_rule(void)
+{
+    static const struct {
+        int given, precision, on;
+    } rows[] = {
+        {GT_DETERMINISTIC_AUTO, GT_PRECISION_FP32, 1}, {GT_DETERMINISTIC_AUTO, GT_PRECISION_BF16, 1},
+        {GT_DETERMINISTIC_AUTO, GT_PRECISION_TF32, 0}, {GT_DETERMINISTIC_ON, GT_PRECISION_TF32, 1},
+        {GT_DETERMINISTIC_OFF, GT_PRECISION_FP32, 0},  {GT_DETERMINISTIC_OFF, GT_PRECISION_BF16, 0},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        gt_config c;
+        gt_config_defaults(&c);
+        c.deterministic = rows[i].given;
+        c.precision = rows[i].precision;
+        CHECK_MSG(gt_config_deterministic(&c) == rows[i].on, "row %zu", i);
+    }
 }
 
 /* The text of an option's entry in the help: from its line to the next option line. */
@@ -818,6 +843,7 @@ int main(void)
     test_gpu_list_limits();
     test_long_strings();
     test_seed_range();
+    test_deterministic_rule();
     test_help();
     test_version_and_order();
     test_repeated_parses();

@@ -487,6 +487,26 @@ static void test_gap(gt_cuda_ctx *c, gt_rng *r, int n, int ch, int h, int w)
     gt_free(dx_gpu);
 }
 
+/* --deterministic off: the backward directions may take cuDNN's non-deterministic configurations
+ * (atomic sums), which fp32 still holds to fp32's accuracy (the check in conv_engine.cu): the
+ * same convolutions as below against the CPU, at the same tolerance. */
+static void test_layers_nondeterministic(gt_rng *r)
+{
+    gt_cuda_ctx *c = NULL;
+    gt_err e = {""};
+    gt_cuda_set_deterministic(0);
+    int rc = gt_cuda_ctx_open(&c, 0, GT_PRECISION_FP32, &e);
+    gt_cuda_set_deterministic(-1);
+    CHECK_MSG(rc == 0, "context: %s", e.msg);
+    if (rc)
+        return;
+    test_conv(c, r, 47, 32, 14, 14, 64, 5, 2, 1);
+    test_conv(c, r, 37, 1, 28, 28, 32, 5, 2, 0);
+    test_conv_strided(c, r, 4, 16, 32, 32, 32, 3, 1, 2, 0, 1);
+    test_conv_strided(c, r, 5, 3, 8, 8, 16, 3, 1, 1, 0, 0);
+    gt_cuda_ctx_close(c);
+}
+
 static void test_layers(gt_rng *r)
 {
     gt_cuda_ctx *c = NULL;
@@ -536,6 +556,7 @@ static void test_layers(gt_rng *r)
     test_gap(c, r, 8, 64, 8, 8);
     test_gap(c, r, 3, 5, 7, 9);
     gt_cuda_ctx_close(c);
+    test_layers_nondeterministic(r);
 }
 
 /* ---- whole networks -------------------------------------------------------------------------- */
@@ -1929,6 +1950,9 @@ int main(void)
     gt_dataset cifar;
     random_images(&cifar, &r, 300, 3, 32, 32);
     test_bn_model("resnet20", &cifar, 8, 40, &r);
+    gt_cuda_set_deterministic(0); /* --deterministic off: the whole step at the same tolerance */
+    test_bn_model("resnet20", &cifar, 8, 40, &r);
+    gt_cuda_set_deterministic(-1);
     test_bf16(&ds, "lenet5", 32);
     test_bf16(&ds, "cnn-wide", 32);
     test_bf16(&cifar, "resnet20", 16);

@@ -48,6 +48,15 @@ typedef enum gt_precision {
                               then kept fp32); everything else as fp32 */
 } gt_precision;
 
+/* --deterministic: whether the GPUs' convolutions keep to cuDNN's deterministic algorithms in
+ * their backward directions, or may take the non-deterministic ones (sums by atomic adds: often
+ * faster, not bit-reproducible). */
+typedef enum gt_deterministic {
+    GT_DETERMINISTIC_AUTO = 0, /* on, but off with --precision tf32 */
+    GT_DETERMINISTIC_ON,
+    GT_DETERMINISTIC_OFF,
+} gt_deterministic;
+
 /* --store-grad: the gradient hogwild's store step in parts downloads into the store. */
 typedef enum gt_store_grad {
     GT_STORE_GRAD_AUTO = 0, /* bf16 where the GPUs compute in bf16, else fp32 */
@@ -167,6 +176,7 @@ typedef struct gt_config {
 
     /* GPU options */
     int precision;                /* gt_precision (--precision; --tf32 is --precision tf32) */
+    int deterministic;            /* gt_deterministic (--deterministic) */
     gt_exchange exchange;         /* auto: peer to peer where it works, else NCCL */
 
     /* eval and predict */
@@ -181,6 +191,10 @@ typedef struct gt_config {
 
 /* Every field at its default: what a run does when the command line says nothing. */
 void gt_config_defaults(gt_config *c);
+
+/* --deterministic as it applies to c's run: whether the GPUs' convolutions keep to deterministic
+ * algorithms (auto: all but --precision tf32). */
+int gt_config_deterministic(const gt_config *c);
 
 /* --normalize on a model built for it: gt_config_norm_mark turns m->norm on (values mean 0, std 1
  * until resolved) where c asks for any, as soon as the model is built, so that a device opened

@@ -170,6 +170,11 @@ int gt_cpu_device_open(gt_device **out, const gt_model *m, int max_batch, int in
 
 /* The CUDA backend (cuda/); returns -1 with a message when built without CUDA. */
 int gt_cuda_device_count(void);
+/* Whether the CUDA devices opened from now on keep their convolutions' backward directions to
+ * cuDNN's deterministic algorithms (1), may take any (0), or decide by their precision (-1, the
+ * default: any with --precision tf32). A process-wide rule, as cuDNN's own is in PyTorch; call it
+ * before the devices open. */
+void gt_cuda_set_deterministic(int on);
 int gt_cuda_device_open(gt_device **out, const gt_model *m, int max_batch, int ordinal,
                         gt_precision precision, gt_err *e);
 /* Sets up the exchange between the devices (all CUDA devices of this run, in order: the peer

@@ -23,6 +23,7 @@ typedef enum gt_name_set {
     GT_NAMES_EXCHANGE, /* gt_exchange, --exchange */
     GT_NAMES_PRECISION, /* gt_precision, --precision */
     GT_NAMES_STORE_GRAD, /* gt_store_grad, --store-grad */
+    GT_NAMES_DETERMINISTIC, /* gt_deterministic, --deterministic */
 } gt_name_set;
 
 /* The delay in updates that a mode's asynchrony adds with `workers` workers in all, which the

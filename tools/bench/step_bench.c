@@ -2,8 +2,9 @@
  * real parameter store: pull (gt_ps_pull), load_params, train_step, the finite check src/train.c
  * runs on the gradient, and push (gt_ps_push with the CPU optimizer), in hogwild_epoch's order
  * without overlap (the per-phase evidence in docs/perf-notes.md).
- * Usage: step_bench DATA MODEL BATCH STEPS PATH [PRECISION] (PATH: fused-graph fused-eager
- * layers-graph layers-eager; PRECISION: fp32, the default, tf32 or bf16; DATA: a folder or
+ * Usage: step_bench DATA MODEL BATCH STEPS PATH [PRECISION [DETERMINISTIC]] (PATH: fused-graph
+ * fused-eager layers-graph layers-eager; PRECISION: fp32, the default, tf32 or bf16;
+ * DETERMINISTIC: on or off, gputrain's --deterministic, by default its auto; DATA: a folder or
  * synthetic:CxHxW:K:N). Prints one line: mean microseconds per phase and the median whole step.
  * layers-eager runs each kernel on its own, for a profiler that times kernels (ncu). The timed
  * steps run between cudaProfilerStart and cudaProfilerStop, so `ncu --profile-from-start off`
@@ -30,11 +31,16 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    if (argc != 6 && argc != 7) {
-        fprintf(stderr, "usage: step_bench DATA MODEL BATCH STEPS PATH [fp32|tf32|bf16]\n");
+    if (argc < 6 || argc > 8) {
+        fprintf(stderr, "usage: step_bench DATA MODEL BATCH STEPS PATH [fp32|tf32|bf16 [on|off]]\n");
         return 2;
     }
-    const char *prec_name = argc == 7 ? argv[6] : "fp32";
+    const char *prec_name = argc >= 7 ? argv[6] : "fp32";
+    if (argc == 8 && strcmp(argv[7], "on") != 0 && strcmp(argv[7], "off") != 0) {
+        fprintf(stderr, "step_bench: deterministic '%s' is not on or off\n", argv[7]);
+        return 2;
+    }
+    gt_cuda_set_deterministic(argc == 8 ? strcmp(argv[7], "on") == 0 : -1);
     gt_precision prec = strcmp(prec_name, "bf16") == 0   ? GT_PRECISION_BF16
                         : strcmp(prec_name, "tf32") == 0 ? GT_PRECISION_TF32
                                                          : GT_PRECISION_FP32;
