@@ -533,7 +533,7 @@ static int nhwc_forward(gt_cuda_ctx *c, gt_cuda_layer *cl, const gt_cuda_pass *p
  * workspace, and the compute stream waits for it before the next layer (which overwrites dy's
  * buffer); larger layers fill the GPU alone, and beside them the fork and join cost (every layer
  * beside: resnet20 at batch 256 -5%; this bound: +1%, resnet18 on Fashion-MNIST at batch 128
- * +1.3%, every layer +2.4%; results/resnet-2026-11-27-c25-c151, calls 82-83). The same kernels on
+ * +1.3%, every layer +2.4%; results/resnet-2026-11-27-c25-c155, calls 82-83). The same kernels on
  * the same data: the same bits.
  * Whether the side stream and its workspace exist for layer cl at batch n: 1, 0 where the layer
  * is larger, or they are not made inside a capture, where nothing may be allocated (that step

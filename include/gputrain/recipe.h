@@ -70,7 +70,7 @@ int gt_recipe_warmup_steps(const gt_config *c, int workers);
  * every host; 0: CPU workers). The residual networks train with --mode allreduce on GPUs unless
  * the command line chose a mode or gave an option of one: on 4 H200, resnet18 on Fashion-MNIST
  * ran at 146.6-148.5 k samples/s to 0.9502-0.9517 under allreduce and 60.7 k to 0.9431 under
- * hogwild (results/resnet-2026-11-27-c25-c151); and with batch GT_RECIPE_RESNET_BATCH_ONE on a
+ * hogwild (results/resnet-2026-11-27-c25-c155); and with batch GT_RECIPE_RESNET_BATCH_ONE on a
  * single GPU. */
 void gt_recipe_model(gt_config *c, int gpus, char *note, size_t cap);
 
@@ -79,7 +79,7 @@ void gt_recipe_model(gt_config *c, int gpus, char *note, size_t cap);
  * most a fifth of the run. resnet18 over 2 H200 at 512 samples an update and lr 0.2 (4 x 128's),
  * seeds 1-4: with one epoch, seed 1 diverged after it (rolled back, ended 0.9367); with two,
  * 0.9493-0.9513 and no run below 0.73 after its first epoch (call 66,
- * results/resnet-2026-11-27-c25-c151). Over 4 H200 at lr 0.2 one run in six fell to 0.09 after
+ * results/resnet-2026-11-27-c25-c155). Over 4 H200 at lr 0.2 one run in six fell to 0.09 after
  * its first epoch (call 61) and calls 34-36 rolled back 2 of 16; with two, 0.9483-0.9520 and
  * none rolled back (call 68, seeds 1-5). */
 #define GT_RECIPE_RESNET_WARMUP_LR 0.1
@@ -96,7 +96,7 @@ void gt_recipe_model(gt_config *c, int gpus, char *note, size_t cap);
  * resnet18 on Fashion-MNIST on one H200, seeds 1-7, reached 0.94 after 15.9-18.8 s of training
  * at 58-61 k samples/s and ended at 0.9499-0.9525 (mean 0.9510), where batch 128 took 24.1-25.8 s
  * at 42-43 k to 0.9508-0.9520 (5 runs, mean 0.9514). 256 a GPU over 4 GPUs (lr 0.4) ended at
- * 0.935 (calls 59-61, results/resnet-2026-11-27-c25-c151), and with its 4-epoch warm-up at
+ * 0.935 (calls 59-61, results/resnet-2026-11-27-c25-c155), and with its 4-epoch warm-up at
  * 0.8997-0.9479 (call 75; 192 a GPU: 0.9475-0.9503 with rollbacks). */
 #define GT_RECIPE_RESNET_BATCH_ONE 256
 
