@@ -14,8 +14,8 @@
  * within the search workspace, compiles nothing at run time, keeps the precision asked (fp32:
  * no configuration cuDNN notes as converting its inputs down, nor, without TF32, one on tensor
  * cores; PyTorch's rule) and, for the backward directions, is deterministic where the device
- * keeps to those (--deterministic; any, if none is) is executed on the steps' own buffers and timed; the fastest
- * is kept as its engine's global index and its knobs' values, in the process-wide cache
+ * keeps to those (--deterministic; any, if none is) is executed on the steps' own buffers and
+ * timed; the fastest is kept as its engine's global index and its knobs' values, in the process-wide cache
  * (conv_cache.h) like the legacy choices, so every layer and device with the same key rebuilds
  * the same configuration instead of timing again. Plans are per batch size: a layer keeps those
  * of its last few (training, a short last batch, evaluation chunks); a batch whose chosen

@@ -455,8 +455,8 @@ static const cli_row cli_rows[] = {
      .set = GT_NAMES_DETERMINISTIC, .commands = CMD_TRAIN,
      .help = "GPUs: on keeps the convolutions' backward to cuDNN's deterministic algorithms (a "
              "seed's run repeats bit for bit); off lets them take the non-deterministic ones too "
-             "(sums by atomic adds, PyTorch's default; faster on some shapes, most in fp32); auto: on, "
-             "but off with --precision tf32"},
+             "(sums by atomic adds, PyTorch's default; faster on some shapes, most in fp32); "
+             "auto: on, but off with --precision tf32"},
 
     {.section = "Model and data", .name = "model", .value = "NAME|SPEC|@FILE", .type = CLI_TEXT,
      TEXT(model), .commands = CMD_TRAIN,
@@ -653,8 +653,8 @@ const struct option *gt_cli_options(void)
  * data paths, seed (the checkpoint's anyway), outputs, faults or timeouts. */
 static const char *const cli_resumable[] = {
     "mode", "stripes", "staleness", "sync-every", "balance", "overlap", "store-step", "store-parts",
-    "store-grad", "exchange", "precision", "tf32", "deterministic", "model", "image-size", "augment", "normalize",
-    "train-samples", "batch", "epochs", "eval-every", "val-split", "save-best", "patience",
+    "store-grad", "exchange", "precision", "tf32", "deterministic", "model", "image-size",
+    "augment", "normalize", "train-samples", "batch", "epochs", "eval-every", "val-split", "save-best", "patience",
     "optimizer", "lr", "momentum", "nesterov", "weight-decay", "beta1", "beta2", "eps", "schedule",
     "warmup", "step-epochs", "gamma", "ema", "on-nan", "on-diverge", "literal"};
 

@@ -182,7 +182,7 @@ static void config_training(run *r, FILE *f)
             c->overlap ? "true" : "false", c->overlap_predict ? "true" : "false",
             c->precision == GT_PRECISION_TF32 ? "true" : "false");
     put_field_str(f, "precision", gt_name(GT_NAMES_PRECISION, c->precision));
-    put_field_str(f, "deterministic", gt_config_deterministic(c) ? "on" : "off"); /* as it applies */
+    put_field_str(f, "deterministic", gt_config_deterministic(c) ? "on" : "off"); /* as applied */
     put_field_str(f, "on_nan", (c->given & GT_GIVEN_ON_NAN) ? gt_name(GT_NAMES_ON_NAN, (int)c->on_nan)
                                                              : "guard");
     put_field_str(f, "on_diverge", gt_name(GT_NAMES_ON_DIVERGE, (int)c->on_diverge));

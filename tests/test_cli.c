@@ -601,7 +601,7 @@ static void test_deterministic_rule(void)
     } rows[] = {
         {GT_DETERMINISTIC_AUTO, GT_PRECISION_FP32, 1}, {GT_DETERMINISTIC_AUTO, GT_PRECISION_BF16, 1},
         {GT_DETERMINISTIC_AUTO, GT_PRECISION_TF32, 0}, {GT_DETERMINISTIC_ON, GT_PRECISION_TF32, 1},
-        {GT_DETERMINISTIC_OFF, GT_PRECISION_FP32, 0},  {GT_DETERMINISTIC_OFF, GT_PRECISION_BF16, 0},
+        {GT_DETERMINISTIC_OFF, GT_PRECISION_FP32, 0}, {GT_DETERMINISTIC_OFF, GT_PRECISION_BF16, 0},
     };
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         gt_config c;

@@ -34,7 +34,8 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     g = torch.Generator(device="cuda").manual_seed(1)
-    print(f"batch {a.batch}: in out side stride | forward input-grad weight-grad (relative L2 to float64)")
+    print(f"batch {a.batch}: in out side stride | forward input-grad weight-grad "
+          "(relative L2 to float64)")
     for cin, cout, hw, st in SHAPES:
         x = torch.randn(a.batch, cin, hw, hw, device="cuda", generator=g, requires_grad=True)
         w = torch.randn(cout, cin, 3, 3, device="cuda", generator=g, requires_grad=True)

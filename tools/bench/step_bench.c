@@ -32,7 +32,8 @@ static int cmp_double(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 6 || argc > 8) {
-        fprintf(stderr, "usage: step_bench DATA MODEL BATCH STEPS PATH [fp32|tf32|bf16 [on|off]]\n");
+        fprintf(stderr,
+                "usage: step_bench DATA MODEL BATCH STEPS PATH [fp32|tf32|bf16 [on|off]]\n");
         return 2;
     }
     const char *prec_name = argc >= 7 ? argv[6] : "fp32";
