@@ -792,6 +792,9 @@ static void test_resume_options(void)
                                             : c.run_options[0] == 0,
                   "spec of %d bytes: run_options of %zu bytes", at, strlen(c.run_options));
     }
+    const char *det[] = {"--gpus", "cpu:2", "--deterministic", "off", NULL};
+    CHECK(parse_words(det, &c, &e, stdout) == 0 &&
+          strcmp(c.run_options, "[\"--deterministic=off\"]") == 0);
     const char *none[] = {"--gpus", "cpu:2", "--seed", "3", NULL};
     CHECK(parse_words(none, &c, &e, stdout) == 0 && c.run_options[0] == 0);
 
