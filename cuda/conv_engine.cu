@@ -15,9 +15,9 @@
  * no configuration cuDNN notes as converting its inputs down, nor, without TF32, one on tensor
  * cores; PyTorch's rule) and, for the backward directions, is deterministic where the device
  * keeps to those (--deterministic; any, if none is) is executed on the steps' own buffers and
- * timed; the fastest is kept as its engine's global index and its knobs' values, in the process-wide cache
- * (conv_cache.h) like the legacy choices, so every layer and device with the same key rebuilds
- * the same configuration instead of timing again. Plans are per batch size: a layer keeps those
+ * timed; the fastest is kept as its engine's global index and its knobs' values, in the
+ * process-wide cache (conv_cache.h), so every layer and device with the same key rebuilds the
+ * same configuration instead of timing again. Plans are per batch size: a layer keeps those
  * of its last few (training, a short last batch, evaluation chunks); a batch whose chosen
  * configuration does not finalize or needs more workspace than there is takes the heuristics'
  * first configuration that fits (no timing), so a step never allocates.
@@ -406,6 +406,13 @@ static int eng_fail(gt_cuda_ctx *c, const gt_cuda_layer *cl, gt_err *e, const ch
                    s ? cudnnGetErrorString(s) : "");
 }
 
+/* Whether direction dir keeps to deterministic configurations on this device (--deterministic:
+ * the forward always may take any). */
+static int dir_deterministic(const gt_cuda_ctx *c, int dir)
+{
+    return dir != GT_CONV_FWD && c->deterministic;
+}
+
 /* fp32 without TF32: convolutions held to fp32's accuracy. */
 static int fp32_exact(const gt_cuda_ctx *c, const gt_cuda_layer *cl)
 {
@@ -506,7 +513,8 @@ static int acc_open(gt_cuda_ctx *c, const gt_cuda_layer *cl, int dir, acc_check 
 {
     static const float one = 1.0f, zero = 0.0f;
     const gt_layer *L = &cl->L;
-    size_t xl = (size_t)cl->n * L->in_c * L->in_h * L->in_w, wl = (size_t)L->out_c * L->in_c * L->k * L->k,
+    size_t xl = (size_t)cl->n * L->in_c * L->in_h * L->in_w,
+           wl = (size_t)L->out_c * L->in_c * L->k * L->k,
            yl = (size_t)cl->n * L->out_c * L->out_h * L->out_w;
     size_t len[3] = {xl, wl, yl};
     int out = dir == GT_CONV_FWD ? 2 : dir == GT_CONV_BWD_FILTER ? 1 : 0;
@@ -697,7 +705,7 @@ static int eng_plan_at(gt_cuda_ctx *c, gt_cuda_layer *cl, int dir, int n, size_t
         return 0;
     cudnnBackendDescriptor_t cfgs[ENG_MAX_CFG];
     int ncfg = heuristics(p->graph, cfgs), found = 0;
-    int deterministic = dir != GT_CONV_FWD && c->deterministic;
+    int deterministic = dir_deterministic(c, dir);
     for (int pass = deterministic ? 0 : 1; pass < 2 && !found; pass++)
         for (int i = 0; i < ncfg && !found; i++) {
             gt_conv_choice cand;
@@ -804,7 +812,7 @@ int gt_conv_engine_choose(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max, i
     for (int dir = 0; dir < g->ndir; dir++) {
         gt_conv_key k = *base;
         k.direction = dir;
-        k.deterministic = dir != GT_CONV_FWD && c->deterministic;
+        k.deterministic = dir_deterministic(c, dir);
         k.api = GT_CONV_BACKEND;
         k.align = (unsigned)(g->align[0] < g->align[1] ? g->align[0] : g->align[1]);
         k.align = k.align < (unsigned)g->align[2] ? k.align : (unsigned)g->align[2];

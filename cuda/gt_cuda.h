@@ -322,10 +322,11 @@ typedef struct gt_cuda_layer {
 
 struct gt_conv_key;
 /* Chooses each direction's engine configuration of a convolution (bf16 channels-last, or fp32
- * NCHW, checked against the legacy descriptors' reference at batch n) by timing them at batch n on bufs (x, w, y, dx, dw; dx NULL for a first layer) within the context's
- * workspace, through the process-wide cache under base (conv_key's fields; direction,
- * determinism, alignment and api are set here); makes the plans of batches n and n_max and puts
- * the workspace they need in *ws_need. 1: another device is timing one (wait 0), come back. */
+ * NCHW, checked against the legacy descriptors' reference at batch n) by timing them at batch n
+ * on bufs (x, w, y, dx, dw; dx NULL for a first layer) within the context's workspace, through
+ * the process-wide cache under base (conv_key's fields; direction, determinism, alignment and api
+ * are set here); makes the plans of batches n and n_max and puts the workspace they need in
+ * *ws_need. 1: another device is timing one (wait 0), come back. */
 int gt_conv_engine_choose(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_max, int wait,
                           const struct gt_conv_key *base, void *const bufs[5], size_t *ws_need,
                           gt_err *e);
@@ -384,9 +385,10 @@ void gt_cuda_layer_destroy(gt_cuda_layer *cl);
 
 /* Convolutions only: chooses the engine configurations (gt_conv_engine_choose) by timing them at
  * batch n on real buffers (x, w, y, and dx, dw for backward; dx NULL for a first layer) within the
- * context's workspace, which the caller sizes for the search; deterministic ones for backward. *ws_need gets the workspace they
- * need at batch n and, where it fits, at batch n_max, so one allocation covers both. In a bf16
- * context the buffers hold bf16 values (the types stay float * for the fp32 callers). Each
+ * context's workspace, which the caller sizes for the search; deterministic ones for backward
+ * where the context keeps to those (--deterministic). *ws_need gets the workspace they need at
+ * batch n and, where it fits, at batch n_max, so one allocation covers both. In a bf16 context
+ * the buffers hold bf16 values (the types stay float * for the fp32 callers). Each
  * direction's choice comes from the process-wide cache (conv_cache.h) where a device with an
  * equal key timed it already: where another device is timing one now, wait 0 returns 1 with
  * nothing chosen (come back later, with wait 1 to wait for it). */

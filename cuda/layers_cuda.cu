@@ -80,20 +80,13 @@ static int conv_set_batch_desc(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, gt_err 
            tensor_set_type(c, cl->y_desc, cl->dtype, n, L->out_c, L->out_h, L->out_w, e);
 }
 
-/* The buffers a search times on (device pointers; bf16 values in a bf16 context). */
-typedef struct conv_bufs {
-    const float *x, *w;
-    float *y, *dx, *dw;
-} conv_bufs;
-
-/* Everything one direction's choice at the layer's current batch depends on (conv_cache.h):
- * the GPU, the shapes, types and math, the rules the search applies, the search workspace, the
- * buffers' alignment and cuDNN's version (a choice kept on disk names its engine by number). */
-static gt_conv_key conv_key(const gt_cuda_ctx *c, const gt_cuda_layer *cl, int direction,
-                            const conv_bufs *b)
+/* What every direction's choice at the layer's current batch depends on (conv_cache.h) but the
+ * direction, its determinism rule, the buffers' alignment and the API, which conv_engine.cu sets:
+ * the GPU, the shapes, types and math, the search workspace and cuDNN's version (a choice kept on
+ * disk names its engine by number). */
+static gt_conv_key conv_key(const gt_cuda_ctx *c, const gt_cuda_layer *cl)
 {
     const gt_layer *L = &cl->L;
-    const void *ptrs[6] = {b->x, b->w, b->y, b->dx, b->dw, c->ws};
     gt_conv_key k;
     memset(&k, 0, sizeof k);
     snprintf(k.gpu, sizeof k.gpu, "%s", c->gpu);
@@ -111,11 +104,8 @@ static gt_conv_key conv_key(const gt_cuda_ctx *c, const gt_cuda_layer *cl, int d
     k.dtype = (int)cl->dtype;
     k.layout = (int)layout_of(cl->dtype);
     k.math = (int)conv_search_math(c);
-    k.direction = direction;
-    k.deterministic = direction != GT_CONV_FWD && c->deterministic;
     k.tensor_ops = tensor_ops_ok(c);
     k.limit = c->ws_bytes;
-    k.align = gt_conv_cache_align(ptrs, 6);
     k.lib = (int)cudnnGetVersion();
     return k;
 }
@@ -124,7 +114,6 @@ int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_m
                                const float *x, const float *w, float *y, float *dx, float *dw,
                                size_t *ws_need, gt_err *e)
 {
-    conv_bufs b = {x, w, y, dx, dw};
     cl->planned = 0;
     cl->need_dx = dx != NULL;
     cl->n = 0;
@@ -133,7 +122,7 @@ int gt_cuda_layer_choose_algos(gt_cuda_ctx *c, gt_cuda_layer *cl, int n, int n_m
     cl->n = n;
     /* through the backend API (conv_engine.cu); the legacy descriptors at batch n serve its
      * fp32 accuracy check */
-    gt_conv_key base = conv_key(c, cl, GT_CONV_FWD, &b);
+    gt_conv_key base = conv_key(c, cl);
     void *const bufs[5] = {(void *)x, (void *)w, y, dx, dw};
     int rc = gt_conv_engine_choose(c, cl, n, n_max, wait, &base, bufs, ws_need, e);
     cl->planned = rc == 0;

@@ -152,15 +152,6 @@ void gt_conv_cache_clear(void)
     pthread_mutex_unlock(&cache_lock);
 }
 
-unsigned gt_conv_cache_align(const void *const *ptrs, int n)
-{
-    uintptr_t bits = 256;
-    for (int i = 0; i < n; i++)
-        if (ptrs[i])
-            bits |= (uintptr_t)ptrs[i];
-    return (unsigned)(bits & -bits);
-}
-
 /* ---- the file ------------------------------------------------------------------------------- */
 /* A header line, then one choice a line: the GPU's name, a tab, the key's 22 numbers, a tab, the
  * choice's numbers (algo, math, memory, engine, nknobs, then each knob's type and value). */

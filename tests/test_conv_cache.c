@@ -1,7 +1,7 @@
 /* test_conv_cache.c - the process-wide cache of convolution algorithm choices (conv_cache.h),
  * without a GPU: a claim, its put and the hits after it; every field of the key tells keys
  * apart; four threads standing in for four GPUs search each key once and all get the
- * searcher's choice; an abandoned search passes the claim to a waiter; buffers' alignment; the
+ * searcher's choice; an abandoned search passes the claim to a waiter; the
  * file between runs: choices come back whole, unreadable lines are skipped, a file that is not a
  * cache is never overwritten, another run's choices are merged, nothing new writes nothing; the
  * default file's place. */
@@ -203,18 +203,6 @@ static void test_abandon(void)
     pthread_join(t, NULL);
     CHECK_MSG(result == 42, "the waiter got %d", result);
     CHECK(gt_conv_cache_claim(&k, 0, &ch) == GT_CONV_CACHE_HIT && ch.algo == 42);
-}
-
-static void test_align(void)
-{
-    const void *p[3] = {(const void *)(uintptr_t)0x7f0000001000, NULL,
-                        (const void *)(uintptr_t)0x7f0000000200};
-    CHECK(gt_conv_cache_align(p, 3) == 256);
-    p[1] = (const void *)(uintptr_t)0x7f0000000108;
-    CHECK(gt_conv_cache_align(p, 3) == 8);
-    p[1] = (const void *)(uintptr_t)0x7f0000000130;
-    CHECK(gt_conv_cache_align(p, 3) == 16);
-    CHECK(gt_conv_cache_align(p, 0) == 256);
 }
 
 /* ---- the file ---- */
@@ -437,7 +425,6 @@ int main(void)
     test_fields_differ();
     test_devices_share();
     test_abandon();
-    test_align();
     if (!mkdtemp(tmpdir)) {
         fprintf(stderr, "mkdtemp: failed\n");
         return 1;

@@ -43,7 +43,8 @@ typedef struct gt_conv_key {
     int deterministic;      /* only deterministic algorithms are preferred */
     int tensor_ops;         /* tensor-core math and Winograd may be chosen */
     size_t limit;           /* workspace bytes the search ran in and the choice must fit */
-    unsigned align;         /* smallest alignment of the searched buffers, at most 256 bytes */
+    unsigned align;         /* smallest alignment declared for the searched buffers (at most 16
+                               bytes: conv_engine.cu's align_of) */
     int api;                /* GT_CONV_LEGACY (algorithms) or GT_CONV_BACKEND (engines) */
     int lib;                /* cuDNN's version (cudnnGetVersion): engines and knobs are its own */
 } gt_conv_key;
@@ -101,8 +102,6 @@ void gt_conv_cache_default_path(char *path, size_t cap);
 unsigned long gt_conv_cache_file_hits(void);
 /* Forgets every choice and the file (tests); no claim may be outstanding. */
 void gt_conv_cache_clear(void);
-/* The smallest power-of-two alignment of the addresses (NULL ones skipped), at most 256. */
-unsigned gt_conv_cache_align(const void *const *ptrs, int n);
 
 #ifdef __cplusplus
 }
