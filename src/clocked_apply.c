@@ -12,17 +12,11 @@
 
 enum { PART_OPEN, PART_TAKEN, PART_DONE };
 
-/* The least parameters of a part that auto gives sync and ssp: each part's apply has its own walk,
- * hand-off and wake-ups. On one H200 cnn-wide (3.3 M) in 12 parts of 275 K ran 15% slower than
- * whole, in 3 parts 8-10% faster (calls 103-104); resnet18 (11.2 M) gained 15-22% in 16, as in
- * 10 (call 105). hogwild keeps GT_PS_POOL_MIN (mode_hogwild.c says why). */
-#define CLOCKED_PART_MIN ((size_t)1 << 20)
-
 /* The store step in parts where store_parts.c chooses it (GPUs, large models, one host): the
  * slots sum fp32 gradients. */
 int clocked_parts_init(run *r, gt_err *e)
 {
-    int parts = store_parts_init(r, 0, CLOCKED_PART_MIN);
+    int parts = store_parts_init(r, 0, STORE_PART_MIN_APPLY);
     if (!parts)
         return 0;
     store_parts_order(r, 0, r->clk.order);

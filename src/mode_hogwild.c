@@ -508,10 +508,14 @@ static void hogwild_parts_init(run *r)
 {
     /* no part below the walk that wakes the store's helper threads (GT_PS_POOL_MIN): a part
      * applied by its worker alone took cnn-wide's step from 1.8 to 3.6 ms (call 51). Not 1 M as
-     * sync's and ssp's: resnet18 over 2 GPUs on Fashion-MNIST ended 0.9401 and 0.9415 (seed 1)
-     * and 0.9384 (seed 2) in 10 parts against 0.9465, 0.9438 and 0.9440 in 16, no faster (calls
-     * 108, 112) */
-    int parts = store_parts_init(r, hogwild_grad_bf16(r->cfg), GT_PS_POOL_MIN);
+     * sync's and ssp's where workers share the store: a worker's parts carry its pull too, and
+     * resnet18 over 2 GPUs on Fashion-MNIST ended 0.9401 and 0.9415 (seed 1) and 0.9384 (seed 2)
+     * in 10 parts against 0.9465, 0.9438 and 0.9440 in 16, no faster (calls 108, 112). A lone
+     * worker's parts are the whole push and pull whatever their size (nobody else writes the
+     * store between them), so it takes sync's: cnn-wide on one GPU ran 10-17% faster in 3 to 6
+     * parts than in 12 (call 107). */
+    size_t part_min = r->Wg == 1 ? STORE_PART_MIN_APPLY : GT_PS_POOL_MIN;
+    int parts = store_parts_init(r, hogwild_grad_bf16(r->cfg), part_min);
     for (int i = 0; parts && i < r->W; i++)
         store_parts_order(r, (int)((int64_t)i * parts / r->W), hw(&r->workers[i])->order);
 }

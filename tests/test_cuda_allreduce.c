@@ -1046,6 +1046,29 @@ static void test_store_parts(void)
     }
 }
 
+/* auto's parts for hogwild (store_parts.c): a lone worker's at least 1 M parameters each, as
+ * sync's (cnn-wide's 3.3 M in 3), several workers' at least 256 K (12), their parts being their
+ * pulls too. */
+static void test_store_parts_auto(void)
+{
+    for (int w = 1; w <= g_w; w += g_w - 1) {
+        gt_config c;
+        run_config(&c, GT_MODE_HOGWILD, w, 128, 1);
+        snprintf(c.model, sizeof c.model, "cnn-wide");
+        outcome o = train_store(&c);
+        int want = w == 1 ? 3 : 12;
+        CHECK_MSG(o.rc == 0, "cnn-wide hogwild x%d: %s", w, o.err);
+        if (o.rc == 0) {
+            CHECK_MSG(o.res->store_parts == want, "cnn-wide hogwild x%d: %d parts, not %d", w,
+                      o.res->store_parts, want);
+            printf("cnn-wide hogwild x%d: %d parts, %.0f samples/s\n", w, o.res->store_parts,
+                   o.res->samples_per_s);
+        }
+        gt_run_result_free(o.res);
+        free(o.res);
+    }
+}
+
 /* allreduce on W GPUs at batch b (with the exchange given) = sync on the same GPUs = one GPU at
  * W*b. */
 static void test_modes_agree(gt_exchange exchange)
@@ -1526,6 +1549,7 @@ int main(void)
         test_modes_agree(GT_EXCHANGE_NCCL);
         test_warmup_same();
         test_store_parts();
+        test_store_parts_auto();
         test_device_step();
         test_ema_device();
         test_abort();
