@@ -12,10 +12,45 @@
 
 enum { PART_OPEN, PART_TAKEN, PART_DONE };
 
-/* The store step in parts where store_parts.c chooses it (GPUs, large models, one host): the
- * slots sum fp32 gradients. */
+/* A lone worker on one host is the store's only writer between its clocks, and computes on what
+ * the last apply left. It used to read the store in place: a GPU uploaded straight from it. The
+ * applies now also write each updated stripe into the worker's own buffer with streaming stores
+ * (gt_ps_apply_stripes_out), and it computes on that: on an H200's host a copy engine read the
+ * store's lines, which the apply leaves modified in the cores' caches, at ~29 GB/s, and the
+ * streaming stores' copy at ~50 (cnn-wide through the store on one GPU: 13 MB a step). Whatever
+ * else writes the store (a rollback, a resume) moves its stripes' versions, and the next clock's
+ * pull copies those stripes (clocked_copy_pull). CPU workers take the same path, so that CI runs
+ * it. */
+static int clocked_copy_init(run *r, gt_err *e)
+{
+    if (r->W != 1 || r->H != 1)
+        return 0;
+    r->clk.copy_ver = malloc((size_t)r->ps.nranges * sizeof *r->clk.copy_ver);
+    if (!r->clk.copy_ver)
+        return gt_fail(e, "out of memory for the lone worker's copy");
+    for (int s = 0; s < r->ps.nranges; s++)
+        r->clk.copy_ver[s] = UINT64_MAX; /* nothing copied yet */
+    r->clk.copy = r->workers[0].dev->params;
+    return 0;
+}
+
+/* The lone worker's copy brought up to date before its clock's step (nothing where the applies
+ * kept it); the device's parameters are the copy. Without a copy, the device computes on the
+ * store in place. */
+void clocked_copy_pull(run *r, worker *w)
+{
+    if (r->clk.copy)
+        gt_ps_pull_stale(&r->ps, r->clk.copy, r->clk.copy_ver);
+    else
+        w->dev->params = r->ps.params;
+}
+
+/* The store's step for sync and ssp: in parts where store_parts.c chooses it (GPUs, large models,
+ * one host; the slots sum fp32 gradients), and a lone worker's copy. */
 int clocked_parts_init(run *r, gt_err *e)
 {
+    if (clocked_copy_init(r, e))
+        return -1;
     int parts = store_parts_init(r, 0, STORE_PART_MIN_APPLY);
     if (!parts)
         return 0;
@@ -26,6 +61,9 @@ int clocked_parts_init(run *r, gt_err *e)
 
 void clocked_parts_free(run *r)
 {
+    free(r->clk.copy_ver);
+    r->clk.copy_ver = NULL;
+    r->clk.copy = NULL;
     store_parts_free(r);
     free(r->clk.landed);
     r->clk.landed = NULL;

@@ -76,15 +76,16 @@ void clocked_reduce_slots(run *r, uint64_t clock, int s_lo, int s_hi)
 
 /* Applies clock c's gradient, summed over this host's shares and scaled by gscale, to stripes
  * [s_lo, s_hi) as update t. The sum is taken stripe by stripe inside the store's walk, in share
- * order (the bits of clocked_reduce_slots), so the store's helper threads share it too. */
+ * order (the bits of clocked_reduce_slots), so the store's helper threads share it too; each
+ * stripe is then copied into a lone worker's copy (clocked_apply.c). */
 void clocked_apply(run *r, uint64_t clock, int s_lo, int s_hi, float gscale, uint64_t t,
                    double epoch)
 {
     float *rest[RUN_SHARE_BITS];
     for (int s = 1; s < r->W; s++)
         rest[s - 1] = clocked_slot(r, clock, s);
-    gt_ps_apply_stripes_sum(&r->ps, s_lo, s_hi, clocked_slot(r, clock, 0), rest, r->W - 1, gscale,
-                            t, epoch);
+    gt_ps_apply_stripes_out(&r->ps, s_lo, s_hi, clocked_slot(r, clock, 0), rest, r->W - 1, gscale,
+                            t, epoch, r->clk.copy, r->clk.copy_ver);
 }
 
 /* Starts the store's helper threads for the clocked modes, which call no push (what starts them

@@ -189,9 +189,9 @@ static int ssp_clock(run *r, worker *w, uint64_t c)
         *read_at = r->clk.applied;
     pthread_mutex_unlock(&r->mu);
     /* A lone worker on one host is the store's only writer and applies its clock after computing
-     * it, so the store stands still from one apply to the next: its device computes on the store
-     * in place, as sync's do (a GPU uploads straight from it, without the copy into its buffer).
-     * With several workers on one host a GPU uploads straight from the store too: its load reads
+     * it, so the store stands still from one apply to the next: its device computes on the copy
+     * that the applies keep for it, as sync's lone worker does (clocked_copy_pull).
+     * With several workers on one host a GPU uploads straight from the store: its load reads
      * the parameters once, as the store holds them while the copy runs, which is what a clock
      * computes on in ssp (an apply of a clock in flight beside it is seen element by element,
      * where the pull's copy saw it stripe by stripe), and the copy under the stripe locks goes
@@ -203,7 +203,7 @@ static int ssp_clock(run *r, worker *w, uint64_t c)
     double tp = gt_now();
     int pulled;
     if (in_place) {
-        d->params = r->ps.params;
+        clocked_copy_pull(r, w);
         gt_ps_pull_buffers(&r->ps, d->buffers);
         pulled = worker_load(w);
     } else {

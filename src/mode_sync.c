@@ -58,7 +58,8 @@ static void sync_apply_ready_locked(run *r, worker *w)
  * compute on the clock's parameters.
  * The store stands still from the barrier after one apply until every share of the next clock
  * is in (the applies wait for them at a barrier), so the workers compute on it in place, with no
- * pull into their own buffers: a GPU uploads straight from the pinned store, the CPU reads it.
+ * pull into their own buffers: a GPU uploads straight from the pinned store, the CPU reads it. A
+ * lone worker computes on the copy the applies keep for it (clocked_copy_pull).
  * The worker's phases: the upload is its pull, the shares its device (and push: the slot), the
  * applies its push, the barriers its wait (run_barrier). */
 static int sync_clock(run *r, worker *w, uint64_t c)
@@ -66,8 +67,8 @@ static int sync_clock(run *r, worker *w, uint64_t c)
     gt_device *d = w->dev;
     gt_err e = {{0}};
     float *own = d->params;
-    d->params = r->ps.params;
     double t0 = gt_now();
+    clocked_copy_pull(r, w);
     int bad = d->ops->load_params(d, &e);
     w->pull_s += gt_now() - t0;
     if (bad) {

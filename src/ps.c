@@ -347,6 +347,40 @@ void gt_ps_pull(gt_ps *ps, float *dst, uint64_t *ver)
     ps_walk_run(&w, ps_pull_part, 0);
 }
 
+/* gt_ps_pull_stale's walk: the stripes whose version is not ver's, copied out under their
+ * locks (the lock-free store's element by element). */
+static void ps_pull_stale_part(void *arg, int part)
+{
+    ps_walk *w = arg;
+    gt_ps *ps = w->ps;
+    for (int i = w->count * part / w->nparts; i < w->count * (part + 1) / w->nparts; i++) {
+        gt_stripe *st = ps_walk_stripe(w, i);
+        size_t s = (size_t)(st - ps->stripes), len = st->hi - st->lo;
+        if (atomic_load_explicit(&st->version, memory_order_acquire) == w->ver[s])
+            continue;
+        if (ps->nstripes == 0) {
+            w->ver[s] = atomic_load_explicit(&st->version, memory_order_acquire);
+            relaxed_copy(w->dst + st->lo, ps->params + st->lo, len);
+            continue;
+        }
+        ps_lock(ps, st);
+        w->ver[s] = atomic_load_explicit(&st->version, memory_order_relaxed);
+        copy_out(w->dst + st->lo, ps->params + st->lo, len);
+        pthread_mutex_unlock(&st->lock);
+    }
+}
+
+void gt_ps_pull_stale(gt_ps *ps, float *dst, uint64_t *ver)
+{
+    int stale = 0;
+    for (int s = 0; s < ps->nranges && !stale; s++)
+        stale = atomic_load_explicit(&ps->stripes[s].version, memory_order_acquire) != ver[s];
+    if (!stale) /* the usual case: the applies kept dst */
+        return;
+    ps_walk w = {.ps = ps, .count = ps->nranges, .dst = dst, .ver = ver};
+    ps_walk_run(&w, ps_pull_stale_part, 0);
+}
+
 static void ps_record_staleness(gt_ps *ps, uint64_t stale)
 {
     atomic_fetch_add_explicit(&ps->stale_hist[stale < GT_STALE_BINS - 1 ? stale : GT_STALE_BINS - 1],
@@ -573,12 +607,21 @@ void gt_ps_apply_stripes(gt_ps *ps, int s_lo, int s_hi, const float *g, float gs
 void gt_ps_apply_stripes_sum(gt_ps *ps, int s_lo, int s_hi, float *g, float *const *addends,
                              int naddends, float gscale, uint64_t t, double epoch)
 {
+    gt_ps_apply_stripes_out(ps, s_lo, s_hi, g, addends, naddends, gscale, t, epoch, NULL, NULL);
+}
+
+void gt_ps_apply_stripes_out(gt_ps *ps, int s_lo, int s_hi, float *g, float *const *addends,
+                             int naddends, float gscale, uint64_t t, double epoch, float *dst,
+                             uint64_t *ver)
+{
     gt_optim_step step = gt_optim_prepare(&ps->optim, t, epoch);
     if (s_hi <= s_lo)
         return;
+    /* with dst, the walk copies each stripe out as a push's pull does (ver: its versions) */
     ps_walk w = {.ps = ps, .first = s_lo, .count = s_hi - s_lo, .g = g, .addends = addends,
                  .naddends = naddends, .gscale = gscale, .step = &step, .t = t,
-                 .ema_span = gt_ps_ema_span(ps->ema_decay, t)};
+                 .ema_span = gt_ps_ema_span(ps->ema_decay, t), .dst = dst, .pulls = dst != NULL,
+                 .ver = dst ? ver : NULL};
     ps_walk_run(&w, ps_push_part, 0);
 }
 

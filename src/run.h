@@ -197,6 +197,10 @@ typedef struct run_clocked {
                                 * the part is in the slot (R x store_parts) */
     int order[GT_STORE_PARTS_MAX]; /* in parts: the order a device that does not mark takes them */
     int idle;                  /* workers waiting on r->cv that take parts as they become ready */
+    /* clocked_apply.c: a lone worker on one host (sync, ssp) computes on its own copy of the
+     * parameters, which each apply writes as it updates the store (NULL: on the store in place) */
+    float *copy;
+    uint64_t *copy_ver;        /* the stripes' versions the copy holds */
 } run_clocked;
 
 /* store_parts.c: the store step in parts. */
@@ -444,6 +448,7 @@ uint64_t clocked_full_mask(const run *r);
 
 /* clocked_apply.c: a clock's apply in parts any worker takes (sync, ssp) */
 int clocked_parts_init(run *r, gt_err *e);
+void clocked_copy_pull(run *r, worker *w);
 void clocked_parts_free(run *r);
 void clocked_parts_epoch_reset(run *r);
 int clocked_apply_begin_locked(run *r);

@@ -224,13 +224,18 @@ static void test_ssp(void)
     free(os.res);
     gt_run_result_free(op.res);
     free(op.res);
-    /* A lone worker computes on the store in place, whatever its bound: sync's steps. */
-    gt_config s1, p1;
+    /* A lone worker computes on what its last apply left, whatever its bound: sync's steps; and
+     * those are hogwild's lone worker's, bit for bit (the copy its applies keep is the store). */
+    gt_config s1, p1, h1;
     base_config(&s1, "sync", 1, 32);
     base_config(&p1, "ssp", 1, 32);
+    base_config(&h1, "hogwild", 1, 32);
     p1.staleness = 2;
-    outcome o1 = train(&s1), q1 = train(&p1);
+    outcome o1 = train(&s1), q1 = train(&p1), g1 = train(&h1);
     check_same_steps(&o1, &q1, "ssp at one worker against sync");
+    check_same_steps(&o1, &g1, "hogwild at one worker against sync");
+    gt_run_result_free(g1.res);
+    free(g1.res);
     gt_run_result_free(o1.res);
     free(o1.res);
     gt_run_result_free(q1.res);

@@ -555,6 +555,71 @@ static void test_apply_sum(gt_opt_kind kind, int threads)
     gt_ps_free(&b);
 }
 
+/* gt_ps_apply_stripes_out: the apply's bits, and a copy equal to the parameters after every
+ * update (two parts, or one walk on helpers); gt_ps_pull_stale then copies only the stripes
+ * another writer moved (gt_ps_store_stripes here, a rollback's restore alike), and every stripe
+ * where the versions are unknown (UINT64_MAX). */
+static void test_apply_out(int threads)
+{
+    enum { N = 4099, S = 16 };
+    gt_optim_cfg c;
+    gt_optim_defaults(&c);
+    gt_ps a, b;
+    gt_err e;
+    CHECK(gt_ps_init(&a, N, S, &c, &e) == 0 && gt_ps_init(&b, N, S, &c, &e) == 0);
+    CHECK(gt_ps_set_pools(&b, 1, threads, 0, &e) == 0);
+    float *g = gt_alloc(N * sizeof(float)), *h = gt_alloc(N * sizeof(float));
+    float *copy = gt_alloc(N * sizeof(float)), *src = gt_alloc(N * sizeof(float));
+    uint64_t ver[S];
+    for (int s = 0; s < S; s++)
+        ver[s] = UINT64_MAX;
+    gt_ps_pull_stale(&b, copy, ver); /* nothing known: all of it */
+    CHECK(memcmp(copy, b.params, N * sizeof(float)) == 0);
+    for (int t = 1; t <= 4; t++) {
+        for (int i = 0; i < N; i++)
+            g[i] = h[i] = 1e-3f * (float)((i * 5 + t) % 19);
+        gt_ps_apply_stripes(&a, 0, S, g, 0.5f, (uint64_t)t, 0.0);
+        if (threads == 1) {
+            gt_ps_apply_stripes_out(&b, 0, 5, h, NULL, 0, 0.5f, (uint64_t)t, 0.0, copy, ver);
+            gt_ps_apply_stripes_out(&b, 5, S, h, NULL, 0, 0.5f, (uint64_t)t, 0.0, copy, ver);
+        } else {
+            gt_ps_apply_stripes_out(&b, 0, S, h, NULL, 0, 0.5f, (uint64_t)t, 0.0, copy, ver);
+        }
+        CHECK(memcmp(a.params, b.params, N * sizeof(float)) == 0);
+        CHECK(memcmp(copy, b.params, N * sizeof(float)) == 0);
+    }
+    for (int s = 0; s < S; s++)
+        CHECK(ver[s] == atomic_load(&b.stripes[s].version));
+    /* another writer moves stripes 3 and 4; a value planted in stripe 9 of the copy stays, since
+     * its version still matches (the pull reads only what moved) */
+    for (int i = 0; i < N; i++)
+        src[i] = (float)i;
+    gt_ps_store_stripes(&b, 3, 5, src, 0);
+    size_t lo9, hi9;
+    gt_ps_stripes_span(&b, 9, 10, &lo9, &hi9);
+    copy[lo9] = 12345.0f;
+    gt_ps_pull_stale(&b, copy, ver);
+    CHECK(copy[lo9] == 12345.0f);
+    copy[lo9] = b.params[lo9];
+    CHECK(memcmp(copy, b.params, N * sizeof(float)) == 0);
+    /* a rollback: the restore moves every stripe's version, so the pull takes it all back */
+    gt_ps_saved saved;
+    CHECK(gt_ps_saved_alloc(&saved, &b, &e) == 0);
+    gt_ps_save(&b, &saved);
+    gt_ps_apply_stripes_out(&b, 0, S, h, NULL, 0, 0.5f, 5, 0.0, copy, ver);
+    gt_ps_restore(&b, &saved);
+    CHECK(memcmp(copy, b.params, N * sizeof(float)) != 0);
+    gt_ps_pull_stale(&b, copy, ver);
+    CHECK(memcmp(copy, b.params, N * sizeof(float)) == 0);
+    gt_ps_saved_free(&saved);
+    gt_free(g);
+    gt_free(h);
+    gt_free(copy);
+    gt_free(src);
+    gt_ps_free(&a);
+    gt_ps_free(&b);
+}
+
 /* The moving average (--ema): its warm-up decay, and exact values after known updates through
  * every path that applies one (push, apply_stripes, store_stripes), locked and lock-free, and
  * through a rollback copy. With decay 0.5 past the warm-up every value is exact in float: plain
@@ -704,6 +769,8 @@ int main(void)
     test_apply_sum(GT_OPT_SGD, 1);
     test_apply_sum(GT_OPT_SGD, 3);
     test_apply_sum(GT_OPT_ADAM, 3);
+    test_apply_out(1);
+    test_apply_out(3);
     CHECK(gt_ps_default_threads(1) >= 1 && gt_ps_default_threads(1) <= GT_PS_THREADS_MOST_ONE);
     CHECK(gt_ps_default_threads(2) >= 1 && gt_ps_default_threads(2) <= GT_PS_THREADS_MOST);
     CHECK(gt_ps_default_threads(1000) == 1);

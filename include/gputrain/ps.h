@@ -115,6 +115,11 @@ void gt_ps_store_ema(gt_ps *ps, const float *src);
 
 /* Copies the parameters into dst; ver (nranges entries, may be NULL) receives stripe versions. */
 void gt_ps_pull(gt_ps *ps, float *dst, uint64_t *ver);
+/* Brings dst up to date with the parameters where a stripe's version differs from ver's (each
+ * such stripe copied with streaming stores under its lock, its version into ver): a copy that
+ * the applies keep (gt_ps_apply_stripes_out) and anything else that wrote the store (a rollback,
+ * a resume) has left behind. ver entries of UINT64_MAX match no version. */
+void gt_ps_pull_stale(gt_ps *ps, float *dst, uint64_t *ver);
 
 /* One optimizer update with gradient g*gscale, stripe by stripe starting at the worker's stripe;
  * ver: versions recorded at the pull the gradient was computed from (NULL: not tracked).
@@ -169,6 +174,13 @@ void gt_ps_apply_stripes(gt_ps *ps, int s_lo, int s_hi, const float *g, float gs
  * share. */
 void gt_ps_apply_stripes_sum(gt_ps *ps, int s_lo, int s_hi, float *g, float *const *addends,
                              int naddends, float gscale, uint64_t t, double epoch);
+/* gt_ps_apply_stripes_sum that also copies each stripe, as its update left it, into dst with
+ * streaming stores under its lock, and its version into ver: a copy that a device's copy engine
+ * reads faster than the store's own lines, which the update leaves modified in the cores' caches
+ * (sync's and ssp's lone worker). dst NULL: gt_ps_apply_stripes_sum. */
+void gt_ps_apply_stripes_out(gt_ps *ps, int s_lo, int s_hi, float *g, float *const *addends,
+                             int naddends, float gscale, uint64_t t, double epoch, float *dst,
+                             uint64_t *ver);
 
 /* Overwrites stripes [s_lo, s_hi) of the parameters with src (local-mode averaging); with a
  * moving average, it stands for the span steps after the store's update count (the caller's
