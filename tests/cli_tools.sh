@@ -52,6 +52,15 @@ grep -q '^| -1.00 | 2.000 | 5 | cudaGraphInstantiate_v12000 |$' "$TMP/trace.out"
     grep -q '^window totals: cudaGraphInstantiate_v12000 2.0 ms, cudaGraphLaunch 0.0 ms$' "$TMP/trace.out" &&
     grep -q '^kernels ran 1.2 ms of the window.s 3.0 ms$' "$TMP/trace.out" ||
     fail "trace_steps.py --api: $(cat "$TMP/trace.out")"
+# --step: one step whole, in time order from its loss kernel, the host's launch in it too
+python3 "$SRC/tools/trace_steps.py" --step --from 0 --to 1 "$TMP/trace.csv" >"$TMP/trace.out" 2>&1 ||
+    fail "trace_steps.py --step: $(cat "$TMP/trace.out")"
+grep -q 'step 10 of 20, 1000.0 us from its .xent. kernel to the next' "$TMP/trace.out" &&
+    grep -q '^| 200.0 | 250.0 | 50.0 | s9 | wgrad |$' "$TMP/trace.out" &&
+    grep -q '^| 850.0 | 950.0 | 100.0 | s7 | copy host to device 2.00 MB |$' "$TMP/trace.out" &&
+    grep -q '^| 996.0 | 997.0 | 1.0 | t5 | call cudaGraphLaunch |$' "$TMP/trace.out" &&
+    [ "$(grep -c '^| ' "$TMP/trace.out")" = 9 ] ||
+    fail "trace_steps.py --step: $(cat "$TMP/trace.out")"
 echo "X,1,2" >>"$TMP/trace.csv"
 python3 "$SRC/tools/trace_steps.py" "$TMP/trace.csv" >"$TMP/trace.out" 2>&1 && fail "trace_steps.py took a row that is not the tracer's"
 grep -q 'trace.csv:161: not a cupti_trace row' "$TMP/trace.out" || fail "trace_steps.py's refusal: $(cat "$TMP/trace.out")"

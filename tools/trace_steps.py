@@ -3,7 +3,7 @@
 tools/bench/cupti_trace.c wrote (GT_TRACE_OUT=trace.csv LD_PRELOAD=build/libgt_cupti_trace.so
 gputrain ...).
 
-Usage: tools/trace_steps.py [--kernel NAME] [--from F] [--to F] [--api N [--before MS]]
+Usage: tools/trace_steps.py [--kernel NAME] [--from F] [--to F] [--api N [--before MS] | --step]
                             TRACE.csv [TRACE.csv ...]
 
 Steps are cut at each run of the loss kernel (a kernel whose name holds NAME, default "xent": one a
@@ -17,7 +17,12 @@ on the host or on copies; the copies' columns say which.
 time order, those from MS milliseconds (default 100) before the first step's loss kernel up to the
 N-th step's, each with its start relative to that kernel, its length and its thread; then the
 window's total per call name and the time some kernel ran in it: what the first steps wait on (a
-graph's capture and instantiation, a library's first call, an allocation)."""
+graph's capture and instantiation, a library's first call, an allocation).
+
+--step prints one step whole instead of the summary: the one whose period is the median of the
+steps from F to T, every kernel, copy, memset and traced host call that starts in it, with its
+stream (s) or thread (t), in time order from its loss kernel: which copy or call the GPU waits on
+(the store's uploads after its apply, a graph's launch)."""
 import argparse
 import bisect
 import statistics
@@ -110,6 +115,49 @@ def first_steps(path, marker, nsteps, before_ms):
     return "\n".join(lines)
 
 
+def step_timeline(path, marker, lo, hi):
+    """One step whole: of the steps from lo to hi (fractions), the one whose period is the median,
+    cut at the loss kernels of the stream that runs most of them (an evaluation's own loss kernels
+    on another stream do not cut it); every kernel, copy, memset and traced host call that starts
+    in it, in time order, times from its loss kernel."""
+    load(path, marker)  # checks every row
+    rows, marks = [], {}
+    with open(path) as f:
+        for line in f:
+            p = line.rstrip("\n").split(",")
+            s, e, where = int(p[1]), int(p[2]), p[3]
+            if p[0] == "K":
+                what = ",".join(p[4:])
+                if marker in what:
+                    marks.setdefault(where, []).append(s)
+                rows.append((s, e, "s" + where, what))
+            elif p[0] == "M":
+                kind = {"1": "host to device", "2": "device to host", "8": "device to device"}
+                rows.append((s, e, "s" + where,
+                             f"copy {kind.get(p[5], 'kind ' + p[5])} {int(p[4]) / 1e6:.2f} MB"))
+            elif p[0] == "S":
+                rows.append((s, e, "s" + where, "memset"))
+            else:
+                rows.append((s, e, "t" + where, "call " + ",".join(p[4:])))
+    if not marks:
+        return f"{path}: no '{marker}' kernels"
+    m = sorted(max(marks.values(), key=len))
+    first, last = int(len(m) * lo), int(len(m) * hi)
+    if last - first < 2:
+        return f"{path}: {len(m)} steps ('{marker}' kernels): too few for a timeline"
+    steps = sorted(range(first, last - 1), key=lambda i: (m[i + 1] - m[i], i))
+    i = steps[len(steps) // 2]
+    a, b = m[i], m[i + 1]
+    lines = [f"{path}: step {i + 1} of {len(m)}, {(b - a) / 1e3:.1f} us from its '{marker}' "
+             f"kernel to the next (the median of steps {first + 1}-{last - 1})",
+             "| start (us) | end (us) | length (us) | stream / thread | what |",
+             "|---:|---:|---:|---|---|"]
+    for s, e, where, what in sorted(r for r in rows if a <= r[0] < b):
+        lines.append(f"| {(s - a) / 1e3:.1f} | {(e - a) / 1e3:.1f} | {(e - s) / 1e3:.1f} | "
+                     f"{where} | {what} |")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -121,6 +169,8 @@ def main():
                     help="list the host's CUDA calls up to step N's loss kernel")
     ap.add_argument("--before", type=float, default=100, metavar="MS",
                     help="with --api: start the list MS milliseconds before step 1's")
+    ap.add_argument("--step", action="store_true",
+                    help="print one step whole (the median period's) instead of the summary")
     args = ap.parse_args()
     if args.api < 0 or args.before < 0:
         ap.error(f"--api {args.api} --before {args.before}: need numbers 0 or more")
@@ -128,8 +178,12 @@ def main():
         ap.error(f"--from {args.lo} --to {args.hi}: need 0 <= from < to <= 1")
     for path in args.traces:
         try:
-            print(first_steps(path, args.kernel, args.api, args.before) if args.api
-                  else summary(path, args.kernel, args.lo, args.hi))
+            if args.api:
+                print(first_steps(path, args.kernel, args.api, args.before))
+            elif args.step:
+                print(step_timeline(path, args.kernel, args.lo, args.hi))
+            else:
+                print(summary(path, args.kernel, args.lo, args.hi))
         except OSError as e:
             sys.exit(f"trace_steps.py: {path}: {e.strerror}")
 
