@@ -210,7 +210,6 @@ typedef struct hogwild_xchg {
     run *r;
     worker *w;
     gt_ps_update u;
-    float *dst;     /* where the updated stripes are copied: the device's params, or nowhere */
     double t_first; /* when the first part landed (0: none yet) */
 } hogwild_xchg;
 
@@ -223,10 +222,10 @@ static void hogwild_part(void *arg, int k)
     const gt_device *d = x->w->dev;
     if (d->grad_bf16)
         gt_ps_update_part_bf16(&x->r->ps, &x->u, h->part_s[k], h->part_s[k + 1], d->grad_half,
-                               x->w->ver, x->dst);
+                               x->w->ver, d->params);
     else
         gt_ps_update_part(&x->r->ps, &x->u, h->part_s[k], h->part_s[k + 1], d->grad, x->w->ver,
-                          x->dst);
+                          d->params);
 }
 
 /* Pushes the step's gradient and pulls the next step's parameters, in parts (store_parts_step's
@@ -239,7 +238,7 @@ static int hogwild_exchange(run *r, worker *w, void *arg)
     gt_device *d = w->dev;
     gt_err e = {{0}};
     run_lr lr = run_lr_now(r, 0, 1);
-    *x = (hogwild_xchg){.r = r, .w = w, .dst = d->params};
+    *x = (hogwild_xchg){.r = r, .w = w};
     gt_ps_update_begin(&r->ps, &x->u, w->index, r->W, lr.gscale, lr.epoch);
     /* Each part is copied out of the store into the device's own buffer with streaming stores
      * (gt_ps_update_part) and uploaded from there, a lone worker's too: on an H200's host a copy
